@@ -1,0 +1,95 @@
+"""The one exception type of the config layer, and the issues it carries.
+
+Every stage (YAML loading, resolving, overrides, dumping) reports problems the same way: a single
+:class:`ConfigError` holding every :class:`Issue` found, so a user fixes a file in one pass instead of
+one error per run.
+"""
+
+import difflib
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+__all__ = ["ConfigError", "Issue", "did_you_mean", "format_path"]
+
+#: Longest echo of user input inside a message; longer text is cut so hostile input cannot flood logs.
+MAX_ECHO = 80
+
+PathPart = str | int
+
+
+def format_path(parts: Sequence[PathPart]) -> str:
+    """Render ``("parallelism", "pp_layer_split", 2)`` as ``parallelism.pp_layer_split[2]``; ``()`` is ``$``."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out or "$"
+
+
+def echo(value: object) -> str:
+    """``repr`` of user input, truncated to :data:`MAX_ECHO` characters."""
+    text = repr(value)
+    if len(text) > MAX_ECHO:
+        text = text[: MAX_ECHO - 12] + f"... ({len(text)} chars)"
+    return text
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """A ``"; did you mean 'x'?"`` suffix naming the closest candidate, or ``""`` when none is close."""
+    if len(name) > 200:
+        return ""
+    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+@attrs.frozen
+class Issue:
+    """One problem in the input: where it is in the config tree, what is wrong, and where it came from."""
+
+    path: str = attrs.field(metadata={"help": "Dotted path of the offending field; '$' is the root."})
+    message: str = attrs.field(metadata={"help": "What was expected and what was found."})
+    location: str | None = attrs.field(
+        default=None,
+        metadata={"help": "'file.yaml:LINE:COL', the command-line flag, or None without a source."},
+    )
+
+    def __str__(self) -> str:
+        head = f"{self.location}: " if self.location else ""
+        return f"{head}{self.path}: {self.message}"
+
+
+def _position(issue: Issue) -> tuple[int, str, int, int, str]:
+    """Sort key: file positions first (by file, line, column), then flags, then issues with no source."""
+    loc = issue.location
+    if loc is None:
+        return (2, "", 0, 0, issue.path)
+    file, _, rest = loc.rpartition(":")
+    file2, _, line = file.rpartition(":")
+    if line.isdigit() and rest.isdigit():
+        return (0, file2, int(line), int(rest), issue.path)
+    return (1, loc, 0, 0, issue.path)
+
+
+class ConfigError(ValueError):
+    """Every problem found in a config, raised once.
+
+    ``issues`` is sorted by source position; ``str(error)`` puts each on its own line as
+    ``FILE:LINE:COL: PATH: MESSAGE``.
+    """
+
+    issues: tuple[Issue, ...]
+
+    def __init__(self, issues: Iterable[Issue]) -> None:
+        self.issues = tuple(sorted(issues, key=_position))
+        if not self.issues:
+            raise ValueError("ConfigError needs at least one issue")
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return "\n".join(str(issue) for issue in self.issues)
+
+    def __reduce__(self) -> tuple[type["ConfigError"], tuple[tuple[Issue, ...]]]:
+        return (type(self), (self.issues,))

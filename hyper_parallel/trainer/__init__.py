@@ -1,0 +1,1 @@
+"""The trainer package: ``hyper_parallel.trainer.config`` assembles the root ``TrainerConfig``."""
