@@ -1,0 +1,120 @@
+"""Data loading configuration: the type of the root ``dataloader`` field.
+
+The ``Config`` classes describe where the training text comes from and how batches are loaded. The
+runtime construction of Dataset, Collator, Sampler and DataLoader (and their order) is defined by a later
+data-component migration; these modules only hold validated settings and never read the data files.
+"""
+
+from collections.abc import Iterator
+from typing import Literal
+
+import attrs
+
+__all__ = ["DataLoader", "DatasetConfig", "TextDataLoader"]
+
+
+@attrs.frozen(kw_only=True)
+class DatasetConfig:
+    """A nested ``dataset`` section: which text to read and how to turn it into training samples."""
+
+    source: Literal["jsonl", "text", "synthetic"] = attrs.field(
+        default="synthetic",
+        metadata={
+            "help": "Data format: 'jsonl' (one JSON object per line), 'text' (plain text files) or "
+            "'synthetic' (random tokens, for smoke tests and benchmarks)."
+        },
+    )
+    paths: tuple[str, ...] = attrs.field(
+        default=(),
+        validator=attrs.validators.deep_iterable(member_validator=attrs.validators.min_len(1)),
+        metadata={"help": "Data files or directories to read, in order; must be empty for 'synthetic'."},
+    )
+    text_field: str = attrs.field(
+        default="text",
+        validator=attrs.validators.min_len(1),
+        metadata={"help": "Key of the text in each JSON object (used when source is 'jsonl')."},
+    )
+    seed: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.ge(0)),
+        metadata={"help": "Seed of the sample shuffle order; null uses training.seed."},
+    )
+    pack_sequences: bool = attrs.field(
+        default=True,
+        metadata={"help": "Concatenate documents and cut them into full seq_len samples instead of padding."},
+    )
+    max_samples: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.gt(0)),
+        metadata={"help": "Stop after this many samples per epoch; null reads the whole dataset."},
+    )
+    synthetic_num_samples: int = attrs.field(
+        default=10_000,
+        validator=attrs.validators.gt(0),
+        metadata={"help": "Number of random samples generated when source is 'synthetic'."},
+    )
+
+    def cross_check(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)``: file sources need paths, the synthetic source takes none."""
+        if self.source != "synthetic" and not self.paths:
+            yield "paths", f"must list at least one file or directory when source is {self.source!r}"
+        if self.source == "synthetic" and self.paths:
+            yield "paths", "must be empty when source is 'synthetic' (or set source to 'jsonl' or 'text')"
+
+
+class DataLoader:
+    """Base of data loaders: holds ``Config`` for the root ``dataloader`` field."""
+
+    @attrs.frozen(kw_only=True)
+    class Config:
+        """Worker-process and host-memory options shared by every data loader."""
+
+        num_workers: int = attrs.field(
+            default=2,
+            validator=attrs.validators.ge(0),
+            metadata={"help": "Background worker processes per rank; 0 loads in the training process."},
+        )
+        pin_memory: bool = attrs.field(
+            default=True,
+            metadata={"help": "Copy batches into page-locked host memory for faster device transfer."},
+        )
+        prefetch_factor: int | None = attrs.field(
+            default=None,
+            validator=attrs.validators.optional(attrs.validators.ge(1)),
+            metadata={
+                "help": "Batches each worker loads ahead; null uses the default (needs num_workers > 0)."
+            },
+        )
+        persistent_workers: bool = attrs.field(
+            default=False,
+            metadata={"help": "Keep worker processes alive between epochs (needs num_workers > 0)."},
+        )
+
+        def cross_check(self) -> Iterator[tuple[str, str]]:
+            """Yield ``(field path, message)``: worker options need worker processes."""
+            if self.num_workers == 0:
+                if self.prefetch_factor is not None:
+                    yield "prefetch_factor", "needs num_workers > 0 (num_workers is 0); set it to null"
+                if self.persistent_workers:
+                    yield "persistent_workers", "needs num_workers > 0 (num_workers is 0); set it to false"
+
+
+class TextDataLoader(DataLoader):
+    """Loads tokenized text for causal language modelling from a nested ``dataset`` section."""
+
+    @attrs.frozen(kw_only=True)
+    class Config(DataLoader.Config):
+        """A text data loader: the dataset section plus sampling options."""
+
+        dataset: DatasetConfig = attrs.field(
+            default=attrs.Factory(DatasetConfig),
+            metadata={"help": "The dataset to read (source, files, text field, shuffle seed)."},
+        )
+        shuffle: bool = attrs.field(
+            default=True,
+            metadata={"help": "Shuffle the sample order every epoch (seeded by dataset.seed)."},
+        )
+        drop_last: bool = attrs.field(
+            default=True,
+            metadata={"help": "Drop the last incomplete batch of an epoch instead of training on it."},
+        )

@@ -1,0 +1,53 @@
+"""Loss configuration: the type of the root ``loss`` field.
+
+The ``Config`` describes the training objective; the loss callable itself is created at run time.
+"""
+
+from collections.abc import Iterator
+from typing import Literal
+
+import attrs
+
+__all__ = ["CausalLMLoss", "Loss"]
+
+
+class Loss:
+    """Base of losses: holds ``Config`` for the root ``loss`` field."""
+
+    @attrs.frozen(kw_only=True)
+    class Config:
+        """Options shared by every loss."""
+
+        reduction: Literal["mean", "sum"] = attrs.field(
+            default="mean",
+            metadata={"help": "How per-token losses are combined: 'mean' over counted tokens, or 'sum'."},
+        )
+
+        def cross_check(self) -> Iterator[tuple[str, str]]:
+            """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
+            yield from ()
+
+
+class CausalLMLoss(Loss):
+    """Next-token cross entropy for causal language models, with optional smoothing and z-loss."""
+
+    @attrs.frozen(kw_only=True)
+    class Config(Loss.Config):
+        """Cross-entropy options."""
+
+        ignore_index: int = attrs.field(
+            default=-100,
+            metadata={"help": "Label value excluded from the loss (padding and masked prompt tokens)."},
+        )
+        label_smoothing: float = attrs.field(
+            default=0.0,
+            validator=attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.lt(1.0)),
+            metadata={
+                "help": "Probability mass spread uniformly over the vocabulary, in [0, 1); 0 disables."
+            },
+        )
+        z_loss_weight: float = attrs.field(
+            default=0.0,
+            validator=attrs.validators.ge(0.0),
+            metadata={"help": "Weight of the z-loss (squared log-sum-exp of the logits); 0 disables it."},
+        )

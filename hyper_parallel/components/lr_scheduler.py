@@ -1,0 +1,64 @@
+"""Learning-rate schedule configuration: the type of the root ``lr_scheduler`` field.
+
+Schedules are described in optimizer steps. Checks that need ``training.max_steps`` (for example a warmup
+longer than the whole run) live in ``TrainerConfig.cross_check``, which sees both groups.
+"""
+
+from collections.abc import Iterator
+from typing import Literal
+
+import attrs
+
+__all__ = ["LRScheduler", "WarmupDecay"]
+
+
+class LRScheduler:
+    """Base of learning-rate schedulers: holds ``Config`` for the root ``lr_scheduler`` field."""
+
+    @attrs.frozen(kw_only=True)
+    class Config:
+        """The linear warmup every schedule starts with."""
+
+        warmup_steps: int = attrs.field(
+            default=10,
+            validator=attrs.validators.ge(0),
+            metadata={"help": "Steps of linear warmup from near 0 to the peak learning rate; 0 disables it."},
+        )
+
+        def cross_check(self) -> Iterator[tuple[str, str]]:
+            """Yield ``(field path, message)`` for inconsistent settings; warmup alone has none."""
+            yield from ()
+
+
+class WarmupDecay(LRScheduler):
+    """Linear warmup, an optional constant plateau, then a linear or cosine decay (or none)."""
+
+    @attrs.frozen(kw_only=True)
+    class Config(LRScheduler.Config):
+        """Warmup, plateau and decay; the decay phase is the last ``decay_ratio`` of the run."""
+
+        decay_type: Literal["linear", "cosine", "constant"] = attrs.field(
+            default="cosine",
+            metadata={"help": "Shape of the decay phase: 'linear', 'cosine', or 'constant' (no decay)."},
+        )
+        decay_ratio: float | None = attrs.field(
+            default=None,
+            validator=attrs.validators.optional(
+                attrs.validators.and_(attrs.validators.gt(0.0), attrs.validators.le(1.0))
+            ),
+            metadata={
+                "help": "Fraction of training.max_steps spent decaying, in (0, 1], after a constant plateau; "
+                "null decays over every step after warmup."
+            },
+        )
+        min_lr_factor: float = attrs.field(
+            default=0.0,
+            validator=attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.le(1.0)),
+            metadata={"help": "Final learning rate as a fraction of the peak, in [0, 1]."},
+        )
+
+        def decay_steps(self, max_steps: int) -> int:
+            """Number of decay steps in a run of ``max_steps`` optimizer steps."""
+            if self.decay_ratio is None:
+                return max(max_steps - self.warmup_steps, 0)
+            return round(max_steps * self.decay_ratio)

@@ -1,0 +1,68 @@
+"""Metrics configuration: the type of the root ``metrics`` field.
+
+Holds how often training metrics (loss, throughput, memory) are logged and where they go. The logging
+backends are created at run time; TensorBoard and friends are never imported here.
+"""
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+
+__all__ = ["Metrics", "MetricsLogger"]
+
+_nonempty: Callable[[Any, Any, Any], Any] = attrs.validators.min_len(1)
+
+
+class Metrics:
+    """Base of metric processors: holds ``Config`` for the root ``metrics`` field."""
+
+    @attrs.frozen(kw_only=True)
+    class Config:
+        """Options shared by every metrics processor."""
+
+        log_freq: int = attrs.field(
+            default=10,
+            validator=attrs.validators.gt(0),
+            metadata={"help": "Log metrics every this many optimizer steps."},
+        )
+        rank0_only: bool = attrs.field(
+            default=True,
+            metadata={"help": "Only rank 0 writes metrics; false writes one stream per rank."},
+        )
+
+        def cross_check(self) -> Iterator[tuple[str, str]]:
+            """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
+            yield from ()
+
+
+class MetricsLogger(Metrics):
+    """Logs metrics to the console and, optionally, to TensorBoard and a JSON-lines file."""
+
+    @attrs.frozen(kw_only=True)
+    class Config(Metrics.Config):
+        """Output sinks of the metrics logger."""
+
+        enable_tensorboard: bool = attrs.field(
+            default=False,
+            metadata={"help": "Write TensorBoard event files."},
+        )
+        tensorboard_folder: str = attrs.field(
+            default="tb",
+            validator=_nonempty,
+            metadata={"help": "Directory for TensorBoard event files (one sub-directory per run)."},
+        )
+        enable_jsonl: bool = attrs.field(
+            default=False,
+            metadata={"help": "Append one JSON object per logged step to jsonl_path."},
+        )
+        jsonl_path: str = attrs.field(
+            default="metrics.jsonl",
+            validator=_nonempty,
+            metadata={"help": "File receiving the JSON-lines metrics log."},
+        )
+        run_name: str | None = attrs.field(
+            default=None,
+            validator=attrs.validators.optional(_nonempty),
+            metadata={"help": "Name of the run in the logs; null derives one from the start time."},
+        )

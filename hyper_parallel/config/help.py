@@ -1,0 +1,140 @@
+"""Text for people: ``--help`` over a resolved config, and the ``--dry-run`` summary.
+
+Both read the same facts the resolver uses (each group's runtime Config class or factory, attrs field
+types and their ``help`` metadata), so the help can never list a field the resolver would refuse.
+"""
+
+import inspect
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import yaml
+
+from hyper_parallel.config.root import recipe_of
+from hyper_parallel.config.structure import TARGET_KEY, describe_type
+from hyper_parallel.config.targets import qualified_name
+from hyper_parallel.config.unstructure import unstructure_value
+
+__all__ = ["FieldInfo", "config_help", "factory_param_help", "iter_fields", "summary"]
+
+_ARG_LINE = re.compile(r"^\s{2,}(\w+)\s*(?:\([^)]*\))?:\s*(.+)$")
+
+
+@attrs.frozen
+class FieldInfo:
+    """One overridable field: its dotted path, annotation, current value and help text."""
+
+    path: str = attrs.field(metadata={"help": "Dotted path, as an override names it."})
+    type: Any = attrs.field(metadata={"help": "The annotation the value is checked against."})
+    value: Any = attrs.field(metadata={"help": "The current (structured) value."})
+    help: str = attrs.field(metadata={"help": "One line of help."})
+
+
+def factory_param_help(fn: Any) -> dict[str, str]:
+    """Per-parameter help from a factory docstring's ``Args:`` section (``name: text`` lines)."""
+    doc = inspect.getdoc(fn) or ""
+    out: dict[str, str] = {}
+    in_args = False
+    for line in doc.splitlines():
+        if line.strip().lower() in ("args:", "arguments:", "parameters:"):
+            in_args = True
+            continue
+        if in_args:
+            match = _ARG_LINE.match("  " + line) if line and not line.startswith(" ") else _ARG_LINE.match(line)
+            if match:
+                out[match.group(1)] = match.group(2).strip()
+            elif line and not line.startswith(" "):
+                in_args = False
+    return out
+
+
+def _walk_attrs(obj: Any, prefix: str) -> Iterator[FieldInfo]:
+    cls = type(obj)
+    attrs.resolve_types(cls)
+    for f in attrs.fields(cls):
+        if not f.init:
+            continue
+        value = getattr(obj, f.name)
+        path = f"{prefix}.{f.name}"
+        if attrs.has(type(value)):
+            yield from _walk_attrs(value, path)
+        else:
+            yield FieldInfo(path, f.type, value, f.metadata.get("help", ""))
+
+
+def iter_fields(root: Any) -> Iterator[FieldInfo]:
+    """Every overridable field of a resolved root config, ``_target_`` of each group first."""
+    for f in attrs.fields(type(root)):
+        value = getattr(root, f.name)
+        recipe = recipe_of(value)
+        if recipe is not None:
+            fn = _lookup(recipe.target)
+            yield FieldInfo(f"{f.name}.{TARGET_KEY}", str, recipe.target, "The factory that builds this group.")
+            hints = inspect.signature(fn).parameters if fn is not None else {}
+            helps = factory_param_help(fn) if fn is not None else {}
+            for name, param in hints.items():
+                current = recipe.args.get(name, param.default)
+                yield FieldInfo(f"{f.name}.{name}", param.annotation, current, helps.get(name, ""))
+            continue
+        yield FieldInfo(f"{f.name}.{TARGET_KEY}", str, qualified_name(type(value)),
+                        f.metadata.get("help", "The Config class of this group."))
+        yield from _walk_attrs(value, f.name)
+
+
+def _lookup(name: str) -> Any:
+    import importlib
+
+    module, _, attr = name.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return None
+
+
+def _inline(value: Any) -> str:
+    """A value on one line, in YAML flow style, cut at 200 characters."""
+    raw = unstructure_value(value, (), [])
+    text = yaml.safe_dump(raw, default_flow_style=True, width=10**6, allow_unicode=True, sort_keys=False).strip()
+    text = text.removesuffix("\n...").removesuffix("...").strip()
+    return text if len(text) < 200 else text[:197] + "..."
+
+
+def config_help(root: Any) -> str:
+    """Every overridable dotted path with its type, current value and help text."""
+    lines = ["overridable fields of this config (--PATH VALUE):", ""]
+    for info in iter_fields(root):
+        kind = "str" if info.path.endswith(TARGET_KEY) else describe_type(info.type)
+        lines.append(f"  --{info.path}  ({kind}; current: {_inline(info.value)})")
+        if info.help:
+            lines.append(f"      {info.help}")
+    return "\n".join(lines) + "\n"
+
+
+def summary(root: Any, *, source: str | None = None, world_size: int | None = None) -> str:
+    """A readable summary of a resolved config: each group's target and the fields that differ from it."""
+    head = f"resolved {source}" if source else "resolved config"
+    lines = [f"{head}: {len(attrs.fields(type(root)))} groups, all checks passed"]
+    if world_size is not None:
+        lines[0] += f" (world size {world_size})"
+    for f in attrs.fields(type(root)):
+        value = getattr(root, f.name)
+        recipe = recipe_of(value)
+        if recipe is not None:
+            args = ", ".join(f"{k}={_inline(v)}" for k, v in recipe.args.items())
+            lines.append(f"  {f.name:<22} {recipe.target.rpartition('.')[2]}({args})")
+            continue
+        cls = type(value)
+        changed = []
+        try:
+            default = cls()
+        except Exception:
+            default = None
+        for a in attrs.fields(cls):
+            current = getattr(value, a.name)
+            if default is None or getattr(default, a.name) != current:
+                changed.append(f"{a.name}={_inline(current)}")
+        shown = ", ".join(changed) if changed else "defaults"
+        lines.append(f"  {f.name:<22} {cls.__qualname__}: {shown}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,163 @@
+"""The config manager: files in, typed overrides, dumps out, each problem located in its source.
+
+It binds the generic machinery (YAML with positions, the converter, overrides) to ``TrainerConfig``:
+``load_config`` resolves a file and then its overrides, ``apply_overrides`` patches a resolved config
+through one restructure, and ``dump_config`` writes YAML that resolves back to an equal config.
+"""
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path as FsPath
+
+import attrs
+
+from hyper_parallel.config.errors import ConfigError, Issue, echo
+from hyper_parallel.config.overrides import Override, parse_path, patch_tree
+from hyper_parallel.config.resolver import converter
+from hyper_parallel.config.root import Locate, current_options, resolve_options, to_config_error
+from hyper_parallel.config.structure import Path, Problem
+from hyper_parallel.config.unstructure import unstructure_root
+from hyper_parallel.config.yaml_dump import dump_yaml
+from hyper_parallel.config.yaml_load import SourceMap, load_yaml_file
+from hyper_parallel.trainer.config import TrainerConfig
+
+__all__ = ["apply_overrides", "dump_config", "load_config", "write_config"]
+
+
+def _file_locator(sources: SourceMap) -> Locate:
+    def locate(problem: Problem) -> str | None:
+        path = problem.path
+        mark = None
+        if problem.anchor == "key":
+            mark = sources.key(path)
+        elif problem.anchor == "value":
+            mark = sources.value(path)
+        # A missing or defaulted field is located at the nearest enclosing mapping the file has.
+        while mark is None and path:
+            path = path[:-1]
+            mark = sources.value(path)
+        return str(mark) if mark is not None else None
+
+    return locate
+
+
+def load_config(
+    path: str | os.PathLike[str],
+    overrides: Mapping[str, object] | None = None,
+    *,
+    allowed_targets: Iterable[str] | None = None,
+    world_size: int | None = None,
+) -> TrainerConfig:
+    """Resolve the YAML file at ``path``, then apply ``overrides`` (dotted keys) to the result.
+
+    Every problem is reported in one :class:`ConfigError`, each issue located at ``FILE:LINE:COL`` in the
+    file or at the flag that set the value. With ``world_size``, the parallel degrees must multiply to it.
+    """
+    raw, sources = load_yaml_file(path)
+    with resolve_options(allowed_targets=allowed_targets, locate=_file_locator(sources)):
+        cfg = converter.structure(raw, TrainerConfig)
+        parsed = _parse_overrides(overrides or {})
+        locate = _locator(parsed, sources)
+        if overrides:
+            cfg = _apply(cfg, parsed, sources, locate)
+    if world_size is not None:
+        problems = [Problem(tuple(field.split(".")), message) for field, message in cfg.world_size_issues(world_size)]
+        if problems:
+            raise to_config_error(problems, locate)
+    return cfg
+
+
+def apply_overrides(
+    cfg: TrainerConfig,
+    overrides: Mapping[str, object],
+    *,
+    allowed_targets: Iterable[str] | None = None,
+) -> TrainerConfig:
+    """A new config with ``overrides`` applied: unstructure, patch every override, restructure once.
+
+    Keys are dotted paths (``"optimizer.lr"``, ``"optimizer._target_"``); a string value is read by the
+    type of the field it lands on, any other value is taken as typed. Every check runs again.
+    """
+    parsed = _parse_overrides(overrides)
+    with resolve_options(allowed_targets=allowed_targets):
+        return _apply(cfg, parsed, None, _locator(parsed, None))
+
+
+def _parse_overrides(overrides: Mapping[str, object]) -> list[Override]:
+    parsed: list[Override] = []
+    problems: list[Problem] = []
+    for key, value in overrides.items():
+        path = parse_path(key) if isinstance(key, str) else None
+        if path is None:
+            problems.append(Problem((), f"malformed override key {echo(key)}: expected a dotted path "
+                                        f"such as 'optimizer.lr'", "key"))
+            continue
+        parsed.append(Override(key, path, value, f"--{key}"))
+    if problems:
+        raise to_config_error(problems, None)
+    return parsed
+
+
+def _locator(parsed: list[Override], sources: SourceMap | None) -> Locate:
+    """Locate a problem at the override that set its value, else in the file."""
+    file_locate = _file_locator(sources) if sources is not None else None
+
+    def locate(problem: Problem) -> str | None:
+        best = None
+        for o in parsed:
+            if problem.path[: len(o.path)] == o.path and (best is None or len(o.path) > len(best.path)):
+                best = o
+        if best is not None:
+            return best.origin
+        return file_locate(problem) if file_locate is not None else None
+
+    return locate
+
+
+def _apply(cfg: TrainerConfig, parsed: list[Override], sources: SourceMap | None, locate: Locate) -> TrainerConfig:
+    problems: list[Problem] = []
+
+    def set_by_user(path: Path) -> str | None:
+        if sources is not None and path in sources:
+            return f"at {sources.key(path) or sources.value(path)}"
+        return None
+
+    tree = unstructure_root(cfg)
+    root_fields = {f.name: f.type for f in attrs.fields(TrainerConfig) if f.init}
+    patch_tree(tree, parsed, root_fields, current_options().allowed, converter.structurer, set_by_user, problems)
+    if problems:
+        raise to_config_error(problems, locate)
+    with resolve_options(locate=locate):
+        return converter.structure(tree, TrainerConfig)
+
+
+def dump_config(cfg: TrainerConfig) -> str:
+    """YAML with ``_target_`` on every root group and every field explicit, in declaration order.
+
+    ``resolve_root(yaml.safe_load(dump_config(cfg))) == cfg``. A value that cannot be named in a file is a
+    :class:`ConfigError` now rather than a file that fails to load later.
+    """
+    return dump_yaml(unstructure_root(cfg))
+
+
+def write_config(cfg: TrainerConfig, path: str | os.PathLike[str]) -> None:
+    """Write :func:`dump_config` to ``path`` atomically: a reader sees the old file or the whole new one."""
+    text = dump_config(cfg)
+    target = FsPath(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise ConfigError([Issue("$", f"cannot write the config: {exc.strerror or exc}", str(path))]) from None
+

@@ -1,0 +1,270 @@
+"""Typed dotted overrides (``--optimizer.lr 1e-4``) applied to a resolved config's raw tree.
+
+Overrides never mutate a config and never skip a check: the resolved config is unstructured, every override
+is patched into that tree, and the caller restructures the tree once, which re-runs every type check,
+validator and cross-field check. A string value is read by the type of the field it lands on, so
+``--metrics.run_name 2024`` stays a string while ``--training.max_steps 2e2`` is refused.
+"""
+
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, Union
+
+import attrs
+
+from hyper_parallel.config.errors import did_you_mean, echo
+from hyper_parallel.config.structure import TARGET_KEY, Path, Problem, Structurer
+from hyper_parallel.config.targets import Target, TargetError, load_target
+from hyper_parallel.config.yaml_load import parse_scalar
+
+__all__ = ["Override", "parse_path", "patch_tree", "read_value"]
+
+_SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+@attrs.frozen
+class Override:
+    """One override: the dotted key as the user wrote it, its parsed path and its value."""
+
+    key: str = attrs.field(metadata={"help": "The dotted key as written, e.g. 'optimizer.lr'."})
+    path: Path = attrs.field(metadata={"help": "The parsed path, e.g. ('optimizer', 'lr')."})
+    value: object = attrs.field(metadata={"help": "The value; a string is read by the field's type."})
+    origin: str = attrs.field(metadata={"help": "Where it was given, e.g. the command-line flag."})
+
+
+def parse_path(key: str) -> Path | None:
+    """``"parallelism.pp_layer_split[2]"`` -> ``("parallelism", "pp_layer_split", 2)``; None if malformed."""
+    parts: list[str | int] = []
+    for segment in key.split("."):
+        match = _SEGMENT.match(segment)
+        if not match:
+            return None
+        parts.append(match.group(1))
+        parts.extend(int(i) for i in _INDEX.findall(match.group(2)))
+    return tuple(parts)
+
+
+def _strip_optional(tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        rest = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return tp
+
+
+def _children(tp: Any) -> tuple[Callable[[str | int], Any], list[str]] | None:
+    """How to step into ``tp``: a function from a path segment to its type, and the names to suggest."""
+    tp = _strip_optional(tp)
+    if isinstance(tp, type) and attrs.has(tp):
+        attrs.resolve_types(tp)
+        fields = {f.name: f.type for f in attrs.fields(tp) if f.init}
+        return fields.get, list(fields)  # type: ignore[return-value]
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (dict, Mapping):
+        value_tp = args[1] if args else Any
+        return (lambda seg: value_tp if isinstance(seg, str) else None), []
+    if origin in (list, tuple, Sequence):
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return (lambda seg: args[seg] if isinstance(seg, int) and seg < len(args) else None), []
+        item = args[0] if args else Any
+        return (lambda seg: item if isinstance(seg, int) else None), []
+    return None
+
+
+def _group_fields(target: Target) -> dict[str, Any]:
+    if target.is_factory:
+        return dict(target.params)
+    attrs.resolve_types(target.obj)
+    return {f.name: f.type for f in attrs.fields(target.obj) if f.init}
+
+
+def _accepts_str(tp: Any) -> bool:
+    if tp is str or tp is Any:
+        return True
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return all(isinstance(c, str) for c in typing.get_args(tp))
+    if origin is Union or origin is types.UnionType:
+        return str in typing.get_args(tp)
+    return False
+
+
+def read_value(text: str, tp: Any, structurer: Structurer) -> Any:
+    """Read a command-line string by the type it lands on (YAML 1.2 flow syntax for everything not text)."""
+    bare = _strip_optional(tp)
+    if bare is not tp and text in ("null", "~"):
+        return None
+    if _accepts_str(bare):
+        if bare is str or typing.get_origin(bare) is Literal:
+            return text
+        parsed = parse_scalar(text)
+        scratch: list[Problem] = []
+        structurer.structure(parsed, tp, (), scratch)
+        return text if scratch else parsed
+    return parse_scalar(text)
+
+
+def _field_type(fields: dict[str, Any], rest: Path, path_so_far: Path, problems: list[Problem]) -> Any:
+    """The annotation at ``rest`` below a group with ``fields``; appends a problem and returns None if none."""
+    tp: Any = None
+    names = list(fields)
+    step: Callable[[str | int], Any] | None = fields.get  # type: ignore[assignment]
+    here = path_so_far
+    for seg in rest:
+        here = (*here, seg)
+        child = step(seg) if step is not None else None
+        if child is None:
+            hint = did_you_mean(seg, names) if isinstance(seg, str) else ""
+            where = ".".join(str(p) for p in here[:-1])
+            problems.append(Problem(here, f"no field {echo(seg)} under {where!r}{hint}", "key"))
+            return None
+        tp = child
+        nxt = _children(tp)
+        step, names = (nxt if nxt is not None else (None, []))
+    return tp
+
+
+def patch_tree(
+    tree: dict[str, Any],
+    overrides: list[Override],
+    root_fields: Mapping[str, Any],
+    allowed: tuple[str, ...],
+    structurer: Structurer,
+    set_by_user: Callable[[Path], str | None],
+    problems: list[Problem],
+) -> None:
+    """Patch ``overrides`` into ``tree`` (the unstructured config) in place.
+
+    ``_target_`` switches are applied first, so other overrides of that group are typed by the new target.
+    ``set_by_user(path)`` says where a value was set (a file position, a flag) or None for a default; a
+    value the user set that the new target does not accept is an error, a default is dropped.
+    """
+    for o in overrides:
+        if len(o.path) == 2 and o.path[1] == TARGET_KEY:
+            _switch_target(tree, o, root_fields, allowed, set_by_user, overrides, problems)
+    targets: dict[str, Target | None] = {}
+    for o in overrides:
+        group = o.path[0]
+        if len(o.path) == 2 and o.path[1] == TARGET_KEY:
+            continue
+        if group not in root_fields:
+            hint = did_you_mean(group, root_fields) if isinstance(group, str) else ""
+            problems.append(Problem(o.path[:1], f"unknown root field {echo(group)}{hint}", "key"))
+            continue
+        if len(o.path) == 1:
+            problems.append(Problem(o.path, f"name a field of {group!r}, e.g. {group}.<field>", "key"))
+            continue
+        if group not in targets:
+            targets[group] = _target_of(tree, group, root_fields, allowed, problems)
+        target = targets[group]
+        if target is None:
+            continue
+        tp = _field_type(_group_fields(target), o.path[1:], o.path[:1], problems)
+        if tp is None:
+            continue
+        value = read_value(o.value, tp, structurer) if isinstance(o.value, str) else o.value
+        _set(tree, o.path, value, problems)
+
+
+def _target_of(
+    tree: dict[str, Any], group: str, root_fields: Mapping[str, Any], allowed: tuple[str, ...],
+    problems: list[Problem],
+) -> Target | None:
+    try:
+        return load_target(tree[group].get(TARGET_KEY), root_fields[group], allowed)
+    except TargetError as exc:
+        problems.append(Problem((group, TARGET_KEY), str(exc)))
+        return None
+
+
+def _switch_target(
+    tree: dict[str, Any],
+    o: Override,
+    root_fields: Mapping[str, Any],
+    allowed: tuple[str, ...],
+    set_by_user: Callable[[Path], str | None],
+    overrides: list[Override],
+    problems: list[Problem],
+) -> None:
+    group = str(o.path[0])
+    if group not in root_fields:
+        problems.append(Problem(o.path[:1], f"unknown root field {echo(group)}{did_you_mean(group, root_fields)}",
+                                "key"))
+        return
+    old_body = tree[group]
+    old = _target_of(tree, group, root_fields, allowed, [])
+    try:
+        new = load_target(o.value, root_fields[group], allowed)
+    except TargetError as exc:
+        problems.append(Problem(o.path, str(exc)))
+        return
+    accepted = _group_fields(new)
+    defaults = _defaults(old) if old is not None else {}
+    overridden = {x.path[1] for x in overrides if len(x.path) >= 2 and x.path[0] == group}
+    body: dict[str, Any] = {TARGET_KEY: new.name}
+    for name, value in old_body.items():
+        if name == TARGET_KEY:
+            continue
+        if name in accepted:
+            body[name] = value
+            continue
+        where = set_by_user((group, name))
+        if where is None and name in overridden:
+            where = "on the command line"
+        if where is None and (name not in defaults or defaults[name] != value):
+            where = "to a value other than the default"
+        if where is not None:
+            short = new.name.rpartition(".")[2] if new.is_factory else new.obj.__qualname__
+            problems.append(Problem(
+                (group, name),
+                f"{name!r} was set {where}, but the new target {short} has no such field",
+                "key",
+            ))
+    tree[group] = body
+
+
+def _defaults(target: Target) -> dict[str, Any]:
+    """The unstructured default of each field of a Config class (factories record only what was given)."""
+    if target.is_factory:
+        return {}
+    out: dict[str, Any] = {}
+    for f in attrs.fields(target.obj):
+        default = f.default
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            if default.takes_self:
+                continue
+            default = default.factory()
+        if default is not attrs.NOTHING:
+            out[f.name] = list(default) if isinstance(default, tuple) else default
+    return out
+
+
+def _set(tree: dict[str, Any], path: Path, value: Any, problems: list[Problem]) -> None:
+    node: Any = tree
+    for i, seg in enumerate(path[:-1]):
+        nxt_seg = path[i + 1]
+        child = node[seg] if _has(node, seg) else None
+        if child is None:
+            child = [] if isinstance(nxt_seg, int) else {}
+            if isinstance(node, list):
+                problems.append(Problem(path[: i + 1], f"index {seg} is past the end of the list"))
+                return
+            node[seg] = child
+        node = child
+    last = path[-1]
+    if isinstance(node, list):
+        if not isinstance(last, int) or last >= len(node):
+            problems.append(Problem(path, f"index {last} is past the end of the list ({len(node)} items)"))
+            return
+    node[last] = value
+
+
+def _has(node: Any, seg: str | int) -> bool:
+    if isinstance(node, list):
+        return isinstance(seg, int) and seg < len(node)
+    return isinstance(node, dict) and seg in node

@@ -1,0 +1,220 @@
+"""Resolving a root document: one ``_target_`` per root group, dispatched by the root class's field types.
+
+The root class (``TrainerConfig``) declares the groups; this module keeps no list of component names. For
+each group given in the document it checks and imports the ``_target_``, checks the arguments against the
+target's fields or signature, and only then constructs or calls it. Every problem in every group is
+collected; nothing is called while the document still has an unknown root field.
+"""
+
+import contextlib
+import contextvars
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from hyper_parallel.config.errors import ConfigError, Issue, did_you_mean, echo, format_path
+from hyper_parallel.config.structure import (
+    INVALID,
+    TARGET_KEY,
+    Path,
+    Problem,
+    Structurer,
+    build_attrs,
+    describe_value,
+    run_cross_check,
+)
+from hyper_parallel.config.targets import Target, TargetError, allowed_prefixes, load_target
+
+__all__ = ["Recipe", "ResolveOptions", "recipe_of", "resolve_options", "structure_root", "to_config_error"]
+
+Locate = Callable[[Problem], str | None]
+
+
+@attrs.frozen
+class ResolveOptions:
+    """Per-call settings of a resolve, passed down through a context variable (safe across threads)."""
+
+    allowed: tuple[str, ...] = attrs.field(metadata={"help": "Allowed module prefixes for targets."})
+    locate: Locate | None = attrs.field(default=None, metadata={"help": "Maps a problem to its source."})
+
+
+_OPTIONS: contextvars.ContextVar[ResolveOptions | None] = contextvars.ContextVar("resolve_options", default=None)
+
+
+@contextlib.contextmanager
+def resolve_options(
+    *, allowed_targets: Iterable[str] | None = None, locate: Locate | None = None
+) -> Iterator[ResolveOptions]:
+    """Set the allowed target prefixes and the source locator for resolves in this context.
+
+    What is not given is inherited from an enclosing context, so a nested call never loses its caller's
+    allowlist or locations.
+    """
+    outer = _OPTIONS.get()
+    if allowed_targets is None and outer is not None:
+        allowed = outer.allowed
+    else:
+        allowed = allowed_prefixes(allowed_targets)
+    options = ResolveOptions(allowed, locate or (outer.locate if outer else None))
+    token = _OPTIONS.set(options)
+    try:
+        yield options
+    finally:
+        _OPTIONS.reset(token)
+
+
+def current_options() -> ResolveOptions:
+    """The options of the enclosing :func:`resolve_options`, or the defaults."""
+    return _OPTIONS.get() or ResolveOptions(allowed_prefixes())
+
+
+def to_config_error(problems: Iterable[Problem], locate: Locate | None) -> ConfigError:
+    """Turn problems into one :class:`ConfigError`, each issue located by ``locate``."""
+    seen: dict[tuple[Path, str], Issue] = {}
+    for p in problems:
+        seen.setdefault((p.path, p.message), Issue(format_path(p.path), p.message, locate(p) if locate else None))
+    return ConfigError(seen.values())
+
+
+@attrs.frozen
+class Recipe:
+    """How a factory-built root value was made: the factory's dotted name and its checked arguments."""
+
+    target: str = attrs.field(metadata={"help": "Canonical dotted name of the factory."})
+    args: Mapping[str, Any] = attrs.field(metadata={"help": "The arguments given, as structured."})
+
+
+# Factory results are plain objects that cannot hold their own recipe (frozen, slotted), so recipes are
+# kept beside them, keyed by identity and dropped when the object dies.
+_RECIPES: dict[int, tuple["weakref.ref[Any]", Recipe]] = {}
+
+
+def _record(obj: object, recipe: Recipe) -> None:
+    key = id(obj)
+    try:
+        ref = weakref.ref(obj, lambda _ref, key=key: _drop(key, _ref))
+    except TypeError:
+        return
+    _RECIPES[key] = (ref, recipe)
+
+
+def _drop(key: int, ref: "weakref.ref[Any]") -> None:
+    entry = _RECIPES.get(key)
+    if entry is not None and entry[0] is ref:
+        _RECIPES.pop(key, None)
+
+
+def recipe_of(obj: object) -> Recipe | None:
+    """The recipe of a value a factory built during a resolve, or None."""
+    entry = _RECIPES.get(id(obj))
+    if entry is not None and entry[0]() is obj:
+        return entry[1]
+    return None
+
+
+def structure_root(structurer: Structurer, root_cls: type, raw: object, problems: list[Problem]) -> Any:
+    """Resolve ``raw`` into ``root_cls``, appending every problem; returns INVALID if there were any."""
+    if not isinstance(raw, Mapping):
+        problems.append(Problem((), f"expected a mapping of root groups, got {describe_value(raw)}"))
+        return INVALID
+    attrs.resolve_types(root_cls)
+    fields = {f.name: f for f in attrs.fields(root_cls) if f.init}
+    unknown = [k for k in raw if k not in fields]
+    for key in unknown:
+        if isinstance(key, str):
+            message = f"unknown root field {echo(key)}{did_you_mean(key, fields)}"
+        else:
+            message = f"root field names must be strings, got {describe_value(key)}"
+        problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
+    for name, node in raw.items():
+        if name in fields:
+            _check_group_shape(name, node, problems)
+    if problems:  # nothing is imported or called while the document's shape is wrong
+        return INVALID
+
+    allowed = current_options().allowed
+    groups: dict[str, Any] = {}
+    for name, node in raw.items():
+        field = fields[name]
+        value = _resolve_group(structurer, (name,), field.type, node, allowed, problems)
+        if value is not INVALID:
+            groups[field.alias or name] = value
+    missing = [n for n, f in fields.items() if f.default is attrs.NOTHING and n not in raw]
+    for name in missing:
+        problems.append(Problem((name,), f"missing required root group {name!r}", "parent"))
+    if problems:
+        return INVALID
+    return build_attrs(root_cls, groups, (), problems)
+
+
+def _check_group_shape(name: str, node: object, problems: list[Problem]) -> None:
+    if not isinstance(node, Mapping):
+        problems.append(Problem((name,), f"expected a mapping with '_target_', got {describe_value(node)}"))
+    elif TARGET_KEY not in node:
+        problems.append(Problem((name, TARGET_KEY), "missing '_target_': a root group given in the file names "
+                                "the Config class or factory that builds it", "parent"))
+
+
+def _resolve_group(
+    structurer: Structurer,
+    path: Path,
+    field_type: Any,
+    node: Mapping[str, Any],
+    allowed: tuple[str, ...],
+    problems: list[Problem],
+) -> Any:
+    try:
+        target = load_target(node[TARGET_KEY], field_type, allowed)
+    except TargetError as exc:
+        problems.append(Problem((*path, TARGET_KEY), str(exc)))
+        return INVALID
+    args = {k: v for k, v in node.items() if k != TARGET_KEY}
+    if not target.is_factory:
+        return structurer.structure(args, target.obj, path, problems)
+    return _call_factory(structurer, path, field_type, target, args, problems)
+
+
+def _call_factory(
+    structurer: Structurer,
+    path: Path,
+    field_type: type,
+    target: Target,
+    args: Mapping[str, Any],
+    problems: list[Problem],
+) -> Any:
+    before = len(problems)
+    short = target.name.rpartition(".")[2]
+    for key in args:
+        if key not in target.params:
+            if key == TARGET_KEY or not isinstance(key, str):
+                shown = echo(key)
+            else:
+                shown = key
+            hint = did_you_mean(key, target.params) if isinstance(key, str) else ""
+            problems.append(Problem((*path, shown), f"unknown parameter {echo(key)} of {short}(){hint}", "key"))
+    for name in sorted(target.required - set(args)):
+        problems.append(Problem((*path, name), f"missing required parameter {name!r} of {short}()", "parent"))
+    kwargs = {
+        name: structurer.structure(value, target.params[name], (*path, name), problems)
+        for name, value in args.items()
+        if name in target.params
+    }
+    if len(problems) > before:
+        return INVALID
+    try:
+        result = target.obj(**kwargs)
+    except Exception as exc:
+        detail = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+        problems.append(Problem(path, f"{short}() rejected its arguments: {detail}"))
+        return INVALID
+    if not isinstance(result, field_type):
+        got = "null" if result is None else f"a {type(result).__qualname__}"
+        problems.append(Problem(path, f"{short}() returned {got}, not the {field_type.__qualname__} it declares"))
+        return INVALID
+    run_cross_check(result, path, problems)
+    if len(problems) > before:
+        return INVALID
+    _record(result, Recipe(target.name, kwargs))
+    return result

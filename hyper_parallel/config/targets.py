@@ -1,0 +1,184 @@
+"""Turning a ``_target_`` string into a checked Config class or factory, without trusting the string.
+
+A config file is input from anyone, and a ``_target_`` is text that becomes an import and a call. So the
+dotted name is checked against the allowed module prefixes *before* anything is imported, the imported
+object's own module is checked again (a re-export cannot smuggle ``os.system`` in), and the object must be
+a Config class deriving from the field type or a fully annotated function declared to return one. Nothing
+is called here.
+"""
+
+import importlib
+import inspect
+import os
+import types
+import typing
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from hyper_parallel.config.errors import did_you_mean, echo
+
+__all__ = [
+    "ALLOWED_TARGETS_ENV",
+    "DEFAULT_ALLOWED_TARGETS",
+    "Target",
+    "TargetError",
+    "allowed_prefixes",
+    "load_target",
+    "qualified_name",
+]
+
+#: Module prefixes whose Config classes and factories a config file may name.
+DEFAULT_ALLOWED_TARGETS = ("hyper_parallel",)
+#: Environment variable with extra allowed prefixes, comma-separated (set by trusted launch code).
+ALLOWED_TARGETS_ENV = "HYPER_PARALLEL_ALLOWED_TARGETS"
+#: Longest ``_target_`` string considered.
+MAX_TARGET_LENGTH = 256
+
+
+class TargetError(Exception):
+    """A ``_target_`` that cannot be used; the message is for the user."""
+
+
+@attrs.frozen
+class Target:
+    """A checked target: a Config class, or a factory with its parameters' annotations."""
+
+    name: str = attrs.field(metadata={"help": "Canonical dotted name (module + qualified name)."})
+    obj: typing.Any = attrs.field(metadata={"help": "The Config class or factory function."})
+    is_factory: bool = attrs.field(metadata={"help": "True for a factory function, False for a class."})
+    params: Mapping[str, object] = attrs.field(metadata={"help": "Factory parameter annotations."})
+    required: frozenset[str] = attrs.field(metadata={"help": "Factory parameters without a default."})
+
+
+def _normalise(prefix: str) -> str:
+    return prefix.strip().rstrip(".")
+
+
+def allowed_prefixes(extra: Iterable[str] | None = None) -> tuple[str, ...]:
+    """The default prefixes, those of :data:`ALLOWED_TARGETS_ENV`, and ``extra`` from trusted code."""
+    found = list(DEFAULT_ALLOWED_TARGETS)
+    found += os.environ.get(ALLOWED_TARGETS_ENV, "").split(",")
+    found += list(extra or ())
+    return tuple(dict.fromkeys(p for p in map(_normalise, found) if p))
+
+
+def _is_allowed(name: str, allowed: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in allowed)
+
+
+def qualified_name(obj: object) -> str:
+    """``module.QualName`` of a class or function, as a ``_target_`` names it."""
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', '?')}"
+
+
+def _kind_of(obj: object) -> str:
+    if inspect.ismodule(obj):
+        return "a module"
+    if inspect.isbuiltin(obj) or isinstance(obj, types.BuiltinFunctionType):
+        return "a builtin function"
+    if isinstance(obj, type):
+        return f"the class {obj.__qualname__}"
+    if inspect.isfunction(obj):
+        return "a function"
+    return f"an instance of {type(obj).__qualname__}"
+
+
+def _import(name: str) -> object:
+    parts = name.split(".")
+    try:
+        obj: object = importlib.import_module(parts[0])
+    except ModuleNotFoundError as exc:
+        if exc.name == parts[0]:
+            raise TargetError(f"cannot import {echo(name)}: no module named {parts[0]!r}") from None
+        raise TargetError(f"cannot import {echo(name)}: {exc}") from None
+    except Exception as exc:
+        raise TargetError(f"importing {parts[0]!r} failed: {type(exc).__name__}: {exc}") from None
+    done = parts[0]
+    for part in parts[1:]:
+        here = f"{done}.{part}"
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+        elif inspect.ismodule(obj):
+            try:
+                obj = importlib.import_module(here)
+            except ModuleNotFoundError as exc:
+                if exc.name != here:
+                    raise TargetError(f"importing {here!r} failed: {exc}") from None
+                public = [n for n in dir(obj) if not n.startswith("_")]
+                raise TargetError(f"module {done!r} has no attribute {part!r}{did_you_mean(part, public)}") from None
+            except Exception as exc:
+                raise TargetError(f"importing {here!r} failed: {type(exc).__name__}: {exc}") from None
+        else:
+            public = [n for n in dir(obj) if not n.startswith("_")]
+            raise TargetError(f"{done!r} has no attribute {part!r}{did_you_mean(part, public)}")
+        done = here
+    return obj
+
+
+def load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Target:
+    """Check, import and classify ``name`` for a root field of type ``field_type``; nothing is called.
+
+    Raises :class:`TargetError` with a user-facing message for anything that is not an allowed Config class
+    deriving from ``field_type`` or an allowed, fully annotated factory declared to return one.
+    """
+    expected = (
+        f"expected a Config class deriving from {field_type.__qualname__}, "
+        f"or a factory function declared to return one"
+    )
+    if not isinstance(name, str):
+        raise TargetError(f"'_target_' must be a dotted name (a string), got {echo(name)}")
+    if len(name) > MAX_TARGET_LENGTH:
+        raise TargetError(f"'_target_' is too long ({len(name)} characters)")
+    parts = name.split(".")
+    if len(parts) < 2 or not all(p.isidentifier() for p in parts):
+        raise TargetError(f"'_target_' must be a dotted name such as 'package.module.Name', got {echo(name)}")
+    if any(p.startswith("_") for p in parts):
+        raise TargetError(f"{echo(name)} names a private or dunder attribute, which is never a target")
+    if not _is_allowed(name, allowed):
+        raise TargetError(
+            f"{echo(name)} is outside the allowed target prefixes ({', '.join(allowed)}); trusted code can "
+            f"allow more with allowed_targets=, --allow-target or ${ALLOWED_TARGETS_ENV}"
+        )
+    obj = _import(name)
+    module = getattr(obj, "__module__", None)
+    if isinstance(obj, type) or inspect.isfunction(obj):
+        if not isinstance(module, str) or not _is_allowed(module, allowed):
+            raise TargetError(
+                f"{echo(name)} is defined in module {module!r}, outside the allowed target prefixes "
+                f"({', '.join(allowed)})"
+            )
+    if isinstance(obj, type) and attrs.has(obj) and issubclass(obj, field_type):
+        return Target(qualified_name(obj), obj, False, {}, frozenset())
+    if inspect.isfunction(obj):
+        return _factory(name, obj, field_type, expected)
+    if isinstance(obj, type) and issubclass(obj, field_type):
+        raise TargetError(f"{echo(name)} is {_kind_of(obj)}, which is not an attrs Config class; {expected}")
+    raise TargetError(f"{echo(name)} is {_kind_of(obj)}; {expected}")
+
+
+def _factory(name: str, fn: types.FunctionType, field_type: type, expected: str) -> Target:
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as exc:
+        raise TargetError(f"cannot read the annotations of {echo(name)}: {exc}") from None
+    returns = hints.get("return")
+    if returns is None:
+        raise TargetError(f"factory {echo(name)} declares no return type; {expected}")
+    if not (isinstance(returns, type) and issubclass(returns, field_type)):
+        shown = getattr(returns, "__qualname__", repr(returns))
+        raise TargetError(f"factory {echo(name)} is declared to return {shown}; {expected}")
+    params: dict[str, object] = {}
+    required = set()
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL, param.POSITIONAL_ONLY):
+            raise TargetError(
+                f"factory {echo(name)} takes {param}, which a config file cannot name; "
+                f"a factory takes named, annotated parameters only"
+            )
+        if param.name not in hints:
+            raise TargetError(f"factory {echo(name)} leaves parameter {param.name!r} unannotated")
+        params[param.name] = hints[param.name]
+        if param.default is param.empty:
+            required.add(param.name)
+    return Target(qualified_name(fn), fn, True, types.MappingProxyType(params), frozenset(required))

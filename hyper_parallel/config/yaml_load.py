@@ -1,0 +1,603 @@
+"""Load YAML config files safely, under the YAML 1.2 core schema, remembering where every value came from.
+
+Why this module exists instead of ``yaml.safe_load``:
+
+* PyYAML follows YAML 1.1: ``lr: 1e-4`` loads as the *string* ``"1e-4"``, ``no``/``off`` load as ``False``,
+  ``2024-01-01`` loads as a date and a duplicate key silently keeps the last value.  Config files need the
+  YAML 1.2 core schema and a loud error for duplicates.
+* Error messages of the config layer point at ``file.yaml:LINE:COL``.  ``safe_load`` throws positions
+  away; here the document is composed into PyYAML's node tree (``yaml.compose`` machinery with the libyaml
+  C parser when available) and the Python values are built from the nodes by this module, recording a
+  :class:`SourceMap` of key and value positions on the way.
+* Hostile or broken input must end in one :class:`~hyper_parallel.config.errors.ConfigError` with a
+  position, never in a PyYAML traceback, a constructed Python object, a hang or a memory blow-up: only the
+  standard scalar/collection tags are accepted, alias expansion is budgeted (:data:`MAX_NODES`), nesting is
+  limited (:data:`MAX_DEPTH`) and the input size is checked before parsing (:data:`MAX_BYTES`).
+
+Plain (unquoted) scalars are resolved by the YAML 1.2 core schema, strictly:
+
+* null: ``null``, ``Null``, ``NULL``, ``~`` and the empty scalar;
+* bool: ``true``/``True``/``TRUE``/``false``/``False``/``FALSE`` only (``yes``, ``no``, ``on``, ``off`` are
+  strings);
+* int: ``[-+]?[0-9]+`` (decimal; leading zeros allowed, ``010`` is ten), ``0o[0-7]+``, ``0x[0-9a-fA-F]+``
+  (a sign is only allowed on decimal integers, as in the spec);
+* float: ``[-+]?(.[0-9]+|[0-9]+(.[0-9]*)?)([eE][-+]?[0-9]+)?`` (so ``1e-4``, ``.5`` and ``1.`` are floats),
+  ``[-+]?.inf`` (any of ``inf``/``Inf``/``INF``) and ``.nan``/``.NaN``/``.NAN``;
+* everything else is a string.  Decided deliberately: no digit separators (``1_000`` is a string), no
+  sexagesimal numbers (``1:30`` is a string), no timestamps (``2024-01-01`` is a string), no binary
+  ``0b101`` (a string).
+
+Quoted and block (``|``, ``>``) scalars are always strings.  The explicit tags ``!!str``, ``!!int``,
+``!!float``, ``!!bool``, ``!!null``, ``!!map`` and ``!!seq`` are honoured (``!!float 1`` is ``1.0``,
+``!!str 1`` is ``"1"``); every other tag is an error.  Mapping keys must be strings.
+
+The non-specific tag ``!`` is treated like a plain scalar (PyYAML does not distinguish the two).
+"""
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+
+import attrs
+import yaml
+
+from hyper_parallel.config.errors import ConfigError, Issue, echo, format_path
+
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "Mark",
+    "SourceMap",
+    "load_yaml_file",
+    "parse_scalar",
+    "parse_yaml",
+]
+
+#: Largest accepted input, in bytes of UTF-8; checked before anything is parsed.
+MAX_BYTES = 4 * 1024 * 1024
+#: Deepest accepted nesting of mappings and sequences (the root collection's children are at depth 1).
+MAX_DEPTH = 64
+#: Most nodes (scalars, mappings, sequences, keys included) a document may expand to; an alias counts as
+#: the full size of what it refers to, so a "billion laughs" document fails fast with bounded memory.
+MAX_NODES = 100_000
+
+Path = tuple[str | int, ...]
+
+_TAG_PREFIX = "tag:yaml.org,2002:"
+_STR = _TAG_PREFIX + "str"
+_INT = _TAG_PREFIX + "int"
+_FLOAT = _TAG_PREFIX + "float"
+_BOOL = _TAG_PREFIX + "bool"
+_NULL = _TAG_PREFIX + "null"
+_MAP = _TAG_PREFIX + "map"
+_SEQ = _TAG_PREFIX + "seq"
+#: Internal tag for an untagged plain scalar, resolved later by the core schema.  It contains a NUL, which
+#: cannot occur in a real tag because NUL is refused in the input.
+_PLAIN = "\x00plain"
+_ALLOWED_TAGS = "!!str, !!int, !!float, !!bool, !!null, !!map, !!seq"
+
+_NULLS = frozenset({"", "~", "null", "Null", "NULL"})
+_BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_INF = {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"}
+_NINF = {"-.inf", "-.Inf", "-.INF"}
+_NAN = {".nan", ".NaN", ".NAN"}
+_NUMBER_START = frozenset("0123456789+-.")
+_INT_DEC = re.compile(r"[-+]?[0-9]+")
+_INT_OCT = re.compile(r"0o[0-7]+")
+_INT_HEX = re.compile(r"0x[0-9a-fA-F]+")
+_FLOAT_RE = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
+#: Characters YAML 1.2 does not allow anywhere in a stream (everything outside c-printable).
+_FORBIDDEN = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_MAX_MESSAGE = 200
+
+
+@attrs.frozen
+class Mark:
+    """A position in a source: file name as given, 1-based line and column (in characters)."""
+
+    file: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+class SourceMap:
+    """Where each key and value of a loaded document came from.
+
+    Paths are tuples of mapping keys (``str``) and sequence indices (``int``); ``()`` is the document root.
+    A value reached through an alias is located at the anchored node it copies.  Marks are created on
+    lookup, so building the map costs one dict entry per node.
+    """
+
+    __slots__ = ("_keys", "_values", "file")
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self._keys: dict[Path, yaml.Mark] = {}
+        self._values: dict[Path, yaml.Mark] = {}
+
+    def _mark(self, raw: yaml.Mark | None) -> Mark | None:
+        if raw is None:
+            return None
+        return Mark(self.file, raw.line + 1, raw.column + 1)
+
+    def key(self, path: Path) -> Mark | None:
+        """Position of the mapping key at ``path``; ``None`` for the root, list items and absent paths."""
+        return self._mark(self._keys.get(path))
+
+    def value(self, path: Path) -> Mark | None:
+        """Position of the value node at ``path``; ``None`` when the path is not in the document."""
+        return self._mark(self._values.get(path))
+
+    def nearest(self, path: Path) -> Mark | None:
+        """Position of the value at ``path`` or, if absent, of its closest ancestor that is present.
+
+        Useful to locate a *missing* field: the error points at the mapping that should have held it.
+        """
+        parts = tuple(path)
+        for end in range(len(parts), -1, -1):
+            raw = self._values.get(parts[:end])
+            if raw is not None:
+                return self._mark(raw)
+        return None
+
+    def location(self, path: Path) -> str | None:
+        """``str`` of :meth:`nearest`, ready to use as an ``Issue.location``."""
+        mark = self.nearest(path)
+        return None if mark is None else str(mark)
+
+    def paths(self) -> Iterator[Path]:
+        """Every path present in the document, in document order, root first."""
+        return iter(self._values)
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"SourceMap(file={self.file!r}, paths={len(self._values)})"
+
+
+class _Abort(Exception):
+    """Stops building: the issue found makes going on pointless (or dangerous)."""
+
+    def __init__(self, issue: Issue) -> None:
+        super().__init__(issue.message)
+        self.issue = issue
+
+
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Composer(_BaseLoader):  # type: ignore[valid-type,misc]
+    """PyYAML loader used only to compose nodes; tags are left for :class:`_Builder` to resolve.
+
+    ``resolve`` is called once per composed node (not per alias use), so it also counts nodes: a document
+    with too many literal nodes stops while composing, before it occupies much memory.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.hp_count = 0
+
+    def resolve(self, kind: type[yaml.Node], value: object, implicit: object) -> str:
+        self.hp_count += 1
+        if self.hp_count > MAX_NODES:
+            raise _TooManyNodesError
+        if kind is yaml.ScalarNode:
+            # implicit = (plain, quoted): untagged plain scalars follow the schema, the rest are strings.
+            return _PLAIN if implicit[0] else _STR  # type: ignore[index]
+        return _MAP if kind is yaml.MappingNode else _SEQ
+
+
+class _TooManyNodesError(Exception):
+    pass
+
+
+def _issue(path: Sequence[str | int], message: str, location: object) -> Issue:
+    return Issue(path=format_path(path), message=message, location=str(location))
+
+
+def _text_mark(file: str, text: str, index: int) -> Mark:
+    """Mark of character ``index`` in ``text``."""
+    line = text.count("\n", 0, index) + 1
+    column = index - (text.rfind("\n", 0, index) + 1) + 1
+    return Mark(file, line, column)
+
+
+def _yaml_mark(file: str, raw: yaml.Mark) -> Mark:
+    return Mark(file, raw.line + 1, raw.column + 1)
+
+
+def _too_big(size: int, file: str) -> ConfigError:
+    return ConfigError(
+        [
+            _issue(
+                (),
+                f"input is {size} bytes; the limit is {MAX_BYTES} bytes (MAX_BYTES)",
+                Mark(file, 1, 1),
+            )
+        ]
+    )
+
+
+def _decode(data: bytes, file: str) -> str:
+    if len(data) > MAX_BYTES:
+        raise _too_big(len(data), file)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        start = exc.start
+        good = data[:start].decode("utf-8-sig")
+        bad = data[start : start + 1].hex()
+        message = f"input is not valid UTF-8 (byte 0x{bad} at offset {start})"
+        raise ConfigError([_issue((), message, _text_mark(file, good, len(good)))]) from None
+
+
+def _check_text(text: str, file: str) -> None:
+    """Size and character checks done before PyYAML sees the text."""
+    if len(text) * 4 > MAX_BYTES:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_BYTES:
+            raise _too_big(size, file)
+    bad = _FORBIDDEN.search(text)
+    if bad is not None:
+        char = bad.group()
+        code = f"U+{ord(char):04X}"
+        what = f"NUL character ({code})" if char == "\x00" else f"character {code}"
+        message = f"{what} is not allowed in YAML; remove it or escape it inside double quotes"
+        raise ConfigError([_issue((), message, _text_mark(file, text, bad.start()))])
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
+
+
+def _yaml_error(exc: yaml.YAMLError, file: str, text: str) -> ConfigError:
+    """Translate a PyYAML parse/compose error into a positioned ConfigError."""
+    problem = getattr(exc, "problem", None)
+    context = getattr(exc, "context", None)
+    raw = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    location: object = file if raw is None else _yaml_mark(file, raw)
+    if problem == "but found another document":
+        message = "several YAML documents in one file (a second one starts here); a config file holds one"
+    elif isinstance(problem, str) and "duplicate anchor" in str(context):
+        message = "duplicate anchor: this anchor name is already defined earlier in the file"
+    elif isinstance(problem, str) and problem.startswith("found undefined alias"):
+        message = "undefined alias: no anchor with this name is defined before it"
+    elif problem is not None:
+        message = f"invalid YAML: {problem}" + (f" ({context})" if context else "")
+        if "exceeded maximum nesting depth" in problem:
+            message += f"; the limit is {MAX_DEPTH} levels (MAX_DEPTH)"
+    else:
+        message = f"invalid YAML: {exc}"
+        position = getattr(exc, "position", None)
+        if isinstance(position, int) and 0 <= position <= len(text):
+            location = _text_mark(file, text, position)
+    return ConfigError([_issue((), _clip(message), location)])
+
+
+def _compose(text: str, file: str) -> yaml.Node | None:
+    loader = _Composer(text)
+    try:
+        node: yaml.Node | None = loader.get_single_node()
+    except _TooManyNodesError:
+        message = f"document has more than {MAX_NODES} nodes (MAX_NODES)"
+        raise ConfigError([_issue((), message, Mark(file, 1, 1))]) from None
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, file, text) from None
+    except RecursionError:  # only the pure-Python composer recurses per nesting level
+        message = f"nesting is too deep; the limit is {MAX_DEPTH} levels (MAX_DEPTH)"
+        raise ConfigError([_issue((), message, Mark(file, 1, 1))]) from None
+    finally:
+        loader.dispose()
+    return node
+
+
+def _short_tag(tag: str) -> str:
+    return "!!" + tag[len(_TAG_PREFIX) :] if tag.startswith(_TAG_PREFIX) else tag
+
+
+def _to_int(text: str) -> int | None:
+    """Core-schema integer value of ``text``, or ``None`` when it is not one."""
+    if _INT_DEC.fullmatch(text):
+        return int(text, 10)
+    if _INT_OCT.fullmatch(text):
+        return int(text[2:], 8)
+    if _INT_HEX.fullmatch(text):
+        return int(text[2:], 16)
+    return None
+
+
+def _to_float(text: str) -> float | None:
+    """Core-schema float value of ``text`` (integers included), or ``None`` when it is not one."""
+    if text in _INF:
+        return float("inf")
+    if text in _NINF:
+        return float("-inf")
+    if text in _NAN:
+        return float("nan")
+    if _FLOAT_RE.fullmatch(text):
+        return float(text)
+    number = _to_int(text)
+    return None if number is None else float(number)
+
+
+def _resolve_plain(text: str) -> object:
+    """Value of an untagged plain scalar under the YAML 1.2 core schema.
+
+    Raises ``ValueError`` for an integer too long for Python to convert (over ~4300 digits).
+    """
+    if text in _NULLS:
+        return None
+    boolean = _BOOLS.get(text)
+    if boolean is not None:
+        return boolean
+    if not text or text[0] not in _NUMBER_START:
+        return text
+    number = _to_int(text)
+    if number is not None:
+        return number
+    real = _to_float(text)
+    return text if real is None else real
+
+
+def _core_tag(text: str) -> str:
+    """Tag the YAML 1.2 core schema gives the plain scalar ``text`` (used by the dumper to decide quoting)."""
+    if text in _NULLS:
+        return _NULL
+    if text in _BOOLS:
+        return _BOOL
+    if not text or text[0] not in _NUMBER_START:
+        return _STR
+    if _INT_DEC.fullmatch(text) or _INT_OCT.fullmatch(text) or _INT_HEX.fullmatch(text):
+        return _INT
+    if text in _INF or text in _NINF or text in _NAN or _FLOAT_RE.fullmatch(text):
+        return _FLOAT
+    return _STR
+
+
+class _Builder:
+    """Builds Python values from a composed node tree, filling a SourceMap and collecting issues."""
+
+    __slots__ = ("active", "count", "file", "issues", "keys", "smap", "values")
+
+    def __init__(self, smap: SourceMap) -> None:
+        self.smap = smap
+        self.file = smap.file
+        self.keys = smap._keys
+        self.values = smap._values
+        self.issues: list[Issue] = []
+        self.count = 0
+        self.active: set[int] = set()  # ids of collection nodes being built: an alias to one is recursive
+
+    def mark(self, node: yaml.Node) -> Mark:
+        return _yaml_mark(self.file, node.start_mark)
+
+    def add(self, path: Path, message: str, node: yaml.Node) -> None:
+        self.issues.append(_issue(path, message, self.mark(node)))
+
+    def abort(self, path: Path, message: str, node: yaml.Node) -> _Abort:
+        return _Abort(_issue(path, message, self.mark(node)))
+
+    def build(self, node: yaml.Node, path: Path) -> object:
+        self.count += 1
+        if self.count > MAX_NODES:
+            message = f"document expands to more than {MAX_NODES} nodes (MAX_NODES); check its aliases"
+            raise self.abort(path, message, node)
+        self.values[path] = node.start_mark
+        tag = node.tag
+        if isinstance(node, yaml.ScalarNode):
+            return self.scalar(node, tag, path)
+        if isinstance(node, yaml.MappingNode):
+            kind, expected = "mapping", _MAP
+        else:
+            kind, expected = "sequence", _SEQ
+        if tag != expected:
+            self.add(path, self.tag_message(tag, kind), node)
+            return None
+        ident = id(node)
+        if ident in self.active:
+            message = "recursive alias: this alias refers to a collection that contains it"
+            raise self.abort(path, message, node)
+        if len(path) >= MAX_DEPTH:
+            message = f"nesting is deeper than {MAX_DEPTH} levels (MAX_DEPTH)"
+            raise self.abort(path, message, node)
+        self.active.add(ident)
+        try:
+            if isinstance(node, yaml.MappingNode):
+                return self.mapping(node, path)
+            return [self.build(item, (*path, index)) for index, item in enumerate(node.value)]
+        finally:
+            self.active.discard(ident)
+
+    def tag_message(self, tag: str, kind: str) -> str:
+        if tag in (_STR, _INT, _FLOAT, _BOOL, _NULL, _MAP, _SEQ):
+            return f"tag {_short_tag(tag)} cannot be applied to a {kind}"
+        return f"unsupported tag {echo(_short_tag(tag))}; only {_ALLOWED_TAGS} are allowed"
+
+    def scalar(self, node: yaml.ScalarNode, tag: str, path: Path) -> object:
+        text: str = node.value
+        if tag == _PLAIN:
+            try:
+                return _resolve_plain(text)
+            except ValueError:
+                self.add(path, f"integer with {len(text)} digits is too long", node)
+                return None
+        if tag == _STR:
+            return text
+        if tag == _INT:
+            try:
+                number = _to_int(text)
+            except ValueError:
+                number = None
+            if number is None:
+                self.add(path, f"{echo(text)} is not an integer (tagged !!int)", node)
+            return number
+        if tag == _FLOAT:
+            try:
+                real = _to_float(text)
+            except ValueError:
+                real = None
+            if real is None:
+                self.add(path, f"{echo(text)} is not a float (tagged !!float)", node)
+            return real
+        if tag == _BOOL:
+            boolean = _BOOLS.get(text)
+            if boolean is None:
+                self.add(path, f"{echo(text)} is not a boolean (tagged !!bool; use true or false)", node)
+            return boolean
+        if tag == _NULL:
+            if text not in _NULLS:
+                self.add(path, f"{echo(text)} is not null (tagged !!null)", node)
+            return None
+        self.add(path, self.tag_message(tag, "scalar"), node)
+        return None
+
+    def mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, object]:
+        result: dict[str, object] = {}
+        seen: dict[str, yaml.Mark] = {}
+        for key_node, value_node in node.value:
+            self.count += 1
+            key = self.key(key_node, path)
+            if key is None:
+                continue
+            first = seen.get(key)
+            child = (*path, key)
+            if first is not None:
+                message = f"duplicate key {echo(key)} (first defined at line {first.line + 1})"
+                self.issues.append(_issue(child, message, self.mark(key_node)))
+                continue
+            seen[key] = key_node.start_mark
+            self.keys[child] = key_node.start_mark
+            result[key] = self.build(value_node, child)
+        return result
+
+    def key(self, node: yaml.Node, path: Path) -> str | None:
+        """The key's string, or ``None`` after recording why it is not acceptable."""
+        if not isinstance(node, yaml.ScalarNode):
+            kind = "mapping" if isinstance(node, yaml.MappingNode) else "sequence"
+            self.add(path, f"a {kind} cannot be a mapping key; keys must be strings", node)
+            return None
+        text: str = node.value
+        tag = node.tag
+        if tag == _STR:
+            return text
+        if tag == _PLAIN:
+            if text == "<<":
+                message = (
+                    "merge keys ('<<') are YAML 1.1 and not supported; "
+                    "write the keys out or alias the whole mapping"
+                )
+                self.add(path, message, node)
+                return None
+            if _core_tag(text) == _STR:
+                return text
+            try:
+                value = _resolve_plain(text)
+            except ValueError:
+                value = None
+            shown = "null" if value is None else f"{type(value).__name__} {echo(text)}"
+            self.add(path, f"mapping key is {shown}; keys must be strings (quote the key)", node)
+            return None
+        if tag in (_INT, _FLOAT, _BOOL, _NULL):
+            self.add(path, f"mapping key tagged {_short_tag(tag)}; keys must be strings", node)
+            return None
+        self.add(path, self.tag_message(tag, "scalar"), node)
+        return None
+
+
+def parse_yaml(text: str | bytes, filename: str = "<string>") -> tuple[object, SourceMap]:
+    """Parse one YAML document into plain Python values plus the positions of every key and value.
+
+    ``bytes`` must be UTF-8 (a BOM is allowed).  The document may be a mapping, a sequence or a scalar;
+    judging the shape is the resolver's job.  Every problem raises
+    :class:`~hyper_parallel.config.errors.ConfigError` with ``filename:LINE:COL`` locations.
+    """
+    if isinstance(text, bytes):
+        text = _decode(text, filename)
+    _check_text(text, filename)
+    node = _compose(text, filename)
+    if node is None or (isinstance(node, yaml.ScalarNode) and node.tag == _PLAIN and node.value == ""):
+        message = "empty document: the input holds no YAML content (only blanks or comments)"
+        raise ConfigError([_issue((), message, Mark(filename, 1, 1))])
+    smap = SourceMap(filename)
+    builder = _Builder(smap)
+    try:
+        value = builder.build(node, ())
+    except _Abort as stop:
+        raise ConfigError([*builder.issues, stop.issue]) from None
+    if builder.issues:
+        raise ConfigError(builder.issues)
+    return value, smap
+
+
+def load_yaml_file(path: str | os.PathLike[str]) -> tuple[object, SourceMap]:
+    """Read and parse a YAML file; ``Mark.file`` and error locations use the path as given."""
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as stream:
+            data = stream.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        reason = "file not found"
+    except IsADirectoryError:
+        reason = "is a directory, not a file"
+    except PermissionError:
+        reason = "permission denied"
+    except OSError as exc:
+        reason = f"cannot read file: {exc.strerror or exc}"
+    else:
+        if len(data) > MAX_BYTES:
+            size = os.path.getsize(name) if os.path.isfile(name) else len(data)
+            raise _too_big(max(size, len(data)), name)
+        return parse_yaml(data, name)
+    raise ConfigError([Issue(path="$", message=reason, location=name)])
+
+
+def _single_line(exc: ConfigError, text: str, source: str) -> ConfigError:
+    """Clamp positions past the end of a one-line value (libyaml reports its end on a virtual line 2)."""
+    if "\n" in text:
+        return exc
+    end = str(Mark(source, 1, len(text) + 1))
+    prefix = f"{source}:"
+    issues = [
+        attrs.evolve(issue, location=end)
+        if issue.location is not None
+        and issue.location.startswith(prefix)
+        and not issue.location[len(prefix) :].startswith("1:")
+        else issue
+        for issue in exc.issues
+    ]
+    return ConfigError(issues)
+
+
+def parse_scalar(text: str, source: str = "<command line>") -> object:
+    """Read one command-line value by the same rules as a plain scalar in a file.
+
+    ``"1e-4"`` is ``0.0001``, ``"200"`` is ``200``, ``"true"`` is ``True``, ``"null"`` is ``None`` and
+    ``"yes"`` stays ``"yes"``.  Text starting with ``[`` or ``{`` is a YAML flow collection and text
+    starting with a quote is a quoted YAML scalar (so ``"'1e-4'"`` is the string ``"1e-4"``).  Anything
+    else is taken verbatim as a string, so ``"a: b"`` or ``"x # y"`` are not reinterpreted, and ``""`` is
+    the empty string.  ``source`` names the origin in error locations.
+    """
+    _check_text(text, source)
+    stripped = text.strip()
+    if stripped[:1] in ("[", "{", '"', "'"):
+        try:
+            value, _ = parse_yaml(text, source)
+        except ConfigError as exc:
+            raise _single_line(exc, text, source) from None
+        return value
+    if not stripped:
+        return text
+    try:
+        value = _resolve_plain(stripped)
+    except ValueError:
+        message = f"integer with {len(stripped)} digits is too long"
+        raise ConfigError([_issue((), message, Mark(source, 1, 1))]) from None
+    return text if isinstance(value, str) else value

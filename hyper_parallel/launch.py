@@ -1,0 +1,178 @@
+"""The launch command line shared by ``train_lm`` and ``train_vl``.
+
+``--config-file FILE`` plus typed dotted overrides (``--optimizer.lr 1e-4`` or ``--optimizer.lr=1e-4``),
+resolved into one checked ``TrainerConfig`` before anything is built. An input error prints every issue as
+``FILE:LINE:COL: PATH: MESSAGE`` and exits 2 (under torchrun only rank 0 prints; every rank exits 2).
+"""
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from hyper_parallel.config import ConfigError, Issue, dump_config, load_config, write_config
+from hyper_parallel.config.errors import did_you_mean, echo
+from hyper_parallel.config.help import config_help, summary
+from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
+
+__all__ = ["EXIT_INPUT_ERROR", "main"]
+
+#: Exit status for any input error (bad file, bad flag, bad value), on every rank.
+EXIT_INPUT_ERROR = 2
+#: Exit status when asked to train: the training runtime is not part of this release.
+EXIT_NO_RUNTIME = 3
+
+_FLAGS = ("--config-file", "--dry-run", "--print-config", "--dump-config", "--world-size", "--allow-target",
+          "--help")
+_SWITCHES = frozenset({"--dry-run", "--print-config", "--help"})
+
+
+def _usage(prog: str) -> str:
+    return f"""usage: python -m hyper_parallel.{prog} --config-file FILE [--GROUP.FIELD VALUE ...]
+       [--dry-run] [--print-config] [--dump-config PATH] [--world-size N] [--allow-target PREFIX]
+
+Resolve FILE into one typed, validated TrainerConfig, apply the overrides, and start training.
+
+options:
+  --config-file FILE     YAML config; each root group names its Config class or factory with _target_
+  --GROUP.FIELD VALUE    override one field (also --GROUP.FIELD=VALUE); VALUE is read by the field's type:
+                         ints '200', floats '1e-4', bools 'true'/'false', lists '[1, 2]', 'null' for none;
+                         --GROUP._target_ NAME switches the implementation
+  --dry-run              resolve and validate, print a summary, exit 0 (nothing is built)
+  --print-config         print the resolved config as YAML (it loads back to an equal config)
+  --dump-config PATH     write that YAML to PATH atomically (never the config file itself)
+  --world-size N         check the parallel degrees against N processes (default: $WORLD_SIZE)
+  --allow-target PREFIX  also allow _target_ under this module prefix (repeatable; also ${ALLOWED_TARGETS_ENV})
+  -h, --help             this text; with --config-file, every overridable field with type, value and help
+
+exit status: 0 success, {EXIT_INPUT_ERROR} input error, {EXIT_NO_RUNTIME} training runtime not available
+"""
+
+
+class _Args:
+    def __init__(self) -> None:
+        self.config_file: str | None = None
+        self.dry_run = False
+        self.print_config = False
+        self.help = False
+        self.dump_config: str | None = None
+        self.world_size: str | None = None
+        self.allow_target: list[str] = []
+        self.overrides: dict[str, str] = {}
+
+
+def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
+    args = _Args()
+    issues: list[Issue] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if token == "-h":
+            token = "--help"
+        if not token.startswith("--") or token == "--":
+            issues.append(Issue("$", f"unexpected argument {echo(token)}; options start with '--'", "command line"))
+            continue
+        name, eq, value = token.partition("=")
+        if name in _SWITCHES:
+            if eq:
+                issues.append(Issue("$", f"{name} takes no value", name))
+            setattr(args, name[2:].replace("-", "_"), True)
+            continue
+        if not eq:
+            if i >= len(argv) or (argv[i].startswith("--") and len(argv[i]) > 2):
+                issues.append(Issue("$", f"{name} needs a value", name))
+                continue
+            value = argv[i]
+            i += 1
+        if name == "--allow-target":
+            args.allow_target.append(value)
+        elif name in ("--config-file", "--dump-config", "--world-size"):
+            setattr(args, name[2:].replace("-", "_"), value)
+        elif "." in name:
+            args.overrides[name[2:]] = value
+        else:
+            issues.append(Issue("$", f"unknown option {echo(name)}{did_you_mean(name, _FLAGS)}; overrides "
+                                     f"are dotted, e.g. --optimizer.lr", name))
+    return args, issues
+
+
+def _world_size(args: _Args, issues: list[Issue]) -> int | None:
+    text, origin = args.world_size, "--world-size"
+    if text is None:
+        text, origin = os.environ.get("WORLD_SIZE"), "$WORLD_SIZE"
+    if text is None:
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        issues.append(Issue("$", f"world size must be a positive integer, got {echo(text)}", origin))
+        return None
+    return int(text)
+
+
+def _is_rank0() -> bool:
+    rank = os.environ.get("RANK", "0")
+    return rank.strip() in ("", "0")
+
+
+def _report(issues: Sequence[Issue], err: TextIO) -> int:
+    if _is_rank0():
+        err.write(f"{ConfigError(issues)}\n")
+        count = len(issues)
+        err.write(f"{count} problem{'s' if count != 1 else ''} found; nothing was started.\n")
+    return EXIT_INPUT_ERROR
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    prog: str = "train_lm",
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Run the launch command line; returns the exit status."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    args, issues = _parse(list(sys.argv[1:] if argv is None else argv))
+    if args.help and args.config_file is None:
+        out.write(_usage(prog))
+        return 0
+    if args.config_file is None and not issues:
+        issues.append(Issue("$", "--config-file FILE is required", "command line"))
+    world_size = _world_size(args, issues)
+    if args.dump_config is not None and args.config_file is not None:
+        if _same_file(args.dump_config, args.config_file):
+            issues.append(Issue("$", "refusing to overwrite the config file it was given", "--dump-config"))
+    if issues:
+        return _report(issues, err)
+    assert args.config_file is not None
+    try:
+        cfg = load_config(args.config_file, args.overrides, allowed_targets=args.allow_target,
+                          world_size=world_size)
+        if args.help:
+            out.write(_usage(prog))
+            out.write("\n" + config_help(cfg))
+            return 0
+        if args.dump_config is not None:
+            write_config(cfg, args.dump_config)
+        if args.print_config:
+            out.write(dump_config(cfg))
+    except ConfigError as exc:
+        return _report(exc.issues, err)
+    if args.dry_run:
+        if not args.print_config:
+            out.write(summary(cfg, source=args.config_file, world_size=world_size))
+        return 0
+    if args.print_config or args.dump_config:
+        return 0
+    err.write(
+        f"{args.config_file}: the config resolved, but the training runtime is not part of this release; "
+        f"use --dry-run to validate a config.\n"
+    )
+    return EXIT_NO_RUNTIME
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)

@@ -1,0 +1,40 @@
+"""Llama 3 / 3.1: the ``create_model_spec`` factory named by ``model._target_``.
+
+The factory only picks a flavor's arguments, applies typed overrides and returns a ``ModelSpec``; it
+never touches the filesystem (``weights_path`` is checked when the weights are loaded).
+"""
+
+from typing import Literal
+
+from hyper_parallel.models._factory import apply_overrides, lookup_flavor
+from hyper_parallel.models.llama3.args import LLAMA3_FLAVORS, Llama3Args, RopeScaling
+from hyper_parallel.models.llama3.runtime import Llama3StateDictAdapter, build_model, parallelize
+from hyper_parallel.models.spec import ModelSpec
+
+__all__ = ["LLAMA3_FLAVORS", "Llama3Args", "Llama3Flavor", "RopeScaling", "create_model_spec"]
+
+#: The flavors of ``LLAMA3_FLAVORS``, as a closed choice for the resolver and ``--help``.
+Llama3Flavor = Literal["debugmodel", "8B", "70B", "405B"]
+
+
+def create_model_spec(
+    flavor: Llama3Flavor = "8B",
+    weights_path: str | None = None,
+    overrides: dict[str, int | float | bool | str | None] | None = None,
+) -> ModelSpec:
+    """Describe a Llama 3 model of ``flavor``, optionally with ``overrides`` of single arguments.
+
+    ``overrides`` maps argument names (dotted for ``rope_scaling.*``) to new values; unknown names,
+    mistyped values and inconsistent dimensions raise ``ValueError``.
+    """
+    args = lookup_flavor("llama3", LLAMA3_FLAVORS, flavor)
+    args = apply_overrides(args, overrides, f"llama3 {flavor}")
+    return ModelSpec(
+        name="llama3",
+        flavor=flavor,
+        args=args,
+        weights_path=weights_path,
+        build_model_fn=build_model,
+        parallelize_fn=parallelize,
+        state_dict_adapter=Llama3StateDictAdapter,
+    )

@@ -1,0 +1,85 @@
+"""Qwen 3.5: the ``create_model_spec`` and ``create_vl_model_spec`` factories named by ``model._target_``.
+
+The factories only pick a flavor's arguments, apply typed overrides and return a ``ModelSpec``; they
+never touch the filesystem (``weights_path`` is checked when the weights are loaded). See
+``hyper_parallel.models.qwen3_5.args`` for which dimensions are verified.
+"""
+
+from typing import Literal
+
+from hyper_parallel.models._factory import apply_overrides, lookup_flavor
+from hyper_parallel.models.qwen3_5.args import (
+    QWEN3_5_FLAVORS,
+    QWEN3_5_VL_FLAVORS,
+    Qwen3_5Args,
+    Qwen3_5VisionArgs,
+    Qwen3_5VLArgs,
+)
+from hyper_parallel.models.qwen3_5.runtime import (
+    Qwen3_5StateDictAdapter,
+    Qwen3_5VLStateDictAdapter,
+    build_model,
+    build_vl_model,
+    parallelize,
+    parallelize_vl,
+)
+from hyper_parallel.models.spec import ModelSpec
+
+__all__ = [
+    "QWEN3_5_FLAVORS",
+    "QWEN3_5_VL_FLAVORS",
+    "Qwen3_5Args",
+    "Qwen3_5Flavor",
+    "Qwen3_5VLArgs",
+    "Qwen3_5VisionArgs",
+    "create_model_spec",
+    "create_vl_model_spec",
+]
+
+#: The flavors of both tables, as a closed choice for the resolver and ``--help``.
+Qwen3_5Flavor = Literal["debugmodel", "0.8B", "2B", "4B", "9B"]
+
+
+def create_model_spec(
+    flavor: Qwen3_5Flavor = "0.8B",
+    weights_path: str | None = None,
+    overrides: dict[str, int | float | bool | str | None] | None = None,
+) -> ModelSpec:
+    """Describe a Qwen 3.5 language model of ``flavor``, optionally with ``overrides`` of single arguments.
+
+    Unknown override names, mistyped values and inconsistent dimensions raise ``ValueError``.
+    """
+    args = lookup_flavor("qwen3_5", QWEN3_5_FLAVORS, flavor)
+    args = apply_overrides(args, overrides, f"qwen3_5 {flavor}")
+    return ModelSpec(
+        name="qwen3_5",
+        flavor=flavor,
+        args=args,
+        weights_path=weights_path,
+        build_model_fn=build_model,
+        parallelize_fn=parallelize,
+        state_dict_adapter=Qwen3_5StateDictAdapter,
+    )
+
+
+def create_vl_model_spec(
+    flavor: Qwen3_5Flavor = "0.8B",
+    weights_path: str | None = None,
+    overrides: dict[str, int | float | bool | str | None] | None = None,
+) -> ModelSpec:
+    """Describe a Qwen 3.5 vision-language model of ``flavor``.
+
+    ``overrides`` keys are dotted: ``text.n_layers`` or ``vision.depth``. Unknown names, mistyped
+    values and inconsistent dimensions raise ``ValueError``.
+    """
+    args = lookup_flavor("qwen3_5_vl", QWEN3_5_VL_FLAVORS, flavor)
+    args = apply_overrides(args, overrides, f"qwen3_5_vl {flavor}")
+    return ModelSpec(
+        name="qwen3_5_vl",
+        flavor=flavor,
+        args=args,
+        weights_path=weights_path,
+        build_model_fn=build_vl_model,
+        parallelize_fn=parallelize_vl,
+        state_dict_adapter=Qwen3_5VLStateDictAdapter,
+    )

@@ -1,0 +1,74 @@
+"""``ModelSpec``: what a model factory returns for the root ``model`` field.
+
+A spec names a model and flavor, carries its typed architecture arguments, and points at the runtime
+hooks (build, parallelize, state-dict adapter) without calling them. Resolving a config therefore never
+creates a model, imports torch or reads the weights.
+"""
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+
+__all__ = ["ModelArgs", "ModelSpec"]
+
+
+@attrs.frozen(kw_only=True)
+class ModelArgs:
+    """Base of every model's architecture arguments (``Llama3Args``, ``Qwen3_5Args`` ...)."""
+
+    def cross_check(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)`` for inconsistent dimensions; subclasses add their checks."""
+        yield from ()
+
+    def num_layers(self) -> int | None:
+        """Number of transformer blocks (used by cross-group checks); ``None`` when not applicable."""
+        return None
+
+    def max_sequence_length(self) -> int | None:
+        """Longest sequence the model supports in tokens; ``None`` when unbounded or unknown."""
+        return None
+
+
+def _is_class(instance: object, attribute: "attrs.Attribute[Any]", value: object) -> None:
+    if not isinstance(value, type):
+        raise TypeError(f"'{attribute.name}' must be a class: {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ModelSpec:
+    """A model chosen by name and flavor, with its arguments and runtime hooks (not yet called)."""
+
+    name: str = attrs.field(
+        validator=attrs.validators.min_len(1),
+        metadata={"help": "Model family name, e.g. 'llama3' or 'qwen3_5'."},
+    )
+    flavor: str = attrs.field(
+        validator=attrs.validators.min_len(1),
+        metadata={"help": "Size or variant within the family, e.g. '8B' or 'debugmodel'."},
+    )
+    args: ModelArgs = attrs.field(
+        metadata={"help": "Typed architecture arguments of this flavor (after overrides)."},
+    )
+    weights_path: str | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.min_len(1)),
+        metadata={"help": "Local directory of pretrained weights; null trains from random initialization."},
+    )
+    build_model_fn: Callable[..., Any] = attrs.field(
+        validator=attrs.validators.is_callable(),
+        metadata={"help": "Runtime hook creating the model from args (called by the trainer, not here)."},
+    )
+    parallelize_fn: Callable[..., Any] = attrs.field(
+        validator=attrs.validators.is_callable(),
+        metadata={"help": "Runtime hook applying TP/FSDP/PP/CP and compile to a built model."},
+    )
+    state_dict_adapter: type = attrs.field(
+        validator=_is_class,
+        metadata={"help": "Class converting between this model's state dict and the Hugging Face layout."},
+    )
+
+    def cross_check(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)`` for inconsistent model arguments, under ``args.``."""
+        for path, message in self.args.cross_check():
+            yield (f"args.{path}" if path else "args"), message

@@ -1,0 +1,13 @@
+"""Launch language-model training: ``python -m hyper_parallel.train_lm --config-file FILE [--a.b VALUE ...]``.
+
+The config is resolved and checked in full before anything is built; see ``hyper_parallel.launch``.
+"""
+
+import sys
+
+from hyper_parallel.launch import main
+
+__all__ = ["main"]
+
+if __name__ == "__main__":
+    sys.exit(main(prog="train_lm"))

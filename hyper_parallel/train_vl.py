@@ -1,0 +1,13 @@
+"""Launch vision-language training: ``python -m hyper_parallel.train_vl --config-file FILE [--a.b VALUE ...]``.
+
+Same command line and checks as ``train_lm``; the VL trainer receives the resolved config.
+"""
+
+import sys
+
+from hyper_parallel.launch import main
+
+__all__ = ["main"]
+
+if __name__ == "__main__":
+    sys.exit(main(prog="train_vl"))

@@ -1,0 +1,551 @@
+"""The root ``TrainerConfig`` and the parameter sections that belong to no component.
+
+``TrainerConfig`` has one field per root YAML group (16, in the order of RFC table 5.1). Component groups
+are typed by their base ``Config`` (``Optimizer.Config`` ...) so any implementation fits; parameter
+groups (``training``, ``parallelism`` ...) are plain frozen sections defined here. Checks that span
+groups live in ``TrainerConfig.cross_check``. Importing this module imports attrs and the component and
+model-spec modules only: never torch, numpy or ``hyper_parallel.config``.
+"""
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import attrs
+
+from hyper_parallel._checks import positive_or_auto
+from hyper_parallel.components.checkpoint import Checkpoint, DCPCheckpoint
+from hyper_parallel.components.dataloader import DataLoader, TextDataLoader
+from hyper_parallel.components.loss import CausalLMLoss, Loss
+from hyper_parallel.components.lr_scheduler import LRScheduler, WarmupDecay
+from hyper_parallel.components.metrics import Metrics, MetricsLogger
+from hyper_parallel.components.optimizer import AdamW, Optimizer
+from hyper_parallel.components.profiler import Profiler, TorchProfiler
+from hyper_parallel.components.tokenizer import HuggingFaceTokenizer, Tokenizer
+from hyper_parallel.components.validator import LossValidator, Validator
+from hyper_parallel.models import ModelSpec
+
+__all__ = [
+    "ActivationCheckpointConfig",
+    "CommConfig",
+    "CompileConfig",
+    "DebugConfig",
+    "ParallelismConfig",
+    "TrainerConfig",
+    "TrainingConfig",
+]
+
+_pos = attrs.validators.gt(0)
+# Typed loosely: mypy infers a field's type from its non-None default and would reject an optional validator.
+_optional_pos: Callable[[Any, Any, Any], Any] = attrs.validators.optional(attrs.validators.gt(0))
+
+
+@attrs.frozen(kw_only=True)
+class TrainingConfig:
+    """The training loop: length, batch geometry, precision and initialization."""
+
+    max_steps: int = attrs.field(
+        default=1000, validator=_pos, metadata={"help": "Number of optimizer steps to train for."}
+    )
+    global_batch_size: int = attrs.field(
+        default=8,
+        validator=_pos,
+        metadata={"help": "Sequences per optimizer step, summed over all data-parallel ranks."},
+    )
+    micro_batch_size: int = attrs.field(
+        default=1,
+        validator=_pos,
+        metadata={"help": "Sequences per rank per forward/backward pass; the rest is gradient accumulation."},
+    )
+    seq_len: int = attrs.field(
+        default=2048, validator=_pos, metadata={"help": "Tokens per training sequence."}
+    )
+    seed: int = attrs.field(
+        default=42,
+        validator=attrs.validators.ge(0),
+        metadata={"help": "Seed of parameter initialization and data order (debug.seed overrides it)."},
+    )
+    max_grad_norm: float | None = attrs.field(
+        default=1.0,
+        validator=_optional_pos,
+        metadata={"help": "Clip the global gradient L2 norm to this value; null disables clipping."},
+    )
+    mixed_precision_param: Literal["bfloat16", "float16", "float32"] = attrs.field(
+        default="bfloat16",
+        metadata={"help": "Dtype of parameters in forward and backward (master weights stay float32)."},
+    )
+    mixed_precision_reduce: Literal["float32", "bfloat16"] = attrs.field(
+        default="float32",
+        metadata={"help": "Dtype in which gradients are reduced across data-parallel ranks."},
+    )
+    init_device: Literal["meta", "cpu", "cuda", "npu"] = attrs.field(
+        default="meta",
+        metadata={"help": "Device the model is first created on; 'meta' allocates after sharding."},
+    )
+    gc_freq: int | None = attrs.field(
+        default=50,
+        validator=_optional_pos,
+        metadata={"help": "Run Python garbage collection every this many steps; null leaves it automatic."},
+    )
+    enable_cpu_offload: bool = attrs.field(
+        default=False,
+        metadata={"help": "Keep sharded parameters, gradients and optimizer state in host memory."},
+    )
+
+    def gradient_accumulation_steps(self, dp_degree: int = 1) -> int:
+        """Micro-batches per optimizer step on each rank, with ``dp_degree`` data-parallel ranks."""
+        per_step = self.micro_batch_size * dp_degree
+        if dp_degree < 1 or self.global_batch_size % per_step:
+            raise ValueError(
+                f"global_batch_size {self.global_batch_size} is not a multiple of micro_batch_size "
+                f"{self.micro_batch_size} x data-parallel degree {dp_degree}"
+            )
+        return self.global_batch_size // per_step
+
+    def cross_check(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)``: the global batch is a whole number of micro-batches."""
+        if self.global_batch_size % self.micro_batch_size:
+            yield (
+                "global_batch_size",
+                f"must be a multiple of micro_batch_size ({self.micro_batch_size}), "
+                f"got {self.global_batch_size}",
+            )
+
+
+_WORLD_DEGREES = ("dp_replicate", "dp_shard", "cp", "tp", "pp")
+
+
+@attrs.frozen(kw_only=True)
+class ParallelismConfig:
+    """Parallel degrees and strategies; dp_replicate * dp_shard * cp * tp * pp equals the world size."""
+
+    dp_replicate: int = attrs.field(
+        default=1,
+        validator=positive_or_auto,
+        metadata={"help": "Data-parallel replicas (DDP / HSDP replicate dimension); -1 infers it."},
+    )
+    dp_shard: int = attrs.field(
+        default=-1,
+        validator=positive_or_auto,
+        metadata={"help": "Data-parallel shards (FSDP dimension); -1 infers it from the world size."},
+    )
+    tp: int = attrs.field(
+        default=1, validator=positive_or_auto, metadata={"help": "Tensor-parallel degree; -1 infers it."}
+    )
+    pp: int = attrs.field(
+        default=1, validator=positive_or_auto, metadata={"help": "Pipeline-parallel stages; -1 infers it."}
+    )
+    cp: int = attrs.field(
+        default=1,
+        validator=positive_or_auto,
+        metadata={"help": "Context-parallel degree (sequence split for attention); -1 infers it."},
+    )
+    ep: int = attrs.field(
+        default=1,
+        validator=attrs.validators.ge(1),
+        metadata={"help": "Expert-parallel degree for MoE layers, carved out of dp_shard * cp."},
+    )
+    pp_schedule: Literal[
+        "1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble"
+    ] = attrs.field(
+        default="1F1B",
+        metadata={"help": "Pipeline schedule used when pp > 1."},
+    )
+    pp_microbatches: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.ge(1)),
+        metadata={"help": "Micro-batches per pipeline step; null uses pp."},
+    )
+    sequence_parallel: bool = attrs.field(
+        default=True,
+        metadata={"help": "Shard norm and dropout activations along the sequence when tp > 1."},
+    )
+    fsdp_reshard_after_forward: Literal["default", "always", "never"] = attrs.field(
+        default="default",
+        metadata={
+            "help": "Free gathered parameters after forward: 'always', 'never' (faster, more memory) "
+            "or 'default' (never for the last stage under pipelining, else always)."
+        },
+    )
+
+    def _autos(self) -> list[str]:
+        return [name for name in _WORLD_DEGREES if getattr(self, name) == -1]
+
+    def cross_check(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)`` for contradictions that do not depend on the world size."""
+        autos = self._autos()
+        for name in autos[1:]:
+            yield name, f"only one degree may be -1 (auto), and {autos[0]} already is"
+        if self.pp > 1 and self.pp_microbatches is not None and self.pp_microbatches < self.pp:
+            yield (
+                "pp_microbatches",
+                f"must be >= pp ({self.pp}) so every pipeline stage has work, got {self.pp_microbatches}",
+            )
+        if self.ep > 1 and self.dp_shard != -1 and self.cp != -1 and (self.dp_shard * self.cp) % self.ep:
+            yield (
+                "ep",
+                f"must divide dp_shard * cp ({self.dp_shard} * {self.cp} = {self.dp_shard * self.cp}), "
+                f"got {self.ep}",
+            )
+
+    def world_size_issues(self, world_size: int) -> list[tuple[str, str]]:
+        """``(field path, message)`` pairs explaining why these degrees do not fit ``world_size`` ranks."""
+        if world_size < 1:
+            raise ValueError(f"world_size must be >= 1, got {world_size}")
+        autos = self._autos()
+        if len(autos) > 1:
+            return [
+                (name, f"only one degree may be -1 (auto), and {autos[0]} already is") for name in autos[1:]
+            ]
+        known = {name: getattr(self, name) for name in _WORLD_DEGREES if name not in autos}
+        product = math.prod(known.values())
+        formula = " * ".join(_WORLD_DEGREES)
+        if autos:
+            if world_size % product:
+                return [
+                    (
+                        autos[0],
+                        f"cannot infer {autos[0]}: the other degrees multiply to {product}, which does "
+                        f"not divide the world size {world_size}",
+                    )
+                ]
+            degrees = {**known, autos[0]: world_size // product}
+        else:
+            if product != world_size:
+                return [("dp_shard", f"{formula} = {product}, but the world size is {world_size}")]
+            degrees = known
+        if self.ep > 1 and (degrees["dp_shard"] * degrees["cp"]) % self.ep:
+            shard_cp = degrees["dp_shard"] * degrees["cp"]
+            return [
+                ("ep", f"must divide dp_shard * cp ({shard_cp} with world size {world_size}), got {self.ep}")
+            ]
+        return []
+
+    def resolved_degrees(self, world_size: int) -> dict[str, int]:
+        """Every degree with ``-1`` inferred for ``world_size``; ``ValueError`` if they do not fit."""
+        issues = self.world_size_issues(world_size)
+        if issues:
+            raise ValueError("; ".join(f"parallelism.{path}: {message}" for path, message in issues))
+        known = {name: getattr(self, name) for name in _WORLD_DEGREES}
+        autos = self._autos()
+        if autos:
+            others = math.prod(v for k, v in known.items() if k not in autos)
+            known[autos[0]] = world_size // others
+        return {**known, "ep": self.ep}
+
+
+def _selective_option(instance: object, attribute: "attrs.Attribute[Any]", value: object) -> None:
+    if value != "op" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"'{attribute.name}' must be 'op' or a layer frequency >= 1: {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ActivationCheckpointConfig:
+    """Activation checkpointing (recomputation in backward) to trade compute for memory."""
+
+    mode: Literal["none", "full", "selective"] = attrs.field(
+        default="selective",
+        metadata={
+            "help": "'none' keeps all activations, 'full' recomputes every block, 'selective' recomputes "
+            "what selective_option picks."
+        },
+    )
+    selective_option: Literal["op"] | int = attrs.field(
+        default="op",
+        validator=_selective_option,
+        metadata={
+            "help": "For mode 'selective': 'op' saves only expensive ops (matmuls, attention); an integer "
+            "n checkpoints every n-th block."
+        },
+    )
+    preserve_rng_state: bool = attrs.field(
+        default=False,
+        metadata={"help": "Restore the RNG state during recomputation so dropout masks match exactly."},
+    )
+    early_stop: bool = attrs.field(
+        default=False,
+        metadata={"help": "Stop recomputation as soon as the needed activations are regenerated."},
+    )
+
+    def cross_check(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)`` for inconsistent settings; the options are independent."""
+        yield from ()
+
+
+@attrs.frozen(kw_only=True)
+class DebugConfig:
+    """Determinism and numerical checks for debugging (all off by default)."""
+
+    seed: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.ge(0)),
+        metadata={
+            "help": "Seed every RNG with this value instead of training.seed; null keeps training.seed."
+        },
+    )
+    deterministic: bool = attrs.field(
+        default=False,
+        metadata={"help": "Use deterministic kernels only (slower; bitwise reproducible runs)."},
+    )
+    deterministic_warn_only: bool = attrs.field(
+        default=False,
+        metadata={
+            "help": "With deterministic, warn instead of failing on ops without a deterministic kernel."
+        },
+    )
+    detect_anomaly: bool = attrs.field(
+        default=False,
+        metadata={"help": "Enable autograd anomaly detection (very slow; finds the op producing NaN)."},
+    )
+    check_nan_inf: bool = attrs.field(
+        default=False,
+        metadata={"help": "Check the loss and gradient norm for NaN/Inf every step and stop on the first."},
+    )
+    print_config: bool = attrs.field(
+        default=False,
+        metadata={"help": "Print the resolved configuration on rank 0 at startup."},
+    )
+
+    def cross_check(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)`` for inconsistent settings; the options are independent."""
+        yield from ()
+
+
+@attrs.frozen(kw_only=True)
+class CompileConfig:
+    """torch.compile of the model and/or the loss."""
+
+    enable: bool = attrs.field(default=False, metadata={"help": "Compile the components listed below."})
+    components: tuple[Literal["model", "loss"], ...] = attrs.field(
+        default=("model", "loss"),
+        metadata={"help": "What to compile when enable is true: 'model' (per block) and/or 'loss'."},
+    )
+    backend: Literal["inductor", "aot_eager", "eager"] = attrs.field(
+        default="inductor",
+        metadata={"help": "torch.compile backend; 'aot_eager' and 'eager' are for debugging."},
+    )
+    mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = attrs.field(
+        default="default",
+        metadata={"help": "torch.compile optimization mode."},
+    )
+    fullgraph: bool = attrs.field(
+        default=False,
+        metadata={"help": "Fail on graph breaks instead of falling back to eager for that region."},
+    )
+
+    def cross_check(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)`` for an empty or repeated component list when compiling."""
+        if len(set(self.components)) != len(self.components):
+            yield "components", "lists the same component more than once"
+        if self.enable and not self.components:
+            yield "components", "is empty, so compile.enable has nothing to compile"
+
+
+@attrs.frozen(kw_only=True)
+class CommConfig:
+    """Collective-communication backend and timeouts."""
+
+    backend: Literal["nccl", "hccl", "gloo"] | None = attrs.field(
+        default=None,
+        metadata={"help": "Process-group backend; null picks nccl on CUDA, hccl on NPU and gloo on CPU."},
+    )
+    init_timeout_seconds: int = attrs.field(
+        default=300,
+        validator=_pos,
+        metadata={"help": "Timeout in seconds for collectives until the first training step."},
+    )
+    train_timeout_seconds: int = attrs.field(
+        default=100,
+        validator=_pos,
+        metadata={"help": "Timeout in seconds for each collective once training has started."},
+    )
+    trace_buf_size: int = attrs.field(
+        default=20_000,
+        validator=attrs.validators.ge(0),
+        metadata={"help": "Entries of the flight recorder ring buffer for hang debugging; 0 disables it."},
+    )
+    save_traces_folder: str = attrs.field(
+        default="comm_traces",
+        validator=attrs.validators.min_len(1),
+        metadata={"help": "Directory receiving flight-recorder dumps after a timeout."},
+    )
+
+    def cross_check(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)`` for inconsistent settings; the options are independent."""
+        yield from ()
+
+
+#: Accelerator each device-specific backend runs on.
+_BACKEND_DEVICE = {"nccl": "cuda", "hccl": "npu"}
+
+
+@attrs.frozen(kw_only=True)
+class TrainerConfig:
+    """The whole training configuration: one field per root YAML group (RFC table 5.1)."""
+
+    model: ModelSpec = attrs.field(
+        metadata={"help": "The model: a factory such as hyper_parallel.models.qwen3_5.create_model_spec."},
+    )
+    tokenizer: Tokenizer.Config = attrs.field(
+        default=attrs.Factory(HuggingFaceTokenizer.Config),
+        metadata={"help": "Tokenizer files and special-token options."},
+    )
+    dataloader: DataLoader.Config = attrs.field(
+        default=attrs.Factory(TextDataLoader.Config),
+        metadata={"help": "Training data and loading options."},
+    )
+    optimizer: Optimizer.Config = attrs.field(
+        default=attrs.Factory(AdamW.Config),
+        metadata={"help": "Optimizer and its hyperparameters (AdamW by default)."},
+    )
+    lr_scheduler: LRScheduler.Config = attrs.field(
+        default=attrs.Factory(WarmupDecay.Config),
+        metadata={"help": "Learning-rate schedule (linear warmup, cosine decay by default)."},
+    )
+    loss: Loss.Config = attrs.field(
+        default=attrs.Factory(CausalLMLoss.Config),
+        metadata={"help": "Training objective (next-token cross entropy by default)."},
+    )
+    training: TrainingConfig = attrs.field(
+        default=attrs.Factory(TrainingConfig),
+        metadata={"help": "Training loop: steps, batch sizes, sequence length, precision."},
+    )
+    parallelism: ParallelismConfig = attrs.field(
+        default=attrs.Factory(ParallelismConfig),
+        metadata={"help": "Parallel degrees (dp, tp, pp, cp, ep) and strategies."},
+    )
+    checkpoint: Checkpoint.Config = attrs.field(
+        default=attrs.Factory(DCPCheckpoint.Config),
+        metadata={"help": "Checkpoint saving and loading (off by default)."},
+    )
+    activation_checkpoint: ActivationCheckpointConfig = attrs.field(
+        default=attrs.Factory(ActivationCheckpointConfig),
+        metadata={"help": "Activation recomputation to save memory."},
+    )
+    metrics: Metrics.Config = attrs.field(
+        default=attrs.Factory(MetricsLogger.Config),
+        metadata={"help": "Metric logging frequency and sinks."},
+    )
+    profiler: Profiler.Config = attrs.field(
+        default=attrs.Factory(TorchProfiler.Config),
+        metadata={"help": "Performance profiling (off by default)."},
+    )
+    validator: Validator.Config = attrs.field(
+        default=attrs.Factory(LossValidator.Config),
+        metadata={"help": "Periodic validation on held-out data (off by default)."},
+    )
+    debug: DebugConfig = attrs.field(
+        default=attrs.Factory(DebugConfig),
+        metadata={"help": "Determinism and numerical debugging switches."},
+    )
+    compile: CompileConfig = attrs.field(
+        default=attrs.Factory(CompileConfig),
+        metadata={"help": "torch.compile settings (off by default)."},
+    )
+    comm: CommConfig = attrs.field(
+        default=attrs.Factory(CommConfig),
+        metadata={"help": "Communication backend and timeouts."},
+    )
+
+    def cross_check(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)`` for conflicts between root groups (paths from the root).
+
+        Each group's own ``cross_check`` covers problems inside that group; this covers the rest.
+        """
+        training, par = self.training, self.parallelism
+        max_steps = training.max_steps
+        sched = self.lr_scheduler
+        if sched.warmup_steps > max_steps:
+            yield (
+                "lr_scheduler.warmup_steps",
+                f"must be <= training.max_steps ({max_steps}), got {sched.warmup_steps}",
+            )
+        elif isinstance(sched, WarmupDecay.Config) and sched.decay_ratio is not None:
+            decay = sched.decay_steps(max_steps)
+            if sched.warmup_steps + decay > max_steps:
+                yield (
+                    "lr_scheduler.decay_ratio",
+                    f"warmup_steps ({sched.warmup_steps}) plus the decay phase ({decay} steps = "
+                    f"decay_ratio x {max_steps}) exceeds training.max_steps ({max_steps})",
+                )
+        if self.validator.enable and self.validator.freq > max_steps:
+            yield (
+                "validator.freq",
+                f"validation would never run: freq ({self.validator.freq}) exceeds training.max_steps "
+                f"({max_steps})",
+            )
+        if self.profiler.enable and self.profiler.profile_freq > max_steps:
+            yield (
+                "profiler.profile_freq",
+                f"no trace would be captured: profile_freq ({self.profiler.profile_freq}) exceeds "
+                f"training.max_steps ({max_steps})",
+            )
+        if self.compile.enable and "model" in self.compile.components and par.pp > 1:
+            yield (
+                "compile.enable",
+                f"compiling the model is not supported with pipeline parallelism (parallelism.pp = {par.pp})",
+            )
+        n_layers = self.model.args.num_layers()
+        option = self.activation_checkpoint.selective_option
+        if (
+            n_layers is not None
+            and self.activation_checkpoint.mode == "selective"
+            and isinstance(option, int)
+            and option > n_layers
+        ):
+            yield (
+                "activation_checkpoint.selective_option",
+                f"checkpoints every {option}th block but the model has only {n_layers} blocks, so nothing "
+                "would be checkpointed",
+            )
+        if n_layers is not None and par.pp > n_layers:
+            yield "parallelism.pp", f"must be <= the model's {n_layers} layers, got {par.pp} stages"
+        max_len = self.model.args.max_sequence_length()
+        if max_len is not None and training.seq_len > max_len:
+            yield (
+                "training.seq_len",
+                f"must be <= the model's max_seq_len ({max_len}), got {training.seq_len}",
+            )
+        if par.cp > 1 and training.seq_len % (2 * par.cp):
+            yield (
+                "training.seq_len",
+                f"must be divisible by 2 * parallelism.cp ({2 * par.cp}) for load-balanced context "
+                f"parallelism, got {training.seq_len}",
+            )
+        batch_ok = training.global_batch_size % training.micro_batch_size == 0  # else training reports it
+        if batch_ok and par.dp_replicate != -1 and par.dp_shard != -1:
+            per_step = training.micro_batch_size * par.dp_replicate * par.dp_shard
+            if training.global_batch_size % per_step:
+                yield (
+                    "training.global_batch_size",
+                    f"must be a multiple of micro_batch_size x dp_replicate x dp_shard ({per_step}), "
+                    f"got {training.global_batch_size}",
+                )
+        backend, device = self.comm.backend, training.init_device
+        if (
+            backend in _BACKEND_DEVICE
+            and device in _BACKEND_DEVICE.values()
+            and _BACKEND_DEVICE[backend] != device
+        ):
+            yield (
+                "comm.backend",
+                f"{backend!r} does not run on {device!r} devices (training.init_device); "
+                "use null to pick the backend automatically",
+            )
+
+    def world_size_issues(self, world_size: int) -> list[tuple[str, str]]:
+        """Root-relative ``(field path, message)`` pairs for running on ``world_size`` ranks."""
+        issues = [(f"parallelism.{p}", m) for p, m in self.parallelism.world_size_issues(world_size)]
+        if issues:
+            return issues
+        degrees = self.parallelism.resolved_degrees(world_size)
+        per_step = self.training.micro_batch_size * degrees["dp_replicate"] * degrees["dp_shard"]
+        if self.training.global_batch_size % per_step:
+            issues.append(
+                (
+                    "training.global_batch_size",
+                    f"must be a multiple of micro_batch_size x dp_replicate x dp_shard ({per_step} on "
+                    f"{world_size} ranks), got {self.training.global_batch_size}",
+                )
+            )
+        return issues
