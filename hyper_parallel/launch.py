@@ -22,8 +22,15 @@ EXIT_INPUT_ERROR = 2
 #: Exit status when asked to train: the training runtime is not part of this release.
 EXIT_NO_RUNTIME = 3
 
-_FLAGS = ("--config-file", "--dry-run", "--print-config", "--dump-config", "--world-size", "--allow-target",
-          "--help")
+_FLAGS = (
+    "--config-file",
+    "--dry-run",
+    "--print-config",
+    "--dump-config",
+    "--world-size",
+    "--allow-target",
+    "--help",
+)
 _SWITCHES = frozenset({"--dry-run", "--print-config", "--help"})
 
 
@@ -42,7 +49,7 @@ options:
   --print-config         print the resolved config as YAML (it loads back to an equal config)
   --dump-config PATH     write that YAML to PATH atomically (never the config file itself)
   --world-size N         check the parallel degrees against N processes (default: $WORLD_SIZE)
-  --allow-target PREFIX  also allow _target_ under this module prefix (repeatable; also ${ALLOWED_TARGETS_ENV})
+  --allow-target PREFIX  also allow _target_ under this module prefix (repeatable; or ${ALLOWED_TARGETS_ENV})
   -h, --help             this text; with --config-file, every overridable field with type, value and help
 
 exit status: 0 success, {EXIT_INPUT_ERROR} input error, {EXIT_NO_RUNTIME} training runtime not available
@@ -71,7 +78,9 @@ def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
         if token == "-h":
             token = "--help"
         if not token.startswith("--") or token == "--":
-            issues.append(Issue("$", f"unexpected argument {echo(token)}; options start with '--'", "command line"))
+            issues.append(
+                Issue("$", f"unexpected argument {echo(token)}; options start with '--'", "command line")
+            )
             continue
         name, eq, value = token.partition("=")
         if name in _SWITCHES:
@@ -92,8 +101,14 @@ def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
         elif "." in name:
             args.overrides[name[2:]] = value
         else:
-            issues.append(Issue("$", f"unknown option {echo(name)}{did_you_mean(name, _FLAGS)}; overrides "
-                                     f"are dotted, e.g. --optimizer.lr", name))
+            issues.append(
+                Issue(
+                    "$",
+                    f"unknown option {echo(name)}{did_you_mean(name, _FLAGS)}; overrides "
+                    f"are dotted, e.g. --optimizer.lr",
+                    name,
+                )
+            )
     return args, issues
 
 
@@ -139,15 +154,15 @@ def main(
     if args.config_file is None and not issues:
         issues.append(Issue("$", "--config-file FILE is required", "command line"))
     world_size = _world_size(args, issues)
-    if args.dump_config is not None and args.config_file is not None:
-        if _same_file(args.dump_config, args.config_file):
-            issues.append(Issue("$", "refusing to overwrite the config file it was given", "--dump-config"))
+    if args.dump_config and args.config_file and _same_file(args.dump_config, args.config_file):
+        issues.append(Issue("$", "refusing to overwrite the config file it was given", "--dump-config"))
     if issues:
         return _report(issues, err)
     assert args.config_file is not None
     try:
-        cfg = load_config(args.config_file, args.overrides, allowed_targets=args.allow_target,
-                          world_size=world_size)
+        cfg = load_config(
+            args.config_file, args.overrides, allowed_targets=args.allow_target, world_size=world_size
+        )
         if args.help:
             out.write(_usage(prog))
             out.write("\n" + config_help(cfg))

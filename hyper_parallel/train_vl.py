@@ -1,4 +1,4 @@
-"""Launch vision-language training: ``python -m hyper_parallel.train_vl --config-file FILE [--a.b VALUE ...]``.
+"""Launch vision-language training: ``python -m hyper_parallel.train_vl --config-file FILE [--a.b V ...]``.
 
 Same command line and checks as ``train_lm``; the VL trainer receives the resolved config.
 """

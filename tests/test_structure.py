@@ -95,7 +95,9 @@ def test_sound_values_structure_exactly() -> None:
         {"steps": 3, "lr": 2, "names": ["a"], "either": 4, "table": {"k": 1}, "inner": {"betas": [0.5, 0.6]}},
         Sample,
     )
-    assert got == Sample(steps=3, lr=2.0, names=("a",), either=4, table={"k": 1}, inner=Inner(betas=(0.5, 0.6)))
+    assert got == Sample(
+        steps=3, lr=2.0, names=("a",), either=4, table={"k": 1}, inner=Inner(betas=(0.5, 0.6))
+    )
     assert type(got.lr) is float
 
 

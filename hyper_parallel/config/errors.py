@@ -19,7 +19,7 @@ PathPart = str | int
 
 
 def format_path(parts: Sequence[PathPart]) -> str:
-    """Render ``("parallelism", "pp_layer_split", 2)`` as ``parallelism.pp_layer_split[2]``; ``()`` is ``$``."""
+    """Show ``("parallelism", "pp_layer_split", 2)`` as ``parallelism.pp_layer_split[2]``; ``()`` as ``$``."""
     out = ""
     for part in parts:
         if isinstance(part, int):

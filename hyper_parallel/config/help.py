@@ -42,7 +42,9 @@ def factory_param_help(fn: Any) -> dict[str, str]:
             in_args = True
             continue
         if in_args:
-            match = _ARG_LINE.match("  " + line) if line and not line.startswith(" ") else _ARG_LINE.match(line)
+            match = (
+                _ARG_LINE.match("  " + line) if line and not line.startswith(" ") else _ARG_LINE.match(line)
+            )
             if match:
                 out[match.group(1)] = match.group(2).strip()
             elif line and not line.startswith(" "):
@@ -71,15 +73,21 @@ def iter_fields(root: Any) -> Iterator[FieldInfo]:
         recipe = recipe_of(value)
         if recipe is not None:
             fn = _lookup(recipe.target)
-            yield FieldInfo(f"{f.name}.{TARGET_KEY}", str, recipe.target, "The factory that builds this group.")
+            yield FieldInfo(
+                f"{f.name}.{TARGET_KEY}", str, recipe.target, "The factory that builds this group."
+            )
             hints = inspect.signature(fn).parameters if fn is not None else {}
             helps = factory_param_help(fn) if fn is not None else {}
             for name, param in hints.items():
                 current = recipe.args.get(name, param.default)
                 yield FieldInfo(f"{f.name}.{name}", param.annotation, current, helps.get(name, ""))
             continue
-        yield FieldInfo(f"{f.name}.{TARGET_KEY}", str, qualified_name(type(value)),
-                        f.metadata.get("help", "The Config class of this group."))
+        yield FieldInfo(
+            f"{f.name}.{TARGET_KEY}",
+            str,
+            qualified_name(type(value)),
+            f.metadata.get("help", "The Config class of this group."),
+        )
         yield from _walk_attrs(value, f.name)
 
 
@@ -96,7 +104,9 @@ def _lookup(name: str) -> Any:
 def _inline(value: Any) -> str:
     """A value on one line, in YAML flow style, cut at 200 characters."""
     raw = unstructure_value(value, (), [])
-    text = yaml.safe_dump(raw, default_flow_style=True, width=10**6, allow_unicode=True, sort_keys=False).strip()
+    text = yaml.safe_dump(
+        raw, default_flow_style=True, width=10**6, allow_unicode=True, sort_keys=False
+    ).strip()
     text = text.removesuffix("\n...").removesuffix("...").strip()
     return text if len(text) < 200 else text[:197] + "..."
 

@@ -63,7 +63,9 @@ def load_config(
         if overrides:
             cfg = _apply(cfg, parsed, sources, locate)
     if world_size is not None:
-        problems = [Problem(tuple(field.split(".")), message) for field, message in cfg.world_size_issues(world_size)]
+        problems = [
+            Problem(tuple(field.split(".")), message) for field, message in cfg.world_size_issues(world_size)
+        ]
         if problems:
             raise to_config_error(problems, locate)
     return cfg
@@ -91,8 +93,13 @@ def _parse_overrides(overrides: Mapping[str, object]) -> list[Override]:
     for key, value in overrides.items():
         path = parse_path(key) if isinstance(key, str) else None
         if path is None:
-            problems.append(Problem((), f"malformed override key {echo(key)}: expected a dotted path "
-                                        f"such as 'optimizer.lr'", "key"))
+            problems.append(
+                Problem(
+                    (),
+                    f"malformed override key {echo(key)}: expected a dotted path such as 'optimizer.lr'",
+                    "key",
+                )
+            )
             continue
         parsed.append(Override(key, path, value, f"--{key}"))
     if problems:
@@ -116,7 +123,9 @@ def _locator(parsed: list[Override], sources: SourceMap | None) -> Locate:
     return locate
 
 
-def _apply(cfg: TrainerConfig, parsed: list[Override], sources: SourceMap | None, locate: Locate) -> TrainerConfig:
+def _apply(
+    cfg: TrainerConfig, parsed: list[Override], sources: SourceMap | None, locate: Locate
+) -> TrainerConfig:
     problems: list[Problem] = []
 
     def set_by_user(path: Path) -> str | None:
@@ -126,7 +135,9 @@ def _apply(cfg: TrainerConfig, parsed: list[Override], sources: SourceMap | None
 
     tree = unstructure_root(cfg)
     root_fields = {f.name: f.type for f in attrs.fields(TrainerConfig) if f.init}
-    patch_tree(tree, parsed, root_fields, current_options().allowed, converter.structurer, set_by_user, problems)
+    patch_tree(
+        tree, parsed, root_fields, current_options().allowed, converter.structurer, set_by_user, problems
+    )
     if problems:
         raise to_config_error(problems, locate)
     with resolve_options(locate=locate):
@@ -159,5 +170,6 @@ def write_config(cfg: TrainerConfig, path: str | os.PathLike[str]) -> None:
                 os.unlink(tmp)
             raise
     except OSError as exc:
-        raise ConfigError([Issue("$", f"cannot write the config: {exc.strerror or exc}", str(path))]) from None
-
+        raise ConfigError(
+            [Issue("$", f"cannot write the config: {exc.strerror or exc}", str(path))]
+        ) from None

@@ -62,7 +62,7 @@ def _children(tp: Any) -> tuple[Callable[[str | int], Any], list[str]] | None:
     if isinstance(tp, type) and attrs.has(tp):
         attrs.resolve_types(tp)
         fields = {f.name: f.type for f in attrs.fields(tp) if f.init}
-        return fields.get, list(fields)  # type: ignore[return-value]
+        return fields.get, list(fields)
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (dict, Mapping):
@@ -110,7 +110,7 @@ def read_value(text: str, tp: Any, structurer: Structurer) -> Any:
 
 
 def _field_type(fields: dict[str, Any], rest: Path, path_so_far: Path, problems: list[Problem]) -> Any:
-    """The annotation at ``rest`` below a group with ``fields``; appends a problem and returns None if none."""
+    """The annotation at ``rest`` below a group with ``fields``, or None after recording a problem."""
     tp: Any = None
     names = list(fields)
     step: Callable[[str | int], Any] | None = fields.get  # type: ignore[assignment]
@@ -125,7 +125,7 @@ def _field_type(fields: dict[str, Any], rest: Path, path_so_far: Path, problems:
             return None
         tp = child
         nxt = _children(tp)
-        step, names = (nxt if nxt is not None else (None, []))
+        step, names = nxt if nxt is not None else (None, [])
     return tp
 
 
@@ -152,7 +152,7 @@ def patch_tree(
         group = o.path[0]
         if len(o.path) == 2 and o.path[1] == TARGET_KEY:
             continue
-        if group not in root_fields:
+        if not isinstance(group, str) or group not in root_fields:
             hint = did_you_mean(group, root_fields) if isinstance(group, str) else ""
             problems.append(Problem(o.path[:1], f"unknown root field {echo(group)}{hint}", "key"))
             continue
@@ -172,7 +172,10 @@ def patch_tree(
 
 
 def _target_of(
-    tree: dict[str, Any], group: str, root_fields: Mapping[str, Any], allowed: tuple[str, ...],
+    tree: dict[str, Any],
+    group: str,
+    root_fields: Mapping[str, Any],
+    allowed: tuple[str, ...],
     problems: list[Problem],
 ) -> Target | None:
     try:
@@ -193,8 +196,9 @@ def _switch_target(
 ) -> None:
     group = str(o.path[0])
     if group not in root_fields:
-        problems.append(Problem(o.path[:1], f"unknown root field {echo(group)}{did_you_mean(group, root_fields)}",
-                                "key"))
+        problems.append(
+            Problem(o.path[:1], f"unknown root field {echo(group)}{did_you_mean(group, root_fields)}", "key")
+        )
         return
     old_body = tree[group]
     old = _target_of(tree, group, root_fields, allowed, [])
@@ -220,11 +224,13 @@ def _switch_target(
             where = "to a value other than the default"
         if where is not None:
             short = new.name.rpartition(".")[2] if new.is_factory else new.obj.__qualname__
-            problems.append(Problem(
-                (group, name),
-                f"{name!r} was set {where}, but the new target {short} has no such field",
-                "key",
-            ))
+            problems.append(
+                Problem(
+                    (group, name),
+                    f"{name!r} was set {where}, but the new target {short} has no such field",
+                    "key",
+                )
+            )
     tree[group] = body
 
 
@@ -257,10 +263,9 @@ def _set(tree: dict[str, Any], path: Path, value: Any, problems: list[Problem]) 
             node[seg] = child
         node = child
     last = path[-1]
-    if isinstance(node, list):
-        if not isinstance(last, int) or last >= len(node):
-            problems.append(Problem(path, f"index {last} is past the end of the list ({len(node)} items)"))
-            return
+    if isinstance(node, list) and (not isinstance(last, int) or last >= len(node)):
+        problems.append(Problem(path, f"index {last} is past the end of the list ({len(node)} items)"))
+        return
     node[last] = value
 
 

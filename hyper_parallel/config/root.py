@@ -40,7 +40,9 @@ class ResolveOptions:
     locate: Locate | None = attrs.field(default=None, metadata={"help": "Maps a problem to its source."})
 
 
-_OPTIONS: contextvars.ContextVar[ResolveOptions | None] = contextvars.ContextVar("resolve_options", default=None)
+_OPTIONS: contextvars.ContextVar[ResolveOptions | None] = contextvars.ContextVar(
+    "resolve_options", default=None
+)
 
 
 @contextlib.contextmanager
@@ -74,7 +76,9 @@ def to_config_error(problems: Iterable[Problem], locate: Locate | None) -> Confi
     """Turn problems into one :class:`ConfigError`, each issue located by ``locate``."""
     seen: dict[tuple[Path, str], Issue] = {}
     for p in problems:
-        seen.setdefault((p.path, p.message), Issue(format_path(p.path), p.message, locate(p) if locate else None))
+        seen.setdefault(
+            (p.path, p.message), Issue(format_path(p.path), p.message, locate(p) if locate else None)
+        )
     return ConfigError(seen.values())
 
 
@@ -93,8 +97,12 @@ _RECIPES: dict[int, tuple["weakref.ref[Any]", Recipe]] = {}
 
 def _record(obj: object, recipe: Recipe) -> None:
     key = id(obj)
+
+    def forget(ref: "weakref.ref[Any]") -> None:
+        _drop(key, ref)
+
     try:
-        ref = weakref.ref(obj, lambda _ref, key=key: _drop(key, _ref))
+        ref = weakref.ref(obj, forget)
     except TypeError:
         return
     _RECIPES[key] = (ref, recipe)
@@ -153,8 +161,14 @@ def _check_group_shape(name: str, node: object, problems: list[Problem]) -> None
     if not isinstance(node, Mapping):
         problems.append(Problem((name,), f"expected a mapping with '_target_', got {describe_value(node)}"))
     elif TARGET_KEY not in node:
-        problems.append(Problem((name, TARGET_KEY), "missing '_target_': a root group given in the file names "
-                                "the Config class or factory that builds it", "parent"))
+        problems.append(
+            Problem(
+                (name, TARGET_KEY),
+                "missing '_target_': a root group given in the file names "
+                "the Config class or factory that builds it",
+                "parent",
+            )
+        )
 
 
 def _resolve_group(
@@ -188,12 +202,11 @@ def _call_factory(
     short = target.name.rpartition(".")[2]
     for key in args:
         if key not in target.params:
-            if key == TARGET_KEY or not isinstance(key, str):
-                shown = echo(key)
-            else:
-                shown = key
+            shown = key if isinstance(key, str) and key != TARGET_KEY else echo(key)
             hint = did_you_mean(key, target.params) if isinstance(key, str) else ""
-            problems.append(Problem((*path, shown), f"unknown parameter {echo(key)} of {short}(){hint}", "key"))
+            problems.append(
+                Problem((*path, shown), f"unknown parameter {echo(key)} of {short}(){hint}", "key")
+            )
     for name in sorted(target.required - set(args)):
         problems.append(Problem((*path, name), f"missing required parameter {name!r} of {short}()", "parent"))
     kwargs = {
@@ -211,7 +224,9 @@ def _call_factory(
         return INVALID
     if not isinstance(result, field_type):
         got = "null" if result is None else f"a {type(result).__qualname__}"
-        problems.append(Problem(path, f"{short}() returned {got}, not the {field_type.__qualname__} it declares"))
+        problems.append(
+            Problem(path, f"{short}() returned {got}, not the {field_type.__qualname__} it declares")
+        )
         return INVALID
     run_cross_check(result, path, problems)
     if len(problems) > before:

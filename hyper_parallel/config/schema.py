@@ -109,7 +109,12 @@ def _factory_schema(fn: Any) -> Schema:
         else:
             prop["default"] = _default(param.default)
         props[name] = prop
-    schema: Schema = {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+    schema: Schema = {
+        "type": "object",
+        "properties": props,
+        "required": required,
+        "additionalProperties": False,
+    }
     if fn.__doc__:
         schema["description"] = inspect.cleandoc(fn.__doc__).split("\n\n")[0]
     return schema
@@ -129,9 +134,11 @@ def _import_all(packages: Iterable[str]) -> list[types.ModuleType]:
 
 
 def _subclasses(cls: type) -> list[type]:
-    out, todo = [cls], [cls]
+    out: list[type] = [cls]
+    todo: list[type] = [cls]
     while todo:
-        for sub in todo.pop().__subclasses__():
+        subs: list[type] = todo.pop().__subclasses__()
+        for sub in subs:
             if sub not in out:
                 out.append(sub)
                 todo.append(sub)

@@ -285,13 +285,17 @@ class Structurer:
 
         def structure_fixed_tuple(value: Any, path: Path, problems: list[Problem]) -> Any:
             if not isinstance(value, (list, tuple)):
-                problems.append(Problem(path, f"expected a list of {size} items, got {describe_value(value)}"))
+                problems.append(
+                    Problem(path, f"expected a list of {size} items, got {describe_value(value)}")
+                )
                 return INVALID
             if len(value) != size:
                 problems.append(Problem(path, f"expected a list of {size} items, got {len(value)}"))
                 return INVALID
             before = len(problems)
-            out = tuple(fn(v, (*path, i), problems) for i, (fn, v) in enumerate(zip(items, value)))
+            out = tuple(
+                fn(v, (*path, i), problems) for i, (fn, v) in enumerate(zip(items, value, strict=True))
+            )
             return INVALID if len(problems) > before else out
 
         return structure_fixed_tuple
@@ -371,7 +375,7 @@ def build_attrs(cls: type, kwargs: dict[str, Any], path: Path, problems: list[Pr
 
 
 def _report_validators(cls: type, kwargs: dict[str, Any], path: Path, problems: list[Problem]) -> None:
-    shell = object.__new__(cls)
+    shell: Any = object.__new__(cls)
     fields = attrs.fields(cls)
     for f in fields:
         alias = f.alias or f.name

@@ -106,7 +106,9 @@ def _import(name: str) -> object:
                 if exc.name != here:
                     raise TargetError(f"importing {here!r} failed: {exc}") from None
                 public = [n for n in dir(obj) if not n.startswith("_")]
-                raise TargetError(f"module {done!r} has no attribute {part!r}{did_you_mean(part, public)}") from None
+                raise TargetError(
+                    f"module {done!r} has no attribute {part!r}{did_you_mean(part, public)}"
+                ) from None
             except Exception as exc:
                 raise TargetError(f"importing {here!r} failed: {type(exc).__name__}: {exc}") from None
         else:
@@ -142,12 +144,13 @@ def load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Tar
         )
     obj = _import(name)
     module = getattr(obj, "__module__", None)
-    if isinstance(obj, type) or inspect.isfunction(obj):
-        if not isinstance(module, str) or not _is_allowed(module, allowed):
-            raise TargetError(
-                f"{echo(name)} is defined in module {module!r}, outside the allowed target prefixes "
-                f"({', '.join(allowed)})"
-            )
+    if (isinstance(obj, type) or inspect.isfunction(obj)) and not (
+        isinstance(module, str) and _is_allowed(module, allowed)
+    ):
+        raise TargetError(
+            f"{echo(name)} is defined in module {module!r}, outside the allowed target prefixes "
+            f"({', '.join(allowed)})"
+        )
     if isinstance(obj, type) and attrs.has(obj) and issubclass(obj, field_type):
         return Target(qualified_name(obj), obj, False, {}, frozenset())
     if inspect.isfunction(obj):
