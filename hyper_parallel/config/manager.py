@@ -118,6 +118,10 @@ def _locator(parsed: list[Override], sources: SourceMap | None) -> Locate:
                 best = o
         if best is not None:
             return best.origin
+        if problem.anchor == "key":  # an unknown name on the way to an override's field
+            for o in parsed:
+                if o.path[: len(problem.path)] == problem.path:
+                    return o.origin
         return file_locate(problem) if file_locate is not None else None
 
     return locate
@@ -138,10 +142,15 @@ def _apply(
     patch_tree(
         tree, parsed, root_fields, current_options().allowed, converter.structurer, set_by_user, problems
     )
+    # Restructure even when some overrides could not be placed, so every bad override is reported at once.
+    try:
+        with resolve_options(locate=locate):
+            result = converter.structure(tree, TrainerConfig)
+    except ConfigError as exc:
+        raise ConfigError([*to_config_error(problems, locate).issues, *exc.issues] if problems else exc.issues)
     if problems:
         raise to_config_error(problems, locate)
-    with resolve_options(locate=locate):
-        return converter.structure(tree, TrainerConfig)
+    return result
 
 
 def dump_config(cfg: TrainerConfig) -> str:

@@ -147,10 +147,11 @@ def patch_tree(
     for o in overrides:
         if len(o.path) == 2 and o.path[1] == TARGET_KEY:
             _switch_target(tree, o, root_fields, allowed, set_by_user, overrides, problems)
+    refused = {p.path for p in problems}  # fields a switch already reported are not reported twice
     targets: dict[str, Target | None] = {}
     for o in overrides:
         group = o.path[0]
-        if len(o.path) == 2 and o.path[1] == TARGET_KEY:
+        if (len(o.path) == 2 and o.path[1] == TARGET_KEY) or o.path[:2] in refused:
             continue
         if not isinstance(group, str) or group not in root_fields:
             hint = did_you_mean(group, root_fields) if isinstance(group, str) else ""

@@ -136,15 +136,14 @@ def structure_root(structurer: Structurer, root_cls: type, raw: object, problems
         else:
             message = f"root field names must be strings, got {describe_value(key)}"
         problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
-    for name, node in raw.items():
-        if name in fields:
-            _check_group_shape(name, node, problems)
-    if problems:  # nothing is imported or called while the document's shape is wrong
+    if problems:  # nothing is imported or called while the document names a group that does not exist
         return INVALID
 
     allowed = current_options().allowed
     groups: dict[str, Any] = {}
     for name, node in raw.items():
+        if not _check_group_shape(name, node, problems):
+            continue
         field = fields[name]
         value = _resolve_group(structurer, (name,), field.type, node, allowed, problems)
         if value is not INVALID:
@@ -157,7 +156,8 @@ def structure_root(structurer: Structurer, root_cls: type, raw: object, problems
     return build_attrs(root_cls, groups, (), problems)
 
 
-def _check_group_shape(name: str, node: object, problems: list[Problem]) -> None:
+def _check_group_shape(name: str, node: object, problems: list[Problem]) -> bool:
+    """Whether ``node`` is a mapping with a ``_target_``; records a problem if not."""
     if not isinstance(node, Mapping):
         problems.append(Problem((name,), f"expected a mapping with '_target_', got {describe_value(node)}"))
     elif TARGET_KEY not in node:
@@ -169,6 +169,9 @@ def _check_group_shape(name: str, node: object, problems: list[Problem]) -> None
                 "parent",
             )
         )
+    else:
+        return True
+    return False
 
 
 def _resolve_group(
@@ -231,5 +234,6 @@ def _call_factory(
     run_cross_check(result, path, problems)
     if len(problems) > before:
         return INVALID
-    _record(result, Recipe(target.name, kwargs))
+    # Every parameter explicit, in signature order, so a dump shows what the factory really received.
+    _record(result, Recipe(target.name, {n: kwargs.get(n, target.defaults.get(n)) for n in target.params}))
     return result

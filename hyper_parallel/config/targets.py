@@ -49,6 +49,7 @@ class Target:
     is_factory: bool = attrs.field(metadata={"help": "True for a factory function, False for a class."})
     params: Mapping[str, object] = attrs.field(metadata={"help": "Factory parameter annotations."})
     required: frozenset[str] = attrs.field(metadata={"help": "Factory parameters without a default."})
+    defaults: Mapping[str, object] = attrs.field(metadata={"help": "Factory parameters' default values."})
 
 
 def _normalise(prefix: str) -> str:
@@ -152,7 +153,7 @@ def load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Tar
             f"({', '.join(allowed)})"
         )
     if isinstance(obj, type) and attrs.has(obj) and issubclass(obj, field_type):
-        return Target(qualified_name(obj), obj, False, {}, frozenset())
+        return Target(qualified_name(obj), obj, False, {}, frozenset(), {})
     if inspect.isfunction(obj):
         return _factory(name, obj, field_type, expected)
     if isinstance(obj, type) and issubclass(obj, field_type):
@@ -172,6 +173,7 @@ def _factory(name: str, fn: types.FunctionType, field_type: type, expected: str)
         shown = getattr(returns, "__qualname__", repr(returns))
         raise TargetError(f"factory {echo(name)} is declared to return {shown}; {expected}")
     params: dict[str, object] = {}
+    defaults: dict[str, object] = {}
     required = set()
     for param in inspect.signature(fn).parameters.values():
         if param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL, param.POSITIONAL_ONLY):
@@ -184,4 +186,13 @@ def _factory(name: str, fn: types.FunctionType, field_type: type, expected: str)
         params[param.name] = hints[param.name]
         if param.default is param.empty:
             required.add(param.name)
-    return Target(qualified_name(fn), fn, True, types.MappingProxyType(params), frozenset(required))
+        else:
+            defaults[param.name] = param.default
+    return Target(
+        qualified_name(fn),
+        fn,
+        True,
+        types.MappingProxyType(params),
+        frozenset(required),
+        types.MappingProxyType(defaults),
+    )
