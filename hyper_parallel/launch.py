@@ -88,6 +88,10 @@ def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
                 issues.append(Issue("$", f"{name} takes no value", name))
             setattr(args, name[2:].replace("-", "_"), True)
             continue
+        if name not in _FLAGS and "." not in name:
+            hint = did_you_mean(name, _FLAGS) or "; overrides are dotted, e.g. --optimizer.lr"
+            issues.append(Issue("$", f"unknown option {echo(name)}{hint}", name))
+            continue
         if not eq:
             if i >= len(argv) or (argv[i].startswith("--") and len(argv[i]) > 2):
                 issues.append(Issue("$", f"{name} needs a value", name))
@@ -98,17 +102,8 @@ def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
             args.allow_target.append(value)
         elif name in ("--config-file", "--dump-config", "--world-size"):
             setattr(args, name[2:].replace("-", "_"), value)
-        elif "." in name:
-            args.overrides[name[2:]] = value
         else:
-            issues.append(
-                Issue(
-                    "$",
-                    f"unknown option {echo(name)}{did_you_mean(name, _FLAGS)}; overrides "
-                    f"are dotted, e.g. --optimizer.lr",
-                    name,
-                )
-            )
+            args.overrides[name[2:]] = value
     return args, issues
 
 

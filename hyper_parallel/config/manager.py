@@ -147,7 +147,8 @@ def _apply(
         with resolve_options(locate=locate):
             result = converter.structure(tree, TrainerConfig)
     except ConfigError as exc:
-        raise ConfigError([*to_config_error(problems, locate).issues, *exc.issues] if problems else exc.issues)
+        found = [*to_config_error(problems, locate).issues, *exc.issues] if problems else exc.issues
+        raise ConfigError(found) from None
     if problems:
         raise to_config_error(problems, locate)
     return result

@@ -145,7 +145,7 @@ def load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Tar
         )
     obj = _import(name)
     module = getattr(obj, "__module__", None)
-    if (isinstance(obj, type) or inspect.isfunction(obj)) and not (
+    if (isinstance(obj, type) or inspect.isroutine(obj)) and not (
         isinstance(module, str) and _is_allowed(module, allowed)
     ):
         raise TargetError(
