@@ -6,6 +6,7 @@ types and their ``help`` metadata), so the help can never list a field the resol
 
 import inspect
 import re
+import typing
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,15 +73,13 @@ def iter_fields(root: Any) -> Iterator[FieldInfo]:
         value = getattr(root, f.name)
         recipe = recipe_of(value)
         if recipe is not None:
-            fn = _lookup(recipe.target)
             yield FieldInfo(
                 f"{f.name}.{TARGET_KEY}", str, recipe.target, "The factory that builds this group."
             )
-            hints = inspect.signature(fn).parameters if fn is not None else {}
-            helps = factory_param_help(fn) if fn is not None else {}
-            for name, param in hints.items():
-                current = recipe.args.get(name, param.default)
-                yield FieldInfo(f"{f.name}.{name}", param.annotation, current, helps.get(name, ""))
+            hints = typing.get_type_hints(recipe.factory)
+            helps = factory_param_help(recipe.factory)
+            for name, current in recipe.args.items():
+                yield FieldInfo(f"{f.name}.{name}", hints[name], current, helps.get(name, ""))
             continue
         yield FieldInfo(
             f"{f.name}.{TARGET_KEY}",
@@ -89,16 +88,6 @@ def iter_fields(root: Any) -> Iterator[FieldInfo]:
             f.metadata.get("help", "The Config class of this group."),
         )
         yield from _walk_attrs(value, f.name)
-
-
-def _lookup(name: str) -> Any:
-    import importlib
-
-    module, _, attr = name.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError):
-        return None
 
 
 def _inline(value: Any) -> str:

@@ -84,10 +84,11 @@ def to_config_error(problems: Iterable[Problem], locate: Locate | None) -> Confi
 
 @attrs.frozen
 class Recipe:
-    """How a factory-built root value was made: the factory's dotted name and its checked arguments."""
+    """How a factory-built root value was made: the factory, its dotted name and its checked arguments."""
 
     target: str = attrs.field(metadata={"help": "Canonical dotted name of the factory."})
-    args: Mapping[str, Any] = attrs.field(metadata={"help": "The arguments given, as structured."})
+    args: Mapping[str, Any] = attrs.field(metadata={"help": "Every parameter's value, as structured."})
+    factory: Callable[..., Any] = attrs.field(metadata={"help": "The factory function itself."})
 
 
 # Factory results are plain objects that cannot hold their own recipe (frozen, slotted), so recipes are
@@ -235,5 +236,6 @@ def _call_factory(
     if len(problems) > before:
         return INVALID
     # Every parameter explicit, in signature order, so a dump shows what the factory really received.
-    _record(result, Recipe(target.name, {n: kwargs.get(n, target.defaults.get(n)) for n in target.params}))
+    args = {n: kwargs.get(n, target.defaults.get(n)) for n in target.params}
+    _record(result, Recipe(target.name, args, target.obj))
     return result

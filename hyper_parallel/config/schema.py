@@ -145,14 +145,14 @@ def _subclasses(cls: type) -> list[type]:
     return out
 
 
-def discover_targets(field_type: type, packages: Iterable[str] = ("hyper_parallel",)) -> list[str]:
-    """Dotted names of every Config class and factory under ``packages`` that can build ``field_type``."""
+def discover_targets(field_type: type, packages: Iterable[str] = ("hyper_parallel",)) -> list[Any]:
+    """Every Config class and factory under ``packages`` that can build ``field_type``, sorted by name."""
     modules = _import_all(packages)
     prefixes = tuple(packages)
-    found: list[str] = []
+    found: dict[str, Any] = {}
     for cls in _subclasses(field_type):
         if attrs.has(cls) and "<" not in cls.__qualname__ and cls.__module__.startswith(prefixes):
-            found.append(qualified_name(cls))
+            found[qualified_name(cls)] = cls
     for module in modules:
         for value in vars(module).values():
             if inspect.isfunction(value) and value.__module__ == module.__name__:
@@ -161,16 +161,8 @@ def discover_targets(field_type: type, packages: Iterable[str] = ("hyper_paralle
                 except Exception:
                     continue
                 if isinstance(returns, type) and issubclass(returns, field_type):
-                    found.append(qualified_name(value))
-    return sorted(dict.fromkeys(found))
-
-
-def _target_schema(name: str) -> Schema:
-    module, _, rest = name.partition(".")
-    obj: Any = importlib.import_module(module)
-    for part in rest.split("."):
-        obj = getattr(obj, part) if hasattr(obj, part) else importlib.import_module(f"{obj.__name__}.{part}")
-    return _class_schema(obj, name) if isinstance(obj, type) else _factory_schema(obj)
+                    found[qualified_name(value)] = value
+    return [found[name] for name in sorted(found)]
 
 
 def json_schema(root_cls: type, packages: Iterable[str] = ("hyper_parallel",)) -> Schema:
@@ -179,7 +171,10 @@ def json_schema(root_cls: type, packages: Iterable[str] = ("hyper_parallel",)) -
     props: Schema = {}
     required: list[str] = []
     for f in attrs.fields(root_cls):
-        choices = [_target_schema(n) for n in discover_targets(f.type, packages)]
+        choices = [
+            _class_schema(t, qualified_name(t)) if isinstance(t, type) else _factory_schema(t)
+            for t in discover_targets(f.type, packages)
+        ]
         prop: Schema = {"oneOf": choices} if choices else {"type": "object"}
         if f.metadata.get("help"):
             prop["description"] = f.metadata["help"]
