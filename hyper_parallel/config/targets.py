@@ -10,6 +10,7 @@ is called here.
 import importlib
 import inspect
 import os
+import sys
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -119,12 +120,39 @@ def _import(name: str) -> object:
     return obj
 
 
+#: Checked targets by ``(name, field type, allowed prefixes)``. Failures are never cached, and a hit is
+#: used only while the dotted name still reaches the same object through the imported modules, so a
+#: re-bound or re-imported target is checked again. Keeps a warm resolve from re-importing and
+#: re-inspecting every target (``typing.get_type_hints`` and ``inspect.signature`` of each factory).
+_CHECKED: dict[tuple[str, type, tuple[str, ...]], Target] = {}
+_MISSING = object()
+
+
 def load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Target:
     """Check, import and classify ``name`` for a root field of type ``field_type``; nothing is called.
 
     Raises :class:`TargetError` with a user-facing message for anything that is not an allowed Config class
-    deriving from ``field_type`` or an allowed, fully annotated factory declared to return one.
+    deriving from ``field_type`` or an allowed, fully annotated factory declared to return one. A target
+    checked before with the same field type and allowed prefixes is returned from a cache while the name
+    still reaches the same object.
     """
+    if not isinstance(name, str):
+        return _load_target(name, field_type, allowed)
+    key = (name, field_type, allowed)
+    hit = _CHECKED.get(key)
+    if hit is not None:
+        parts = name.split(".")
+        obj = sys.modules.get(parts[0], _MISSING)
+        for part in parts[1:]:
+            obj = getattr(obj, part, _MISSING)
+        if obj is hit.obj:
+            return hit
+    target = _load_target(name, field_type, allowed)
+    _CHECKED[key] = target
+    return target
+
+
+def _load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Target:
     expected = (
         f"expected a Config class deriving from {field_type.__qualname__}, "
         f"or a factory function declared to return one"

@@ -31,6 +31,21 @@ def _nameable(obj: object) -> str | None:
     return None
 
 
+#: Exact types returned unchanged by :func:`unstructure_value` (floats are checked for finiteness).
+_PLAIN = frozenset({bool, int, str})
+#: attrs class -> names of its ``init`` fields, in declaration order; None for a non-attrs class.
+_INIT_NAMES: dict[type, tuple[str, ...] | None] = {}
+
+
+def _init_names(cls: type) -> tuple[str, ...] | None:
+    try:
+        return _INIT_NAMES[cls]
+    except KeyError:
+        names = tuple(f.name for f in attrs.fields(cls) if f.init) if attrs.has(cls) else None
+        _INIT_NAMES[cls] = names
+        return names
+
+
 def unstructure_value(value: Any, path: Path, problems: list[Problem]) -> Any:
     """The raw form of a structured value: scalars as they are, tuples as lists, attrs as mappings."""
     if value is None or isinstance(value, (bool, int, str)):
@@ -43,12 +58,18 @@ def unstructure_value(value: Any, path: Path, problems: list[Problem]) -> Any:
         return [unstructure_value(v, (*path, i), problems) for i, v in enumerate(value)]
     if isinstance(value, Mapping):
         return {k: unstructure_value(v, (*path, str(k)), problems) for k, v in value.items()}
-    if attrs.has(type(value)):
-        return {
-            f.name: unstructure_value(getattr(value, f.name), (*path, f.name), problems)
-            for f in attrs.fields(type(value))
-            if f.init
-        }
+    names = _init_names(type(value))
+    if names is not None:
+        out = {}
+        for name in names:
+            item = getattr(value, name)
+            # Plain scalars are the common case: skip the recursive call and its path tuple.
+            out[name] = (
+                item
+                if item is None or type(item) in _PLAIN
+                else unstructure_value(item, (*path, name), problems)
+            )
+        return out
     kind = getattr(value, "__qualname__", type(value).__qualname__)
     problems.append(Problem(path, f"{kind} cannot be written to a config file"))
     return None
