@@ -7,9 +7,7 @@ through one restructure, and ``dump_config`` writes YAML that resolves back to a
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
-from pathlib import Path as FsPath
 
 import attrs
 
@@ -165,10 +163,13 @@ def dump_config(cfg: TrainerConfig) -> str:
 
 def write_config(cfg: TrainerConfig, path: str | os.PathLike[str]) -> None:
     """Write :func:`dump_config` to ``path`` atomically: a reader sees the old file or the whole new one."""
+    import tempfile  # only the writing path pays for it; a dry run never does
+
     text = dump_config(cfg)
-    target = FsPath(path)
+    target = os.fspath(path)
+    folder, name = os.path.split(target)
     try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=folder or ".", prefix=f".{name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 out.write(text)

@@ -8,6 +8,7 @@ collected; nothing is called while the document still has an unknown root field.
 
 import contextlib
 import contextvars
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -92,8 +93,10 @@ class Recipe:
 
 
 # Factory results are plain objects that cannot hold their own recipe (frozen, slotted), so recipes are
-# kept beside them, keyed by identity and dropped when the object dies.
+# kept beside them, keyed by identity and dropped when the object dies. The registry is shared by every
+# thread: changes happen under a lock (re-entrant, because a weakref callback may run inside it).
 _RECIPES: dict[int, tuple["weakref.ref[Any]", Recipe]] = {}
+_RECIPES_LOCK = threading.RLock()
 
 
 def _record(obj: object, recipe: Recipe) -> None:
@@ -106,13 +109,15 @@ def _record(obj: object, recipe: Recipe) -> None:
         ref = weakref.ref(obj, forget)
     except TypeError:
         return
-    _RECIPES[key] = (ref, recipe)
+    with _RECIPES_LOCK:
+        _RECIPES[key] = (ref, recipe)
 
 
 def _drop(key: int, ref: "weakref.ref[Any]") -> None:
-    entry = _RECIPES.get(key)
-    if entry is not None and entry[0] is ref:
-        _RECIPES.pop(key, None)
+    with _RECIPES_LOCK:
+        entry = _RECIPES.get(key)
+        if entry is not None and entry[0] is ref:
+            del _RECIPES[key]
 
 
 def recipe_of(obj: object) -> Recipe | None:
@@ -123,13 +128,24 @@ def recipe_of(obj: object) -> Recipe | None:
     return None
 
 
+_ROOT_FIELDS: dict[type, dict[str, "attrs.Attribute[Any]"]] = {}
+
+
+def _root_fields(root_cls: type) -> dict[str, "attrs.Attribute[Any]"]:
+    """The root class's init fields by name, with their types resolved (computed once per class)."""
+    fields = _ROOT_FIELDS.get(root_cls)
+    if fields is None:
+        attrs.resolve_types(root_cls)
+        fields = _ROOT_FIELDS[root_cls] = {f.name: f for f in attrs.fields(root_cls) if f.init}
+    return fields
+
+
 def structure_root(structurer: Structurer, root_cls: type, raw: object, problems: list[Problem]) -> Any:
     """Resolve ``raw`` into ``root_cls``, appending every problem; returns INVALID if there were any."""
     if not isinstance(raw, Mapping):
         problems.append(Problem((), f"expected a mapping of root groups, got {describe_value(raw)}"))
         return INVALID
-    attrs.resolve_types(root_cls)
-    fields = {f.name: f for f in attrs.fields(root_cls) if f.init}
+    fields = _root_fields(root_cls)
     unknown = [k for k in raw if k not in fields]
     for key in unknown:
         if isinstance(key, str):
@@ -159,7 +175,7 @@ def structure_root(structurer: Structurer, root_cls: type, raw: object, problems
 
 def _check_group_shape(name: str, node: object, problems: list[Problem]) -> bool:
     """Whether ``node`` is a mapping with a ``_target_``; records a problem if not."""
-    if not isinstance(node, Mapping):
+    if type(node) is not dict and not isinstance(node, Mapping):
         problems.append(Problem((name,), f"expected a mapping with '_target_', got {describe_value(node)}"))
     elif TARGET_KEY not in node:
         problems.append(
@@ -188,9 +204,9 @@ def _resolve_group(
     except TargetError as exc:
         problems.append(Problem((*path, TARGET_KEY), str(exc)))
         return INVALID
-    args = {k: v for k, v in node.items() if k != TARGET_KEY}
     if not target.is_factory:
-        return structurer.structure(args, target.obj, path, problems)
+        return structurer.for_group(target.obj)(node, path, problems)
+    args = {k: v for k, v in node.items() if k != TARGET_KEY}
     return _call_factory(structurer, path, field_type, target, args, problems)
 
 

@@ -9,6 +9,7 @@ A compiled function has the signature ``fn(value, path, problems) -> result``; o
 :class:`Problem` records and returns :data:`INVALID`.
 """
 
+import linecache
 import math
 import re
 import threading
@@ -168,6 +169,7 @@ class Structurer:
     def __init__(self) -> None:
         self._cache: dict[object, StructureFn] = {}
         self._building: dict[object, StructureFn] = {}
+        self._groups: dict[type, StructureFn] = {}
         self._lock = threading.RLock()
 
     def for_type(self, tp: object) -> StructureFn:
@@ -190,6 +192,17 @@ class Structurer:
                 del self._building[tp]
             self._cache[tp] = fn
             return fn
+
+    def for_group(self, cls: type) -> StructureFn:
+        """The structuring function for a root group's Config class: like ``for_type``, but the mapping
+        may carry the group's ``_target_`` (already used to pick ``cls``)."""
+        try:
+            return self._groups[cls]
+        except KeyError:
+            with self._lock:
+                fn = self._groups.get(cls) or self._compile_attrs(cls, group=True)
+                self._groups[cls] = fn
+                return fn
 
     def structure(self, value: object, tp: object, path: Path, problems: list[Problem]) -> Any:
         """Structure ``value`` as ``tp``, appending every problem found under ``path``."""
@@ -321,29 +334,45 @@ class Structurer:
 
         return structure_mapping
 
-    def _compile_attrs(self, cls: type) -> StructureFn:
+    def _compile_attrs(self, cls: type, *, group: bool = False) -> StructureFn:
         attrs.resolve_types(cls)
         fields = [f for f in attrs.fields(cls) if f.init]
-        plan = [(f.name, f.alias or f.name, self.for_type(f.type)) for f in fields]
         names = {f.name for f in fields}
-        required = [f.name for f in fields if f.default is attrs.NOTHING]
         title = cls.__qualname__
+        scope: dict[str, Any] = {"_ABSENT": _ABSENT, "Problem": Problem}
+        lines = []
+        for i, f in enumerate(fields):
+            scope[f"f{i}"] = self.for_type(f.type)
+            fast = _inline_check(f.type, f"c{i}", scope)
+            alias = f.alias or f.name
+            lines.append(f"    v = value.get({f.name!r}, _ABSENT)")
+            lines.append("    if v is not _ABSENT:")
+            lines.append("        seen += 1")
+            if fast is not None:
+                lines.append(f"        if {fast}:")
+                lines.append(f"            kwargs[{alias!r}] = v")
+                lines.append("        else:")
+                lines.append(f"            kwargs[{alias!r}] = f{i}(v, (*path, {f.name!r}), problems)")
+            else:
+                lines.append(f"        kwargs[{alias!r}] = f{i}(v, (*path, {f.name!r}), problems)")
+            if f.default is attrs.NOTHING:
+                message = f"missing required field {f.name!r}"
+                lines.append("    else:")
+                lines.append(f"        problems.append(Problem((*path, {f.name!r}), {message!r}, 'parent'))")
+        body = "\n".join(lines) or "    pass"
+        source = f"def read_fields(value, path, problems, kwargs):\n    seen = 0\n{body}\n    return seen\n"
+        read_fields = _generate(f"structure {cls.__module__}.{title}", source, scope)
 
         def structure_attrs(value: Any, path: Path, problems: list[Problem]) -> Any:
-            if not isinstance(value, Mapping):
+            if type(value) is not dict and not isinstance(value, Mapping):
                 problems.append(Problem(path, f"expected a mapping for {title}, got {describe_value(value)}"))
                 return INVALID
             before = len(problems)
-            for key in value:
-                if key not in names:
-                    problems.append(_unknown_key(path, key, names, title))
-            for name in required:
-                if name not in value:
-                    problems.append(Problem((*path, name), f"missing required field {name!r}", "parent"))
-            kwargs = {}
-            for name, alias, fn in plan:
-                if name in value:
-                    kwargs[alias] = fn(value[name], (*path, name), problems)
+            kwargs: dict[str, Any] = {}
+            if read_fields(value, path, problems, kwargs) != len(value):
+                for key in value:
+                    if key not in names and not (group and key == TARGET_KEY):
+                        problems.append(_unknown_key(path, key, names, title))
             if len(problems) > before:
                 # Still check the fields that were sound, so that one bad field hides nothing else.
                 sound = {k: v for k, v in kwargs.items() if v is not INVALID}
@@ -352,6 +381,43 @@ class Structurer:
             return build_attrs(cls, kwargs, path, problems)
 
         return structure_attrs
+
+
+_ABSENT: Any = object()
+
+
+def _inline_check(tp: object, name: str, scope: dict[str, Any]) -> str | None:
+    """A Python expression over ``v`` that is true when ``v`` is already sound for ``tp``, or None.
+
+    Plain scalars, optional scalars and string literals are the bulk of any config; checking them inline
+    in generated code, without a call, is what keeps a warm resolve within a few times a compiled peer.
+    Anything else, and any value that fails the inline check, takes the full structuring function.
+    """
+    if tp is str or tp is bool:
+        return f"type(v) is {tp.__name__}"
+    if tp is int:
+        return f"(type(v) is int and {-INT_LIMIT - 1} <= v <= {INT_LIMIT})"
+    if tp is float:
+        return "(type(v) is float and v - v == 0.0)"  # finite: inf - inf and nan - nan are nan
+    if typing.get_origin(tp) is Literal and all(type(c) is str for c in typing.get_args(tp)):
+        scope[name] = frozenset(typing.get_args(tp))
+        return f"(type(v) is str and v in {name})"
+    members = _union_args(tp)
+    if members is not None and len(members) == 2 and type(None) in members:
+        (other,) = [m for m in members if m is not type(None)]
+        inner = _inline_check(other, name, scope)
+        return f"(v is None or {inner})" if inner is not None else None
+    return None
+
+
+def _generate(label: str, source: str, scope: dict[str, Any]) -> Any:
+    """Compile generated ``source`` (kept in ``linecache`` so tracebacks show it) and return its function."""
+    filename = f"<hyper_parallel generated: {label}>"
+    code = compile(source, filename, "exec")
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = dict(scope)
+    exec(code, namespace)
+    return namespace[source[4 : source.index("(")]]
 
 
 def build_attrs(cls: type, kwargs: dict[str, Any], path: Path, problems: list[Problem]) -> Any:

@@ -124,7 +124,7 @@ def _import(name: str) -> object:
 #: used only while the dotted name still reaches the same object through the imported modules, so a
 #: re-bound or re-imported target is checked again. Keeps a warm resolve from re-importing and
 #: re-inspecting every target (``typing.get_type_hints`` and ``inspect.signature`` of each factory).
-_CHECKED: dict[tuple[str, type, tuple[str, ...]], Target] = {}
+_CHECKED: dict[tuple[str, type, tuple[str, ...]], tuple[Target, list[str]]] = {}
 _MISSING = object()
 
 
@@ -140,16 +140,19 @@ def load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Tar
         return _load_target(name, field_type, allowed)
     key = (name, field_type, allowed)
     hit = _CHECKED.get(key)
-    if hit is not None:
-        parts = name.split(".")
-        obj = sys.modules.get(parts[0], _MISSING)
-        for part in parts[1:]:
-            obj = getattr(obj, part, _MISSING)
-        if obj is hit.obj:
-            return hit
+    if hit is not None and _walk(hit[1]) is hit[0].obj:
+        return hit[0]
     target = _load_target(name, field_type, allowed)
-    _CHECKED[key] = target
+    _CHECKED[key] = (target, name.split("."))
     return target
+
+
+def _walk(parts: list[str]) -> object:
+    """The object dotted ``parts`` reach through the modules imported now, or ``_MISSING``."""
+    obj = sys.modules.get(parts[0], _MISSING)
+    for part in parts[1:]:
+        obj = getattr(obj, part, _MISSING)
+    return obj
 
 
 def _load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Target:
