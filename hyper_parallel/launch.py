@@ -6,6 +6,7 @@ resolved into one checked ``TrainerConfig`` before anything is built. An input e
 """
 
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -31,6 +32,7 @@ _FLAGS = (
     "--allow-target",
     "--help",
 )
+_WORLD_SIZE = re.compile(r"[0-9]{1,9}")
 _SWITCHES = frozenset({"--dry-run", "--print-config", "--help"})
 
 
@@ -113,7 +115,8 @@ def _world_size(args: _Args, issues: list[Issue]) -> int | None:
         text, origin = os.environ.get("WORLD_SIZE"), "$WORLD_SIZE"
     if text is None:
         return None
-    if not text.strip().isdigit() or int(text) < 1:
+    # ASCII digits only ("²".isdigit() is true but int() refuses it) and few of them (int() refuses 4300+).
+    if not _WORLD_SIZE.fullmatch(text.strip()) or int(text) < 1:
         issues.append(Issue("$", f"world size must be a positive integer, got {echo(text)}", origin))
         return None
     return int(text)

@@ -10,10 +10,15 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-__all__ = ["ConfigError", "Issue", "did_you_mean", "format_path"]
+__all__ = ["MAX_ECHO", "MAX_MESSAGE", "MAX_PATH", "ConfigError", "Issue", "did_you_mean", "format_path"]
 
 #: Longest echo of user input inside a message; longer text is cut so hostile input cannot flood logs.
 MAX_ECHO = 80
+#: Longest :attr:`Issue.message` kept; a longer one (say a factory's error quoting a huge value) is cut.
+MAX_MESSAGE = 1000
+#: Longest :attr:`Issue.path` and :attr:`Issue.location` kept; longer ones are cut in the middle, so the
+#: root group and the leaf (or ``LINE:COL``) stay readable.
+MAX_PATH = 300
 
 PathPart = str | int
 
@@ -45,15 +50,41 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def _clip_end(text: str) -> str:
+    if len(text) <= MAX_MESSAGE:
+        return text
+    tail = f"... ({len(text)} chars)"
+    return text[: MAX_MESSAGE - len(tail)] + tail
+
+
+def _clip_middle(text: str) -> str:
+    if len(text) <= MAX_PATH:
+        return text
+    half = (MAX_PATH - 3) // 2
+    return f"{text[:half]}...{text[len(text) - half :]}"
+
+
+def _clip_location(text: str | None) -> str | None:
+    return None if text is None else _clip_middle(text)
+
+
 @attrs.frozen
 class Issue:
     """One problem in the input: where it is in the config tree, what is wrong, and where it came from."""
 
-    path: str = attrs.field(metadata={"help": "Dotted path of the offending field; '$' is the root."})
-    message: str = attrs.field(metadata={"help": "What was expected and what was found."})
+    path: str = attrs.field(
+        converter=_clip_middle,
+        metadata={"help": "Dotted path of the offending field; '$' is the root (cut to MAX_PATH)."},
+    )
+    message: str = attrs.field(
+        converter=_clip_end, metadata={"help": "What was expected and what was found (cut to MAX_MESSAGE)."}
+    )
     location: str | None = attrs.field(
         default=None,
-        metadata={"help": "'file.yaml:LINE:COL', the command-line flag, or None without a source."},
+        converter=_clip_location,
+        metadata={
+            "help": "'file.yaml:LINE:COL', the command-line flag, or None without a source (cut to MAX_PATH)."
+        },
     )
 
     def __str__(self) -> str:

@@ -6,8 +6,10 @@ through one restructure, and ``dump_config`` writes YAML that resolves back to a
 """
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 
@@ -125,6 +127,13 @@ def _locator(parsed: list[Override], sources: SourceMap | None) -> Locate:
     return locate
 
 
+@functools.cache
+def _root_fields() -> dict[str, Any]:
+    """Each root group's field type (the type its ``_target_`` must build)."""
+    attrs.resolve_types(TrainerConfig)
+    return {f.name: f.type for f in attrs.fields(TrainerConfig) if f.init}
+
+
 def _apply(
     cfg: TrainerConfig, parsed: list[Override], sources: SourceMap | None, locate: Locate
 ) -> TrainerConfig:
@@ -136,7 +145,7 @@ def _apply(
         return None
 
     tree = unstructure_root(cfg)
-    root_fields = {f.name: f.type for f in attrs.fields(TrainerConfig) if f.init}
+    root_fields = _root_fields()
     patch_tree(
         tree, parsed, root_fields, current_options().allowed, converter.structurer, set_by_user, problems
     )

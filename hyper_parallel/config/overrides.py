@@ -6,6 +6,7 @@ validator and cross-field check. A string value is read by the type of the field
 ``--metrics.run_name 2024`` stays a string while ``--training.max_steps 2e2`` is refused.
 """
 
+import functools
 import re
 import types
 import typing
@@ -14,15 +15,17 @@ from typing import Any, Literal, Union
 
 import attrs
 
-from hyper_parallel.config.errors import did_you_mean, echo
-from hyper_parallel.config.structure import TARGET_KEY, Path, Problem, Structurer
+from hyper_parallel.config.errors import did_you_mean, echo, format_path
+from hyper_parallel.config.structure import TARGET_KEY, Path, Problem, Structurer, describe_value
 from hyper_parallel.config.targets import Target, TargetError, load_target
 from hyper_parallel.config.yaml_load import parse_scalar
 
 __all__ = ["Override", "parse_path", "patch_tree", "read_value"]
 
-_SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
-_INDEX = re.compile(r"\[(\d+)\]")
+# ASCII digits only, at most 9 of them: ``\d`` would accept other scripts' digits, and an index of thousands
+# of digits would make ``int()`` raise instead of the key being reported as malformed.
+_SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[[0-9]{1,9}\])*)$")
+_INDEX = re.compile(r"\[([0-9]{1,9})\]")
 
 
 @attrs.frozen
@@ -35,6 +38,7 @@ class Override:
     origin: str = attrs.field(metadata={"help": "Where it was given, e.g. the command-line flag."})
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_path(key: str) -> Path | None:
     """``"parallelism.pp_layer_split[2]"`` -> ``("parallelism", "pp_layer_split", 2)``; None if malformed."""
     parts: list[str | int] = []
@@ -47,6 +51,7 @@ def parse_path(key: str) -> Path | None:
     return tuple(parts)
 
 
+@functools.lru_cache(maxsize=1024)
 def _strip_optional(tp: Any) -> Any:
     origin = typing.get_origin(tp)
     if origin is Union or origin is types.UnionType:
@@ -56,6 +61,7 @@ def _strip_optional(tp: Any) -> Any:
     return tp
 
 
+@functools.lru_cache(maxsize=1024)
 def _children(tp: Any) -> tuple[Callable[[str | int], Any], list[str]] | None:
     """How to step into ``tp``: a function from a path segment to its type, and the names to suggest."""
     tp = _strip_optional(tp)
@@ -77,12 +83,19 @@ def _children(tp: Any) -> tuple[Callable[[str | int], Any], list[str]] | None:
 
 
 def _group_fields(target: Target) -> dict[str, Any]:
+    """The annotation of each field (Config class) or parameter (factory) a group's target takes."""
     if target.is_factory:
         return dict(target.params)
-    attrs.resolve_types(target.obj)
-    return {f.name: f.type for f in attrs.fields(target.obj) if f.init}
+    return _class_fields(target.obj)
 
 
+@functools.lru_cache(maxsize=1024)
+def _class_fields(cls: type) -> dict[str, Any]:
+    attrs.resolve_types(cls)
+    return {f.name: f.type for f in attrs.fields(cls) if f.init}
+
+
+@functools.lru_cache(maxsize=1024)
 def _accepts_str(tp: Any) -> bool:
     if tp is str or tp is Any:
         return True
@@ -96,17 +109,28 @@ def _accepts_str(tp: Any) -> bool:
 
 def read_value(text: str, tp: Any, structurer: Structurer) -> Any:
     """Read a command-line string by the type it lands on (YAML 1.2 flow syntax for everything not text)."""
+    return _reader(tp, structurer)(text)
+
+
+def _reader(tp: Any, structurer: Structurer) -> Callable[[str], Any]:
+    """A function reading command-line text as a value of ``tp``; the type is inspected once, here."""
     bare = _strip_optional(tp)
-    if bare is not tp and text in ("null", "~"):
-        return None
+    nullable = bare is not tp
     if _accepts_str(bare):
         if bare is str or typing.get_origin(bare) is Literal:
-            return text
-        parsed = parse_scalar(text)
-        scratch: list[Problem] = []
-        structurer.structure(parsed, tp, (), scratch)
-        return text if scratch else parsed
-    return parse_scalar(text)
+            return (lambda text: None if text in ("null", "~") else text) if nullable else (lambda text: text)
+        check = structurer.for_type(tp)
+
+        def read_text_or_value(text: str) -> Any:
+            if nullable and text in ("null", "~"):
+                return None
+            parsed = parse_scalar(text)
+            scratch: list[Problem] = []
+            check(parsed, (), scratch)
+            return text if scratch else parsed
+
+        return read_text_or_value
+    return parse_scalar
 
 
 def _field_type(fields: dict[str, Any], rest: Path, path_so_far: Path, problems: list[Problem]) -> Any:
@@ -127,6 +151,10 @@ def _field_type(fields: dict[str, Any], rest: Path, path_so_far: Path, problems:
         nxt = _children(tp)
         step, names = nxt if nxt is not None else (None, [])
     return tp
+
+
+#: (group target, path below the group) -> reader of command-line text for the field found there.
+_READERS: dict[tuple[object, Path], Callable[[str], Any]] = {}
 
 
 def patch_tree(
@@ -165,11 +193,16 @@ def patch_tree(
         target = targets[group]
         if target is None:
             continue
-        tp = _field_type(_group_fields(target), o.path[1:], o.path[:1], problems)
-        if tp is None:
-            continue
-        value = read_value(o.value, tp, structurer) if isinstance(o.value, str) else o.value
-        _set(tree, o.path, value, problems)
+        key = (target.obj, o.path[1:])
+        reader = _READERS.get(key)
+        if reader is None:
+            tp = _field_type(_group_fields(target), o.path[1:], o.path[:1], problems)
+            if tp is None:
+                continue
+            if len(_READERS) > 4096:  # keys can name entries of open mappings: keep the cache bounded
+                _READERS.clear()
+            reader = _READERS[key] = _reader(tp, structurer)
+        _set(tree, o.path, reader(o.value) if isinstance(o.value, str) else o.value, problems)
 
 
 def _target_of(
@@ -262,6 +295,12 @@ def _set(tree: dict[str, Any], path: Path, value: Any, problems: list[Problem]) 
                 problems.append(Problem(path[: i + 1], f"index {seg} is past the end of the list"))
                 return
             node[seg] = child
+        if not isinstance(child, (dict, list)):  # e.g. '--a.b 1 --a.b[0] 2': another override set a scalar
+            where = format_path(path[: i + 1])
+            problems.append(
+                Problem(path, f"cannot set a value inside {where!r}, which is {describe_value(child)}")
+            )
+            return
         node = child
     last = path[-1]
     if isinstance(node, list) and (not isinstance(last, int) or last >= len(node)):

@@ -9,7 +9,6 @@ A compiled function has the signature ``fn(value, path, problems) -> result``; o
 :class:`Problem` records and returns :data:`INVALID`.
 """
 
-import linecache
 import math
 import re
 import threading
@@ -20,6 +19,7 @@ from typing import Any, Literal, Union
 
 import attrs
 
+from hyper_parallel.config.codegen import generate
 from hyper_parallel.config.errors import PathPart, did_you_mean, echo
 
 __all__ = [
@@ -361,7 +361,7 @@ class Structurer:
                 lines.append(f"        problems.append(Problem((*path, {f.name!r}), {message!r}, 'parent'))")
         body = "\n".join(lines) or "    pass"
         source = f"def read_fields(value, path, problems, kwargs):\n    seen = 0\n{body}\n    return seen\n"
-        read_fields = _generate(f"structure {cls.__module__}.{title}", source, scope)
+        read_fields = generate(f"structure {cls.__module__}.{title}", source, scope)
 
         def structure_attrs(value: Any, path: Path, problems: list[Problem]) -> Any:
             if type(value) is not dict and not isinstance(value, Mapping):
@@ -408,16 +408,6 @@ def _inline_check(tp: object, name: str, scope: dict[str, Any]) -> str | None:
         inner = _inline_check(other, name, scope)
         return f"(v is None or {inner})" if inner is not None else None
     return None
-
-
-def _generate(label: str, source: str, scope: dict[str, Any]) -> Any:
-    """Compile generated ``source`` (kept in ``linecache`` so tracebacks show it) and return its function."""
-    filename = f"<hyper_parallel generated: {label}>"
-    code = compile(source, filename, "exec")
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = dict(scope)
-    exec(code, namespace)
-    return namespace[source[4 : source.index("(")]]
 
 
 def build_attrs(cls: type, kwargs: dict[str, Any], path: Path, problems: list[Problem]) -> Any:

@@ -7,6 +7,7 @@ a Config class deriving from the field type or a fully annotated function declar
 is called here.
 """
 
+import functools
 import importlib
 import inspect
 import os
@@ -59,9 +60,12 @@ def _normalise(prefix: str) -> str:
 
 def allowed_prefixes(extra: Iterable[str] | None = None) -> tuple[str, ...]:
     """The default prefixes, those of :data:`ALLOWED_TARGETS_ENV`, and ``extra`` from trusted code."""
-    found = list(DEFAULT_ALLOWED_TARGETS)
-    found += os.environ.get(ALLOWED_TARGETS_ENV, "").split(",")
-    found += list(extra or ())
+    return _prefixes(os.environ.get(ALLOWED_TARGETS_ENV, ""), tuple(extra or ()))
+
+
+@functools.lru_cache(maxsize=256)
+def _prefixes(env: str, extra: tuple[str, ...]) -> tuple[str, ...]:
+    found = [*DEFAULT_ALLOWED_TARGETS, *env.split(","), *extra]
     return tuple(dict.fromkeys(p for p in map(_normalise, found) if p))
 
 

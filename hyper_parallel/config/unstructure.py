@@ -6,12 +6,14 @@ that could not be named in a file (a lambda, a local class, ``__main__``) is an 
 fails to load later.
 """
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from hyper_parallel.config.codegen import generate
 from hyper_parallel.config.errors import ConfigError
 from hyper_parallel.config.root import recipe_of, to_config_error
 from hyper_parallel.config.structure import TARGET_KEY, Path, Problem
@@ -31,19 +33,34 @@ def _nameable(obj: object) -> str | None:
     return None
 
 
-#: Exact types returned unchanged by :func:`unstructure_value` (floats are checked for finiteness).
-_PLAIN = frozenset({bool, int, str})
-#: attrs class -> names of its ``init`` fields, in declaration order; None for a non-attrs class.
-_INIT_NAMES: dict[type, tuple[str, ...] | None] = {}
+#: True when ``v`` is a scalar that unstructures to itself (a finite float included).
+_PLAIN_CHECK = (
+    "v is None or type(v) is str or type(v) is int or type(v) is bool or (type(v) is float and v - v == 0.0)"
+)
+#: attrs class -> generated function unstructuring its ``init`` fields; None for a non-attrs class.
+_FIELD_READERS: dict[type, Any] = {}
 
 
-def _init_names(cls: type) -> tuple[str, ...] | None:
+def _field_reader(cls: type) -> Any:
+    """A function ``(obj, path, problems) -> dict`` written out for ``cls``'s fields (None if not attrs)."""
     try:
-        return _INIT_NAMES[cls]
+        return _FIELD_READERS[cls]
     except KeyError:
-        names = tuple(f.name for f in attrs.fields(cls) if f.init) if attrs.has(cls) else None
-        _INIT_NAMES[cls] = names
-        return names
+        pass
+    reader = None
+    if attrs.has(cls):
+        lines = ["def read_fields(o, path, problems):", "    out = {}"]
+        for f in attrs.fields(cls):
+            if f.init:
+                lines.append(f"    v = o.{f.name}")
+                # Plain scalars are the common case: no call, no path tuple.
+                full = f"unstructure_value(v, (*path, {f.name!r}), problems)"
+                lines.append(f"    out[{f.name!r}] = v if {_PLAIN_CHECK} else {full}")
+        lines.append("    return out")
+        scope = {"unstructure_value": unstructure_value}
+        reader = generate(f"unstructure {cls.__module__}.{cls.__qualname__}", "\n".join(lines) + "\n", scope)
+    _FIELD_READERS[cls] = reader
+    return reader
 
 
 def unstructure_value(value: Any, path: Path, problems: list[Problem]) -> Any:
@@ -58,18 +75,9 @@ def unstructure_value(value: Any, path: Path, problems: list[Problem]) -> Any:
         return [unstructure_value(v, (*path, i), problems) for i, v in enumerate(value)]
     if isinstance(value, Mapping):
         return {k: unstructure_value(v, (*path, str(k)), problems) for k, v in value.items()}
-    names = _init_names(type(value))
-    if names is not None:
-        out = {}
-        for name in names:
-            item = getattr(value, name)
-            # Plain scalars are the common case: skip the recursive call and its path tuple.
-            out[name] = (
-                item
-                if item is None or type(item) in _PLAIN
-                else unstructure_value(item, (*path, name), problems)
-            )
-        return out
+    reader = _field_reader(type(value))
+    if reader is not None:
+        return reader(value, path, problems)
     kind = getattr(value, "__qualname__", type(value).__qualname__)
     problems.append(Problem(path, f"{kind} cannot be written to a config file"))
     return None
@@ -82,16 +90,23 @@ def _unstructure_group(name: str, value: Any, problems: list[Problem]) -> dict[s
         target, args = recipe.target, recipe.args
         body = {k: unstructure_value(v, (*path, k), problems) for k, v in args.items()}
         return {TARGET_KEY: target, **body}
-    cls = type(value)
-    if not attrs.has(cls):
-        problems.append(Problem(path, f"a {cls.__qualname__} cannot be written to a config file"))
+    cls: Any = type(value)
+    name, why = _target_name(cls)
+    if why is not None:
+        problems.append(Problem(path, why))
         return {}
+    return {TARGET_KEY: name, **unstructure_value(value, path, problems)}
+
+
+@functools.lru_cache(maxsize=1024)
+def _target_name(cls: Any) -> tuple[str, str | None]:
+    """The ``_target_`` naming ``cls``, and why it cannot be written (None if it can)."""
+    if not attrs.has(cls):
+        return "", f"a {cls.__qualname__} cannot be written to a config file"
     why = _nameable(cls)
     if why is not None:
-        problems.append(Problem(path, f"{cls.__qualname__} cannot be named as a '_target_': {why}"))
-        return {}
-    body = unstructure_value(value, path, problems)
-    return {TARGET_KEY: qualified_name(cls), **body}
+        return "", f"{cls.__qualname__} cannot be named as a '_target_': {why}"
+    return qualified_name(cls), None
 
 
 def unstructure_root(root: Any) -> dict[str, Any]:
