@@ -1,43 +1,150 @@
-"""Runtime hooks of Llama 3 referenced by its ``ModelSpec`` (final signatures, not yet implemented).
+"""Runtime hooks of Llama 3 referenced by its ``ModelSpec``: build, parallelize, state-dict adapter.
 
-The config layer only stores these callables. Their bodies arrive with the runtime migration; until
-then each raises ``NotImplementedError``. torch is never imported at module level.
+torch is never imported at module level: each hook imports the private torch modules (``_modules``,
+``_parallel``, ``hyper_parallel.models._torch_runtime``) from inside its body, so resolving a config
+stays cheap. The state-dict adapter only reshapes tensors through their own methods and needs no import.
 """
 
+import re
 from typing import Any
 
 from hyper_parallel.models.llama3.args import Llama3Args
 from hyper_parallel.trainer.config import ParallelismConfig
 
-__all__ = ["Llama3StateDictAdapter", "build_model", "parallelize"]
+__all__ = ["Llama3StateDictAdapter", "build_model", "load_weights", "parallelize"]
 
-_UNAVAILABLE = (
-    "Llama 3 runtime construction is not available in this release; the config layer only describes "
-    "the model (ModelSpec). {what} arrives with the trainer runtime migration."
-)
+
+def _require_torch(what: str) -> None:
+    """Raise a helpful ``ImportError`` when the optional torch extra is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise ImportError(
+            f"Llama 3 {what} needs PyTorch, which is not installed: "
+            "pip install 'hyper_parallel[torch]' (torch==2.13.0)"
+        )
 
 
 def build_model(args: Llama3Args, *, device: str = "meta") -> Any:
-    """Create the Llama 3 module for ``args`` on ``device`` (``"meta"`` defers allocation)."""
-    raise NotImplementedError(_UNAVAILABLE.format(what="build_model"))
+    """Create the Llama 3 module for ``args`` on ``device``.
+
+    On ``"meta"`` nothing is allocated: move it with ``model.to_empty(device=...)`` and call
+    ``model.init_weights()`` (or load weights). On any other device the weights are initialised.
+    """
+    _require_torch("build_model")
+    from hyper_parallel.models.llama3._modules import build_llama3
+
+    return build_llama3(args, device)
 
 
 def parallelize(model: Any, parallelism: ParallelismConfig, device_mesh: Any) -> Any:
-    """Apply tensor, data, context and pipeline parallelism from ``parallelism`` over ``device_mesh``."""
-    raise NotImplementedError(_UNAVAILABLE.format(what="parallelize"))
+    """Apply tensor parallelism (mesh dim ``tp``) then FSDP2 (``dp_shard``/``dp_replicate``) in place.
+
+    ``device_mesh`` names its dimensions after the degrees of ``parallelism`` that exceed 1 (see
+    ``hyper_parallel.models._torch_runtime.build_device_mesh``); their sizes must match the config.
+    """
+    _require_torch("parallelize")
+    from hyper_parallel.models.llama3._parallel import parallelize_llama3
+
+    return parallelize_llama3(model, parallelism, device_mesh)
+
+
+def load_weights(model: Any, weights_path: str, adapter: "Llama3StateDictAdapter | None" = None) -> Any:
+    """Load the Hugging Face safetensors checkpoint in the local folder ``weights_path`` into ``model``."""
+    _require_torch("load_weights")
+    from hyper_parallel.models._torch_runtime import load_weights as _load
+
+    return _load(model, weights_path, adapter or Llama3StateDictAdapter(model.args, weights_path))
+
+
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+_OURS_LAYER = re.compile(r"^layers\.(\d+)\.(.+)$")
+_TOP_LEVEL = {
+    "model.embed_tokens.weight": "tok_embeddings.weight",
+    "model.norm.weight": "norm.weight",
+    "lm_head.weight": "output.weight",
+}
+_IN_LAYER = {
+    "self_attn.q_proj.weight": "attention.wq.weight",
+    "self_attn.k_proj.weight": "attention.wk.weight",
+    "self_attn.v_proj.weight": "attention.wv.weight",
+    "self_attn.o_proj.weight": "attention.wo.weight",
+    "mlp.gate_proj.weight": "feed_forward.w1.weight",
+    "mlp.down_proj.weight": "feed_forward.w2.weight",
+    "mlp.up_proj.weight": "feed_forward.w3.weight",
+    "input_layernorm.weight": "attention_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+}
+_TOP_LEVEL_BACK = {ours: hf for hf, ours in _TOP_LEVEL.items()}
+_IN_LAYER_BACK = {ours: hf for hf, ours in _IN_LAYER.items()}
+
+
+def _hf_to_interleaved(weight: Any, n_heads: int) -> Any:
+    """Rows of a q/k projection from HF's half-split rotary layout to Meta's interleaved pairs."""
+    out_dim, in_dim = weight.shape
+    return weight.view(n_heads, 2, out_dim // n_heads // 2, in_dim).transpose(1, 2).reshape(out_dim, in_dim)
+
+
+def _interleaved_to_hf(weight: Any, n_heads: int) -> Any:
+    """Inverse of ``_hf_to_interleaved``."""
+    out_dim, in_dim = weight.shape
+    return weight.view(n_heads, out_dim // n_heads // 2, 2, in_dim).transpose(1, 2).reshape(out_dim, in_dim)
 
 
 class Llama3StateDictAdapter:
-    """Converts between Hugging Face Llama checkpoints and this model's state dict."""
+    """Converts between Hugging Face Llama checkpoints (``LlamaForCausalLM``) and this model's state dict.
+
+    Names are mapped one to one; the rows of the query and key projections are permuted between HF's
+    half-split rotary layout and the interleaved layout of this model. Unknown names raise ``KeyError``.
+    """
 
     def __init__(self, args: Llama3Args, weights_path: str | None = None) -> None:
         self.args = args
         self.weights_path = weights_path
 
+    @property
+    def _heads(self) -> dict[str, int]:
+        return {"wq": self.args.n_heads, "wk": self.args.n_kv_heads or self.args.n_heads}
+
     def from_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         """Rename and reshape a Hugging Face state dict into this model's layout."""
-        raise NotImplementedError(_UNAVAILABLE.format(what="Llama3StateDictAdapter.from_hf"))
+        out: dict[str, Any] = {}
+        unknown: list[str] = []
+        for name, tensor in state_dict.items():
+            if name.endswith("rotary_emb.inv_freq"):
+                continue
+            if name in _TOP_LEVEL:
+                out[_TOP_LEVEL[name]] = tensor
+                continue
+            match = _LAYER.match(name)
+            if match is None or match.group(2) not in _IN_LAYER:
+                unknown.append(name)
+                continue
+            ours = _IN_LAYER[match.group(2)]
+            kind = ours.split(".")[1]
+            if kind in self._heads:
+                tensor = _hf_to_interleaved(tensor, self._heads[kind])
+            out[f"layers.{match.group(1)}.{ours}"] = tensor
+        if unknown:
+            raise KeyError(f"unexpected names in the Hugging Face Llama state dict: {unknown[:5]}")
+        return out
 
     def to_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         """Rename and reshape this model's state dict into the Hugging Face layout."""
-        raise NotImplementedError(_UNAVAILABLE.format(what="Llama3StateDictAdapter.to_hf"))
+        out: dict[str, Any] = {}
+        unknown: list[str] = []
+        for name, tensor in state_dict.items():
+            if name in _TOP_LEVEL_BACK:
+                out[_TOP_LEVEL_BACK[name]] = tensor
+                continue
+            match = _OURS_LAYER.match(name)
+            if match is None or match.group(2) not in _IN_LAYER_BACK:
+                unknown.append(name)
+                continue
+            kind = match.group(2).split(".")[1]
+            if kind in self._heads:
+                tensor = _interleaved_to_hf(tensor, self._heads[kind])
+            out[f"model.layers.{match.group(1)}.{_IN_LAYER_BACK[match.group(2)]}"] = tensor
+        if unknown:
+            raise KeyError(f"unexpected names in the Llama 3 state dict: {unknown[:5]}")
+        return out

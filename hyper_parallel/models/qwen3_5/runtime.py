@@ -1,9 +1,13 @@
-"""Runtime hooks of Qwen 3.5 referenced by its ``ModelSpec`` (final signatures, not yet implemented).
+"""Runtime hooks of Qwen 3.5 referenced by its ``ModelSpec``: build, parallelize, state-dict adapters.
 
-The config layer only stores these callables. Their bodies arrive with the runtime migration; until
-then each raises ``NotImplementedError``. torch is never imported at module level.
+torch is never imported at module level: each hook imports the private torch modules (``_modules``,
+``_parallel``, ``hyper_parallel.models._torch_runtime``) from inside its body. The state-dict adapters
+only rename tensors and reshape them through their own methods, so they need no import either.
+
+The vision-language model covers images; videos (timestamped frames) are not supported yet.
 """
 
+import re
 from typing import Any
 
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args, Qwen3_5VLArgs
@@ -16,57 +20,246 @@ __all__ = [
     "Qwen3_5VLStateDictAdapter",
     "build_model",
     "build_vl_model",
+    "load_weights",
     "parallelize",
     "parallelize_vl",
 ]
 
 
-def _unavailable(model: str, what: str) -> NotImplementedError:
-    return NotImplementedError(
-        f"{model} runtime construction is not available in this release; the config layer only "
-        f"describes the model (ModelSpec). {what} arrives with the trainer runtime migration."
-    )
+
+def _require_torch(what: str) -> None:
+    """Raise a helpful ``ImportError`` when the optional torch extra is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise ImportError(
+            f"Qwen 3.5 {what} needs PyTorch, which is not installed: "
+            "pip install 'hyper_parallel[torch]' (torch==2.13.0)"
+        )
 
 
 def build_model(args: Qwen3_5Args, *, device: str = "meta") -> Any:
-    """Create the Qwen 3.5 language model for ``args`` on ``device`` (``"meta"`` defers allocation)."""
-    raise _unavailable("Qwen 3.5", "build_model")
+    """Create the Qwen 3.5 language model for ``args`` on ``device``.
+
+    On ``"meta"`` nothing is allocated: move it with ``model.to_empty(device=...)`` and call
+    ``model.init_weights()`` (or load weights). On any other device the weights are initialised.
+    """
+    _require_torch("build_model")
+    from hyper_parallel.models.qwen3_5._modules import build_qwen3_5
+
+    return build_qwen3_5(args, device)
 
 
 def parallelize(model: Any, parallelism: ParallelismConfig, device_mesh: Any) -> Any:
-    """Apply tensor, data, context and pipeline parallelism from ``parallelism`` over ``device_mesh``."""
-    raise _unavailable("Qwen 3.5", "parallelize")
+    """Apply tensor parallelism (mesh dim ``tp``) then FSDP2 (``dp_shard``/``dp_replicate``) in place.
+
+    Tensor parallelism splits the heads of the full-attention blocks and the feed-forward networks; the
+    Gated DeltaNet mixers, embeddings and output stay replicated across ``tp`` (no sequence parallelism).
+    """
+    _require_torch("parallelize")
+    from hyper_parallel.models.qwen3_5._parallel import parallelize_qwen3_5
+
+    return parallelize_qwen3_5(model, parallelism, device_mesh)
+
+
+def load_weights(model: Any, weights_path: str, adapter: "Qwen3_5StateDictAdapter | None" = None) -> Any:
+    """Load the Hugging Face safetensors checkpoint in the local folder ``weights_path`` into ``model``."""
+    _require_torch("load_weights")
+    from hyper_parallel.models._torch_runtime import load_weights as _load
+
+    if adapter is None:
+        vl = isinstance(model.args, Qwen3_5VLArgs)
+        adapter = (Qwen3_5VLStateDictAdapter if vl else Qwen3_5StateDictAdapter)(model.args, weights_path)
+    return _load(model, weights_path, adapter)
 
 
 def build_vl_model(args: Qwen3_5VLArgs, *, device: str = "meta") -> Any:
-    """Create the Qwen 3.5 vision-language model for ``args`` on ``device``."""
-    raise _unavailable("Qwen 3.5 VL", "build_vl_model")
+    """Create the Qwen 3.5 vision-language model (vision tower + language model) for ``args``.
+
+    ``device`` works as for ``build_model``. The module's ``forward(tokens, pixel_values, grid_thw,
+    image_token_id)`` replaces image placeholder tokens by vision features and uses M-RoPE positions.
+    """
+    _require_torch("build_vl_model")
+    from hyper_parallel.models.qwen3_5._vl import build_qwen3_5_vl
+
+    return build_qwen3_5_vl(args, device)
 
 
 def parallelize_vl(model: Any, parallelism: ParallelismConfig, device_mesh: Any) -> Any:
-    """Apply the parallelism plan to the vision-language model (vision tower replicated or sharded)."""
-    raise _unavailable("Qwen 3.5 VL", "parallelize_vl")
+    """Apply the language model's plan (TP, FSDP2) and shard the vision blocks with FSDP2.
+
+    The vision tower is replicated across ``tp`` (it is small next to the language model).
+    """
+    _require_torch("parallelize_vl")
+    from hyper_parallel.models.qwen3_5._parallel import parallelize_qwen3_5_vl
+
+    return parallelize_qwen3_5_vl(model, parallelism, device_mesh)
+
+
+_HF_PREFIXES = ("model.language_model.", "model.")
+_HF_IGNORED = ("mtp.", "model.visual.")  # multi-token-prediction head and vision tower: not in this model
+_LAYER = re.compile(r"^layers\.(\d+)\.(.+)$")
+_TOP_LEVEL = {
+    "embed_tokens.weight": "tok_embeddings.weight",
+    "norm.weight": "norm.weight",
+}
+_IN_LAYER = {
+    "self_attn.q_proj.weight": "attention.wq.weight",
+    "self_attn.k_proj.weight": "attention.wk.weight",
+    "self_attn.v_proj.weight": "attention.wv.weight",
+    "self_attn.o_proj.weight": "attention.wo.weight",
+    "self_attn.q_norm.weight": "attention.q_norm.weight",
+    "self_attn.k_norm.weight": "attention.k_norm.weight",
+    "linear_attn.in_proj_qkv.weight": "linear_attn.in_proj_qkv.weight",
+    "linear_attn.in_proj_z.weight": "linear_attn.in_proj_z.weight",
+    "linear_attn.in_proj_b.weight": "linear_attn.in_proj_b.weight",
+    "linear_attn.in_proj_a.weight": "linear_attn.in_proj_a.weight",
+    "linear_attn.conv1d.weight": "linear_attn.conv_weight",  # (C, 1, K) <-> (C, K)
+    "linear_attn.dt_bias": "linear_attn.dt_bias",
+    "linear_attn.A_log": "linear_attn.A_log",
+    "linear_attn.norm.weight": "linear_attn.norm.weight",
+    "linear_attn.out_proj.weight": "linear_attn.out_proj.weight",
+    "mlp.gate_proj.weight": "feed_forward.w1.weight",
+    "mlp.down_proj.weight": "feed_forward.w2.weight",
+    "mlp.up_proj.weight": "feed_forward.w3.weight",
+    "input_layernorm.weight": "attention_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+}
+_TOP_LEVEL_BACK = {ours: hf for hf, ours in _TOP_LEVEL.items()}
+_IN_LAYER_BACK = {ours: hf for hf, ours in _IN_LAYER.items()}
 
 
 class Qwen3_5StateDictAdapter:
-    """Converts between Hugging Face Qwen 3.5 checkpoints and this model's state dict."""
+    """Converts between Hugging Face Qwen 3.5 checkpoints and this model's state dict.
+
+    ``from_hf`` accepts the text-only layout (``Qwen3_5ForCausalLM``: ``model.layers...``) and the
+    released vision-language layout (``model.language_model.layers...``), skipping the vision tower and
+    the multi-token-prediction head (``mtp.*``); a tied checkpoint without ``lm_head.weight`` is
+    completed from the embeddings. ``to_hf`` writes the text-only layout. Unknown names raise
+    ``KeyError``; dimensions that disagree with the arguments raise ``ValueError``.
+    """
 
     model = "Qwen 3.5"
+    hf_prefix = "model."
 
     def __init__(self, args: ModelArgsLike, weights_path: str | None = None) -> None:
         self.args = args
         self.weights_path = weights_path
 
+    @property
+    def text_args(self) -> Qwen3_5Args:
+        return self.args.text if isinstance(self.args, Qwen3_5VLArgs) else self.args
+
+    def _check_dims(self, state_dict: dict[str, Any]) -> None:
+        args = self.text_args
+        expected = {"tok_embeddings.weight": (args.vocab_size, args.dim)}
+        if args.n_layers:
+            expected["layers.0.feed_forward.w1.weight"] = (args.ffn_hidden_dim, args.dim)
+        wrong = [
+            f"{name}: checkpoint {tuple(state_dict[name].shape)} != arguments {shape}"
+            for name, shape in expected.items()
+            if name in state_dict and tuple(state_dict[name].shape) != shape
+        ]
+        if wrong:
+            raise ValueError("checkpoint does not match the Qwen 3.5 arguments: " + "; ".join(wrong))
+
     def from_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         """Rename and reshape a Hugging Face state dict into this model's layout."""
-        raise _unavailable(self.model, f"{type(self).__name__}.from_hf")
+        out: dict[str, Any] = {}
+        unknown: list[str] = []
+        for name, tensor in state_dict.items():
+            if name.startswith(_HF_IGNORED) or name.endswith("rotary_emb.inv_freq"):
+                continue
+            if name == "lm_head.weight":
+                out["output.weight"] = tensor
+                continue
+            prefix = next((p for p in _HF_PREFIXES if name.startswith(p)), None)
+            rest = name[len(prefix) :] if prefix else name
+            match = _LAYER.match(rest)
+            if prefix is None:
+                unknown.append(name)
+            elif rest in _TOP_LEVEL:
+                out[_TOP_LEVEL[rest]] = tensor
+            elif match is not None and match.group(2) in _IN_LAYER:
+                ours = _IN_LAYER[match.group(2)]
+                if ours.endswith("conv_weight"):
+                    tensor = tensor.reshape(tensor.shape[0], tensor.shape[-1])
+                out[f"layers.{match.group(1)}.{ours}"] = tensor
+            else:
+                unknown.append(name)
+        if unknown:
+            raise KeyError(f"unexpected names in the Hugging Face {self.model} state dict: {unknown[:5]}")
+        if (
+            "output.weight" not in out
+            and self.text_args.tie_word_embeddings
+            and "tok_embeddings.weight" in out
+        ):
+            out["output.weight"] = out["tok_embeddings.weight"]
+        self._check_dims(out)
+        return out
 
     def to_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         """Rename and reshape this model's state dict into the Hugging Face layout."""
-        raise _unavailable(self.model, f"{type(self).__name__}.to_hf")
+        out: dict[str, Any] = {}
+        unknown: list[str] = []
+        for name, tensor in state_dict.items():
+            match = _LAYER.match(name)
+            if name == "output.weight":
+                out["lm_head.weight"] = tensor
+            elif name in _TOP_LEVEL_BACK:
+                out[self.hf_prefix + _TOP_LEVEL_BACK[name]] = tensor
+            elif match is not None and match.group(2) in _IN_LAYER_BACK:
+                if name.endswith("conv_weight"):
+                    tensor = tensor.reshape(tensor.shape[0], 1, tensor.shape[-1])
+                out[f"{self.hf_prefix}layers.{match.group(1)}.{_IN_LAYER_BACK[match.group(2)]}"] = tensor
+            else:
+                unknown.append(name)
+        if unknown:
+            raise KeyError(f"unexpected names in the {self.model} state dict: {unknown[:5]}")
+        return out
+
+
+_VISUAL_RENAMES = (("patch_embed.proj.", "patch_embed."),)
 
 
 class Qwen3_5VLStateDictAdapter(Qwen3_5StateDictAdapter):
-    """Converts between Hugging Face Qwen 3.5 vision-language checkpoints and this model's state dict."""
+    """Converts between Hugging Face Qwen 3.5 vision-language checkpoints and this model's state dict.
+
+    Hugging Face ``model.visual.*`` maps to ``visual.*`` (the patch embedding's ``proj`` level dropped);
+    the language model (``model.language_model.*``, ``lm_head``) maps to ``language_model.*`` as in the
+    text adapter. The multi-token-prediction head (``mtp.*``) is skipped.
+    """
 
     model = "Qwen 3.5 VL"
+    hf_prefix = "model.language_model."
+
+    def from_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """Rename a Hugging Face ``Qwen3_5ForConditionalGeneration`` state dict into this model's layout."""
+        text = {k: v for k, v in state_dict.items() if not k.startswith("model.visual.")}
+        out = {f"language_model.{k}": v for k, v in super().from_hf(text).items()}
+        for name, tensor in state_dict.items():
+            if name.startswith("model.visual."):
+                rest = name[len("model.visual.") :]
+                for hf, ours in _VISUAL_RENAMES:
+                    rest = rest.replace(hf, ours, 1) if rest.startswith(hf) else rest
+                out[f"visual.{rest}"] = tensor
+        return out
+
+    def to_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """Rename this model's state dict into the Hugging Face vision-language layout."""
+        text = {k[len("language_model.") :]: v for k, v in state_dict.items() if k.startswith("language_model.")}
+        out = super().to_hf(text)
+        unknown: list[str] = []
+        for name, tensor in state_dict.items():
+            if name.startswith("language_model."):
+                continue
+            if not name.startswith("visual."):
+                unknown.append(name)
+                continue
+            rest = name[len("visual.") :]
+            for hf, ours in _VISUAL_RENAMES:
+                rest = rest.replace(ours, hf, 1) if rest.startswith(ours) else rest
+            out[f"model.visual.{rest}"] = tensor
+        if unknown:
+            raise KeyError(f"unexpected names in the {self.model} state dict: {unknown[:5]}")
+        return out
