@@ -5,7 +5,6 @@ Every stage (YAML loading, resolving, overrides, dumping) reports problems the s
 one error per run.
 """
 
-import difflib
 from collections.abc import Iterable, Sequence
 
 import attrs
@@ -46,6 +45,8 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """A ``"; did you mean 'x'?"`` suffix naming the closest candidate, or ``""`` when none is close."""
     if len(name) > 200:
         return ""
+    import difflib  # only a user's mistake pays for it
+
     close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 

@@ -9,12 +9,11 @@ import contextlib
 import functools
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from hyper_parallel.config.errors import ConfigError, Issue, echo
-from hyper_parallel.config.overrides import Override, parse_path, patch_tree
 from hyper_parallel.config.resolver import converter
 from hyper_parallel.config.root import Locate, current_options, resolve_options, to_config_error
 from hyper_parallel.config.structure import Path, Problem
@@ -22,6 +21,9 @@ from hyper_parallel.config.unstructure import unstructure_root
 from hyper_parallel.config.yaml_dump import dump_yaml
 from hyper_parallel.config.yaml_load import SourceMap, load_yaml_file
 from hyper_parallel.trainer.config import TrainerConfig
+
+if TYPE_CHECKING:  # the overrides machinery is imported only when there are overrides
+    from hyper_parallel.config.overrides import Override
 
 __all__ = ["apply_overrides", "dump_config", "load_config", "write_config"]
 
@@ -87,7 +89,11 @@ def apply_overrides(
         return _apply(cfg, parsed, None, _locator(parsed, None))
 
 
-def _parse_overrides(overrides: Mapping[str, object]) -> list[Override]:
+def _parse_overrides(overrides: Mapping[str, object]) -> "list[Override]":
+    if not overrides:
+        return []
+    from hyper_parallel.config.overrides import Override, parse_path
+
     parsed: list[Override] = []
     problems: list[Problem] = []
     for key, value in overrides.items():
@@ -107,7 +113,7 @@ def _parse_overrides(overrides: Mapping[str, object]) -> list[Override]:
     return parsed
 
 
-def _locator(parsed: list[Override], sources: SourceMap | None) -> Locate:
+def _locator(parsed: "list[Override]", sources: SourceMap | None) -> Locate:
     """Locate a problem at the override that set its value, else in the file."""
     file_locate = _file_locator(sources) if sources is not None else None
 
@@ -135,7 +141,7 @@ def _root_fields() -> dict[str, Any]:
 
 
 def _apply(
-    cfg: TrainerConfig, parsed: list[Override], sources: SourceMap | None, locate: Locate
+    cfg: TrainerConfig, parsed: "list[Override]", sources: SourceMap | None, locate: Locate
 ) -> TrainerConfig:
     problems: list[Problem] = []
 
@@ -146,6 +152,8 @@ def _apply(
 
     tree = unstructure_root(cfg)
     root_fields = _root_fields()
+    from hyper_parallel.config.overrides import patch_tree
+
     patch_tree(
         tree, parsed, root_fields, current_options().allowed, converter.structurer, set_by_user, problems
     )

@@ -5,7 +5,6 @@ override key names the closest valid one, a value of the wrong type is refused i
 the architecture validators and ``cross_check`` run on the result. Every problem becomes a ``ValueError``.
 """
 
-import difflib
 import types
 import typing
 from collections.abc import Mapping
@@ -26,6 +25,8 @@ A = TypeVar("A", bound=ModelArgs)
 def suggest(name: str, candidates: typing.Iterable[str]) -> str:
     """A ``"; did you mean 'x'?"`` suffix for the closest candidate (case-insensitive), or ``""``."""
     by_lower = {c.lower(): c for c in sorted(candidates)}
+    import difflib  # only a mistake pays for it
+
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
     return f"; did you mean {by_lower[close[0]]!r}?" if close else ""
 
