@@ -5,32 +5,36 @@ types and their ``help`` metadata), so the help can never list a field the resol
 """
 
 import inspect
+import json
 import re
 import typing
 from collections.abc import Iterator
 from typing import Any
 
 import attrs
-import yaml
 
 from hyper_parallel.config.root import recipe_of
 from hyper_parallel.config.structure import TARGET_KEY, describe_type
 from hyper_parallel.config.targets import qualified_name
 from hyper_parallel.config.unstructure import unstructure_value
+from hyper_parallel.config.yaml_load import _STR, _core_tag
 
 __all__ = ["FieldInfo", "config_help", "factory_param_help", "iter_fields", "summary"]
 
 _ARG_LINE = re.compile(r"^\s{2,}(\w+)\s*(?:\([^)]*\))?:\s*(.+)$")
 
 
-@attrs.frozen
-class FieldInfo:
+class FieldInfo(typing.NamedTuple):
     """One overridable field: its dotted path, annotation, current value and help text."""
 
-    path: str = attrs.field(metadata={"help": "Dotted path, as an override names it."})
-    type: Any = attrs.field(metadata={"help": "The annotation the value is checked against."})
-    value: Any = attrs.field(metadata={"help": "The current (structured) value."})
-    help: str = attrs.field(metadata={"help": "One line of help."})
+    #: Dotted path, as an override names it.
+    path: str
+    #: The annotation the value is checked against.
+    type: Any
+    #: The current (structured) value.
+    value: Any
+    #: One line of help.
+    help: str
 
 
 def factory_param_help(fn: Any) -> dict[str, str]:
@@ -92,12 +96,27 @@ def iter_fields(root: Any) -> Iterator[FieldInfo]:
 
 def _inline(value: Any) -> str:
     """A value on one line, in YAML flow style, cut at 200 characters."""
-    raw = unstructure_value(value, (), [])
-    text = yaml.safe_dump(
-        raw, default_flow_style=True, width=10**6, allow_unicode=True, sort_keys=False
-    ).strip()
-    text = text.removesuffix("\n...").removesuffix("...").strip()
+    text = _flow(unstructure_value(value, (), []))
     return text if len(text) < 200 else text[:197] + "..."
+
+
+_FLOW_SPECIAL = frozenset(",[]{}:#&*!|>'\"%@`")
+
+
+def _flow(raw: Any) -> str:
+    """YAML flow text of an unstructured value; strings are quoted only where a reader would misread them."""
+    if raw is None:
+        return "null"
+    if raw is True or raw is False:
+        return "true" if raw else "false"
+    if isinstance(raw, (int, float)):
+        return repr(raw)
+    if isinstance(raw, str):
+        plain = raw == raw.strip() and raw and not _FLOW_SPECIAL.intersection(raw) and _core_tag(raw) == _STR
+        return raw if plain else json.dumps(raw, ensure_ascii=False)
+    if isinstance(raw, list):
+        return "[" + ", ".join(_flow(v) for v in raw) + "]"
+    return "{" + ", ".join(f"{_flow(k)}: {_flow(v)}" for k, v in raw.items()) + "}"
 
 
 def config_help(root: Any) -> str:

@@ -9,6 +9,7 @@ collected; nothing is called while the document still has an unknown root field.
 import contextlib
 import contextvars
 import threading
+import typing
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -33,12 +34,13 @@ __all__ = ["Recipe", "ResolveOptions", "recipe_of", "resolve_options", "structur
 Locate = Callable[[Problem], str | None]
 
 
-@attrs.frozen
-class ResolveOptions:
+class ResolveOptions(typing.NamedTuple):
     """Per-call settings of a resolve, passed down through a context variable (safe across threads)."""
 
-    allowed: tuple[str, ...] = attrs.field(metadata={"help": "Allowed module prefixes for targets."})
-    locate: Locate | None = attrs.field(default=None, metadata={"help": "Maps a problem to its source."})
+    #: Allowed module prefixes for targets.
+    allowed: tuple[str, ...]
+    #: Maps a problem to its source location.
+    locate: Locate | None = None
 
 
 _OPTIONS: contextvars.ContextVar[ResolveOptions | None] = contextvars.ContextVar(
@@ -83,13 +85,15 @@ def to_config_error(problems: Iterable[Problem], locate: Locate | None) -> Confi
     return ConfigError(seen.values())
 
 
-@attrs.frozen
-class Recipe:
+class Recipe(typing.NamedTuple):
     """How a factory-built root value was made: the factory, its dotted name and its checked arguments."""
 
-    target: str = attrs.field(metadata={"help": "Canonical dotted name of the factory."})
-    args: Mapping[str, Any] = attrs.field(metadata={"help": "Every parameter's value, as structured."})
-    factory: Callable[..., Any] = attrs.field(metadata={"help": "The factory function itself."})
+    #: Canonical dotted name of the factory.
+    target: str
+    #: Every parameter's value, as structured.
+    args: Mapping[str, Any]
+    #: The factory function itself.
+    factory: Callable[..., Any]
 
 
 # Factory results are plain objects that cannot hold their own recipe (frozen, slotted), so recipes are

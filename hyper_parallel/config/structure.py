@@ -52,8 +52,7 @@ Path = tuple[PathPart, ...]
 Anchor = Literal["value", "key", "parent"]
 
 
-@attrs.frozen
-class Problem:
+class Problem(typing.NamedTuple):
     """A problem found while structuring, before it is given a source location.
 
     ``anchor`` says which source position locates it: the value at ``path`` (a wrong value), the key at

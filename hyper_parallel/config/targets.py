@@ -42,16 +42,25 @@ class TargetError(Exception):
     """A ``_target_`` that cannot be used; the message is for the user."""
 
 
-@attrs.frozen
-class Target:
-    """A checked target: a Config class, or a factory with its parameters' annotations."""
+class Target(typing.NamedTuple):
+    """A checked target: a Config class, or a factory with its parameters' annotations.
 
-    name: str = attrs.field(metadata={"help": "Canonical dotted name (module + qualified name)."})
-    obj: typing.Any = attrs.field(metadata={"help": "The Config class or factory function."})
-    is_factory: bool = attrs.field(metadata={"help": "True for a factory function, False for a class."})
-    params: Mapping[str, object] = attrs.field(metadata={"help": "Factory parameter annotations."})
-    required: frozenset[str] = attrs.field(metadata={"help": "Factory parameters without a default."})
-    defaults: Mapping[str, object] = attrs.field(metadata={"help": "Factory parameters' default values."})
+    (Internal records are named tuples, not attrs classes: they are created once per process start, where
+    every class definition costs.)
+    """
+
+    #: Canonical dotted name (module + qualified name).
+    name: str
+    #: The Config class or factory function.
+    obj: typing.Any
+    #: True for a factory function, False for a Config class.
+    is_factory: bool
+    #: Factory parameter annotations.
+    params: Mapping[str, object]
+    #: Factory parameters without a default.
+    required: frozenset[str]
+    #: Factory parameters' default values.
+    defaults: Mapping[str, object]
 
 
 def _normalise(prefix: str) -> str:
