@@ -1,6 +1,7 @@
 """The config classes on their own (no resolver): defaults, validators, cross checks, model factories."""
 
 import importlib
+import importlib.util
 import re
 import subprocess
 import sys
@@ -764,54 +765,35 @@ def test_model_spec_cross_check_prefixes_args() -> None:
 
 # --- runtime hooks --------------------------------------------------------------------------------
 
-HOOK_CALLS: list[tuple[str, Any]] = [
-    (
-        "Llama 3 runtime construction is not available",
-        lambda: llama3_runtime.build_model(llama3.LLAMA3_FLAVORS["8B"]),
-    ),
-    (
-        "Llama 3 runtime construction is not available",
-        lambda: llama3_runtime.parallelize(None, ParallelismConfig(), None),
-    ),
-    (
-        "Llama 3 runtime construction is not available",
-        lambda: llama3_runtime.Llama3StateDictAdapter(llama3.LLAMA3_FLAVORS["8B"]).from_hf({}),
-    ),
-    (
-        "Llama 3 runtime construction is not available",
-        lambda: llama3_runtime.Llama3StateDictAdapter(llama3.LLAMA3_FLAVORS["8B"]).to_hf({}),
-    ),
-    (
-        "Qwen 3.5 runtime construction is not available",
-        lambda: qwen3_5_runtime.build_model(qwen3_5.QWEN3_5_FLAVORS["2B"]),
-    ),
-    (
-        "Qwen 3.5 runtime construction is not available",
-        lambda: qwen3_5_runtime.parallelize(None, ParallelismConfig(), None),
-    ),
-    (
-        "Qwen 3.5 VL runtime construction is not available",
-        lambda: qwen3_5_runtime.build_vl_model(qwen3_5.QWEN3_5_VL_FLAVORS["2B"], device="cpu"),
-    ),
-    (
-        "Qwen 3.5 VL runtime construction is not available",
-        lambda: qwen3_5_runtime.Qwen3_5VLStateDictAdapter(qwen3_5.QWEN3_5_VL_FLAVORS["2B"]).to_hf({}),
-    ),
-]
 
-
-@pytest.mark.parametrize(("fragment", "call"), HOOK_CALLS)
-def test_runtime_hooks_are_explicit_stubs(fragment: str, call: Any) -> None:
-    with pytest.raises(NotImplementedError, match="not available in this release") as info:
-        call()
-    assert fragment in str(info.value)
-
-
-def test_spec_hooks_are_the_runtime_stubs() -> None:
+def test_spec_hooks_are_the_model_runtime() -> None:
     spec = qwen3_5.create_model_spec("debugmodel")
-    with pytest.raises(NotImplementedError, match=r"Qwen 3\.5 runtime construction"):
-        spec.build_model_fn(spec.args, device="meta")
+    assert spec.build_model_fn is qwen3_5_runtime.build_model
+    assert spec.parallelize_fn is qwen3_5_runtime.parallelize
     assert spec.state_dict_adapter is qwen3_5_runtime.Qwen3_5StateDictAdapter
+    llama = llama3.create_model_spec("debugmodel")
+    assert llama.build_model_fn is llama3_runtime.build_model
+    assert llama.state_dict_adapter is llama3_runtime.Llama3StateDictAdapter
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: llama3_runtime.build_model(llama3.LLAMA3_FLAVORS["debugmodel"]),
+        lambda: qwen3_5_runtime.build_model(qwen3_5.QWEN3_5_FLAVORS["debugmodel"]),
+        lambda: qwen3_5_runtime.build_vl_model(qwen3_5.QWEN3_5_VL_FLAVORS["2B"], device="meta"),
+    ],
+)
+def test_runtime_hooks_without_torch_name_the_extra_to_install(call: Any) -> None:
+    with pytest.raises(ImportError, match=r"hyper_parallel\[torch\]"):
+        call()
+
+
+def test_state_dict_adapters_rename_without_torch() -> None:
+    adapter = llama3_runtime.Llama3StateDictAdapter(llama3.LLAMA3_FLAVORS["debugmodel"])
+    assert adapter.to_hf({}) == {}
+    assert adapter.from_hf({}) == {}
 
 
 # --- import cost and shipped YAML -----------------------------------------------------------------

@@ -26,7 +26,6 @@ __all__ = [
 ]
 
 
-
 def _require_torch(what: str) -> None:
     """Raise a helpful ``ImportError`` when the optional torch extra is not installed."""
     import importlib.util
@@ -247,7 +246,9 @@ class Qwen3_5VLStateDictAdapter(Qwen3_5StateDictAdapter):
 
     def to_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         """Rename this model's state dict into the Hugging Face vision-language layout."""
-        text = {k[len("language_model.") :]: v for k, v in state_dict.items() if k.startswith("language_model.")}
+        text = {
+            k[len("language_model.") :]: v for k, v in state_dict.items() if k.startswith("language_model.")
+        }
         out = super().to_hf(text)
         unknown: list[str] = []
         for name, tensor in state_dict.items():

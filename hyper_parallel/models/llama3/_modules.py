@@ -1,0 +1,191 @@
+"""Llama 3 decoder in plain PyTorch (imported lazily by ``runtime``; never at config-resolution time).
+
+Layout and parameter names follow Meta's reference implementation: ``tok_embeddings``, ``layers.<i>``
+with ``attention.{wq,wk,wv,wo}``, ``attention_norm``, ``feed_forward.{w1,w2,w3}``, ``ffn_norm``, then
+``norm`` and ``output``. Rotary embeddings rotate interleaved pairs ``(x[2i], x[2i+1])`` as Meta does; the
+state-dict adapter permutes the query/key rows of Hugging Face checkpoints (half-split layout) into it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hyper_parallel.models.llama3.args import Llama3Args, RopeScaling
+
+__all__ = ["Llama3Model", "build_llama3", "rope_inverse_frequencies"]
+
+
+def rope_inverse_frequencies(
+    head_dim: int, theta: float, scaling: RopeScaling | None, device: torch.device | None = None
+) -> torch.Tensor:
+    """Inverse RoPE frequencies (``head_dim // 2``), with Llama 3.1's frequency-dependent scaling."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim
+    inv_freq = 1.0 / (theta**exponents)
+    if scaling is None:
+        return inv_freq
+    old_context = scaling.original_max_position_embeddings
+    low_freq_wavelen = old_context / scaling.low_freq_factor
+    high_freq_wavelen = old_context / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (old_context / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def _rope_cos_sin(
+    inv_freq: torch.Tensor, seq_len: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    positions = torch.arange(seq_len, dtype=torch.float32, device=device)
+    angles = torch.outer(positions, inv_freq.to(device))
+    return angles.cos(), angles.sin()
+
+
+def apply_interleaved_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs ``(x[..., 2i], x[..., 2i+1])`` of ``x`` (batch, seq, heads, head_dim) in fp32."""
+    pairs = x.float().reshape(*x.shape[:-1], -1, 2)
+    real, imag = pairs[..., 0], pairs[..., 1]
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    rotated = torch.stack((real * c - imag * s, real * s + imag * c), dim=-1)
+    return rotated.flatten(-2).type_as(x)
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square layer norm computed in fp32: ``weight * x / rms(x)``."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normed.type_as(x)
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+
+class Attention(nn.Module):
+    """Grouped-query causal self-attention with rotary embeddings."""
+
+    def __init__(self, args: Llama3Args) -> None:
+        super().__init__()
+        self.n_heads = args.n_heads
+        self.n_kv_heads = args.n_kv_heads or args.n_heads
+        self.head_dim = args.dim // args.n_heads
+        self.wq = nn.Linear(args.dim, self.n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(args.dim, self.n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(args.dim, self.n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(self.n_heads * self.head_dim, args.dim, bias=False)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        # -1 heads: under tensor parallelism each rank holds a slice of the heads.
+        q = self.wq(x).view(batch, seq, -1, self.head_dim)
+        k = self.wk(x).view(batch, seq, -1, self.head_dim)
+        v = self.wv(x).view(batch, seq, -1, self.head_dim)
+        cos, sin = rope
+        q, k = apply_interleaved_rope(q, cos, sin), apply_interleaved_rope(k, cos, sin)
+        repeats = q.shape[2] // k.shape[2]
+        if repeats > 1:
+            k = k.repeat_interleave(repeats, dim=2)
+            v = v.repeat_interleave(repeats, dim=2)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        result: torch.Tensor = self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+        return result
+
+
+class FeedForward(nn.Module):
+    """SwiGLU: ``w2(silu(w1 x) * w3 x)``."""
+
+    def __init__(self, dim: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden_dim, bias=False)
+        self.w2 = nn.Linear(hidden_dim, dim, bias=False)
+        self.w3 = nn.Linear(dim, hidden_dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        result: torch.Tensor = self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return result
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block: attention then SwiGLU, each with a residual connection."""
+
+    def __init__(self, args: Llama3Args) -> None:
+        super().__init__()
+        self.attention_norm = RMSNorm(args.dim, args.norm_eps)
+        self.attention = Attention(args)
+        self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
+        self.feed_forward = FeedForward(args.dim, args.ffn_hidden_dim)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        h: torch.Tensor = x + self.attention(self.attention_norm(x), rope)
+        out: torch.Tensor = h + self.feed_forward(self.ffn_norm(h))
+        return out
+
+
+class Llama3Model(nn.Module):
+    """The Llama 3 decoder: token ids (batch, seq) to logits (batch, seq, vocab)."""
+
+    def __init__(self, args: Llama3Args) -> None:
+        super().__init__()
+        self.args = args
+        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
+        self.layers = nn.ModuleList(TransformerBlock(args) for _ in range(args.n_layers))
+        self.norm = RMSNorm(args.dim, args.norm_eps)
+        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
+
+    def rope(self, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin (seq_len, head_dim // 2) of the rotary embedding, computed in fp32."""
+        if seq_len > self.args.max_seq_len:
+            raise ValueError(f"sequence length {seq_len} exceeds max_seq_len {self.args.max_seq_len}")
+        head_dim = self.args.dim // self.args.n_heads
+        inv_freq = rope_inverse_frequencies(head_dim, self.args.rope_theta, self.args.rope_scaling, device)
+        return _rope_cos_sin(inv_freq, seq_len, device)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h: torch.Tensor = self.tok_embeddings(tokens)
+        rope = self.rope(tokens.shape[1], tokens.device)
+        for layer in self.layers:
+            h = layer(h, rope)
+        logits: torch.Tensor = self.output(self.norm(h))
+        return logits
+
+    @torch.no_grad()
+    def init_weights(self, std: float = 0.02) -> None:
+        """Random initialisation (normal embeddings, truncated-normal linears, unit norms)."""
+        nn.init.normal_(self.tok_embeddings.weight)
+        depth_std = std / math.sqrt(2 * self.args.n_layers)
+        for layer in self.layers:
+            assert isinstance(layer, TransformerBlock)
+            for linear in (layer.attention.wq, layer.attention.wk, layer.attention.wv):
+                nn.init.trunc_normal_(linear.weight, std=std)
+            nn.init.trunc_normal_(layer.attention.wo.weight, std=depth_std)
+            nn.init.trunc_normal_(layer.feed_forward.w1.weight, std=std)
+            for linear in (layer.feed_forward.w2, layer.feed_forward.w3):
+                nn.init.trunc_normal_(linear.weight, std=depth_std)
+            layer.attention_norm.reset_parameters()
+            layer.ffn_norm.reset_parameters()
+        self.norm.reset_parameters()
+        final_std = self.args.dim**-0.5
+        nn.init.trunc_normal_(self.output.weight, std=final_std, a=-3 * final_std, b=3 * final_std)
+
+
+def build_llama3(args: Llama3Args, device: str) -> Llama3Model:
+    """The module on ``device``; initialised unless ``device`` is ``"meta"``."""
+    with torch.device(device):
+        model = Llama3Model(args)
+    if torch.device(device).type != "meta":
+        model.init_weights()
+    return model

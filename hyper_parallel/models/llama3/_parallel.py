@@ -1,0 +1,72 @@
+"""Tensor parallelism and FSDP2 for the Llama 3 module (imported lazily by ``runtime.parallelize``)."""
+
+from __future__ import annotations
+
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    ParallelStyle,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+
+from hyper_parallel.models._torch_runtime import apply_fsdp, mesh_degrees
+from hyper_parallel.models.llama3._modules import Llama3Model
+from hyper_parallel.trainer.config import ParallelismConfig
+
+__all__ = ["apply_tp", "parallelize_llama3"]
+
+
+def apply_tp(model: Llama3Model, tp_mesh: DeviceMesh, sequence_parallel: bool) -> None:
+    """Megatron-style TP: column-parallel q/k/v and w1/w3, row-parallel wo and w2 (heads split).
+
+    With ``sequence_parallel`` the residual stream between blocks and the norms are sharded along the
+    sequence; the output projection gathers full logits on every rank.
+    """
+    if model.args.n_heads % tp_mesh.size() or (model.args.n_kv_heads or model.args.n_heads) % tp_mesh.size():
+        raise ValueError(f"tp={tp_mesh.size()} must divide n_heads and n_kv_heads")
+    residual = Shard(1) if sequence_parallel else Replicate()
+    root_plan: dict[str, ParallelStyle] = {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=residual),
+        "output": ColwiseParallel(input_layouts=residual, output_layouts=Replicate(), use_local_output=True),
+    }
+    if sequence_parallel:
+        root_plan["norm"] = SequenceParallel()
+    parallelize_module(model, tp_mesh, root_plan)
+    for block in model.layers:
+        plan: dict[str, ParallelStyle] = {
+            "attention": PrepareModuleInput(
+                input_layouts=(residual, None), desired_input_layouts=(Replicate(), None)
+            ),
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=residual),
+            "feed_forward": PrepareModuleInput(
+                input_layouts=(residual,), desired_input_layouts=(Replicate(),)
+            ),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=residual),
+            "feed_forward.w3": ColwiseParallel(),
+        }
+        if sequence_parallel:
+            plan["attention_norm"] = SequenceParallel()
+            plan["ffn_norm"] = SequenceParallel()
+        parallelize_module(block, tp_mesh, plan)
+
+
+def parallelize_llama3(
+    model: nn.Module, parallelism: ParallelismConfig, device_mesh: DeviceMesh
+) -> nn.Module:
+    """Apply TP (``tp`` mesh dimension) then FSDP2 (``dp_shard``, ``dp_replicate``) in place."""
+    if not isinstance(model, Llama3Model):
+        raise TypeError(f"expected a Llama3Model, got {type(model).__name__}")
+    degrees = mesh_degrees(parallelism, device_mesh)
+    if degrees["tp"] > 1:
+        apply_tp(model, device_mesh["tp"], parallelism.sequence_parallel)
+    apply_fsdp(model, model.layers, parallelism, device_mesh, degrees)
+    return model

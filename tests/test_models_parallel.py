@@ -1,0 +1,158 @@
+"""``parallelize`` on CPU with two gloo processes: sharded loss and gradients match the unsharded model."""
+
+import contextlib
+import copy
+import socket
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is required", allow_module_level=True)
+
+import attrs  # noqa: E402
+
+from hyper_parallel.models import llama3, qwen3_5  # noqa: E402
+from hyper_parallel.trainer.config import ParallelismConfig  # noqa: E402
+
+WORLD = 2
+SPECS = {
+    "llama3": lambda: llama3.create_model_spec(
+        "debugmodel", overrides={"dim": 64, "n_layers": 2, "vocab_size": 128, "multiple_of": 32}
+    ),
+    "qwen3_5": lambda: qwen3_5.create_model_spec(
+        "debugmodel",
+        overrides={
+            "dim": 64,
+            "n_layers": 2,
+            "full_attention_interval": 2,
+            "ffn_hidden_dim": 96,
+            "vocab_size": 128,
+            "head_dim": 16,
+            "linear_key_head_dim": 16,
+            "linear_value_head_dim": 8,
+        },
+    ),
+    "qwen3_5_vl": lambda: qwen3_5.create_vl_model_spec(
+        "debugmodel",
+        overrides={
+            "text.dim": 64,
+            "text.n_layers": 2,
+            "text.full_attention_interval": 2,
+            "text.ffn_hidden_dim": 96,
+            "text.vocab_size": 128,
+            "text.head_dim": 16,
+            "text.linear_key_head_dim": 16,
+            "text.linear_value_head_dim": 8,
+            "vision.depth": 1,
+            "vision.hidden_size": 32,
+            "vision.n_heads": 2,
+            "vision.intermediate_size": 64,
+            "vision.patch_size": 4,
+        },
+    ),
+}
+IMAGE_TOKEN = 5
+LAYOUTS = {
+    "dp_shard2": ParallelismConfig(dp_shard=2),
+    "tp2": ParallelismConfig(dp_shard=1, tp=2),
+    "tp2_no_sp": ParallelismConfig(dp_shard=1, tp=2, sequence_parallel=False),
+}
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _full(tensor: Any) -> Any:
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def _image_batch(vocab: int, patch: int) -> tuple[Any, Any, Any]:
+    """Two samples of 12 tokens, each with one image of 2x2 merged tokens (4x4 patches)."""
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(10, vocab, (2, 12), generator=generator)
+    ids[:, 3:7] = IMAGE_TOKEN
+    grid = torch.tensor([[1, 4, 4], [1, 4, 4]])
+    return ids, torch.randn(32, patch, generator=generator), grid
+
+
+def _loss(model: Any, ids: Any, images: tuple[Any, Any] | None = None) -> Any:
+    logits = model(ids) if images is None else model(ids, *images, image_token_id=IMAGE_TOKEN)
+    return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
+
+
+def _worker(rank: int, port: int, model_name: str, layout: str) -> None:
+    import torch.distributed as dist
+
+    from hyper_parallel.models._torch_runtime import build_device_mesh
+
+    torch.set_num_threads(1)  # two processes on a small machine: avoid oversubscription
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        torch.manual_seed(0)
+        spec = SPECS[model_name]()
+        parallelism = LAYOUTS[layout]
+        reference = spec.build_model_fn(spec.args, device="cpu")
+        sharded = copy.deepcopy(reference)
+        if model_name.startswith("qwen3_5"):
+            sharded.tie_weights()
+        mesh = build_device_mesh(parallelism, WORLD, device_type="cpu")
+        spec.parallelize_fn(sharded, parallelism, mesh)
+
+        images = None
+        if model_name == "qwen3_5_vl":
+            vision = spec.args.vision
+            patch = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+            ids, pixels, grid = _image_batch(spec.args.text.vocab_size, patch)
+            images = (pixels, grid)
+            local = ids  # every rank sees the whole batch: FSDP's averaged gradient is then the same
+        else:
+            ids = torch.randint(0, spec.args.vocab_size, (4, 16), generator=torch.Generator().manual_seed(1))
+            # Data parallel: each rank takes its half of the batch; tensor parallel: all of it.
+            local = ids.chunk(WORLD)[rank] if parallelism.dp_shard > 1 else ids
+        ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5)
+        opt = torch.optim.SGD(sharded.parameters(), lr=0.5)
+        for step in range(2):
+            ref_loss = _loss(reference, ids, images)
+            loss = _loss(sharded, local, images)
+            global_loss = loss.detach().clone()
+            dist.all_reduce(global_loss)
+            global_loss /= WORLD
+            torch.testing.assert_close(global_loss, ref_loss.detach(), rtol=1e-5, atol=1e-5)
+            ref_loss.backward()
+            loss.backward()
+            ref_grads = dict(reference.named_parameters())
+            for name, param in sharded.named_parameters():
+                assert param.grad is not None, name
+                torch.testing.assert_close(
+                    _full(param.grad), ref_grads[name].grad, rtol=1e-4, atol=1e-5, msg=f"step {step} {name}"
+                )
+            ref_opt.step()
+            opt.step()
+            ref_opt.zero_grad()
+            opt.zero_grad()
+        dist.barrier()  # neither rank tears down gloo while the other still talks to it
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("model_name", list(SPECS))
+def test_parallelize_matches_unsharded(model_name: str, layout: str) -> None:
+    if model_name.startswith("qwen3_5") and layout == "tp2_no_sp":
+        pytest.skip("Qwen 3.5 tensor parallelism has no sequence-parallel variant (same as tp2)")
+    torch.multiprocessing.spawn(_worker, args=(_free_port(), model_name, layout), nprocs=WORLD, join=True)
+
+
+def test_mesh_must_match_parallelism() -> None:
+    from hyper_parallel.models._torch_runtime import mesh_degrees
+
+    with pytest.raises(ValueError, match="does not match"):
+        mesh_degrees(ParallelismConfig(dp_shard=1, tp=2), None)
+    assert mesh_degrees(attrs.evolve(ParallelismConfig(), dp_shard=1), None)["tp"] == 1
