@@ -17,7 +17,7 @@ from hyper_parallel.config.root import recipe_of
 from hyper_parallel.config.structure import TARGET_KEY, describe_type
 from hyper_parallel.config.targets import qualified_name
 from hyper_parallel.config.unstructure import unstructure_value
-from hyper_parallel.config.yaml_load import _STR, _core_tag
+from hyper_parallel.config.yaml_load import is_plain_string
 
 __all__ = ["FieldInfo", "config_help", "factory_param_help", "iter_fields", "summary"]
 
@@ -112,7 +112,7 @@ def _flow(raw: Any) -> str:
     if isinstance(raw, (int, float)):
         return repr(raw)
     if isinstance(raw, str):
-        plain = raw == raw.strip() and raw and not _FLOW_SPECIAL.intersection(raw) and _core_tag(raw) == _STR
+        plain = raw == raw.strip() and raw and not _FLOW_SPECIAL.intersection(raw) and is_plain_string(raw)
         return raw if plain else json.dumps(raw, ensure_ascii=False)
     if isinstance(raw, list):
         return "[" + ", ".join(_flow(v) for v in raw) + "]"

@@ -49,6 +49,7 @@ __all__ = [
     "MAX_NODES",
     "Mark",
     "SourceMap",
+    "is_plain_string",
     "load_yaml_file",
     "parse_scalar",
     "parse_yaml",
@@ -345,6 +346,11 @@ def _resolve_plain(text: str) -> object:
         return number
     real = _to_float(text)
     return text if real is None else real
+
+
+def is_plain_string(text: str) -> bool:
+    """Whether ``text`` written unquoted reads back as that same string under the YAML 1.2 core schema."""
+    return _core_tag(text) == _STR
 
 
 def _core_tag(text: str) -> str:
