@@ -358,20 +358,17 @@ class Structurer:
                 message = f"missing required field {f.name!r}"
                 lines.append("    else:")
                 lines.append(f"        problems.append(Problem((*path, {f.name!r}), {message!r}, 'parent'))")
-        body = "\n".join(lines) or "    pass"
-        source = f"def read_fields(value, path, problems, kwargs):\n    seen = 0\n{body}\n    return seen\n"
-        read_fields = generate(f"structure {cls.__module__}.{title}", source, scope)
 
-        def structure_attrs(value: Any, path: Path, problems: list[Problem]) -> Any:
-            if type(value) is not dict and not isinstance(value, Mapping):
-                problems.append(Problem(path, f"expected a mapping for {title}, got {describe_value(value)}"))
-                return INVALID
-            before = len(problems)
-            kwargs: dict[str, Any] = {}
-            if read_fields(value, path, problems, kwargs) != len(value):
-                for key in value:
-                    if key not in names and not (group and key == TARGET_KEY):
-                        problems.append(_unknown_key(path, key, names, title))
+        def not_a_mapping(value: Any, path: Path, problems: list[Problem]) -> Any:
+            problems.append(Problem(path, f"expected a mapping for {title}, got {describe_value(value)}"))
+            return INVALID
+
+        def unsound(
+            value: Any, path: Path, problems: list[Problem], kwargs: dict[str, Any], before: int
+        ) -> Any:
+            for key in value:
+                if key not in names and not (group and key == TARGET_KEY):
+                    problems.append(_unknown_key(path, key, names, title))
             if len(problems) > before:
                 # Still check the fields that were sound, so that one bad field hides nothing else.
                 sound = {k: v for k, v in kwargs.items() if v is not INVALID}
@@ -379,7 +376,38 @@ class Structurer:
                 return INVALID
             return build_attrs(cls, kwargs, path, problems)
 
-        return structure_attrs
+        scope.update(cls=cls, Mapping=Mapping, not_a_mapping=not_a_mapping, unsound=unsound)
+        scope.update(build_attrs=build_attrs, run_cross_check=run_cross_check, INVALID=INVALID)
+        checked = getattr(cls, "cross_check", None) is not None
+        source = "\n".join(
+            [
+                "def structure(value, path, problems):",
+                "    if type(value) is not dict and not isinstance(value, Mapping):",
+                "        return not_a_mapping(value, path, problems)",
+                "    before = len(problems)",
+                "    kwargs = {}",
+                "    seen = 0",
+                *lines,
+                # The happy path ends here; anything unusual (unknown keys, problems) takes the slow path.
+                "    if seen != len(value) or len(problems) != before:",
+                "        return unsound(value, path, problems, kwargs, before)",
+                "    try:",
+                "        obj = cls(**kwargs)",
+                "    except (ValueError, TypeError):",
+                "        return build_attrs(cls, kwargs, path, problems)",
+                *(
+                    [
+                        "    run_cross_check(obj, path, problems)",
+                        "    if len(problems) != before:",
+                        "        return INVALID",
+                    ]
+                    if checked
+                    else []
+                ),
+                "    return obj",
+            ]
+        )
+        return generate(f"structure {cls.__module__}.{title}", source + "\n", scope)  # type: ignore[no-any-return]
 
 
 _ABSENT: Any = object()
