@@ -5,9 +5,12 @@ created at run time; resolving the config never reads or lists the checkpoint fo
 """
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
+
+if TYPE_CHECKING:
+    from hyper_parallel.components._checkpoint_runtime import CheckpointManager
 
 from hyper_parallel._checks import minus_one_or_at_least
 
@@ -84,6 +87,14 @@ class Checkpoint:
                     "last_save_model_only to true or export_dtype to 'float32'",
                 )
 
+        def build(
+            self, model: Any, optimizer: Any = None, lr_scheduler: Any = None, dataloader: Any = None
+        ) -> Any:
+            """The checkpoint manager of this training state (implemented by subclasses)."""
+            raise NotImplementedError(
+                f"{type(self).__qualname__} cannot build a checkpointer; use a subclass"
+            )
+
 
 class DCPCheckpoint(Checkpoint):
     """Sharded checkpoints in the torch.distributed.checkpoint (DCP) format."""
@@ -113,3 +124,18 @@ class DCPCheckpoint(Checkpoint):
                     "must be 0 or >= 2 with an async save: the newest checkpoint may still be in flight "
                     "when the previous one is deleted",
                 )
+
+        def build(
+            self, model: Any, optimizer: Any = None, lr_scheduler: Any = None, dataloader: Any = None
+        ) -> "CheckpointManager":
+            """A manager saving and restoring these objects with torch.distributed.checkpoint.
+
+            ``maybe_save(step)`` saves every ``interval`` steps, ``load()`` resumes from the newest
+            complete checkpoint; the layout and publish protocol are documented in
+            ``hyper_parallel.components._checkpoint_runtime``.
+            """
+            from hyper_parallel.components._checkpoint_runtime import CheckpointManager
+
+            return CheckpointManager(
+                self, model=model, optimizer=optimizer, lr_scheduler=lr_scheduler, dataloader=dataloader
+            )

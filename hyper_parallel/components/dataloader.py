@@ -6,9 +6,12 @@ data-component migration; these modules only hold validated settings and never r
 """
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
+
+if TYPE_CHECKING:
+    from hyper_parallel.components._dataloader_runtime import ResumableLoader
 
 __all__ = ["DataLoader", "DatasetConfig", "TextDataLoader"]
 
@@ -98,6 +101,24 @@ class DataLoader:
                 if self.persistent_workers:
                     yield "persistent_workers", "needs num_workers > 0 (num_workers is 0); set it to false"
 
+        def build(
+            self,
+            tokenizer: Any,
+            dp_rank: int,
+            dp_world_size: int,
+            *,
+            seq_len: int,
+            micro_batch_size: int,
+            seed: int,
+            ignore_index: int = -100,
+        ) -> Any:
+            """The iterable of batches for one data-parallel rank (implemented by subclasses).
+
+            ``seq_len``, ``micro_batch_size`` and ``seed`` come from the ``training`` section (``seed`` is
+            used when the dataset sets none); ``ignore_index`` marks labels the loss skips.
+            """
+            raise NotImplementedError(f"{type(self).__qualname__} cannot build a data loader; use a subclass")
+
 
 class TextDataLoader(DataLoader):
     """Loads tokenized text for causal language modelling from a nested ``dataset`` section."""
@@ -118,3 +139,40 @@ class TextDataLoader(DataLoader):
             default=True,
             metadata={"help": "Drop the last incomplete batch of an epoch instead of training on it."},
         )
+
+        def build(
+            self,
+            tokenizer: Any,
+            dp_rank: int,
+            dp_world_size: int,
+            *,
+            seq_len: int,
+            micro_batch_size: int,
+            seed: int,
+            ignore_index: int = -100,
+        ) -> "ResumableLoader":
+            """Batches ``{input_ids, labels}`` of ``[micro_batch_size, seq_len]`` for rank ``dp_rank``.
+
+            Iterates forever (epoch after epoch, reshuffled); ``state_dict`` / ``load_state_dict`` save
+            and restore the position. Reading, packing and sharding rules are documented in
+            ``hyper_parallel.components._dataloader_runtime``.
+            """
+            from hyper_parallel.components._dataloader_runtime import build_loader
+
+            return build_loader(
+                self.dataset,
+                tokenizer,
+                dp_rank=dp_rank,
+                dp_world_size=dp_world_size,
+                seq_len=seq_len,
+                micro_batch_size=micro_batch_size,
+                seed=seed,
+                shuffle=self.shuffle,
+                drop_last=self.drop_last,
+                infinite=True,
+                ignore_index=ignore_index,
+                num_workers=self.num_workers,
+                pin_memory=self.pin_memory,
+                prefetch_factor=self.prefetch_factor,
+                persistent_workers=self.persistent_workers,
+            )

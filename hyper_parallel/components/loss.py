@@ -4,9 +4,12 @@ The ``Config`` describes the training objective; the loss callable itself is cre
 """
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
+
+if TYPE_CHECKING:
+    from hyper_parallel.components._loss_runtime import CausalLMLossFn
 
 __all__ = ["CausalLMLoss", "Loss"]
 
@@ -26,6 +29,10 @@ class Loss:
         def cross_check(self) -> Iterator[tuple[str, str]]:
             """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
             yield from ()
+
+        def build(self) -> Any:
+            """The loss callable ``loss(logits, labels)`` (implemented by subclasses)."""
+            raise NotImplementedError(f"{type(self).__qualname__} cannot build a loss; use a subclass")
 
 
 class CausalLMLoss(Loss):
@@ -51,3 +58,9 @@ class CausalLMLoss(Loss):
             validator=attrs.validators.ge(0.0),
             metadata={"help": "Weight of the z-loss (squared log-sum-exp of the logits); 0 disables it."},
         )
+
+        def build(self) -> "CausalLMLossFn":
+            """``loss(logits, labels)``: shifted next-token cross entropy reduced over counted tokens."""
+            from hyper_parallel.components._loss_runtime import build_causal_lm_loss
+
+            return build_causal_lm_loss(self)

@@ -5,9 +5,12 @@ longer than the whole run) live in ``TrainerConfig.cross_check``, which sees bot
 """
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["LRScheduler", "WarmupDecay"]
 
@@ -28,6 +31,12 @@ class LRScheduler:
         def cross_check(self) -> Iterator[tuple[str, str]]:
             """Yield ``(field path, message)`` for inconsistent settings; warmup alone has none."""
             yield from ()
+
+        def build(
+            self, optimizer: "torch.optim.Optimizer", training_steps: int
+        ) -> "torch.optim.lr_scheduler.LRScheduler":
+            """A torch scheduler of ``optimizer`` over ``training_steps`` steps (subclasses implement it)."""
+            raise NotImplementedError(f"{type(self).__qualname__} cannot build a scheduler; use a subclass")
 
 
 class WarmupDecay(LRScheduler):
@@ -62,3 +71,15 @@ class WarmupDecay(LRScheduler):
             if self.decay_ratio is None:
                 return max(max_steps - self.warmup_steps, 0)
             return round(max_steps * self.decay_ratio)
+
+        def build(
+            self, optimizer: "torch.optim.Optimizer", training_steps: int
+        ) -> "torch.optim.lr_scheduler.LambdaLR":
+            """A ``LambdaLR``: linear warmup, plateau, then the decay down to ``min_lr_factor`` x peak.
+
+            Call ``step()`` once after each optimizer step; the closed form is documented in
+            ``hyper_parallel.components._lr_scheduler_runtime``.
+            """
+            from hyper_parallel.components._lr_scheduler_runtime import build_warmup_decay
+
+            return build_warmup_decay(self, optimizer, training_steps)

@@ -5,9 +5,12 @@ backends are created at run time; TensorBoard and friends are never imported her
 """
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
+
+if TYPE_CHECKING:
+    from hyper_parallel.components._metrics_runtime import MetricsProcessor
 
 __all__ = ["Metrics", "MetricsLogger"]
 
@@ -34,6 +37,12 @@ class Metrics:
         def cross_check(self) -> Iterator[tuple[str, str]]:
             """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
             yield from ()
+
+        def build(self, rank: int = 0, *, stream: TextIO | None = None) -> Any:
+            """The metrics processor of global rank ``rank`` (implemented by subclasses)."""
+            raise NotImplementedError(
+                f"{type(self).__qualname__} cannot build a metrics processor; use a subclass"
+            )
 
 
 class MetricsLogger(Metrics):
@@ -66,3 +75,13 @@ class MetricsLogger(Metrics):
             validator=attrs.validators.optional(_nonempty),
             metadata={"help": "Name of the run in the logs; null derives one from the start time."},
         )
+
+        def build(self, rank: int = 0, *, stream: TextIO | None = None) -> "MetricsProcessor":
+            """A processor writing every ``log_freq`` steps to ``stream`` (stdout), JSONL and TensorBoard.
+
+            Only rank 0 writes when ``rank0_only``; otherwise each rank writes its own streams (the JSONL
+            file and TensorBoard folder get a ``rank<r>`` suffix).
+            """
+            from hyper_parallel.components._metrics_runtime import MetricsProcessor
+
+            return MetricsProcessor(self, rank=rank, stream=stream)

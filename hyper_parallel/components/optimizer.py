@@ -6,9 +6,12 @@ hands the model parameters to the chosen implementation; nothing here imports to
 """
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["SGD", "AdamW", "Optimizer"]
 
@@ -52,6 +55,16 @@ class Optimizer:
             """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
             yield from ()
 
+        def build(self, model: Any) -> "torch.optim.Optimizer":
+            """The torch optimizer over ``model``'s trainable parameters (implemented by subclasses)."""
+            raise NotImplementedError(f"{type(self).__qualname__} cannot build an optimizer; use a subclass")
+
+        def param_groups(self, model: Any) -> list[dict[str, Any]]:
+            """The ``decay`` and ``no_decay`` parameter groups of ``model`` under these options."""
+            from hyper_parallel.components._optimizer_runtime import param_groups
+
+            return param_groups(self, model)
+
 
 class AdamW(Optimizer):
     """Adam with decoupled weight decay, the default optimizer for large-model pretraining."""
@@ -91,6 +104,12 @@ class AdamW(Optimizer):
             },
         )
 
+        def build(self, model: Any) -> "torch.optim.AdamW":
+            """``torch.optim.AdamW`` with every option here; no_decay flags pick the exempt parameters."""
+            from hyper_parallel.components._optimizer_runtime import build_adamw
+
+            return build_adamw(self, model)
+
 
 class SGD(Optimizer):
     """Stochastic gradient descent with optional (Nesterov) momentum."""
@@ -122,3 +141,9 @@ class SGD(Optimizer):
                     yield "momentum", f"must be > 0 when nesterov is true, got {self.momentum!r}"
                 if self.dampening != 0.0:
                     yield "dampening", f"must be 0 when nesterov is true, got {self.dampening!r}"
+
+        def build(self, model: Any) -> "torch.optim.SGD":
+            """``torch.optim.SGD`` with every option here (weight decay is applied as an L2 term)."""
+            from hyper_parallel.components._optimizer_runtime import build_sgd
+
+            return build_sgd(self, model)

@@ -5,8 +5,12 @@ profiler waits, warms up and records ``active`` steps. The profiler itself is cr
 """
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import attrs
+
+if TYPE_CHECKING:
+    from hyper_parallel.components._profiler_runtime import NullProfiler, TorchProfilerContext
 
 __all__ = ["Profiler", "TorchProfiler"]
 
@@ -36,6 +40,10 @@ class Profiler:
         def cross_check(self) -> Iterator[tuple[str, str]]:
             """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
             yield from ()
+
+        def build(self, rank: int = 0) -> Any:
+            """The profiler context manager of global rank ``rank`` (implemented by subclasses)."""
+            raise NotImplementedError(f"{type(self).__qualname__} cannot build a profiler; use a subclass")
 
 
 class TorchProfiler(Profiler):
@@ -92,3 +100,11 @@ class TorchProfiler(Profiler):
                     f"{self.wait} + {self.warmup} + {self.active} = {self.wait + busy}; "
                     "or set wait to null to derive it",
                 )
+
+        def build(self, rank: int = 0) -> "TorchProfilerContext | NullProfiler":
+            """``with profiler: ... profiler.step()``; a no-op object (torch not imported) when disabled."""
+            from hyper_parallel.components._profiler_runtime import NullProfiler, TorchProfilerContext
+
+            if not self.enable:
+                return NullProfiler()
+            return TorchProfilerContext(self, rank=rank)

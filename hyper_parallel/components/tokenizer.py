@@ -6,9 +6,12 @@ A tokenizer is chosen in YAML by ``_target_`` (for example
 """
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
+
+if TYPE_CHECKING:
+    from hyper_parallel.components._tokenizer_runtime import HFTokenizer
 
 __all__ = ["HuggingFaceTokenizer", "Tokenizer"]
 
@@ -41,6 +44,10 @@ class Tokenizer:
         def cross_check(self) -> Iterator[tuple[str, str]]:
             """Yield ``(field path, message)`` for inconsistent settings; tokenizer options have none."""
             yield from ()
+
+        def build(self, weights_path: str | None = None) -> Any:
+            """The tokenizer at ``path`` (or ``weights_path`` when null); subclasses implement it."""
+            raise NotImplementedError(f"{type(self).__qualname__} cannot build a tokenizer; use a subclass")
 
 
 class HuggingFaceTokenizer(Tokenizer):
@@ -82,3 +89,14 @@ class HuggingFaceTokenizer(Tokenizer):
                 "help": "Longest input in tokens the tokenizer accepts; null keeps the tokenizer's own."
             },
         )
+
+        def build(self, weights_path: str | None = None) -> "HFTokenizer":
+            """Load the local ``tokenizer.json`` at ``path`` (a file or a folder holding it).
+
+            When ``path`` is null, ``weights_path`` (the model's) is used. Special tokens come from this
+            config, else from ``tokenizer_config.json`` beside the file; pad falls back to eos. ``use_fast``
+            is informational: the ``tokenizers`` library is the fast implementation.
+            """
+            from hyper_parallel.components._tokenizer_runtime import build_hf_tokenizer
+
+            return build_hf_tokenizer(self, weights_path)

@@ -1,0 +1,95 @@
+"""Runtime of ``hyper_parallel.components.validator``: mean held-out loss and perplexity.
+
+Imported only from ``Validator.Config.build``; this module imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from hyper_parallel.components.validator import Validator
+
+__all__ = ["LossValidatorRuntime"]
+
+
+def _logits(output: Any) -> torch.Tensor:
+    """Model output as logits: a tensor, or an object / dict with ``logits``."""
+    if isinstance(output, torch.Tensor):
+        return output
+    logits = output["logits"] if isinstance(output, dict) else output.logits
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"the model returned {type(output).__name__}, not logits or an object with logits")
+    return logits
+
+
+class LossValidatorRuntime:
+    """``validate(model, step)`` runs ``steps`` batches (-1: the whole loader) without gradients.
+
+    The mean loss is token-weighted: the loss's ``sum_and_count`` gives each batch's summed loss and
+    counted tokens (a loss without it counts each batch once, weighted by its number of labels), summed
+    over batches and, with a process group, over ranks. ``perplexity`` is ``exp(loss)``. The model's
+    training mode is restored afterwards; a loader with ``state_dict`` restarts from the position it
+    had when the validator was built, so every validation sees the same batches.
+    """
+
+    def __init__(self, cfg: Validator.Config, dataloader: Iterable[Any], loss: Any) -> None:
+        self.cfg = cfg
+        self.dataloader = dataloader
+        self.loss = loss
+        get_state = getattr(dataloader, "state_dict", None)
+        self._start = get_state() if callable(get_state) else None
+
+    def should_validate(self, step: int) -> bool:
+        """Whether validation is enabled and due at ``step``."""
+        return bool(self.cfg.enable) and step % self.cfg.freq == 0
+
+    def _sum_and_count(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        fn = getattr(self.loss, "sum_and_count", None)
+        if callable(fn):
+            total, count = fn(logits, labels)
+            return total.detach().double(), count.detach().double()
+        weight = torch.tensor(float(labels.numel()), dtype=torch.float64)
+        return self.loss(logits, labels).detach().double() * weight, weight
+
+    @torch.no_grad()
+    def validate(self, model: torch.nn.Module, step: int) -> dict[str, float]:
+        """``{"loss", "perplexity", "tokens", "batches"}`` over the validation batches."""
+        if self._start is not None:
+            self.dataloader.load_state_dict(self._start)  # type: ignore[attr-defined]
+        was_training = model.training
+        model.eval()
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        total = torch.zeros((), dtype=torch.float64, device=device)
+        count = torch.zeros((), dtype=torch.float64, device=device)
+        batches = 0
+        try:
+            for batch in self.dataloader:
+                if 0 <= self.cfg.steps <= batches:
+                    break
+                input_ids = batch["input_ids"].to(device)
+                labels = batch["labels"].to(device)
+                batch_total, batch_count = self._sum_and_count(_logits(model(input_ids)), labels)
+                total += batch_total.to(device)
+                count += batch_count.to(device)
+                batches += 1
+        finally:
+            model.train(was_training)
+        if dist.is_available() and dist.is_initialized():
+            both = torch.stack([total, count])
+            dist.all_reduce(both)
+            total, count = both[0], both[1]
+        if count.item() == 0:
+            raise ValueError(f"validation at step {step} counted no tokens ({batches} batches)")
+        mean = total.item() / count.item()
+        return {
+            "loss": mean,
+            "perplexity": math.exp(mean) if mean < 700 else math.inf,
+            "tokens": count.item(),
+            "batches": float(batches),
+        }

@@ -1,0 +1,157 @@
+"""Metrics.Config.build(rank): console and JSONL records every log_freq steps; rank-0 only by default.
+
+The console and JSONL sinks need no torch, so this module runs in the plain environment too.
+"""
+
+import io
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hyper_parallel.components.metrics import Metrics, MetricsLogger
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def processor(cfg: MetricsLogger.Config, rank: int = 0) -> tuple[Any, io.StringIO, Clock]:
+    from hyper_parallel.components._metrics_runtime import MetricsProcessor
+
+    out, clock = io.StringIO(), Clock()
+    return MetricsProcessor(cfg, rank=rank, stream=out, clock=clock), out, clock
+
+
+def test_records_every_log_freq_steps_to_console_and_jsonl(tmp_path: Path) -> None:
+    path = tmp_path / "logs" / "m.jsonl"
+    cfg = MetricsLogger.Config(log_freq=2, enable_jsonl=True, jsonl_path=str(path), run_name="r1")
+    proc, out, clock = processor(cfg)
+    records = []
+    for step, loss in enumerate([4.0, 2.0, 3.0, 1.0], start=1):
+        clock.now += 0.5
+        records.append(proc.record(step, loss=loss, lr=1e-3 * step, grad_norm=0.5, num_tokens=100))
+    proc.close()
+    assert records[0] is None
+    assert records[2] is None
+    assert records[1]["step"] == 2
+    assert records[1]["loss"] == 3.0  # mean since the last record
+    assert records[1]["tokens_per_second"] == pytest.approx(200 / 1.0)
+    assert records[3]["loss"] == 2.0
+    assert records[3]["lr"] == pytest.approx(4e-3)
+    assert records[3]["grad_norm"] == 0.5
+    assert records[3]["memory_gib"] > 0
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines == [records[1], records[3]]
+    console = out.getvalue().splitlines()
+    assert len(console) == 2
+    assert console[1].startswith("[r1] step      4  loss 2.0000  lr 4.000e-03  grad_norm 0.5000  tok/s 200")
+
+
+def test_jsonl_appends_across_runs(tmp_path: Path) -> None:
+    cfg = MetricsLogger.Config(log_freq=1, enable_jsonl=True, jsonl_path=str(tmp_path / "m.jsonl"))
+    for step in (1, 2):
+        proc, _, _ = processor(cfg)
+        proc.record(step, loss=1.0, lr=0.1)
+        proc.close()
+    assert [json.loads(x)["step"] for x in (tmp_path / "m.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_only_rank_zero_writes_by_default(tmp_path: Path) -> None:
+    cfg = MetricsLogger.Config(log_freq=1, enable_jsonl=True, jsonl_path=str(tmp_path / "m.jsonl"))
+    proc, out, _ = processor(cfg, rank=1)
+    assert proc.record(1, loss=1.0, lr=0.1) is None
+    proc.log_validation(1, {"loss": 1.0})
+    proc.close()
+    assert out.getvalue() == ""
+    assert not (tmp_path / "m.jsonl").exists()
+
+
+def test_every_rank_writes_its_own_file_when_configured(tmp_path: Path) -> None:
+    cfg = MetricsLogger.Config(
+        log_freq=1, rank0_only=False, enable_jsonl=True, jsonl_path=str(tmp_path / "m.jsonl")
+    )
+    for rank in (0, 1):
+        proc, out, _ = processor(cfg, rank=rank)
+        proc.record(1, loss=float(rank), lr=0.1)
+        proc.close()
+        assert out.getvalue()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.rank0.jsonl", "m.rank1.jsonl"]
+    assert json.loads((tmp_path / "m.rank1.jsonl").read_text())["loss"] == 1.0
+
+
+def test_validation_results(tmp_path: Path) -> None:
+    cfg = MetricsLogger.Config(enable_jsonl=True, jsonl_path=str(tmp_path / "m.jsonl"))
+    proc, out, _ = processor(cfg)
+    proc.log_validation(10, {"loss": 2.0, "perplexity": 7.389})
+    proc.close()
+    assert json.loads((tmp_path / "m.jsonl").read_text()) == {
+        "step": 10,
+        "validation/loss": 2.0,
+        "validation/perplexity": 7.389,
+    }
+    assert "validation/perplexity 7.3890" in out.getvalue()
+
+
+def test_build_writes_to_stdout_and_derives_a_run_name(capsys: pytest.CaptureFixture[str]) -> None:
+    proc = MetricsLogger.Config(log_freq=1).build()
+    assert proc.run_name
+    proc.record(1, loss=1.5, lr=0.1)
+    proc.close()
+    assert f"[{proc.run_name}] step      1  loss 1.5000" in capsys.readouterr().out
+
+
+def test_tensorboard_scalars_when_available(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    written: list[tuple[str, float, int]] = []
+
+    class FakeWriter:
+        def __init__(self, log_dir: str) -> None:
+            written.append(("log_dir", 0.0, 0))
+            self.log_dir = log_dir
+            Path(log_dir).mkdir(parents=True)
+
+        def add_scalar(self, tag: str, value: float, step: int) -> None:
+            written.append((tag, value, step))
+
+        def close(self) -> None:
+            written.append(("closed", 0.0, 0))
+
+    fake = types.ModuleType("torch.utils.tensorboard")
+    fake.SummaryWriter = FakeWriter  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", fake)
+    cfg = MetricsLogger.Config(
+        log_freq=1, enable_tensorboard=True, tensorboard_folder=str(tmp_path / "tb"), run_name="r"
+    )
+    proc, _, _ = processor(cfg)
+    proc.record(3, loss=2.5, lr=0.1, grad_norm=None)
+    proc.close()
+    assert (tmp_path / "tb" / "r").is_dir()
+    tags = {tag: (value, step) for tag, value, step in written}
+    assert tags["loss"] == (2.5, 3)
+    assert tags["lr"] == (0.1, 3)
+    assert "grad_norm" not in tags
+    assert "closed" in tags
+
+
+def test_missing_tensorboard_is_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import raises ImportError
+    proc, out, _ = processor(MetricsLogger.Config(log_freq=1, enable_tensorboard=True))
+    proc.record(1, loss=1.0, lr=0.1)
+    proc.close()
+    assert "TensorBoard is not installed" in caplog.text
+    assert out.getvalue()
+
+
+def test_base_config_names_the_class() -> None:
+    with pytest.raises(NotImplementedError, match=r"Metrics\.Config"):
+        Metrics.Config().build()
