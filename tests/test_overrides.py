@@ -248,3 +248,30 @@ def test_round_trip_after_any_override_set(cfg, overrides: dict[str, str]) -> No
     except ConfigError:
         return
     assert resolve_root(yaml.safe_load(dump_config(new))) == new
+
+
+def test_overrides_never_change_the_source_config_or_its_dump(cfg) -> None:  # type: ignore[no-untyped-def]
+    before = dump_config(cfg)
+    apply_overrides(
+        cfg,
+        {
+            "optimizer.betas[0]": "0.5",
+            "dataloader.dataset.text_field": "body",
+            "optimizer.lr": "1e-3",
+            "model.overrides": "{n_layers: 2}",
+        },
+    )
+    apply_overrides(cfg, {"optimizer._target_": SGD_TARGET, "optimizer.momentum": "0.5"})
+    assert dump_config(cfg) == before
+    assert apply_overrides(cfg, {}) == cfg
+
+
+def test_unstructured_trees_belong_to_the_caller(cfg) -> None:  # type: ignore[no-untyped-def]
+    from hyper_parallel.config import converter
+
+    tree = converter.unstructure(cfg)
+    tree["optimizer"]["lr"] = 123.0
+    tree["optimizer"]["betas"][0] = 0.1
+    assert converter.unstructure(cfg)["optimizer"]["lr"] == cfg.optimizer.lr
+    assert converter.unstructure(cfg)["optimizer"]["betas"] == list(cfg.optimizer.betas)
+    assert resolve_root(yaml.safe_load(dump_config(cfg))) == cfg

@@ -17,7 +17,7 @@ from hyper_parallel.config.errors import ConfigError, Issue, echo
 from hyper_parallel.config.resolver import converter
 from hyper_parallel.config.root import Locate, current_options, resolve_options, to_config_error
 from hyper_parallel.config.structure import Path, Problem
-from hyper_parallel.config.unstructure import unstructure_root
+from hyper_parallel.config.unstructure import shared_tree
 from hyper_parallel.config.yaml_dump import dump_yaml
 from hyper_parallel.config.yaml_load import SourceMap, load_yaml_file
 from hyper_parallel.trainer.config import TrainerConfig
@@ -150,7 +150,7 @@ def _apply(
             return f"at {sources.key(path) or sources.value(path)}"
         return None
 
-    tree = unstructure_root(cfg)
+    tree = shared_tree(cfg)  # patch_tree copies whatever it changes
     root_fields = _root_fields()
     from hyper_parallel.config.overrides import patch_tree
 
@@ -175,7 +175,7 @@ def dump_config(cfg: TrainerConfig) -> str:
     ``resolve_root(yaml.safe_load(dump_config(cfg))) == cfg``. A value that cannot be named in a file is a
     :class:`ConfigError` now rather than a file that fails to load later.
     """
-    return dump_yaml(unstructure_root(cfg))
+    return dump_yaml(shared_tree(cfg))
 
 
 def write_config(cfg: TrainerConfig, path: str | os.PathLike[str]) -> None:

@@ -28,14 +28,17 @@ _SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[[0-9]{1,9}\])*)$")
 _INDEX = re.compile(r"\[([0-9]{1,9})\]")
 
 
-@attrs.frozen
-class Override:
+class Override(typing.NamedTuple):
     """One override: the dotted key as the user wrote it, its parsed path and its value."""
 
-    key: str = attrs.field(metadata={"help": "The dotted key as written, e.g. 'optimizer.lr'."})
-    path: Path = attrs.field(metadata={"help": "The parsed path, e.g. ('optimizer', 'lr')."})
-    value: object = attrs.field(metadata={"help": "The value; a string is read by the field's type."})
-    origin: str = attrs.field(metadata={"help": "Where it was given, e.g. the command-line flag."})
+    #: The dotted key as written, e.g. ``"optimizer.lr"``.
+    key: str
+    #: The parsed path, e.g. ``("optimizer", "lr")``.
+    path: Path
+    #: The value; a string is read by the type of the field it lands on.
+    value: object
+    #: Where it was given, e.g. the command-line flag.
+    origin: str
 
 
 @functools.lru_cache(maxsize=4096)
@@ -153,6 +156,11 @@ def _field_type(fields: dict[str, Any], rest: Path, path_so_far: Path, problems:
     return tp
 
 
+def _is_switch(o: Override) -> bool:
+    """Whether ``o`` switches a group's implementation (``--group._target_ NAME``)."""
+    return len(o.path) == 2 and o.path[1] == TARGET_KEY
+
+
 #: (group target, path below the group) -> reader of command-line text for the field found there.
 _READERS: dict[tuple[object, Path], Callable[[str], Any]] = {}
 
@@ -173,13 +181,16 @@ def patch_tree(
     value the user set that the new target does not accept is an error, a default is dropped.
     """
     for o in overrides:
-        if len(o.path) == 2 and o.path[1] == TARGET_KEY:
+        if _is_switch(o):
             _switch_target(tree, o, root_fields, allowed, set_by_user, overrides, problems)
     refused = {p.path for p in problems}  # fields a switch already reported are not reported twice
+    # The tree is fresh but its group mappings are shared (see ``unstructure.shared_tree``), except those a
+    # switch has just rebuilt: ``_set`` copies any other container before changing it.
+    owned = {id(tree)} | {id(tree[o.path[0]]) for o in overrides if _is_switch(o) and o.path[0] in tree}
     targets: dict[str, Target | None] = {}
     for o in overrides:
         group = o.path[0]
-        if (len(o.path) == 2 and o.path[1] == TARGET_KEY) or o.path[:2] in refused:
+        if _is_switch(o) or o.path[:2] in refused:
             continue
         if not isinstance(group, str) or group not in root_fields:
             hint = did_you_mean(group, root_fields) if isinstance(group, str) else ""
@@ -202,7 +213,7 @@ def patch_tree(
             if len(_READERS) > 4096:  # keys can name entries of open mappings: keep the cache bounded
                 _READERS.clear()
             reader = _READERS[key] = _reader(tp, structurer)
-        _set(tree, o.path, reader(o.value) if isinstance(o.value, str) else o.value, problems)
+        _set(tree, o.path, reader(o.value) if isinstance(o.value, str) else o.value, problems, owned)
 
 
 def _target_of(
@@ -284,7 +295,9 @@ def _defaults(target: Target) -> dict[str, Any]:
     return out
 
 
-def _set(tree: dict[str, Any], path: Path, value: Any, problems: list[Problem]) -> None:
+def _set(tree: dict[str, Any], path: Path, value: Any, problems: list[Problem], owned: set[int]) -> None:
+    """Set ``value`` at ``path``; containers on the way that this patch does not own yet are copied first
+    (the tree's group mappings are shared with other calls), and ``owned`` records the copies."""
     node: Any = tree
     for i, seg in enumerate(path[:-1]):
         nxt_seg = path[i + 1]
@@ -295,6 +308,11 @@ def _set(tree: dict[str, Any], path: Path, value: Any, problems: list[Problem]) 
                 problems.append(Problem(path[: i + 1], f"index {seg} is past the end of the list"))
                 return
             node[seg] = child
+            owned.add(id(child))
+        elif type(child) in (dict, list) and id(child) not in owned:
+            child = child.copy()
+            node[seg] = child
+            owned.add(id(child))
         if not isinstance(child, (dict, list)):  # e.g. '--a.b 1 --a.b[0] 2': another override set a scalar
             where = format_path(path[: i + 1])
             problems.append(

@@ -8,15 +8,14 @@ collected; nothing is called while the document still has an unknown root field.
 
 import contextlib
 import contextvars
-import threading
 import typing
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
 from hyper_parallel.config.errors import ConfigError, Issue, did_you_mean, echo, format_path
+from hyper_parallel.config.identity import IdentityMap
 from hyper_parallel.config.structure import (
     INVALID,
     TARGET_KEY,
@@ -96,40 +95,13 @@ class Recipe(typing.NamedTuple):
     factory: Callable[..., Any]
 
 
-# Factory results are plain objects that cannot hold their own recipe (frozen, slotted), so recipes are
-# kept beside them, keyed by identity and dropped when the object dies. The registry is shared by every
-# thread: changes happen under a lock (re-entrant, because a weakref callback may run inside it).
-_RECIPES: dict[int, tuple["weakref.ref[Any]", Recipe]] = {}
-_RECIPES_LOCK = threading.RLock()
-
-
-def _record(obj: object, recipe: Recipe) -> None:
-    key = id(obj)
-
-    def forget(ref: "weakref.ref[Any]") -> None:
-        _drop(key, ref)
-
-    try:
-        ref = weakref.ref(obj, forget)
-    except TypeError:
-        return
-    with _RECIPES_LOCK:
-        _RECIPES[key] = (ref, recipe)
-
-
-def _drop(key: int, ref: "weakref.ref[Any]") -> None:
-    with _RECIPES_LOCK:
-        entry = _RECIPES.get(key)
-        if entry is not None and entry[0] is ref:
-            del _RECIPES[key]
+# Factory results cannot hold their own recipe (frozen, slotted), so recipes are kept beside them.
+_RECIPES: IdentityMap[Recipe] = IdentityMap()
 
 
 def recipe_of(obj: object) -> Recipe | None:
     """The recipe of a value a factory built during a resolve, or None."""
-    entry = _RECIPES.get(id(obj))
-    if entry is not None and entry[0]() is obj:
-        return entry[1]
-    return None
+    return _RECIPES.get(obj)
 
 
 _ROOT_FIELDS: dict[type, dict[str, "attrs.Attribute[Any]"]] = {}
@@ -257,5 +229,5 @@ def _call_factory(
         return INVALID
     # Every parameter explicit, in signature order, so a dump shows what the factory really received.
     args = {n: kwargs.get(n, target.defaults.get(n)) for n in target.params}
-    _record(result, Recipe(target.name, args, target.obj))
+    _RECIPES.set(result, Recipe(target.name, args, target.obj))
     return result

@@ -389,7 +389,8 @@ class Structurer:
                 "    seen = 0",
                 *lines,
                 # The happy path ends here; anything unusual (unknown keys, problems) takes the slow path.
-                "    if seen != len(value) or len(problems) != before:",
+                # A root group's mapping also holds its '_target_' (``for_group`` is called only then).
+                f"    if seen != len(value){' - 1' if group else ''} or len(problems) != before:",
                 "        return unsound(value, path, problems, kwargs, before)",
                 "    try:",
                 "        obj = cls(**kwargs)",

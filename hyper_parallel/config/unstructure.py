@@ -14,12 +14,12 @@ from typing import Any
 import attrs
 
 from hyper_parallel.config.codegen import generate
-from hyper_parallel.config.errors import ConfigError
+from hyper_parallel.config.identity import IdentityMap
 from hyper_parallel.config.root import recipe_of, to_config_error
 from hyper_parallel.config.structure import TARGET_KEY, Path, Problem
 from hyper_parallel.config.targets import qualified_name
 
-__all__ = ["unstructure_root", "unstructure_value"]
+__all__ = ["shared_tree", "unstructure_root", "unstructure_value"]
 
 
 def _nameable(obj: object) -> str | None:
@@ -83,7 +83,23 @@ def unstructure_value(value: Any, path: Path, problems: list[Problem]) -> Any:
     return None
 
 
+#: Each resolved group's unstructured form. Groups are immutable, so the form never changes; the dicts are
+#: shared between calls, so code that changes a tree copies what it changes (``overrides`` does).
+_GROUPS: IdentityMap[dict[str, Any]] = IdentityMap()
+
+
 def _unstructure_group(name: str, value: Any, problems: list[Problem]) -> dict[str, Any]:
+    cached = _GROUPS.get(value)
+    if cached is not None:
+        return cached
+    before = len(problems)
+    body = _unstructure_group_body(name, value, problems)
+    if len(problems) == before:
+        _GROUPS.set(value, body)
+    return body
+
+
+def _unstructure_group_body(name: str, value: Any, problems: list[Problem]) -> dict[str, Any]:
     path: Path = (name,)
     recipe = recipe_of(value)
     if recipe is not None:
@@ -112,18 +128,31 @@ def _target_name(cls: Any) -> tuple[str, str | None]:
 def unstructure_root(root: Any) -> dict[str, Any]:
     """Every root group of ``root`` with its ``_target_`` and every field explicit, in declaration order.
 
-    Raises :class:`ConfigError` naming each value that cannot be written.
+    The result is the caller's own (a fresh tree). Raises :class:`ConfigError` naming each value that
+    cannot be written.
     """
+    tree: dict[str, Any] = _copy_tree(shared_tree(root))
+    return tree
+
+
+def shared_tree(root: Any) -> dict[str, Any]:
+    """Like :func:`unstructure_root`, but the group mappings are shared and must not be changed in place."""
     problems: list[Problem] = []
-    out = {
-        f.name: _unstructure_group(f.name, getattr(root, f.name), problems)
-        for f in attrs.fields(type(root))
-        if f.init
-    }
+    root_cls: Any = type(root)
+    out = {name: _unstructure_group(name, getattr(root, name), problems) for name in _group_names(root_cls)}
     if problems:
-        raise _dump_error(problems)
+        raise to_config_error(problems, None)
     return out
 
 
-def _dump_error(problems: list[Problem]) -> ConfigError:
-    return to_config_error(problems, None)
+def _copy_tree(node: Any) -> Any:
+    if type(node) is dict:
+        return {k: _copy_tree(v) for k, v in node.items()}
+    if type(node) is list:
+        return [_copy_tree(v) for v in node]
+    return node
+
+
+@functools.lru_cache(maxsize=64)
+def _group_names(root_cls: Any) -> tuple[str, ...]:
+    return tuple(f.name for f in attrs.fields(root_cls) if f.init)
