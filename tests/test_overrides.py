@@ -258,7 +258,7 @@ def test_overrides_never_change_the_source_config_or_its_dump(cfg) -> None:  # t
             "optimizer.betas[0]": "0.5",
             "dataloader.dataset.text_field": "body",
             "optimizer.lr": "1e-3",
-            "model.overrides": "{n_layers: 2}",
+            "model.overrides": "{n_layers: 8}",
         },
     )
     apply_overrides(cfg, {"optimizer._target_": SGD_TARGET, "optimizer.momentum": "0.5"})
