@@ -271,9 +271,9 @@ def render(results: dict[str, Any]) -> str:
             lines.append(f"| {c['target']} | n/a | {c['limit']} | SKIPPED |")
             continue
         unit = " us" if c["target"].startswith("warm resolve") else "x"
+        shown = f"{c['value']:.2f}" if c["value"] >= 0.1 else f"{c['value']:.4f}"
         lines.append(
-            f"| {c['target']} | {c['value']:.2f}{unit} | {c['limit']:g}{unit} | "
-            f"{'PASS' if c['passed'] else 'FAIL'} |"
+            f"| {c['target']} | {shown}{unit} | {c['limit']:g}{unit} | {'PASS' if c['passed'] else 'FAIL'} |"
         )
     if results["peers_equivalent"]:
         same = ", ".join(
