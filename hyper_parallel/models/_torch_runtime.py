@@ -10,13 +10,15 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from hyper_parallel.trainer.config import ParallelismConfig
+if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
+    from hyper_parallel.trainer.config import ParallelismConfig
+
 
 __all__ = [
     "MESH_DIM_NAMES",

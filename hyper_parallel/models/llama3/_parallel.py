@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Replicate, Shard
@@ -16,7 +18,9 @@ from torch.distributed.tensor.parallel import (
 
 from hyper_parallel.models._torch_runtime import apply_fsdp, mesh_degrees
 from hyper_parallel.models.llama3._modules import Llama3Model
-from hyper_parallel.trainer.config import ParallelismConfig
+
+if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
+    from hyper_parallel.trainer.config import ParallelismConfig
 
 __all__ = ["apply_tp", "parallelize_llama3"]
 

@@ -6,10 +6,12 @@ stays cheap. The state-dict adapter only reshapes tensors through their own meth
 """
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hyper_parallel.models.llama3.args import Llama3Args
-from hyper_parallel.trainer.config import ParallelismConfig
+
+if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
+    from hyper_parallel.trainer.config import ParallelismConfig
 
 __all__ = ["Llama3StateDictAdapter", "build_model", "load_weights", "parallelize"]
 
@@ -37,7 +39,7 @@ def build_model(args: Llama3Args, *, device: str = "meta") -> Any:
     return build_llama3(args, device)
 
 
-def parallelize(model: Any, parallelism: ParallelismConfig, device_mesh: Any) -> Any:
+def parallelize(model: Any, parallelism: "ParallelismConfig", device_mesh: Any) -> Any:
     """Apply tensor parallelism (mesh dim ``tp``) then FSDP2 (``dp_shard``/``dp_replicate``) in place.
 
     ``device_mesh`` names its dimensions after the degrees of ``parallelism`` that exceed 1 (see

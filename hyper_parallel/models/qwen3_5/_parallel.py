@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import (
@@ -15,7 +17,9 @@ from torch.distributed.tensor.parallel import (
 from hyper_parallel.models._torch_runtime import apply_fsdp, mesh_degrees
 from hyper_parallel.models.qwen3_5._modules import Qwen3_5Model
 from hyper_parallel.models.qwen3_5._vl import Qwen3_5VLModel
-from hyper_parallel.trainer.config import ParallelismConfig
+
+if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
+    from hyper_parallel.trainer.config import ParallelismConfig
 
 __all__ = ["apply_tp", "parallelize_qwen3_5", "parallelize_qwen3_5_vl"]
 

@@ -8,10 +8,12 @@ The vision-language model covers images; videos (timestamped frames) are not sup
 """
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args, Qwen3_5VLArgs
-from hyper_parallel.trainer.config import ParallelismConfig
+
+if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
+    from hyper_parallel.trainer.config import ParallelismConfig
 
 ModelArgsLike = Qwen3_5Args | Qwen3_5VLArgs
 
@@ -49,7 +51,7 @@ def build_model(args: Qwen3_5Args, *, device: str = "meta") -> Any:
     return build_qwen3_5(args, device)
 
 
-def parallelize(model: Any, parallelism: ParallelismConfig, device_mesh: Any) -> Any:
+def parallelize(model: Any, parallelism: "ParallelismConfig", device_mesh: Any) -> Any:
     """Apply tensor parallelism (mesh dim ``tp``) then FSDP2 (``dp_shard``/``dp_replicate``) in place.
 
     Tensor parallelism splits the heads of the full-attention blocks and the feed-forward networks; the
@@ -84,7 +86,7 @@ def build_vl_model(args: Qwen3_5VLArgs, *, device: str = "meta") -> Any:
     return build_qwen3_5_vl(args, device)
 
 
-def parallelize_vl(model: Any, parallelism: ParallelismConfig, device_mesh: Any) -> Any:
+def parallelize_vl(model: Any, parallelism: "ParallelismConfig", device_mesh: Any) -> Any:
     """Apply the language model's plan (TP, FSDP2) and shard the vision blocks with FSDP2.
 
     The vision tower is replicated across ``tp`` (it is small next to the language model).
