@@ -105,3 +105,27 @@ def test_int_fits_a_float_field_but_a_string_is_never_a_sequence() -> None:
     assert converter.structure([1, 2], tuple[float, ...]) == (1.0, 2.0)
     with pytest.raises(ConfigError, match="expected a list, got the string '12'"):
         converter.structure("12", tuple[int, ...])
+
+
+@attrs.frozen(kw_only=True)
+class Buggy:
+    size: int = attrs.field(default=1)
+
+    def __attrs_post_init__(self) -> None:
+        if self.size == 2:
+            raise KeyError("size")
+
+    def cross_check(self):  # type: ignore[no-untyped-def]
+        if self.size == 3:
+            raise RuntimeError("boom")
+        yield from ()
+
+
+@pytest.mark.parametrize(
+    ("size", "message"),
+    [(2, "Buggy: KeyError('size')"), (3, "Buggy.cross_check failed: RuntimeError('boom')")],
+)
+def test_a_config_class_whose_own_code_fails_is_reported_not_raised(size: int, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        converter.structure({"size": size}, Buggy)
+    assert [(i.path, i.message) for i in info.value.issues] == [("$", message)]

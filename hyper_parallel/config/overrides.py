@@ -20,7 +20,7 @@ from hyper_parallel.config.structure import TARGET_KEY, Path, Problem, Structure
 from hyper_parallel.config.targets import Target, TargetError, load_target
 from hyper_parallel.config.yaml_load import parse_scalar
 
-__all__ = ["Override", "parse_path", "patch_tree", "read_value"]
+__all__ = ["Override", "parse_path", "patch_tree"]
 
 # ASCII digits only, at most 9 of them: ``\d`` would accept other scripts' digits, and an index of thousands
 # of digits would make ``int()`` raise instead of the key being reported as malformed.
@@ -108,11 +108,6 @@ def _accepts_str(tp: Any) -> bool:
     if origin is Union or origin is types.UnionType:
         return str in typing.get_args(tp)
     return False
-
-
-def read_value(text: str, tp: Any, structurer: Structurer) -> Any:
-    """Read a command-line string by the type it lands on (YAML 1.2 flow syntax for everything not text)."""
-    return _reader(tp, structurer)(text)
 
 
 def _reader(tp: Any, structurer: Structurer) -> Callable[[str], Any]:

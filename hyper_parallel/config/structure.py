@@ -153,9 +153,12 @@ def run_cross_check(obj: object, path: Path, problems: list[Problem]) -> None:
     check = getattr(obj, "cross_check", None)
     if check is None:
         return
-    for relative, message in check():
-        extra: Path = tuple(relative.split(".")) if relative else ()
-        problems.append(Problem(path + extra, message))
+    try:
+        for relative, message in check():
+            extra: Path = tuple(relative.split(".")) if relative else ()
+            problems.append(Problem(path + extra, message))
+    except Exception as exc:  # a broken check is reported where it belongs, never as a traceback
+        problems.append(Problem(path, f"{type(obj).__qualname__}.cross_check failed: {exc!r}"))
 
 
 class Structurer:
@@ -394,7 +397,7 @@ class Structurer:
                 "        return unsound(value, path, problems, kwargs, before)",
                 "    try:",
                 "        obj = cls(**kwargs)",
-                "    except (ValueError, TypeError):",
+                "    except Exception:",
                 "        return build_attrs(cls, kwargs, path, problems)",
                 *(
                     [
@@ -447,11 +450,12 @@ def build_attrs(cls: type, kwargs: dict[str, Any], path: Path, problems: list[Pr
     """
     try:
         obj = cls(**kwargs)
-    except (ValueError, TypeError) as exc:
+    except Exception as exc:  # a Config's own code failing is the user's problem to see, not a traceback
         before = len(problems)
         _report_validators(cls, kwargs, path, problems)
         if len(problems) == before:
-            problems.append(Problem(path, f"{cls.__qualname__}: {_validator_message(exc)}"))
+            detail = _validator_message(exc) if isinstance(exc, (ValueError, TypeError)) else repr(exc)
+            problems.append(Problem(path, f"{cls.__qualname__}: {detail}"))
         return INVALID
     before = len(problems)
     run_cross_check(obj, path, problems)
@@ -482,6 +486,8 @@ def _report_validators(cls: type, kwargs: dict[str, Any], path: Path, problems: 
             problems.append(Problem((*path, f.name), _validator_message(exc)))
         except AttributeError:  # a validator reading a field that is itself invalid: reported there
             pass
+        except Exception as exc:
+            problems.append(Problem((*path, f.name), f"validator failed: {exc!r}"))
 
 
 def _unknown_key(path: Path, key: object, names: Iterable[str], title: str) -> Problem:
