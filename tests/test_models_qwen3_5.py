@@ -277,3 +277,39 @@ def test_vl_flavors_build_on_meta_and_load_weights(tmp_path: Path) -> None:
         ).logits
         diff = (model.eval()(ids, pixels, grid, image_token_id=IMAGE_TOKEN) - expected).abs().max().item()
     assert diff < 1e-4
+
+
+def test_9b_flavor_matches_the_architecture_defaults_transformers_ships() -> None:
+    # transformers' default Qwen 3.5 configs describe the 9B model; the released dims we can check offline.
+    text = transformers.Qwen3_5TextConfig()
+    ours = qwen3_5.QWEN3_5_FLAVORS["9B"]
+    assert (ours.dim, ours.n_layers, ours.ffn_hidden_dim, ours.vocab_size) == (
+        text.hidden_size,
+        text.num_hidden_layers,
+        text.intermediate_size,
+        text.vocab_size,
+    )
+    assert (ours.n_heads, ours.n_kv_heads, ours.head_dim) == (
+        text.num_attention_heads,
+        text.num_key_value_heads,
+        text.head_dim,
+    )
+    assert (ours.linear_num_key_heads, ours.linear_num_value_heads) == (
+        text.linear_num_key_heads,
+        text.linear_num_value_heads,
+    )
+    assert (ours.linear_key_head_dim, ours.linear_value_head_dim, ours.linear_conv_kernel_dim) == (
+        text.linear_key_head_dim,
+        text.linear_value_head_dim,
+        text.linear_conv_kernel_dim,
+    )
+    assert ours.layer_types() == tuple(text.layer_types)
+    vision = transformers.Qwen3_5VisionConfig()
+    mine = qwen3_5.QWEN3_5_VL_FLAVORS["9B"].vision
+    assert (mine.depth, mine.hidden_size, mine.n_heads, mine.intermediate_size, mine.patch_size) == (
+        vision.depth,
+        vision.hidden_size,
+        vision.num_heads,
+        vision.intermediate_size,
+        vision.patch_size,
+    )

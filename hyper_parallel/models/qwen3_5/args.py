@@ -252,7 +252,7 @@ QWEN3_5_FLAVORS: dict[str, Qwen3_5Args] = {
         linear_num_value_heads=32,
         tie_word_embeddings=True,
     ),
-    # UNVERIFIED dims (hidden 4096, 32 layers, FFN 12288, 16 q / 4 kv heads, 16 / 32 linear heads).
+    # Matches the architecture defaults of transformers 5.24 (tests/test_models_qwen3_5.py checks it).
     "9B": Qwen3_5Args(
         dim=4096,
         n_layers=32,
