@@ -484,7 +484,13 @@ def test_missing_required_parameter_names_it_and_its_path() -> None:
             "expected an integer, got null",
         ),
         # float field: int or float, never bool or str
-        (doc(optimizer=group(ADAMW, lr="1e-4")), "optimizer.lr", "expected a number, got the string '1e-4'"),
+        (
+            doc(optimizer=group(ADAMW, lr="1e-4")),
+            "optimizer.lr",
+            "expected a number, got the string '1e-4'"
+            " (a YAML 1.1 reader such as yaml.safe_load reads 1e-4 as text: write 1.0e-4, or load the file "
+            "with load_config, which reads YAML 1.2)",
+        ),
         (doc(optimizer=group(ADAMW, lr=True)), "optimizer.lr", "expected a number, got the boolean true"),
         (doc(optimizer=group(ADAMW, lr=float("nan"))), "optimizer.lr", "expected a finite number, got nan"),
         # bool field: bool only
@@ -639,7 +645,12 @@ def test_every_validator_failure_in_a_group_is_reported() -> None:
 def test_a_type_error_does_not_hide_a_validator_failure_in_the_same_group() -> None:
     raw = doc(optimizer=group(ADAMW, lr=-1.0, eps="1e-8"))
     assert issues(raw) == [
-        ("optimizer.eps", "expected a number, got the string '1e-8'"),
+        (
+            "optimizer.eps",
+            "expected a number, got the string '1e-8'"
+            " (a YAML 1.1 reader such as yaml.safe_load reads 1e-4 as text: write 1.0e-4, or load the file "
+            "with load_config, which reads YAML 1.2)",
+        ),
         ("optimizer.lr", "must be > 0.0, got -1.0"),
     ]
 

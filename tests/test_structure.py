@@ -42,7 +42,13 @@ def issues(raw: object) -> list[tuple[str, str]]:
         ("steps", 1.5, "expected an integer, got the number 1.5"),
         ("steps", None, "expected an integer, got null"),
         ("steps", 2**70, "integer out of range (must fit in 64 bits), got 1180591620717411303424"),
-        ("lr", "1e-4", "expected a number, got the string '1e-4'"),
+        (
+            "lr",
+            "1e-4",
+            "expected a number, got the string '1e-4'"
+            " (a YAML 1.1 reader such as yaml.safe_load reads 1e-4 as text: write 1.0e-4, or load the file "
+            "with load_config, which reads YAML 1.2)",
+        ),
         ("lr", False, "expected a number, got the boolean false"),
         ("lr", float("nan"), "expected a finite number, got nan"),
         ("lr", float("inf"), "expected a finite number, got inf"),

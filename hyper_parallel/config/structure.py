@@ -534,8 +534,17 @@ def _structure_float(value: Any, path: Path, problems: list[Problem]) -> Any:
         except OverflowError:
             problems.append(Problem(path, f"number too large, got {echo(value)}"))
             return INVALID
-    problems.append(Problem(path, f"expected a number, got {describe_value(value)}"))
+    hint = _YAML11_FLOAT_HINT if kind is str and _YAML11_STRING_FLOAT.fullmatch(value) else ""
+    problems.append(Problem(path, f"expected a number, got {describe_value(value)}{hint}"))
     return INVALID
+
+
+# PyYAML's own loaders follow YAML 1.1, where a float needs a dot: ``1e-4`` reads as the string "1e-4".
+_YAML11_STRING_FLOAT = re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+")
+_YAML11_FLOAT_HINT = (
+    " (a YAML 1.1 reader such as yaml.safe_load reads 1e-4 as text: write 1.0e-4, or load the file with "
+    "load_config, which reads YAML 1.2)"
+)
 
 
 def _structure_bool(value: Any, path: Path, problems: list[Problem]) -> Any:
