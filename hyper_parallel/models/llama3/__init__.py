@@ -26,6 +26,11 @@ def create_model_spec(
 
     ``overrides`` maps argument names (dotted for ``rope_scaling.*``) to new values; unknown names,
     mistyped values and inconsistent dimensions raise ``ValueError``.
+
+    Args:
+        flavor: Size from the flavor table (debugmodel, 8B, 70B, 405B); sets every architecture argument.
+        weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
+        overrides: Single architecture arguments replacing the flavor's, e.g. {rope_scaling.factor: 16.0}.
     """
     args = lookup_flavor("llama3", LLAMA3_FLAVORS, flavor)
     args = apply_overrides(args, overrides, f"llama3 {flavor}")

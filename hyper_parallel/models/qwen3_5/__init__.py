@@ -48,6 +48,11 @@ def create_model_spec(
     """Describe a Qwen 3.5 language model of ``flavor``, optionally with ``overrides`` of single arguments.
 
     Unknown override names, mistyped values and inconsistent dimensions raise ``ValueError``.
+
+    Args:
+        flavor: Size from the flavor table (debugmodel, 0.8B, 2B, 4B, 9B); sets every architecture argument.
+        weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
+        overrides: Single architecture arguments replacing the flavor's (e.g. {n_layers: 4}).
     """
     args = lookup_flavor("qwen3_5", QWEN3_5_FLAVORS, flavor)
     args = apply_overrides(args, overrides, f"qwen3_5 {flavor}")
@@ -71,6 +76,11 @@ def create_vl_model_spec(
 
     ``overrides`` keys are dotted: ``text.n_layers`` or ``vision.depth``. Unknown names, mistyped
     values and inconsistent dimensions raise ``ValueError``.
+
+    Args:
+        flavor: Size from the flavor table (debugmodel, 0.8B, 2B, 4B, 9B); sets every architecture argument.
+        weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
+        overrides: Single architecture arguments replacing the flavor's, e.g. {vision.depth: 2}.
     """
     args = lookup_flavor("qwen3_5_vl", QWEN3_5_VL_FLAVORS, flavor)
     args = apply_overrides(args, overrides, f"qwen3_5_vl {flavor}")
