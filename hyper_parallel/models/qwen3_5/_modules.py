@@ -9,8 +9,10 @@ reference implementation: correct, not fast).
 
 Parameter names: ``tok_embeddings``, ``layers.<i>.{attention_norm, ffn_norm, feed_forward.{w1,w2,w3}}``,
 full-attention blocks ``layers.<i>.attention.{wq, wk, wv, wo, q_norm, k_norm}`` (``wq`` yields query
-and gate interleaved per head), linear blocks ``layers.<i>.linear_attn.{in_proj_qkv, in_proj_z,
-in_proj_b, in_proj_a, conv_weight, dt_bias, A_log, norm, out_proj}``, then ``norm`` and ``output``.
+and gate interleaved per head), linear blocks ``layers.<i>.linear_attn.{in_proj_q, in_proj_k,
+in_proj_v, in_proj_z, in_proj_b, in_proj_a, conv_q, conv_k, conv_v, dt_bias, A_log, norm, out_proj}``
+(Hugging Face's fused ``in_proj_qkv`` and ``conv1d`` split into q, k and v parts), then ``norm`` and
+``output``.
 """
 
 from __future__ import annotations
@@ -144,8 +146,28 @@ def gated_delta_rule(
     return torch.stack(outputs, dim=1).to(dtype)
 
 
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """The rank-local shard of a tensor-parallel (DTensor) parameter; a plain tensor unchanged."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
+
+
+def _causal_conv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """SiLU of the causal depthwise convolution of ``x`` (batch, seq, channels) by ``weight`` (channels, K)."""
+    seq, kernel = x.shape[1], weight.shape[-1]
+    out = F.conv1d(x.transpose(1, 2), weight.unsqueeze(1), padding=kernel - 1, groups=weight.shape[0])
+    return F.silu(out[..., :seq]).transpose(1, 2)
+
+
 class GatedDeltaNet(nn.Module):
-    """Linear-attention token mixer of Qwen 3.5 (Gated DeltaNet with a short causal convolution)."""
+    """Linear-attention token mixer of Qwen 3.5 (Gated DeltaNet with a short causal convolution).
+
+    Hugging Face fuses the q, k and v projections (``in_proj_qkv``) and their depthwise convolution
+    (``conv1d``); here each has its own parameter (``in_proj_{q,k,v}``, ``conv_{q,k,v}``) so that tensor
+    parallelism can split all of them by heads with plain ``Shard(0)`` placements. The state-dict adapter
+    splits and concatenates them. Every per-head size is inferred from the (possibly local) tensors, so
+    the forward works unchanged on a rank holding a slice of the key and value heads.
+    """
 
     def __init__(self, args: Qwen3_5Args) -> None:
         super().__init__()
@@ -155,13 +177,16 @@ class GatedDeltaNet(nn.Module):
         self.head_v_dim = args.linear_value_head_dim
         self.key_dim = self.n_k_heads * self.head_k_dim
         self.value_dim = self.n_v_heads * self.head_v_dim
-        self.conv_dim = 2 * self.key_dim + self.value_dim
         self.kernel = args.linear_conv_kernel_dim
-        self.in_proj_qkv = nn.Linear(args.dim, self.conv_dim, bias=False)
+        self.in_proj_q = nn.Linear(args.dim, self.key_dim, bias=False)
+        self.in_proj_k = nn.Linear(args.dim, self.key_dim, bias=False)
+        self.in_proj_v = nn.Linear(args.dim, self.value_dim, bias=False)
         self.in_proj_z = nn.Linear(args.dim, self.value_dim, bias=False)
         self.in_proj_b = nn.Linear(args.dim, self.n_v_heads, bias=False)
         self.in_proj_a = nn.Linear(args.dim, self.n_v_heads, bias=False)
-        self.conv_weight = nn.Parameter(torch.empty(self.conv_dim, self.kernel))
+        self.conv_q = nn.Parameter(torch.empty(self.key_dim, self.kernel))
+        self.conv_k = nn.Parameter(torch.empty(self.key_dim, self.kernel))
+        self.conv_v = nn.Parameter(torch.empty(self.value_dim, self.kernel))
         self.dt_bias = nn.Parameter(torch.ones(self.n_v_heads))
         self.A_log = nn.Parameter(torch.empty(self.n_v_heads))
         self.norm = GatedRMSNorm(self.head_v_dim, args.norm_eps)
@@ -169,28 +194,27 @@ class GatedDeltaNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
-        mixed = self.in_proj_qkv(x).transpose(1, 2)
-        mixed = F.conv1d(mixed, self.conv_weight.unsqueeze(1), padding=self.kernel - 1, groups=self.conv_dim)
-        mixed = F.silu(mixed[..., :seq]).transpose(1, 2)
-        q, k, v = torch.split(mixed, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        q = q.reshape(batch, seq, self.n_k_heads, self.head_k_dim)
-        k = k.reshape(batch, seq, self.n_k_heads, self.head_k_dim)
-        v = v.reshape(batch, seq, self.n_v_heads, self.head_v_dim)
-        groups = self.n_v_heads // self.n_k_heads
+        # -1 heads: under tensor parallelism each rank holds a slice of the key and value heads.
+        q = _causal_conv(self.in_proj_q(x), _local(self.conv_q)).reshape(batch, seq, -1, self.head_k_dim)
+        k = _causal_conv(self.in_proj_k(x), _local(self.conv_k)).reshape(batch, seq, -1, self.head_k_dim)
+        v = _causal_conv(self.in_proj_v(x), _local(self.conv_v)).reshape(batch, seq, -1, self.head_v_dim)
+        groups = v.shape[2] // k.shape[2]
         if groups > 1:  # each query/key head serves `groups` consecutive value heads
             q, k = q.repeat_interleave(groups, dim=2), k.repeat_interleave(groups, dim=2)
         beta = torch.sigmoid(self.in_proj_b(x))
-        log_decay = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)
+        decay_rate = -_local(self.A_log).float().exp()
+        log_decay = decay_rate * F.softplus(self.in_proj_a(x).float() + _local(self.dt_bias))
         out = gated_delta_rule(q, k, v, log_decay, beta)
-        z = self.in_proj_z(x).reshape(batch, seq, self.n_v_heads, self.head_v_dim)
-        out = self.norm(out, z).reshape(batch, seq, self.value_dim)
+        z = self.in_proj_z(x).reshape(batch, seq, -1, self.head_v_dim)
+        out = self.norm(out, z).reshape(batch, seq, -1)
         result: torch.Tensor = self.out_proj(out)
         return result
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         bound = 1.0 / math.sqrt(self.kernel)
-        nn.init.uniform_(self.conv_weight, -bound, bound)
+        for conv in (self.conv_q, self.conv_k, self.conv_v):
+            nn.init.uniform_(conv, -bound, bound)
         nn.init.ones_(self.dt_bias)
         self.A_log.copy_(torch.empty_like(self.A_log).uniform_(0.01, 16.0).log())
         self.norm.reset_parameters()

@@ -2,7 +2,8 @@
 
 torch is never imported at module level: each hook imports the private torch modules (``_modules``,
 ``_parallel``, ``hyper_parallel.models._torch_runtime``) from inside its body. The state-dict adapters
-only rename tensors and reshape them through their own methods, so they need no import either.
+only rename, reshape and split tensors through their own methods; ``to_hf`` imports torch in its body
+to concatenate the Gated DeltaNet q/k/v parts back into Hugging Face's fused tensors.
 
 The vision-language model covers images; videos (timestamped frames) are not supported yet.
 """
@@ -54,8 +55,9 @@ def build_model(args: Qwen3_5Args, *, device: str = "meta") -> Any:
 def parallelize(model: Any, parallelism: "ParallelismConfig", device_mesh: Any) -> Any:
     """Apply tensor parallelism (mesh dim ``tp``) then FSDP2 (``dp_shard``/``dp_replicate``) in place.
 
-    Tensor parallelism splits the heads of the full-attention blocks and the feed-forward networks; the
-    Gated DeltaNet mixers, embeddings and output stay replicated across ``tp`` (no sequence parallelism).
+    Tensor parallelism splits the heads of the full-attention and the Gated DeltaNet blocks (a rank
+    holds the key heads its value heads use) and the feed-forward networks; embeddings, norms and the
+    output stay replicated across ``tp`` (no sequence parallelism).
     """
     _require_torch("parallelize")
     from hyper_parallel.models.qwen3_5._parallel import parallelize_qwen3_5
@@ -111,11 +113,9 @@ _IN_LAYER = {
     "self_attn.o_proj.weight": "attention.wo.weight",
     "self_attn.q_norm.weight": "attention.q_norm.weight",
     "self_attn.k_norm.weight": "attention.k_norm.weight",
-    "linear_attn.in_proj_qkv.weight": "linear_attn.in_proj_qkv.weight",
     "linear_attn.in_proj_z.weight": "linear_attn.in_proj_z.weight",
     "linear_attn.in_proj_b.weight": "linear_attn.in_proj_b.weight",
     "linear_attn.in_proj_a.weight": "linear_attn.in_proj_a.weight",
-    "linear_attn.conv1d.weight": "linear_attn.conv_weight",  # (C, 1, K) <-> (C, K)
     "linear_attn.dt_bias": "linear_attn.dt_bias",
     "linear_attn.A_log": "linear_attn.A_log",
     "linear_attn.norm.weight": "linear_attn.norm.weight",
@@ -126,6 +126,16 @@ _IN_LAYER = {
     "input_layernorm.weight": "attention_norm.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight",
 }
+#: Hugging Face's fused Gated DeltaNet tensors (channels q | k | v) and our q, k and v parts of them.
+_FUSED = {
+    "linear_attn.in_proj_qkv.weight": (
+        "linear_attn.in_proj_q.weight",
+        "linear_attn.in_proj_k.weight",
+        "linear_attn.in_proj_v.weight",
+    ),
+    "linear_attn.conv1d.weight": ("linear_attn.conv_q", "linear_attn.conv_k", "linear_attn.conv_v"),  # (C, 1, K)
+}
+_FUSED_BACK = {ours: (hf, index) for hf, parts in _FUSED.items() for index, ours in enumerate(parts)}
 _TOP_LEVEL_BACK = {ours: hf for hf, ours in _TOP_LEVEL.items()}
 _IN_LAYER_BACK = {ours: hf for hf, ours in _IN_LAYER.items()}
 
@@ -164,6 +174,20 @@ class Qwen3_5StateDictAdapter:
         if wrong:
             raise ValueError("checkpoint does not match the Qwen 3.5 arguments: " + "; ".join(wrong))
 
+    def _split_fused(self, name: str, tensor: Any) -> tuple[Any, ...]:
+        """The q, k and v parts (along the channels) of a fused DeltaNet tensor; convolutions as (C, K)."""
+        args = self.text_args
+        key_dim = args.linear_num_key_heads * args.linear_key_head_dim
+        sizes = [key_dim, key_dim, args.linear_num_value_heads * args.linear_value_head_dim]
+        if tensor.shape[0] != sum(sizes):
+            raise ValueError(
+                f"checkpoint does not match the {self.model} arguments: {name} has {tensor.shape[0]} "
+                f"channels, expected q|k|v = {sizes}"
+            )
+        if name.endswith("conv1d.weight"):
+            tensor = tensor.reshape(tensor.shape[0], tensor.shape[-1])
+        return tuple(tensor.split(sizes, dim=0))
+
     def from_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         """Rename and reshape a Hugging Face state dict into this model's layout."""
         out: dict[str, Any] = {}
@@ -182,10 +206,10 @@ class Qwen3_5StateDictAdapter:
             elif rest in _TOP_LEVEL:
                 out[_TOP_LEVEL[rest]] = tensor
             elif match is not None and match.group(2) in _IN_LAYER:
-                ours = _IN_LAYER[match.group(2)]
-                if ours.endswith("conv_weight"):
-                    tensor = tensor.reshape(tensor.shape[0], tensor.shape[-1])
-                out[f"layers.{match.group(1)}.{ours}"] = tensor
+                out[f"layers.{match.group(1)}.{_IN_LAYER[match.group(2)]}"] = tensor
+            elif match is not None and match.group(2) in _FUSED:
+                for ours, part in zip(_FUSED[match.group(2)], self._split_fused(name, tensor), strict=True):
+                    out[f"layers.{match.group(1)}.{ours}"] = part
             else:
                 unknown.append(name)
         if unknown:
@@ -203,6 +227,7 @@ class Qwen3_5StateDictAdapter:
         """Rename and reshape this model's state dict into the Hugging Face layout."""
         out: dict[str, Any] = {}
         unknown: list[str] = []
+        fused: dict[str, dict[int, Any]] = {}  # HF name -> {part index: our tensor}
         for name, tensor in state_dict.items():
             match = _LAYER.match(name)
             if name == "output.weight":
@@ -210,13 +235,23 @@ class Qwen3_5StateDictAdapter:
             elif name in _TOP_LEVEL_BACK:
                 out[self.hf_prefix + _TOP_LEVEL_BACK[name]] = tensor
             elif match is not None and match.group(2) in _IN_LAYER_BACK:
-                if name.endswith("conv_weight"):
-                    tensor = tensor.reshape(tensor.shape[0], 1, tensor.shape[-1])
                 out[f"{self.hf_prefix}layers.{match.group(1)}.{_IN_LAYER_BACK[match.group(2)]}"] = tensor
+            elif match is not None and match.group(2) in _FUSED_BACK:
+                hf, index = _FUSED_BACK[match.group(2)]
+                fused.setdefault(f"{self.hf_prefix}layers.{match.group(1)}.{hf}", {})[index] = tensor
             else:
                 unknown.append(name)
         if unknown:
             raise KeyError(f"unexpected names in the {self.model} state dict: {unknown[:5]}")
+        incomplete = [name for name, parts in fused.items() if len(parts) != 3]
+        if incomplete:
+            raise KeyError(f"{self.model} state dict lacks q, k or v parts of: {incomplete[:5]}")
+        if fused:
+            import torch
+
+            for name, parts in fused.items():
+                tensor = torch.cat([parts[0], parts[1], parts[2]], dim=0)
+                out[name] = tensor.unsqueeze(1) if name.endswith("conv1d.weight") else tensor
         return out
 
 
