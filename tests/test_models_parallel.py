@@ -30,8 +30,10 @@ SPECS = {
             "ffn_hidden_dim": 96,
             "vocab_size": 128,
             "head_dim": 16,
+            # 4 key and 8 value heads (debugmodel): tp=2 gives each rank 2 key heads and the 4 value
+            # heads using them; key and value channel counts differ (64, 96) so a mixed split shows.
             "linear_key_head_dim": 16,
-            "linear_value_head_dim": 8,
+            "linear_value_head_dim": 12,
         },
     ),
     "qwen3_5_vl": lambda: qwen3_5.create_vl_model_spec(
@@ -87,6 +89,48 @@ def _loss(model: Any, ids: Any, images: tuple[Any, Any] | None = None) -> Any:
     return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
 
 
+#: Gated DeltaNet parameters tensor parallelism splits by heads, and the dimension they are split along.
+DELTANET_SHARDED = {
+    "in_proj_q.weight": 0,
+    "in_proj_k.weight": 0,
+    "in_proj_v.weight": 0,
+    "in_proj_z.weight": 0,
+    "in_proj_b.weight": 0,
+    "in_proj_a.weight": 0,
+    "conv_q": 0,
+    "conv_k": 0,
+    "conv_v": 0,
+    "dt_bias": 0,
+    "A_log": 0,
+    "out_proj.weight": 1,
+}
+
+
+def _assert_deltanet_sharded(reference: Any, sharded: Any) -> None:
+    """Every Gated DeltaNet projection, convolution and per-head parameter holds half the heads."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    ref_params = dict(reference.named_parameters())
+    checked = 0
+    for name, param in sharded.named_parameters():
+        if ".linear_attn." not in name:
+            continue
+        assert isinstance(param, DTensor), name
+        suffix = name.split(".linear_attn.", 1)[1]
+        full_shape = tuple(ref_params[name].shape)
+        assert tuple(param.shape) == full_shape, name
+        if suffix == "norm.weight":  # the gated RMSNorm over head_dim stays replicated
+            assert param.placements == (Replicate(),), name
+            continue
+        dim = DELTANET_SHARDED[suffix]
+        assert param.placements == (Shard(dim),), name
+        expected = tuple(size // WORLD if i == dim else size for i, size in enumerate(full_shape))
+        assert tuple(param.to_local().shape) == expected, name
+        checked += 1
+    assert checked == len(DELTANET_SHARDED) * sum(layer.linear_attn is not None for layer in sharded.layers)
+    assert checked > 0
+
+
 def _worker(rank: int, port: int, model_name: str, layout: str) -> None:
     import torch.distributed as dist
 
@@ -104,6 +148,8 @@ def _worker(rank: int, port: int, model_name: str, layout: str) -> None:
             sharded.tie_weights()
         mesh = build_device_mesh(parallelism, WORLD, device_type="cpu")
         spec.parallelize_fn(sharded, parallelism, mesh)
+        if model_name == "qwen3_5" and parallelism.tp > 1:
+            _assert_deltanet_sharded(reference, sharded)
 
         images = None
         if model_name == "qwen3_5_vl":

@@ -153,7 +153,7 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _causal_conv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """SiLU of the causal depthwise convolution of ``x`` (batch, seq, channels) by ``weight`` (channels, K)."""
+    """SiLU of the causal depthwise convolution of ``x`` (batch, seq, channels) by ``weight`` (C, K)."""
     seq, kernel = x.shape[1], weight.shape[-1]
     out = F.conv1d(x.transpose(1, 2), weight.unsqueeze(1), padding=kernel - 1, groups=weight.shape[0])
     return F.silu(out[..., :seq]).transpose(1, 2)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     ParallelStyle,
@@ -23,19 +25,60 @@ if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and ne
 
 __all__ = ["apply_tp", "parallelize_qwen3_5", "parallelize_qwen3_5_vl"]
 
+#: Gated DeltaNet parameters used directly (not through a submodule), split by channel/head along dim 0.
+_DELTANET_SHARDED_PARAMS = ("conv_q", "conv_k", "conv_v", "dt_bias", "A_log")
+
+
+class _HeadShardedNorm(SequenceParallel):
+    """``SequenceParallel`` over the head dimension for a norm taking several inputs (value, gate).
+
+    The (replicated) weight sees every input as a ``DTensor`` sharded along ``sequence_dim``, so its
+    gradient is summed over the heads of all ranks; the output goes back to a local tensor.
+    """
+
+    @staticmethod
+    def _prepare_input_fn(  # type: ignore[override]
+        sequence_sharding: tuple[Shard], mod: nn.Module, inputs: tuple[object, ...], device_mesh: DeviceMesh
+    ) -> tuple[object, ...]:
+        return tuple(
+            DTensor.from_local(x, device_mesh, sequence_sharding, run_check=False)
+            if isinstance(x, torch.Tensor) and not isinstance(x, DTensor)
+            else x
+            for x in inputs
+        )
+
+
+def _shard_deltanet_params(mixer: nn.Module, tp_mesh: DeviceMesh) -> None:
+    """Shard the convolution weights, ``dt_bias`` and ``A_log`` by channel; the forward uses local shards."""
+    for name in _DELTANET_SHARDED_PARAMS:
+        param = getattr(mixer, name)
+        sharded = distribute_tensor(param.data, tp_mesh, [Shard(0)])
+        mixer.register_parameter(name, nn.Parameter(sharded, requires_grad=param.requires_grad))
+
 
 def apply_tp(model: Qwen3_5Model, tp_mesh: DeviceMesh) -> None:
-    """Split the heads of the full-attention blocks and the feed-forward hidden size over ``tp_mesh``.
+    """Split the heads of both kinds of token mixer and the feed-forward hidden size over ``tp_mesh``.
 
-    Queries/gates, keys and values are column-parallel and the output projection row-parallel; the
-    per-head q/k norms see their input as sharded along the head dimension so that their (replicated)
-    weights receive gradients summed over all heads. Gated DeltaNet mixers, embeddings, norms and the
-    output projection stay replicated: every tp rank computes them on the same replicated activations.
+    Full attention: queries/gates, keys and values are column-parallel and the output projection
+    row-parallel; the per-head q/k norms see their input as sharded along the head dimension so that
+    their (replicated) weights receive gradients summed over all heads.
+
+    Gated DeltaNet: the q, k, v, z, b and a projections are column-parallel, so each rank holds a
+    contiguous block of key heads and the value heads that use them (value head ``j`` reads key head
+    ``j // (n_v_heads / n_k_heads)``); the depthwise convolution weights, ``dt_bias`` and ``A_log``
+    are sharded by the same channels and used as local shards, so the convolution and the per-head
+    recurrence run locally; the gated RMSNorm over ``head_dim`` is replicated (like the q/k norms) and
+    the output projection row-parallel.
+
+    Embeddings, residual norms and the output projection stay replicated: every tp rank computes them on
+    the same replicated activations.
     """
     args = model.args
     size = tp_mesh.size()
     if args.n_heads % size or args.n_kv_heads % size or args.ffn_hidden_dim % size:
         raise ValueError(f"tp={size} must divide n_heads, n_kv_heads and ffn_hidden_dim")
+    if args.linear_num_key_heads % size:  # it divides linear_num_value_heads (checked by the arguments)
+        raise ValueError(f"tp={size} must divide linear_num_key_heads ({args.linear_num_key_heads})")
     for block in model.layers:
         plan: dict[str, ParallelStyle] = {
             "feed_forward.w1": ColwiseParallel(),
@@ -53,6 +96,20 @@ def apply_tp(model: Qwen3_5Model, tp_mesh: DeviceMesh) -> None:
                     "attention.k_norm": SequenceParallel(sequence_dim=2, use_local_output=True),
                 }
             )
+        if block.linear_attn is not None:
+            plan.update(
+                {
+                    "linear_attn.in_proj_q": ColwiseParallel(),
+                    "linear_attn.in_proj_k": ColwiseParallel(),
+                    "linear_attn.in_proj_v": ColwiseParallel(),
+                    "linear_attn.in_proj_z": ColwiseParallel(),
+                    "linear_attn.in_proj_b": ColwiseParallel(),
+                    "linear_attn.in_proj_a": ColwiseParallel(),
+                    "linear_attn.norm": _HeadShardedNorm(sequence_dim=2, use_local_output=True),
+                    "linear_attn.out_proj": RowwiseParallel(),
+                }
+            )
+            _shard_deltanet_params(block.get_submodule("linear_attn"), tp_mesh)
         parallelize_module(block, tp_mesh, plan)
 
 

@@ -133,7 +133,8 @@ _FUSED = {
         "linear_attn.in_proj_k.weight",
         "linear_attn.in_proj_v.weight",
     ),
-    "linear_attn.conv1d.weight": ("linear_attn.conv_q", "linear_attn.conv_k", "linear_attn.conv_v"),  # (C, 1, K)
+    # (C, 1, K) in Hugging Face, (C, K) here
+    "linear_attn.conv1d.weight": ("linear_attn.conv_q", "linear_attn.conv_k", "linear_attn.conv_v"),
 }
 _FUSED_BACK = {ours: (hf, index) for hf, parts in _FUSED.items() for index, ours in enumerate(parts)}
 _TOP_LEVEL_BACK = {ours: hf for hf, ours in _TOP_LEVEL.items()}
