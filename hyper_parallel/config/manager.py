@@ -29,17 +29,13 @@ __all__ = ["apply_overrides", "dump_config", "load_config", "write_config"]
 
 
 def _file_locator(sources: SourceMap) -> Locate:
+    """Locate a problem in the file: an unknown key at the key, a missing field at the mapping that should
+    hold it, anything else at its value (or, for a defaulted field, at the nearest mapping the file has)."""
+
     def locate(problem: Problem) -> str | None:
-        path = problem.path
-        mark = None
-        if problem.anchor == "key":
-            mark = sources.key(path)
-        elif problem.anchor == "value":
-            mark = sources.value(path)
-        # A missing or defaulted field is located at the nearest enclosing mapping the file has.
-        while mark is None and path:
-            path = path[:-1]
-            mark = sources.value(path)
+        mark = sources.key(problem.path) if problem.anchor == "key" else None
+        if mark is None:
+            mark = sources.nearest(problem.path[:-1] if problem.anchor == "parent" else problem.path)
         return str(mark) if mark is not None else None
 
     return locate
