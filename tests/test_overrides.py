@@ -275,3 +275,10 @@ def test_unstructured_trees_belong_to_the_caller(cfg) -> None:  # type: ignore[n
     assert converter.unstructure(cfg)["optimizer"]["lr"] == cfg.optimizer.lr
     assert converter.unstructure(cfg)["optimizer"]["betas"] == list(cfg.optimizer.betas)
     assert resolve_root(yaml.safe_load(dump_config(cfg))) == cfg
+
+
+def test_a_failed_switch_does_not_leak_changes_into_the_source_config(cfg) -> None:  # type: ignore[no-untyped-def]
+    before = dump_config(cfg)
+    with pytest.raises(ConfigError):
+        apply_overrides(cfg, {"optimizer._target_": "hyper_parallel.nope.X", "optimizer.lr": "0.5"})
+    assert dump_config(cfg) == before

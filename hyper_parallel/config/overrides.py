@@ -175,13 +175,13 @@ def patch_tree(
     ``set_by_user(path)`` says where a value was set (a file position, a flag) or None for a default; a
     value the user set that the new target does not accept is an error, a default is dropped.
     """
-    for o in overrides:
-        if _is_switch(o):
-            _switch_target(tree, o, root_fields, allowed, set_by_user, overrides, problems)
-    refused = {p.path for p in problems}  # fields a switch already reported are not reported twice
     # The tree is fresh but its group mappings are shared (see ``unstructure.shared_tree``), except those a
-    # switch has just rebuilt: ``_set`` copies any other container before changing it.
-    owned = {id(tree)} | {id(tree[o.path[0]]) for o in overrides if _is_switch(o) and o.path[0] in tree}
+    # switch rebuilds: ``_set`` copies any other container before changing it.
+    owned = {id(tree)}
+    for o in overrides:
+        if _is_switch(o) and _switch_target(tree, o, root_fields, allowed, set_by_user, overrides, problems):
+            owned.add(id(tree[str(o.path[0])]))
+    refused = {p.path for p in problems}  # fields a switch already reported are not reported twice
     targets: dict[str, Target | None] = {}
     for o in overrides:
         group = o.path[0]
@@ -233,20 +233,21 @@ def _switch_target(
     set_by_user: Callable[[Path], str | None],
     overrides: list[Override],
     problems: list[Problem],
-) -> None:
+) -> bool:
+    """Replace the group's body for the new target; False (with a problem recorded) if it cannot."""
     group = str(o.path[0])
     if group not in root_fields:
         problems.append(
             Problem(o.path[:1], f"unknown root field {echo(group)}{did_you_mean(group, root_fields)}", "key")
         )
-        return
+        return False
     old_body = tree[group]
     old = _target_of(tree, group, root_fields, allowed, [])
     try:
         new = load_target(o.value, root_fields[group], allowed)
     except TargetError as exc:
         problems.append(Problem(o.path, str(exc)))
-        return
+        return False
     accepted = _group_fields(new)
     defaults = _defaults(old) if old is not None else {}
     overridden = {x.path[1] for x in overrides if len(x.path) >= 2 and x.path[0] == group}
@@ -272,6 +273,7 @@ def _switch_target(
                 )
             )
     tree[group] = body
+    return True
 
 
 def _defaults(target: Target) -> dict[str, Any]:
