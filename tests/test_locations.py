@@ -111,3 +111,34 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         load_config(tmp_path / "nope.yaml")
     (issue,) = info.value.issues
     assert issue.location == str(tmp_path / "nope.yaml")
+
+
+def test_a_broken_file_and_bad_overrides_are_reported_together(bad_file: Path) -> None:
+    overrides = {
+        "training.max_steps": "2e2",
+        "optimizer.lrr": "1",
+        "optimzer.lr": "1",
+        "parallelism.tp": "4",  # sound: not reported
+        "lr_scheduler.decay_type": "cosin",  # a group the file omits is typed by its default
+        "loss._target_": "os.system",
+    }
+    with pytest.raises(ConfigError) as info:
+        load_config(bad_file, overrides)
+    flags = [(i.location, i.path, i.message) for i in info.value.issues if i.location.startswith("--")]
+    assert flags == [
+        (
+            "--loss._target_",
+            "loss._target_",
+            "'os.system' is outside the allowed target prefixes (hyper_parallel); trusted code can allow "
+            "more with allowed_targets=, --allow-target or $HYPER_PARALLEL_ALLOWED_TARGETS",
+        ),
+        (
+            "--lr_scheduler.decay_type",
+            "lr_scheduler.decay_type",
+            "expected one of 'linear', 'cosine', 'constant', got the string 'cosin'; did you mean 'cosine'?",
+        ),
+        ("--optimizer.lrr", "optimizer.lrr", "no field 'lrr' under 'optimizer'; did you mean 'lr'?"),
+        ("--optimzer.lr", "optimzer", "unknown root field 'optimzer'; did you mean 'optimizer'?"),
+        ("--training.max_steps", "training.max_steps", "expected an integer, got the number 200.0"),
+    ]
+    assert len(info.value.issues) == 6 + len(flags)  # the file's own six problems come first

@@ -17,6 +17,7 @@ from hyper_parallel.config.errors import ConfigError, Issue, echo
 from hyper_parallel.config.resolver import converter
 from hyper_parallel.config.root import Locate, current_options, resolve_options, to_config_error
 from hyper_parallel.config.structure import Path, Problem
+from hyper_parallel.config.targets import qualified_name
 from hyper_parallel.config.unstructure import shared_tree
 from hyper_parallel.config.yaml_dump import dump_yaml
 from hyper_parallel.config.yaml_load import SourceMap, load_yaml_file
@@ -54,11 +55,16 @@ def load_config(
     file or at the flag that set the value. With ``world_size``, the parallel degrees must multiply to it.
     """
     raw, sources = load_yaml_file(path)
+    parsed = _parse_overrides(overrides or {})
+    locate = _locator(parsed, sources)
     with resolve_options(allowed_targets=allowed_targets, locate=_file_locator(sources)):
-        cfg = converter.structure(raw, TrainerConfig)
-        parsed = _parse_overrides(overrides or {})
-        locate = _locator(parsed, sources)
-        if overrides:
+        try:
+            cfg = converter.structure(raw, TrainerConfig)
+        except ConfigError as exc:
+            if parsed:  # report what is wrong with the overrides too, not in a second run
+                raise ConfigError([*exc.issues, *_override_issues(raw, parsed, locate)]) from None
+            raise
+        if parsed:
             cfg = _apply(cfg, parsed, sources, locate)
     if world_size is not None:
         problems = [
@@ -127,6 +133,26 @@ def _locator(parsed: "list[Override]", sources: SourceMap | None) -> Locate:
         return file_locate(problem) if file_locate is not None else None
 
     return locate
+
+
+def _override_issues(raw: object, parsed: "list[Override]", locate: Locate) -> list[Issue]:
+    from hyper_parallel.config.overrides import check_overrides
+
+    problems: list[Problem] = []
+    allowed = current_options().allowed
+    check_overrides(raw, parsed, _root_fields(), _default_targets(), allowed, converter.structurer, problems)
+    return list(to_config_error(problems, locate).issues) if problems else []
+
+
+@functools.cache
+def _default_targets() -> dict[str, str]:
+    """The ``_target_`` of each root group's default value (groups that have one)."""
+    out = {}
+    for f in attrs.fields(TrainerConfig):
+        default: Any = f.default
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            out[f.name] = qualified_name(type(default.factory()))
+    return out
 
 
 @functools.cache

@@ -20,7 +20,7 @@ from hyper_parallel.config.structure import TARGET_KEY, Path, Problem, Structure
 from hyper_parallel.config.targets import Target, TargetError, load_target
 from hyper_parallel.config.yaml_load import parse_scalar
 
-__all__ = ["Override", "parse_path", "patch_tree"]
+__all__ = ["Override", "check_overrides", "parse_path", "patch_tree"]
 
 # ASCII digits only, at most 9 of them: ``\d`` would accept other scripts' digits, and an index of thousands
 # of digits would make ``int()`` raise instead of the key being reported as malformed.
@@ -209,6 +209,50 @@ def patch_tree(
                 _READERS.clear()
             reader = _READERS[key] = _reader(tp, structurer)
         _set(tree, o.path, reader(o.value) if isinstance(o.value, str) else o.value, problems, owned)
+
+
+def check_overrides(
+    raw: object,
+    overrides: list[Override],
+    root_fields: Mapping[str, Any],
+    default_targets: Mapping[str, str],
+    allowed: tuple[str, ...],
+    structurer: Structurer,
+    problems: list[Problem],
+) -> None:
+    """Check overrides against a document that did not resolve: their paths and value types only.
+
+    The document's own problems keep the overrides from being applied, but a mistyped path or a value of
+    the wrong type is wrong whatever the document says, so it belongs in the same report. Each group is
+    typed by the ``_target_`` an override switches to, else the document's, else the root default's.
+    """
+    switches = {o.path[0]: o.value for o in overrides if _is_switch(o)}
+    for o in overrides:
+        group = o.path[0]
+        if not isinstance(group, str) or group not in root_fields:
+            hint = did_you_mean(group, root_fields) if isinstance(group, str) else ""
+            problems.append(Problem(o.path[:1], f"unknown root field {echo(group)}{hint}", "key"))
+            continue
+        node = raw.get(group) if isinstance(raw, Mapping) else None
+        name = switches.get(group)
+        if name is None:
+            given = isinstance(node, Mapping) and TARGET_KEY in node
+            name = node[TARGET_KEY] if given else default_targets.get(group)  # type: ignore[index]
+        try:
+            target = load_target(name, root_fields[group], allowed)
+        except TargetError as exc:
+            if _is_switch(o):
+                problems.append(Problem(o.path, str(exc)))
+            continue  # a bad '_target_' in the document is reported by the resolve itself
+        if _is_switch(o):
+            continue
+        if len(o.path) == 1:
+            problems.append(Problem(o.path, f"name a field of {group!r}, e.g. {group}.<field>", "key"))
+            continue
+        tp = _field_type(_group_fields(target), o.path[1:], o.path[:1], problems)
+        if tp is not None:
+            value = _reader(tp, structurer)(o.value) if isinstance(o.value, str) else o.value
+            structurer.for_type(tp)(value, o.path, problems)
 
 
 def _target_of(
