@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 if TYPE_CHECKING:
-    from hyper_parallel.components._checkpoint_runtime import CheckpointManager
+    from hyper_parallel.runtime.checkpoint import CheckpointManager
 
 from hyper_parallel._checks import minus_one_or_at_least
 
@@ -132,9 +132,9 @@ class DCPCheckpoint(Checkpoint):
 
             ``maybe_save(step)`` saves every ``interval`` steps, ``load()`` resumes from the newest
             complete checkpoint; the layout and publish protocol are documented in
-            ``hyper_parallel.components._checkpoint_runtime``.
+            ``hyper_parallel.runtime.checkpoint``.
             """
-            from hyper_parallel.components._checkpoint_runtime import CheckpointManager
+            from hyper_parallel.runtime.checkpoint import CheckpointManager
 
             return CheckpointManager(
                 self, model=model, optimizer=optimizer, lr_scheduler=lr_scheduler, dataloader=dataloader

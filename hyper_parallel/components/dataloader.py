@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 if TYPE_CHECKING:
-    from hyper_parallel.components._dataloader_runtime import ResumableLoader
+    from hyper_parallel.runtime.dataloader import ResumableLoader
 
 __all__ = ["DataLoader", "DatasetConfig", "TextDataLoader"]
 
@@ -155,9 +155,9 @@ class TextDataLoader(DataLoader):
 
             Iterates forever (epoch after epoch, reshuffled); ``state_dict`` / ``load_state_dict`` save
             and restore the position. Reading, packing and sharding rules are documented in
-            ``hyper_parallel.components._dataloader_runtime``.
+            ``hyper_parallel.runtime.dataloader``.
             """
-            from hyper_parallel.components._dataloader_runtime import build_loader
+            from hyper_parallel.runtime.dataloader import build_loader
 
             return build_loader(
                 self.dataset,

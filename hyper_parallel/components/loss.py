@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 if TYPE_CHECKING:
-    from hyper_parallel.components._loss_runtime import CausalLMLossFn
+    from hyper_parallel.runtime.loss import CausalLMLossFn
 
 __all__ = ["CausalLMLoss", "Loss"]
 
@@ -61,6 +61,6 @@ class CausalLMLoss(Loss):
 
         def build(self) -> "CausalLMLossFn":
             """``loss(logits, labels)``: shifted next-token cross entropy reduced over counted tokens."""
-            from hyper_parallel.components._loss_runtime import build_causal_lm_loss
+            from hyper_parallel.runtime.loss import build_causal_lm_loss
 
             return build_causal_lm_loss(self)

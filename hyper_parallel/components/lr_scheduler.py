@@ -78,8 +78,8 @@ class WarmupDecay(LRScheduler):
             """A ``LambdaLR``: linear warmup, plateau, then the decay down to ``min_lr_factor`` x peak.
 
             Call ``step()`` once after each optimizer step; the closed form is documented in
-            ``hyper_parallel.components._lr_scheduler_runtime``.
+            ``hyper_parallel.runtime.lr_scheduler``.
             """
-            from hyper_parallel.components._lr_scheduler_runtime import build_warmup_decay
+            from hyper_parallel.runtime.lr_scheduler import build_warmup_decay
 
             return build_warmup_decay(self, optimizer, training_steps)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import attrs
 
 if TYPE_CHECKING:
-    from hyper_parallel.components._metrics_runtime import MetricsProcessor
+    from hyper_parallel.runtime.metrics import MetricsProcessor
 
 __all__ = ["Metrics", "MetricsLogger"]
 
@@ -82,6 +82,6 @@ class MetricsLogger(Metrics):
             Only rank 0 writes when ``rank0_only``; otherwise each rank writes its own streams (the JSONL
             file and TensorBoard folder get a ``rank<r>`` suffix).
             """
-            from hyper_parallel.components._metrics_runtime import MetricsProcessor
+            from hyper_parallel.runtime.metrics import MetricsProcessor
 
             return MetricsProcessor(self, rank=rank, stream=stream)

@@ -61,7 +61,7 @@ class Optimizer:
 
         def param_groups(self, model: Any) -> list[dict[str, Any]]:
             """The ``decay`` and ``no_decay`` parameter groups of ``model`` under these options."""
-            from hyper_parallel.components._optimizer_runtime import param_groups
+            from hyper_parallel.runtime.optimizer import param_groups
 
             return param_groups(self, model)
 
@@ -106,7 +106,7 @@ class AdamW(Optimizer):
 
         def build(self, model: Any) -> "torch.optim.AdamW":
             """``torch.optim.AdamW`` with every option here; no_decay flags pick the exempt parameters."""
-            from hyper_parallel.components._optimizer_runtime import build_adamw
+            from hyper_parallel.runtime.optimizer import build_adamw
 
             return build_adamw(self, model)
 
@@ -144,6 +144,6 @@ class SGD(Optimizer):
 
         def build(self, model: Any) -> "torch.optim.SGD":
             """``torch.optim.SGD`` with every option here (weight decay is applied as an L2 term)."""
-            from hyper_parallel.components._optimizer_runtime import build_sgd
+            from hyper_parallel.runtime.optimizer import build_sgd
 
             return build_sgd(self, model)

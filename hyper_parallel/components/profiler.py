@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 if TYPE_CHECKING:
-    from hyper_parallel.components._profiler_runtime import NullProfiler, TorchProfilerContext
+    from hyper_parallel.runtime.profiler import NullProfiler, TorchProfilerContext
 
 __all__ = ["Profiler", "TorchProfiler"]
 
@@ -103,7 +103,7 @@ class TorchProfiler(Profiler):
 
         def build(self, rank: int = 0) -> "TorchProfilerContext | NullProfiler":
             """``with profiler: ... profiler.step()``; a no-op object (torch not imported) when disabled."""
-            from hyper_parallel.components._profiler_runtime import NullProfiler, TorchProfilerContext
+            from hyper_parallel.runtime.profiler import NullProfiler, TorchProfilerContext
 
             if not self.enable:
                 return NullProfiler()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 if TYPE_CHECKING:
-    from hyper_parallel.components._tokenizer_runtime import HFTokenizer
+    from hyper_parallel.runtime.tokenizer import HFTokenizer
 
 __all__ = ["HuggingFaceTokenizer", "Tokenizer"]
 
@@ -97,6 +97,6 @@ class HuggingFaceTokenizer(Tokenizer):
             config, else from ``tokenizer_config.json`` beside the file; pad falls back to eos. ``use_fast``
             is informational: the ``tokenizers`` library is the fast implementation.
             """
-            from hyper_parallel.components._tokenizer_runtime import build_hf_tokenizer
+            from hyper_parallel.runtime.tokenizer import build_hf_tokenizer
 
             return build_hf_tokenizer(self, weights_path)

@@ -13,8 +13,8 @@ from hyper_parallel._checks import minus_one_or_at_least
 from hyper_parallel.components.dataloader import DatasetConfig
 
 if TYPE_CHECKING:
-    from hyper_parallel.components._dataloader_runtime import ResumableLoader
-    from hyper_parallel.components._validator_runtime import LossValidatorRuntime
+    from hyper_parallel.runtime.dataloader import ResumableLoader
+    from hyper_parallel.runtime.validator import LossValidatorRuntime
 
 __all__ = ["LossValidator", "Validator"]
 
@@ -76,7 +76,7 @@ class LossValidator(Validator):
             ``dataloader`` yields ``{input_ids, labels}`` batches (``build_dataloader`` makes one from
             ``dataset``); ``loss`` is a built loss (``Loss.Config.build()``).
             """
-            from hyper_parallel.components._validator_runtime import LossValidatorRuntime
+            from hyper_parallel.runtime.validator import LossValidatorRuntime
 
             return LossValidatorRuntime(self, dataloader, loss)
 
@@ -95,7 +95,7 @@ class LossValidator(Validator):
 
             ``micro_batch_size`` (training's) is used when this section's ``micro_batch_size`` is null.
             """
-            from hyper_parallel.components._dataloader_runtime import build_loader
+            from hyper_parallel.runtime.dataloader import build_loader
 
             return build_loader(
                 self.dataset,

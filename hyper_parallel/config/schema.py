@@ -120,14 +120,19 @@ def _factory_schema(fn: Any) -> Schema:
     return schema
 
 
+#: Module name segments never imported while discovering targets: launch scripts, and runtime code (which
+#: imports torch). Config classes and factories live in the config modules; private modules are skipped too.
+_NOT_CONFIG = frozenset({"train_lm", "train_vl", "runtime"})
+
+
 def _import_all(packages: Iterable[str]) -> list[types.ModuleType]:
     modules = []
     for name in packages:
         package = importlib.import_module(name)
         modules.append(package)
         for info in pkgutil.walk_packages(getattr(package, "__path__", []), prefix=f"{name}."):
-            leaf = info.name.rpartition(".")[2]
-            if leaf.startswith("_") or leaf in ("train_lm", "train_vl"):
+            segments = info.name.split(".")
+            if any(s.startswith("_") or s in _NOT_CONFIG for s in segments):
                 continue
             modules.append(importlib.import_module(info.name))
     return modules
