@@ -14,7 +14,7 @@ import attrs
 
 from hyper_parallel.models.spec import ModelArgs
 
-__all__ = ["OverrideValue", "apply_overrides", "lookup_flavor", "suggest"]
+__all__ = ["OverrideValue", "apply_overrides", "lookup_flavor", "require_torch", "suggest"]
 
 #: Values ``overrides`` may carry: model arguments are scalars (nested sections via dotted keys).
 OverrideValue = int | float | bool | str | None
@@ -139,3 +139,14 @@ def apply_overrides(args: A, overrides: Mapping[str, OverrideValue] | None, what
     if problems:
         raise ValueError(f"invalid model arguments for {what}: " + "; ".join(problems))
     return result
+
+
+def require_torch(model: str, what: str) -> None:
+    """Raise a helpful ``ImportError`` when a runtime hook is called without the optional torch extra."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise ImportError(
+            f"{model} {what} needs PyTorch, which is not installed: "
+            "pip install 'hyper_parallel[torch]' (torch==2.13.0)"
+        )

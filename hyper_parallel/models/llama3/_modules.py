@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hyper_parallel.models._layers import FeedForward
 from hyper_parallel.models.llama3.args import Llama3Args, RopeScaling
 
 __all__ = ["Llama3Model", "build_llama3", "rope_inverse_frequencies"]
@@ -102,20 +103,6 @@ class Attention(nn.Module):
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
         )
         result: torch.Tensor = self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
-        return result
-
-
-class FeedForward(nn.Module):
-    """SwiGLU: ``w2(silu(w1 x) * w3 x)``."""
-
-    def __init__(self, dim: int, hidden_dim: int) -> None:
-        super().__init__()
-        self.w1 = nn.Linear(dim, hidden_dim, bias=False)
-        self.w2 = nn.Linear(hidden_dim, dim, bias=False)
-        self.w3 = nn.Linear(dim, hidden_dim, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        result: torch.Tensor = self.w2(F.silu(self.w1(x)) * self.w3(x))
         return result
 
 

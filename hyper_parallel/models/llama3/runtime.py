@@ -8,6 +8,7 @@ stays cheap. The state-dict adapter only reshapes tensors through their own meth
 import re
 from typing import TYPE_CHECKING, Any
 
+from hyper_parallel.models._factory import require_torch
 from hyper_parallel.models.llama3.args import Llama3Args
 
 if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
@@ -16,24 +17,13 @@ if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and ne
 __all__ = ["Llama3StateDictAdapter", "build_model", "load_weights", "parallelize"]
 
 
-def _require_torch(what: str) -> None:
-    """Raise a helpful ``ImportError`` when the optional torch extra is not installed."""
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        raise ImportError(
-            f"Llama 3 {what} needs PyTorch, which is not installed: "
-            "pip install 'hyper_parallel[torch]' (torch==2.13.0)"
-        )
-
-
 def build_model(args: Llama3Args, *, device: str = "meta") -> Any:
     """Create the Llama 3 module for ``args`` on ``device``.
 
     On ``"meta"`` nothing is allocated: move it with ``model.to_empty(device=...)`` and call
     ``model.init_weights()`` (or load weights). On any other device the weights are initialised.
     """
-    _require_torch("build_model")
+    require_torch("Llama 3", "build_model")
     from hyper_parallel.models.llama3._modules import build_llama3
 
     return build_llama3(args, device)
@@ -45,7 +35,7 @@ def parallelize(model: Any, parallelism: "ParallelismConfig", device_mesh: Any) 
     ``device_mesh`` names its dimensions after the degrees of ``parallelism`` that exceed 1 (see
     ``hyper_parallel.models._torch_runtime.build_device_mesh``); their sizes must match the config.
     """
-    _require_torch("parallelize")
+    require_torch("Llama 3", "parallelize")
     from hyper_parallel.models.llama3._parallel import parallelize_llama3
 
     return parallelize_llama3(model, parallelism, device_mesh)
@@ -53,7 +43,7 @@ def parallelize(model: Any, parallelism: "ParallelismConfig", device_mesh: Any) 
 
 def load_weights(model: Any, weights_path: str, adapter: "Llama3StateDictAdapter | None" = None) -> Any:
     """Load the Hugging Face safetensors checkpoint in the local folder ``weights_path`` into ``model``."""
-    _require_torch("load_weights")
+    require_torch("Llama 3", "load_weights")
     from hyper_parallel.models._torch_runtime import load_weights as _load
 
     return _load(model, weights_path, adapter or Llama3StateDictAdapter(model.args, weights_path))

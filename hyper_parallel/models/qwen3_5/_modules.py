@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hyper_parallel.models._layers import FeedForward
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args
 
 #: Frequencies given to the (time, height, width) axes of M-RoPE, interleaved; the released value.
@@ -218,20 +219,6 @@ class GatedDeltaNet(nn.Module):
         nn.init.ones_(self.dt_bias)
         self.A_log.copy_(torch.empty_like(self.A_log).uniform_(0.01, 16.0).log())
         self.norm.reset_parameters()
-
-
-class FeedForward(nn.Module):
-    """SwiGLU: ``w2(silu(w1 x) * w3 x)``."""
-
-    def __init__(self, dim: int, hidden_dim: int) -> None:
-        super().__init__()
-        self.w1 = nn.Linear(dim, hidden_dim, bias=False)
-        self.w2 = nn.Linear(hidden_dim, dim, bias=False)
-        self.w3 = nn.Linear(dim, hidden_dim, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        result: torch.Tensor = self.w2(F.silu(self.w1(x)) * self.w3(x))
-        return result
 
 
 class HybridBlock(nn.Module):

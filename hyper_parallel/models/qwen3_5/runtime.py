@@ -11,6 +11,7 @@ The vision-language model covers images; videos (timestamped frames) are not sup
 import re
 from typing import TYPE_CHECKING, Any
 
+from hyper_parallel.models._factory import require_torch
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args, Qwen3_5VLArgs
 
 if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
@@ -29,24 +30,13 @@ __all__ = [
 ]
 
 
-def _require_torch(what: str) -> None:
-    """Raise a helpful ``ImportError`` when the optional torch extra is not installed."""
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        raise ImportError(
-            f"Qwen 3.5 {what} needs PyTorch, which is not installed: "
-            "pip install 'hyper_parallel[torch]' (torch==2.13.0)"
-        )
-
-
 def build_model(args: Qwen3_5Args, *, device: str = "meta") -> Any:
     """Create the Qwen 3.5 language model for ``args`` on ``device``.
 
     On ``"meta"`` nothing is allocated: move it with ``model.to_empty(device=...)`` and call
     ``model.init_weights()`` (or load weights). On any other device the weights are initialised.
     """
-    _require_torch("build_model")
+    require_torch("Qwen 3.5", "build_model")
     from hyper_parallel.models.qwen3_5._modules import build_qwen3_5
 
     return build_qwen3_5(args, device)
@@ -59,7 +49,7 @@ def parallelize(model: Any, parallelism: "ParallelismConfig", device_mesh: Any) 
     holds the key heads its value heads use) and the feed-forward networks; embeddings, norms and the
     output stay replicated across ``tp`` (no sequence parallelism).
     """
-    _require_torch("parallelize")
+    require_torch("Qwen 3.5", "parallelize")
     from hyper_parallel.models.qwen3_5._parallel import parallelize_qwen3_5
 
     return parallelize_qwen3_5(model, parallelism, device_mesh)
@@ -67,7 +57,7 @@ def parallelize(model: Any, parallelism: "ParallelismConfig", device_mesh: Any) 
 
 def load_weights(model: Any, weights_path: str, adapter: "Qwen3_5StateDictAdapter | None" = None) -> Any:
     """Load the Hugging Face safetensors checkpoint in the local folder ``weights_path`` into ``model``."""
-    _require_torch("load_weights")
+    require_torch("Qwen 3.5", "load_weights")
     from hyper_parallel.models._torch_runtime import load_weights as _load
 
     if adapter is None:
@@ -82,7 +72,7 @@ def build_vl_model(args: Qwen3_5VLArgs, *, device: str = "meta") -> Any:
     ``device`` works as for ``build_model``. The module's ``forward(tokens, pixel_values, grid_thw,
     image_token_id)`` replaces image placeholder tokens by vision features and uses M-RoPE positions.
     """
-    _require_torch("build_vl_model")
+    require_torch("Qwen 3.5", "build_vl_model")
     from hyper_parallel.models.qwen3_5._vl import build_qwen3_5_vl
 
     return build_qwen3_5_vl(args, device)
@@ -93,7 +83,7 @@ def parallelize_vl(model: Any, parallelism: "ParallelismConfig", device_mesh: An
 
     The vision tower is replicated across ``tp`` (it is small next to the language model).
     """
-    _require_torch("parallelize_vl")
+    require_torch("Qwen 3.5", "parallelize_vl")
     from hyper_parallel.models.qwen3_5._parallel import parallelize_qwen3_5_vl
 
     return parallelize_qwen3_5_vl(model, parallelism, device_mesh)
