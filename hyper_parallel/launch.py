@@ -161,6 +161,12 @@ def main(
         cfg = load_config(
             args.config_file, args.overrides, allowed_targets=args.allow_target, world_size=world_size
         )
+        if prog == "train_vl" and getattr(cfg.model.args, "vision", None) is None:
+            message = (
+                f"train_vl needs a vision-language model, but {cfg.model.name!r} has no vision tower; "
+                "use a VL factory such as hyper_parallel.models.qwen3_5.create_vl_model_spec, or train_lm"
+            )
+            raise ConfigError([Issue("model", message, args.config_file)])
         if args.help:
             out.write(_usage(prog))
             out.write("\n" + config_help(cfg))

@@ -215,3 +215,12 @@ def test_schema_validates_every_shipped_config() -> None:
         "optimizer": {"_target_": "hyper_parallel.components.optimizer.AdamW.Config", "lr": "1e-4"},
     }
     assert list(validator.iter_errors(bad))
+
+
+def test_train_vl_refuses_a_text_only_model() -> None:
+    done = run("hyper_parallel.train_vl", "--config-file", MINIMAL, "--dry-run")
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[0] == (
+        f"{MINIMAL}: model: train_vl needs a vision-language model, but 'qwen3_5' has no vision tower; use a "
+        "VL factory such as hyper_parallel.models.qwen3_5.create_vl_model_spec, or train_lm"
+    )
