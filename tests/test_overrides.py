@@ -282,3 +282,24 @@ def test_a_failed_switch_does_not_leak_changes_into_the_source_config(cfg) -> No
     with pytest.raises(ConfigError):
         apply_overrides(cfg, {"optimizer._target_": "hyper_parallel.nope.X", "optimizer.lr": "0.5"})
     assert dump_config(cfg) == before
+
+
+LLAMA_FACTORY = "hyper_parallel.models.llama3.create_model_spec"
+
+
+def test_switching_factory_drops_an_old_default_the_new_factory_cannot_take(cfg) -> None:  # type: ignore[no-untyped-def]
+    new = load_config(MINIMAL, {"model._target_": LLAMA_FACTORY})
+    assert new.model.name == "llama3"
+    assert new.model.flavor == "8B"  # qwen's default flavor '0.8B' was never set by the user
+    assert new.model.weights_path == cfg.model.weights_path  # set in the file: kept
+
+
+def test_switching_factory_keeps_a_value_the_user_set_and_reports_it_there() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(FULL, {"model._target_": LLAMA_FACTORY})
+    (issue,) = info.value.issues
+    assert issue.path == "model.flavor"
+    assert issue.location == f"{FULL}:6:11"
+    assert issue.message.startswith(
+        "expected one of 'debugmodel', '8B', '70B', '405B', got the string '0.8B'"
+    )

@@ -18,6 +18,7 @@ import attrs
 from hyper_parallel.config.errors import did_you_mean, echo, format_path
 from hyper_parallel.config.structure import TARGET_KEY, Path, Problem, Structurer, describe_value
 from hyper_parallel.config.targets import Target, TargetError, load_target
+from hyper_parallel.config.unstructure import unstructure_value
 from hyper_parallel.config.yaml_load import parse_scalar
 
 __all__ = ["Override", "check_overrides", "parse_path", "patch_tree"]
@@ -179,7 +180,10 @@ def patch_tree(
     # switch rebuilds: ``_set`` copies any other container before changing it.
     owned = {id(tree)}
     for o in overrides:
-        if _is_switch(o) and _switch_target(tree, o, root_fields, allowed, set_by_user, overrides, problems):
+        switched = _is_switch(o) and _switch_target(
+            tree, o, root_fields, allowed, structurer, set_by_user, overrides, problems
+        )
+        if switched:
             owned.add(id(tree[str(o.path[0])]))
     refused = {p.path for p in problems}  # fields a switch already reported are not reported twice
     targets: dict[str, Target | None] = {}
@@ -274,6 +278,7 @@ def _switch_target(
     o: Override,
     root_fields: Mapping[str, Any],
     allowed: tuple[str, ...],
+    structurer: Structurer,
     set_by_user: Callable[[Path], str | None],
     overrides: list[Override],
     problems: list[Problem],
@@ -299,14 +304,21 @@ def _switch_target(
     for name, value in old_body.items():
         if name == TARGET_KEY:
             continue
-        if name in accepted:
-            body[name] = value
-            continue
         where = set_by_user((group, name))
         if where is None and name in overridden:
             where = "on the command line"
         if where is None and (name not in defaults or defaults[name] != value):
             where = "to a value other than the default"
+        if name in accepted:
+            # A shared field keeps its value, unless that value was only the old target's default and the
+            # new target cannot take it (a factory's default flavor, say): then the new default applies.
+            if where is None and defaults.get(name, _NO_DEFAULT) == value:
+                scratch: list[Problem] = []
+                structurer.for_type(accepted[name])(value, (group, name), scratch)
+                if scratch:
+                    continue
+            body[name] = value
+            continue
         if where is not None:
             short = new.name.rpartition(".")[2] if new.is_factory else new.obj.__qualname__
             problems.append(
@@ -320,10 +332,13 @@ def _switch_target(
     return True
 
 
+_NO_DEFAULT: Any = object()
+
+
 def _defaults(target: Target) -> dict[str, Any]:
-    """The unstructured default of each field of a Config class (factories record only what was given)."""
+    """The unstructured default of each field of a Config class or parameter of a factory."""
     if target.is_factory:
-        return {}
+        return {name: unstructure_value(value, (), []) for name, value in target.defaults.items()}
     out: dict[str, Any] = {}
     for f in attrs.fields(target.obj):
         default = f.default
@@ -332,7 +347,7 @@ def _defaults(target: Target) -> dict[str, Any]:
                 continue
             default = default.factory()
         if default is not attrs.NOTHING:
-            out[f.name] = list(default) if isinstance(default, tuple) else default
+            out[f.name] = unstructure_value(default, (), [])
     return out
 
 
