@@ -16,7 +16,7 @@ import attrs
 from hyper_parallel.config.errors import ConfigError, Issue, echo
 from hyper_parallel.config.resolver import converter
 from hyper_parallel.config.root import Locate, current_options, resolve_options, to_config_error
-from hyper_parallel.config.structure import Path, Problem
+from hyper_parallel.config.structure import Path, Problem, field_default
 from hyper_parallel.config.targets import qualified_name
 from hyper_parallel.config.unstructure import shared_tree
 from hyper_parallel.config.yaml_dump import dump_yaml
@@ -149,9 +149,9 @@ def _default_targets() -> dict[str, str]:
     """The ``_target_`` of each root group's default value (groups that have one)."""
     out = {}
     for f in attrs.fields(TrainerConfig):
-        default: Any = f.default
-        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-            out[f.name] = qualified_name(type(default.factory()))
+        default = field_default(f)
+        if default is not attrs.NOTHING:
+            out[f.name] = qualified_name(type(default))
     return out
 
 

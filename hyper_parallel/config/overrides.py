@@ -8,15 +8,22 @@ validator and cross-field check. A string value is read by the type of the field
 
 import functools
 import re
-import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import attrs
 
 from hyper_parallel.config.errors import did_you_mean, echo, format_path
-from hyper_parallel.config.structure import TARGET_KEY, Path, Problem, Structurer, describe_value
+from hyper_parallel.config.structure import (
+    TARGET_KEY,
+    Path,
+    Problem,
+    Structurer,
+    describe_value,
+    field_default,
+    union_args,
+)
 from hyper_parallel.config.targets import Target, TargetError, load_target
 from hyper_parallel.config.unstructure import unstructure_value
 from hyper_parallel.config.yaml_load import parse_scalar
@@ -57,12 +64,8 @@ def parse_path(key: str) -> Path | None:
 
 @functools.lru_cache(maxsize=1024)
 def _strip_optional(tp: Any) -> Any:
-    origin = typing.get_origin(tp)
-    if origin is Union or origin is types.UnionType:
-        rest = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(rest) == 1:
-            return rest[0]
-    return tp
+    rest = [a for a in union_args(tp) or () if a is not type(None)]
+    return rest[0] if len(rest) == 1 else tp
 
 
 @functools.lru_cache(maxsize=1024)
@@ -70,9 +73,8 @@ def _children(tp: Any) -> tuple[Callable[[str | int], Any], list[str]] | None:
     """How to step into ``tp``: a function from a path segment to its type, and the names to suggest."""
     tp = _strip_optional(tp)
     if isinstance(tp, type) and attrs.has(tp):
-        attrs.resolve_types(tp)
-        fields = {f.name: f.type for f in attrs.fields(tp) if f.init}
-        return fields.get, list(fields)
+        fields = _class_fields(tp)
+        return (lambda seg: fields.get(seg) if isinstance(seg, str) else None), list(fields)
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (dict, Mapping):
@@ -106,9 +108,7 @@ def _accepts_str(tp: Any) -> bool:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return all(isinstance(c, str) for c in typing.get_args(tp))
-    if origin is Union or origin is types.UnionType:
-        return str in typing.get_args(tp)
-    return False
+    return str in (union_args(tp) or ())
 
 
 def _reader(tp: Any, structurer: Structurer) -> Callable[[str], Any]:
@@ -157,8 +157,40 @@ def _is_switch(o: Override) -> bool:
     return len(o.path) == 2 and o.path[1] == TARGET_KEY
 
 
-#: (group target, path below the group) -> reader of command-line text for the field found there.
-_READERS: dict[tuple[object, Path], Callable[[str], Any]] = {}
+#: (group target, path below the group) -> the field's type, and a reader of command-line text for it.
+_FIELDS: dict[tuple[object, Path], tuple[Any, Callable[[str], Any]]] = {}
+
+
+def _group_of(o: Override, root_fields: Mapping[str, Any], problems: list[Problem]) -> str | None:
+    """The root group an override names, or None after recording that there is no such group."""
+    group = o.path[0]
+    if isinstance(group, str) and group in root_fields:
+        return group
+    hint = did_you_mean(group, root_fields) if isinstance(group, str) else ""
+    problems.append(Problem(o.path[:1], f"unknown root field {echo(group)}{hint}", "key"))
+    return None
+
+
+def _read(
+    o: Override, target: Target, structurer: Structurer, problems: list[Problem]
+) -> tuple[Any, Any] | None:
+    """The type of the field an override lands on under ``target``, and its value read by that type;
+    None after recording a problem (no field named, or no such field)."""
+    if len(o.path) == 1:
+        group = o.path[0]
+        problems.append(Problem(o.path, f"name a field of {group!r}, e.g. {group}.<field>", "key"))
+        return None
+    key = (target.obj, o.path[1:])
+    found = _FIELDS.get(key)
+    if found is None:
+        tp = _field_type(_group_fields(target), o.path[1:], o.path[:1], problems)
+        if tp is None:
+            return None
+        if len(_FIELDS) > 4096:  # keys can name entries of open mappings: keep the cache bounded
+            _FIELDS.clear()
+        found = _FIELDS[key] = (tp, _reader(tp, structurer))
+    tp, reader = found
+    return tp, reader(o.value) if isinstance(o.value, str) else o.value
 
 
 def patch_tree(
@@ -188,31 +220,17 @@ def patch_tree(
     refused = {p.path for p in problems}  # fields a switch already reported are not reported twice
     targets: dict[str, Target | None] = {}
     for o in overrides:
-        group = o.path[0]
         if _is_switch(o) or o.path[:2] in refused:
             continue
-        if not isinstance(group, str) or group not in root_fields:
-            hint = did_you_mean(group, root_fields) if isinstance(group, str) else ""
-            problems.append(Problem(o.path[:1], f"unknown root field {echo(group)}{hint}", "key"))
-            continue
-        if len(o.path) == 1:
-            problems.append(Problem(o.path, f"name a field of {group!r}, e.g. {group}.<field>", "key"))
+        group = _group_of(o, root_fields, problems)
+        if group is None:
             continue
         if group not in targets:
             targets[group] = _target_of(tree, group, root_fields, allowed, problems)
         target = targets[group]
-        if target is None:
-            continue
-        key = (target.obj, o.path[1:])
-        reader = _READERS.get(key)
-        if reader is None:
-            tp = _field_type(_group_fields(target), o.path[1:], o.path[:1], problems)
-            if tp is None:
-                continue
-            if len(_READERS) > 4096:  # keys can name entries of open mappings: keep the cache bounded
-                _READERS.clear()
-            reader = _READERS[key] = _reader(tp, structurer)
-        _set(tree, o.path, reader(o.value) if isinstance(o.value, str) else o.value, problems, owned)
+        read = _read(o, target, structurer, problems) if target is not None else None
+        if read is not None:
+            _set(tree, o.path, read[1], problems, owned)
 
 
 def check_overrides(
@@ -232,10 +250,8 @@ def check_overrides(
     """
     switches = {o.path[0]: o.value for o in overrides if _is_switch(o)}
     for o in overrides:
-        group = o.path[0]
-        if not isinstance(group, str) or group not in root_fields:
-            hint = did_you_mean(group, root_fields) if isinstance(group, str) else ""
-            problems.append(Problem(o.path[:1], f"unknown root field {echo(group)}{hint}", "key"))
+        group = _group_of(o, root_fields, problems)
+        if group is None:
             continue
         node = raw.get(group) if isinstance(raw, Mapping) else None
         name = switches.get(group)
@@ -248,15 +264,9 @@ def check_overrides(
             if _is_switch(o):
                 problems.append(Problem(o.path, str(exc)))
             continue  # a bad '_target_' in the document is reported by the resolve itself
-        if _is_switch(o):
-            continue
-        if len(o.path) == 1:
-            problems.append(Problem(o.path, f"name a field of {group!r}, e.g. {group}.<field>", "key"))
-            continue
-        tp = _field_type(_group_fields(target), o.path[1:], o.path[:1], problems)
-        if tp is not None:
-            value = _reader(tp, structurer)(o.value) if isinstance(o.value, str) else o.value
-            structurer.for_type(tp)(value, o.path, problems)
+        read = None if _is_switch(o) else _read(o, target, structurer, problems)
+        if read is not None:
+            structurer.for_type(read[0])(read[1], o.path, problems)
 
 
 def _target_of(
@@ -284,11 +294,8 @@ def _switch_target(
     problems: list[Problem],
 ) -> bool:
     """Replace the group's body for the new target; False (with a problem recorded) if it cannot."""
-    group = str(o.path[0])
-    if group not in root_fields:
-        problems.append(
-            Problem(o.path[:1], f"unknown root field {echo(group)}{did_you_mean(group, root_fields)}", "key")
-        )
+    group = _group_of(o, root_fields, problems)
+    if group is None:
         return False
     old_body = tree[group]
     old = _target_of(tree, group, root_fields, allowed, [])
@@ -339,16 +346,8 @@ def _defaults(target: Target) -> dict[str, Any]:
     """The unstructured default of each field of a Config class or parameter of a factory."""
     if target.is_factory:
         return {name: unstructure_value(value, (), []) for name, value in target.defaults.items()}
-    out: dict[str, Any] = {}
-    for f in attrs.fields(target.obj):
-        default = f.default
-        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-            if default.takes_self:
-                continue
-            default = default.factory()
-        if default is not attrs.NOTHING:
-            out[f.name] = unstructure_value(default, (), [])
-    return out
+    defaults = ((f.name, field_default(f)) for f in attrs.fields(target.obj))
+    return {name: unstructure_value(value, (), []) for name, value in defaults if value is not attrs.NOTHING}
 
 
 def _set(tree: dict[str, Any], path: Path, value: Any, problems: list[Problem], owned: set[int]) -> None:

@@ -12,12 +12,12 @@ import pkgutil
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import attrs
 
 from hyper_parallel.config.help import factory_param_help
-from hyper_parallel.config.structure import INT_LIMIT, TARGET_KEY
+from hyper_parallel.config.structure import INT_LIMIT, TARGET_KEY, field_default, union_args
 from hyper_parallel.config.targets import qualified_name
 from hyper_parallel.config.unstructure import unstructure_value
 
@@ -40,10 +40,11 @@ def type_schema(tp: Any) -> Schema:
         return {"type": "string"}
     if tp is type(None):
         return {"type": "null"}
+    members = union_args(tp)
+    if members is not None:
+        return {"anyOf": [type_schema(a) for a in members]}
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
-    if origin is Union or origin is types.UnionType:
-        return {"anyOf": [type_schema(a) for a in args]}
     if origin is Literal:
         return {"enum": list(args)}
     if origin is tuple and args and args[-1] is not Ellipsis:
@@ -79,9 +80,7 @@ def _class_schema(cls: type, target: str | None) -> Schema:
         prop = type_schema(f.type)
         if f.metadata.get("help"):
             prop["description"] = f.metadata["help"]
-        default = f.default
-        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-            default = attrs.NOTHING if default.takes_self else default.factory()
+        default = field_default(f)
         if default is attrs.NOTHING:
             required.append(f.name)
         elif (d := _default(default)) is not None or default is None:

@@ -29,7 +29,9 @@ __all__ = [
     "Structurer",
     "describe_type",
     "describe_value",
+    "field_default",
     "run_cross_check",
+    "union_args",
 ]
 
 #: The key that names a Config class or factory; allowed on root groups only.
@@ -86,7 +88,8 @@ def describe_value(value: object) -> str:
     return f"a value of type {type(value).__name__}"
 
 
-def _union_args(tp: object) -> tuple[object, ...] | None:
+def union_args(tp: object) -> tuple[object, ...] | None:
+    """The members of a ``Union``/``X | Y`` annotation, or None for any other annotation."""
     origin = typing.get_origin(tp)
     if origin is Union or origin is types.UnionType:
         return typing.get_args(tp)
@@ -95,7 +98,7 @@ def _union_args(tp: object) -> tuple[object, ...] | None:
 
 def describe_type(tp: object) -> str:
     """Readable name of an annotation for messages and ``--help``: ``int | None``, ``'a' | 'b'`` ..."""
-    members = _union_args(tp)
+    members = union_args(tp)
     if members is not None:
         return " | ".join(describe_type(m) for m in members)
     if tp is type(None):
@@ -225,7 +228,7 @@ class Structurer:
             return _structure_str
         if tp is type(None):
             return _structure_none
-        members = _union_args(tp)
+        members = union_args(tp)
         if members is not None:
             return self._compile_union(tp, members)
         origin = typing.get_origin(tp)
@@ -433,7 +436,7 @@ def _inline_check(tp: object, name: str, scope: dict[str, Any]) -> str | None:
     if typing.get_origin(tp) is Literal and all(type(c) is str for c in typing.get_args(tp)):
         scope[name] = frozenset(typing.get_args(tp))
         return f"(type(v) is str and v in {name})"
-    members = _union_args(tp)
+    members = union_args(tp)
     if members is not None and len(members) == 2 and type(None) in members:
         (other,) = [m for m in members if m is not type(None)]
         inner = _inline_check(other, name, scope)
@@ -462,21 +465,25 @@ def build_attrs(cls: type, kwargs: dict[str, Any], path: Path, problems: list[Pr
     return INVALID if len(problems) > before else obj
 
 
+def field_default(field: "attrs.Attribute[Any]", instance: object = None) -> Any:
+    """The default of an attrs field, calling a ``Factory`` (with ``instance`` if it takes self);
+    ``attrs.NOTHING`` when there is none (or it needs an instance that was not given)."""
+    default: Any = field.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        if default.takes_self:
+            return attrs.NOTHING if instance is None else default.factory(instance)
+        return default.factory()
+    return default
+
+
 def _report_validators(cls: type, kwargs: dict[str, Any], path: Path, problems: list[Problem]) -> None:
     shell: Any = object.__new__(cls)
     fields = attrs.fields(cls)
     for f in fields:
         alias = f.alias or f.name
-        if alias in kwargs:
-            value = kwargs[alias]
-        elif isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]
-            factory = f.default
-            value = factory.factory(shell) if factory.takes_self else factory.factory()
-        elif f.default is attrs.NOTHING:
-            continue
-        else:
-            value = f.default
-        object.__setattr__(shell, f.name, value)
+        value = kwargs[alias] if alias in kwargs else field_default(f, shell)
+        if value is not attrs.NOTHING:
+            object.__setattr__(shell, f.name, value)
     for f in fields:
         if f.validator is None or not hasattr(shell, f.name):
             continue
