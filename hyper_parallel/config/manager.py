@@ -19,7 +19,6 @@ from hyper_parallel.config.root import Locate, current_options, resolve_options,
 from hyper_parallel.config.structure import Path, Problem, field_default
 from hyper_parallel.config.targets import qualified_name
 from hyper_parallel.config.unstructure import shared_tree
-from hyper_parallel.config.yaml_dump import dump_yaml
 from hyper_parallel.config.yaml_load import SourceMap, load_yaml_file
 from hyper_parallel.trainer.config import TrainerConfig
 
@@ -197,6 +196,8 @@ def dump_config(cfg: TrainerConfig) -> str:
     ``resolve_root(yaml.safe_load(dump_config(cfg))) == cfg``. A value that cannot be named in a file is a
     :class:`ConfigError` now rather than a file that fails to load later.
     """
+    from hyper_parallel.config.yaml_dump import dump_yaml  # writing is not on the resolve path
+
     return dump_yaml(shared_tree(cfg))
 
 
