@@ -3,10 +3,12 @@
 ``--config-file FILE`` plus typed dotted overrides (``--optimizer.lr 1e-4`` or ``--optimizer.lr=1e-4``),
 resolved into one checked ``TrainerConfig`` before anything is built. An input error prints every issue as
 ``FILE:LINE:COL: PATH: MESSAGE`` and exits 2 (under torchrun only rank 0 prints; every rank exits 2).
+Otherwise the config goes to ``LLMTrainer`` (``train_lm``) or ``VLTrainer`` (``train_vl``), which trains.
 """
 
 import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -15,13 +17,15 @@ from hyper_parallel.config import ConfigError, Issue, dump_config, load_config, 
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.help import config_help, summary
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
+from hyper_parallel.trainer.config import TrainerConfig
+from hyper_parallel.trainer.machine import machine_issues
 
-__all__ = ["EXIT_INPUT_ERROR", "main"]
+__all__ = ["EXIT_INPUT_ERROR", "EXIT_TRAINING_ERROR", "main"]
 
 #: Exit status for any input error (bad file, bad flag, bad value), on every rank.
 EXIT_INPUT_ERROR = 2
-#: Exit status when asked to train: the training runtime is not part of this release.
-EXIT_NO_RUNTIME = 3
+#: Exit status when training stopped on an error the message explains (non-finite loss, unreadable data).
+EXIT_TRAINING_ERROR = 1
 
 _FLAGS = (
     "--config-file",
@@ -40,7 +44,8 @@ def _usage(prog: str) -> str:
     return f"""usage: python -m hyper_parallel.{prog} --config-file FILE [--GROUP.FIELD VALUE ...]
        [--dry-run] [--print-config] [--dump-config PATH] [--world-size N] [--allow-target PREFIX]
 
-Resolve FILE into one typed, validated TrainerConfig, apply the overrides, and start training.
+Resolve FILE into one typed, validated TrainerConfig, apply the overrides, and train. Launch several
+processes with torchrun (torchrun --nproc-per-node 2 -m hyper_parallel.{prog} --config-file FILE).
 
 options:
   --config-file FILE     YAML config; each root group names its Config class or factory with _target_
@@ -54,7 +59,8 @@ options:
   --allow-target PREFIX  also allow _target_ under this module prefix (repeatable; or ${ALLOWED_TARGETS_ENV})
   -h, --help             this text; with --config-file, every overridable field with type, value and help
 
-exit status: 0 success, {EXIT_INPUT_ERROR} input error, {EXIT_NO_RUNTIME} training runtime not available
+exit status: 0 success, {EXIT_INPUT_ERROR} input error, {EXIT_TRAINING_ERROR} training error,
+             128 + N stopped by signal N (SIGINT 130, SIGTERM 143) after saving a checkpoint
 """
 
 
@@ -157,6 +163,9 @@ def main(
     if issues:
         return _report(issues, err)
     assert args.config_file is not None
+    training = not (args.dry_run or args.print_config or args.dump_config or args.help)
+    if training and world_size is None:
+        world_size = 1  # a plain `python -m` launch is one process; torchrun exports WORLD_SIZE
     try:
         cfg = load_config(
             args.config_file, args.overrides, allowed_targets=args.allow_target, world_size=world_size
@@ -167,6 +176,9 @@ def main(
                 "use a VL factory such as hyper_parallel.models.qwen3_5.create_vl_model_spec, or train_lm"
             )
             raise ConfigError([Issue("model", message, args.config_file)])
+        machine = machine_issues(cfg, training=training)
+        if machine:
+            raise ConfigError([Issue(path, message, args.config_file) for path, message in machine])
         if args.help:
             out.write(_usage(prog))
             out.write("\n" + config_help(cfg))
@@ -183,11 +195,27 @@ def main(
         return 0
     if args.print_config or args.dump_config:
         return 0
-    err.write(
-        f"{args.config_file}: the config resolved, but the training runtime is not part of this release; "
-        f"use --dry-run to validate a config.\n"
-    )
-    return EXIT_NO_RUNTIME
+    return _train(cfg, prog, out, err)
+
+
+def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:
+    """Build the trainer of ``prog`` and train; the exit status says how it ended."""
+    from hyper_parallel.trainer import LLMTrainer, TrainingError, VLTrainer
+
+    trainer_class = VLTrainer if prog == "train_vl" else LLMTrainer
+    trainer = None
+    try:
+        trainer = trainer_class(cfg, stream=out)
+        trainer.train()
+    except TrainingError as exc:
+        if _is_rank0():
+            err.write(f"training stopped: {exc}\n")
+        return EXIT_TRAINING_ERROR
+    finally:
+        if trainer is not None:
+            trainer.close()
+    stopped = trainer.stopped_by_signal
+    return 128 + int(signal.Signals[stopped]) if stopped else 0
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -139,10 +139,14 @@ def test_dump_config_writes_atomically_and_never_over_the_input(tmp_path: Path) 
     assert copy.read_text() == before
 
 
-def test_without_dry_run_it_says_the_runtime_is_not_part_of_this_release() -> None:
+def test_training_refuses_files_that_do_not_exist_before_building_anything() -> None:
     done = run("hyper_parallel.train_lm", "--config-file", MINIMAL)
-    assert done.returncode == 3
-    assert "the training runtime is not part of this release" in done.stderr
+    assert done.returncode == 2
+    assert (
+        f"{MINIMAL}: model.weights_path: '/path/to/Qwen3.5-0.8B-Base' is not a directory on this machine"
+        in done.stderr
+    )
+    assert "nothing was started" in done.stderr
 
 
 def test_help_without_a_config_prints_usage() -> None:

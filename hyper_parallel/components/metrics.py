@@ -38,8 +38,11 @@ class Metrics:
             """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
             yield from ()
 
-        def build(self, rank: int = 0, *, stream: TextIO | None = None) -> Any:
-            """The metrics processor of global rank ``rank`` (implemented by subclasses)."""
+        def build(self, rank: int = 0, *, stream: TextIO | None = None, max_steps: int | None = None) -> Any:
+            """The metrics processor of global rank ``rank`` (implemented by subclasses).
+
+            ``max_steps`` (the run's length) lets the processor show progress and an estimated end time.
+            """
             raise NotImplementedError(
                 f"{type(self).__qualname__} cannot build a metrics processor; use a subclass"
             )
@@ -76,7 +79,9 @@ class MetricsLogger(Metrics):
             metadata={"help": "Name of the run in the logs; null derives one from the start time."},
         )
 
-        def build(self, rank: int = 0, *, stream: TextIO | None = None) -> "MetricsProcessor":
+        def build(
+            self, rank: int = 0, *, stream: TextIO | None = None, max_steps: int | None = None
+        ) -> "MetricsProcessor":
             """A processor writing every ``log_freq`` steps to ``stream`` (stdout), JSONL and TensorBoard.
 
             Only rank 0 writes when ``rank0_only``; otherwise each rank writes its own streams (the JSONL
@@ -84,4 +89,4 @@ class MetricsLogger(Metrics):
             """
             from hyper_parallel.runtime.metrics import MetricsProcessor
 
-            return MetricsProcessor(self, rank=rank, stream=stream)
+            return MetricsProcessor(self, rank=rank, stream=stream, max_steps=max_steps)

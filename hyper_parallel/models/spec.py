@@ -29,6 +29,10 @@ class ModelArgs:
         """Longest sequence the model supports in tokens; ``None`` when unbounded or unknown."""
         return None
 
+    def vocabulary_size(self) -> int | None:
+        """Number of token ids the embedding table holds; ``None`` when not applicable."""
+        return None
+
 
 def _is_class(instance: object, attribute: "attrs.Attribute[Any]", value: object) -> None:
     if not isinstance(value, type):

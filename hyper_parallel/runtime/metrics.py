@@ -36,6 +36,12 @@ def _memory_gib() -> float:
     return float(peak) / (2**30 if sys.platform == "darwin" else 2**20)
 
 
+def _duration(seconds: float) -> str:
+    """``h:mm:ss`` for an estimated remaining time."""
+    total = round(seconds)
+    return f"{total // 3600}:{total % 3600 // 60:02d}:{total % 60:02d}"
+
+
 def _per_rank(path: str, rank: int) -> Path:
     p = Path(path)
     return p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
@@ -57,16 +63,23 @@ class MetricsProcessor:
         rank: int = 0,
         stream: TextIO | None = None,
         clock: Any = time.perf_counter,
+        max_steps: int | None = None,
     ) -> None:
         self.cfg = cfg
         self.rank = rank
+        self.max_steps = max_steps
         self.active = rank == 0 or not cfg.rank0_only
         self.run_name = cfg.run_name or datetime.now().strftime("%Y%m%d-%H%M%S")
         self._stream = stream if stream is not None else sys.stdout
         self._clock = clock
         self._last_time = clock()
+        self._start_time = self._last_time
+        self._start_step: int | None = None
         self._tokens = 0
         self._losses: list[float] = []
+        self._step_times: list[float] = []
+        self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
+        self._bar_shown = False
         self._jsonl: TextIO | None = None
         self._tb: Any = None
         if not self.active:
@@ -101,12 +114,24 @@ class MetricsProcessor:
         lr: float,
         grad_norm: float | None = None,
         num_tokens: int = 0,
+        step_time: float | None = None,
         **extra: float,
     ) -> dict[str, Any] | None:
-        """Account for one optimizer step; write and return a record on logging steps."""
+        """Account for one optimizer step; write and return a record on logging steps.
+
+        ``step_time`` is this step's wall time in seconds (the record reports the mean since the last
+        record); with ``max_steps`` known the record carries the estimated time to the end, ``eta_seconds``.
+        On a terminal, steps between records advance a progress bar instead of printing.
+        """
+        if self._start_step is None:
+            self._start_step = step - 1
         self._tokens += num_tokens
         self._losses.append(float(loss))
+        if step_time is not None:
+            self._step_times.append(float(step_time))
         if not self.should_log(step):
+            if self.active and self._tty and self.max_steps:
+                self._progress(step)
             return None
         now = self._clock()
         elapsed = max(now - self._last_time, 1e-9)
@@ -116,21 +141,50 @@ class MetricsProcessor:
             "lr": float(lr),
             "grad_norm": None if grad_norm is None else float(grad_norm),
             "tokens_per_second": self._tokens / elapsed,
+            "step_time": (sum(self._step_times) / len(self._step_times)) if self._step_times else None,
             "memory_gib": _memory_gib(),
             **{k: float(v) for k, v in extra.items()},
         }
-        self._last_time, self._tokens, self._losses = now, 0, []
+        if self.max_steps is not None:
+            done = step - self._start_step
+            record["eta_seconds"] = (now - self._start_time) / max(done, 1) * max(self.max_steps - step, 0)
+        self._last_time, self._tokens, self._losses, self._step_times = now, 0, [], []
         self._write(record)
         return record
 
-    def _write(self, record: dict[str, Any]) -> None:
+    def _progress(self, step: int) -> None:
+        assert self.max_steps is not None
+        width = 30
+        filled = width * min(step, self.max_steps) // self.max_steps
+        bar = "#" * filled + "." * (width - filled)
+        self._stream.write(f"\r[{bar}] {step}/{self.max_steps}")
+        self._stream.flush()
+        self._bar_shown = True
+
+    def _line(self, record: dict[str, Any]) -> str:
+        step = f"{record['step']:>6}"
+        if self.max_steps is not None:
+            step = f"{record['step']:>{len(str(self.max_steps))}}/{self.max_steps}"
         norm = "n/a" if record["grad_norm"] is None else f"{record['grad_norm']:.4f}"
-        print(
-            f"[{self.run_name}] step {record['step']:>6}  loss {record['loss']:.4f}  lr {record['lr']:.3e}  "
-            f"grad_norm {norm}  tok/s {record['tokens_per_second']:.0f}  mem {record['memory_gib']:.2f} GiB",
-            file=self._stream,
-            flush=True,
-        )
+        parts = [
+            f"step {step}",
+            f"loss {record['loss']:.4f}",
+            f"lr {record['lr']:.3e}",
+            f"grad_norm {norm}",
+            f"tok/s {record['tokens_per_second']:,.0f}",
+        ]
+        if record.get("step_time") is not None:
+            parts.append(f"step_time {record['step_time']:.3f}s")
+        parts.append(f"mem {record['memory_gib']:.2f} GiB")
+        if "eta_seconds" in record:
+            parts.append(f"eta {_duration(record['eta_seconds'])}")
+        return f"[{self.run_name}] " + "  ".join(parts)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self._bar_shown:
+            self._stream.write("\r\x1b[2K")
+            self._bar_shown = False
+        print(self._line(record), file=self._stream, flush=True)
         if self._jsonl is not None:
             self._jsonl.write(json.dumps(record) + "\n")
             self._jsonl.flush()

@@ -1,1 +1,51 @@
-"""The trainer package: ``hyper_parallel.trainer.config`` assembles the root ``TrainerConfig``."""
+"""Trainers and the root config they take.
+
+``hyper_parallel.trainer.config`` assembles the root ``TrainerConfig`` and stays torch-free: resolving a
+config imports it without loading PyTorch. The trainers import torch, so they are loaded on first access
+(``from hyper_parallel.trainer import LLMTrainer``), never by importing the config.
+
+```python
+from hyper_parallel.config import load_config
+from hyper_parallel.trainer import LLMTrainer
+
+trainer = LLMTrainer(load_config("configs/llama3_debug.yaml"))
+results = trainer.train()     # one StepResult per optimizer step
+trainer.close()
+```
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hyper_parallel.trainer.base import NonFiniteError, StepResult, Trainer, TrainingError
+    from hyper_parallel.trainer.llm import LLMTrainer
+    from hyper_parallel.trainer.parallel_dims import ParallelDims
+    from hyper_parallel.trainer.vl import VLTrainer
+
+__all__ = [
+    "LLMTrainer",
+    "NonFiniteError",
+    "ParallelDims",
+    "StepResult",
+    "Trainer",
+    "TrainingError",
+    "VLTrainer",
+]
+
+_HOMES = {
+    "LLMTrainer": "llm",
+    "VLTrainer": "vl",
+    "Trainer": "base",
+    "StepResult": "base",
+    "TrainingError": "base",
+    "NonFiniteError": "base",
+    "ParallelDims": "parallel_dims",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{home}"), name)

@@ -307,8 +307,12 @@ class DebugConfig:
     )
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
-        """Yield ``(field path, message)`` for inconsistent settings; the options are independent."""
-        yield from ()
+        """Yield ``(field path, message)``: ``deterministic_warn_only`` qualifies ``deterministic``."""
+        if self.deterministic_warn_only and not self.deterministic:
+            yield (
+                "deterministic_warn_only",
+                "has no effect unless deterministic is true; set deterministic: true or remove it",
+            )
 
 
 @attrs.frozen(kw_only=True)
@@ -447,11 +451,31 @@ class TrainerConfig:
         metadata={"help": "Communication backend and timeouts."},
     )
 
+    def _tokenizer_issues(self) -> Iterator[tuple[str, str]]:
+        """The tokenizer must be loadable and its ids must fit the model's embedding table."""
+        tokenizer = self.tokenizer
+        if tokenizer.needs_files() and tokenizer.path is None and self.model.weights_path is None:
+            yield (
+                "tokenizer.path",
+                "is null and model.weights_path is null, so there is no tokenizer to load; set "
+                "tokenizer.path to a folder holding tokenizer.json, or use "
+                "hyper_parallel.components.tokenizer.ByteTokenizer.Config (needs no files)",
+            )
+        vocab = tokenizer.vocab_size()
+        model_vocab = self.model.args.vocabulary_size()
+        if vocab is not None and model_vocab is not None and vocab > model_vocab:
+            yield (
+                "model.overrides.vocab_size",
+                f"the model embeds {model_vocab} token ids but the tokenizer produces {vocab}; set "
+                f"model.overrides.vocab_size to at least {vocab}",
+            )
+
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` for conflicts between root groups (paths from the root).
 
         Each group's own ``cross_check`` covers problems inside that group; this covers the rest.
         """
+        yield from self._tokenizer_issues()
         training, par = self.training, self.parallelism
         max_steps = training.max_steps
         sched = self.lr_scheduler

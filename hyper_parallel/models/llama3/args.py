@@ -112,6 +112,10 @@ class Llama3Args(ModelArgs):
         """Longest supported sequence in tokens."""
         return self.max_seq_len
 
+    def vocabulary_size(self) -> int:
+        """Number of token ids the embedding table holds."""
+        return self.vocab_size
+
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)``: heads must split the hidden size and share KV heads evenly."""
         if self.dim % self.n_heads:

@@ -117,6 +117,10 @@ class Qwen3_5Args(ModelArgs):
         """Longest supported sequence in tokens."""
         return self.max_seq_len
 
+    def vocabulary_size(self) -> int:
+        """Number of token ids the embedding table holds."""
+        return self.vocab_size
+
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` for head counts and the hybrid layout that cannot work."""
         if self.n_heads % self.n_kv_heads:
@@ -193,6 +197,10 @@ class Qwen3_5VLArgs(ModelArgs):
     def max_sequence_length(self) -> int:
         """Longest supported sequence in tokens."""
         return self.text.max_seq_len
+
+    def vocabulary_size(self) -> int:
+        """Number of token ids the embedding table holds."""
+        return self.text.vocab_size
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` from both towers, under ``text.`` and ``vision.``."""

@@ -1,0 +1,433 @@
+"""``Trainer``: builds every component of a resolved ``TrainerConfig`` in order, then trains.
+
+Build order (the trainer owns it; users never wire components by hand):
+
+1. process group from torchrun's environment (``comm``), device, seeds and debug switches (``debug``);
+2. device mesh from ``parallelism`` (``ParallelDims``);
+3. model on ``training.init_device`` (``meta``: nothing allocated), then the model's ``parallelize_fn``
+   (TP/SP, activation checkpointing, ``torch.compile``, FSDP2 with the mixed-precision policy and CPU
+   offload), then materialised on the device: pretrained weights from ``model.weights_path`` through the
+   state-dict adapter, or initialised from the seed (the same full weights for every layout);
+4. optimizer, lr scheduler, loss (compiled when ``compile.components`` lists it);
+5. tokenizer, then the data loader of this rank's data-parallel coordinates;
+6. checkpoint manager, which resumes model, optimizer, scheduler, data position, RNG and step;
+7. metrics, profiler, validator.
+
+One optimizer step reads ``global_batch_size / (micro_batch_size x dp)`` micro-batches on each rank.
+With ``loss.reduction: mean`` every micro-batch counts equally (the mean of the micro-batch means over
+accumulation and data-parallel ranks); with ``sum`` every token counts equally (summed token losses
+divided by the tokens counted in the whole global batch). FSDP averages gradients over data-parallel
+ranks, which the scaling below accounts for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import random
+import signal
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from types import FrameType
+from typing import Any, TextIO
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
+
+from hyper_parallel.trainer.config import TrainerConfig
+from hyper_parallel.trainer.distributed import (
+    DistributedEnv,
+    init_distributed,
+    set_collective_timeout,
+    shutdown,
+)
+from hyper_parallel.trainer.parallel_dims import ParallelDims
+
+__all__ = ["NonFiniteError", "StepResult", "Trainer", "TrainingError"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class TrainingError(RuntimeError):
+    """Training stopped on a condition the user must act on (the message says which and where)."""
+
+
+class NonFiniteError(TrainingError):
+    """``debug.check_nan_inf`` found a NaN or infinite loss or gradient norm."""
+
+    def __init__(self, step: int, what: str, value: float) -> None:
+        super().__init__(
+            f"step {step}: {what} is {value} (debug.check_nan_inf); lower optimizer.lr, enable "
+            "training.max_grad_norm, or set debug.detect_anomaly to find the operation"
+        )
+        self.step, self.what, self.value = step, what, value
+
+
+class StepResult:
+    """What one optimizer step produced (global values, identical on every rank)."""
+
+    __slots__ = ("grad_norm", "loss", "lr", "step", "tokens")
+
+    def __init__(self, step: int, loss: float, grad_norm: float, lr: float, tokens: int) -> None:
+        self.step, self.loss, self.grad_norm, self.lr, self.tokens = step, loss, grad_norm, lr, tokens
+
+    def __repr__(self) -> str:
+        return f"StepResult(step={self.step}, loss={self.loss:.6f}, grad_norm={self.grad_norm:.4f})"
+
+
+class _TrainState:
+    """Trainer counters saved in checkpoints beside model, optimizer and data (rank-local, JSON)."""
+
+    def __init__(self) -> None:
+        self.tokens_seen = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"tokens_seen": self.tokens_seen}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.tokens_seen = int(state.get("tokens_seen", 0))
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    """Trains the model of a ``TrainerConfig``; ``LLMTrainer`` and ``VLTrainer`` say how a batch is fed.
+
+    ``Trainer(cfg)`` builds everything (see the module docstring for the order) and resumes from the newest
+    complete checkpoint when checkpointing is enabled; ``train()`` runs to ``training.max_steps``. Under
+    torchrun every rank constructs its own trainer from the same config.
+    """
+
+    def __init__(self, config: TrainerConfig, *, stream: TextIO | None = None) -> None:
+        self.config = config
+        self._stream = stream if stream is not None else sys.stdout
+        self._stop_signal: int | None = None
+        training, debug = config.training, config.debug
+        self.seed = debug.seed if debug.seed is not None else training.seed
+
+        # 1. processes, device, determinism
+        self.env: DistributedEnv = init_distributed(config.comm)
+        self.dims = ParallelDims.from_config(config.parallelism, self.env.world_size)
+        if self.dims.world_size != self.env.world_size:
+            raise TrainingError(
+                f"parallelism needs {self.dims.world_size} ranks ({self.dims.describe()}), but "
+                f"{self.env.world_size} were launched"
+            )
+        self.device = self.env.device
+        _seed_everything(self.seed)
+        if debug.deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=debug.deterministic_warn_only)
+        torch.autograd.set_detect_anomaly(debug.detect_anomaly)
+
+        # 2. mesh and this rank's data-parallel coordinates
+        self.mesh = self.dims.build_mesh(self.device.type)
+        self.dp_group = self.dims.dp_group(self.mesh)
+        self.dp_rank = self.dims.dp_rank(self.env.rank)
+        self.accumulation_steps = training.gradient_accumulation_steps(self.dims.dp_size)
+
+        # 3. model
+        self.model = self._build_model()
+        self.fsdp = isinstance(self.model, FSDPModule)
+        self._autocast_dtype = _DTYPES[training.mixed_precision_param]
+
+        # 4. optimizer, schedule, loss
+        self.optimizer = config.optimizer.build(self.model)
+        self.lr_scheduler = config.lr_scheduler.build(self.optimizer, training.max_steps)
+        self.loss_fn = config.loss.build()
+        self._sum_and_count = self.loss_fn.sum_and_count
+        if config.compile.enable and "loss" in config.compile.components:
+            self._sum_and_count = torch.compile(
+                self._sum_and_count,
+                backend=config.compile.backend,
+                mode=None if config.compile.mode == "default" else config.compile.mode,
+                fullgraph=config.compile.fullgraph,
+            )
+        self.ignore_index = int(getattr(config.loss, "ignore_index", -100))
+
+        # 5. data
+        self.tokenizer = config.tokenizer.build(config.model.weights_path)
+        self.dataloader = config.dataloader.build(
+            self.tokenizer,
+            self.dp_rank,
+            self.dims.dp_size,
+            seq_len=training.seq_len,
+            micro_batch_size=training.micro_batch_size,
+            seed=self.seed,
+            ignore_index=self.ignore_index,
+        )
+
+        # 6. checkpoint and resume
+        self.train_state = _TrainState()
+        self.checkpointer = config.checkpoint.build(
+            self.model, self.optimizer, self.lr_scheduler, self.dataloader, train_state=self.train_state
+        )
+        self.step = int(self.checkpointer.load())
+        self.resumed_from = self.step
+
+        # 7. metrics, profiler, validator
+        self.metrics = config.metrics.build(self.env.rank, stream=self._stream, max_steps=training.max_steps)
+        self.profiler = config.profiler.build(self.env.rank)
+        self.validator = self._build_validator()
+        self._data: Iterator[Mapping[str, torch.Tensor]] | None = None
+        if debug.print_config:
+            from hyper_parallel.config import dump_config
+
+            self._print(dump_config(config).rstrip("\n"))
+
+    # -- building --------------------------------------------------------------------------------------
+    def _build_model(self) -> torch.nn.Module:
+        from hyper_parallel.models.loading import load_pretrained, materialize
+
+        cfg = self.config
+        spec, training = cfg.model, cfg.training
+        on_meta = training.init_device == "meta"
+        init_device = "meta" if on_meta else str(self.device)
+        if not on_meta:
+            torch.manual_seed(self.seed)  # the same full weights on every rank before sharding
+        model: torch.nn.Module = spec.build_model_fn(spec.args, device=init_device)
+        model = spec.parallelize_fn(
+            model,
+            cfg.parallelism,
+            self.mesh,
+            training=training,
+            activation_checkpoint=cfg.activation_checkpoint,
+            compile=cfg.compile,
+        )
+        if on_meta:
+            materialize(model, self.device, self.seed)
+        elif model_device(model) != self.device:
+            model.to(self.device)
+        if spec.weights_path is not None:
+            load_pretrained(model, spec)
+        model.train()
+        return model
+
+    def _build_validator(self) -> Any:
+        cfg = self.config
+        if not cfg.validator.enable:
+            return None
+        build_loader = getattr(cfg.validator, "build_dataloader", None)
+        if build_loader is None:
+            raise TrainingError(f"{type(cfg.validator).__qualname__} has no validation data to build")
+        loader = build_loader(
+            self.tokenizer,
+            self.dp_rank,
+            self.dims.dp_size,
+            seq_len=cfg.training.seq_len,
+            micro_batch_size=cfg.training.micro_batch_size,
+            seed=self.seed,
+            ignore_index=self.ignore_index,
+        )
+        return cfg.validator.build(loader, self.loss_fn, process_group=self.dp_group)
+
+    # -- one step --------------------------------------------------------------------------------------
+    def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Logits ``[batch, seq, vocab]`` of one micro-batch (subclasses say which inputs the model takes)."""
+        raise NotImplementedError
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        # FSDP2 applies mixed precision through its policy; without FSDP, autocast gives that compute dtype.
+        if self.fsdp or self._autocast_dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self._autocast_dtype)
+
+    def _next_micro_batches(self) -> list[Mapping[str, torch.Tensor]]:
+        if self._data is None:
+            self._data = iter(self.dataloader)
+        batches: list[Mapping[str, torch.Tensor]] = []
+        for _ in range(self.accumulation_steps):
+            batch = next(self._data)
+            batches.append({k: v.to(self.device, non_blocking=True) for k, v in batch.items()})
+        return batches
+
+    def _all_reduce(self, value: torch.Tensor, op: Any = None) -> torch.Tensor:
+        if self.dp_group is not None:
+            dist.all_reduce(value, op=op or dist.ReduceOp.SUM, group=self.dp_group)
+        return value
+
+    def train_step(self) -> StepResult:
+        """One optimizer step: accumulate, reduce, clip, step the optimizer and the schedule."""
+        step = self.step + 1
+        batches = self._next_micro_batches()
+        token_weighted = getattr(self.config.loss, "reduction", "mean") == "sum"
+        local_tokens = torch.zeros((), dtype=torch.float64, device=self.device)
+        for batch in batches:
+            local_tokens += (batch["labels"][:, 1:] != self.ignore_index).sum()
+        global_tokens = self._all_reduce(local_tokens.clone()).item()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
+        for index, batch in enumerate(batches):
+            last = index == len(batches) - 1
+            if self.fsdp and len(batches) > 1:
+                self.model.set_requires_gradient_sync(last)  # type: ignore[operator]
+            with self._autocast():
+                logits = self.forward(batch)
+            total, count = self._sum_and_count(logits, batch["labels"])
+            if token_weighted:
+                loss = total * self.dims.dp_size / max(global_tokens, 1.0)
+            else:
+                loss = total / count.clamp(min=1) / len(batches)
+            loss.backward()
+            loss_sum += loss.detach().float()
+        loss_value = self._all_reduce(loss_sum, dist.ReduceOp.SUM).item() / self.dims.dp_size
+        max_norm = self.config.training.max_grad_norm
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            [p for p in self.model.parameters() if p.grad is not None],
+            max_norm if max_norm is not None else math.inf,
+            foreach=True,
+        )
+        norm_value = float(_full(grad_norm))
+        if self.config.debug.check_nan_inf:
+            for what, value in (("the loss", loss_value), ("the gradient norm", norm_value)):
+                if not math.isfinite(value):
+                    raise NonFiniteError(step, what, value)
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self.optimizer.step()
+        self.lr_scheduler.step()
+        self.step = step
+        tokens = int(sum(b["input_ids"].numel() for b in batches))
+        self.train_state.tokens_seen += tokens
+        return StepResult(step, loss_value, norm_value, lr, tokens)
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def train(self) -> list[StepResult]:
+        """Train from the current step to ``training.max_steps``; returns this run's step results.
+
+        SIGTERM or SIGINT finishes the current step, saves a checkpoint (when enabled) and returns early;
+        ``stopped_by_signal`` then names the signal. A run whose checkpoint is already at ``max_steps``
+        trains nothing.
+        """
+        cfg = self.config
+        max_steps = cfg.training.max_steps
+        results: list[StepResult] = []
+        self._banner()
+        gc_freq = cfg.training.gc_freq
+        if gc_freq is not None:
+            gc.disable()
+            gc.collect()
+        previous = self._install_signal_handlers()
+        first = True
+        try:
+            with self.profiler as profiler:
+                while self.step < max_steps:
+                    started = time.perf_counter()
+                    result = self.train_step()
+                    results.append(result)
+                    if first:
+                        set_collective_timeout(cfg.comm.train_timeout_seconds)
+                        first = False
+                    self.metrics.record(
+                        result.step,
+                        loss=result.loss,
+                        lr=result.lr,
+                        grad_norm=result.grad_norm,
+                        num_tokens=result.tokens,
+                        step_time=time.perf_counter() - started,
+                    )
+                    profiler.step()
+                    if self.validator is not None and self.validator.should_validate(self.step):
+                        self.metrics.log_validation(self.step, self.validator.validate(self.model, self.step))
+                    if gc_freq is not None and self.step % gc_freq == 0:
+                        gc.collect(1)
+                    if self._should_stop():
+                        self._save_on_signal()
+                        break
+                    self.checkpointer.maybe_save(self.step, last_step=self.step == max_steps)
+            self.checkpointer.close()
+        finally:
+            self._restore_signal_handlers(previous)
+            if gc_freq is not None:
+                gc.enable()
+        self._farewell(results)
+        return results
+
+    @property
+    def stopped_by_signal(self) -> str | None:
+        """``SIGTERM``/``SIGINT`` when a signal stopped ``train()`` early, else None."""
+        return None if self._stop_signal is None else signal.Signals(self._stop_signal).name
+
+    def close(self) -> None:
+        """Release files and the process group (the trainer cannot train afterwards)."""
+        with contextlib.suppress(Exception):
+            self.checkpointer.close()
+        self.metrics.close()
+        shutdown()
+
+    # -- signals ---------------------------------------------------------------------------------------
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self._stop_signal = signum
+
+        previous: dict[int, Any] = {}
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, handler)
+        return previous
+
+    @staticmethod
+    def _restore_signal_handlers(previous: Mapping[int, Any]) -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    def _should_stop(self) -> bool:
+        """Whether any rank received a stop signal (every rank must stop after the same step)."""
+        flag = torch.tensor([self._stop_signal or 0], dtype=torch.int64, device=self.device)
+        if dist.is_initialized():
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if int(flag.item()) and self._stop_signal is None:
+            self._stop_signal = int(flag.item())
+        return bool(flag.item())
+
+    def _save_on_signal(self) -> None:
+        saved = self.config.checkpoint.enable
+        if saved:
+            self.checkpointer.save(self.step)
+        self._print(
+            f"{self.stopped_by_signal}: stopped after step {self.step}; "
+            + ("checkpoint saved, relaunch the same command to resume" if saved else "checkpointing is off")
+        )
+
+    # -- what a person sees ----------------------------------------------------------------------------
+    def _print(self, text: str) -> None:
+        if self.env.is_main:
+            print(text, file=self._stream, flush=True)
+
+    def parameter_count(self) -> int:
+        """Parameters of the whole (unsharded) model."""
+        return sum(p.numel() for p in self.model.parameters())
+
+    def _banner(self) -> None:
+        cfg, training = self.config, self.config.training
+        backend = self.env.backend or "no process group"
+        resumed = f", resuming at step {self.step}" if self.step else ""
+        self._print(
+            f"hyper_parallel: {cfg.model.name} {cfg.model.flavor}, {self.parameter_count() / 1e6:.2f}M "
+            f"parameters; {self.env.world_size} rank(s) [{self.dims.describe()}] on {self.device.type} "
+            f"({backend}); global batch {training.global_batch_size} = micro {training.micro_batch_size} "
+            f"x accumulation {self.accumulation_steps} x dp {self.dims.dp_size}; seq_len {training.seq_len}; "
+            f"{training.max_steps} steps{resumed}"
+        )
+
+    def _farewell(self, results: list[StepResult]) -> None:
+        if not results:
+            self._print(f"nothing to train: already at step {self.step} of {self.config.training.max_steps}")
+            return
+        self._print(f"done: step {self.step}, final loss {results[-1].loss:.4f}")
+
+
+def _full(value: torch.Tensor) -> torch.Tensor:
+    full = getattr(value, "full_tensor", None)
+    return full() if callable(full) else value
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Device of the model's first parameter (CPU for a model without parameters)."""
+    for param in model.parameters():
+        return param.device
+    return torch.device("cpu")

@@ -1,0 +1,91 @@
+"""What this machine can run and which named files exist, read without importing torch.
+
+``--dry-run`` must refuse what the run would refuse: a config asking for CUDA devices or the NCCL backend
+on a machine without NVIDIA GPUs (or Ascend NPUs and HCCL without them) fails here, in milliseconds,
+instead of on every rank after start-up. Accelerators are recognised by their driver's device files.
+When about to train, the files the config names (weights, tokenizer, data, initial checkpoint) are
+checked too, so a typo in a path stops the launch before any model is built; a dry-run does not read
+them (configs are often checked on a machine other than the one that trains).
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hyper_parallel.trainer.config import TrainerConfig
+
+__all__ = ["accelerator", "machine_issues"]
+
+#: Device files each accelerator's driver creates.
+_DEVICE_FILES = {"cuda": ("/dev/nvidia[0-9]*", "/proc/driver/nvidia/gpus/*"), "npu": ("/dev/davinci[0-9]*",)}
+_BACKEND_DEVICE = {"nccl": "cuda", "hccl": "npu"}
+_DEVICE_NAMES = {"cuda": "NVIDIA GPU", "npu": "Ascend NPU"}
+
+
+def accelerator() -> str:
+    """``cuda``, ``npu`` or ``cpu``: the accelerator whose devices this machine has (CPU when none)."""
+    for kind, patterns in _DEVICE_FILES.items():
+        if any(glob.glob(pattern) for pattern in patterns):
+            return kind
+    return "cpu"
+
+
+def machine_issues(cfg: TrainerConfig, *, training: bool) -> list[tuple[str, str]]:
+    """``(field path, message)`` for settings this machine cannot run; ``training`` adds the torch check."""
+    issues: list[tuple[str, str]] = []
+    here = accelerator()
+    device = cfg.training.init_device
+    if device in _DEVICE_NAMES and device != here:
+        issues.append(
+            (
+                "training.init_device",
+                f"{device!r} needs an {_DEVICE_NAMES[device]}, and this machine has none; use 'meta' "
+                "(allocates on the training device after sharding) or 'cpu'",
+            )
+        )
+    backend = cfg.comm.backend
+    if backend in _BACKEND_DEVICE and _BACKEND_DEVICE[backend] != here:
+        issues.append(
+            (
+                "comm.backend",
+                f"{backend!r} needs an {_DEVICE_NAMES[_BACKEND_DEVICE[backend]]}, and this machine has "
+                f"none; use null to pick {'gloo' if here == 'cpu' else backend} automatically",
+            )
+        )
+    if training:
+        if importlib.util.find_spec("torch") is None:
+            issues.append(
+                ("$", "training needs PyTorch, which is not installed: python -m pip install -e '.[torch]'")
+            )
+        issues.extend(_missing_files(cfg))
+    return issues
+
+
+def _named_paths(cfg: TrainerConfig) -> Iterator[tuple[str, str, bool]]:
+    """``(field path, file system path, must be a directory)`` for every input the run will read."""
+    if cfg.model.weights_path is not None:
+        yield "model.weights_path", cfg.model.weights_path, True
+    if cfg.tokenizer.path is not None:
+        yield "tokenizer.path", cfg.tokenizer.path, False
+    sections = [("dataloader.dataset", getattr(cfg.dataloader, "dataset", None))]
+    if cfg.validator.enable:
+        sections.append(("validator.dataset", getattr(cfg.validator, "dataset", None)))
+    for where, dataset in sections:
+        for index, path in enumerate(getattr(dataset, "paths", ())):
+            yield f"{where}.paths[{index}]", path, False
+    if cfg.checkpoint.enable and cfg.checkpoint.initial_load_path is not None:
+        yield "checkpoint.initial_load_path", cfg.checkpoint.initial_load_path, True
+
+
+def _missing_files(cfg: TrainerConfig) -> Iterator[tuple[str, str]]:
+    for field, raw, directory in _named_paths(cfg):
+        path = Path(raw)
+        if directory and not path.is_dir():
+            yield field, f"{raw!r} is not a directory on this machine"
+        elif not path.exists():
+            yield field, f"{raw!r} does not exist on this machine"

@@ -1,0 +1,101 @@
+"""Where a rank sits in the parallel layout, and the device mesh that realises it.
+
+``ParallelDims`` is plain arithmetic over ``ParallelismConfig`` and the world size (no torch), so the
+launch script, the trainer and tests agree on one answer to "which data-parallel shard does rank r read?".
+Ranks are laid out row-major over the mesh dimensions ``pp, dp_replicate, dp_shard, cp, tp`` (outermost
+first, the order TorchTitan uses): tensor-parallel peers are neighbouring ranks, so they share a node.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import attrs
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from hyper_parallel.trainer.config import ParallelismConfig
+
+__all__ = ["MESH_DIM_NAMES", "ParallelDims"]
+
+#: Mesh dimension names, outermost first.
+MESH_DIM_NAMES: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+
+
+@attrs.frozen(kw_only=True)
+class ParallelDims:
+    """The resolved degree of every parallel dimension for one world size (no ``-1`` left)."""
+
+    pp: int = 1
+    dp_replicate: int = 1
+    dp_shard: int = 1
+    cp: int = 1
+    tp: int = 1
+    ep: int = 1
+
+    @classmethod
+    def from_config(cls, parallelism: ParallelismConfig, world_size: int) -> ParallelDims:
+        """Infer the ``-1`` degree of ``parallelism`` for ``world_size``; ``ValueError`` if none fits."""
+        return cls(**parallelism.resolved_degrees(world_size))
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks the layout needs."""
+        return math.prod(self.degrees().values())
+
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel ranks: each reads a different share of every global batch."""
+        return self.dp_replicate * self.dp_shard
+
+    def degrees(self) -> dict[str, int]:
+        """Degree per mesh dimension, outermost first."""
+        return {name: getattr(self, name) for name in MESH_DIM_NAMES}
+
+    def coordinates(self, rank: int) -> dict[str, int]:
+        """Index of global ``rank`` along every mesh dimension."""
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank {rank} is outside a world of {self.world_size} ranks")
+        coords: dict[str, int] = {}
+        for name in reversed(MESH_DIM_NAMES):
+            size = getattr(self, name)
+            coords[name] = rank % size
+            rank //= size
+        return {name: coords[name] for name in MESH_DIM_NAMES}
+
+    def dp_rank(self, rank: int) -> int:
+        """Data-parallel index of global ``rank``: which share of the global batch it trains on."""
+        coords = self.coordinates(rank)
+        return coords["dp_replicate"] * self.dp_shard + coords["dp_shard"]
+
+    def mesh_dim_names(self) -> tuple[str, ...]:
+        """Dimensions with a degree above 1 (``dp_shard`` alone for a single rank)."""
+        return tuple(name for name in MESH_DIM_NAMES if getattr(self, name) > 1) or ("dp_shard",)
+
+    def describe(self) -> str:
+        """``dp_shard=2 x tp=2`` style summary of the layout, or ``single process``."""
+        parts = [f"{name}={getattr(self, name)}" for name in MESH_DIM_NAMES if getattr(self, name) > 1]
+        return " x ".join(parts) if parts else "single process"
+
+    def build_mesh(self, device_type: str) -> DeviceMesh | None:
+        """The device mesh of this layout on an initialised process group; None for a single rank."""
+        if self.world_size == 1:
+            return None
+        from torch.distributed.device_mesh import init_device_mesh
+
+        names = self.mesh_dim_names()
+        return init_device_mesh(
+            device_type, tuple(getattr(self, name) for name in names), mesh_dim_names=names
+        )
+
+    def dp_group(self, mesh: DeviceMesh | None) -> ProcessGroup | None:
+        """Process group of this rank's data-parallel peers (None when there is one DP rank)."""
+        if mesh is None or self.dp_size == 1:
+            return None
+        names = tuple(name for name in ("dp_replicate", "dp_shard") if getattr(self, name) > 1)
+        if len(names) == 1:
+            return mesh[names[0]].get_group()
+        return mesh[names]._flatten("dp").get_group()
