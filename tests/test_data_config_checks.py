@@ -14,6 +14,7 @@ from hyper_parallel.config import ConfigError, resolve_root
 QWEN = "hyper_parallel.models.qwen3_5.create_model_spec"
 BYTES = "hyper_parallel.components.tokenizer.ByteTokenizer.Config"
 HF = "hyper_parallel.components.tokenizer.HuggingFaceTokenizer.Config"
+TEXT = "hyper_parallel.components.dataloader.TextDataLoader.Config"
 
 
 def doc(**groups: Any) -> dict[str, Any]:
@@ -44,6 +45,13 @@ def test_byte_tokenizer_resolves_from_its_target() -> None:
             (
                 "tokenizer.use_fast",
                 "false is not supported yet: only the Rust 'tokenizers' library is; set it to true",
+            ),
+        ),
+        (
+            {"dataloader": {"_target_": TEXT, "dataset": {"source": "python_docs", "paths": ["/data"]}}},
+            (
+                "dataloader.dataset.paths",
+                "must be empty when source is 'python_docs' (or set source to 'jsonl' or 'text')",
             ),
         ),
     ],
