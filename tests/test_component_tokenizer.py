@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
-from hyper_parallel.components.tokenizer import HuggingFaceTokenizer, Tokenizer
+from hyper_parallel.components.tokenizer import ByteTokenizer, HuggingFaceTokenizer, Tokenizer
 from tests.component_helpers import train_tokenizer
 
 
@@ -81,3 +81,45 @@ def test_unknown_special_token_and_missing_file_are_errors(folder: Path, tmp_pat
 def test_base_config_names_the_class() -> None:
     with pytest.raises(NotImplementedError, match=r"Tokenizer\.Config"):
         Tokenizer.Config().build()
+
+
+# ByteTokenizer: no files, UTF-8 bytes then BOS, EOS, PAD.
+
+
+def test_byte_tokenizer_round_trips_utf8_with_special_ids() -> None:
+    tok = ByteTokenizer.Config().build()
+    assert (tok.bos_id, tok.eos_id, tok.pad_id) == (256, 257, 258)
+    assert tok.vocab_size == ByteTokenizer.Config().vocab_size() == 259
+    text = "naïve café ✓"
+    ids = tok.encode(text)
+    assert ids == [256, *text.encode("utf-8"), 257]
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    assert tok.decode(ids) == f"<s>{text}</s>"
+    assert tok.encode_batch(["a", "é"]) == [[256, 97, 257], [256, 0xC3, 0xA9, 257]]
+    assert tok.pad([1, 2], 4) == [1, 2, 258, 258]
+    assert (tok.padding_side, tok.model_max_length) == ("right", None)
+
+
+def test_byte_tokenizer_flags_and_errors() -> None:
+    plain = ByteTokenizer.Config(add_bos=False, add_eos=False).build(weights_path="/ignored")
+    assert plain.encode("ab") == [97, 98]
+    assert plain.encode("ab", add_eos=True) == [97, 98, 257]
+    assert plain.decode([0xC3]) == "\ufffd"  # a cut multi-byte character does not raise
+    with pytest.raises(ValueError, match=r"token id 300 is outside the byte vocabulary \[0, 259\)"):
+        plain.decode([300])
+
+
+@pytest.mark.parametrize(
+    ("cfg", "vocab", "needs_files"),
+    [
+        (ByteTokenizer.Config(), 259, False),
+        (HuggingFaceTokenizer.Config(), None, True),
+        (HuggingFaceTokenizer.Config(path="/x"), None, True),
+        (Tokenizer.Config(), None, True),
+    ],
+)
+def test_vocab_size_and_needs_files_are_known_without_reading(
+    cfg: Tokenizer.Config, vocab: int | None, needs_files: bool
+) -> None:
+    assert cfg.vocab_size() == vocab
+    assert cfg.needs_files() is needs_files

@@ -15,22 +15,28 @@ if TYPE_CHECKING:
 
 __all__ = ["DataLoader", "DatasetConfig", "TextDataLoader"]
 
+_FILE_SOURCES = ("jsonl", "text")
+
 
 @attrs.frozen(kw_only=True)
 class DatasetConfig:
     """A nested ``dataset`` section: which text to read and how to turn it into training samples."""
 
-    source: Literal["jsonl", "text", "synthetic"] = attrs.field(
+    source: Literal["jsonl", "text", "python_docs", "synthetic"] = attrs.field(
         default="synthetic",
         metadata={
-            "help": "Data format: 'jsonl' (one JSON object per line), 'text' (plain text files) or "
+            "help": "Data format: 'jsonl' (one JSON object per line), 'text' (plain text files), "
+            "'python_docs' (docstrings of the Python standard library: real text, no files) or "
             "'synthetic' (random tokens, for smoke tests and benchmarks)."
         },
     )
     paths: tuple[str, ...] = attrs.field(
         default=(),
         validator=attrs.validators.deep_iterable(member_validator=attrs.validators.min_len(1)),
-        metadata={"help": "Data files or directories to read, in order; must be empty for 'synthetic'."},
+        metadata={
+            "help": "Data files or directories to read, in order; must be empty for 'python_docs' and "
+            "'synthetic'."
+        },
     )
     text_field: str = attrs.field(
         default="text",
@@ -58,11 +64,14 @@ class DatasetConfig:
     )
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
-        """Yield ``(field path, message)``: file sources need paths, the synthetic source takes none."""
-        if self.source != "synthetic" and not self.paths:
+        """Yield ``(field path, message)``: file sources need paths, the built-in sources take none."""
+        if self.source in _FILE_SOURCES and not self.paths:
             yield "paths", f"must list at least one file or directory when source is {self.source!r}"
-        if self.source == "synthetic" and self.paths:
-            yield "paths", "must be empty when source is 'synthetic' (or set source to 'jsonl' or 'text')"
+        if self.source not in _FILE_SOURCES and self.paths:
+            yield (
+                "paths",
+                f"must be empty when source is {self.source!r} (or set source to 'jsonl' or 'text')",
+            )
 
 
 class DataLoader:

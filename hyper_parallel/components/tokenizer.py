@@ -3,6 +3,10 @@
 A tokenizer is chosen in YAML by ``_target_`` (for example
 ``hyper_parallel.components.tokenizer.HuggingFaceTokenizer.Config``); the resolver only builds the frozen
 ``Config``. Loading the tokenizer files happens later, at run time, so nothing here touches the filesystem.
+
+``ByteTokenizer`` needs no files at all (UTF-8 bytes plus three special ids): debug runs and tests train on
+any machine without a download. ``Tokenizer.Config.vocab_size()`` and ``needs_files()`` answer, without
+reading anything, what the trainer's cross-checks need to know before a run starts.
 """
 
 from collections.abc import Iterator
@@ -11,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 if TYPE_CHECKING:
-    from hyper_parallel.runtime.tokenizer import HFTokenizer
+    from hyper_parallel.runtime.tokenizer import ByteLevelTokenizer, HFTokenizer
 
-__all__ = ["HuggingFaceTokenizer", "Tokenizer"]
+__all__ = ["ByteTokenizer", "HuggingFaceTokenizer", "Tokenizer"]
 
 _optional_nonempty = attrs.validators.optional(attrs.validators.min_len(1))
 
@@ -42,8 +46,16 @@ class Tokenizer:
         )
 
         def cross_check(self) -> Iterator[tuple[str, str]]:
-            """Yield ``(field path, message)`` for inconsistent settings; tokenizer options have none."""
+            """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
             yield from ()
+
+        def vocab_size(self) -> int | None:
+            """Number of token ids when the config alone fixes it; None when only the files know."""
+            return None
+
+        def needs_files(self) -> bool:
+            """Whether ``build`` reads tokenizer files (from ``path``, or the model's ``weights_path``)."""
+            return True
 
         def build(self, weights_path: str | None = None) -> Any:
             """The tokenizer at ``path`` (or ``weights_path`` when null); subclasses implement it."""
@@ -80,7 +92,7 @@ class HuggingFaceTokenizer(Tokenizer):
         )
         use_fast: bool = attrs.field(
             default=True,
-            metadata={"help": "Use the Rust ('fast') tokenizer implementation when it is available."},
+            metadata={"help": "Use the Rust ('fast') tokenizer implementation (false is not supported yet)."},
         )
         model_max_length: int | None = attrs.field(
             default=None,
@@ -90,13 +102,58 @@ class HuggingFaceTokenizer(Tokenizer):
             },
         )
 
+        def cross_check(self) -> Iterator[tuple[str, str]]:
+            """Yield ``(field path, message)``: the slow Python tokenizers are not supported yet."""
+            yield from super().cross_check()
+            if not self.use_fast:
+                yield (
+                    "use_fast",
+                    "false is not supported yet: only the Rust 'tokenizers' library is; set it to true",
+                )
+
         def build(self, weights_path: str | None = None) -> "HFTokenizer":
             """Load the local ``tokenizer.json`` at ``path`` (a file or a folder holding it).
 
             When ``path`` is null, ``weights_path`` (the model's) is used. Special tokens come from this
-            config, else from ``tokenizer_config.json`` beside the file; pad falls back to eos. ``use_fast``
-            is informational: the ``tokenizers`` library is the fast implementation.
+            config, else from ``tokenizer_config.json`` beside the file; pad falls back to eos.
+            ``model_max_length`` (this config's, else the file's) bounds the training ``seq_len``;
+            ``padding_side`` is where unpacked samples are padded.
             """
             from hyper_parallel.runtime.tokenizer import build_hf_tokenizer
 
             return build_hf_tokenizer(self, weights_path)
+
+
+class ByteTokenizer(Tokenizer):
+    """UTF-8 bytes as token ids 0-255, then BOS 256, EOS 257 and PAD 258: no files, no download.
+
+    Every text round-trips exactly; sequences are about four times longer than a trained tokenizer's,
+    which is what a debug model on a CPU can afford.
+    """
+
+    VOCAB_SIZE = 259
+    """Number of ids: 256 byte values and three special tokens."""
+
+    @attrs.frozen(kw_only=True)
+    class Config(Tokenizer.Config):
+        """A byte-level tokenizer; ``path`` must stay null since there is nothing to load."""
+
+        def cross_check(self) -> Iterator[tuple[str, str]]:
+            """Yield ``(field path, message)``: a byte tokenizer reads no files, so ``path`` must be null."""
+            yield from super().cross_check()
+            if self.path is not None:
+                yield "path", "must be null: ByteTokenizer reads no files"
+
+        def vocab_size(self) -> int:
+            """``ByteTokenizer.VOCAB_SIZE`` (259)."""
+            return ByteTokenizer.VOCAB_SIZE
+
+        def needs_files(self) -> bool:
+            """False: the vocabulary is the 256 byte values plus three special tokens."""
+            return False
+
+        def build(self, weights_path: str | None = None) -> "ByteLevelTokenizer":
+            """The byte tokenizer; ``weights_path`` is ignored (nothing is read)."""
+            from hyper_parallel.runtime.tokenizer import ByteLevelTokenizer
+
+            return ByteLevelTokenizer(add_bos=self.add_bos, add_eos=self.add_eos)

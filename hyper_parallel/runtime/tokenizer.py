@@ -1,7 +1,10 @@
-"""Runtime of ``hyper_parallel.components.tokenizer``: a local Hugging Face ``tokenizer.json``.
+"""Runtime of ``hyper_parallel.components.tokenizer``: a local Hugging Face ``tokenizer.json``, or bytes.
 
-Imported only from ``Tokenizer.Config.build``; this module imports the ``tokenizers`` library (part of
-the ``torch`` extra). Nothing is fetched from a hub: the files must be on disk.
+Imported only from ``Tokenizer.Config.build``. Both tokenizers share one interface (``TokenizerRuntime``):
+``encode`` / ``encode_batch`` add bos/eos as configured, ``decode``, ``pad``, ``vocab_size`` and the
+special ids, which is all the data loader and the trainer use. ``HFTokenizer`` needs the ``tokenizers``
+library (part of the ``torch`` extra) and files on disk: nothing is fetched from a hub. ``ByteLevelTokenizer``
+needs neither.
 """
 
 from __future__ import annotations
@@ -10,12 +13,113 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokenizers import Tokenizer as _RustTokenizer
-
 if TYPE_CHECKING:
+    from tokenizers import Tokenizer as _RustTokenizer
+
     from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
 
-__all__ = ["HFTokenizer", "build_hf_tokenizer"]
+__all__ = ["ByteLevelTokenizer", "HFTokenizer", "TokenizerRuntime", "build_hf_tokenizer"]
+
+
+class TokenizerRuntime:
+    """What every built tokenizer offers; subclasses supply ``_ids``, ``decode`` and ``vocab_size``.
+
+    ``bos_id`` / ``eos_id`` / ``pad_id`` are None when the tokenizer has no such token; ``encode`` then
+    adds nothing for it. ``model_max_length`` (None: unbounded) is the longest sequence the data loader
+    may cut; ``padding_side`` is where ``pad`` (and the loader's unpacked samples) put padding.
+    """
+
+    bos_token: str | None
+    eos_token: str | None
+    pad_token: str | None
+    bos_id: int | None
+    eos_id: int | None
+    pad_id: int | None
+
+    def __init__(
+        self,
+        *,
+        add_bos: bool,
+        add_eos: bool,
+        padding_side: str = "right",
+        model_max_length: int | None = None,
+    ) -> None:
+        self.add_bos = add_bos
+        self.add_eos = add_eos
+        self.padding_side = padding_side
+        self.model_max_length = model_max_length
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, special tokens included."""
+        raise NotImplementedError
+
+    def _ids(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, without special tokens."""
+        raise NotImplementedError
+
+    def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        """Text of ``ids``."""
+        raise NotImplementedError
+
+    def _with_specials(self, ids: list[int], add_bos: bool | None, add_eos: bool | None) -> list[int]:
+        if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None:
+            ids.insert(0, self.bos_id)
+        if (self.add_eos if add_eos is None else add_eos) and self.eos_id is not None:
+            ids.append(self.eos_id)
+        return ids
+
+    def encode(self, text: str, *, add_bos: bool | None = None, add_eos: bool | None = None) -> list[int]:
+        """Token ids of ``text``, with bos/eos added per the config (or the arguments) when known."""
+        return self._with_specials(self._ids([text])[0], add_bos, add_eos)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """``encode`` of each text (a Rust tokenizer batches the work)."""
+        return [self._with_specials(ids, None, None) for ids in self._ids(texts)]
+
+    def pad(self, ids: list[int], length: int) -> list[int]:
+        """``ids`` cut or padded with ``pad_id`` to ``length``, on ``padding_side``."""
+        if self.pad_id is None:
+            raise ValueError("the tokenizer has no pad token (and no eos token to fall back to)")
+        ids = list(ids[:length])
+        padding = [self.pad_id] * (length - len(ids))
+        return padding + ids if self.padding_side == "left" else ids + padding
+
+
+class ByteLevelTokenizer(TokenizerRuntime):
+    """UTF-8 bytes are ids 0-255; BOS, EOS and PAD are 256, 257 and 258 (see ``ByteTokenizer``)."""
+
+    bos_token, eos_token, pad_token = "<s>", "</s>", "<pad>"
+    bos_id, eos_id, pad_id = 256, 257, 258
+
+    @property
+    def vocab_size(self) -> int:
+        """259: the byte values and the three special ids."""
+        return self.pad_id + 1
+
+    def _ids(self, texts: list[str]) -> list[list[int]]:
+        return [list(text.encode("utf-8")) for text in texts]
+
+    def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        """Bytes decoded as UTF-8 (invalid sequences become U+FFFD); specials as ``<s>``, ``</s>``, ``<pad>``.
+
+        ``skip_special_tokens`` drops the special ids instead.
+        """
+        names = {self.bos_id: self.bos_token, self.eos_id: self.eos_token, self.pad_id: self.pad_token}
+        parts: list[str] = []
+        run = bytearray()
+        for token in ids:
+            if 0 <= token < 256:
+                run.append(token)
+                continue
+            if token not in names:
+                raise ValueError(f"token id {token} is outside the byte vocabulary [0, {self.vocab_size})")
+            parts.append(run.decode("utf-8", errors="replace"))
+            run.clear()
+            if not skip_special_tokens:
+                parts.append(names[token])
+        parts.append(run.decode("utf-8", errors="replace"))
+        return "".join(parts)
 
 
 def _token_text(value: Any) -> str | None:
@@ -25,8 +129,8 @@ def _token_text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-class HFTokenizer:
-    """Encode/decode with special-token ids; ``encode`` adds bos/eos as configured."""
+class HFTokenizer(TokenizerRuntime):
+    """A ``tokenizers`` tokenizer with special tokens chosen by the config or ``tokenizer_config.json``."""
 
     def __init__(
         self,
@@ -40,16 +144,15 @@ class HFTokenizer:
         padding_side: str = "right",
         model_max_length: int | None = None,
     ) -> None:
+        super().__init__(
+            add_bos=add_bos, add_eos=add_eos, padding_side=padding_side, model_max_length=model_max_length
+        )
         self._tok = tokenizer
         self.bos_token, self.bos_id = bos_token, self._id_of(bos_token, "bos_token")
         self.eos_token, self.eos_id = eos_token, self._id_of(eos_token, "eos_token")
         if pad_token is None:
             pad_token = eos_token
         self.pad_token, self.pad_id = pad_token, self._id_of(pad_token, "pad_token")
-        self.add_bos = add_bos
-        self.add_eos = add_eos
-        self.padding_side = padding_side
-        self.model_max_length = model_max_length
 
     def _id_of(self, token: str | None, what: str) -> int | None:
         if token is None:
@@ -64,39 +167,12 @@ class HFTokenizer:
         """Number of ids, added tokens included."""
         return int(self._tok.get_vocab_size(with_added_tokens=True))
 
-    def encode(self, text: str, *, add_bos: bool | None = None, add_eos: bool | None = None) -> list[int]:
-        """Token ids of ``text``, with bos/eos added per the config (or the arguments) when known."""
-        ids = list(self._tok.encode(text, add_special_tokens=False).ids)
-        if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None:
-            ids.insert(0, self.bos_id)
-        if (self.add_eos if add_eos is None else add_eos) and self.eos_id is not None:
-            ids.append(self.eos_id)
-        return ids
-
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """``encode`` of each text (the Rust tokenizer batches the work)."""
-        encoded = self._tok.encode_batch(texts, add_special_tokens=False)
-        out = []
-        for enc in encoded:
-            ids = list(enc.ids)
-            if self.add_bos and self.bos_id is not None:
-                ids.insert(0, self.bos_id)
-            if self.add_eos and self.eos_id is not None:
-                ids.append(self.eos_id)
-            out.append(ids)
-        return out
+    def _ids(self, texts: list[str]) -> list[list[int]]:
+        return [list(enc.ids) for enc in self._tok.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """Text of ``ids``."""
         return str(self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
-
-    def pad(self, ids: list[int], length: int) -> list[int]:
-        """``ids`` cut or padded with ``pad_id`` to ``length``, on ``padding_side``."""
-        if self.pad_id is None:
-            raise ValueError("the tokenizer has no pad token (and no eos token to fall back to)")
-        ids = list(ids[:length])
-        padding = [self.pad_id] * (length - len(ids))
-        return padding + ids if self.padding_side == "left" else ids + padding
 
 
 def _locate(path: str) -> tuple[Path, Path | None]:
@@ -111,6 +187,8 @@ def _locate(path: str) -> tuple[Path, Path | None]:
 
 def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | None) -> HFTokenizer:
     """Load ``cfg.path`` (or ``weights_path`` when it is null); config token overrides win."""
+    from tokenizers import Tokenizer as RustTokenizer
+
     path = cfg.path if cfg.path is not None else weights_path
     if path is None:
         raise ValueError("tokenizer.path is null and the model has no weights_path to load a tokenizer from")
@@ -122,7 +200,7 @@ def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | Non
     if max_length is None and isinstance(saved.get("model_max_length"), int):
         max_length = saved["model_max_length"]
     return HFTokenizer(
-        _RustTokenizer.from_file(str(file)),
+        RustTokenizer.from_file(str(file)),
         bos_token=cfg.bos_token or _token_text(saved.get("bos_token")),
         eos_token=cfg.eos_token or _token_text(saved.get("eos_token")),
         pad_token=cfg.pad_token or _token_text(saved.get("pad_token")),
