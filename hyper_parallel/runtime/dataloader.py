@@ -253,6 +253,9 @@ class ResumableLoader:
             pin_memory=pin_memory and torch.cuda.is_available(),
             prefetch_factor=prefetch_factor if num_workers > 0 else None,
             persistent_workers=persistent_workers and num_workers > 0,
+            # Its own generator for the workers' base seed: starting an iterator (as every resume does)
+            # must not draw from the global torch RNG, or a resumed run's dropout masks would shift.
+            generator=torch.Generator().manual_seed(seed),
         )
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
