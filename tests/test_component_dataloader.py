@@ -1,5 +1,6 @@
 """DataLoader.Config.build(tokenizer, dp_rank, dp_world_size, ...): packing, sharding, shuffling, resume."""
 
+import re
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ pytest.importorskip("tokenizers")
 
 from hyper_parallel.components.dataloader import DataLoader, DatasetConfig, TextDataLoader  # noqa: E402
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer  # noqa: E402
+from hyper_parallel.components.validator import LossValidator  # noqa: E402
 from tests.component_helpers import batches_equal, document, train_tokenizer, write_jsonl  # noqa: E402
 
 SEQ = 6
@@ -187,3 +189,87 @@ def test_errors(tok: Any, corpus: Path, tmp_path: Path) -> None:
 def test_base_config_names_the_class(tok: Any) -> None:
     with pytest.raises(NotImplementedError, match=r"DataLoader\.Config"):
         DataLoader.Config(num_workers=0).build(tok, 0, 1, seq_len=4, micro_batch_size=1, seed=0)
+
+
+# One pass (validation): every sample once, equal batch counts on every rank.
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_one_pass_deals_every_sample_and_evens_the_batch_counts(tok: Any, corpus: Path, world: int) -> None:
+    cfg = LossValidator.Config(dataset=DatasetConfig(source="jsonl", paths=(str(corpus),)))
+    loaders = [
+        cfg.build_dataloader(tok, r, world, seq_len=SEQ, micro_batch_size=2, seed=0, ignore_index=-5)
+        for r in range(world)
+    ]
+    n = len(loaders[0].samples)
+    assert n % 2 == 1  # an odd count: shares and last batches differ between ranks
+    assert len({len(lo) for lo in loaders}) == 1
+    seen: list[list[int]] = []
+    for r, lo in enumerate(loaders):
+        batches = list(lo)
+        assert len(batches) == len(lo)
+        for batch in batches:
+            for ids, labels in zip(batch["input_ids"].tolist(), batch["labels"].tolist(), strict=True):
+                if labels == [-5] * SEQ:  # filler: a real window whose every label is ignored
+                    assert ids == loaders[0].samples[0]["input_ids"].tolist()
+                else:
+                    assert labels == ids
+                    seen.append(ids)
+        assert [i for b in lo.epoch_batches(0) for i in b if i >= 0] == list(range(r, n, world))
+    whole = [loaders[0].samples[i]["input_ids"].tolist() for i in range(n)]
+    assert sorted(seen) == sorted(whole)
+
+
+@pytest.mark.parametrize(("steps", "mbs", "expected"), [(-1, 2, None), (3, 2, 6), (2, 3, 6), (1000, 2, None)])
+def test_validator_steps_fix_the_set_in_samples(
+    tok: Any, corpus: Path, steps: int, mbs: int, expected: int | None
+) -> None:
+    cfg = LossValidator.Config(steps=steps, dataset=DatasetConfig(source="jsonl", paths=(str(corpus),)))
+    whole = len(build(loader_cfg(corpus), tok).samples)
+    for world in (1, 2):
+        loader = cfg.build_dataloader(tok, 0, world, seq_len=SEQ, micro_batch_size=mbs, seed=0)
+        assert len(loader.samples) == (whole if expected is None else expected)
+
+
+# Fields of the Config classes that change what the runtime does.
+
+
+def test_unpacked_samples_are_padded_on_the_tokenizers_padding_side(tmp_path: Path, corpus: Path) -> None:
+    folder = train_tokenizer(tmp_path / "left")
+    left = HuggingFaceTokenizer.Config(path=str(folder), padding_side="left").build()
+    cfg = loader_cfg(corpus, shuffle=False, dataset={"pack_sequences": False})
+    first = next(iter(cfg.build(left, 0, 1, seq_len=SEQ, micro_batch_size=1, seed=0, ignore_index=-7)))
+    ids = left.encode(document(0))
+    assert len(ids) < SEQ
+    fill = SEQ - len(ids)
+    assert first["input_ids"][0].tolist() == [left.pad_id] * fill + ids
+    assert first["labels"][0].tolist() == [-7] * fill + ids
+
+
+def test_seq_len_longer_than_model_max_length_is_refused(tmp_path: Path, corpus: Path) -> None:
+    folder = train_tokenizer(tmp_path / "short")
+    short = HuggingFaceTokenizer.Config(path=str(folder), model_max_length=SEQ - 1).build()
+    message = (
+        "training.seq_len 6 exceeds the tokenizer's model_max_length 5; raise tokenizer.model_max_length"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build(loader_cfg(corpus), short)
+    exact = HuggingFaceTokenizer.Config(path=str(folder), model_max_length=SEQ).build()
+    assert len(build(loader_cfg(corpus), exact)) > 0
+
+
+@pytest.mark.parametrize("accelerator", [False, True])
+def test_worker_and_memory_options_reach_the_torch_loader(
+    tok: Any, corpus: Path, accelerator: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: accelerator)
+    loader = build(loader_cfg(corpus, pin_memory=True, **PERSISTENT), tok)._torch_loader
+    assert loader.pin_memory is accelerator  # pinning only helps copies to an accelerator
+    assert (loader.num_workers, loader.prefetch_factor, loader.persistent_workers) == (2, 2, True)
+    plain = build(loader_cfg(corpus, pin_memory=False), tok)._torch_loader
+    assert (plain.pin_memory, plain.num_workers, plain.prefetch_factor, plain.persistent_workers) == (
+        False,
+        0,
+        None,
+        False,
+    )

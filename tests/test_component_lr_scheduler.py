@@ -96,6 +96,57 @@ def test_state_dict_round_trip_resumes_the_schedule() -> None:
     assert s2.get_last_lr() == pytest.approx(s1.get_last_lr())
 
 
+def test_state_dict_is_the_position_alone() -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=PEAK)
+    sched = WarmupDecay.Config(warmup_steps=2).build(opt, 10)
+    for _ in range(3):
+        opt.step()
+        sched.step()
+    assert sched.state_dict() == {"step": 3}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "old_steps", "new_steps", "new_peak"),
+    [
+        pytest.param({}, {}, 10, 40, PEAK, id="longer-run"),
+        pytest.param({}, {"warmup_steps": 6, "decay_type": "linear"}, 10, 10, PEAK, id="other-shape"),
+        pytest.param({}, {}, 10, 10, 3 * PEAK, id="other-peak-lr"),
+    ],
+)
+def test_resume_follows_the_current_schedule_from_the_saved_step(
+    old: dict[str, object], new: dict[str, object], old_steps: int, new_steps: int, new_peak: float
+) -> None:
+    # Save at step 4 of the old schedule, resume into a scheduler built from the new config: every
+    # later lr equals the new schedule's, as if the run had used the new config from the start.
+    opt1 = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=PEAK)
+    s1 = WarmupDecay.Config(**{"warmup_steps": 2, **old}).build(opt1, old_steps)  # type: ignore[arg-type]
+    for _ in range(4):
+        opt1.step()
+        s1.step()
+    new_cfg = WarmupDecay.Config(**{"warmup_steps": 2, **new})  # type: ignore[arg-type]
+    opt2 = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=new_peak)
+    s2 = new_cfg.build(opt2, new_steps)
+    opt2.load_state_dict(opt1.state_dict())  # restores the old schedule's lr (the order of a resume)
+    s2.load_state_dict(s1.state_dict())
+    expected = [new_peak / PEAK * lr for lr in lrs(new_cfg, new_steps)]
+    got = []
+    for _ in range(4, new_steps):
+        got.append(opt2.param_groups[0]["lr"])
+        assert s2.get_last_lr() == [got[-1]]
+        opt2.step()
+        s2.step()
+    assert got == pytest.approx(expected[4:], rel=1e-12)
+    assert s2.last_epoch == new_steps
+
+
+@pytest.mark.parametrize("state", [{}, {"step": -1}, {"step": "3"}, {"last_epoch": 3}])
+def test_a_state_without_a_step_is_refused(state: dict[str, object]) -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=PEAK)
+    sched = WarmupDecay.Config(warmup_steps=2).build(opt, 10)
+    with pytest.raises(ValueError, match=r"lr scheduler state needs a step >= 0, got "):
+        sched.load_state_dict(state)
+
+
 def test_inconsistent_lengths_are_refused() -> None:
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=PEAK)
     with pytest.raises(ValueError, match="exceeds training_steps"):

@@ -135,3 +135,25 @@ def test_no_counted_token_is_an_error(model: Any) -> None:
 def test_base_config_names_the_class() -> None:
     with pytest.raises(NotImplementedError, match=r"Validator\.Config"):
         Validator.Config().build([], None)
+
+
+@pytest.mark.parametrize(("world", "steps"), [(2, -1), (3, -1), (2, 3), (4, 2)])
+def test_rank_shares_add_up_to_the_single_process_result(tmp_path: Path, world: int, steps: int) -> None:
+    tok = HuggingFaceTokenizer.Config(path=str(train_tokenizer(tmp_path / "tok"))).build()
+    data = write_jsonl(tmp_path / "val.jsonl", 25)
+    cfg = LossValidator.Config(steps=steps, dataset=DatasetConfig(source="jsonl", paths=(str(data),)))
+    torch.manual_seed(0)
+    lm = TinyLM(tok.vocab_size)
+    loss = CausalLMLoss.Config().build()
+
+    def result(rank: int, size: int) -> dict[str, float]:
+        loader = cfg.build_dataloader(tok, rank, size, seq_len=6, micro_batch_size=2, seed=0)
+        return cfg.build(loader, loss).validate(lm, 1)
+
+    single = result(0, 1)
+    shares = [result(r, world) for r in range(world)]
+    # What the all-reduce over the data-parallel group adds up: the same tokens, the same mean.
+    assert sum(s["tokens"] for s in shares) == single["tokens"]
+    mean = sum(s["loss"] * s["tokens"] for s in shares if s["tokens"]) / single["tokens"]
+    assert mean == pytest.approx(single["loss"], rel=0, abs=1e-6)  # float32 per-batch sums
+    assert len({s["batches"] for s in shares}) == 1

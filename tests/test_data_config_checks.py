@@ -15,6 +15,8 @@ QWEN = "hyper_parallel.models.qwen3_5.create_model_spec"
 BYTES = "hyper_parallel.components.tokenizer.ByteTokenizer.Config"
 HF = "hyper_parallel.components.tokenizer.HuggingFaceTokenizer.Config"
 TEXT = "hyper_parallel.components.dataloader.TextDataLoader.Config"
+VALIDATOR = "hyper_parallel.components.validator.LossValidator.Config"
+UNREAD_SEED = "is only read to shuffle or to generate synthetic data, and neither happens; set it to null"
 
 
 def doc(**groups: Any) -> dict[str, Any]:
@@ -54,9 +56,77 @@ def test_byte_tokenizer_resolves_from_its_target() -> None:
                 "must be empty when source is 'python_docs' (or set source to 'jsonl' or 'text')",
             ),
         ),
+        (
+            {
+                "dataloader": {
+                    "_target_": TEXT,
+                    "dataset": {"source": "text", "paths": ["/d"], "text_field": "x"},
+                }
+            },
+            (
+                "dataloader.dataset.text_field",
+                "is only read when source is 'jsonl' (source is 'text'); leave it out",
+            ),
+        ),
+        (
+            {
+                "dataloader": {
+                    "_target_": TEXT,
+                    "dataset": {"source": "python_docs", "synthetic_num_samples": 5},
+                }
+            },
+            (
+                "dataloader.dataset.synthetic_num_samples",
+                "is only read when source is 'synthetic' (source is 'python_docs'); leave it out",
+            ),
+        ),
+        (
+            {"dataloader": {"_target_": TEXT, "dataset": {"pack_sequences": False}}},
+            (
+                "dataloader.dataset.pack_sequences",
+                "must be true when source is 'synthetic': its samples are full windows",
+            ),
+        ),
+        (
+            {
+                "dataloader": {
+                    "_target_": TEXT,
+                    "shuffle": False,
+                    "dataset": {"source": "python_docs", "seed": 3},
+                }
+            },
+            ("dataloader.dataset.seed", UNREAD_SEED),
+        ),
+        (
+            {
+                "validator": {
+                    "_target_": VALIDATOR,
+                    "dataset": {"source": "jsonl", "paths": ["/v"], "seed": 3},
+                }
+            },
+            ("validator.dataset.seed", UNREAD_SEED),
+        ),
     ],
 )
 def test_settings_the_runtime_would_not_honour_are_refused(
     group: dict[str, Any], expected: tuple[str, str]
 ) -> None:
     assert issues(doc(**group)) == [expected]
+
+
+@pytest.mark.parametrize(
+    "group",
+    [
+        {"dataloader": {"_target_": TEXT, "shuffle": False, "dataset": {"seed": 3}}},  # synthetic reads it
+        {"dataloader": {"_target_": TEXT, "dataset": {"source": "python_docs", "seed": 3}}},  # shuffled
+        {"validator": {"_target_": VALIDATOR, "dataset": {"seed": 3, "synthetic_num_samples": 64}}},
+        {
+            "dataloader": {
+                "_target_": TEXT,
+                "dataset": {"source": "jsonl", "paths": ["/d"], "text_field": "x"},
+            }
+        },
+    ],
+)
+def test_settings_the_runtime_reads_resolve(group: dict[str, Any]) -> None:
+    resolve_root(doc(**group))

@@ -2,6 +2,15 @@
 
 Holds when and where checkpoints are saved and what is loaded at startup. The checkpoint manager is
 created at run time; resolving the config never reads or lists the checkpoint folder.
+
+Resume rule: every save is a full checkpoint (model, optimizer, scheduler position, data position, RNG
+states, the trainer's state and the step) that resumes the run exactly, except the final save with
+``last_save_model_only``, a weights-only export in ``export_dtype``. An export is never resumed: a run
+whose newest checkpoint is an export at step N is finished (the manager's ``load()`` returns N); if
+``training.max_steps`` was raised past N, the newest full checkpoint before N is resumed, and with none
+``load()`` raises ``CheckpointNotResumableError``. Keep ``last_save_model_only: false`` for runs that may
+be extended. Half-written checkpoints are never loaded. The layout and protocol are documented in
+``hyper_parallel.runtime.checkpoint``.
 """
 
 from collections.abc import Iterator
@@ -14,9 +23,16 @@ if TYPE_CHECKING:
 
 from hyper_parallel._checks import minus_one_or_at_least
 
-__all__ = ["Checkpoint", "DCPCheckpoint"]
+__all__ = ["Checkpoint", "CheckpointNotResumableError", "DCPCheckpoint"]
 
 _optional_nonempty = attrs.validators.optional(attrs.validators.min_len(1))
+
+
+class CheckpointNotResumableError(ValueError):
+    """The checkpoint to resume from is a weights-only export (or holds only weights) and the run is not over.
+
+    Raised by the checkpoint manager's ``load()``; the message names the config fields that fix it.
+    """
 
 
 class Checkpoint:
@@ -28,7 +44,9 @@ class Checkpoint:
 
         enable: bool = attrs.field(
             default=False,
-            metadata={"help": "Save checkpoints during training and resume from the latest one."},
+            metadata={
+                "help": "Save checkpoints during training and resume from the newest full one in folder."
+            },
         )
         folder: str = attrs.field(
             default="checkpoint",
@@ -48,26 +66,41 @@ class Checkpoint:
         initial_load_path: str | None = attrs.field(
             default=None,
             validator=_optional_nonempty,
-            metadata={"help": "Checkpoint to start from when folder holds none yet; null starts fresh."},
+            metadata={
+                "help": "DCP checkpoint to start from when folder holds none yet (read even without enable); "
+                "null starts fresh."
+            },
         )
         initial_load_model_only: bool = attrs.field(
             default=True,
-            metadata={"help": "Load only model weights from initial_load_path (no optimizer or step)."},
+            metadata={
+                "help": "Load only model weights from initial_load_path (start at step 0); false restores "
+                "its full state and step (it must not be a weights-only export)."
+            },
         )
         load_step: int = attrs.field(
             default=-1,
             validator=minus_one_or_at_least(0, "latest"),
-            metadata={"help": "Step to resume from; -1 picks the latest checkpoint in folder."},
+            metadata={
+                "help": "Step to resume from; -1 picks the newest checkpoint in folder (a weights-only "
+                "export is never resumed)."
+            },
         )
         exclude_from_loading: tuple[
-            Literal["model", "optimizer", "lr_scheduler", "dataloader", "train_state"], ...
+            Literal["model", "optimizer", "lr_scheduler", "dataloader", "rng", "train_state"], ...
         ] = attrs.field(
             default=(),
-            metadata={"help": "Parts of the saved state not restored on resume (they start fresh)."},
+            metadata={
+                "help": "Parts of the saved state not restored on resume (they start fresh): optimizer, "
+                "lr_scheduler, dataloader, rng, train_state."
+            },
         )
         last_save_model_only: bool = attrs.field(
             default=True,
-            metadata={"help": "Save only the model weights at the final step (for export)."},
+            metadata={
+                "help": "Make the final save a weights-only export; it is never resumed, so a run extended "
+                "past it needs an earlier full checkpoint (set false to keep the final one resumable)."
+            },
         )
         export_dtype: Literal["float16", "bfloat16", "float32"] = attrs.field(
             default="float32",
@@ -88,7 +121,14 @@ class Checkpoint:
                 )
 
         def build(
-            self, model: Any, optimizer: Any = None, lr_scheduler: Any = None, dataloader: Any = None
+            self,
+            model: Any,
+            optimizer: Any = None,
+            lr_scheduler: Any = None,
+            dataloader: Any = None,
+            *,
+            train_state: Any = None,
+            max_steps: int | None = None,
         ) -> Any:
             """The checkpoint manager of this training state (implemented by subclasses)."""
             raise NotImplementedError(
@@ -107,7 +147,7 @@ class DCPCheckpoint(Checkpoint):
             default="disabled",
             metadata={
                 "help": "Save synchronously ('disabled'), in a background thread ('async'), or staged "
-                "through pinned host memory ('async_with_pinned_mem')."
+                "through pinned host memory ('async_with_pinned_mem'; plain 'async' without CUDA)."
             },
         )
         enable_first_step_checkpoint: bool = attrs.field(
@@ -126,16 +166,33 @@ class DCPCheckpoint(Checkpoint):
                 )
 
         def build(
-            self, model: Any, optimizer: Any = None, lr_scheduler: Any = None, dataloader: Any = None
+            self,
+            model: Any,
+            optimizer: Any = None,
+            lr_scheduler: Any = None,
+            dataloader: Any = None,
+            *,
+            train_state: Any = None,
+            max_steps: int | None = None,
         ) -> "CheckpointManager":
             """A manager saving and restoring these objects with torch.distributed.checkpoint.
 
-            ``maybe_save(step)`` saves every ``interval`` steps, ``load()`` resumes from the newest
-            complete checkpoint; the layout and publish protocol are documented in
+            ``train_state`` is the trainer's own stateful (``state_dict() -> dict``, JSON-serialisable and
+            rank-local, and ``load_state_dict(dict)``); ``max_steps`` is ``training.max_steps``, which tells
+            a finished run from one extended past its weights-only export. Call it on every rank (with
+            torch.distributed it creates the manager's process group). ``load()`` resumes,
+            ``maybe_save(step, last_step=...)`` saves every ``interval`` steps, ``close()`` finishes an
+            asynchronous save; the layout and publish protocol are documented in
             ``hyper_parallel.runtime.checkpoint``.
             """
             from hyper_parallel.runtime.checkpoint import CheckpointManager
 
             return CheckpointManager(
-                self, model=model, optimizer=optimizer, lr_scheduler=lr_scheduler, dataloader=dataloader
+                self,
+                model=model,
+                optimizer=optimizer,
+                lr_scheduler=lr_scheduler,
+                dataloader=dataloader,
+                train_state=train_state,
+                max_steps=max_steps,
             )

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
     from hyper_parallel.runtime.dataloader import ResumableLoader
 
 __all__ = ["DataLoader", "DatasetConfig", "TextDataLoader"]
@@ -72,6 +74,30 @@ class DatasetConfig:
                 "paths",
                 f"must be empty when source is {self.source!r} (or set source to 'jsonl' or 'text')",
             )
+        defaults = attrs.fields(DatasetConfig)
+        if self.source != "jsonl" and self.text_field != defaults.text_field.default:
+            yield (
+                "text_field",
+                f"is only read when source is 'jsonl' (source is {self.source!r}); leave it out",
+            )
+        if (
+            self.source != "synthetic"
+            and self.synthetic_num_samples != defaults.synthetic_num_samples.default
+        ):
+            yield (
+                "synthetic_num_samples",
+                f"is only read when source is 'synthetic' (source is {self.source!r}); leave it out",
+            )
+        if self.source == "synthetic" and not self.pack_sequences:
+            yield "pack_sequences", "must be true when source is 'synthetic': its samples are full windows"
+
+    def unread_seed(self, shuffle: bool) -> Iterator[tuple[str, str]]:
+        """``("seed", message)`` when ``seed`` is set but nothing reads it: no shuffle, no synthetic data."""
+        if self.seed is not None and not shuffle and self.source != "synthetic":
+            yield (
+                "seed",
+                "is only read to shuffle or to generate synthetic data, and neither happens; set it to null",
+            )
 
 
 class DataLoader:
@@ -88,7 +114,10 @@ class DataLoader:
         )
         pin_memory: bool = attrs.field(
             default=True,
-            metadata={"help": "Copy batches into page-locked host memory for faster device transfer."},
+            metadata={
+                "help": "Copy batches into page-locked host memory for faster copies to an accelerator "
+                "(no effect without one)."
+            },
         )
         prefetch_factor: int | None = attrs.field(
             default=None,
@@ -120,11 +149,14 @@ class DataLoader:
             micro_batch_size: int,
             seed: int,
             ignore_index: int = -100,
+            process_group: "ProcessGroup | None" = None,
         ) -> Any:
             """The iterable of batches for one data-parallel rank (implemented by subclasses).
 
             ``seq_len``, ``micro_batch_size`` and ``seed`` come from the ``training`` section (``seed`` is
-            used when the dataset sets none); ``ignore_index`` marks labels the loss skips.
+            used when the dataset sets none); ``ignore_index`` marks labels the loss skips. Every member of
+            ``process_group`` (collective call) tokenizes only its share of the documents and receives the
+            rest from the others; the batches are the same as without a group.
             """
             raise NotImplementedError(f"{type(self).__qualname__} cannot build a data loader; use a subclass")
 
@@ -149,6 +181,12 @@ class TextDataLoader(DataLoader):
             metadata={"help": "Drop the last incomplete batch of an epoch instead of training on it."},
         )
 
+        def cross_check(self) -> Iterator[tuple[str, str]]:
+            """Yield ``(field path, message)``: the shared checks, and a seed nothing would read."""
+            yield from super().cross_check()
+            for path, message in self.dataset.unread_seed(self.shuffle):
+                yield f"dataset.{path}", message
+
         def build(
             self,
             tokenizer: Any,
@@ -159,12 +197,16 @@ class TextDataLoader(DataLoader):
             micro_batch_size: int,
             seed: int,
             ignore_index: int = -100,
+            process_group: "ProcessGroup | None" = None,
         ) -> "ResumableLoader":
             """Batches ``{input_ids, labels}`` of ``[micro_batch_size, seq_len]`` for rank ``dp_rank``.
 
             Iterates forever (epoch after epoch, reshuffled); ``state_dict`` / ``load_state_dict`` save
-            and restore the position. Reading, packing and sharding rules are documented in
-            ``hyper_parallel.runtime.dataloader``.
+            and restore the position. With ``process_group`` (a collective call on every member: the whole
+            world, or the data-parallel group) each member tokenizes only its share of the documents.
+            Reading, shared tokenizing, packing and sharding rules are documented in
+            ``hyper_parallel.runtime.dataloader``; the samples of an optimizer step do not depend on the
+            data-parallel size for the same global batch.
             """
             from hyper_parallel.runtime.dataloader import build_loader
 
@@ -184,4 +226,5 @@ class TextDataLoader(DataLoader):
                 pin_memory=self.pin_memory,
                 prefetch_factor=self.prefetch_factor,
                 persistent_workers=self.persistent_workers,
+                process_group=process_group,
             )

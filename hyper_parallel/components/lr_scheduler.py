@@ -12,6 +12,8 @@ import attrs
 if TYPE_CHECKING:
     import torch
 
+    from hyper_parallel.runtime.lr_scheduler import WarmupDecayLR
+
 __all__ = ["LRScheduler", "WarmupDecay"]
 
 
@@ -72,13 +74,12 @@ class WarmupDecay(LRScheduler):
                 return max(max_steps - self.warmup_steps, 0)
             return round(max_steps * self.decay_ratio)
 
-        def build(
-            self, optimizer: "torch.optim.Optimizer", training_steps: int
-        ) -> "torch.optim.lr_scheduler.LambdaLR":
+        def build(self, optimizer: "torch.optim.Optimizer", training_steps: int) -> "WarmupDecayLR":
             """A ``LambdaLR``: linear warmup, plateau, then the decay down to ``min_lr_factor`` x peak.
 
-            Call ``step()`` once after each optimizer step; the closed form is documented in
-            ``hyper_parallel.runtime.lr_scheduler``.
+            Call ``step()`` once after each optimizer step. Its ``state_dict`` is the position alone, so
+            a resumed run follows the schedule of its current config from the saved step; the closed
+            form is documented in ``hyper_parallel.runtime.lr_scheduler``.
             """
             from hyper_parallel.runtime.lr_scheduler import build_warmup_decay
 

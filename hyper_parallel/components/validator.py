@@ -1,7 +1,9 @@
 """Validation configuration: the type of the root ``validator`` field.
 
 Off by default. When enabled, the model is evaluated every ``freq`` training steps on its own dataset,
-described by the same nested ``DatasetConfig`` section the data loader uses.
+described by the same nested ``DatasetConfig`` section the data loader uses. The validation set is fixed
+in samples (the first ``steps * micro_batch_size``, in file order), dealt over the data-parallel ranks, so
+the set and the reported loss are the same for any data-parallel size.
 """
 
 from collections.abc import Iterable, Iterator
@@ -13,6 +15,8 @@ from hyper_parallel._checks import minus_one_or_at_least
 from hyper_parallel.components.dataloader import DatasetConfig
 
 if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
     from hyper_parallel.runtime.dataloader import ResumableLoader
     from hyper_parallel.runtime.validator import LossValidatorRuntime
 
@@ -38,17 +42,24 @@ class Validator:
         steps: int = attrs.field(
             default=-1,
             validator=minus_one_or_at_least(1, "the whole set"),
-            metadata={"help": "Validation batches per run; -1 uses the whole validation set."},
+            metadata={
+                "help": "Validation batches of a single process per run (the first steps * micro_batch_size "
+                "samples, shared among data-parallel ranks); -1 uses the whole validation set."
+            },
         )
 
         def cross_check(self) -> Iterator[tuple[str, str]]:
             """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
             yield from ()
 
-        def build(self, dataloader: Iterable[Any], loss: Any) -> Any:
+        def build(
+            self, dataloader: Iterable[Any], loss: Any, *, process_group: "ProcessGroup | None" = None
+        ) -> Any:
             """An object whose ``validate(model, step)`` evaluates ``loss`` on ``dataloader``.
 
-            Implemented by subclasses.
+            ``dataloader`` holds this rank's share of the validation set; results are summed over
+            ``process_group`` (the data-parallel group: ranks holding different samples; None: this
+            process only). Implemented by subclasses.
             """
             raise NotImplementedError(f"{type(self).__qualname__} cannot build a validator; use a subclass")
 
@@ -70,15 +81,26 @@ class LossValidator(Validator):
             metadata={"help": "Samples per rank per validation batch; null uses training.micro_batch_size."},
         )
 
-        def build(self, dataloader: Iterable[Any], loss: Any) -> "LossValidatorRuntime":
-            """``validate(model, step)`` → ``{"loss", "perplexity", ...}`` over ``steps`` batches, no grads.
+        def cross_check(self) -> Iterator[tuple[str, str]]:
+            """Yield ``(field path, message)``: validation data is never shuffled, so a seed is unread."""
+            yield from super().cross_check()
+            for path, message in self.dataset.unread_seed(shuffle=False):
+                yield f"dataset.{path}", message
 
-            ``dataloader`` yields ``{input_ids, labels}`` batches (``build_dataloader`` makes one from
-            ``dataset``); ``loss`` is a built loss (``Loss.Config.build()``).
+        def build(
+            self, dataloader: Iterable[Any], loss: Any, *, process_group: "ProcessGroup | None" = None
+        ) -> "LossValidatorRuntime":
+            """``validate(model, step)`` → ``{"loss", "perplexity", ...}``, token-weighted, no grads.
+
+            ``dataloader`` yields this rank's ``{input_ids, labels}`` batches (``build_dataloader`` makes
+            one holding this rank's share of the validation set); at most ``steps`` of them are run.
+            ``loss`` is a built loss (``Loss.Config.build()``). Sums of loss and tokens are all-reduced
+            over ``process_group``, which must be the data-parallel group (not the whole world: ranks
+            of a tensor-parallel group hold the same samples); None keeps them local.
             """
             from hyper_parallel.runtime.validator import LossValidatorRuntime
 
-            return LossValidatorRuntime(self, dataloader, loss)
+            return LossValidatorRuntime(self, dataloader, loss, process_group=process_group)
 
         def build_dataloader(
             self,
@@ -90,23 +112,32 @@ class LossValidator(Validator):
             micro_batch_size: int,
             seed: int,
             ignore_index: int = -100,
+            process_group: "ProcessGroup | None" = None,
         ) -> "ResumableLoader":
-            """The validation batches of ``dataset``: one pass in file order, a short last batch kept.
+            """Rank ``dp_rank``'s share of the validation set: one pass, in file order.
 
-            ``micro_batch_size`` (training's) is used when this section's ``micro_batch_size`` is null.
+            The set is the first ``steps * micro_batch_size`` samples of ``dataset`` (all with ``steps``
+            -1), where ``micro_batch_size`` is this section's, else training's. Its samples are dealt
+            round-robin over the ``dp_world_size`` ranks; every rank gets the same number of batches (a
+            short or filler batch whose labels are all ``ignore_index`` where its share runs out), so
+            a sharded model's forward runs in step. ``process_group`` shares the tokenizing as in
+            ``DataLoader.Config.build``.
             """
             from hyper_parallel.runtime.dataloader import build_loader
 
+            batch = self.micro_batch_size or micro_batch_size
             return build_loader(
                 self.dataset,
                 tokenizer,
                 dp_rank=dp_rank,
                 dp_world_size=dp_world_size,
                 seq_len=seq_len,
-                micro_batch_size=self.micro_batch_size or micro_batch_size,
+                micro_batch_size=batch,
                 seed=seed,
                 shuffle=False,
                 drop_last=False,
                 infinite=False,
                 ignore_index=ignore_index,
+                max_samples=None if self.steps == -1 else self.steps * batch,
+                process_group=process_group,
             )

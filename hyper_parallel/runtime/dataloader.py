@@ -11,35 +11,60 @@ Sources (``dataset.source``):
 - ``synthetic``: ``synthetic_num_samples`` windows of uniform random token ids (reproducible per index).
 
 A path may be a file or a directory (searched recursively, sorted: ``*.jsonl`` for ``jsonl``, ``*.txt``
-for ``text``). Documents are tokenized once, in the training process, and kept in memory.
+for ``text``). Documents are tokenized once, at build time, and kept in memory.
+
+Shared tokenizing: with a ``process_group`` of ``n`` ranks, every member reads the same documents and
+takes them in rounds of ``n * 1024``; in each round, the document at position ``i`` of the whole dataset
+is encoded by the member of group rank ``i % n`` only, and the round's token lists are all-gathered, so
+every member ends with every document's tokens in document order: exactly what one process would
+encode alone. Everything after (packing, sample order, dealing) is computed from that identical stream,
+so the samples of a step do not depend on the group or on the data-parallel size. Every member must
+build the same dataset with the same tokenizer at the same point; any group whose members need the same
+stream works (the whole world, or the data-parallel group). Without a group each process encodes all.
 
 With ``pack_sequences`` every document ends with EOS and the documents are concatenated and cut into
 windows of ``seq_len`` tokens (the incomplete tail is dropped); otherwise each document is one sample,
-cut or right-padded with the pad id (padded labels are ``ignore_index``). ``labels`` is aligned with
-``input_ids`` (the loss shifts). ``max_samples`` keeps the first samples.
+cut or padded with the pad id on the tokenizer's ``padding_side`` (padded labels are ``ignore_index``).
+``labels`` is aligned with ``input_ids`` (the loss shifts). ``max_samples`` keeps the first samples;
+``seq_len`` may not exceed the tokenizer's ``model_max_length``.
 
 Order: epoch ``e`` permutes the samples with a generator seeded from ``(seed, e)`` (identity without
-``shuffle``); the first ``N - N % dp_world_size`` samples of that order are dealt round-robin, so every
-rank sees the same number of disjoint samples, and each rank groups its share into micro-batches
-(``drop_last`` drops a short final one). The position (epoch, batches consumed in it) is counted as
-batches are handed out, so ``state_dict`` / ``load_state_dict`` resume with exactly the next batch,
-whatever the worker processes had prefetched.
+``shuffle``).
+
+- Training (``infinite``, or ``drop_last``): the first ``N - N % dp_world_size`` samples of that order are
+  dealt round-robin (position ``p`` to rank ``p % dp_world_size``), so every rank sees the same number of
+  disjoint samples, and each rank groups its share into micro-batches (``drop_last`` drops a short final
+  one). For a global batch ``G``, the ``s``-th group of ``G`` samples taken by all ranks together is
+  positions ``[s * G, (s + 1) * G)`` of the order whatever the data-parallel size and micro-batch size,
+  so an optimizer step trains on the same samples (across epoch ends too when ``G`` divides ``N``).
+- One pass (finite, no ``drop_last``: validation): all ``N`` samples are dealt the same way and every
+  rank gets the same number of batches, a rank whose share runs out getting a filler batch (one sample
+  whose labels are all ``ignore_index``: it counts no token), so models whose forward holds collectives
+  (FSDP) run in step on every rank.
+
+The position (epoch, batches consumed in it) is counted as batches are handed out, so ``state_dict`` /
+``load_state_dict`` resume with exactly the next batch, whatever the worker processes had prefetched.
 """
 
 from __future__ import annotations
 
+import array
 import functools
 import importlib
 import inspect
+import itertools
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 import torch.utils.data
 
 if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
     from hyper_parallel.components.dataloader import DatasetConfig
 
 __all__ = ["ResumableLoader", "build_loader", "python_docs", "read_documents"]
@@ -149,16 +174,46 @@ def read_documents(cfg: DatasetConfig) -> Iterator[str]:
                 yield record[cfg.text_field]
 
 
-def _tokenize(tokenizer: Any, documents: Iterator[str]) -> Iterator[list[int]]:
-    batch: list[str] = []
+def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     encode_batch = getattr(tokenizer, "encode_batch", None)
-    for doc in documents:
-        batch.append(doc)
-        if len(batch) == _TOKENIZE_CHUNK:
-            yield from encode_batch(batch) if encode_batch else map(tokenizer.encode, batch)
-            batch = []
-    if batch:
-        yield from encode_batch(batch) if encode_batch else map(tokenizer.encode, batch)
+    return list(encode_batch(texts)) if encode_batch else [tokenizer.encode(text) for text in texts]
+
+
+def _encode_share(tokenizer: Any, texts: list[str]) -> tuple[bytes, bytes, str | None]:
+    """``texts`` encoded and packed for an all-gather: (token ids, lengths, error text or None)."""
+    try:
+        encoded = _encode(tokenizer, texts)
+    except Exception as exc:  # every member must learn of it, or the others wait forever
+        return b"", b"", f"{type(exc).__name__}: {exc}"
+    ids = array.array("q", (token for doc in encoded for token in doc))
+    return ids.tobytes(), array.array("q", map(len, encoded)).tobytes(), None
+
+
+def _unpack(ids: bytes, lengths: bytes) -> list[list[int]]:
+    flat, sizes = array.array("q", ids).tolist(), array.array("q", lengths).tolist()
+    out, start = [], 0
+    for size in sizes:
+        out.append(flat[start : start + size])
+        start += size
+    return out
+
+
+def _tokenize(tokenizer: Any, documents: Iterator[str], group: ProcessGroup | None) -> Iterator[list[int]]:
+    """Token ids of every document, in order; a group shares the encoding (see the module docstring)."""
+    size = 1 if group is None else dist.get_world_size(group)
+    rank = 0 if group is None else dist.get_rank(group)
+    while chunk := list(itertools.islice(documents, size * _TOKENIZE_CHUNK)):
+        if size == 1:
+            yield from _encode(tokenizer, chunk)
+            continue
+        shares: list[Any] = [None] * size
+        dist.all_gather_object(shares, _encode_share(tokenizer, chunk[rank::size]), group=group)
+        for member, (_, _, error) in enumerate(shares):
+            if error is not None:
+                raise ValueError(f"tokenizing failed on rank {member} of the data group: {error}")
+        encoded = [_unpack(ids, lengths) for ids, lengths, _ in shares]
+        for i in range(len(chunk)):
+            yield encoded[i % size][i // size]
 
 
 class _Samples(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
@@ -207,51 +262,94 @@ class _SyntheticSamples(_Samples):
         return {"input_ids": ids, "labels": ids.clone()}
 
 
-def _samples(cfg: DatasetConfig, tokenizer: Any, seq_len: int, seed: int, ignore_index: int) -> _Samples:
+class _WithFiller(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    """``samples``, plus index ``FILLER``: sample 0 with every label ``ignore_index`` (counts no token)."""
+
+    FILLER = -1
+
+    def __init__(self, samples: _Samples, ignore_index: int) -> None:
+        self.samples, self.ignore_index = samples, ignore_index
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if index != self.FILLER:
+            return self.samples[index]
+        sample = self.samples[0]
+        return {
+            "input_ids": sample["input_ids"],
+            "labels": torch.full_like(sample["labels"], self.ignore_index),
+        }
+
+
+def _packed(docs: Iterator[list[int]], eos: int, seq_len: int, max_samples: int | None) -> _Samples:
+    pieces: list[torch.Tensor] = []
+    total = 0
+    limit = None if max_samples is None else max_samples * seq_len
+    for ids in docs:
+        if not ids or ids[-1] != eos:
+            ids = [*ids, eos]
+        pieces.append(torch.tensor(ids, dtype=torch.int64))
+        total += len(ids)
+        if limit is not None and total >= limit:
+            break
+    stream = torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.int64)
+    count = stream.numel() // seq_len
+    if max_samples is not None:
+        count = min(count, max_samples)
+    return _PackedSamples(stream, seq_len, count)
+
+
+def _padded(
+    docs: Iterator[list[int]], tokenizer: Any, seq_len: int, max_samples: int | None, ignore_index: int
+) -> _Samples:
+    pad = getattr(tokenizer, "pad_id", None)
+    if pad is None:
+        raise ValueError("padding documents (pack_sequences: false) needs a tokenizer with a pad token")
+    left = getattr(tokenizer, "padding_side", "right") == "left"
+    inputs: list[list[int]] = []
+    labels: list[list[int]] = []
+    for ids in docs:
+        ids = ids[:seq_len]
+        fill = seq_len - len(ids)
+        inputs.append([pad] * fill + ids if left else ids + [pad] * fill)
+        labels.append([ignore_index] * fill + ids if left else ids + [ignore_index] * fill)
+        if max_samples is not None and len(inputs) >= max_samples:
+            break
+    shape = (len(inputs), seq_len)
+    as_tensor = functools.partial(torch.tensor, dtype=torch.int64)
+    return _PaddedSamples(as_tensor(inputs).reshape(shape), as_tensor(labels).reshape(shape))
+
+
+def _samples(
+    cfg: DatasetConfig,
+    tokenizer: Any,
+    *,
+    seq_len: int,
+    seed: int,
+    ignore_index: int,
+    max_samples: int | None,
+    group: ProcessGroup | None,
+) -> _Samples:
     if cfg.source == "synthetic":
         vocab = getattr(tokenizer, "vocab_size", None)
         if not isinstance(vocab, int) or vocab < 1:
             raise ValueError("the synthetic source needs a tokenizer with a positive vocab_size")
         count = cfg.synthetic_num_samples
-        if cfg.max_samples is not None:
-            count = min(count, cfg.max_samples)
-        return _SyntheticSamples(count, seq_len, vocab, seed)
-    docs = _tokenize(tokenizer, read_documents(cfg))
-    if cfg.pack_sequences:
-        eos = getattr(tokenizer, "eos_id", None)
-        if eos is None:
-            raise ValueError("packing documents needs a tokenizer with an eos token")
-        pieces: list[torch.Tensor] = []
-        total = 0
-        limit = None if cfg.max_samples is None else cfg.max_samples * seq_len
-        for ids in docs:
-            if not ids or ids[-1] != eos:
-                ids = [*ids, eos]
-            pieces.append(torch.tensor(ids, dtype=torch.int64))
-            total += len(ids)
-            if limit is not None and total >= limit:
-                break
-        stream = torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.int64)
-        count = stream.numel() // seq_len
-        if cfg.max_samples is not None:
-            count = min(count, cfg.max_samples)
-        return _PackedSamples(stream, seq_len, count)
-    pad = getattr(tokenizer, "pad_id", None)
-    if pad is None:
-        raise ValueError("padding documents (pack_sequences: false) needs a tokenizer with a pad token")
-    rows: list[list[int]] = []
-    masks: list[int] = []
-    for ids in docs:
-        ids = ids[:seq_len]
-        masks.append(len(ids))
-        rows.append(ids + [pad] * (seq_len - len(ids)))
-        if cfg.max_samples is not None and len(rows) >= cfg.max_samples:
-            break
-    inputs = torch.tensor(rows, dtype=torch.int64).reshape(len(rows), seq_len)
-    labels = inputs.clone()
-    for row, length in enumerate(masks):
-        labels[row, length:] = ignore_index
-    return _PaddedSamples(inputs, labels)
+        return _SyntheticSamples(
+            count if max_samples is None else min(count, max_samples), seq_len, vocab, seed
+        )
+    docs = _tokenize(tokenizer, read_documents(cfg), group)
+    try:
+        if cfg.pack_sequences:
+            eos = getattr(tokenizer, "eos_id", None)
+            if eos is None:
+                raise ValueError("packing documents needs a tokenizer with an eos token")
+            return _packed(docs, eos, seq_len, max_samples)
+        return _padded(docs, tokenizer, seq_len, max_samples, ignore_index)
+    finally:
+        docs.close()  # type: ignore[attr-defined]
 
 
 class _BatchSampler:
@@ -271,11 +369,17 @@ class _BatchSampler:
             epoch, index = epoch + 1, 0
 
 
+def _pin(pin_memory: bool) -> bool:
+    """Pinning helps only copies to an accelerator; without one torch would warn and do nothing."""
+    return pin_memory and torch.accelerator.is_available()
+
+
 class ResumableLoader:
     """Iterable of ``{input_ids, labels}`` batches of shape ``[micro_batch_size, seq_len]`` for one rank.
 
     Iterating yields batches from the current position onwards: forever (epoch after epoch) when
-    ``infinite``, else to the end of the current epoch. ``state_dict`` records the position.
+    ``infinite``, else to the end of the current epoch. ``state_dict`` records the position. A finite
+    loader without ``drop_last`` is one pass over every sample (see the module docstring).
     """
 
     def __init__(
@@ -289,6 +393,7 @@ class ResumableLoader:
         shuffle: bool,
         drop_last: bool,
         infinite: bool = True,
+        ignore_index: int = -100,
         num_workers: int = 0,
         pin_memory: bool = False,
         prefetch_factor: int | None = None,
@@ -302,9 +407,13 @@ class ResumableLoader:
         self.dp_rank, self.dp_world_size = dp_rank, dp_world_size
         self.micro_batch_size, self.seed = micro_batch_size, seed
         self.shuffle, self.drop_last, self.infinite = shuffle, drop_last, infinite
-        per_rank = len(samples) // dp_world_size
-        full, rest = divmod(per_rank, micro_batch_size)
-        self.batches_per_epoch = full + (1 if rest and not drop_last else 0)
+        self.one_pass = not infinite and not drop_last
+        if self.one_pass:
+            per_rank = -(-len(samples) // dp_world_size)
+            self.batches_per_epoch = -(-per_rank // micro_batch_size)
+        else:
+            full, rest = divmod(len(samples) // dp_world_size, micro_batch_size)
+            self.batches_per_epoch = full + (1 if rest and not drop_last else 0)
         if self.batches_per_epoch == 0:
             raise ValueError(
                 f"the dataset has {len(samples)} samples: too few for one batch of {micro_batch_size} on "
@@ -313,24 +422,31 @@ class ResumableLoader:
         self._epoch = 0
         self._batch_index = 0
         self._torch_loader = torch.utils.data.DataLoader(
-            samples,
+            _WithFiller(samples, ignore_index),
             batch_sampler=_BatchSampler(self),
             num_workers=num_workers,
-            pin_memory=pin_memory and torch.cuda.is_available(),
+            pin_memory=_pin(pin_memory),
             prefetch_factor=prefetch_factor if num_workers > 0 else None,
             persistent_workers=persistent_workers and num_workers > 0,
+            # Its own generator for the workers' base seed: starting an iterator (as every resume does)
+            # must not draw from the global torch RNG, or a resumed run's dropout masks would shift.
+            generator=torch.Generator().manual_seed(seed),
         )
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
-        """This rank's micro-batches (sample indices) of ``epoch``."""
+        """This rank's micro-batches (sample indices; ``-1`` is a filler sample) of ``epoch``."""
         n = len(self.samples)
         if self.shuffle:
             gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
             order = torch.randperm(n, generator=gen).tolist()
         else:
             order = list(range(n))
-        mine = order[self.dp_rank : n - n % self.dp_world_size : self.dp_world_size]
         size = self.micro_batch_size
+        if self.one_pass:
+            mine = order[self.dp_rank :: self.dp_world_size]
+            batches = [mine[i : i + size] for i in range(0, len(mine), size)]
+            return batches + [[_WithFiller.FILLER]] * (self.batches_per_epoch - len(batches))
+        mine = order[self.dp_rank : n - n % self.dp_world_size : self.dp_world_size]
         return [mine[i : i + size] for i in range(0, size * self.batches_per_epoch, size)]
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
@@ -389,17 +505,39 @@ def build_loader(
     drop_last: bool,
     infinite: bool,
     ignore_index: int = -100,
+    max_samples: int | None = None,
     num_workers: int = 0,
     pin_memory: bool = False,
     prefetch_factor: int | None = None,
     persistent_workers: bool = False,
+    process_group: ProcessGroup | None = None,
 ) -> ResumableLoader:
-    """Read, tokenize and pack ``dataset`` into a ``ResumableLoader`` for one data-parallel rank."""
+    """Read, tokenize and pack ``dataset`` into a ``ResumableLoader`` for one data-parallel rank.
+
+    ``max_samples`` caps the samples below ``dataset.max_samples``; ``process_group`` shares the
+    tokenizing among its members (module docstring).
+    """
     if seq_len < 1:
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    longest = getattr(tokenizer, "model_max_length", None)
+    if isinstance(longest, int) and seq_len > longest:
+        raise ValueError(
+            f"training.seq_len {seq_len} exceeds the tokenizer's model_max_length {longest}; raise "
+            "tokenizer.model_max_length if the model takes longer sequences"
+        )
+    caps = [cap for cap in (dataset.max_samples, max_samples) if cap is not None]
     effective_seed = dataset.seed if dataset.seed is not None else seed
+    samples = _samples(
+        dataset,
+        tokenizer,
+        seq_len=seq_len,
+        seed=effective_seed,
+        ignore_index=ignore_index,
+        max_samples=min(caps) if caps else None,
+        group=process_group,
+    )
     return ResumableLoader(
-        _samples(dataset, tokenizer, seq_len, effective_seed, ignore_index),
+        samples,
         dp_rank=dp_rank,
         dp_world_size=dp_world_size,
         micro_batch_size=micro_batch_size,
@@ -407,6 +545,7 @@ def build_loader(
         shuffle=shuffle,
         drop_last=drop_last,
         infinite=infinite,
+        ignore_index=ignore_index,
         num_workers=num_workers,
         pin_memory=pin_memory,
         prefetch_factor=prefetch_factor,

@@ -12,23 +12,29 @@ null), ``S = T - D`` the first decay step and ``m = min_lr_factor``; the learnin
 - decay, ``S <= s``: with progress ``p = min((s - S) / (D - 1), 1)`` (``p = 1`` when ``D == 1``),
   ``linear``: ``m + (1 - m) * (1 - p)``, ``cosine``: ``m + (1 - m) * (1 + cos(pi * p)) / 2``,
   ``constant``: ``1``. The first decay step runs at the peak and the last step (``s = T - 1``) at ``m``.
+
+A checkpoint holds the schedule's position, not its shape: ``state_dict()`` is ``{"step": s}`` and
+``load_state_dict`` puts a scheduler built from the current config at step ``s``, setting the optimizer's
+learning rates for it. A run resumed with a larger ``training.max_steps`` (or another warmup, decay or
+peak ``lr``) therefore follows the new schedule from the saved step, where torch's ``LambdaLR`` would
+restore the old shape from its saved factor attributes and base learning rates.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 if TYPE_CHECKING:
     from hyper_parallel.components.lr_scheduler import WarmupDecay
 
-__all__ = ["WarmupDecayFactor", "build_warmup_decay"]
+__all__ = ["WarmupDecayFactor", "WarmupDecayLR", "build_warmup_decay"]
 
 
 class WarmupDecayFactor:
-    """The multiplicative factor of ``LambdaLR``; a class so the scheduler's state_dict records it."""
+    """The multiplicative factor of the learning rate at step ``s`` (the module docstring's closed form)."""
 
     def __init__(self, warmup_steps: int, decay_start: int, decay_steps: int, decay_type: str, m: float):
         self.warmup_steps = warmup_steps
@@ -50,10 +56,33 @@ class WarmupDecayFactor:
         return m + (1.0 - m) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+class WarmupDecayLR(torch.optim.lr_scheduler.LambdaLR):
+    """A ``LambdaLR`` over a ``WarmupDecayFactor`` whose saved state is its position alone."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, factor: WarmupDecayFactor) -> None:
+        self.factor = factor
+        super().__init__(optimizer, lr_lambda=factor)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"step": s}``: the number of optimizer steps taken (JSON-serialisable)."""
+        return {"step": self.last_epoch}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Move to the saved step of this (current-config) schedule and set the optimizer's lr for it."""
+        step = state_dict.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"lr scheduler state needs a step >= 0, got {state_dict!r}")
+        lrs = [base * self.factor(step) for base in self.base_lrs]
+        for group, base, lr in zip(self.optimizer.param_groups, self.base_lrs, lrs, strict=True):
+            group["initial_lr"], group["lr"] = base, lr
+        self.last_epoch, self._step_count = step, step + 1
+        self._last_lr = list(lrs)
+
+
 def build_warmup_decay(
     cfg: WarmupDecay.Config, optimizer: torch.optim.Optimizer, training_steps: int
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """A ``LambdaLR`` following the closed form in this module's docstring."""
+) -> WarmupDecayLR:
+    """A ``WarmupDecayLR`` following the closed form in this module's docstring."""
     if training_steps < 1:
         raise ValueError(f"training_steps must be >= 1, got {training_steps}")
     if cfg.warmup_steps > training_steps:
@@ -66,4 +95,4 @@ def build_warmup_decay(
             f"({training_steps})"
         )
     factor = WarmupDecayFactor(cfg.warmup_steps, start, decay, cfg.decay_type, cfg.min_lr_factor)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=factor)
+    return WarmupDecayLR(optimizer, factor)

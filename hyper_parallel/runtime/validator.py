@@ -13,6 +13,8 @@ import torch
 import torch.distributed as dist
 
 if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
     from hyper_parallel.components.validator import Validator
 
 __all__ = ["LossValidatorRuntime"]
@@ -29,19 +31,29 @@ def _logits(output: Any) -> torch.Tensor:
 
 
 class LossValidatorRuntime:
-    """``validate(model, step)`` runs ``steps`` batches (-1: the whole loader) without gradients.
+    """``validate(model, step)`` runs the loader's batches (at most ``steps``; -1: all) without gradients.
 
     The mean loss is token-weighted: the loss's ``sum_and_count`` gives each batch's summed loss and
     counted tokens (a loss without it counts each batch once, weighted by its number of labels), summed
-    over batches and, with a process group, over ranks. ``perplexity`` is ``exp(loss)``. The model's
-    training mode is restored afterwards; a loader with ``state_dict`` restarts from the position it
-    had when the validator was built, so every validation sees the same batches.
+    in float64 over batches and, with ``process_group`` (the data-parallel group), over its ranks; so
+    the result does not depend on how the samples were dealt. ``perplexity`` is ``exp(loss)``;
+    ``tokens`` is the total over the group, ``batches`` this rank's count. The model's training mode is
+    restored afterwards; a loader with ``state_dict`` restarts from the position it had when the validator was
+    built, so every validation sees the same batches.
     """
 
-    def __init__(self, cfg: Validator.Config, dataloader: Iterable[Any], loss: Any) -> None:
+    def __init__(
+        self,
+        cfg: Validator.Config,
+        dataloader: Iterable[Any],
+        loss: Any,
+        *,
+        process_group: ProcessGroup | None = None,
+    ) -> None:
         self.cfg = cfg
         self.dataloader = dataloader
         self.loss = loss
+        self.process_group = process_group
         get_state = getattr(dataloader, "state_dict", None)
         self._start = get_state() if callable(get_state) else None
 
@@ -80,16 +92,16 @@ class LossValidatorRuntime:
                 batches += 1
         finally:
             model.train(was_training)
-        if dist.is_available() and dist.is_initialized():
-            both = torch.stack([total, count])
-            dist.all_reduce(both)
-            total, count = both[0], both[1]
-        if count.item() == 0:
+        sums = torch.stack([total, count])
+        if self.process_group is not None:
+            dist.all_reduce(sums, group=self.process_group)
+        total_loss, tokens = sums.tolist()
+        if tokens == 0:
             raise ValueError(f"validation at step {step} counted no tokens ({batches} batches)")
-        mean = total.item() / count.item()
+        mean = total_loss / tokens
         return {
             "loss": mean,
             "perplexity": math.exp(mean) if mean < 700 else math.inf,
-            "tokens": count.item(),
+            "tokens": tokens,
             "batches": float(batches),
         }
