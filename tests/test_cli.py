@@ -140,7 +140,7 @@ def test_dump_config_writes_atomically_and_never_over_the_input(tmp_path: Path) 
 
 
 def test_training_refuses_files_that_do_not_exist_before_building_anything() -> None:
-    done = run("hyper_parallel.train_lm", "--config-file", MINIMAL)
+    done = run("hyper_parallel.train_lm", "--config-file", MINIMAL, "--parallelism.tp", "1")
     assert done.returncode == 2
     assert (
         f"{MINIMAL}: model.weights_path: '/path/to/Qwen3.5-0.8B-Base' is not a directory on this machine"

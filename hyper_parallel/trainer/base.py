@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 
+from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 from hyper_parallel.trainer.config import TrainerConfig
 from hyper_parallel.trainer.distributed import (
     DistributedEnv,
@@ -160,14 +161,23 @@ class Trainer:
             micro_batch_size=training.micro_batch_size,
             seed=self.seed,
             ignore_index=self.ignore_index,
+            process_group=self._world_group(),
         )
 
         # 6. checkpoint and resume
         self.train_state = _TrainState()
         self.checkpointer = config.checkpoint.build(
-            self.model, self.optimizer, self.lr_scheduler, self.dataloader, train_state=self.train_state
+            self.model,
+            self.optimizer,
+            self.lr_scheduler,
+            self.dataloader,
+            train_state=self.train_state,
+            max_steps=training.max_steps,
         )
-        self.step = int(self.checkpointer.load())
+        try:
+            self.step = int(self.checkpointer.load())
+        except CheckpointNotResumableError as exc:
+            raise TrainingError(str(exc)) from None
         self.resumed_from = self.step
 
         # 7. metrics, profiler, validator
@@ -223,8 +233,14 @@ class Trainer:
             micro_batch_size=cfg.training.micro_batch_size,
             seed=self.seed,
             ignore_index=self.ignore_index,
+            process_group=self._world_group(),
         )
         return cfg.validator.build(loader, self.loss_fn, process_group=self.dp_group)
+
+    @staticmethod
+    def _world_group() -> Any:
+        """Every rank: they share the work of tokenising the corpus (each needs all of it)."""
+        return dist.group.WORLD if dist.is_initialized() else None
 
     # -- one step --------------------------------------------------------------------------------------
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:

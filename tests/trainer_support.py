@@ -1,0 +1,98 @@
+"""Shared by the trainer tests: tiny versions of the shipped debug configs and a torchrun runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hyper_parallel.config import load_config
+from hyper_parallel.trainer.config import TrainerConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Model arguments small enough for a CPU test step in milliseconds, per shipped debug config.
+TINY_MODELS: dict[str, dict[str, str]] = {
+    "llama3": {
+        "model.overrides.dim": "64",
+        "model.overrides.n_layers": "2",
+        "model.overrides.n_heads": "4",
+        "model.overrides.n_kv_heads": "2",
+        "model.overrides.multiple_of": "32",
+    },
+    "qwen3_5": {
+        "model.overrides.dim": "64",
+        "model.overrides.n_layers": "2",
+        "model.overrides.full_attention_interval": "2",
+        "model.overrides.ffn_hidden_dim": "128",
+        "model.overrides.n_heads": "4",
+        "model.overrides.n_kv_heads": "2",
+        "model.overrides.head_dim": "16",
+        "model.overrides.linear_num_key_heads": "2",
+        "model.overrides.linear_num_value_heads": "4",
+        "model.overrides.linear_key_head_dim": "16",
+        "model.overrides.linear_value_head_dim": "16",
+    },
+}
+
+#: A short run on synthetic tokens: nothing to tokenise, exact arithmetic (fp32), no files written.
+TINY_RUN: dict[str, str] = {
+    "dataloader.dataset.source": "synthetic",
+    "training.max_steps": "4",
+    "training.global_batch_size": "4",
+    "training.micro_batch_size": "2",
+    "training.seq_len": "32",
+    "lr_scheduler.warmup_steps": "1",
+    "metrics.enable_jsonl": "false",
+    "metrics.log_freq": "1000",
+}
+
+
+def debug_config_path(model: str) -> Path:
+    """The shipped ``configs/<model>_debug.yaml``."""
+    return ROOT / "configs" / f"{model}_debug.yaml"
+
+
+def tiny_overrides(model: str, **extra: str) -> dict[str, str]:
+    """Command-line style overrides turning the shipped debug config of ``model`` into a tiny run."""
+    return {**TINY_MODELS[model], **TINY_RUN, **extra}
+
+
+def tiny_config(model: str = "llama3", overrides: Mapping[str, Any] | None = None) -> TrainerConfig:
+    """The shipped debug config of ``model``, shrunk by ``tiny_overrides`` and then ``overrides``."""
+    return load_config(debug_config_path(model), {**tiny_overrides(model), **(overrides or {})})
+
+
+def as_flags(overrides: Mapping[str, str]) -> list[str]:
+    """``{"a.b": "1"}`` as ``["--a.b", "1"]``."""
+    flags: list[str] = []
+    for key, value in overrides.items():
+        flags += [f"--{key}", value]
+    return flags
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without torchrun's variables (a test may run under one)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def torchrun(
+    nproc: int, *args: str, timeout: float = 300, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node N ARGS`` (a free port is picked by torchrun itself)."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        *args,
+    ]
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, env=clean_env(), cwd=cwd or ROOT
+    )
