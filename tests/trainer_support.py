@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from hyper_parallel.config import load_config
 from hyper_parallel.trainer.config import TrainerConfig
 
@@ -96,3 +98,55 @@ def torchrun(
     return subprocess.run(
         command, capture_output=True, text=True, timeout=timeout, env=clean_env(), cwd=cwd or ROOT
     )
+
+
+@attrs.frozen
+class Layout:
+    """One case of the layout grid: a tiny model, parallel degrees and batch, on ``world`` ranks."""
+
+    name: str
+    model: str
+    world: int
+    parallelism: dict[str, Any]
+    training: dict[str, Any] = attrs.Factory(dict)
+
+
+def _grid() -> list[Layout]:
+    cases = []
+    for model in ("llama3", "qwen3_5"):
+        cases += [
+            Layout(f"{model}-dp_shard2", model, 2, {"dp_shard": 2}),
+            Layout(f"{model}-tp2", model, 2, {"dp_shard": 1, "tp": 2}),
+            Layout(f"{model}-tp2-no-sp", model, 2, {"dp_shard": 1, "tp": 2, "sequence_parallel": False}),
+            Layout(f"{model}-pp2", model, 2, {"dp_shard": 1, "pp": 2}),
+            Layout(f"{model}-cp2", model, 2, {"dp_shard": 1, "cp": 2}),
+            Layout(f"{model}-ddp2", model, 2, {"dp_shard": 1, "dp_replicate": 2}),
+            Layout(f"{model}-ep2", model, 2, {"dp_shard": 2, "ep": 2}),
+            Layout(f"{model}-dp_shard2-batch-6", model, 2, {"dp_shard": 2}, {"global_batch_size": 6}),
+            Layout(f"{model}-tp4", model, 4, {"dp_shard": 1, "tp": 4}),
+            Layout(f"{model}-dp_shard4", model, 4, {"dp_shard": 4}, {"micro_batch_size": 1}),
+            Layout(f"{model}-dp_shard2-tp2", model, 4, {"dp_shard": 2, "tp": 2}, {"micro_batch_size": 1}),
+            Layout(f"{model}-hsdp", model, 4, {"dp_shard": 2, "dp_replicate": 2}, {"micro_batch_size": 1}),
+        ]
+    return cases
+
+
+#: Layouts run through both ``--dry-run`` checks and the runtime; their verdicts must agree.
+GRID: list[Layout] = _grid()
+
+
+def grid_config(case: Layout) -> TrainerConfig:
+    """The tiny config of ``case`` built without the resolver's layout checks (``attrs.evolve``)."""
+    base = tiny_config(case.model, {"training.max_steps": "1"})
+    return attrs.evolve(
+        base,
+        parallelism=attrs.evolve(base.parallelism, **case.parallelism),
+        training=attrs.evolve(base.training, **case.training),
+    )
+
+
+def grid_overrides(case: Layout) -> dict[str, str]:
+    """The same case as command-line overrides, for the resolver (``load_config(..., world_size=)``)."""
+    flags = {f"parallelism.{k}": str(v).lower() for k, v in case.parallelism.items()}
+    flags.update({f"training.{k}": str(v) for k, v in case.training.items()})
+    return {**tiny_overrides(case.model), "training.max_steps": "1", **flags}

@@ -49,6 +49,8 @@ from hyper_parallel.trainer.parallel_dims import ParallelDims
 
 __all__ = ["NonFiniteError", "StepResult", "Trainer", "TrainingError"]
 
+#: Parallel dimensions the runtime cannot run yet (the resolver refuses them too; this guards the Python API).
+_NOT_YET = ("pp", "cp", "ep", "dp_replicate")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -119,6 +121,14 @@ class Trainer:
             raise TrainingError(
                 f"parallelism needs {self.dims.world_size} ranks ({self.dims.describe()}), but "
                 f"{self.env.world_size} were launched"
+            )
+        unsupported = [
+            f"{name}={getattr(self.dims, name)}" for name in _NOT_YET if getattr(self.dims, name) > 1
+        ]
+        if unsupported:
+            raise TrainingError(
+                f"parallelism {', '.join(unsupported)} is not supported by this trainer yet (pipeline, "
+                "context and expert parallelism and data-parallel replication come in a later release)"
             )
         self.device = self.env.device
         _seed_everything(self.seed)
@@ -368,12 +378,12 @@ class Trainer:
         """``SIGTERM``/``SIGINT`` when a signal stopped ``train()`` early, else None."""
         return None if self._stop_signal is None else signal.Signals(self._stop_signal).name
 
-    def close(self) -> None:
-        """Release files and the process group (the trainer cannot train afterwards)."""
-        with contextlib.suppress(Exception):
-            self.checkpointer.close()
+    def close(self, *, destroy_process_group: bool = True) -> None:
+        """Finish checkpoint writes, close metric files and (by default) the process group."""
+        self.checkpointer.close()
         self.metrics.close()
-        shutdown()
+        if destroy_process_group:
+            shutdown()
 
     # -- signals ---------------------------------------------------------------------------------------
     def _install_signal_handlers(self) -> dict[int, Any]:
