@@ -16,9 +16,9 @@ pytest.importorskip("torch")
 from tests.trainer_support import ROOT, as_flags, clean_env, debug_config_path, tiny_overrides
 
 
-def launch(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def launch(*args: str, prog: str = "train_lm", timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "hyper_parallel.train_lm", *args],
+        [sys.executable, "-m", f"hyper_parallel.{prog}", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -27,8 +27,10 @@ def launch(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]
     )
 
 
-@pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
-def test_shipped_debug_config_learns_on_the_cpu(model: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("prog", "model"), [("train_lm", "llama3"), ("train_lm", "qwen3_5"), ("train_vl", "qwen3_5_vl")]
+)
+def test_shipped_debug_config_learns_on_the_cpu(prog: str, model: str, tmp_path: Path) -> None:
     jsonl = tmp_path / "metrics.jsonl"
     done = launch(
         "--config-file",
@@ -37,6 +39,7 @@ def test_shipped_debug_config_learns_on_the_cpu(model: str, tmp_path: Path) -> N
         "1",
         "--metrics.jsonl_path",
         str(jsonl),
+        prog=prog,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     losses = [json.loads(line)["loss"] for line in jsonl.read_text().splitlines()]
