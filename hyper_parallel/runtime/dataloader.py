@@ -114,6 +114,21 @@ def _documented(prefix: str, obj: object) -> Iterator[str]:
         yield f"{prefix}\n\n{inspect.cleandoc(doc)}\n"
 
 
+def _defined_in(member: object, homes: set[str]) -> bool:
+    """A method or property written in the class's own module: not one another library patched in.
+
+    (transformers, for one, adds methods to ``logging.Logger``; methods of C types have no module.)
+    """
+    if isinstance(member, property):
+        member = member.fget
+    elif isinstance(member, (classmethod, staticmethod)):
+        member = member.__func__
+    if not inspect.isroutine(member):
+        return False
+    module = getattr(member, "__module__", None)
+    return module is None or module in homes
+
+
 def _module_docs(name: str) -> Iterator[str]:
     """The module's docstring, then each public class or function it defines, then their methods."""
     module = importlib.import_module(name)
@@ -128,9 +143,7 @@ def _module_docs(name: str) -> Iterator[str]:
         yield from _documented(f"{name}.{attr}", obj)
         if inspect.isclass(obj):
             for member, value in sorted(vars(obj).items()):
-                if not member.startswith("_") and (
-                    inspect.isroutine(value) or isinstance(value, (property, classmethod, staticmethod))
-                ):
+                if not member.startswith("_") and _defined_in(value, homes):
                     yield from _documented(f"{name}.{attr}.{member}", value)
 
 
