@@ -130,13 +130,21 @@ def _worker(mode: str, out: Path) -> None:
                 tp = cfg.build(alone, CausalLMLoss.Config().build(), process_group=own)
                 report[f"tp{steps}"] = tp.validate(model(tok.vocab_size), 1)
         elif mode == "error":
-            tok = CountingTokenizer(fail_on=text(5))
-            try:
-                train_cfg(corpus).build(
-                    tok, rank, world, seq_len=SEQ, micro_batch_size=1, seed=0, process_group=dist.group.WORLD
-                )
-            except ValueError as exc:
-                report["error"] = str(exc)
+            for case in ("tokenizer", "different data"):
+                tok = CountingTokenizer(fail_on=text(5) if case == "tokenizer" else None)
+                data = out / ("short.jsonl" if case == "different data" and rank == 1 else "corpus.jsonl")
+                try:
+                    train_cfg(data).build(
+                        tok,
+                        rank,
+                        world,
+                        seq_len=SEQ,
+                        micro_batch_size=1,
+                        seed=0,
+                        process_group=dist.group.WORLD,
+                    )
+                except ValueError as exc:
+                    report[case] = str(exc)
         (out / f"rank{rank}.json").write_text(json.dumps(report), encoding="utf-8")
     finally:
         dist.destroy_process_group()
@@ -197,12 +205,20 @@ def test_validation_loss_is_the_same_for_one_and_two_processes(tmp_path: Path) -
         assert ranks[0][f"dp{steps}"]["batches"] == ranks[1][f"dp{steps}"]["batches"]
 
 
-def test_a_tokenizer_error_on_one_rank_stops_both_with_its_message(tmp_path: Path) -> None:
+def test_a_failure_on_one_rank_stops_both_with_its_message(tmp_path: Path) -> None:
     write_corpus(tmp_path)
+    (tmp_path / "short.jsonl").write_text(
+        "".join(json.dumps({"text": text(i)}) + "\n" for i in range(DOCS - 1)), encoding="utf-8"
+    )
     ranks = launch("error", tmp_path)
-    expected = "tokenizing failed on rank 1 of the data group: RuntimeError: cannot encode 'doc 5: "
+    failed = "rank 1 of the data group could not read or tokenize: RuntimeError: cannot encode 'doc 5: "
+    different = (
+        "the ranks of the data group read different documents ([5, 4] in one round): every rank must see "
+        "the same dataset"
+    )
     for report in ranks:
-        assert report["error"].startswith(expected)
+        assert report["tokenizer"].startswith(failed)
+        assert report["different data"] == different
 
 
 if __name__ == "__main__":

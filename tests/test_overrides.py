@@ -256,7 +256,7 @@ def test_overrides_never_change_the_source_config_or_its_dump(cfg) -> None:  # t
         cfg,
         {
             "optimizer.betas[0]": "0.5",
-            "dataloader.dataset.text_field": "body",
+            "dataloader.dataset.seed": "5",
             "optimizer.lr": "1e-3",
             "model.overrides": "{n_layers: 8}",
         },

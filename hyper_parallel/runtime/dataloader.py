@@ -56,7 +56,7 @@ import itertools
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -114,6 +114,21 @@ def _documented(prefix: str, obj: object) -> Iterator[str]:
         yield f"{prefix}\n\n{inspect.cleandoc(doc)}\n"
 
 
+def _defined_in(member: object, homes: set[str]) -> bool:
+    """A method or property written in the class's own module: not one another library patched in.
+
+    (transformers, for one, adds methods to ``logging.Logger``; methods of C types have no module.)
+    """
+    if isinstance(member, property):
+        member = member.fget
+    elif isinstance(member, (classmethod, staticmethod)):
+        member = member.__func__
+    if not inspect.isroutine(member):
+        return False
+    module = getattr(member, "__module__", None)
+    return module is None or module in homes
+
+
 def _module_docs(name: str) -> Iterator[str]:
     """The module's docstring, then each public class or function it defines, then their methods."""
     module = importlib.import_module(name)
@@ -128,9 +143,7 @@ def _module_docs(name: str) -> Iterator[str]:
         yield from _documented(f"{name}.{attr}", obj)
         if inspect.isclass(obj):
             for member, value in sorted(vars(obj).items()):
-                if not member.startswith("_") and (
-                    inspect.isroutine(value) or isinstance(value, (property, classmethod, staticmethod))
-                ):
+                if not member.startswith("_") and _defined_in(value, homes):
                     yield from _documented(f"{name}.{attr}.{member}", value)
 
 
@@ -179,18 +192,28 @@ def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     return list(encode_batch(texts)) if encode_batch else [tokenizer.encode(text) for text in texts]
 
 
-def _encode_share(tokenizer: Any, texts: list[str]) -> tuple[bytes, bytes, str | None]:
-    """``texts`` encoded and packed for an all-gather: (token ids, lengths, error text or None)."""
+class _Share(NamedTuple):
+    """One member's part of a tokenizing round, as all-gathered: compact bytes, or what went wrong."""
+
+    documents: int  # read in this round by this member (all members must agree)
+    ids: bytes  # array("q") of the encoded documents' tokens, concatenated
+    lengths: bytes  # array("q") of their lengths
+    error: str | None
+
+
+def _share(tokenizer: Any, documents: Iterator[str], rank: int, size: int) -> _Share:
+    """Read the round's documents (every member reads all) and encode this member's every ``size``-th."""
     try:
-        encoded = _encode(tokenizer, texts)
+        chunk = list(itertools.islice(documents, size * _TOKENIZE_CHUNK))
+        encoded = _encode(tokenizer, chunk[rank::size])
     except Exception as exc:  # every member must learn of it, or the others wait forever
-        return b"", b"", f"{type(exc).__name__}: {exc}"
+        return _Share(0, b"", b"", f"{type(exc).__name__}: {exc}")
     ids = array.array("q", (token for doc in encoded for token in doc))
-    return ids.tobytes(), array.array("q", map(len, encoded)).tobytes(), None
+    return _Share(len(chunk), ids.tobytes(), array.array("q", map(len, encoded)).tobytes(), None)
 
 
-def _unpack(ids: bytes, lengths: bytes) -> list[list[int]]:
-    flat, sizes = array.array("q", ids).tolist(), array.array("q", lengths).tolist()
+def _unpack(share: _Share) -> list[list[int]]:
+    flat, sizes = array.array("q", share.ids).tolist(), array.array("q", share.lengths).tolist()
     out, start = [], 0
     for size in sizes:
         out.append(flat[start : start + size])
@@ -199,21 +222,34 @@ def _unpack(ids: bytes, lengths: bytes) -> list[list[int]]:
 
 
 def _tokenize(tokenizer: Any, documents: Iterator[str], group: ProcessGroup | None) -> Iterator[list[int]]:
-    """Token ids of every document, in order; a group shares the encoding (see the module docstring)."""
+    """Token ids of every document, in order; a group shares the encoding (see the module docstring).
+
+    A member that cannot read or encode its round, or that read a different number of documents than
+    the others, makes every member raise at the same round instead of leaving the others waiting.
+    """
     size = 1 if group is None else dist.get_world_size(group)
-    rank = 0 if group is None else dist.get_rank(group)
-    while chunk := list(itertools.islice(documents, size * _TOKENIZE_CHUNK)):
-        if size == 1:
+    if size == 1:
+        while chunk := list(itertools.islice(documents, _TOKENIZE_CHUNK)):
             yield from _encode(tokenizer, chunk)
-            continue
+        return
+    rank = dist.get_rank(group)
+    while True:
         shares: list[Any] = [None] * size
-        dist.all_gather_object(shares, _encode_share(tokenizer, chunk[rank::size]), group=group)
-        for member, (_, _, error) in enumerate(shares):
-            if error is not None:
-                raise ValueError(f"tokenizing failed on rank {member} of the data group: {error}")
-        encoded = [_unpack(ids, lengths) for ids, lengths, _ in shares]
-        for i in range(len(chunk)):
+        dist.all_gather_object(shares, _share(tokenizer, documents, rank, size), group=group)
+        for member, share in enumerate(shares):
+            if share.error is not None:
+                raise ValueError(f"rank {member} of the data group could not read or tokenize: {share.error}")
+        counts = [share.documents for share in shares]
+        if len(set(counts)) > 1:
+            raise ValueError(
+                f"the ranks of the data group read different documents ({counts} in one round): every rank "
+                "must see the same dataset"
+            )
+        encoded = [_unpack(share) for share in shares]
+        for i in range(counts[0]):
             yield encoded[i % size][i // size]
+        if counts[0] < size * _TOKENIZE_CHUNK:
+            return
 
 
 class _Samples(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
