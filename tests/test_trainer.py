@@ -220,3 +220,34 @@ def test_validation_runs_every_freq_steps_and_is_logged(tmp_path: Path) -> None:
 def test_vl_trainer_refuses_a_text_only_model() -> None:
     with pytest.raises(TrainingError, match="VLTrainer needs a vision-language model, but 'llama3'"):
         VLTrainer(tiny_config("llama3"))
+
+
+@pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
+def test_training_starts_from_save_pretrained_weights_with_the_loss_transformers_computes(
+    model: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("safetensors")
+    if model == "llama3":
+        from tests.test_models_llama3 import hf_model
+    else:
+        from tests.test_models_qwen3_5 import hf_model
+    one_batch = {
+        "training.max_steps": "1",
+        "training.micro_batch_size": "4",
+        "dataloader.dataset.source": "python_docs",
+    }
+    reference = hf_model(tiny_config(model, one_batch).model.args)
+    reference.save_pretrained(tmp_path)
+    cfg = tiny_config(model, {**one_batch, "model.weights_path": str(tmp_path)})
+    trainer = LLMTrainer(cfg)
+    t = cfg.training
+    loader = cfg.dataloader.build(
+        trainer.tokenizer, 0, 1, seq_len=t.seq_len, micro_batch_size=t.micro_batch_size, seed=trainer.seed
+    )
+    batch = next(iter(loader))
+    with torch.no_grad():
+        expected = float(reference(input_ids=batch["input_ids"], labels=batch["labels"]).loss)
+    result = trainer.train_step()
+    trainer.close()
+    assert result.loss == pytest.approx(expected, abs=1e-4)

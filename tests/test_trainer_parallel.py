@@ -43,6 +43,7 @@ LAYOUTS = {
     },
 }
 DATA = {"dataloader.dataset.source": "python_docs"}
+TIMEOUTS = {"comm.init_timeout_seconds": "123", "comm.train_timeout_seconds": "45"}
 
 
 def _single_process(model: str) -> list[float]:
@@ -65,13 +66,14 @@ def _check(done: subprocess.CompletedProcess[str]) -> None:
 @pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
 def test_two_processes_match_one_and_really_shard(model: str, layout: str, tmp_path: Path) -> None:
     out = tmp_path / "report"
-    overrides = {**DATA, **LAYOUTS[layout]}
+    overrides = {**DATA, **TIMEOUTS, **LAYOUTS[layout]}
     done = torchrun(2, WORKER, "train", model, str(out), *(f"{k}={v}" for k, v in overrides.items()))
     _check(done)
     ranks = _ranks(out)
     expected = _single_process(model)
     for report in ranks:
         assert report["losses"] == pytest.approx(expected, abs=1e-5)
+        assert report["timeouts"] == [123.0, 45.0]  # comm: start-up timeout, then the training one
     params = ranks[0]["params"]
     assert all(p["dtensor"] for p in params.values()), [n for n, p in params.items() if not p["dtensor"]]
     if layout == "dp_shard2":

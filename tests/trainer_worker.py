@@ -16,6 +16,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
@@ -39,11 +40,18 @@ def _params(trainer: LLMTrainer) -> dict[str, Any]:
     return held
 
 
+def _timeout_seconds() -> float:
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    return float(backend.options._timeout.total_seconds())
+
+
 def train(model: str, out: str, pairs: list[str]) -> None:
     overrides = dict(pair.split("=", 1) for pair in pairs)
     trainer = LLMTrainer(tiny_config(model, overrides))
     held = _params(trainer)
+    timeouts = [_timeout_seconds()]
     results = trainer.train()
+    timeouts.append(_timeout_seconds())
     rank = trainer.env.rank
     trainer.close()
     Path(f"{out}.rank{rank}.json").write_text(
@@ -53,6 +61,7 @@ def train(model: str, out: str, pairs: list[str]) -> None:
                 "grad_norms": [r.grad_norm for r in results],
                 "params": held,
                 "dp_rank": trainer.dp_rank,
+                "timeouts": timeouts,
             }
         )
     )

@@ -346,7 +346,7 @@ class Trainer:
                     result = self.train_step()
                     results.append(result)
                     if first:
-                        set_collective_timeout(cfg.comm.train_timeout_seconds)
+                        set_collective_timeout(cfg.comm.train_timeout_seconds, self.mesh)
                         first = False
                     self.metrics.record(
                         result.step,

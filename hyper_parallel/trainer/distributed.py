@@ -16,6 +16,8 @@ import torch
 import torch.distributed as dist
 
 if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
     from hyper_parallel.trainer.config import CommConfig
 
 __all__ = ["DistributedEnv", "default_backend", "init_distributed", "set_collective_timeout", "shutdown"]
@@ -97,14 +99,20 @@ def init_distributed(comm: CommConfig) -> DistributedEnv:
     )
 
 
-def set_collective_timeout(seconds: int) -> None:
-    """Bound every later collective of the default group by ``seconds`` (no-op without a group)."""
+def set_collective_timeout(seconds: int, mesh: DeviceMesh | None = None) -> None:
+    """Bound later collectives of the default group and of ``mesh``'s groups by ``seconds``.
+
+    No-op without a process group. PyTorch has no public setter; TorchTitan uses this same hook to
+    shorten the timeouts once start-up is over.
+    """
     if not dist.is_initialized():
         return
-    # PyTorch has no public setter; TorchTitan uses this same hook to shorten timeouts after start-up.
     from torch.distributed.distributed_c10d import _set_pg_timeout
 
-    _set_pg_timeout(timedelta(seconds=seconds), None)
+    timeout = timedelta(seconds=seconds)
+    _set_pg_timeout(timeout, None)
+    for name in (mesh.mesh_dim_names or ()) if mesh is not None else ():
+        _set_pg_timeout(timeout, mesh.get_group(name))
 
 
 def shutdown() -> None:
