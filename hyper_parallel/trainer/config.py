@@ -461,13 +461,21 @@ class TrainerConfig:
                 "tokenizer.path to a folder holding tokenizer.json, or use "
                 "hyper_parallel.components.tokenizer.ByteTokenizer.Config (needs no files)",
             )
+        dataset = getattr(self.dataloader, "dataset", None)
+        if not tokenizer.add_eos and getattr(dataset, "pack_sequences", False):
+            yield (
+                "tokenizer.add_eos",
+                "false has no effect while dataloader.dataset.pack_sequences is true: packed documents "
+                "are always separated by EOS; set pack_sequences to false or remove add_eos",
+            )
         vocab = tokenizer.vocab_size()
         model_vocab = self.model.args.vocabulary_size()
         if vocab is not None and model_vocab is not None and vocab > model_vocab:
+            nested = "text." if hasattr(self.model.args, "text") else ""  # vision-language arguments
             yield (
-                "model.overrides.vocab_size",
+                f"model.overrides.{nested}vocab_size",
                 f"the model embeds {model_vocab} token ids but the tokenizer produces {vocab}; set "
-                f"model.overrides.vocab_size to at least {vocab}",
+                f"model.overrides.{nested}vocab_size to at least {vocab}",
             )
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
