@@ -202,14 +202,12 @@ class Trainer:
 
     # -- building --------------------------------------------------------------------------------------
     def _build_model(self) -> torch.nn.Module:
-        from hyper_parallel.models.loading import load_pretrained, materialize
+        from hyper_parallel.models.loading import initialize, load_pretrained, materialize
 
         cfg = self.config
         spec, training = cfg.model, cfg.training
         on_meta = training.init_device == "meta"
         init_device = "meta" if on_meta else str(self.device)
-        if not on_meta:
-            torch.manual_seed(self.seed)  # the same full weights on every rank before sharding
         model: torch.nn.Module = spec.build_model_fn(spec.args, device=init_device)
         model = spec.parallelize_fn(
             model,
@@ -219,12 +217,14 @@ class Trainer:
             activation_checkpoint=cfg.activation_checkpoint,
             compile=cfg.compile,
         )
-        if on_meta:
-            materialize(model, self.device, self.seed)
-        elif model_device(model) != self.device:
-            model.to(self.device)
         if spec.weights_path is not None:
-            load_pretrained(model, spec)
+            load_pretrained(model, spec, device=self.device)  # allocates a meta model first
+        elif on_meta:
+            materialize(model, spec, device=self.device, seed=self.seed)
+        else:  # the same weights as from meta: each parameter drawn from (seed, its name)
+            initialize(model, spec, seed=self.seed)
+        if model_device(model) != self.device:
+            model.to(self.device)
         model.train()
         return model
 
