@@ -82,3 +82,25 @@ def test_explicit_wait(tmp_path: Path) -> None:
 def test_base_config_names_the_class() -> None:
     with pytest.raises(NotImplementedError, match=r"Profiler\.Config"):
         Profiler.Config().build()
+
+
+def test_record_memory_and_with_stack_reach_the_trace(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    traces = {}
+    for flag in ("record_memory", "with_stack"):
+        cfg = TorchProfiler.Config(
+            enable=True,
+            profile_freq=2,
+            warmup=0,
+            active=1,
+            save_traces_folder=str(tmp_path / flag),
+            **{flag: True},
+        )
+        prof = cfg.build()
+        with prof:
+            for _ in range(2):
+                torch.nn.functional.linear(torch.randn(4, 8), torch.randn(8, 8)).sum()
+                prof.step()
+        traces[flag] = json.loads(prof.traces[0].read_text())["traceEvents"]
+    assert any(e.get("name") == "[memory]" for e in traces["record_memory"])
+    assert any(e.get("cat") == "python_function" for e in traces["with_stack"])

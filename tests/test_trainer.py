@@ -251,3 +251,22 @@ def test_training_starts_from_save_pretrained_weights_with_the_loss_transformers
     result = trainer.train_step()
     trainer.close()
     assert result.loss == pytest.approx(expected, abs=1e-4)
+
+
+def test_init_device_cpu_and_meta_start_from_the_same_weights() -> None:
+    _, on_meta = train({"training.init_device": "meta", "training.max_steps": "2"})
+    _, on_cpu = train({"training.init_device": "cpu", "training.max_steps": "2"})
+    assert [r.loss for r in on_cpu] == pytest.approx([r.loss for r in on_meta], abs=1e-6)
+
+
+def test_profiler_traces_the_steps_of_its_schedule(tmp_path: Path) -> None:
+    trainer, _ = train(
+        {
+            "profiler.enable": "true",
+            "profiler.profile_freq": "2",
+            "profiler.warmup": "0",
+            "profiler.active": "1",
+            "profiler.save_traces_folder": str(tmp_path),
+        }
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iteration_2", "iteration_4"]

@@ -20,7 +20,14 @@ if TYPE_CHECKING:
 
     from hyper_parallel.trainer.config import CommConfig
 
-__all__ = ["DistributedEnv", "default_backend", "init_distributed", "set_collective_timeout", "shutdown"]
+__all__ = [
+    "DistributedEnv",
+    "default_backend",
+    "flight_recorder_env",
+    "init_distributed",
+    "set_collective_timeout",
+    "shutdown",
+]
 
 #: Backend picked for each device type when ``comm.backend`` is null.
 _DEFAULT_BACKEND = {"cuda": "nccl", "npu": "hccl", "cpu": "gloo"}
@@ -78,12 +85,10 @@ def init_distributed(comm: CommConfig) -> DistributedEnv:
     if world_size == 1:
         return DistributedEnv(rank=0, local_rank=0, world_size=1, device=device, backend=None)
     backend = comm.backend or default_backend(device_type)
-    if backend == "nccl":
-        os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", str(comm.trace_buf_size))
-        if comm.trace_buf_size:
-            os.makedirs(comm.save_traces_folder, exist_ok=True)
-            prefix = os.path.join(comm.save_traces_folder, "rank_")
-            os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix)
+    for name, value in flight_recorder_env(comm, backend).items():
+        os.environ.setdefault(name, value)  # a value the user exported wins
+    if backend == "nccl" and comm.trace_buf_size:
+        os.makedirs(comm.save_traces_folder, exist_ok=True)
     if not dist.is_initialized():
         dist.init_process_group(
             backend=backend,
@@ -97,6 +102,21 @@ def init_distributed(comm: CommConfig) -> DistributedEnv:
         device=device,
         backend=backend,
     )
+
+
+def flight_recorder_env(comm: CommConfig, backend: str) -> dict[str, str]:
+    """Environment variables configuring NCCL's flight recorder from ``comm`` (none for other backends).
+
+    The recorder keeps the last ``trace_buf_size`` collectives per rank and, on a timeout, dumps them to
+    ``save_traces_folder/rank_<r>``: the record that tells which rank stopped calling which collective.
+    """
+    if backend != "nccl":
+        return {}
+    env = {"TORCH_NCCL_TRACE_BUFFER_SIZE": str(comm.trace_buf_size)}
+    if comm.trace_buf_size:
+        env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+        env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = os.path.join(comm.save_traces_folder, "rank_")
+    return env
 
 
 def set_collective_timeout(seconds: int, mesh: DeviceMesh | None = None) -> None:
