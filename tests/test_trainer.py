@@ -260,7 +260,7 @@ def test_init_device_cpu_and_meta_start_from_the_same_weights() -> None:
 
 
 def test_profiler_traces_the_steps_of_its_schedule(tmp_path: Path) -> None:
-    trainer, _ = train(
+    train(
         {
             "profiler.enable": "true",
             "profiler.profile_freq": "2",
