@@ -1,0 +1,264 @@
+# ruff: noqa: E501  (a table of field paths and test ids reads best one entry per line)
+"""Every field of ``TrainerConfig`` does something: a test observes the runtime reading it, or it is refused.
+
+``WIRED`` maps each leaf field path (for every shipped implementation of each root group) to the test that
+observes the runtime honouring it; ``REFUSED`` maps the fields this release cannot honour to a value the
+resolver must refuse with "not supported yet". A new field fails ``test_every_field_is_wired_or_refused``
+until it is listed in one of them, with a test that exists.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import get_type_hints
+
+import attrs
+import pytest
+
+from hyper_parallel.config import ConfigError
+from hyper_parallel.models.spec import ModelArgs
+from hyper_parallel.trainer.config import TrainerConfig
+from tests.trainer_support import tiny_config
+
+TESTS = Path(__file__).resolve().parent
+
+WIRED: dict[str, str] = {
+    # model
+    "model.name": "test_trainer_parallel.py::test_train_lm_under_torchrun_trains_and_only_rank_zero_prints",
+    "model.flavor": "test_trainer_parallel.py::test_train_lm_under_torchrun_trains_and_only_rank_zero_prints",
+    "model.args": "test_models_llama3.py::test_from_hf_logits_match_transformers",
+    "model.weights_path": (
+        "test_trainer.py::test_training_starts_from_save_pretrained_weights_with_the_loss_transformers_computes"
+    ),
+    "model.build_model_fn": "test_trainer.py::test_trainer_builds_from_the_config_alone_and_trains_every_step",
+    "model.parallelize_fn": "test_trainer_parallel.py::test_two_processes_match_one_and_really_shard",
+    "model.state_dict_adapter": (
+        "test_trainer.py::test_training_starts_from_save_pretrained_weights_with_the_loss_transformers_computes"
+    ),
+    "model.init_fn": "test_trainer.py::test_init_device_cpu_and_meta_start_from_the_same_weights",
+    # tokenizer
+    "tokenizer.path": "test_component_tokenizer.py::test_path_may_name_the_file",
+    "tokenizer.add_bos": "test_component_tokenizer.py::test_add_bos_and_add_eos_flags",
+    "tokenizer.add_eos": "test_component_tokenizer.py::test_add_bos_and_add_eos_flags",
+    "tokenizer.bos_token": "test_component_tokenizer.py::test_config_tokens_override_and_pad_falls_back_to_eos",
+    "tokenizer.eos_token": "test_component_tokenizer.py::test_config_tokens_override_and_pad_falls_back_to_eos",
+    "tokenizer.pad_token": "test_component_tokenizer.py::test_config_tokens_override_and_pad_falls_back_to_eos",
+    "tokenizer.padding_side": "test_component_tokenizer.py::test_pad_follows_padding_side",
+    "tokenizer.use_fast": "test_data_config_checks.py::test_settings_the_runtime_would_not_honour_are_refused",
+    "tokenizer.model_max_length": "test_component_tokenizer.py::test_model_max_length",
+    # dataloader
+    "dataloader.num_workers": "test_component_dataloader.py::test_worker_and_memory_options_reach_the_torch_loader",
+    "dataloader.pin_memory": "test_component_dataloader.py::test_worker_and_memory_options_reach_the_torch_loader",
+    "dataloader.prefetch_factor": (
+        "test_component_dataloader.py::test_worker_and_memory_options_reach_the_torch_loader"
+    ),
+    "dataloader.persistent_workers": (
+        "test_component_dataloader.py::test_worker_and_memory_options_reach_the_torch_loader"
+    ),
+    "dataloader.shuffle": "test_component_dataloader.py::test_shuffle_is_seeded_and_changes_every_epoch",
+    "dataloader.drop_last": "test_component_dataloader.py::test_max_samples_and_drop_last",
+    "dataloader.dataset.source": "test_component_dataloader.py::test_synthetic_source",
+    "dataloader.dataset.paths": "test_component_dataloader.py::test_text_source_reads_directories_one_document_per_file",
+    "dataloader.dataset.text_field": (
+        "test_component_dataloader.py::test_packed_batches_are_the_document_stream_cut_into_windows"
+    ),
+    "dataloader.dataset.seed": "test_component_dataloader.py::test_shuffle_is_seeded_and_changes_every_epoch",
+    "dataloader.dataset.pack_sequences": (
+        "test_component_dataloader.py::test_unpacked_documents_are_padded_with_ignored_labels"
+    ),
+    "dataloader.dataset.max_samples": "test_component_dataloader.py::test_max_samples_and_drop_last",
+    "dataloader.dataset.synthetic_num_samples": "test_component_dataloader.py::test_synthetic_source",
+    # optimizer
+    "optimizer.lr": "test_component_optimizer.py::test_adamw_honours_every_field",
+    "optimizer.weight_decay": "test_component_optimizer.py::test_adamw_step_decays_only_the_decay_group",
+    "optimizer.no_decay_bias": "test_component_optimizer.py::test_flags_switch_each_exemption",
+    "optimizer.no_decay_norm": "test_component_optimizer.py::test_flags_switch_each_exemption",
+    "optimizer.no_decay_embedding": "test_component_optimizer.py::test_flags_switch_each_exemption",
+    "optimizer.no_decay_names": "test_component_optimizer.py::test_flags_switch_each_exemption",
+    "optimizer.betas": "test_component_optimizer.py::test_adamw_honours_every_field",
+    "optimizer.eps": "test_component_optimizer.py::test_adamw_honours_every_field",
+    "optimizer.amsgrad": "test_component_optimizer.py::test_adamw_honours_every_field",
+    "optimizer.implementation": "test_component_optimizer.py::test_adamw_honours_every_field",
+    "optimizer.momentum": "test_component_optimizer.py::test_sgd_honours_every_field",
+    "optimizer.dampening": "test_component_optimizer.py::test_sgd_honours_every_field",
+    "optimizer.nesterov": "test_component_optimizer.py::test_sgd_honours_every_field",
+    # lr_scheduler
+    "lr_scheduler.warmup_steps": "test_component_lr_scheduler.py::test_cosine_closed_form",
+    "lr_scheduler.decay_type": "test_component_lr_scheduler.py::test_linear_closed_form",
+    "lr_scheduler.decay_ratio": "test_component_lr_scheduler.py::test_decay_ratio_adds_a_plateau",
+    "lr_scheduler.min_lr_factor": "test_component_lr_scheduler.py::test_cosine_closed_form",
+    # loss
+    "loss.reduction": "test_trainer.py::test_sum_reduction_weights_every_token_equally_across_micro_batches",
+    "loss.ignore_index": "test_component_loss.py::test_custom_ignore_index",
+    "loss.label_smoothing": "test_component_loss.py::test_label_smoothing_and_z_loss",
+    "loss.z_loss_weight": "test_component_loss.py::test_label_smoothing_and_z_loss",
+    # training
+    "training.max_steps": "test_trainer.py::test_trainer_builds_from_the_config_alone_and_trains_every_step",
+    "training.global_batch_size": (
+        "test_trainer.py::test_gradient_accumulation_matches_one_micro_batch_holding_the_whole_global_batch"
+    ),
+    "training.micro_batch_size": (
+        "test_trainer.py::test_gradient_accumulation_matches_one_micro_batch_holding_the_whole_global_batch"
+    ),
+    "training.seq_len": "test_trainer.py::test_trainer_builds_from_the_config_alone_and_trains_every_step",
+    "training.seed": "test_trainer.py::test_debug_seed_replaces_training_seed_for_weights_and_data",
+    "training.max_grad_norm": "test_trainer.py::test_max_grad_norm_clips_and_null_only_measures",
+    "training.mixed_precision_param": "test_trainer.py::test_bfloat16_without_fsdp_computes_under_autocast",
+    "training.mixed_precision_reduce": "PARALLEL",
+    "training.init_device": "test_trainer.py::test_init_device_cpu_and_meta_start_from_the_same_weights",
+    "training.gc_freq": "test_trainer.py::test_gc_freq_turns_off_automatic_collection_and_collects_every_n_steps",
+    "training.enable_cpu_offload": "PARALLEL",
+    # parallelism
+    "parallelism.dp_shard": "test_trainer_parallel.py::test_two_processes_match_one_and_really_shard",
+    "parallelism.tp": "test_trainer_parallel.py::test_two_processes_match_one_and_really_shard",
+    "parallelism.sequence_parallel": "test_trainer_parallel.py::test_two_processes_match_one_and_really_shard",
+    "parallelism.fsdp_reshard_after_forward": "PARALLEL",
+    # checkpoint
+    "checkpoint.enable": "test_component_checkpoint.py::test_without_enable_the_folder_is_neither_resumed_nor_touched",
+    "checkpoint.folder": "test_trainer.py::test_resume_continues_with_bitwise_equal_losses",
+    "checkpoint.interval": "test_component_checkpoint.py::test_interval_first_step_and_keep_latest_k",
+    "checkpoint.keep_latest_k": "test_component_checkpoint.py::test_interval_first_step_and_keep_latest_k",
+    "checkpoint.initial_load_path": "test_component_checkpoint.py::test_initial_load_path_with_full_state",
+    "checkpoint.initial_load_model_only": "test_component_checkpoint.py::test_initial_load_path_and_model_only_export",
+    "checkpoint.load_step": "test_component_checkpoint.py::test_load_step_naming_an_export_of_an_extended_run_is_refused",
+    "checkpoint.exclude_from_loading": "test_component_checkpoint.py::test_exclude_from_loading_keeps_the_fresh_state",
+    "checkpoint.last_save_model_only": "test_component_checkpoint.py::test_a_run_that_ended_with_an_export_is_finished",
+    "checkpoint.export_dtype": "test_component_checkpoint.py::test_export_dtype_is_the_dtype_of_the_final_export",
+    "checkpoint.async_mode": "test_trainer_parallel.py::test_async_checkpoints_under_fsdp_finish_and_resume",
+    "checkpoint.enable_first_step_checkpoint": (
+        "test_component_checkpoint.py::test_interval_first_step_and_keep_latest_k"
+    ),
+    # activation_checkpoint
+    "activation_checkpoint.mode": "PARALLEL",
+    "activation_checkpoint.selective_option": "PARALLEL",
+    "activation_checkpoint.preserve_rng_state": "PARALLEL",
+    "activation_checkpoint.early_stop": "PARALLEL",
+    # metrics
+    "metrics.log_freq": "test_component_metrics.py::test_records_every_log_freq_steps_to_console_and_jsonl",
+    "metrics.rank0_only": "test_component_metrics.py::test_every_rank_writes_its_own_file_when_configured",
+    "metrics.enable_tensorboard": "test_component_metrics.py::test_tensorboard_scalars_when_available",
+    "metrics.tensorboard_folder": "test_component_metrics.py::test_tensorboard_scalars_when_available",
+    "metrics.enable_jsonl": "test_trainer.py::test_validation_runs_every_freq_steps_and_is_logged",
+    "metrics.jsonl_path": "test_trainer.py::test_validation_runs_every_freq_steps_and_is_logged",
+    "metrics.run_name": "test_trainer_cli.py::test_shipped_debug_config_learns_on_the_cpu",
+    # profiler
+    "profiler.enable": "test_trainer.py::test_profiler_traces_the_steps_of_its_schedule",
+    "profiler.profile_freq": "test_trainer.py::test_profiler_traces_the_steps_of_its_schedule",
+    "profiler.save_traces_folder": "test_trainer.py::test_profiler_traces_the_steps_of_its_schedule",
+    "profiler.wait": "test_component_profiler.py::test_explicit_wait",
+    "profiler.warmup": "test_component_profiler.py::test_schedule_writes_one_trace_per_cycle",
+    "profiler.active": "test_component_profiler.py::test_schedule_writes_one_trace_per_cycle",
+    "profiler.record_memory": "test_component_profiler.py::test_record_memory_and_with_stack_reach_the_trace",
+    "profiler.record_shapes": "test_component_profiler.py::test_schedule_writes_one_trace_per_cycle",
+    "profiler.with_stack": "test_component_profiler.py::test_record_memory_and_with_stack_reach_the_trace",
+    # validator
+    "validator.enable": "test_trainer.py::test_validation_runs_every_freq_steps_and_is_logged",
+    "validator.freq": "test_trainer.py::test_validation_runs_every_freq_steps_and_is_logged",
+    "validator.steps": "test_component_dataloader.py::test_validator_steps_fix_the_set_in_samples",
+    "validator.micro_batch_size": "test_component_validator.py::test_built_validation_loader_gives_the_same_pass_every_time",
+    "validator.dataset.source": "test_trainer.py::test_validation_runs_every_freq_steps_and_is_logged",
+    "validator.dataset.paths": "test_component_validator.py::test_built_validation_loader_gives_the_same_pass_every_time",
+    "validator.dataset.text_field": (
+        "test_component_validator.py::test_built_validation_loader_gives_the_same_pass_every_time"
+    ),
+    "validator.dataset.seed": "test_data_config_checks.py::test_settings_the_runtime_would_not_honour_are_refused",
+    "validator.dataset.pack_sequences": (
+        "test_component_validator.py::test_built_validation_loader_gives_the_same_pass_every_time"
+    ),
+    "validator.dataset.max_samples": "test_component_dataloader.py::test_max_samples_and_drop_last",
+    "validator.dataset.synthetic_num_samples": "test_trainer.py::test_validation_runs_every_freq_steps_and_is_logged",
+    # debug
+    "debug.seed": "test_trainer.py::test_debug_seed_replaces_training_seed_for_weights_and_data",
+    "debug.deterministic": "test_trainer.py::test_debug_switches_reach_torch",
+    "debug.deterministic_warn_only": "test_trainer.py::test_debug_switches_reach_torch",
+    "debug.detect_anomaly": "test_trainer.py::test_debug_switches_reach_torch",
+    "debug.check_nan_inf": "test_trainer.py::test_check_nan_inf_stops_with_a_message_naming_the_step",
+    "debug.print_config": "test_trainer.py::test_print_config_prints_the_resolved_config_on_rank_zero",
+    # compile
+    "compile.enable": "test_trainer.py::test_compiling_the_loss_uses_the_configured_backend",
+    "compile.components": "test_trainer.py::test_compiling_the_loss_uses_the_configured_backend",
+    "compile.backend": "test_trainer.py::test_compiling_the_loss_uses_the_configured_backend",
+    "compile.mode": "PARALLEL",
+    "compile.fullgraph": "PARALLEL",
+    # comm
+    "comm.backend": "test_trainer_launch_checks.py::test_devices_and_backends_this_machine_lacks_are_refused",
+    "comm.init_timeout_seconds": "test_trainer_parallel.py::test_two_processes_match_one_and_really_shard",
+    "comm.train_timeout_seconds": "test_trainer_parallel.py::test_two_processes_match_one_and_really_shard",
+    "comm.trace_buf_size": "test_trainer_launch_checks.py::test_nccl_flight_recorder_follows_comm_and_other_backends_have_none",
+    "comm.save_traces_folder": (
+        "test_trainer_launch_checks.py::test_nccl_flight_recorder_follows_comm_and_other_backends_have_none"
+    ),
+}
+
+#: Fields this release refuses, with a value that must be refused as "not supported yet".
+REFUSED: dict[str, str] = {
+    "parallelism.dp_replicate": "2",
+    "parallelism.pp": "2",
+    "parallelism.cp": "2",
+    "parallelism.ep": "2",
+    "parallelism.pp_schedule": "GPipe",
+    "parallelism.pp_microbatches": "4",
+}
+
+
+def _implementations(base: type) -> Iterator[type]:
+    """``base`` and every subclass defined in the package (the classes a ``_target_`` may name)."""
+    yield base
+    for sub in base.__subclasses__():
+        if sub.__module__.startswith("hyper_parallel."):
+            yield from _implementations(sub)
+
+
+def _leaves(cls: type, prefix: str) -> Iterator[str]:
+    hints = get_type_hints(cls)
+    for field in attrs.fields(cls):
+        kind = hints[field.name]
+        if isinstance(kind, type) and issubclass(kind, ModelArgs):
+            yield f"{prefix}{field.name}"  # architecture arguments: read by the model builder as a whole
+        elif isinstance(kind, type) and attrs.has(kind):
+            yield from _leaves(kind, f"{prefix}{field.name}.")
+        else:
+            yield f"{prefix}{field.name}"
+
+
+@cache
+def all_leaf_fields() -> frozenset[str]:
+    """Every leaf path of every shipped implementation of every root group."""
+    paths: set[str] = set()
+    hints = get_type_hints(TrainerConfig)
+    for field in attrs.fields(TrainerConfig):
+        for cls in _implementations(hints[field.name]):
+            paths.update(_leaves(cls, f"{field.name}."))
+    return frozenset(paths)
+
+
+@cache
+def _test_names(file: str) -> frozenset[str]:
+    tree = ast.parse((TESTS / file).read_text(encoding="utf-8"))
+    return frozenset(node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef))
+
+
+def test_every_field_is_wired_or_refused() -> None:
+    listed = set(WIRED) | set(REFUSED)
+    assert sorted(all_leaf_fields() - listed) == [], "fields neither wired nor refused"
+    assert sorted(listed - all_leaf_fields()) == [], "listed fields that do not exist"
+    assert set(WIRED).isdisjoint(REFUSED)
+
+
+@pytest.mark.parametrize("field", sorted(WIRED))
+def test_the_test_observing_each_wired_field_exists(field: str) -> None:
+    file, _, name = WIRED[field].partition("::")
+    assert (TESTS / file).is_file(), WIRED[field]
+    assert name in _test_names(file), WIRED[field]
+
+
+@pytest.mark.parametrize("field", sorted(REFUSED))
+def test_each_refused_field_is_refused_at_resolve_time_as_not_supported_yet(field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        tiny_config("llama3", {field: REFUSED[field]})
+    messages = [issue.message for issue in caught.value.issues if issue.path == field]
+    assert messages, [(i.path, i.message) for i in caught.value.issues]
+    assert all("not supported yet" in message for message in messages)
