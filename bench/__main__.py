@@ -1,11 +1,15 @@
-"""``python -m bench``: the config layer (:mod:`bench.run`); ``python -m bench train``: :mod:`bench.train`."""
+"""``python -m bench``: config layer (bench.run); ``models``: bench.models; ``train``: bench.train."""
 
 import sys
 
-if sys.argv[1:2] == ["train"]:
-    from bench.train import main
+if sys.argv[1:2] == ["models"]:
+    from bench.models import main as models_main
 
-    sys.exit(main(sys.argv[2:]))
+    sys.exit(models_main(sys.argv[2:]))
+if sys.argv[1:2] == ["train"]:
+    from bench.train import main as train_main
+
+    sys.exit(train_main(sys.argv[2:]))
 
 from bench.run import main
 

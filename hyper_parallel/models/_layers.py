@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["FeedForward"]
+__all__ = ["Documents", "FeedForward", "documents_from_ids"]
 
 
 class FeedForward(nn.Module):
@@ -19,5 +21,40 @@ class FeedForward(nn.Module):
         self.w3 = nn.Linear(dim, hidden_dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        result: torch.Tensor = self.w2(F.silu(self.w1(x)) * self.w3(x))
+        gate = self.w1(x)
+        if torch.is_grad_enabled() and (gate.requires_grad or x.requires_grad):
+            hidden = F.silu(gate) * self.w3(x)
+        else:  # nothing is saved for backward: reuse the gate's buffer instead of two new ones
+            hidden = F.silu(gate, inplace=True).mul_(self.w3(x))
+        result: torch.Tensor = self.w2(hidden)
         return result
+
+
+class Documents(NamedTuple):
+    """Packed documents of a batch, in the forms the layers consume (see :func:`documents_from_ids`)."""
+
+    #: (batch, seq) bool: True at the first token of every document after the first one of its row.
+    resets: torch.Tensor
+    #: (batch, seq) int64: the position of every token inside its document (RoPE positions).
+    positions: torch.Tensor
+    #: (batch, 1, seq, seq) bool attention mask: True where a query may attend a key (causal, same
+    #: document), in the layout ``scaled_dot_product_attention`` broadcasts over heads.
+    mask: torch.Tensor
+
+
+def documents_from_ids(document_ids: torch.Tensor, shape: tuple[int, ...] | torch.Size) -> Documents:
+    """Document boundaries from ``document_ids`` (batch, seq): a document starts where the id changes.
+
+    ``shape`` is the (batch, seq) of the tokens; any other shape of ``document_ids`` is an error.
+    """
+    if tuple(document_ids.shape) != tuple(shape):
+        raise ValueError(
+            f"document_ids must have the (batch, seq) shape {tuple(shape)} of the tokens, "
+            f"got {tuple(document_ids.shape)}"
+        )
+    resets = F.pad(document_ids[:, 1:] != document_ids[:, :-1], (1, 0))
+    index = torch.arange(document_ids.shape[1], device=document_ids.device).expand_as(document_ids)
+    starts = torch.where(resets, index, 0).cummax(dim=1).values
+    doc = resets.cumsum(dim=1)  # an id reused later in the row is still a new document
+    mask = (doc[:, :, None] == doc[:, None, :]).tril()[:, None]
+    return Documents(resets=resets, positions=index - starts, mask=mask)

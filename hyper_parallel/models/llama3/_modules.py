@@ -4,6 +4,9 @@ Layout and parameter names follow Meta's reference implementation: ``tok_embeddi
 with ``attention.{wq,wk,wv,wo}``, ``attention_norm``, ``feed_forward.{w1,w2,w3}``, ``ffn_norm``, then
 ``norm`` and ``output``. Rotary embeddings rotate interleaved pairs ``(x[2i], x[2i+1])`` as Meta does; the
 state-dict adapter permutes the query/key rows of Hugging Face checkpoints (half-split layout) into it.
+
+Packed sequences: ``forward(tokens, document_ids=...)`` keeps the documents of a row apart exactly as if
+each ran alone (attention masked to the document, RoPE positions restarting at every document).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hyper_parallel.models._layers import FeedForward
+from hyper_parallel.models._layers import Documents, FeedForward, documents_from_ids
 from hyper_parallel.models.llama3.args import Llama3Args, RopeScaling
 
 __all__ = ["Llama3Model", "build_llama3", "rope_inverse_frequencies"]
@@ -41,21 +44,21 @@ def rope_inverse_frequencies(
     return torch.where(medium, smoothed, scaled)
 
 
-def _rope_cos_sin(
-    inv_freq: torch.Tensor, seq_len: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    positions = torch.arange(seq_len, dtype=torch.float32, device=device)
-    angles = torch.outer(positions, inv_freq.to(device))
-    return angles.cos(), angles.sin()
+def _rope_rotations(inv_freq: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Unit complex rotations ``exp(i * position * frequency)``: positions (...,) -> (..., head_dim // 2)."""
+    angles = positions.float()[..., None] * inv_freq.to(positions.device)
+    return torch.polar(torch.ones_like(angles), angles)
 
 
-def apply_interleaved_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs ``(x[..., 2i], x[..., 2i+1])`` of ``x`` (batch, seq, heads, head_dim) in fp32."""
-    pairs = x.float().reshape(*x.shape[:-1], -1, 2)
-    real, imag = pairs[..., 0], pairs[..., 1]
-    c, s = cos[None, :, None, :], sin[None, :, None, :]
-    rotated = torch.stack((real * c - imag * s, real * s + imag * c), dim=-1)
-    return rotated.flatten(-2).type_as(x)
+def apply_interleaved_rope(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs ``(x[..., 2i], x[..., 2i+1])`` of ``x`` (batch, seq, heads, head_dim) in fp32.
+
+    Each pair is a complex number multiplied by its rotation; ``rotations`` is (seq, head_dim // 2) or
+    per sample (batch, seq, head_dim // 2).
+    """
+    pairs = torch.view_as_complex(torch.unflatten(x.float(), -1, (-1, 2)))
+    rotated = pairs * rotations.unsqueeze(-2)  # broadcast over heads
+    return torch.view_as_real(rotated).flatten(-2).type_as(x)
 
 
 class RMSNorm(nn.Module):
@@ -67,8 +70,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * normed.type_as(x)
+        if x.dtype == self.weight.dtype == torch.float32:  # one fused kernel, the same arithmetic
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        return self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).type_as(x)
 
     def reset_parameters(self) -> None:
         nn.init.ones_(self.weight)
@@ -87,20 +91,21 @@ class Attention(nn.Module):
         self.wv = nn.Linear(args.dim, self.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(self.n_heads * self.head_dim, args.dim, bias=False)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``mask`` (batch, 1, seq, seq), True where a query may attend a key; None: plain causal."""
         batch, seq, _ = x.shape
         # -1 heads: under tensor parallelism each rank holds a slice of the heads.
         q = self.wq(x).view(batch, seq, -1, self.head_dim)
         k = self.wk(x).view(batch, seq, -1, self.head_dim)
         v = self.wv(x).view(batch, seq, -1, self.head_dim)
-        cos, sin = rope
-        q, k = apply_interleaved_rope(q, cos, sin), apply_interleaved_rope(k, cos, sin)
-        repeats = q.shape[2] // k.shape[2]
-        if repeats > 1:
-            k = k.repeat_interleave(repeats, dim=2)
-            v = v.repeat_interleave(repeats, dim=2)
+        q, k = apply_interleaved_rope(q, rope), apply_interleaved_rope(k, rope)
         out = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=mask,
+            is_causal=mask is None,
+            enable_gqa=q.shape[2] != k.shape[2],  # no copies of the key/value heads
         )
         result: torch.Tensor = self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
         return result
@@ -116,8 +121,11 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
         self.feed_forward = FeedForward(args.dim, args.ffn_hidden_dim)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        h: torch.Tensor = x + self.attention(self.attention_norm(x), rope)
+    def forward(
+        self, x: torch.Tensor, rope: torch.Tensor, documents: Documents | None = None
+    ) -> torch.Tensor:
+        mask = None if documents is None else documents.mask
+        h: torch.Tensor = x + self.attention(self.attention_norm(x), rope, mask=mask)
         out: torch.Tensor = h + self.feed_forward(self.ffn_norm(h))
         return out
 
@@ -133,19 +141,34 @@ class Llama3Model(nn.Module):
         self.norm = RMSNorm(args.dim, args.norm_eps)
         self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
 
-    def rope(self, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin (seq_len, head_dim // 2) of the rotary embedding, computed in fp32."""
+    def rope(self, seq_len: int, device: torch.device, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Complex rotations of the rotary embedding, computed in fp32.
+
+        (seq_len, head_dim // 2) for positions ``0 .. seq_len - 1``, or (batch, seq, head_dim // 2) for
+        per-token ``positions`` (batch, seq).
+        """
         if seq_len > self.args.max_seq_len:
             raise ValueError(f"sequence length {seq_len} exceeds max_seq_len {self.args.max_seq_len}")
         head_dim = self.args.dim // self.args.n_heads
         inv_freq = rope_inverse_frequencies(head_dim, self.args.rope_theta, self.args.rope_scaling, device)
-        return _rope_cos_sin(inv_freq, seq_len, device)
+        if positions is None:
+            positions = torch.arange(seq_len, device=device)
+        return _rope_rotations(inv_freq, positions)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (batch, seq, vocab) of ``tokens`` (batch, seq).
+
+        ``document_ids`` (batch, seq): the document of every token when several are packed in a row
+        (a new document starts wherever the id changes). Tokens then attend only within their document
+        and RoPE positions restart at each, as if each document ran alone; ``None`` treats each row as
+        one sequence.
+        """
+        documents = None if document_ids is None else documents_from_ids(document_ids, tokens.shape)
         h: torch.Tensor = self.tok_embeddings(tokens)
-        rope = self.rope(tokens.shape[1], tokens.device)
+        positions = None if documents is None else documents.positions
+        rope = self.rope(tokens.shape[1], tokens.device, positions)
         for layer in self.layers:
-            h = layer(h, rope)
+            h = layer(h, rope, documents=documents)
         logits: torch.Tensor = self.output(self.norm(h))
         return logits
 

@@ -4,8 +4,12 @@ Every ``full_attention_interval``-th block uses gated full attention (sigmoid ou
 zero-centred RMSNorm on queries and keys, partial rotary embedding in the half-split layout); the other
 blocks use Gated DeltaNet linear attention (causal depthwise convolution over q/k/v, L2-normalised
 queries and keys, the gated delta rule recurrence, a gated RMSNorm on the output). All residual norms are
-zero-centred: ``x / rms(x) * (1 + weight)``. The recurrence is a plain token-by-token loop in fp32 (a
-reference implementation: correct, not fast).
+zero-centred: ``x / rms(x) * (1 + weight)``. The gated delta rule runs chunk by chunk (see
+``_gated_delta``); attention goes through ``scaled_dot_product_attention`` with the causal flag.
+
+Packed sequences: ``forward(tokens, document_ids=...)`` keeps the documents of a row apart exactly as if
+each ran alone: attention is masked to the document, RoPE positions restart at every document, and the
+Gated DeltaNet convolution and state restart at its first token.
 
 Parameter names: ``tok_embeddings``, ``layers.<i>.{attention_norm, ffn_norm, feed_forward.{w1,w2,w3}}``,
 full-attention blocks ``layers.<i>.attention.{wq, wk, wv, wo, q_norm, k_norm}`` (``wq`` yields query
@@ -23,13 +27,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hyper_parallel.models._layers import FeedForward
+from hyper_parallel.models._layers import Documents, FeedForward, documents_from_ids
+from hyper_parallel.models.qwen3_5._gated_delta import gated_delta_rule, recurrent_gated_delta_rule
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args
 
 #: Frequencies given to the (time, height, width) axes of M-RoPE, interleaved; the released value.
 MROPE_SECTIONS = (11, 11, 10)
 
-__all__ = ["GatedAttention", "GatedDeltaNet", "Qwen3_5Model", "build_qwen3_5", "gated_delta_rule"]
+__all__ = [
+    "GatedAttention",
+    "GatedDeltaNet",
+    "Qwen3_5Model",
+    "build_qwen3_5",
+    "gated_delta_rule",
+    "recurrent_gated_delta_rule",
+]
 
 
 class ZeroCenteredRMSNorm(nn.Module):
@@ -41,9 +53,9 @@ class ZeroCenteredRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (normed * (1.0 + self.weight.float())).type_as(x)
+        # One fused kernel; the same fp32 arithmetic as normalising then scaling by ``1 + weight``.
+        scale = 1.0 + self.weight.float()
+        return F.rms_norm(x.float(), scale.shape, scale, self.eps).type_as(x)
 
     def reset_parameters(self) -> None:
         nn.init.zeros_(self.weight)
@@ -58,8 +70,9 @@ class GatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x)
+        if x.dtype == self.weight.dtype == torch.float32:  # fused norm and weight: the same arithmetic
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps) * F.silu(gate)
+        normed = F.rms_norm(x.float(), self.weight.shape, eps=self.eps).type_as(x)
         return (self.weight * normed * F.silu(gate.float())).type_as(x)
 
     def reset_parameters(self) -> None:
@@ -92,7 +105,10 @@ class GatedAttention(nn.Module):
         self.q_norm = ZeroCenteredRMSNorm(args.head_dim, args.norm_eps)
         self.k_norm = ZeroCenteredRMSNorm(args.head_dim, args.norm_eps)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``mask`` (batch, 1, seq, seq), True where a query may attend a key; None: plain causal."""
         batch, seq, _ = x.shape
         # -1 heads: under tensor parallelism each rank holds a slice of the heads.
         query, gate = self.wq(x).view(batch, seq, -1, 2 * self.head_dim).chunk(2, dim=-1)
@@ -108,43 +124,10 @@ class GatedAttention(nn.Module):
         if repeats > 1:
             k = k.repeat_interleave(repeats, dim=1)
             v = v.repeat_interleave(repeats, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
         out = out.transpose(1, 2).reshape(batch, seq, -1)
         result: torch.Tensor = self.wo(out * torch.sigmoid(gate))
         return result
-
-
-def _l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
-
-
-def gated_delta_rule(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, log_decay: torch.Tensor, beta: torch.Tensor
-) -> torch.Tensor:
-    """The gated delta rule over a sequence, token by token, in fp32.
-
-    ``query``/``key`` (batch, seq, heads, d_k) and ``value`` (batch, seq, heads, d_v) share the head count;
-    ``log_decay`` and ``beta`` are (batch, seq, heads). With state ``S`` (d_k, d_v) per head::
-
-        S <- exp(g_t) S;  S <- S + k_t (beta_t (v_t - S^T k_t))^T;  o_t = S^T q_t / sqrt(d_k)
-
-    after L2-normalising ``q_t`` and ``k_t``. Returns (batch, seq, heads, d_v) in the input dtype.
-    """
-    dtype = query.dtype
-    q = _l2norm(query.float()) / math.sqrt(query.shape[-1])
-    k = _l2norm(key.float())
-    v, g, b = value.float(), log_decay.float(), beta.float()
-    batch, seq, heads, d_k = k.shape
-    state = q.new_zeros(batch, heads, d_k, v.shape[-1])
-    outputs = []
-    for t in range(seq):
-        state = state * g[:, t].exp()[..., None, None]
-        k_t = k[:, t]
-        predicted = torch.einsum("bhkv,bhk->bhv", state, k_t)
-        delta = (v[:, t] - predicted) * b[:, t, :, None]
-        state = state + k_t[..., :, None] * delta[..., None, :]
-        outputs.append(torch.einsum("bhkv,bhk->bhv", state, q[:, t]))
-    return torch.stack(outputs, dim=1).to(dtype)
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
@@ -153,11 +136,22 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return to_local() if callable(to_local) else tensor
 
 
-def _causal_conv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """SiLU of the causal depthwise convolution of ``x`` (batch, seq, channels) by ``weight`` (C, K)."""
-    seq, kernel = x.shape[1], weight.shape[-1]
-    out = F.conv1d(x.transpose(1, 2), weight.unsqueeze(1), padding=kernel - 1, groups=weight.shape[0])
-    return F.silu(out[..., :seq]).transpose(1, 2)
+def _causal_conv(x: torch.Tensor, weight: torch.Tensor, resets: torch.Tensor | None) -> torch.Tensor:
+    """SiLU of the causal depthwise convolution of ``x`` (batch, channels, seq) by ``weight`` (C, K).
+
+    With ``resets`` (batch, seq), a window never reaches back across the first token of a document.
+    """
+    seq, kernel = x.shape[-1], weight.shape[-1]
+    if resets is None:
+        out = F.conv1d(x, weight.unsqueeze(1), padding=kernel - 1, groups=weight.shape[0])[..., :seq]
+        return F.silu(out)
+    doc = resets.long().cumsum(1)
+    out = x * weight[:, -1:]
+    for shift in range(1, min(kernel, seq)):
+        same_doc = F.pad(doc[:, shift:] == doc[:, :-shift], (shift, 0))[:, None]
+        earlier = F.pad(x[..., :-shift], (shift, 0))
+        out = out + earlier * weight[:, kernel - 1 - shift, None] * same_doc
+    return F.silu(out)
 
 
 class GatedDeltaNet(nn.Module):
@@ -179,6 +173,7 @@ class GatedDeltaNet(nn.Module):
         self.key_dim = self.n_k_heads * self.head_k_dim
         self.value_dim = self.n_v_heads * self.head_v_dim
         self.kernel = args.linear_conv_kernel_dim
+        self.chunk_size = args.linear_chunk_size
         self.in_proj_q = nn.Linear(args.dim, self.key_dim, bias=False)
         self.in_proj_k = nn.Linear(args.dim, self.key_dim, bias=False)
         self.in_proj_v = nn.Linear(args.dim, self.value_dim, bias=False)
@@ -193,22 +188,25 @@ class GatedDeltaNet(nn.Module):
         self.norm = GatedRMSNorm(self.head_v_dim, args.norm_eps)
         self.out_proj = nn.Linear(self.value_dim, args.dim, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, seq, _ = x.shape
+    def forward(self, x: torch.Tensor, resets: torch.Tensor | None = None) -> torch.Tensor:
+        """``resets`` (batch, seq) bool: True at the first token of a packed document (state restarts)."""
+        # One convolution over q, k and v: the transposed projections are concatenated by channel
+        # (the one copy the channels-first convolution needs anyway), then split again as views.
+        projected = (self.in_proj_q(x), self.in_proj_k(x), self.in_proj_v(x))
+        channels = [p.shape[-1] for p in projected]  # rank-local under tensor parallelism
+        mixed = torch.cat([p.transpose(1, 2) for p in projected], dim=1)
+        weight = torch.cat((_local(self.conv_q), _local(self.conv_k), _local(self.conv_v)))
+        q, k, v = torch.split(_causal_conv(mixed, weight, resets).transpose(1, 2), channels, dim=-1)
         # -1 heads: under tensor parallelism each rank holds a slice of the key and value heads.
-        q = _causal_conv(self.in_proj_q(x), _local(self.conv_q)).reshape(batch, seq, -1, self.head_k_dim)
-        k = _causal_conv(self.in_proj_k(x), _local(self.conv_k)).reshape(batch, seq, -1, self.head_k_dim)
-        v = _causal_conv(self.in_proj_v(x), _local(self.conv_v)).reshape(batch, seq, -1, self.head_v_dim)
-        groups = v.shape[2] // k.shape[2]
-        if groups > 1:  # each query/key head serves `groups` consecutive value heads
-            q, k = q.repeat_interleave(groups, dim=2), k.repeat_interleave(groups, dim=2)
+        q = torch.unflatten(q, -1, (-1, self.head_k_dim))
+        k = torch.unflatten(k, -1, (-1, self.head_k_dim))
+        v = torch.unflatten(v, -1, (-1, self.head_v_dim))
         beta = torch.sigmoid(self.in_proj_b(x))
         decay_rate = -_local(self.A_log).float().exp()
         log_decay = decay_rate * F.softplus(self.in_proj_a(x).float() + _local(self.dt_bias))
-        out = gated_delta_rule(q, k, v, log_decay, beta)
-        z = self.in_proj_z(x).reshape(batch, seq, -1, self.head_v_dim)
-        out = self.norm(out, z).reshape(batch, seq, -1)
-        result: torch.Tensor = self.out_proj(out)
+        out, _ = gated_delta_rule(q, k, v, log_decay, beta, chunk_size=self.chunk_size, resets=resets)
+        z = torch.unflatten(self.in_proj_z(x), -1, (-1, self.head_v_dim))
+        result: torch.Tensor = self.out_proj(self.norm(out, z).flatten(2))
         return result
 
     @torch.no_grad()
@@ -237,13 +235,18 @@ class HybridBlock(nn.Module):
         self.ffn_norm = ZeroCenteredRMSNorm(args.dim, args.norm_eps)
         self.feed_forward = FeedForward(args.dim, args.ffn_hidden_dim)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        documents: Documents | None = None,
+    ) -> torch.Tensor:
         normed = self.attention_norm(x)
         if self.attention is not None:
-            mixed = self.attention(normed, rope)
+            mixed = self.attention(normed, rope, mask=None if documents is None else documents.mask)
         else:
             assert self.linear_attn is not None
-            mixed = self.linear_attn(normed)
+            mixed = self.linear_attn(normed, resets=None if documents is None else documents.resets)
         h: torch.Tensor = x + mixed
         out: torch.Tensor = h + self.feed_forward(self.ffn_norm(h))
         return out
@@ -297,19 +300,34 @@ class Qwen3_5Model(nn.Module):
         h: torch.Tensor = self.tok_embeddings(tokens)
         return h
 
-    def forward_embeddings(self, h: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward_embeddings(
+        self,
+        h: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Logits from input embeddings (batch, seq, dim), e.g. with image features merged in.
 
-        ``positions`` (3, batch, seq) are multimodal RoPE positions; ``None`` means ``0 .. seq - 1``.
+        ``positions`` (3, batch, seq) are multimodal RoPE positions; ``None`` means ``0 .. seq - 1``, or
+        the position inside each document when ``document_ids`` (see ``forward``) are given.
         """
+        documents = None if document_ids is None else documents_from_ids(document_ids, h.shape[:2])
+        if positions is None and documents is not None:
+            positions = documents.positions.expand(3, *documents.positions.shape)
         rope = self.rope(h.shape[1], h.device, positions)
         for layer in self.layers:
-            h = layer(h, rope)
+            h = layer(h, rope, documents=documents)
         logits: torch.Tensor = self.output(self.norm(h))
         return logits
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.forward_embeddings(self.embed(tokens))
+    def forward(self, tokens: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (batch, seq, vocab) of ``tokens`` (batch, seq).
+
+        ``document_ids`` (batch, seq): the document of every token when several are packed in a row
+        (a new document starts wherever the id changes). Tokens then see only their own document, as if
+        each document ran alone; ``None`` treats each row as one sequence.
+        """
+        return self.forward_embeddings(self.embed(tokens), document_ids=document_ids)
 
     @torch.no_grad()
     def init_weights(self, std: float = 0.02) -> None:

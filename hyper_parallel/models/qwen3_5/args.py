@@ -89,6 +89,13 @@ class Qwen3_5Args(ModelArgs):
         validator=_pos_int,
         metadata={"help": "Kernel size of the causal short convolution in the Gated DeltaNet blocks."},
     )
+    linear_chunk_size: int = attrs.field(
+        default=64,
+        validator=_pos_int,
+        metadata={
+            "help": "Tokens per chunk of the chunked gated delta rule in training (speed/memory only)."
+        },
+    )
     norm_eps: float = attrs.field(
         default=1e-6, validator=attrs.validators.gt(0.0), metadata={"help": "Epsilon of RMSNorm."}
     )

@@ -1,0 +1,234 @@
+"""The gated delta rule of Gated DeltaNet: chunked (training) and token-by-token (decoding, reference).
+
+With a state ``S`` (d_k, d_v) per head, every token ``t`` does::
+
+    S <- exp(g_t) S;  S <- S + beta_t k_t (v_t - S^T k_t)^T;  o_t = S^T q_t
+
+after L2-normalising ``q_t`` and ``k_t`` and scaling ``q_t`` by ``1 / sqrt(d_k)``. The token loop
+(:func:`recurrent_gated_delta_rule`) is exact but sequential; :func:`chunk_gated_delta_rule` computes the
+same thing a chunk of ``C`` tokens at a time. Within a chunk, the corrections ``delta_t = beta_t (v_t -
+S_{t-1}^T k_t)`` solve the unit lower-triangular system ``(I + A) delta = beta v - beta exp(gamma) k S_0``
+(``gamma`` the cumulative log decay inside the chunk, ``A_tj = beta_t exp(gamma_t - gamma_j) k_t . k_j``
+for ``j < t``: the WY / UT representation of the product of Householder-like updates), so one triangular
+solve and a few matrix products replace ``C`` sequential steps; only the chunk-to-chunk state is carried
+in a Python loop. :func:`gated_delta_rule` picks flash-linear-attention's fused kernels when the package is
+installed and the tensors live on an accelerator, the chunked PyTorch path otherwise.
+
+Packed sequences: ``resets`` (batch, seq) marks the first token of each document; the state is zeroed
+before that token (exactly what the token loop does), inside and across chunks.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["chunk_gated_delta_rule", "gated_delta_rule", "l2norm", "recurrent_gated_delta_rule"]
+
+#: Chunk length used when the caller does not choose one.
+DEFAULT_CHUNK_SIZE = 64
+
+
+def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """``x / sqrt(sum(x^2) + eps)`` over the last dimension (Qwen 3.5 normalises q and k so)."""
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+def _prepare(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """fp32 L2-normalised (and scaled) queries and keys repeated to the value heads, fp32 values."""
+    q = l2norm(query.float()) * query.shape[-1] ** -0.5
+    k = l2norm(key.float())
+    groups = value.shape[2] // key.shape[2]
+    if groups > 1:  # each query/key head serves `groups` consecutive value heads
+        q, k = q.repeat_interleave(groups, dim=2), k.repeat_interleave(groups, dim=2)
+    return q, k, value.float()
+
+
+def recurrent_gated_delta_rule(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    log_decay: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    initial_state: torch.Tensor | None = None,
+    resets: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gated delta rule token by token, in fp32: the reference, and the decoding step.
+
+    ``query``/``key`` (batch, seq, k_heads, d_k), ``value`` (batch, seq, v_heads, d_v) with ``k_heads``
+    dividing ``v_heads``; ``log_decay`` and ``beta`` (batch, seq, v_heads); ``initial_state`` (batch,
+    v_heads, d_k, d_v); ``resets`` (batch, seq) bool, True where the state restarts from zero. Returns the
+    output (batch, seq, v_heads, d_v) in the value dtype and the final state (fp32).
+    """
+    q, k, v = _prepare(query, key, value)
+    g, b = log_decay.float(), beta.float()
+    batch, seq, heads, d_k = k.shape
+    state = q.new_zeros(batch, heads, d_k, v.shape[-1]) if initial_state is None else initial_state.float()
+    outputs = []
+    for t in range(seq):
+        if resets is not None:
+            state = state * (~resets[:, t]).to(state.dtype)[:, None, None, None]
+        state = state * g[:, t].exp()[..., None, None]
+        k_t = k[:, t]
+        predicted = torch.einsum("bhkv,bhk->bhv", state, k_t)
+        delta = (v[:, t] - predicted) * b[:, t, :, None]
+        state = state + k_t[..., :, None] * delta[..., None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", state, q[:, t]))
+    return torch.stack(outputs, dim=1).to(value.dtype), state
+
+
+def _to_chunks(x: torch.Tensor, pad: int, chunk: int) -> torch.Tensor:
+    """(batch, seq, heads, ...) -> (batch * heads, n_chunks, chunk, ...), zero-padded at the end."""
+    x = x.movedim(2, 1)
+    if pad:
+        x = F.pad(x, (0, 0) * (x.dim() - 3) + (0, pad))
+    return x.reshape(x.shape[0] * x.shape[1], -1, chunk, *x.shape[3:])
+
+
+def chunk_gated_delta_rule(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    log_decay: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    initial_state: torch.Tensor | None = None,
+    resets: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gated delta rule a chunk at a time (same arguments and results as the recurrent form).
+
+    The sequence is zero-padded to a multiple of ``chunk_size``; padded tokens have ``beta = 0`` and no
+    decay, so they leave the state unchanged. Work is O(seq * chunk * d) in batched matrix products plus
+    one ``(chunk, chunk)`` triangular solve per chunk; the Python loop runs ``seq / chunk`` times.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    batch, seq, heads, d_v = value.shape
+    q, k, v = _prepare(query, key, value)
+    d_k = k.shape[-1]
+    chunk = chunk_size
+    pad = -seq % chunk
+    q, k, v = (_to_chunks(x, pad, chunk) for x in (q, k, v))  # (BH, N, C, d)
+    g = _to_chunks(log_decay.float(), pad, chunk)  # (BH, N, C)
+    b = _to_chunks(beta.float(), pad, chunk)
+    n_chunks = g.shape[1]
+
+    gamma = g.cumsum(-1)  # log decay from the chunk start to each token, inclusive
+    future = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).triu(1)
+    if resets is None:
+        blocked = future
+        start_open: torch.Tensor | None = None  # every token sees the state of the previous chunk
+        end_open: torch.Tensor | None = None
+    else:
+        # Document index of every token (padding joins the last document); tokens interact only
+        # inside one document.
+        doc = F.pad(resets.long(), (0, pad)).cumsum(1).reshape(batch, 1, n_chunks, chunk)
+        doc = doc.expand(batch, heads, n_chunks, chunk).reshape(batch * heads, n_chunks, chunk)
+        before = F.pad(doc[:, :-1, -1], (1, 0))  # document open when each chunk starts
+        start_open = doc == before[..., None]  # no reset between the previous chunk and this token
+        end_open = doc == doc[..., -1:]  # token belongs to the document that is open at the chunk end
+        blocked = future | (doc[..., :, None] != doc[..., None, :])
+    pair_decay = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(blocked, float("-inf")).exp()
+    k_beta = k * b[..., None]
+    from_start = gamma.exp()
+    to_end = (gamma[..., -1:] - gamma).exp()
+    if start_open is not None and end_open is not None:
+        from_start = from_start * start_open
+        to_end = to_end * end_open
+    # (I + A) [U | W] = [beta v | beta exp(gamma) k]: delta = U - W S_0. The solver reads only the
+    # strictly lower triangle of A (unit diagonal).
+    system = (k_beta @ k.transpose(-1, -2)) * pair_decay
+    rhs = torch.cat((v * b[..., None], k_beta * from_start[..., None]), dim=-1)
+    solved = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+    u, w = solved[..., :d_v], solved[..., d_v:]
+    k_end = (k * to_end[..., None]).transpose(-1, -2)  # (BH, N, d_k, C)
+    state_decay = gamma[..., -1].exp()  # (BH, N)
+    if start_open is not None:  # the last token sees the entering state only if no reset came between
+        state_decay = state_decay * start_open[..., -1]
+    state = (
+        q.new_zeros(batch * heads, d_k, d_v)
+        if initial_state is None
+        else initial_state.float().reshape(batch * heads, d_k, d_v)
+    )
+    states, deltas = [], []
+    for n in range(n_chunks):
+        states.append(state)
+        delta = torch.baddbmm(u[:, n], w[:, n], state, alpha=-1.0)
+        deltas.append(delta)
+        state = torch.baddbmm(state * state_decay[:, n, None, None], k_end[:, n], delta)
+    start_states = torch.stack(states, dim=1)  # (BH, N, d_k, d_v): state entering each chunk
+    corrections = torch.stack(deltas, dim=1)  # (BH, N, C, d_v)
+    intra = (q @ k.transpose(-1, -2)) * pair_decay
+    out = (q * from_start[..., None]) @ start_states + intra @ corrections
+    out = out.reshape(batch, heads, -1, d_v)[:, :, :seq].transpose(1, 2)
+    return out.to(value.dtype), state.reshape(batch, heads, d_k, d_v)
+
+
+@functools.cache
+def _fla_chunk() -> Callable[..., Any] | None:
+    """flash-linear-attention's fused chunked kernel, or None when the package is not installed."""
+    try:
+        module = importlib.import_module("fla.ops.gated_delta_rule")
+    except ImportError:
+        return None
+    kernel: Callable[..., Any] | None = getattr(module, "chunk_gated_delta_rule", None)
+    return kernel
+
+
+def gated_delta_rule(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    log_decay: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    initial_state: torch.Tensor | None = None,
+    resets: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gated delta rule over a sequence: output (batch, seq, v_heads, d_v) and final state.
+
+    Single tokens (decoding) take the recurrent step; longer sequences the chunked algorithm, through
+    flash-linear-attention's kernels when installed and on an accelerator (not with ``resets``, which
+    its variable-length API expresses differently), else the PyTorch implementation here.
+    """
+    if query.shape[1] == 1:
+        return recurrent_gated_delta_rule(
+            query, key, value, log_decay, beta, initial_state=initial_state, resets=resets
+        )
+    fla = _fla_chunk() if query.device.type != "cpu" and resets is None else None
+    if fla is not None:
+        groups = value.shape[2] // key.shape[2]
+        if groups > 1:
+            query, key = query.repeat_interleave(groups, dim=2), key.repeat_interleave(groups, dim=2)
+        out, state = fla(
+            query,
+            key,
+            value,
+            g=log_decay.float(),
+            beta=beta,
+            scale=query.shape[-1] ** -0.5,
+            initial_state=initial_state,
+            output_final_state=True,
+            use_qk_l2norm_in_kernel=True,
+        )
+        return out, state
+    return chunk_gated_delta_rule(
+        query,
+        key,
+        value,
+        log_decay,
+        beta,
+        chunk_size=chunk_size,
+        initial_state=initial_state,
+        resets=resets,
+    )
