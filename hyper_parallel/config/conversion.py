@@ -30,6 +30,8 @@ class ConfigConverter(cattrs.Converter):
     def __init__(self) -> None:
         super().__init__(forbid_extra_keys=True, detailed_validation=True)
         self._roots: dict[type, RootFacts] = {}
+        #: Structure hooks of root groups' Config classes, whose mappings also hold the ``_target_``.
+        self.group_hooks: dict[type, Any] = {}
         #: Per-converter caches of the overrides machinery: (target, path) -> (type, text reader).
         self.override_fields: dict[tuple[object, tuple[str | int, ...]], tuple[Any, Any]] = {}
         register_rules(self)

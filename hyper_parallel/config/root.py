@@ -21,7 +21,7 @@ from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.options import current_options
 from hyper_parallel.config.recipes import Recipe, recipe_of, remember
 from hyper_parallel.config.targets import Target, TargetError, load_target, qualified_name
-from hyper_parallel.config.types import describe_value
+from hyper_parallel.config.types import attrs_hook, describe_value
 from hyper_parallel.config.validation import (
     TARGET_KEY,
     Invalid,
@@ -126,12 +126,14 @@ def _resolve_group(
     except TargetError as exc:
         problems.append(Problem((*path, TARGET_KEY), str(exc)))
         return _INVALID
-    body = dict(node)
-    del body[TARGET_KEY]
     if target.is_factory:
-        return _call_factory(conv, path, field_type, target, body, problems)
+        args = {k: v for k, v in node.items() if k != TARGET_KEY}
+        return _call_factory(conv, path, field_type, target, args, problems)
+    hook = conv.group_hooks.get(target.obj)  # type: ignore[attr-defined]
+    if hook is None:
+        hook = conv.group_hooks[target.obj] = attrs_hook(target.obj, conv, frozenset({TARGET_KEY}))  # type: ignore[attr-defined]
     try:
-        return conv.get_structure_hook(target.obj)(body, target.obj)
+        return hook(node, target.obj)
     except Exception as exc:
         problems.extend(problems_of(exc, path))
         return _INVALID

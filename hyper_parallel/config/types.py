@@ -22,7 +22,7 @@ from typing import Any, Literal, Union
 
 import attrs
 import cattrs
-from cattrs.errors import ClassValidationError, IterableValidationError
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 from cattrs.gen import make_dict_structure_fn
 
 from hyper_parallel.config.errors import did_you_mean, echo
@@ -41,6 +41,7 @@ __all__ = [
     "INT_LIMIT",
     "NO_CHILD",
     "Rule",
+    "attrs_hook",
     "child_names",
     "child_type",
     "describe_type",
@@ -393,6 +394,14 @@ class _Union(Rule):
         rest = [(m, conv.get_structure_hook(m)) for m in members if m is not type(None)]
         if len(rest) == 1:
             ((only, hook),) = rest
+            if only is str or only is bool:  # the most common optional fields take no call when sound
+
+                def structure_optional_exact(value: Any, _tp: Any) -> Any:
+                    if value is None or type(value) is only:
+                        return value
+                    return hook(value, only)
+
+                return structure_optional_exact
 
             def structure_optional(value: Any, _tp: Any) -> Any:
                 return None if value is None else hook(value, only)
@@ -632,30 +641,7 @@ class _Attrs(Rule):
         return isinstance(tp, type) and attrs.has(tp)
 
     def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
-        attrs.resolve_types(tp)
-        inner = make_dict_structure_fn(
-            tp, conv, _cattrs_forbid_extra_keys=True, _cattrs_detailed_validation=True
-        )
-        title = tp.__qualname__
-        checked = getattr(tp, "cross_check", None) is not None
-
-        def structure(value: Any, field_tp: Any) -> Any:
-            return conv.get_structure_hook(field_tp)(value, field_tp)
-
-        def structure_attrs(value: Any, _tp: Any) -> Any:
-            if type(value) is not dict and not isinstance(value, Mapping):
-                raise Invalid(f"expected a mapping for {title}, got {describe_value(value)}")
-            try:
-                obj = inner(value, tp)
-            except ClassValidationError as exc:
-                raise class_error(tp, value, list(exc.exceptions), structure) from None
-            if checked:
-                found = cross_check_errors(obj)
-                if found:
-                    raise ClassValidationError(f"While checking {title}", found, tp)
-            return obj
-
-        return structure_attrs
+        return attrs_hook(tp, conv)
 
     def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
         return _attrs_unstructure(cls, conv)
@@ -676,6 +662,52 @@ class _Attrs(Rule):
 
     def names(self, tp: Any) -> list[str]:
         return list(class_fields(tp))
+
+
+def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozenset()) -> Hook:
+    """The structure hook of attrs class ``cls``: cattrs' generated function, its errors completed.
+
+    ``also`` names keys the mapping may hold besides the fields (a root group's ``_target_``). cattrs' own
+    forbid-extra-keys check builds a set of the keys on every call; a subset test on the keys view costs a
+    third of that (0.17 vs 0.5 us per class, about 6% of a warm resolve), so unknown keys are checked here and
+    reported as cattrs' ``ForbiddenExtraKeysError`` all the same.
+    """
+    attrs.resolve_types(cls)
+    inner: Hook = make_dict_structure_fn(
+        cls, conv, _cattrs_forbid_extra_keys=False, _cattrs_detailed_validation=True
+    )
+
+    allowed = frozenset(f.name for f in attrs.fields(cls) if f.init) | also
+    title = cls.__qualname__
+    checked = getattr(cls, "cross_check", None) is not None
+
+    def structure(value: Any, field_tp: Any) -> Any:
+        return conv.get_structure_hook(field_tp)(value, field_tp)
+
+    def _with_unknown_keys(value: Any) -> Exception:
+        errors: list[Exception] = [ForbiddenExtraKeysError("", cls, {k for k in value if k not in allowed})]
+        try:
+            inner(value, cls)
+        except ClassValidationError as exc:
+            errors.extend(exc.exceptions)
+        return class_error(cls, value, errors, structure)
+
+    def structure_attrs(value: Any, _tp: Any) -> Any:
+        if type(value) is not dict and not isinstance(value, Mapping):
+            raise Invalid(f"expected a mapping for {title}, got {describe_value(value)}")
+        if not value.keys() <= allowed:
+            raise _with_unknown_keys(value)
+        try:
+            obj = inner(value, cls)
+        except ClassValidationError as exc:
+            raise class_error(cls, value, list(exc.exceptions), structure) from None
+        if checked:
+            found = cross_check_errors(obj)
+            if found:
+                raise ClassValidationError(f"While checking {title}", found, cls)
+        return obj
+
+    return structure_attrs
 
 
 def class_fields(cls: type) -> dict[str, Any]:

@@ -192,13 +192,13 @@ def cross_check_errors(obj: object) -> list[Exception]:
     check = getattr(obj, "cross_check", None)
     if check is None:
         return []
+    out: list[Exception] = []
     try:
-        return [
-            Invalid(message, path=tuple(relative.split(".")) if relative else ())
-            for relative, message in check()
-        ]
+        for relative, message in check():
+            out.append(Invalid(message, path=tuple(relative.split(".")) if relative else ()))
     except Exception as exc:  # a broken check is reported where it belongs, never as a traceback
         return [Invalid(f"{type(obj).__qualname__}.cross_check failed: {exc!r}")]
+    return out
 
 
 def _validator_errors(cls: type, kwargs: Mapping[str, Any], skip: set[str]) -> list[Exception]:
