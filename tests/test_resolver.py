@@ -752,14 +752,11 @@ def test_factory_raising_value_error_is_reported_at_the_group_without_traceback(
     assert info.value.__suppress_context__ or info.value.__context__ is None
 
 
-def test_builtin_factory_rejecting_its_arguments_is_reported_at_the_group() -> None:
-    raw = {"model": model(overrides={"n_layers": "3"})}
+def test_builtin_factory_reports_each_bad_model_argument_at_its_key() -> None:
+    raw = {"model": model(overrides={"n_layers": "3", "dimm": 8})}
     assert issues(raw) == [
-        (
-            "model",
-            "create_model_spec() rejected its arguments: invalid model arguments for qwen3_5 debugmodel: "
-            "override 'n_layers' must be int, got str '3'",
-        )
+        ("model.overrides.dimm", "unknown argument 'dimm' of Qwen3_5Args; did you mean 'dim'?"),
+        ("model.overrides.n_layers", "expected an integer, got the string '3'"),
     ]
 
 

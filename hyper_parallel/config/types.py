@@ -22,6 +22,7 @@ from typing import Any, Literal, Union
 
 import attrs
 import cattrs
+from cattrs.dispatch import _DispatchNotFound
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 from cattrs.gen import make_dict_structure_fn
 
@@ -873,17 +874,18 @@ def register_rules(conv: cattrs.Converter) -> None:
 
     Factories registered later win in cattrs, so the table is registered from its end. cattrs keeps its
     coercing hooks for ``int``, ``float``, ``str``, ``bytes`` and ``Path`` in a class dispatch that is asked
-    before any factory, so those classes (and ``bool``, a subclass of ``int``) are registered directly.
+    before any factory and also answers for subclasses (an ``IntEnum`` would be read by ``int(value)``), so
+    those entries are overridden with cattrs' own "no hook here" marker: every annotation reaches the table.
     """
     conv.register_structure_hook_factory(lambda _tp: True, lambda tp: _UNSUPPORTED.structure(tp, conv))
     conv.register_unstructure_hook_factory(lambda _tp: True, lambda cls: _UNSUPPORTED.unstructure(cls, conv))
     for rule in reversed(RULES):
         conv.register_structure_hook_factory(rule.matches, _structure_factory(rule, conv))
         conv.register_unstructure_hook_factory(rule.matches, _unstructure_factory(rule, conv))
-    for cls in (int, float, bool, str, bytes, pathlib.Path):
-        conv.register_structure_hook(cls, rule_for(cls).structure(cls, conv))
-    for cls in (bytes, pathlib.Path, pathlib.PosixPath, pathlib.WindowsPath):
-        conv.register_unstructure_hook(cls, rule_for(cls).unstructure(cls, conv))
+    for cls in (int, float, str, bytes, pathlib.Path):
+        conv.register_structure_hook(cls, _DispatchNotFound)  # type: ignore[arg-type]
+    for cls in (str, bytes, pathlib.Path):
+        conv.register_unstructure_hook(cls, _DispatchNotFound)  # type: ignore[arg-type]
 
 
 def _structure_factory(rule: Rule, conv: cattrs.Converter) -> Callable[[Any], Hook]:
