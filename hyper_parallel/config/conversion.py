@@ -32,6 +32,8 @@ class ConfigConverter(cattrs.Converter):
         self._roots: dict[type, RootFacts] = {}
         #: Structure hooks of root groups' Config classes, whose mappings also hold the ``_target_``.
         self.group_hooks: dict[type, Any] = {}
+        #: Unstructure functions of root groups' Config classes, which write the ``_target_`` first.
+        self.group_writers: dict[type, Any] = {}
         #: Per-converter caches of the overrides machinery: (target, path) -> (type, text reader).
         self.override_fields: dict[tuple[object, tuple[str | int, ...]], tuple[Any, Any]] = {}
         register_rules(self)

@@ -11,7 +11,7 @@ and the arguments it was called with.
 
 import functools
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -21,7 +21,7 @@ from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.options import current_options
 from hyper_parallel.config.recipes import Recipe, recipe_of, remember
 from hyper_parallel.config.targets import Target, TargetError, load_target, qualified_name
-from hyper_parallel.config.types import attrs_hook, describe_value
+from hyper_parallel.config.types import attrs_hook, attrs_unstructure, describe_value
 from hyper_parallel.config.validation import (
     TARGET_KEY,
     Invalid,
@@ -215,16 +215,28 @@ def _unstructure_group(conv: cattrs.Converter, name: str, value: Any, problems: 
             except Exception as exc:
                 problems.extend(problems_of(exc, (name, key)))
         return body
-    cls: Any = type(value)
-    target, why = _target_name(cls)
-    if why is not None:
-        problems.append(Problem((name,), why))
-        return {}
     try:
-        return {TARGET_KEY: target, **conv.get_unstructure_hook(cls)(value)}
+        return _group_writer(conv, type(value))(value)
     except Exception as exc:
         problems.extend(problems_of(exc, (name,)))
         return {}
+
+
+def _group_writer(conv: cattrs.Converter, cls: Any) -> Callable[[Any], dict[str, Any]]:
+    """The unstructure function of a root group's Config class: ``_target_`` first, then every field."""
+    writers = conv.group_writers  # type: ignore[attr-defined]
+    writer = writers.get(cls)
+    if writer is None:
+        target, why = _target_name(cls)
+        if why is None:
+            writer = attrs_unstructure(cls, conv, target)
+        else:
+
+            def writer(value: Any) -> dict[str, Any]:
+                raise Invalid(why)
+
+        writers[cls] = writer
+    return writer  # type: ignore[no-any-return]
 
 
 def _nameable(obj: object) -> str | None:

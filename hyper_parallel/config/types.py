@@ -43,6 +43,7 @@ __all__ = [
     "NO_CHILD",
     "Rule",
     "attrs_hook",
+    "attrs_unstructure",
     "child_names",
     "child_type",
     "describe_type",
@@ -585,10 +586,12 @@ class _Sequence(Rule):
 
 
 class _Mapping(Rule):
-    """``dict[K, V]``, ``Mapping[K, V]`` and bare ``dict``: a YAML mapping (never with a ``_target_``)."""
+    """``dict[K, V]``, ``Mapping[K, V]``, bare ``dict`` (any mapping class): a YAML mapping, structured as a
+    ``dict`` (never with a ``_target_``)."""
 
     def matches(self, tp: Any) -> bool:
-        return (typing.get_origin(tp) or tp) in (dict, Mapping, typing.Dict, typing.Mapping)  # noqa: UP006
+        origin = typing.get_origin(tp) or tp
+        return isinstance(origin, type) and issubclass(origin, Mapping)
 
     def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
         args = typing.get_args(tp)
@@ -645,7 +648,7 @@ class _Attrs(Rule):
         return attrs_hook(tp, conv)
 
     def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
-        return _attrs_unstructure(cls, conv)
+        return attrs_unstructure(cls, conv)
 
     def describe(self, tp: Any) -> str:
         return str(tp.__qualname__)
@@ -763,12 +766,15 @@ def _unstructure_any(conv: cattrs.Converter) -> Callable[[Any], Any]:
     return unstructure_value
 
 
-def _attrs_unstructure(cls: type, conv: cattrs.Converter) -> Callable[[Any], Any]:
-    """A function written out for ``cls``'s fields; a failure is re-run field by field to name the field."""
+def attrs_unstructure(cls: type, conv: cattrs.Converter, target: str | None = None) -> Callable[[Any], Any]:
+    """The unstructure hook of attrs class ``cls``: a function written out for its fields (a failure is
+    re-run field by field to name the field). With ``target``, the mapping starts with that ``_target_``
+    (a root group's)."""
     from hyper_parallel.config.codegen import generate
 
     names = [f.name for f in attrs.fields(cls) if f.init]
-    lines = ["def unstructure(o):", "    try:", "        out = {}"]
+    first = "{}" if target is None else f"{{{TARGET_KEY!r}: {target!r}}}"
+    lines = ["def unstructure(o):", "    try:", f"        out = {first}"]
     for name in names:
         lines.append(f"        v = o.{name}")
         lines.append(f"        out[{name!r}] = v if {_PLAIN} else item(v)")  # plain scalars: no call
@@ -776,7 +782,8 @@ def _attrs_unstructure(cls: type, conv: cattrs.Converter) -> Callable[[Any], Any
     item = _unstructure_any(conv)
 
     def slow(obj: Any) -> Any:
-        out, errors = {}, []
+        out: dict[str, Any] = {} if target is None else {TARGET_KEY: target}
+        errors = []
         for f in attrs.fields(cls):
             if f.init:
                 try:
