@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-import cattrs
 
 from hyper_parallel.config.errors import did_you_mean, echo, format_path
 from hyper_parallel.config.root import RootFacts
@@ -30,6 +29,9 @@ from hyper_parallel.config.types import (
 )
 from hyper_parallel.config.validation import TARGET_KEY, Path, Problem, field_default, problems_of
 from hyper_parallel.config.yaml_load import parse_scalar
+
+if typing.TYPE_CHECKING:  # the converter module imports this one
+    from hyper_parallel.config.conversion import ConfigConverter
 
 __all__ = ["Override", "OverridePatch", "parse_path"]
 
@@ -66,7 +68,7 @@ def parse_path(key: str) -> Path | None:
     return tuple(parts)
 
 
-def _reader(tp: Any, conv: cattrs.Converter) -> Callable[[str], Any]:
+def _reader(tp: Any, conv: "ConfigConverter") -> Callable[[str], Any]:
     """A function reading command-line text as a value of ``tp``; the type is inspected once, here."""
     bare, nullable = strip_optional(tp)
     as_is, may_stay_text = takes_text(bare)
@@ -111,7 +113,7 @@ class OverridePatch:
 
     def __init__(
         self,
-        conv: cattrs.Converter,
+        conv: "ConfigConverter",
         facts: RootFacts,
         overrides: list[Override],
         allowed: tuple[str, ...],
@@ -167,7 +169,7 @@ class OverridePatch:
                 given = isinstance(node, Mapping) and TARGET_KEY in node
                 name = node[TARGET_KEY] if given else self.facts.default_targets.get(group)  # type: ignore[index]
             try:
-                target = load_target(name, self.facts.types[group], self.allowed)
+                target = load_target(name, self.facts.types[group], self.allowed, self.conv.checked_targets)
             except TargetError as exc:
                 if _is_switch(o):
                     self.problems.append(Problem(o.path, str(exc)))
@@ -192,7 +194,9 @@ class OverridePatch:
 
     def _target_of(self, tree: dict[str, Any], group: str) -> Target | None:
         try:
-            return load_target(tree[group].get(TARGET_KEY), self.facts.types[group], self.allowed)
+            return load_target(
+                tree[group].get(TARGET_KEY), self.facts.types[group], self.allowed, self.conv.checked_targets
+            )
         except TargetError as exc:
             self.problems.append(Problem((group, TARGET_KEY), str(exc)))
             return None
@@ -205,7 +209,7 @@ class OverridePatch:
             self.problems.append(Problem(o.path, f"name a field of {group!r}, e.g. {group}.<field>", "key"))
             return None
         key = (target.obj, o.path[1:])
-        cache = self.conv.override_fields  # type: ignore[attr-defined]
+        cache = self.conv.override_fields
         found = cache.get(key)
         if found is None:
             tp = self._field_type(_group_fields(target), o.path[1:], o.path[:1])
@@ -245,11 +249,13 @@ class OverridePatch:
             return
         old_body = tree[group]
         try:
-            old: Target | None = load_target(old_body.get(TARGET_KEY), self.facts.types[group], self.allowed)
+            old: Target | None = load_target(
+                old_body.get(TARGET_KEY), self.facts.types[group], self.allowed, self.conv.checked_targets
+            )
         except TargetError:
             old = None
         try:
-            new = load_target(o.value, self.facts.types[group], self.allowed)
+            new = load_target(o.value, self.facts.types[group], self.allowed, self.conv.checked_targets)
         except TargetError as exc:
             self.problems.append(Problem(o.path, str(exc)))
             return

@@ -9,13 +9,11 @@ each group's runtime class (never the declared base, which would lose a subclass
 and the arguments it was called with.
 """
 
-import functools
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-import cattrs
 
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.options import current_options
@@ -33,6 +31,9 @@ from hyper_parallel.config.validation import (
     field_default,
     problems_of,
 )
+
+if typing.TYPE_CHECKING:  # the converter module imports this one
+    from hyper_parallel.config.conversion import ConfigConverter
 
 __all__ = ["RootFacts", "root_facts", "structure_root", "unstructure_root"]
 
@@ -65,7 +66,7 @@ def root_facts(root_cls: type) -> RootFacts:
 _INVALID: Any = object()
 
 
-def structure_root(conv: cattrs.Converter, facts: RootFacts, raw: object) -> Any:
+def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> Any:
     """Resolve ``raw`` into the root class; raises :class:`Problems` naming every problem."""
     if not isinstance(raw, Mapping):
         raise Invalid(f"expected a mapping of root groups, got {describe_value(raw)}")
@@ -114,7 +115,7 @@ def _check_group_shape(name: str, node: object, problems: list[Problem]) -> bool
 
 
 def _resolve_group(
-    conv: cattrs.Converter,
+    conv: "ConfigConverter",
     path: Path,
     field_type: Any,
     node: Mapping[str, Any],
@@ -122,16 +123,16 @@ def _resolve_group(
     problems: list[Problem],
 ) -> Any:
     try:
-        target = load_target(node[TARGET_KEY], field_type, allowed)
+        target = load_target(node[TARGET_KEY], field_type, allowed, conv.checked_targets)
     except TargetError as exc:
         problems.append(Problem((*path, TARGET_KEY), str(exc)))
         return _INVALID
     if target.is_factory:
         args = {k: v for k, v in node.items() if k != TARGET_KEY}
         return _call_factory(conv, path, field_type, target, args, problems)
-    hook = conv.group_hooks.get(target.obj)  # type: ignore[attr-defined]
+    hook = conv.group_hooks.get(target.obj)
     if hook is None:
-        hook = conv.group_hooks[target.obj] = attrs_hook(target.obj, conv, frozenset({TARGET_KEY}))  # type: ignore[attr-defined]
+        hook = conv.group_hooks[target.obj] = attrs_hook(target.obj, conv, frozenset({TARGET_KEY}))
     try:
         return hook(node, target.obj)
     except Exception as exc:
@@ -140,7 +141,7 @@ def _resolve_group(
 
 
 def _call_factory(
-    conv: cattrs.Converter,
+    conv: "ConfigConverter",
     path: Path,
     field_type: type,
     target: Target,
@@ -193,7 +194,7 @@ def _call_factory(
     return result
 
 
-def unstructure_root(conv: cattrs.Converter, facts: RootFacts, root: Any) -> dict[str, Any]:
+def unstructure_root(conv: "ConfigConverter", facts: RootFacts, root: Any) -> dict[str, Any]:
     """Every root group with its ``_target_`` and every field explicit, in declaration order (a fresh tree).
 
     Raises :class:`Problems` naming each value that cannot be written.
@@ -205,7 +206,7 @@ def unstructure_root(conv: cattrs.Converter, facts: RootFacts, root: Any) -> dic
     return out
 
 
-def _unstructure_group(conv: cattrs.Converter, name: str, value: Any, problems: list[Problem]) -> Any:
+def _unstructure_group(conv: "ConfigConverter", name: str, value: Any, problems: list[Problem]) -> Any:
     recipe = recipe_of(value)
     if recipe is not None:
         body = {TARGET_KEY: recipe.target}
@@ -222,9 +223,9 @@ def _unstructure_group(conv: cattrs.Converter, name: str, value: Any, problems: 
         return {}
 
 
-def _group_writer(conv: cattrs.Converter, cls: Any) -> Callable[[Any], dict[str, Any]]:
+def _group_writer(conv: "ConfigConverter", cls: Any) -> Callable[[Any], dict[str, Any]]:
     """The unstructure function of a root group's Config class: ``_target_`` first, then every field."""
-    writers = conv.group_writers  # type: ignore[attr-defined]
+    writers = conv.group_writers
     writer = writers.get(cls)
     if writer is None:
         target, why = _target_name(cls)
@@ -236,7 +237,7 @@ def _group_writer(conv: cattrs.Converter, cls: Any) -> Callable[[Any], dict[str,
                 raise Invalid(why)
 
         writers[cls] = writer
-    return writer  # type: ignore[no-any-return]
+    return writer
 
 
 def _nameable(obj: object) -> str | None:
@@ -250,7 +251,6 @@ def _nameable(obj: object) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=1024)
 def _target_name(cls: Any) -> tuple[str, str | None]:
     """The ``_target_`` naming ``cls``, and why it cannot be written (None if it can)."""
     if not attrs.has(cls):
