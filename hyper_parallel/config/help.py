@@ -16,9 +16,8 @@ import attrs
 from hyper_parallel.config.errors import ConfigError
 from hyper_parallel.config.recipes import recipe_of
 from hyper_parallel.config.resolver import converter
-from hyper_parallel.config.targets import qualified_name
+from hyper_parallel.config.targets import TARGET_KEY, qualified_name
 from hyper_parallel.config.types import describe_type
-from hyper_parallel.config.validation import TARGET_KEY
 from hyper_parallel.config.yaml_load import is_plain_string
 
 __all__ = ["FieldInfo", "config_help", "factory_param_help", "iter_fields", "summary"]

@@ -17,7 +17,7 @@ import attrs
 
 from hyper_parallel.config.errors import did_you_mean, echo, format_path
 from hyper_parallel.config.root import RootFacts
-from hyper_parallel.config.targets import Target, TargetError, load_target
+from hyper_parallel.config.targets import TARGET_KEY, Target, TargetError, load_target
 from hyper_parallel.config.types import (
     NO_CHILD,
     child_names,
@@ -27,7 +27,7 @@ from hyper_parallel.config.types import (
     strip_optional,
     takes_text,
 )
-from hyper_parallel.config.validation import TARGET_KEY, Path, Problem, field_default, problems_of
+from hyper_parallel.config.validation import Path, Problem, field_default, problems_of
 from hyper_parallel.config.yaml_load import parse_scalar
 
 if typing.TYPE_CHECKING:  # the converter module imports this one

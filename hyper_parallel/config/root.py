@@ -18,10 +18,9 @@ import attrs
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.options import current_options
 from hyper_parallel.config.recipes import Recipe, recipe_of, remember
-from hyper_parallel.config.targets import Target, TargetError, load_target, qualified_name
+from hyper_parallel.config.targets import TARGET_KEY, Target, TargetError, load_target, qualified_name
 from hyper_parallel.config.types import attrs_hook, attrs_unstructure, describe_value
 from hyper_parallel.config.validation import (
-    TARGET_KEY,
     Invalid,
     Path,
     Problem,

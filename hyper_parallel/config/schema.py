@@ -20,8 +20,7 @@ from hyper_parallel.config import types as type_rules
 from hyper_parallel.config.errors import ConfigError
 from hyper_parallel.config.help import factory_param_help
 from hyper_parallel.config.resolver import converter
-from hyper_parallel.config.targets import qualified_name
-from hyper_parallel.config.validation import TARGET_KEY
+from hyper_parallel.config.targets import TARGET_KEY, qualified_name
 
 __all__ = ["discover_targets", "json_schema", "type_schema"]
 

@@ -23,6 +23,7 @@ from hyper_parallel.config.errors import did_you_mean, echo
 __all__ = [
     "ALLOWED_TARGETS_ENV",
     "DEFAULT_ALLOWED_TARGETS",
+    "TARGET_KEY",
     "CheckedTargets",
     "Target",
     "TargetError",
@@ -31,6 +32,8 @@ __all__ = [
     "qualified_name",
 ]
 
+#: The key that names a Config class or factory; allowed on root groups only.
+TARGET_KEY = "_target_"
 #: Module prefixes whose Config classes and factories a config file may name.
 DEFAULT_ALLOWED_TARGETS = ("hyper_parallel",)
 #: Environment variable with extra allowed prefixes, comma-separated (set by trusted launch code).

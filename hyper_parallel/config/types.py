@@ -27,8 +27,8 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 from cattrs.gen import make_dict_structure_fn
 
 from hyper_parallel.config.errors import did_you_mean, echo
+from hyper_parallel.config.targets import TARGET_KEY
 from hyper_parallel.config.validation import (
-    TARGET_KEY,
     Invalid,
     at_attribute,
     at_index,

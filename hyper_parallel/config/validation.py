@@ -23,9 +23,9 @@ from cattrs.errors import (
 )
 
 from hyper_parallel.config.errors import ConfigError, Issue, PathPart, did_you_mean, echo, format_path
+from hyper_parallel.config.targets import TARGET_KEY
 
 __all__ = [
-    "TARGET_KEY",
     "Invalid",
     "Locate",
     "Path",
@@ -42,9 +42,6 @@ __all__ = [
     "to_config_error",
     "validator_message",
 ]
-
-#: The key that names a Config class or factory; allowed on root groups only.
-TARGET_KEY = "_target_"
 
 Path = tuple[PathPart, ...]
 Anchor = Literal["value", "key", "parent"]
