@@ -277,3 +277,19 @@ def test_model_arguments_on_the_command_line_are_reported_at_their_flags(tmp_pat
             "unknown argument 'n_layer' of Qwen3_5Args; did you mean 'n_layers'?",
         ),
     ]
+
+
+def test_help_and_schema_describe_the_new_kinds_from_the_same_table() -> None:
+    from hyper_parallel.config.help import config_help
+    from hyper_parallel.config.schema import type_schema
+
+    lines = config_help(KindsRoot()).splitlines()
+    assert "  --kinds.color  ('red' | 'green'; current: red)" in lines
+    assert "  --kinds.level  (1 | 2; current: 1)" in lines
+    assert "  --kinds.maybe_path  (path | null; current: null)" in lines
+    assert "  --kinds.tags  (set[str]; current: [])" in lines
+    props = type_schema(Kinds.Config)["properties"]
+    assert props["color"]["enum"] == ["red", "green"]
+    assert props["level"]["enum"] == [1, 2]
+    assert props["maybe_path"]["anyOf"] == [{"type": "string"}, {"type": "null"}]
+    assert props["tags"]["uniqueItems"] is True
