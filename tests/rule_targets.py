@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 import attrs
 
+from hyper_parallel.models import ModelSpec
+
 
 class Color(enum.Enum):
     """A string-valued choice."""
@@ -61,3 +63,18 @@ class KindsRoot:
     """A root with one group."""
 
     kinds: Kinds.Config = attrs.field(factory=Kinds.Config, metadata={"help": "The group."})
+
+
+def crashing_model_spec() -> ModelSpec:
+    """A factory whose own code fails."""
+    raise RuntimeError("boom")
+
+
+def exiting_model_spec() -> ModelSpec:
+    """A factory that tries to end the process."""
+    raise SystemExit(3)
+
+
+def interrupted_model_spec() -> ModelSpec:
+    """A factory interrupted by the user (Ctrl-C)."""
+    raise KeyboardInterrupt

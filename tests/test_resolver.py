@@ -4,6 +4,7 @@ Everything goes through the public API (``resolve_root``, ``converter``, ``Confi
 user sees: the exact dotted path of each issue and its message.
 """
 
+import inspect
 import json
 import os
 import pickle
@@ -745,7 +746,11 @@ def test_factory_raising_value_error_is_reported_at_the_group_without_traceback(
     with pytest.raises(ConfigError) as info:
         resolve_root(raw, allowed_targets=TESTS)
     assert [(i.path, i.message) for i in info.value.issues] == [
-        ("model", "failing_model_spec() rejected its arguments: no such checkpoint layout for 'x'")
+        (
+            "model",
+            "failing_model_spec() raised ValueError: no such checkpoint layout for 'x' "
+            f"(at tests/fake_targets.py:{inspect.getsourcelines(fake.failing_model_spec)[1] + 2})",
+        )
     ]
     assert "Traceback" not in str(info.value)
     assert info.value.__cause__ is None

@@ -176,15 +176,21 @@ def dump_config(cfg: TrainerConfig) -> str:
 
 
 def write_config(cfg: TrainerConfig, path: str | os.PathLike[str]) -> None:
-    """Write :func:`dump_config` to ``path`` atomically: a reader sees the old file or the whole new one."""
+    """Write :func:`dump_config` to ``path`` atomically: a reader sees the old file or the whole new one.
+
+    The file gets the permissions any new file gets (``0o666`` less the umask), or keeps those of the file
+    it replaces; the temporary file it is written through is private until then.
+    """
     import tempfile  # only the writing path pays for it; a dry run never does
 
     text = dump_config(cfg)
     target = os.fspath(path)
     folder, name = os.path.split(target)
     try:
+        mode = _file_mode(target)
         fd, tmp = tempfile.mkstemp(dir=folder or ".", prefix=f".{name}.", suffix=".tmp")
         try:
+            os.chmod(tmp, mode)
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 out.write(text)
                 out.flush()
@@ -198,3 +204,15 @@ def write_config(cfg: TrainerConfig, path: str | os.PathLike[str]) -> None:
         raise ConfigError(
             [Issue("$", f"cannot write the config: {exc.strerror or exc}", str(path))]
         ) from None
+
+
+def _file_mode(path: str) -> int:
+    """The permission bits ``path`` has, or those a new file gets under the current umask."""
+    import stat
+
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+        os.umask(umask)
+        return 0o666 & ~umask

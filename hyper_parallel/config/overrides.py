@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from hyper_parallel.config.errors import did_you_mean, echo, format_path
+from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path
 from hyper_parallel.config.root import RootFacts
 from hyper_parallel.config.targets import TARGET_KEY, Target, TargetError, load_target
 from hyper_parallel.config.types import (
@@ -80,8 +80,8 @@ def _reader(tp: Any, conv: "ConfigConverter") -> Callable[[str], Any]:
         def read_text_or_value(text: str) -> Any:
             if nullable and text in _NULLS:
                 return None
-            parsed = parse_scalar(text)
             try:
+                parsed = parse_scalar(text)
                 hook(parsed, tp)
             except Exception:
                 return text
@@ -219,7 +219,16 @@ class OverridePatch:
                 cache.clear()
             found = cache[key] = (tp, _reader(tp, self.conv))
         tp, reader = found
-        return tp, reader(o.value) if isinstance(o.value, str) else o.value
+        if not isinstance(o.value, str):
+            return tp, o.value
+        try:
+            return tp, reader(o.value)
+        except ConfigError as exc:  # text that is not a value at all ('[1,'): reported at its override
+            for issue in exc.issues:
+                column = issue.location.rpartition(":")[2] if issue.location else ""
+                where = f" (column {column})" if column.isdigit() and int(column) > 1 else ""
+                self.problems.append(Problem(o.path, f"cannot read {echo(o.value)}: {issue.message}{where}"))
+            return None
 
     def _field_type(self, fields: dict[str, Any], rest: Path, here: Path) -> Any:
         """The annotation at ``rest`` below a group with ``fields``, or NO_CHILD after recording a problem."""

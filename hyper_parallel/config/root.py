@@ -173,9 +173,8 @@ def _call_factory(
     except Problems as exc:  # the factory's own checks, each at its own argument
         problems.extend(problems_of(exc, path))
         return _INVALID
-    except Exception as exc:
-        detail = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
-        problems.append(Problem(path, f"{short}() rejected its arguments: {detail}"))
+    except (Exception, SystemExit) as exc:  # a factory never ends the process; Ctrl-C still interrupts
+        problems.append(Problem(path, f"{short}() raised {type(exc).__name__}: {exc}{_raised_at(exc)}"))
         return _INVALID
     if not isinstance(result, field_type):
         got = "null" if result is None else f"a {type(result).__qualname__}"
@@ -191,6 +190,23 @@ def _call_factory(
     explicit = {n: kwargs.get(n, target.defaults.get(n)) for n in target.params}
     remember(result, Recipe(target.name, explicit, target.obj))
     return result
+
+
+def _raised_at(exc: BaseException) -> str:
+    """`` (at file:line)`` of the innermost frame that raised ``exc`` outside the config layer, or ``""``."""
+    import os
+    import traceback  # only a failing factory pays for it
+
+    here = os.path.dirname(__file__)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.dirname(f.filename) != here]
+    if not frames:
+        return ""
+    name = frames[-1].filename
+    try:
+        shown = os.path.relpath(name)
+    except ValueError:  # another drive (Windows)
+        shown = name
+    return f" (at {name if shown.startswith('..') else shown}:{frames[-1].lineno})"
 
 
 def unstructure_root(conv: "ConfigConverter", facts: RootFacts, root: Any) -> dict[str, Any]:

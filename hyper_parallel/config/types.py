@@ -30,6 +30,7 @@ from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.targets import TARGET_KEY
 from hyper_parallel.config.validation import (
     Invalid,
+    Problems,
     at_attribute,
     at_index,
     class_error,
@@ -163,7 +164,7 @@ class _Any(Rule):
         return tp is Any or tp is object
 
     def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
-        return _identity
+        return _structure_any
 
     def describe(self, tp: Any) -> str:
         return str(tp)
@@ -175,8 +176,28 @@ class _Any(Rule):
         return True
 
 
-def _identity(value: Any, _tp: Any) -> Any:
+def _structure_any(value: Any, _tp: Any) -> Any:
+    """Any value, as it is; but a ``_target_`` at any depth is refused (only root groups name targets)."""
+    if type(value) is dict or type(value) is list:
+        found = list(_nested_targets(value, ()))
+        if found:
+            problem = nested_target(())
+            raise Problems("nested '_target_'", [problem._replace(path=path) for path in found])
     return value
+
+
+def _nested_targets(value: Any, path: tuple[str | int, ...]) -> Any:
+    """The path of every ``_target_`` key inside ``value``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            here = (*path, key if isinstance(key, str) else echo(key))
+            if key == TARGET_KEY:
+                yield here
+            else:
+                yield from _nested_targets(item, here)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _nested_targets(item, (*path, i))
 
 
 def _same(value: Any) -> Any:
