@@ -169,3 +169,43 @@ def test_rewriting_a_config_file_keeps_its_permissions(tmp_path: Path, umask: No
     write_config(load_config(FULL), out)
     assert stat.S_IMODE(out.stat().st_mode) == 0o640
     assert list(tmp_path.iterdir()) == [out]
+
+
+# --- text that UTF-8 cannot hold ---------------------------------------------------------------------------
+
+NOT_UTF8 = "'\\udcff' is not valid UTF-8 text (it holds a lone surrogate, as from bytes that are not UTF-8)"
+
+
+@pytest.mark.parametrize("key", ["metrics.run_name", "tokenizer.path", "checkpoint.folder"])
+def test_a_lone_surrogate_from_the_shell_is_refused_at_its_flag(key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(FULL, {key: "\udcff"})
+    assert _report(info.value) == [(f"--{key}", key, NOT_UTF8)]
+
+
+@pytest.mark.parametrize(("raw", "tp"), [("\udcff", str), ({"\udcff": 1}, dict[str, int]), ("\udcff", Path)])
+def test_a_lone_surrogate_never_enters_through_the_converter(raw: object, tp: Any) -> None:
+    with pytest.raises(ConfigError) as info:
+        converter.structure(raw, tp)
+    assert [i.message for i in info.value.issues] == [NOT_UTF8]
+
+
+def test_text_in_any_script_is_taken(tmp_path: Path) -> None:
+    cfg = apply_overrides(load_config(FULL), {"metrics.run_name": "実験-é"})
+    out = tmp_path / "out.yaml"
+    write_config(cfg, out)
+    assert load_config(out) == cfg
+
+
+def test_a_config_built_in_python_with_a_lone_surrogate_is_not_written(tmp_path: Path) -> None:
+    import attrs
+
+    cfg = load_config(FULL)
+    bad = attrs.evolve(cfg, metrics=attrs.evolve(cfg.metrics, run_name="\udcff"))  # type: ignore[misc]
+    out = tmp_path / "out.yaml"
+    with pytest.raises(ConfigError) as info:
+        write_config(bad, out)
+    assert _report(info.value) == [
+        (None, "metrics.run_name", f"{NOT_UTF8} and cannot be written to a config file")
+    ]
+    assert not out.exists()

@@ -217,7 +217,7 @@ class _Scalar(Rule):
         return self.hook
 
     def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
-        return _unstructure_float if self.cls is float else _same
+        return {float: _unstructure_float, str: _unstructure_str}.get(self.cls, _same)
 
     def describe(self, tp: Any) -> str:
         return self.name
@@ -280,8 +280,29 @@ def _structure_bool(value: Any, _tp: Any) -> Any:
 
 def _structure_str(value: Any, _tp: Any) -> Any:
     if type(value) is str:
-        return value
+        if value.isascii() or _utf8(value):
+            return value
+        raise Invalid(_NOT_UTF8.format(echo(value)))
     raise Invalid(f"expected a string, got {describe_value(value)}")
+
+
+#: A string Python holds but UTF-8 cannot encode: a lone surrogate, which is how a shell's non-UTF-8 bytes
+#: reach ``sys.argv``. Such text could not be written to a config file and read back, so it never enters.
+_NOT_UTF8 = "{} is not valid UTF-8 text (it holds a lone surrogate, as from bytes that are not UTF-8)"
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unstructure_str(value: Any) -> Any:
+    if value.isascii() or _utf8(value):
+        return value
+    raise Invalid(_NOT_UTF8.format(echo(value)) + " and cannot be written to a config file")
 
 
 def _structure_none(value: Any, _tp: Any) -> Any:
@@ -380,14 +401,16 @@ class _Path(Rule):
 
     def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
         def structure_path(value: Any, _tp: Any) -> Any:
-            if type(value) is str or isinstance(value, pathlib.PurePath):
-                return tp(value)
+            if isinstance(value, pathlib.PurePath):
+                value = str(value)
+            if type(value) is str:
+                return tp(_structure_str(value, str))
             raise Invalid(f"expected a path (a string), got {describe_value(value)}")
 
         return structure_path
 
     def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
-        return str
+        return lambda value: _unstructure_str(str(value))
 
     def describe(self, tp: Any) -> str:
         return "path"
@@ -417,14 +440,23 @@ class _Union(Rule):
         rest = [(m, conv.get_structure_hook(m)) for m in members if m is not type(None)]
         if len(rest) == 1:
             ((only, hook),) = rest
-            if only is str or only is bool:  # the most common optional fields take no call when sound
+            # The most common optional fields take no call when sound.
+            if only is str:
 
-                def structure_optional_exact(value: Any, _tp: Any) -> Any:
-                    if value is None or type(value) is only:
+                def structure_optional_str(value: Any, _tp: Any) -> Any:
+                    if value is None or (type(value) is str and value.isascii()):
                         return value
                     return hook(value, only)
 
-                return structure_optional_exact
+                return structure_optional_str
+            if only is bool:
+
+                def structure_optional_bool(value: Any, _tp: Any) -> Any:
+                    if value is None or value is True or value is False:
+                        return value
+                    return hook(value, only)
+
+                return structure_optional_bool
 
             def structure_optional(value: Any, _tp: Any) -> Any:
                 return None if value is None else hook(value, only)
@@ -773,7 +805,8 @@ def class_schema(cls: type, target: str | None, default_of: Callable[[Any], Any]
 
 #: True when ``v`` is a scalar that unstructures to itself (a finite float included).
 _PLAIN = (
-    "v is None or type(v) is str or type(v) is int or type(v) is bool or (type(v) is float and v - v == 0.0)"
+    "v is None or (type(v) is str and v.isascii()) or type(v) is int or type(v) is bool"
+    " or (type(v) is float and v - v == 0.0)"
 )
 
 
