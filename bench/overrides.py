@@ -13,7 +13,7 @@ from typing import Any
 
 from hyper_parallel.config import ConfigError, apply_overrides
 from hyper_parallel.config.help import iter_fields
-from hyper_parallel.config.structure import TARGET_KEY
+from hyper_parallel.config.targets import TARGET_KEY
 
 __all__ = ["generate_overrides"]
 

@@ -17,7 +17,8 @@ import attrs
 import pytest
 
 from hyper_parallel.config import converter, resolve_root
-from hyper_parallel.config.root import recipe_of
+from hyper_parallel.config import types as type_rules
+from hyper_parallel.config.recipes import recipe_of
 from hyper_parallel.config.yaml_load import load_yaml_file
 from hyper_parallel.trainer.config import TrainerConfig
 
@@ -86,20 +87,20 @@ def test_second_resolve_imports_no_target(raw: Any, monkeypatch: pytest.MonkeyPa
     assert calls == []
 
 
-def test_second_resolve_reuses_compiled_hooks(raw: Any) -> None:
+def test_second_resolve_reuses_compiled_hooks(raw: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     first = resolve_root(raw)
-    structurer = converter.structurer
     classes = _group_classes(first)
     assert len(classes) >= 10
-    hooks = {cls: structurer.for_type(cls) for cls in classes}
+    hooks = {cls: converter.get_structure_hook(cls) for cls in classes}
     root_hook = converter.get_structure_hook(TrainerConfig)
-    compiled = dict(structurer._cache)
 
+    def no_new_hooks(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"a structure hook was generated again: {args[0]!r}")
+
+    monkeypatch.setattr(type_rules, "make_dict_structure_fn", no_new_hooks)
     second = resolve_root(raw)
     assert second == first
     assert _group_classes(second) == classes
     for cls, fn in hooks.items():
-        assert structurer.for_type(cls) is fn, cls
+        assert converter.get_structure_hook(cls) is fn, cls
     assert converter.get_structure_hook(TrainerConfig) is root_hook
-    assert structurer._cache.keys() == compiled.keys()
-    assert all(structurer._cache[tp] is fn for tp, fn in compiled.items())

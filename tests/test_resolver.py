@@ -4,6 +4,7 @@ Everything goes through the public API (``resolve_root``, ``converter``, ``Confi
 user sees: the exact dotted path of each issue and its message.
 """
 
+import inspect
 import json
 import os
 import pickle
@@ -745,21 +746,22 @@ def test_factory_raising_value_error_is_reported_at_the_group_without_traceback(
     with pytest.raises(ConfigError) as info:
         resolve_root(raw, allowed_targets=TESTS)
     assert [(i.path, i.message) for i in info.value.issues] == [
-        ("model", "failing_model_spec() rejected its arguments: no such checkpoint layout for 'x'")
+        (
+            "model",
+            "failing_model_spec() raised ValueError: no such checkpoint layout for 'x' "
+            f"(at tests/fake_targets.py:{inspect.getsourcelines(fake.failing_model_spec)[1] + 2})",
+        )
     ]
     assert "Traceback" not in str(info.value)
     assert info.value.__cause__ is None
     assert info.value.__suppress_context__ or info.value.__context__ is None
 
 
-def test_builtin_factory_rejecting_its_arguments_is_reported_at_the_group() -> None:
-    raw = {"model": model(overrides={"n_layers": "3"})}
+def test_builtin_factory_reports_each_bad_model_argument_at_its_key() -> None:
+    raw = {"model": model(overrides={"n_layers": "3", "dimm": 8})}
     assert issues(raw) == [
-        (
-            "model",
-            "create_model_spec() rejected its arguments: invalid model arguments for qwen3_5 debugmodel: "
-            "override 'n_layers' must be int, got str '3'",
-        )
+        ("model.overrides.dimm", "unknown argument 'dimm' of Qwen3_5Args; did you mean 'dim'?"),
+        ("model.overrides.n_layers", "expected an integer, got the string '3'"),
     ]
 
 

@@ -1,18 +1,24 @@
-"""The cattrs converter class of the config layer (the instance lives in ``resolver``).
+"""The cattrs converter class of the config layer (the instance bound to the root is ``resolver.converter``).
 
 ``converter.structure(raw, TrainerConfig)`` is a supported public call, so the resolver lives in cattrs
-hooks: a strict hook for every type (no coercion, every problem with its path, one :class:`ConfigError`),
-and, for a registered root class, a hook that dispatches each root group on its ``_target_``.
-Unstructuring goes by each value's runtime class and puts ``_target_`` back on root groups.
+hooks, found by cattrs' own dispatch: the table of type rules (:mod:`hyper_parallel.config.types`) gives a
+strict hook for every kind of annotation (no coercion), cattrs' generator builds the hooks of attrs classes,
+and a registered root class gets a hook that dispatches each root group on its ``_target_``.
+``converter.get_structure_hook(T)`` returns those hooks; they raise cattrs' structured errors.
+``converter.structure`` and ``converter.unstructure`` turn any such error into one :class:`ConfigError`
+naming every problem at its path.
 """
 
 from typing import Any, TypeVar
 
 import cattrs
 
-from hyper_parallel.config.root import current_options, structure_root, to_config_error
-from hyper_parallel.config.structure import INVALID, Problem, Structurer
-from hyper_parallel.config.unstructure import unstructure_root, unstructure_value
+from hyper_parallel.config.errors import ConfigError
+from hyper_parallel.config.options import current_options
+from hyper_parallel.config.root import RootFacts, root_facts, structure_root, unstructure_root
+from hyper_parallel.config.targets import CheckedTargets
+from hyper_parallel.config.types import register_rules
+from hyper_parallel.config.validation import problems_of, to_config_error
 
 __all__ = ["ConfigConverter"]
 
@@ -23,37 +29,50 @@ class ConfigConverter(cattrs.Converter):
     """A cattrs ``Converter`` whose structuring is strict and reports every problem at once."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.structurer = Structurer()
-        self._roots: set[type] = set()
-        self.register_structure_hook_func(lambda _tp: True, self._structure_strict)
-        self.register_unstructure_hook_func(lambda _tp: True, self._unstructure_any)
+        super().__init__(forbid_extra_keys=True, detailed_validation=True)
+        self._roots: dict[type, RootFacts] = {}
+        #: Structure hooks of root groups' Config classes, whose mappings also hold the ``_target_``.
+        self.group_hooks: dict[type, Any] = {}
+        #: Unstructure functions of root groups' Config classes, which write the ``_target_`` first.
+        self.group_writers: dict[type, Any] = {}
+        #: Targets checked by this converter's resolves (see :func:`.targets.load_target`).
+        self.checked_targets: CheckedTargets = {}
+        #: Per-converter caches of the overrides machinery: (target, path) -> (type, text reader).
+        self.override_fields: dict[tuple[object, tuple[str | int, ...]], tuple[Any, Any]] = {}
+        register_rules(self)
 
     def register_root(self, root_cls: type) -> None:
         """Make ``root_cls`` a root: each of its fields is a group that a ``_target_`` builds."""
-        self._roots.add(root_cls)
-        self.register_structure_hook(root_cls, self._structure_root)
-        self.register_unstructure_hook(root_cls, unstructure_root)
+        facts = self._roots[root_cls] = root_facts(root_cls)
 
-    def _structure_root(self, raw: Any, root_cls: type[T]) -> T:
-        problems: list[Problem] = []
-        result = structure_root(self.structurer, root_cls, raw, problems)
-        if problems or result is INVALID:
-            raise to_config_error(problems, current_options().locate)
-        return result  # type: ignore[no-any-return]
+        def structure_root_hook(raw: Any, _tp: Any) -> Any:
+            return structure_root(self, facts, raw)
 
-    def _structure_strict(self, raw: Any, tp: Any) -> Any:
-        problems: list[Problem] = []
-        result = self.structurer.structure(raw, tp, (), problems)
-        if problems:
-            raise to_config_error(problems, current_options().locate)
-        return result
+        def unstructure_root_hook(value: Any) -> Any:
+            return unstructure_root(self, facts, value)
 
-    def _unstructure_any(self, value: Any) -> Any:
-        if type(value) in self._roots:
-            return unstructure_root(value)
-        problems: list[Problem] = []
-        out = unstructure_value(value, (), problems)
-        if problems:
-            raise to_config_error(problems, None)
-        return out
+        self.register_structure_hook(root_cls, structure_root_hook)
+        self.register_unstructure_hook(root_cls, unstructure_root_hook)
+
+    def root_facts(self, root_cls: type) -> RootFacts:
+        """The facts of a registered root class."""
+        return self._roots[root_cls]
+
+    def structure(self, obj: Any, cl: type[T]) -> T:
+        """Structure ``obj`` as ``cl``; raises :class:`ConfigError` listing every problem, located when
+        the enclosing :func:`~hyper_parallel.config.options.resolve_options` knows the source."""
+        try:
+            return self.get_structure_hook(cl)(obj, cl)  # type: ignore[no-any-return]
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise to_config_error(problems_of(exc), current_options().locate) from None
+
+    def unstructure(self, obj: Any, unstructure_as: Any = None) -> Any:
+        """The raw form of ``obj`` (by its runtime class); :class:`ConfigError` for what cannot be written."""
+        try:
+            return self.get_unstructure_hook(obj.__class__ if unstructure_as is None else unstructure_as)(obj)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise to_config_error(problems_of(exc), None) from None

@@ -13,10 +13,11 @@ from typing import Any
 
 import attrs
 
-from hyper_parallel.config.root import recipe_of
-from hyper_parallel.config.structure import TARGET_KEY, describe_type
-from hyper_parallel.config.targets import qualified_name
-from hyper_parallel.config.unstructure import unstructure_value
+from hyper_parallel.config.errors import ConfigError
+from hyper_parallel.config.recipes import recipe_of
+from hyper_parallel.config.resolver import converter
+from hyper_parallel.config.targets import TARGET_KEY, qualified_name
+from hyper_parallel.config.types import describe_type
 from hyper_parallel.config.yaml_load import is_plain_string
 
 __all__ = ["FieldInfo", "config_help", "factory_param_help", "iter_fields", "summary"]
@@ -96,7 +97,11 @@ def iter_fields(root: Any) -> Iterator[FieldInfo]:
 
 def _inline(value: Any) -> str:
     """A value on one line, in YAML flow style, cut at 200 characters."""
-    text = _flow(unstructure_value(value, (), []))
+    try:
+        raw = converter.unstructure(value)
+    except ConfigError:
+        raw = repr(value)
+    text = _flow(raw)
     return text if len(text) < 200 else text[:197] + "..."
 
 

@@ -6,19 +6,14 @@ through one restructure, and ``dump_config`` writes YAML that resolves back to a
 """
 
 import contextlib
-import functools
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
-
-import attrs
+from typing import TYPE_CHECKING
 
 from hyper_parallel.config.errors import ConfigError, Issue, echo
+from hyper_parallel.config.options import current_options, resolve_options
 from hyper_parallel.config.resolver import converter
-from hyper_parallel.config.root import Locate, current_options, resolve_options, to_config_error
-from hyper_parallel.config.structure import Path, Problem, field_default
-from hyper_parallel.config.targets import qualified_name
-from hyper_parallel.config.unstructure import shared_tree
+from hyper_parallel.config.validation import Locate, Path, Problem, to_config_error
 from hyper_parallel.config.yaml_load import SourceMap, load_yaml_file
 from hyper_parallel.trainer.config import TrainerConfig
 
@@ -135,49 +130,28 @@ def _locator(parsed: "list[Override]", sources: SourceMap | None) -> Locate:
 
 
 def _override_issues(raw: object, parsed: "list[Override]", locate: Locate) -> list[Issue]:
-    from hyper_parallel.config.overrides import check_overrides
+    from hyper_parallel.config.overrides import OverridePatch
 
-    problems: list[Problem] = []
-    allowed = current_options().allowed
-    check_overrides(raw, parsed, _root_fields(), _default_targets(), allowed, converter.structurer, problems)
-    return list(to_config_error(problems, locate).issues) if problems else []
-
-
-@functools.cache
-def _default_targets() -> dict[str, str]:
-    """The ``_target_`` of each root group's default value (groups that have one)."""
-    out = {}
-    for f in attrs.fields(TrainerConfig):
-        default = field_default(f)
-        if default is not attrs.NOTHING:
-            out[f.name] = qualified_name(type(default))
-    return out
-
-
-@functools.cache
-def _root_fields() -> dict[str, Any]:
-    """Each root group's field type (the type its ``_target_`` must build)."""
-    attrs.resolve_types(TrainerConfig)
-    return {f.name: f.type for f in attrs.fields(TrainerConfig) if f.init}
+    patch = OverridePatch(converter, converter.root_facts(TrainerConfig), parsed, current_options().allowed)
+    patch.check(raw)
+    return list(to_config_error(patch.problems, locate).issues) if patch.problems else []
 
 
 def _apply(
     cfg: TrainerConfig, parsed: "list[Override]", sources: SourceMap | None, locate: Locate
 ) -> TrainerConfig:
-    problems: list[Problem] = []
+    from hyper_parallel.config.overrides import OverridePatch
 
     def set_by_user(path: Path) -> str | None:
         if sources is not None and path in sources:
             return f"at {sources.key(path) or sources.value(path)}"
         return None
 
-    tree = shared_tree(cfg)  # patch_tree copies whatever it changes
-    root_fields = _root_fields()
-    from hyper_parallel.config.overrides import patch_tree
-
-    patch_tree(
-        tree, parsed, root_fields, current_options().allowed, converter.structurer, set_by_user, problems
-    )
+    facts = converter.root_facts(TrainerConfig)
+    patch = OverridePatch(converter, facts, parsed, current_options().allowed, set_by_user)
+    tree = converter.unstructure(cfg)  # a fresh tree, the patch's own
+    patch.patch(tree)
+    problems = patch.problems
     # Restructure even when some overrides could not be placed, so every bad override is reported at once.
     try:
         with resolve_options(locate=locate):
@@ -198,19 +172,25 @@ def dump_config(cfg: TrainerConfig) -> str:
     """
     from hyper_parallel.config.yaml_dump import dump_yaml  # writing is not on the resolve path
 
-    return dump_yaml(shared_tree(cfg))
+    return dump_yaml(converter.unstructure(cfg))
 
 
 def write_config(cfg: TrainerConfig, path: str | os.PathLike[str]) -> None:
-    """Write :func:`dump_config` to ``path`` atomically: a reader sees the old file or the whole new one."""
+    """Write :func:`dump_config` to ``path`` atomically: a reader sees the old file or the whole new one.
+
+    The file gets the permissions any new file gets (``0o666`` less the umask), or keeps those of the file
+    it replaces; the temporary file it is written through is private until then.
+    """
     import tempfile  # only the writing path pays for it; a dry run never does
 
     text = dump_config(cfg)
     target = os.fspath(path)
     folder, name = os.path.split(target)
     try:
+        mode = _file_mode(target)
         fd, tmp = tempfile.mkstemp(dir=folder or ".", prefix=f".{name}.", suffix=".tmp")
         try:
+            os.chmod(tmp, mode)
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 out.write(text)
                 out.flush()
@@ -224,3 +204,15 @@ def write_config(cfg: TrainerConfig, path: str | os.PathLike[str]) -> None:
         raise ConfigError(
             [Issue("$", f"cannot write the config: {exc.strerror or exc}", str(path))]
         ) from None
+
+
+def _file_mode(path: str) -> int:
+    """The permission bits ``path`` has, or those a new file gets under the current umask."""
+    import stat
+
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+        os.umask(umask)
+        return 0o666 & ~umask

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hyper_parallel.config.conversion import ConfigConverter
-from hyper_parallel.config.root import resolve_options
+from hyper_parallel.config.options import resolve_options
 from hyper_parallel.trainer.config import TrainerConfig
 
 __all__ = ["converter", "resolve_root"]

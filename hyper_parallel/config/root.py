@@ -1,152 +1,98 @@
-"""Resolving a root document: one ``_target_`` per root group, dispatched by the root class's field types.
+"""The root class in both directions: one ``_target_`` per root group in, ``_target_`` back on each group out.
 
-The root class (``TrainerConfig``) declares the groups; this module keeps no list of component names. For
-each group given in the document it checks and imports the ``_target_``, checks the arguments against the
-target's fields or signature, and only then constructs or calls it. Every problem in every group is
-collected; nothing is called while the document still has an unknown root field.
+The root class (``TrainerConfig``) declares the groups; this module keeps no list of component names. Its
+facts (group names, field types, default targets) are computed once, when the root is registered on the
+converter. Structuring checks and imports each group's ``_target_``, checks the arguments against the
+target's fields or signature, and only then constructs or calls it; every problem in every group is
+collected, and nothing is called while the document still has an unknown root field. Unstructuring writes
+each group's runtime class (never the declared base, which would lose a subclass's fields), or the factory
+and the arguments it was called with.
 """
 
-import contextlib
-import contextvars
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-from hyper_parallel.config.errors import ConfigError, Issue, did_you_mean, echo, format_path
-from hyper_parallel.config.identity import IdentityMap
-from hyper_parallel.config.structure import (
-    INVALID,
-    TARGET_KEY,
+from hyper_parallel.config.errors import did_you_mean, echo
+from hyper_parallel.config.options import current_options
+from hyper_parallel.config.recipes import Recipe, recipe_of, remember
+from hyper_parallel.config.targets import TARGET_KEY, Target, TargetError, load_target, qualified_name
+from hyper_parallel.config.types import attrs_hook, attrs_unstructure, describe_value
+from hyper_parallel.config.validation import (
+    Invalid,
     Path,
     Problem,
-    Structurer,
-    build_attrs,
-    describe_value,
-    run_cross_check,
-)
-from hyper_parallel.config.targets import Target, TargetError, allowed_prefixes, load_target
-
-__all__ = ["Recipe", "ResolveOptions", "recipe_of", "resolve_options", "structure_root", "to_config_error"]
-
-Locate = Callable[[Problem], str | None]
-
-
-class ResolveOptions(typing.NamedTuple):
-    """Per-call settings of a resolve, passed down through a context variable (safe across threads)."""
-
-    #: Allowed module prefixes for targets.
-    allowed: tuple[str, ...]
-    #: Maps a problem to its source location.
-    locate: Locate | None = None
-
-
-_OPTIONS: contextvars.ContextVar[ResolveOptions | None] = contextvars.ContextVar(
-    "resolve_options", default=None
+    Problems,
+    construct,
+    cross_check_errors,
+    field_default,
+    problems_of,
 )
 
+if typing.TYPE_CHECKING:  # the converter module imports this one
+    from hyper_parallel.config.conversion import ConfigConverter
 
-@contextlib.contextmanager
-def resolve_options(
-    *, allowed_targets: Iterable[str] | None = None, locate: Locate | None = None
-) -> Iterator[ResolveOptions]:
-    """Set the allowed target prefixes and the source locator for resolves in this context.
-
-    What is not given is inherited from an enclosing context, so a nested call never loses its caller's
-    allowlist or locations.
-    """
-    outer = _OPTIONS.get()
-    if allowed_targets is None and outer is not None:
-        allowed = outer.allowed
-    else:
-        allowed = allowed_prefixes(allowed_targets)
-    options = ResolveOptions(allowed, locate or (outer.locate if outer else None))
-    token = _OPTIONS.set(options)
-    try:
-        yield options
-    finally:
-        _OPTIONS.reset(token)
+__all__ = ["RootFacts", "root_facts", "structure_root", "unstructure_root"]
 
 
-def current_options() -> ResolveOptions:
-    """The options of the enclosing :func:`resolve_options`, or the defaults."""
-    return _OPTIONS.get() or ResolveOptions(allowed_prefixes())
+class RootFacts(typing.NamedTuple):
+    """What the resolver, the overrides and the dump need to know about a root class."""
+
+    #: The root class.
+    cls: type
+    #: Each group's field type (what its ``_target_`` must build), in declaration order.
+    types: Mapping[str, Any]
+    #: Each group's attrs field.
+    fields: Mapping[str, "attrs.Attribute[Any]"]
+    #: The ``_target_`` of each group's default value (groups that have one).
+    default_targets: Mapping[str, str]
 
 
-def to_config_error(problems: Iterable[Problem], locate: Locate | None) -> ConfigError:
-    """Turn problems into one :class:`ConfigError`, each issue located by ``locate``."""
-    seen: dict[tuple[Path, str], Issue] = {}
-    for p in problems:
-        seen.setdefault(
-            (p.path, p.message), Issue(format_path(p.path), p.message, locate(p) if locate else None)
-        )
-    return ConfigError(seen.values())
+def root_facts(root_cls: type) -> RootFacts:
+    """The facts of ``root_cls``, computed once (by the converter, when the root is registered)."""
+    attrs.resolve_types(root_cls)
+    fields = {f.name: f for f in attrs.fields(root_cls) if f.init}
+    defaults = {}
+    for name, f in fields.items():
+        default = field_default(f)
+        if default is not attrs.NOTHING:
+            defaults[name] = qualified_name(type(default))
+    return RootFacts(root_cls, {n: f.type for n, f in fields.items()}, fields, defaults)
 
 
-class Recipe(typing.NamedTuple):
-    """How a factory-built root value was made: the factory, its dotted name and its checked arguments."""
-
-    #: Canonical dotted name of the factory.
-    target: str
-    #: Every parameter's value, as structured.
-    args: Mapping[str, Any]
-    #: The factory function itself.
-    factory: Callable[..., Any]
+_INVALID: Any = object()
 
 
-# Factory results cannot hold their own recipe (frozen, slotted), so recipes are kept beside them.
-_RECIPES: IdentityMap[Recipe] = IdentityMap()
-
-
-def recipe_of(obj: object) -> Recipe | None:
-    """The recipe of a value a factory built during a resolve, or None."""
-    return _RECIPES.get(obj)
-
-
-_ROOT_FIELDS: dict[type, dict[str, "attrs.Attribute[Any]"]] = {}
-
-
-def _root_fields(root_cls: type) -> dict[str, "attrs.Attribute[Any]"]:
-    """The root class's init fields by name, with their types resolved (computed once per class)."""
-    fields = _ROOT_FIELDS.get(root_cls)
-    if fields is None:
-        attrs.resolve_types(root_cls)
-        fields = _ROOT_FIELDS[root_cls] = {f.name: f for f in attrs.fields(root_cls) if f.init}
-    return fields
-
-
-def structure_root(structurer: Structurer, root_cls: type, raw: object, problems: list[Problem]) -> Any:
-    """Resolve ``raw`` into ``root_cls``, appending every problem; returns INVALID if there were any."""
+def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> Any:
+    """Resolve ``raw`` into the root class; raises :class:`Problems` naming every problem."""
     if not isinstance(raw, Mapping):
-        problems.append(Problem((), f"expected a mapping of root groups, got {describe_value(raw)}"))
-        return INVALID
-    fields = _root_fields(root_cls)
-    unknown = [k for k in raw if k not in fields]
-    for key in unknown:
-        if isinstance(key, str):
-            message = f"unknown root field {echo(key)}{did_you_mean(key, fields)}"
-        else:
-            message = f"root field names must be strings, got {describe_value(key)}"
-        problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
+        raise Invalid(f"expected a mapping of root groups, got {describe_value(raw)}")
+    problems: list[Problem] = []
+    for key in raw:
+        if key not in facts.types:
+            if isinstance(key, str):
+                message = f"unknown root field {echo(key)}{did_you_mean(key, facts.types)}"
+            else:
+                message = f"root field names must be strings, got {describe_value(key)}"
+            problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
     if problems:  # nothing is imported or called while the document names a group that does not exist
-        return INVALID
+        raise Problems("invalid config", problems)
 
     allowed = current_options().allowed
     groups: dict[str, Any] = {}
     for name, node in raw.items():
-        if not _check_group_shape(name, node, problems):
-            continue
-        field = fields[name]
-        value = _resolve_group(structurer, (name,), field.type, node, allowed, problems)
-        if value is not INVALID:
-            groups[field.alias or name] = value
-    missing = [n for n, f in fields.items() if f.default is attrs.NOTHING and n not in raw]
-    for name in missing:
-        problems.append(Problem((name,), f"missing required root group {name!r}", "parent"))
+        if _check_group_shape(name, node, problems):
+            value = _resolve_group(conv, (name,), facts.types[name], node, allowed, problems)
+            if value is not _INVALID:
+                groups[facts.fields[name].alias or name] = value
+    for name, f in facts.fields.items():
+        if f.default is attrs.NOTHING and name not in raw:
+            problems.append(Problem((name,), f"missing required root group {name!r}", "parent"))
     if problems:
-        return INVALID
-    return build_attrs(root_cls, groups, (), problems)
+        raise Problems("invalid config", problems)
+    return construct(facts.cls, groups)
 
 
 def _check_group_shape(name: str, node: object, problems: list[Problem]) -> bool:
@@ -168,7 +114,7 @@ def _check_group_shape(name: str, node: object, problems: list[Problem]) -> bool
 
 
 def _resolve_group(
-    structurer: Structurer,
+    conv: "ConfigConverter",
     path: Path,
     field_type: Any,
     node: Mapping[str, Any],
@@ -176,18 +122,25 @@ def _resolve_group(
     problems: list[Problem],
 ) -> Any:
     try:
-        target = load_target(node[TARGET_KEY], field_type, allowed)
+        target = load_target(node[TARGET_KEY], field_type, allowed, conv.checked_targets)
     except TargetError as exc:
         problems.append(Problem((*path, TARGET_KEY), str(exc)))
-        return INVALID
-    if not target.is_factory:
-        return structurer.for_group(target.obj)(node, path, problems)
-    args = {k: v for k, v in node.items() if k != TARGET_KEY}
-    return _call_factory(structurer, path, field_type, target, args, problems)
+        return _INVALID
+    if target.is_factory:
+        args = {k: v for k, v in node.items() if k != TARGET_KEY}
+        return _call_factory(conv, path, field_type, target, args, problems)
+    hook = conv.group_hooks.get(target.obj)
+    if hook is None:
+        hook = conv.group_hooks[target.obj] = attrs_hook(target.obj, conv, frozenset({TARGET_KEY}))
+    try:
+        return hook(node, target.obj)
+    except Exception as exc:
+        problems.extend(problems_of(exc, path))
+        return _INVALID
 
 
 def _call_factory(
-    structurer: Structurer,
+    conv: "ConfigConverter",
     path: Path,
     field_type: type,
     target: Target,
@@ -205,29 +158,119 @@ def _call_factory(
             )
     for name in sorted(target.required - set(args)):
         problems.append(Problem((*path, name), f"missing required parameter {name!r} of {short}()", "parent"))
-    kwargs = {
-        name: structurer.structure(value, target.params[name], (*path, name), problems)
-        for name, value in args.items()
-        if name in target.params
-    }
+    kwargs = {}
+    for name, value in args.items():
+        if name in target.params:
+            tp = target.params[name]
+            try:
+                kwargs[name] = conv.get_structure_hook(tp)(value, tp)
+            except Exception as exc:
+                problems.extend(problems_of(exc, (*path, name)))
     if len(problems) > before:
-        return INVALID
+        return _INVALID
     try:
         result = target.obj(**kwargs)
-    except Exception as exc:
-        detail = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
-        problems.append(Problem(path, f"{short}() rejected its arguments: {detail}"))
-        return INVALID
+    except Problems as exc:  # the factory's own checks, each at its own argument
+        problems.extend(problems_of(exc, path))
+        return _INVALID
+    except (Exception, SystemExit) as exc:  # a factory never ends the process; Ctrl-C still interrupts
+        problems.append(Problem(path, f"{short}() raised {type(exc).__name__}: {exc}{_raised_at(exc)}"))
+        return _INVALID
     if not isinstance(result, field_type):
         got = "null" if result is None else f"a {type(result).__qualname__}"
         problems.append(
             Problem(path, f"{short}() returned {got}, not the {field_type.__qualname__} it declares")
         )
-        return INVALID
-    run_cross_check(result, path, problems)
+        return _INVALID
+    for found in cross_check_errors(result):
+        problems.extend(problems_of(found, path))
     if len(problems) > before:
-        return INVALID
+        return _INVALID
     # Every parameter explicit, in signature order, so a dump shows what the factory really received.
-    args = {n: kwargs.get(n, target.defaults.get(n)) for n in target.params}
-    _RECIPES.set(result, Recipe(target.name, args, target.obj))
+    explicit = {n: kwargs.get(n, target.defaults.get(n)) for n in target.params}
+    remember(result, Recipe(target.name, explicit, target.obj))
     return result
+
+
+def _raised_at(exc: BaseException) -> str:
+    """`` (at file:line)`` of the innermost frame that raised ``exc`` outside the config layer, or ``""``."""
+    import os
+    import traceback  # only a failing factory pays for it
+
+    here = os.path.dirname(__file__)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.dirname(f.filename) != here]
+    if not frames:
+        return ""
+    name = frames[-1].filename
+    try:
+        shown = os.path.relpath(name)
+    except ValueError:  # another drive (Windows)
+        shown = name
+    return f" (at {name if shown.startswith('..') else shown}:{frames[-1].lineno})"
+
+
+def unstructure_root(conv: "ConfigConverter", facts: RootFacts, root: Any) -> dict[str, Any]:
+    """Every root group with its ``_target_`` and every field explicit, in declaration order (a fresh tree).
+
+    Raises :class:`Problems` naming each value that cannot be written.
+    """
+    problems: list[Problem] = []
+    out = {name: _unstructure_group(conv, name, getattr(root, name), problems) for name in facts.types}
+    if problems:
+        raise Problems("cannot write the config", problems)
+    return out
+
+
+def _unstructure_group(conv: "ConfigConverter", name: str, value: Any, problems: list[Problem]) -> Any:
+    recipe = recipe_of(value)
+    if recipe is not None:
+        body = {TARGET_KEY: recipe.target}
+        for key, arg in recipe.args.items():
+            try:
+                body[key] = conv.get_unstructure_hook(arg.__class__)(arg)
+            except Exception as exc:
+                problems.extend(problems_of(exc, (name, key)))
+        return body
+    try:
+        return _group_writer(conv, type(value))(value)
+    except Exception as exc:
+        problems.extend(problems_of(exc, (name,)))
+        return {}
+
+
+def _group_writer(conv: "ConfigConverter", cls: Any) -> Callable[[Any], dict[str, Any]]:
+    """The unstructure function of a root group's Config class: ``_target_`` first, then every field."""
+    writers = conv.group_writers
+    writer = writers.get(cls)
+    if writer is None:
+        target, why = _target_name(cls)
+        if why is None:
+            writer = attrs_unstructure(cls, conv, target)
+        else:
+
+            def writer(value: Any) -> dict[str, Any]:
+                raise Invalid(why)
+
+        writers[cls] = writer
+    return writer
+
+
+def _nameable(obj: object) -> str | None:
+    """Why ``obj`` cannot be named by a dotted path, or None if it can."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", "")
+    if module in (None, "__main__"):
+        return f"it is defined in {module or 'no module'!s}"
+    if "<" in qualname:
+        return f"{qualname!r} is a lambda or a local definition"
+    return None
+
+
+def _target_name(cls: Any) -> tuple[str, str | None]:
+    """The ``_target_`` naming ``cls``, and why it cannot be written (None if it can)."""
+    if not attrs.has(cls):
+        return "", f"a {cls.__qualname__} cannot be written to a config file"
+    why = _nameable(cls)
+    if why is not None:
+        return "", f"{cls.__qualname__} cannot be named as a '_target_': {why}"
+    return qualified_name(cls), None

@@ -11,15 +11,16 @@ import math
 import pkgutil
 import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Iterable
+from typing import Any
 
 import attrs
 
+from hyper_parallel.config import types as type_rules
+from hyper_parallel.config.errors import ConfigError
 from hyper_parallel.config.help import factory_param_help
-from hyper_parallel.config.structure import INT_LIMIT, TARGET_KEY, field_default, union_args
-from hyper_parallel.config.targets import qualified_name
-from hyper_parallel.config.unstructure import unstructure_value
+from hyper_parallel.config.resolver import converter
+from hyper_parallel.config.targets import TARGET_KEY, qualified_name
 
 __all__ = ["discover_targets", "json_schema", "type_schema"]
 
@@ -28,70 +29,20 @@ Schema = dict[str, Any]
 
 def type_schema(tp: Any) -> Schema:
     """The JSON Schema of one annotation, as strict as the resolver (no coercion)."""
-    if tp is Any or tp is object:
-        return {}
-    if tp is bool:
-        return {"type": "boolean"}
-    if tp is int:
-        return {"type": "integer", "minimum": -INT_LIMIT - 1, "maximum": INT_LIMIT}
-    if tp is float:
-        return {"type": "number"}
-    if tp is str:
-        return {"type": "string"}
-    if tp is type(None):
-        return {"type": "null"}
-    members = union_args(tp)
-    if members is not None:
-        return {"anyOf": [type_schema(a) for a in members]}
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is Literal:
-        return {"enum": list(args)}
-    if origin is tuple and args and args[-1] is not Ellipsis:
-        items = [type_schema(a) for a in args]
-        return {"type": "array", "prefixItems": items, "items": False, "minItems": len(items)}
-    if origin in (list, tuple, Sequence):
-        return {"type": "array", "items": type_schema(args[0]) if args else {}}
-    if origin in (dict, Mapping):
-        return {"type": "object", "additionalProperties": type_schema(args[1]) if args else {}}
-    if isinstance(tp, type) and attrs.has(tp):
-        return _class_schema(tp, None)
-    return {"not": {}, "description": f"{tp!r} cannot be given in a config file"}
+    return type_rules.type_schema(tp, _default)
 
 
 def _default(value: Any) -> Any:
-    problems: list[Any] = []
-    out = unstructure_value(value, (), problems)
-    if problems or (isinstance(out, float) and not math.isfinite(out)):
+    """A default value as a file writes it, or None when it cannot be written."""
+    try:
+        out = converter.unstructure(value)
+    except ConfigError:
         return None
-    return out
+    return None if isinstance(out, float) and not math.isfinite(out) else out
 
 
 def _class_schema(cls: type, target: str | None) -> Schema:
-    attrs.resolve_types(cls)
-    props: Schema = {}
-    required: list[str] = []
-    if target is not None:
-        props[TARGET_KEY] = {"const": target}
-        required.append(TARGET_KEY)
-    for f in attrs.fields(cls):
-        if not f.init:
-            continue
-        prop = type_schema(f.type)
-        if f.metadata.get("help"):
-            prop["description"] = f.metadata["help"]
-        default = field_default(f)
-        if default is attrs.NOTHING:
-            required.append(f.name)
-        elif (d := _default(default)) is not None or default is None:
-            prop["default"] = d
-        props[f.name] = prop
-    schema: Schema = {"type": "object", "properties": props, "additionalProperties": False}
-    if required:
-        schema["required"] = required
-    if cls.__doc__:
-        schema["description"] = inspect.cleandoc(cls.__doc__).split("\n\n")[0]
-    return schema
+    return type_rules.class_schema(cls, target, _default)
 
 
 def _factory_schema(fn: Any) -> Schema:

@@ -23,6 +23,8 @@ from hyper_parallel.config.errors import did_you_mean, echo
 __all__ = [
     "ALLOWED_TARGETS_ENV",
     "DEFAULT_ALLOWED_TARGETS",
+    "TARGET_KEY",
+    "CheckedTargets",
     "Target",
     "TargetError",
     "allowed_prefixes",
@@ -30,6 +32,8 @@ __all__ = [
     "qualified_name",
 ]
 
+#: The key that names a Config class or factory; allowed on root groups only.
+TARGET_KEY = "_target_"
 #: Module prefixes whose Config classes and factories a config file may name.
 DEFAULT_ALLOWED_TARGETS = ("hyper_parallel",)
 #: Environment variable with extra allowed prefixes, comma-separated (set by trusted launch code).
@@ -133,30 +137,32 @@ def _import(name: str) -> object:
     return obj
 
 
-#: Checked targets by ``(name, field type, allowed prefixes)``. Failures are never cached, and a hit is
-#: used only while the dotted name still reaches the same object through the imported modules, so a
-#: re-bound or re-imported target is checked again. Keeps a warm resolve from re-importing and
+#: Checked targets by ``(name, field type, allowed prefixes)`` (a converter keeps one). Failures are never
+#: cached, and a hit is used only while the dotted name still reaches the same object through the imported
+#: modules, so a re-bound or re-imported target is checked again. Keeps a warm resolve from re-importing and
 #: re-inspecting every target (``typing.get_type_hints`` and ``inspect.signature`` of each factory).
-_CHECKED: dict[tuple[str, type, tuple[str, ...]], tuple[Target, list[str]]] = {}
+CheckedTargets = dict[tuple[str, type, tuple[str, ...]], tuple[Target, list[str]]]
 _MISSING = object()
 
 
-def load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Target:
+def load_target(
+    name: object, field_type: type, allowed: tuple[str, ...], checked: CheckedTargets | None = None
+) -> Target:
     """Check, import and classify ``name`` for a root field of type ``field_type``; nothing is called.
 
     Raises :class:`TargetError` with a user-facing message for anything that is not an allowed Config class
-    deriving from ``field_type`` or an allowed, fully annotated factory declared to return one. A target
-    checked before with the same field type and allowed prefixes is returned from a cache while the name
-    still reaches the same object.
+    deriving from ``field_type`` or an allowed, fully annotated factory declared to return one. With
+    ``checked``, a target checked before with the same field type and allowed prefixes is taken from there
+    while the name still reaches the same object.
     """
-    if not isinstance(name, str):
+    if not isinstance(name, str) or checked is None:
         return _load_target(name, field_type, allowed)
     key = (name, field_type, allowed)
-    hit = _CHECKED.get(key)
+    hit = checked.get(key)
     if hit is not None and _walk(hit[1]) is hit[0].obj:
         return hit[0]
     target = _load_target(name, field_type, allowed)
-    _CHECKED[key] = (target, name.split("."))
+    checked[key] = (target, name.split("."))
     return target
 
 

@@ -1,20 +1,22 @@
-"""Helpers shared by the model factories: flavor lookup and typed ``overrides``.
+"""The one body of every model factory: flavor lookup, typed ``overrides``, the ``ModelSpec``.
 
 ``create_model_spec(flavor=..., overrides={...})`` must fail loudly and early: an unknown flavor or
-override key names the closest valid one, a value of the wrong type is refused instead of coerced, and
-the architecture validators and ``cross_check`` run on the result. Every problem becomes a ``ValueError``.
+override key names the closest valid one, a value of the wrong type is refused instead of coerced, and the
+architecture validators and ``cross_check`` run on the result. Override values are checked by the config
+layer's own type rules (the hooks ``converter.structure`` uses), and every problem is reported at its own
+key: the resolver places ``overrides.n_layers`` under the group, so a file's mistake points at its line
+and a command line's at its flag.
 """
 
-import types
 import typing
-from collections.abc import Mapping
-from typing import Literal, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import attrs
 
-from hyper_parallel.models.spec import ModelArgs
+from hyper_parallel.models.spec import ModelArgs, ModelSpec
 
-__all__ = ["OverrideValue", "apply_overrides", "lookup_flavor", "require_torch", "suggest"]
+__all__ = ["OverrideValue", "create_spec", "lookup_flavor", "override_args", "require_torch", "suggest"]
 
 #: Values ``overrides`` may carry: model arguments are scalars (nested sections via dotted keys).
 OverrideValue = int | float | bool | str | None
@@ -39,106 +41,99 @@ def lookup_flavor(family: str, table: Mapping[str, A], flavor: str) -> A:
     raise ValueError(f"unknown {family} flavor {flavor!r}{suggest(str(flavor), table)} (known: {known})")
 
 
-def _options(annotation: object) -> tuple[object, ...]:
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return typing.get_args(annotation)
-    return (annotation,)
+def create_spec(
+    family: str,
+    table: Mapping[str, ModelArgs],
+    flavor: str,
+    weights_path: str | None,
+    overrides: Mapping[str, OverrideValue] | None,
+    *,
+    build_model_fn: Callable[..., Any],
+    parallelize_fn: Callable[..., Any],
+    state_dict_adapter: type,
+) -> ModelSpec:
+    """A ``ModelSpec`` of ``family``: ``flavor``'s arguments from ``table`` with ``overrides`` applied."""
+    args = override_args(lookup_flavor(family, table, flavor), overrides, f"{family} {flavor}")
+    return ModelSpec(
+        name=family,
+        flavor=flavor,
+        args=args,
+        weights_path=weights_path,
+        build_model_fn=build_model_fn,
+        parallelize_fn=parallelize_fn,
+        state_dict_adapter=state_dict_adapter,
+    )
 
 
-def _describe(annotation: object) -> str:
-    parts = []
-    for option in _options(annotation):
-        if option is type(None):
-            parts.append("None")
-        elif typing.get_origin(option) is Literal:
-            parts.extend(repr(v) for v in typing.get_args(option))
-        else:
-            parts.append(getattr(option, "__name__", repr(option)))
-    return " | ".join(parts)
+def override_args(args: A, overrides: Mapping[str, OverrideValue] | None, what: str) -> A:
+    """``args`` with ``overrides`` applied (dotted keys reach nested sections), fully checked.
 
-
-def _coerce(annotation: object, value: object) -> tuple[bool, object]:
-    """``(True, value)`` if ``value`` fits ``annotation`` exactly (an int may fill a float field)."""
-    for option in _options(annotation):
-        if option is type(None) and value is None:
-            return True, None
-        if typing.get_origin(option) is Literal:
-            if any(type(v) is type(value) and v == value for v in typing.get_args(option)):
-                return True, value
-        elif option in (int, bool, str) and type(value) is option:
-            return True, value
-        elif option is float and type(value) in (int, float):
-            return True, float(typing.cast(float, value))
-    return False, value
-
-
-def _field_type(obj: object, name: str) -> object | None:
-    cls = type(obj)
-    if not attrs.has(cls) or name not in attrs.fields_dict(cls):
-        return None
-    hint: object = typing.get_type_hints(cls)[name]
-    return hint
-
-
-def _replace(obj: object, parts: list[str], value: object) -> object:
-    head, *rest = parts
-    if not rest:
-        return attrs.evolve(obj, **{head: value})  # type: ignore[misc]
-    return attrs.evolve(obj, **{head: _replace(getattr(obj, head), rest, value)})  # type: ignore[misc]
-
-
-def apply_overrides(args: A, overrides: Mapping[str, OverrideValue] | None, what: str) -> A:
-    """Return ``args`` with ``overrides`` applied (dotted keys reach nested sections), fully checked.
-
-    ``what`` names the flavor in messages. Raises one ``ValueError`` listing every problem.
+    ``what`` names the flavor in messages. Raises one ``ValueError`` (the config layer's ``Problems``)
+    listing every problem, each at ``overrides.<key>`` (or ``overrides`` for a check of the whole result).
     """
-    problems: list[str] = []
+    from hyper_parallel.config.validation import Problem, Problems
+
+    problems: list[Problem] = []
     result: A = args
     for key, value in (overrides or {}).items():
-        parts = str(key).split(".")
-        owner: object = result
-        annotation: object | None = None
-        for depth, part in enumerate(parts):
-            annotation = _field_type(owner, part)
-            if annotation is None:
-                prefix = ".".join(parts[:depth])
-                names = [
-                    (f"{prefix}." if prefix else "") + f.name
-                    for f in attrs.fields(typing.cast("type[attrs.AttrsInstance]", type(owner)))
-                ]
-                problems.append(
-                    f"unknown override {key!r} for {what} ({type(owner).__name__}){suggest(str(key), names)}"
-                )
-                break
-            if depth < len(parts) - 1:
-                owner = getattr(owner, part)
-                if owner is None or not attrs.has(type(owner)):
-                    section = ".".join(parts[: depth + 1])
-                    state = "null in this flavor" if owner is None else "not a section"
-                    problems.append(f"override {key!r}: {section} is {state}")
-                    annotation = None
-                    break
-        if annotation is None:
-            continue
-        current = getattr(owner, parts[-1])
-        if attrs.has(type(current)):
-            problems.append(f"override {key!r} is a section; override its fields as '{key}.<field>'")
-            continue
-        ok, checked = _coerce(annotation, value)
-        if not ok:
-            problems.append(
-                f"override {key!r} must be {_describe(annotation)}, got {type(value).__name__} {value!r}"
-            )
-            continue
-        try:
-            result = typing.cast(A, _replace(result, parts, checked))
-        except (TypeError, ValueError) as exc:
-            problems.append(f"override {key!r}: {exc}")
+        found = _override_one(result, str(key), value)
+        if isinstance(found, Problem):
+            problems.append(found)
+        else:
+            result = found
     if not problems:
-        problems.extend(f"{path or 'args'}: {message}" for path, message in result.cross_check())
+        keys = {str(k) for k in overrides or {}}
+        for path, message in result.cross_check():
+            if path in keys:
+                problems.append(Problem(("overrides", path), message))
+            else:
+                problems.append(Problem(("overrides",), f"{path or 'args'}: {message}"))
     if problems:
-        raise ValueError(f"invalid model arguments for {what}: " + "; ".join(problems))
+        raise Problems(f"invalid model arguments for {what}", problems)
     return result
+
+
+def _override_one(args: A, key: str, value: object) -> "A | Any":
+    """``args`` with one override applied, or the :class:`Problem` that keeps it from applying."""
+    from hyper_parallel.config.resolver import converter
+    from hyper_parallel.config.validation import Problem, problems_of, validator_message
+
+    here = ("overrides", key)
+    parts = key.split(".")
+    owner: object = args
+    for depth, part in enumerate(parts):
+        cls = type(owner)
+        fields = attrs.fields_dict(cls)  # type: ignore[arg-type]
+        if part not in fields or not fields[part].init:
+            prefix = ".".join(parts[:depth])
+            names = [(f"{prefix}." if prefix else "") + name for name in fields]
+            return Problem(here, f"unknown argument {key!r} of {cls.__name__}{suggest(key, names)}", "key")
+        if depth < len(parts) - 1:
+            owner = getattr(owner, part)
+            if owner is None or not attrs.has(type(owner)):
+                section = ".".join(parts[: depth + 1])
+                state = "null in this flavor" if owner is None else "not a section"
+                return Problem(here, f"{section} is {state}", "key")
+    field = attrs.fields_dict(type(owner))[parts[-1]]  # type: ignore[arg-type]
+    if attrs.has(type(getattr(owner, parts[-1]))):
+        return Problem(here, f"{key!r} is a section; set its fields as '{key}.<field>'", "key")
+    annotation = typing.get_type_hints(type(owner))[field.name]
+    try:
+        checked = converter.get_structure_hook(annotation)(value, annotation)
+    except Exception as exc:
+        (first, *_) = problems_of(exc, here)
+        return first
+    try:
+        return _replace(args, parts, checked)
+    except (TypeError, ValueError) as exc:
+        return Problem(here, validator_message(exc))
+
+
+def _replace(obj: Any, parts: list[str], value: object) -> Any:
+    head, *rest = parts
+    if not rest:
+        return attrs.evolve(obj, **{head: value})
+    return attrs.evolve(obj, **{head: _replace(getattr(obj, head), rest, value)})
 
 
 def require_torch(model: str, what: str) -> None:

@@ -6,7 +6,7 @@ never touches the filesystem (``weights_path`` is checked when the weights are l
 
 from typing import Literal
 
-from hyper_parallel.models._factory import apply_overrides, lookup_flavor
+from hyper_parallel.models._factory import create_spec
 from hyper_parallel.models.llama3.args import LLAMA3_FLAVORS, Llama3Args, RopeScaling
 from hyper_parallel.models.llama3.runtime import Llama3StateDictAdapter, build_model, parallelize
 from hyper_parallel.models.spec import ModelSpec
@@ -32,13 +32,12 @@ def create_model_spec(
         weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's, e.g. {rope_scaling.factor: 16.0}.
     """
-    args = lookup_flavor("llama3", LLAMA3_FLAVORS, flavor)
-    args = apply_overrides(args, overrides, f"llama3 {flavor}")
-    return ModelSpec(
-        name="llama3",
-        flavor=flavor,
-        args=args,
-        weights_path=weights_path,
+    return create_spec(
+        "llama3",
+        LLAMA3_FLAVORS,
+        flavor,
+        weights_path,
+        overrides,
         build_model_fn=build_model,
         parallelize_fn=parallelize,
         state_dict_adapter=Llama3StateDictAdapter,

@@ -7,7 +7,7 @@ never touch the filesystem (``weights_path`` is checked when the weights are loa
 
 from typing import Literal
 
-from hyper_parallel.models._factory import apply_overrides, lookup_flavor
+from hyper_parallel.models._factory import create_spec
 from hyper_parallel.models.qwen3_5.args import (
     QWEN3_5_FLAVORS,
     QWEN3_5_VL_FLAVORS,
@@ -54,13 +54,12 @@ def create_model_spec(
         weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's (e.g. {n_layers: 4}).
     """
-    args = lookup_flavor("qwen3_5", QWEN3_5_FLAVORS, flavor)
-    args = apply_overrides(args, overrides, f"qwen3_5 {flavor}")
-    return ModelSpec(
-        name="qwen3_5",
-        flavor=flavor,
-        args=args,
-        weights_path=weights_path,
+    return create_spec(
+        "qwen3_5",
+        QWEN3_5_FLAVORS,
+        flavor,
+        weights_path,
+        overrides,
         build_model_fn=build_model,
         parallelize_fn=parallelize,
         state_dict_adapter=Qwen3_5StateDictAdapter,
@@ -82,13 +81,12 @@ def create_vl_model_spec(
         weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's, e.g. {vision.depth: 2}.
     """
-    args = lookup_flavor("qwen3_5_vl", QWEN3_5_VL_FLAVORS, flavor)
-    args = apply_overrides(args, overrides, f"qwen3_5_vl {flavor}")
-    return ModelSpec(
-        name="qwen3_5_vl",
-        flavor=flavor,
-        args=args,
-        weights_path=weights_path,
+    return create_spec(
+        "qwen3_5_vl",
+        QWEN3_5_VL_FLAVORS,
+        flavor,
+        weights_path,
+        overrides,
         build_model_fn=build_vl_model,
         parallelize_fn=parallelize_vl,
         state_dict_adapter=Qwen3_5VLStateDictAdapter,

@@ -1,0 +1,957 @@
+"""The table of type rules: every question the config layer asks about an annotation, answered in one place.
+
+Each kind of annotation (a scalar, ``Literal``, ``Enum``, ``pathlib.Path``, a union, a list, a mapping, an
+attrs class, ...) is one :class:`Rule`. A rule answers, for the annotations it matches: the strict structure
+hook the converter registers (no coercion: ``"200"`` is not an int), how a structured value of that kind
+unstructures, the words of "expected X" messages and of ``--help``, the JSON schema, whether command-line
+text is taken as it is, and how an override path steps into it. A new field type is one rule here.
+
+Hooks are cattrs hooks ``hook(value, type) -> value``; they raise :class:`~hyper_parallel.config.validation.
+Invalid` for a value they refuse and cattrs' ``ClassValidationError`` / ``IterableValidationError`` (with
+notes naming the attribute, index or key) for containers, so ``cattrs`` users can read them as usual.
+"""
+
+import enum
+import math
+import pathlib
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, Union
+
+import attrs
+import cattrs
+from cattrs.dispatch import _DispatchNotFound
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+from cattrs.gen import make_dict_structure_fn
+
+from hyper_parallel.config.errors import did_you_mean, echo
+from hyper_parallel.config.targets import TARGET_KEY
+from hyper_parallel.config.validation import (
+    Invalid,
+    Problems,
+    at_attribute,
+    at_index,
+    class_error,
+    cross_check_errors,
+    field_default,
+    nested_target,
+)
+
+__all__ = [
+    "INT_LIMIT",
+    "NO_CHILD",
+    "Rule",
+    "attrs_hook",
+    "attrs_unstructure",
+    "child_names",
+    "child_type",
+    "describe_type",
+    "describe_value",
+    "expected",
+    "register_rules",
+    "rule_for",
+    "strip_optional",
+    "takes_text",
+    "type_schema",
+    "union_args",
+]
+
+#: Largest magnitude accepted for an integer field (int64, what every training runtime stores).
+INT_LIMIT = 2**63 - 1
+
+Hook = Callable[[Any, Any], Any]
+Schema = dict[str, Any]
+#: :func:`child_type`'s answer when an annotation has no such child.
+NO_CHILD: Any = object()
+
+
+def describe_value(value: object) -> str:
+    """How a raw value reads in a message: ``the string '1'``, ``the boolean true``, ``null`` ..."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int):
+        return f"the integer {echo(value)}"
+    if isinstance(value, float):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string {echo(value)}"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}"
+    return f"a value of type {type(value).__name__}"
+
+
+def union_args(tp: object) -> tuple[object, ...] | None:
+    """The members of a ``Union``/``X | Y`` annotation, or None for any other annotation."""
+    origin = typing.get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        return typing.get_args(tp)
+    return None
+
+
+def strip_optional(tp: object) -> tuple[object, bool]:
+    """``X | None`` -> ``(X, True)``; any other annotation -> ``(tp, False)``."""
+    members = union_args(tp)
+    if members is not None and type(None) in members:
+        rest = [m for m in members if m is not type(None)]
+        if len(rest) == 1:
+            return rest[0], True
+    return tp, False
+
+
+class Rule:
+    """One kind of annotation. The defaults describe a kind that cannot be given in a config file."""
+
+    def matches(self, tp: Any) -> bool:
+        """Whether this rule answers for ``tp`` (an annotation, or the runtime class of a value)."""
+        return True
+
+    def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
+        """The strict structure hook for ``tp``."""
+        name = describe_type(tp)
+
+        def structure_unsupported(value: Any, _tp: Any) -> Any:
+            raise Invalid(f"a value of type {name} cannot be given in a config file")
+
+        return structure_unsupported
+
+    def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
+        """How a value of runtime class ``cls`` is written to a file."""
+        kind = getattr(cls, "__qualname__", repr(cls))
+
+        def unstructure_unsupported(value: Any) -> Any:
+            shown = getattr(value, "__qualname__", kind)
+            raise Invalid(f"{shown} cannot be written to a config file")
+
+        return unstructure_unsupported
+
+    def describe(self, tp: Any) -> str:
+        """The annotation in ``--help`` and messages: ``int | None``, ``list[str]``."""
+        return getattr(tp, "__qualname__", None) or str(tp)
+
+    def expected(self, tp: Any) -> str:
+        """What an "expected ..., got ..." message asks for: ``an integer``, ``a list``."""
+        return describe_type(tp)
+
+    def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
+        """The JSON schema of ``tp``, as strict as the hook; ``default_of`` writes a default value."""
+        return {"not": {}, "description": f"{describe_type(tp)} cannot be given in a config file"}
+
+    def text_as_is(self, tp: Any) -> bool:
+        """Whether command-line text is the value itself (a string, a path), not a YAML scalar to parse."""
+        return False
+
+    def takes_text(self, tp: Any) -> bool:
+        """Whether a string can be a value of ``tp`` (then text that parses but does not fit stays text)."""
+        return False
+
+    def child(self, tp: Any, segment: str | int) -> Any:
+        """The annotation one override path segment below ``tp``, or :data:`NO_CHILD`."""
+        return NO_CHILD
+
+    def names(self, tp: Any) -> list[str]:
+        """The child names to suggest for a misspelled segment."""
+        return []
+
+
+class _Any(Rule):
+    def matches(self, tp: Any) -> bool:
+        return tp is Any or tp is object
+
+    def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
+        return _structure_any
+
+    def describe(self, tp: Any) -> str:
+        return str(tp)
+
+    def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
+        return {}
+
+    def takes_text(self, tp: Any) -> bool:
+        return True
+
+
+def _structure_any(value: Any, _tp: Any) -> Any:
+    """Any value, as it is; but a ``_target_`` at any depth is refused (only root groups name targets)."""
+    if type(value) is dict or type(value) is list:
+        found = list(_nested_targets(value, ()))
+        if found:
+            problem = nested_target(())
+            raise Problems("nested '_target_'", [problem._replace(path=path) for path in found])
+    return value
+
+
+def _nested_targets(value: Any, path: tuple[str | int, ...]) -> Any:
+    """The path of every ``_target_`` key inside ``value``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            here = (*path, key if isinstance(key, str) else echo(key))
+            if key == TARGET_KEY:
+                yield here
+            else:
+                yield from _nested_targets(item, here)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _nested_targets(item, (*path, i))
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+class _Scalar(Rule):
+    """``int``, ``float``, ``bool``, ``str`` and ``None``: exact YAML types, no coercion."""
+
+    def __init__(self, cls: type, name: str, expected: str, schema: Schema, hook: Hook) -> None:
+        self.cls, self.name, self.words, self.json, self.hook = cls, name, expected, schema, hook
+
+    def matches(self, tp: Any) -> bool:
+        return tp is self.cls
+
+    def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
+        return self.hook
+
+    def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
+        return {float: _unstructure_float, str: _unstructure_str}.get(self.cls, _same)
+
+    def describe(self, tp: Any) -> str:
+        return self.name
+
+    def expected(self, tp: Any) -> str:
+        return self.words
+
+    def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
+        return dict(self.json)
+
+    def text_as_is(self, tp: Any) -> bool:
+        return self.cls is str
+
+    def takes_text(self, tp: Any) -> bool:
+        return self.cls is str
+
+
+def _structure_int(value: Any, _tp: Any) -> Any:
+    if type(value) is int:
+        if -INT_LIMIT - 1 <= value <= INT_LIMIT:
+            return value
+        raise Invalid(f"integer out of range (must fit in 64 bits), got {echo(value)}")
+    raise Invalid(f"expected an integer, got {describe_value(value)}")
+
+
+# PyYAML's own loaders follow YAML 1.1, where a float needs a dot: ``1e-4`` reads as the string "1e-4".
+_YAML11_STRING_FLOAT = re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+")
+_YAML11_FLOAT_HINT = (
+    " (a YAML 1.1 reader such as yaml.safe_load reads 1e-4 as text: write 1.0e-4, or load the file with "
+    "load_config, which reads YAML 1.2)"
+)
+
+
+def _structure_float(value: Any, _tp: Any) -> Any:
+    kind = type(value)
+    if kind is float:
+        if value - value == 0.0:  # finite: inf - inf and nan - nan are nan
+            return value
+        raise Invalid(f"expected a finite number, got {value!r}")
+    if kind is int:
+        try:
+            return float(value)
+        except OverflowError:
+            raise Invalid(f"number too large, got {echo(value)}") from None
+    hint = _YAML11_FLOAT_HINT if kind is str and _YAML11_STRING_FLOAT.fullmatch(value) else ""
+    raise Invalid(f"expected a number, got {describe_value(value)}{hint}")
+
+
+def _unstructure_float(value: Any) -> Any:
+    if math.isfinite(value):
+        return value
+    raise Invalid(f"{value!r} cannot be written to a config file")
+
+
+def _structure_bool(value: Any, _tp: Any) -> Any:
+    if value is True or value is False:
+        return value
+    raise Invalid(f"expected a boolean (true or false), got {describe_value(value)}")
+
+
+def _structure_str(value: Any, _tp: Any) -> Any:
+    if type(value) is str:
+        if value.isascii() or _utf8(value):
+            return value
+        raise Invalid(_NOT_UTF8.format(echo(value)))
+    raise Invalid(f"expected a string, got {describe_value(value)}")
+
+
+#: A string Python holds but UTF-8 cannot encode: a lone surrogate, which is how a shell's non-UTF-8 bytes
+#: reach ``sys.argv``. Such text could not be written to a config file and read back, so it never enters.
+_NOT_UTF8 = "{} is not valid UTF-8 text (it holds a lone surrogate, as from bytes that are not UTF-8)"
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unstructure_str(value: Any) -> Any:
+    if value.isascii() or _utf8(value):
+        return value
+    raise Invalid(_NOT_UTF8.format(echo(value)) + " and cannot be written to a config file")
+
+
+def _structure_none(value: Any, _tp: Any) -> Any:
+    if value is None:
+        return None
+    raise Invalid(f"expected null, got {describe_value(value)}")
+
+
+class _Literal(Rule):
+    def matches(self, tp: Any) -> bool:
+        return typing.get_origin(tp) is Literal
+
+    def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
+        choices = typing.get_args(tp)
+        allowed = {(type(c), c) for c in choices}
+        words = [c for c in choices if isinstance(c, str)]
+        shown = ", ".join(repr(c) for c in choices)
+
+        def structure_literal(value: Any, _tp: Any) -> Any:
+            try:
+                if (type(value), value) in allowed:
+                    return value
+            except TypeError:  # unhashable value
+                pass
+            hint = did_you_mean(value, words) if isinstance(value, str) else ""
+            raise Invalid(f"expected one of {shown}, got {describe_value(value)}{hint}")
+
+        return structure_literal
+
+    def describe(self, tp: Any) -> str:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+
+    def expected(self, tp: Any) -> str:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+
+    def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
+        return {"enum": list(typing.get_args(tp))}
+
+    def text_as_is(self, tp: Any) -> bool:
+        return all(isinstance(c, str) for c in typing.get_args(tp))
+
+    def takes_text(self, tp: Any) -> bool:
+        return self.text_as_is(tp)
+
+
+class _Enum(Rule):
+    """An ``Enum`` is written as its member's value; a file gives the value, Python code the member."""
+
+    def matches(self, tp: Any) -> bool:
+        return isinstance(tp, type) and issubclass(tp, enum.Enum)
+
+    def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
+        members = {(type(m.value), m.value): m for m in tp}
+        words = [m.value for m in tp if isinstance(m.value, str)]
+        shown = ", ".join(repr(m.value) for m in tp)
+
+        def structure_enum(value: Any, _tp: Any) -> Any:
+            if type(value) is tp:
+                return value
+            try:
+                return members[(type(value), value)]
+            except (KeyError, TypeError):
+                hint = did_you_mean(value, words) if isinstance(value, str) else ""
+                raise Invalid(f"expected one of {shown}, got {describe_value(value)}{hint}") from None
+
+        return structure_enum
+
+    def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
+        return _enum_value
+
+    def describe(self, tp: Any) -> str:
+        return " | ".join(repr(m.value) for m in tp)
+
+    def expected(self, tp: Any) -> str:
+        return "one of " + ", ".join(repr(m.value) for m in tp)
+
+    def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
+        return {"enum": [m.value for m in tp]}
+
+    def text_as_is(self, tp: Any) -> bool:
+        return all(isinstance(m.value, str) for m in tp)
+
+    def takes_text(self, tp: Any) -> bool:
+        return self.text_as_is(tp)
+
+
+def _enum_value(member: Any) -> Any:
+    return member.value
+
+
+class _Path(Rule):
+    """A ``pathlib`` path is written as its text."""
+
+    def matches(self, tp: Any) -> bool:
+        return isinstance(tp, type) and issubclass(tp, pathlib.PurePath)
+
+    def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
+        def structure_path(value: Any, _tp: Any) -> Any:
+            if isinstance(value, pathlib.PurePath):
+                value = str(value)
+            if type(value) is str:
+                return tp(_structure_str(value, str))
+            raise Invalid(f"expected a path (a string), got {describe_value(value)}")
+
+        return structure_path
+
+    def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
+        return lambda value: _unstructure_str(str(value))
+
+    def describe(self, tp: Any) -> str:
+        return "path"
+
+    def expected(self, tp: Any) -> str:
+        return "a path (a string)"
+
+    def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
+        return {"type": "string"}
+
+    def text_as_is(self, tp: Any) -> bool:
+        return True
+
+    def takes_text(self, tp: Any) -> bool:
+        return True
+
+
+class _Union(Rule):
+    """``X | Y``: the first member that takes the value; ``X | None`` reads as an optional ``X``."""
+
+    def matches(self, tp: Any) -> bool:
+        return union_args(tp) is not None
+
+    def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
+        members = typing.cast(tuple[Any, ...], union_args(tp))
+        nullable = type(None) in members
+        rest = [(m, conv.get_structure_hook(m)) for m in members if m is not type(None)]
+        if len(rest) == 1:
+            ((only, hook),) = rest
+            # The most common optional fields take no call when sound.
+            if only is str:
+
+                def structure_optional_str(value: Any, _tp: Any) -> Any:
+                    if value is None or (type(value) is str and value.isascii()):
+                        return value
+                    return hook(value, only)
+
+                return structure_optional_str
+            if only is bool:
+
+                def structure_optional_bool(value: Any, _tp: Any) -> Any:
+                    if value is None or value is True or value is False:
+                        return value
+                    return hook(value, only)
+
+                return structure_optional_bool
+
+            def structure_optional(value: Any, _tp: Any) -> Any:
+                return None if value is None else hook(value, only)
+
+            return structure_optional
+        words = " or ".join(expected(m) for m in members)
+
+        def structure_union(value: Any, _tp: Any) -> Any:
+            if value is None and nullable:
+                return None
+            deep: list[Exception] = []
+            for member, hook in rest:
+                try:
+                    return hook(value, member)
+                except (ClassValidationError, IterableValidationError) as exc:
+                    deep.append(exc)
+                except Exception:
+                    continue
+            # A mapping or list can only have meant the one member that takes it: report its details.
+            if len(deep) == 1:
+                raise deep[0]
+            raise Invalid(f"expected {words}, got {describe_value(value)}")
+
+        return structure_union
+
+    def describe(self, tp: Any) -> str:
+        return " | ".join(describe_type(m) for m in typing.cast(tuple[Any, ...], union_args(tp)))
+
+    def expected(self, tp: Any) -> str:
+        return " or ".join(expected(m) for m in typing.cast(tuple[Any, ...], union_args(tp)))
+
+    def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
+        return {"anyOf": [type_schema(m, default_of) for m in typing.cast(tuple[Any, ...], union_args(tp))]}
+
+    def text_as_is(self, tp: Any) -> bool:
+        bare, _ = strip_optional(tp)
+        return bare is not tp and rule_for(bare).text_as_is(bare)
+
+    def takes_text(self, tp: Any) -> bool:
+        return any(rule_for(m).takes_text(m) for m in typing.cast(tuple[Any, ...], union_args(tp)))
+
+    def child(self, tp: Any, segment: str | int) -> Any:
+        bare, _ = strip_optional(tp)
+        return NO_CHILD if bare is tp else rule_for(bare).child(bare, segment)
+
+    def names(self, tp: Any) -> list[str]:
+        bare, _ = strip_optional(tp)
+        return [] if bare is tp else rule_for(bare).names(bare)
+
+
+def _items(value: Any, hook: Hook, item_tp: Any, tp: Any) -> list[Any]:
+    """Structure every item of a sequence; one ``IterableValidationError`` naming each bad index."""
+    try:
+        return [hook(v, item_tp) for v in value]
+    except Exception:
+        pass
+    out, errors = [], []
+    for i, v in enumerate(value):
+        try:
+            out.append(hook(v, item_tp))
+        except Exception as exc:
+            errors.append(at_index(exc, i, item_tp))
+    raise IterableValidationError(f"While structuring {tp!r}", errors, tp)
+
+
+class _FixedTuple(Rule):
+    """``tuple[X, Y]``: a list of exactly that many items."""
+
+    def matches(self, tp: Any) -> bool:
+        args = typing.get_args(tp)
+        return typing.get_origin(tp) is tuple and bool(args) and args[-1] is not Ellipsis
+
+    def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
+        item_tps = typing.get_args(tp)
+        hooks = [conv.get_structure_hook(t) for t in item_tps]
+        size = len(hooks)
+
+        def structure_fixed_tuple(value: Any, _tp: Any) -> Any:
+            if not isinstance(value, (list, tuple)):
+                raise Invalid(f"expected a list of {size} items, got {describe_value(value)}")
+            if len(value) != size:
+                raise Invalid(f"expected a list of {size} items, got {len(value)}")
+            out, errors = [], []
+            for i, (hook, item_tp, v) in enumerate(zip(hooks, item_tps, value, strict=True)):
+                try:
+                    out.append(hook(v, item_tp))
+                except Exception as exc:
+                    errors.append(at_index(exc, i, item_tp))
+            if errors:
+                raise IterableValidationError(f"While structuring {tp!r}", errors, tp)
+            return tuple(out)
+
+        return structure_fixed_tuple
+
+    def describe(self, tp: Any) -> str:
+        return f"list[{', '.join(describe_type(a) for a in typing.get_args(tp))}]"
+
+    def expected(self, tp: Any) -> str:
+        return "a list"
+
+    def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
+        items = [type_schema(a, default_of) for a in typing.get_args(tp)]
+        return {"type": "array", "prefixItems": items, "items": False, "minItems": len(items)}
+
+    def child(self, tp: Any, segment: str | int) -> Any:
+        args = typing.get_args(tp)
+        return args[segment] if isinstance(segment, int) and segment < len(args) else NO_CHILD
+
+
+_SEQUENCES: dict[Any, type] = {
+    list: list,
+    tuple: tuple,
+    Sequence: tuple,
+    frozenset: frozenset,
+    set: frozenset,
+    typing.List: list,  # noqa: UP006 - the bare generic aliases are annotations too
+    typing.Tuple: tuple,  # noqa: UP006
+    typing.FrozenSet: frozenset,  # noqa: UP006
+    typing.Sequence: tuple,
+}
+
+
+class _Sequence(Rule):
+    """``list[X]``, ``tuple[X, ...]``, ``Sequence[X]``, ``frozenset[X]`` and their bare forms: a YAML list."""
+
+    def matches(self, tp: Any) -> bool:
+        try:
+            return (typing.get_origin(tp) or tp) in _SEQUENCES
+        except TypeError:  # an unhashable annotation
+            return False
+
+    def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
+        make = _SEQUENCES[typing.get_origin(tp) or tp]
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        item_tp = args[0] if args else Any
+        hook = conv.get_structure_hook(item_tp)
+        sets = make is frozenset
+        word = "a list" if not sets else "a list (of distinct items)"
+
+        def structure_sequence(value: Any, _tp: Any) -> Any:
+            if not isinstance(value, (list, tuple)) and not (sets and isinstance(value, (set, frozenset))):
+                raise Invalid(f"expected {word}, got {describe_value(value)}")
+            out = _items(value, hook, item_tp, tp)
+            return out if make is list else make(out)
+
+        return structure_sequence
+
+    def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
+        item = _unstructure_any(conv)
+        if issubclass(cls, (set, frozenset)):
+
+            def unstructure_set(value: Any) -> Any:
+                out = [item(v) for v in value]
+                try:
+                    return sorted(out)
+                except TypeError:  # items of several types: any stable order will do
+                    return sorted(out, key=repr)
+
+            return unstructure_set
+        return lambda value: [item(v) for v in value]
+
+    def describe(self, tp: Any) -> str:
+        name = "set" if _SEQUENCES[typing.get_origin(tp) or tp] is frozenset else "list"
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        return f"{name}[{', '.join(describe_type(a) for a in args)}]" if args else name
+
+    def expected(self, tp: Any) -> str:
+        return "a list"
+
+    def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        out: Schema = {"type": "array", "items": type_schema(args[0], default_of) if args else {}}
+        if _SEQUENCES[typing.get_origin(tp) or tp] is frozenset:
+            out["uniqueItems"] = True
+        return out
+
+    def child(self, tp: Any, segment: str | int) -> Any:
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        return (args[0] if args else Any) if isinstance(segment, int) else NO_CHILD
+
+
+class _Mapping(Rule):
+    """``dict[K, V]``, ``Mapping[K, V]``, bare ``dict`` (any mapping class): a YAML mapping, structured as a
+    ``dict`` (never with a ``_target_``)."""
+
+    def matches(self, tp: Any) -> bool:
+        origin = typing.get_origin(tp) or tp
+        return isinstance(origin, type) and issubclass(origin, Mapping)
+
+    def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
+        args = typing.get_args(tp)
+        key_tp, value_tp = args if args else (str, Any)
+        key_hook, value_hook = conv.get_structure_hook(key_tp), conv.get_structure_hook(value_tp)
+
+        def structure_mapping(value: Any, _tp: Any) -> Any:
+            if not isinstance(value, Mapping):
+                raise Invalid(f"expected a mapping, got {describe_value(value)}")
+            out, errors = {}, []
+            for k, v in value.items():
+                seg = k if isinstance(k, str) else echo(k)
+                if k == TARGET_KEY:
+                    p = nested_target(())
+                    errors.append(at_index(Invalid(p.message, p.anchor), seg, value_tp))
+                    continue
+                try:
+                    out[key_hook(k, key_tp)] = value_hook(v, value_tp)
+                except Exception as exc:
+                    errors.append(at_index(exc, seg, value_tp))
+            if errors:
+                raise IterableValidationError(f"While structuring {tp!r}", errors, tp)
+            return out
+
+        return structure_mapping
+
+    def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
+        item = _unstructure_any(conv)
+        return lambda value: {k: item(v) for k, v in value.items()}
+
+    def describe(self, tp: Any) -> str:
+        args = typing.get_args(tp)
+        return f"mapping[{', '.join(describe_type(a) for a in args)}]" if args else "mapping"
+
+    def expected(self, tp: Any) -> str:
+        return "a mapping"
+
+    def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
+        args = typing.get_args(tp)
+        return {"type": "object", "additionalProperties": type_schema(args[1], default_of) if args else {}}
+
+    def child(self, tp: Any, segment: str | int) -> Any:
+        args = typing.get_args(tp)
+        return (args[1] if args else Any) if isinstance(segment, str) else NO_CHILD
+
+
+class _Attrs(Rule):
+    """An attrs class: a mapping of its fields, structured by cattrs' generated function."""
+
+    def matches(self, tp: Any) -> bool:
+        return isinstance(tp, type) and attrs.has(tp)
+
+    def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
+        return attrs_hook(tp, conv)
+
+    def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
+        return attrs_unstructure(cls, conv)
+
+    def describe(self, tp: Any) -> str:
+        return str(tp.__qualname__)
+
+    def expected(self, tp: Any) -> str:
+        return "a mapping"
+
+    def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
+        return class_schema(tp, None, default_of)
+
+    def child(self, tp: Any, segment: str | int) -> Any:
+        if not isinstance(segment, str):
+            return NO_CHILD
+        return class_fields(tp).get(segment, NO_CHILD)
+
+    def names(self, tp: Any) -> list[str]:
+        return list(class_fields(tp))
+
+
+def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozenset()) -> Hook:
+    """The structure hook of attrs class ``cls``: cattrs' generated function, its errors completed.
+
+    ``also`` names keys the mapping may hold besides the fields (a root group's ``_target_``). cattrs' own
+    forbid-extra-keys check builds a set of the keys on every call; a subset test on the keys view costs a
+    third of that (0.17 vs 0.5 us per class, about 6% of a warm resolve), so unknown keys are checked here and
+    reported as cattrs' ``ForbiddenExtraKeysError`` all the same.
+    """
+    attrs.resolve_types(cls)
+    inner: Hook = make_dict_structure_fn(
+        cls, conv, _cattrs_forbid_extra_keys=False, _cattrs_detailed_validation=True
+    )
+
+    allowed = frozenset(f.name for f in attrs.fields(cls) if f.init) | also
+    title = cls.__qualname__
+    checked = getattr(cls, "cross_check", None) is not None
+
+    def structure(value: Any, field_tp: Any) -> Any:
+        return conv.get_structure_hook(field_tp)(value, field_tp)
+
+    def _with_unknown_keys(value: Any) -> Exception:
+        errors: list[Exception] = [ForbiddenExtraKeysError("", cls, {k for k in value if k not in allowed})]
+        try:
+            inner(value, cls)
+        except ClassValidationError as exc:
+            errors.extend(exc.exceptions)
+        return class_error(cls, value, errors, structure)
+
+    def structure_attrs(value: Any, _tp: Any) -> Any:
+        if type(value) is not dict and not isinstance(value, Mapping):
+            raise Invalid(f"expected a mapping for {title}, got {describe_value(value)}")
+        if not value.keys() <= allowed:
+            raise _with_unknown_keys(value)
+        try:
+            obj = inner(value, cls)
+        except ClassValidationError as exc:
+            raise class_error(cls, value, list(exc.exceptions), structure) from None
+        if checked:
+            found = cross_check_errors(obj)
+            if found:
+                raise ClassValidationError(f"While checking {title}", found, cls)
+        return obj
+
+    return structure_attrs
+
+
+def class_fields(cls: type) -> dict[str, Any]:
+    """Each ``init`` field's annotation of an attrs class, by name."""
+    attrs.resolve_types(cls)
+    return {f.name: f.type for f in attrs.fields(cls) if f.init}
+
+
+def class_schema(cls: type, target: str | None, default_of: Callable[[Any], Any]) -> Schema:
+    """The JSON schema of an attrs class's mapping; with ``target``, the mapping of a root group."""
+    import inspect  # the schema is written by a command, never on the resolve path
+
+    attrs.resolve_types(cls)
+    props: Schema = {}
+    required: list[str] = []
+    if target is not None:
+        props[TARGET_KEY] = {"const": target}
+        required.append(TARGET_KEY)
+    for f in attrs.fields(cls):
+        if not f.init:
+            continue
+        prop = type_schema(f.type, default_of)
+        if f.metadata.get("help"):
+            prop["description"] = f.metadata["help"]
+        default = field_default(f)
+        if default is attrs.NOTHING:
+            required.append(f.name)
+        elif (d := default_of(default)) is not None or default is None:
+            prop["default"] = d
+        props[f.name] = prop
+    schema: Schema = {"type": "object", "properties": props, "additionalProperties": False}
+    if required:
+        schema["required"] = required
+    if cls.__doc__:
+        schema["description"] = inspect.cleandoc(cls.__doc__).split("\n\n")[0]
+    return schema
+
+
+#: True when ``v`` is a scalar that unstructures to itself (a finite float included).
+_PLAIN = (
+    "v is None or (type(v) is str and v.isascii()) or type(v) is int or type(v) is bool"
+    " or (type(v) is float and v - v == 0.0)"
+)
+
+
+def _unstructure_any(conv: cattrs.Converter) -> Callable[[Any], Any]:
+    """Unstructure by each value's runtime class (a field typed with a base class holds a subclass)."""
+    hook = conv.get_unstructure_hook
+
+    def unstructure_value(value: Any) -> Any:
+        return hook(value.__class__)(value)
+
+    return unstructure_value
+
+
+def attrs_unstructure(cls: type, conv: cattrs.Converter, target: str | None = None) -> Callable[[Any], Any]:
+    """The unstructure hook of attrs class ``cls``: a function written out for its fields (a failure is
+    re-run field by field to name the field). With ``target``, the mapping starts with that ``_target_``
+    (a root group's)."""
+    from hyper_parallel.config.codegen import generate
+
+    names = [f.name for f in attrs.fields(cls) if f.init]
+    first = "{}" if target is None else f"{{{TARGET_KEY!r}: {target!r}}}"
+    lines = ["def unstructure(o):", "    try:", f"        out = {first}"]
+    for name in names:
+        lines.append(f"        v = o.{name}")
+        lines.append(f"        out[{name!r}] = v if {_PLAIN} else item(v)")  # plain scalars: no call
+    lines += ["        return out", "    except Exception:", "        return slow(o)"]
+    item = _unstructure_any(conv)
+
+    def slow(obj: Any) -> Any:
+        out: dict[str, Any] = {} if target is None else {TARGET_KEY: target}
+        errors = []
+        for f in attrs.fields(cls):
+            if f.init:
+                try:
+                    out[f.name] = item(getattr(obj, f.name))
+                except Exception as exc:
+                    errors.append(at_attribute(exc, cls, f.name, f.type))
+        if errors:
+            raise ClassValidationError(f"While unstructuring {cls.__qualname__}", errors, cls)
+        return out
+
+    scope = {"item": item, "slow": slow}
+    fn: Callable[[Any], Any] = generate(
+        f"unstructure {cls.__module__}.{cls.__qualname__}", "\n".join(lines), scope
+    )
+    return fn
+
+
+def _scalar_rules() -> list[Rule]:
+    return [
+        _Scalar(bool, "bool", "a boolean (true or false)", {"type": "boolean"}, _structure_bool),
+        _Scalar(
+            int,
+            "int",
+            "an integer",
+            {"type": "integer", "minimum": -INT_LIMIT - 1, "maximum": INT_LIMIT},
+            _structure_int,
+        ),
+        _Scalar(float, "float", "a number", {"type": "number"}, _structure_float),
+        _Scalar(str, "str", "a string", {"type": "string"}, _structure_str),
+        _Scalar(type(None), "null", "null", {"type": "null"}, _structure_none),
+    ]
+
+
+#: The table, most specific first (an ``IntEnum`` is an ``Enum`` before it is an ``int``).
+RULES: tuple[Rule, ...] = (
+    _Any(),
+    _Enum(),
+    *_scalar_rules(),
+    _Path(),
+    _Literal(),
+    _Union(),
+    _FixedTuple(),
+    _Sequence(),
+    _Mapping(),
+    _Attrs(),
+)
+_UNSUPPORTED = Rule()
+
+
+def rule_for(tp: Any) -> Rule:
+    """The rule answering for annotation ``tp`` (a rule refusing every value if none does)."""
+    for rule in RULES:
+        if rule.matches(tp):
+            return rule
+    return _UNSUPPORTED
+
+
+def describe_type(tp: Any) -> str:
+    """Readable name of an annotation for messages and ``--help``: ``int | None``, ``'a' | 'b'`` ..."""
+    return rule_for(tp).describe(tp)
+
+
+def expected(tp: Any) -> str:
+    """What an "expected ..." message asks for: ``an integer``, ``one of 'a', 'b'``, ``a mapping``."""
+    return rule_for(tp).expected(tp)
+
+
+def type_schema(tp: Any, default_of: Callable[[Any], Any]) -> Schema:
+    """The JSON schema of one annotation, as strict as its structure hook."""
+    return rule_for(tp).schema(tp, default_of)
+
+
+def takes_text(tp: Any) -> tuple[bool, bool]:
+    """How command-line text for ``tp`` is read: ``(as_is, may_stay_text)``.
+
+    ``as_is``: the text is the value (``str``, a path, a string ``Literal``). Otherwise the text is parsed as
+    a YAML scalar; ``may_stay_text``: when the parsed value does not fit, the text itself is tried.
+    """
+    rule = rule_for(tp)
+    return rule.text_as_is(tp), rule.takes_text(tp)
+
+
+def child_type(tp: Any, segment: str | int) -> Any:
+    """The annotation one override path segment below ``tp``, or :data:`NO_CHILD`."""
+    return rule_for(tp).child(tp, segment)
+
+
+def child_names(tp: Any) -> list[str]:
+    """The names one level below ``tp`` (attrs fields), to suggest for a misspelled segment."""
+    return rule_for(tp).names(tp)
+
+
+def register_rules(conv: cattrs.Converter) -> None:
+    """Make every rule of the table the converter's hook for the annotations it matches.
+
+    Factories registered later win in cattrs, so the table is registered from its end. cattrs keeps its
+    coercing hooks for ``int``, ``float``, ``str``, ``bytes`` and ``Path`` in a class dispatch that is asked
+    before any factory and also answers for subclasses (an ``IntEnum`` would be read by ``int(value)``), so
+    those entries are overridden with cattrs' own "no hook here" marker: every annotation reaches the table.
+    """
+    conv.register_structure_hook_factory(lambda _tp: True, lambda tp: _UNSUPPORTED.structure(tp, conv))
+    conv.register_unstructure_hook_factory(lambda _tp: True, lambda cls: _UNSUPPORTED.unstructure(cls, conv))
+    for rule in reversed(RULES):
+        conv.register_structure_hook_factory(rule.matches, _structure_factory(rule, conv))
+        conv.register_unstructure_hook_factory(rule.matches, _unstructure_factory(rule, conv))
+    for cls in (int, float, str, bytes, pathlib.Path):
+        conv.register_structure_hook(cls, _DispatchNotFound)  # type: ignore[arg-type]
+    for cls in (str, bytes, pathlib.Path):
+        conv.register_unstructure_hook(cls, _DispatchNotFound)  # type: ignore[arg-type]
+
+
+def _structure_factory(rule: Rule, conv: cattrs.Converter) -> Callable[[Any], Hook]:
+    return lambda tp: rule.structure(tp, conv)
+
+
+def _unstructure_factory(rule: Rule, conv: cattrs.Converter) -> Callable[[Any], Callable[[Any], Any]]:
+    return lambda cls: rule.unstructure(cls, conv)

@@ -1,0 +1,267 @@
+"""What cattrs' structured errors do not say, added on top of them: every failure, at its path, for a user.
+
+cattrs' hooks raise ``ClassValidationError`` / ``IterableValidationError`` (exception groups whose members
+carry notes naming the attribute or index) and ``ForbiddenExtraKeysError``; our own hooks raise
+:class:`Invalid` with a message written for the user. This module turns such an exception tree into
+:class:`Problem` records (a path, a message, which source position locates it), re-runs every attrs
+validator of a class when attrs stopped at the first one, and collects ``cross_check`` findings. The
+converter turns problems into one :class:`~hyper_parallel.config.errors.ConfigError`.
+"""
+
+import re
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+import attrs
+from cattrs.errors import (
+    AttributeValidationNote,
+    BaseValidationError,
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationNote,
+)
+
+from hyper_parallel.config.errors import ConfigError, Issue, PathPart, did_you_mean, echo, format_path
+from hyper_parallel.config.targets import TARGET_KEY
+
+__all__ = [
+    "Invalid",
+    "Locate",
+    "Path",
+    "Problem",
+    "Problems",
+    "at_attribute",
+    "at_index",
+    "class_error",
+    "construct",
+    "cross_check_errors",
+    "field_default",
+    "nested_target",
+    "problems_of",
+    "to_config_error",
+    "validator_message",
+]
+
+Path = tuple[PathPart, ...]
+Anchor = Literal["value", "key", "parent"]
+
+
+class Problem(typing.NamedTuple):
+    """A problem found while converting, before it is given a source location.
+
+    ``anchor`` says which source position locates it: the value at ``path`` (a wrong value), the key at
+    ``path`` (an unknown key), or the mapping holding ``path`` (a missing key).
+    """
+
+    path: Path
+    message: str
+    anchor: Anchor = "value"
+
+
+Locate = Callable[[Problem], str | None]
+
+
+class Invalid(ValueError):
+    """A value a hook refuses; ``message`` is for the user, ``path`` is relative to where it is raised."""
+
+    def __init__(self, message: str, anchor: Anchor = "value", path: Path = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.anchor: Anchor = anchor
+        self.path = path
+
+
+class Problems(ValueError):
+    """Several problems at once, with paths relative to where it is raised (a factory's own checks)."""
+
+    def __init__(self, summary: str, problems: Iterable[Problem]) -> None:
+        self.problems = tuple(problems)
+        detail = "; ".join(f"{format_path(p.path)}: {p.message}" for p in self.problems)
+        super().__init__(f"{summary}: {detail}")
+
+
+def at_attribute(exc: Exception, cls: type, name: str, tp: object) -> Exception:
+    """``exc`` with the note cattrs puts on a failure of attribute ``name``."""
+    note = AttributeValidationNote(f"Structuring class {cls.__qualname__} @ attribute {name}", name, tp)
+    return _noted(exc, note)
+
+
+def at_index(exc: Exception, index: PathPart, tp: object) -> Exception:
+    """``exc`` with the note cattrs puts on a failure of an item (list index or mapping key)."""
+    return _noted(exc, IterableValidationNote(f"Structuring {tp} @ index {index!r}", index, tp))
+
+
+def _noted(exc: Exception, note: str) -> Exception:
+    # ``BaseException.add_note`` is Python 3.11+; cattrs sets ``__notes__`` the same way on 3.10.
+    exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+    return exc
+
+
+def _segment(exc: BaseException) -> tuple[bool, PathPart]:
+    """The path segment cattrs' last note on ``exc`` names: ``(True, name or index)``, or ``(False, "")``."""
+    for note in reversed(getattr(exc, "__notes__", ())):
+        if isinstance(note, AttributeValidationNote):
+            return True, note.name
+        if isinstance(note, IterableValidationNote):
+            index = note.index
+            return True, index if isinstance(index, (str, int)) else echo(index)
+    return False, ""
+
+
+def problems_of(exc: BaseException, path: Path = ()) -> list[Problem]:
+    """Every problem an exception raised by a structure hook describes, with paths below ``path``."""
+    if isinstance(exc, Invalid):
+        return [Problem((*path, *exc.path), exc.message, exc.anchor)]
+    if isinstance(exc, Problems):
+        return [Problem((*path, *p.path), p.message, p.anchor) for p in exc.problems]
+    if isinstance(exc, ForbiddenExtraKeysError):
+        return [_unknown_key(path, key, exc.cl) for key in sorted(exc.extra_fields, key=repr)]
+    if isinstance(exc, BaseValidationError):
+        out: list[Problem] = []
+        for sub in exc.exceptions:
+            named, seg = _segment(sub)
+            here = (*path, seg) if named else path
+            if named and type(sub) is KeyError:  # cattrs reading a required key that is not there
+                out.append(Problem(here, f"missing required field {seg!r}", "parent"))
+            else:
+                out.extend(problems_of(sub, here))
+        return out
+    return [Problem(path, f"{type(exc).__name__}: {exc}")]
+
+
+def _unknown_key(path: Path, key: object, cls: type) -> Problem:
+    if key == TARGET_KEY:
+        return nested_target((*path, key))
+    if not isinstance(key, str):
+        return Problem((*path, echo(key)), f"field names must be strings, got {echo(key)}", "key")
+    names = [f.name for f in attrs.fields(cls) if f.init] if attrs.has(cls) else []
+    message = f"unknown field {echo(key)} for {cls.__qualname__}{did_you_mean(key, names)}"
+    return Problem((*path, key), message, "key")
+
+
+def nested_target(path: Path) -> Problem:
+    """The problem of a ``_target_`` below a root group."""
+    return Problem(
+        path,
+        "'_target_' is only allowed at the top of a root group; nested sections are configured by their "
+        "fields, and the owning Config decides what they build",
+        "key",
+    )
+
+
+def to_config_error(problems: Iterable[Problem], locate: Locate | None) -> ConfigError:
+    """Turn problems into one :class:`ConfigError`, each issue located by ``locate``."""
+    seen: dict[tuple[Path, str], Issue] = {}
+    for p in problems:
+        seen.setdefault(
+            (p.path, p.message), Issue(format_path(p.path), p.message, locate(p) if locate else None)
+        )
+    return ConfigError(seen.values())
+
+
+_VALIDATOR_MESSAGE = re.compile(r"^'[^']*' (must .*?)(?:: (.*))?$", re.DOTALL)
+
+
+def validator_message(exc: BaseException) -> str:
+    """attrs says ``'lr' must be > 0.0: -1.0``; the path already names the field, so say the rest."""
+    text = str(exc) if not exc.args or isinstance(exc.args[0], str) else str(exc.args[0])
+    match = _VALIDATOR_MESSAGE.match(text)
+    if match:
+        rule, got = match.groups()
+        return f"{rule}, got {got}" if got is not None else rule
+    return text
+
+
+def field_default(field: "attrs.Attribute[Any]", instance: object = None) -> Any:
+    """The default of an attrs field, calling a ``Factory`` (with ``instance`` if it takes self);
+    ``attrs.NOTHING`` when there is none (or it needs an instance that was not given)."""
+    default: Any = field.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        if default.takes_self:
+            return attrs.NOTHING if instance is None else default.factory(instance)
+        return default.factory()
+    return default
+
+
+def cross_check_errors(obj: object) -> list[Exception]:
+    """What ``obj.cross_check()`` yields (``(relative dotted path, message)`` pairs), as :class:`Invalid`."""
+    check = getattr(obj, "cross_check", None)
+    if check is None:
+        return []
+    out: list[Exception] = []
+    try:
+        for relative, message in check():
+            out.append(Invalid(message, path=tuple(relative.split(".")) if relative else ()))
+    except Exception as exc:  # a broken check is reported where it belongs, never as a traceback
+        return [Invalid(f"{type(obj).__qualname__}.cross_check failed: {exc!r}")]
+    return out
+
+
+def _validator_errors(cls: type, kwargs: Mapping[str, Any], skip: set[str]) -> list[Exception]:
+    """Run every validator of ``cls`` on an unvalidated instance holding ``kwargs`` (defaults elsewhere)."""
+    shell: Any = object.__new__(cls)
+    fields = attrs.fields(cls)
+    for f in fields:
+        alias = f.alias or f.name
+        value = kwargs[alias] if alias in kwargs else field_default(f, shell)
+        if value is not attrs.NOTHING:
+            object.__setattr__(shell, f.name, value)
+    out: list[Exception] = []
+    for f in fields:
+        if f.validator is None or f.name in skip or not hasattr(shell, f.name):
+            continue
+        try:
+            f.validator(shell, f, getattr(shell, f.name))
+        except (ValueError, TypeError) as exc:
+            out.append(at_attribute(Invalid(validator_message(exc)), cls, f.name, f.type))
+        except AttributeError:  # a validator reading a field that is itself invalid: reported there
+            pass
+        except Exception as exc:
+            out.append(at_attribute(Invalid(f"validator failed: {exc!r}"), cls, f.name, f.type))
+    return out
+
+
+def class_error(
+    cls: type, raw: Mapping[str, Any], errors: list[Exception], structure: Callable[[Any, Any], Any]
+) -> ClassValidationError:
+    """cattrs' errors for ``cls``, completed: every validator failure, not only the first.
+
+    ``errors`` are the members of cattrs' ``ClassValidationError``: field failures (noted with their
+    attribute), unknown keys, or the one exception ``cls(...)`` raised. The fields that were sound are
+    structured again with ``structure(value, type)`` and every validator runs on them, so one bad field hides
+    nothing else.
+    """
+    failed = {seg for named, seg in map(_segment, errors) if named}
+    construction = [e for e in errors if not _segment(e)[0] and not isinstance(e, ForbiddenExtraKeysError)]
+    kept = [e for e in errors if e not in construction]
+    kwargs: dict[str, Any] = {}
+    for f in attrs.fields(cls):
+        if f.init and f.name in raw and f.name not in failed:
+            try:
+                kwargs[f.alias or f.name] = structure(raw[f.name], f.type)
+            except Exception:
+                continue
+    found = _validator_errors(cls, kwargs, {str(s) for s in failed})
+    if construction and not found and not kept:
+        exc = construction[0]
+        detail = validator_message(exc) if isinstance(exc, (ValueError, TypeError)) else repr(exc)
+        found = [Invalid(f"{cls.__qualname__}: {detail}")]
+    return ClassValidationError(f"While structuring {cls.__qualname__}", [*kept, *found], cls)
+
+
+def construct(cls: type, kwargs: Mapping[str, Any]) -> Any:
+    """``cls(**kwargs)`` from checked values, then its ``cross_check``; every failure in one
+    ``ClassValidationError`` (attrs stops at the first validator that fails, without a path)."""
+    try:
+        obj = cls(**kwargs)
+    except Exception as exc:  # a Config's own code failing is the user's problem to see, not a traceback
+        found = _validator_errors(cls, kwargs, set())
+        if not found:
+            detail = validator_message(exc) if isinstance(exc, (ValueError, TypeError)) else repr(exc)
+            found = [Invalid(f"{cls.__qualname__}: {detail}")]
+        raise ClassValidationError(f"While structuring {cls.__qualname__}", found, cls) from None
+    found = cross_check_errors(obj)
+    if found:
+        raise ClassValidationError(f"While checking {cls.__qualname__}", found, cls)
+    return obj

@@ -1,0 +1,211 @@
+"""Reports a new user meets: a value that is not a value, a nested ``_target_``, a factory that fails, and
+the permissions of a written config."""
+
+import inspect
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hyper_parallel.config import (
+    ConfigError,
+    apply_overrides,
+    converter,
+    load_config,
+    resolve_root,
+    write_config,
+)
+from tests import rule_targets
+
+REPO = Path(__file__).resolve().parent.parent
+FULL = REPO / "configs" / "qwen3_5_full.yaml"
+ALLOWED = ("tests.rule_targets",)
+NESTED = (
+    "'_target_' is only allowed at the top of a root group; nested sections are configured by their fields, "
+    "and the owning Config decides what they build"
+)
+
+
+def _report(exc: ConfigError) -> list[tuple[str | None, str, str]]:
+    return [(i.location, i.path, i.message) for i in exc.issues]
+
+
+# --- a command-line value that is not a value ---------------------------------------------------------
+
+
+def test_malformed_command_line_value_is_reported_at_its_flag_with_the_other_problems() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(FULL, {"training.max_steps": "[1,", "optimizer.lr": "x"})
+    assert _report(info.value) == [
+        ("--optimizer.lr", "optimizer.lr", "expected a number, got the string 'x'"),
+        (
+            "--training.max_steps",
+            "training.max_steps",
+            "cannot read '[1,': invalid YAML: did not find expected node content (while parsing a flow node) "
+            "(column 4)",
+        ),
+    ]
+
+
+def test_malformed_value_through_the_python_api_is_reported_at_its_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(load_config(FULL), {"compile.components": "{a: [1"})
+    ((location, path, message),) = _report(info.value)
+    assert (location, path) == ("--compile.components", "compile.components")
+    assert message.startswith("cannot read '{a: [1': invalid YAML")
+
+
+def test_malformed_text_for_a_field_that_takes_text_stays_text() -> None:
+    cfg = apply_overrides(load_config(FULL), {"metrics.run_name": "[1,"})
+    assert cfg.metrics.run_name == "[1,"  # type: ignore[attr-defined]
+
+
+# --- '_target_' below a root group, at any depth --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "tp", "paths"),
+    [
+        ({"_target_": "os.system"}, Any, ["_target_"]),
+        ([{"a": {"_target_": "os.system"}}], Any, ["[0].a._target_"]),
+        ({"a": {"b": {"_target_": 1}}, "c": [{"_target_": 2}]}, Any, ["a.b._target_", "c[0]._target_"]),
+        ({"a": {"_target_": "os.system"}}, dict[str, Any], ["a._target_"]),
+        ({"_target_": "os.system"}, dict[str, Any], ["_target_"]),
+        ({"a": [[{"_target_": "x"}]]}, dict[str, list[Any]], ["a[0][0]._target_"]),
+    ],
+)
+def test_nested_target_is_refused_at_any_depth(raw: object, tp: Any, paths: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        converter.structure(raw, tp)
+    assert [(i.path, i.message) for i in info.value.issues] == [(p, NESTED) for p in paths]
+
+
+def test_nested_target_inside_an_any_field_of_a_group_is_refused_at_its_path() -> None:
+    raw = {
+        "kinds": {"_target_": "tests.rule_targets.Kinds.Config", "extra": {"x": {"_target_": "os.system"}}}
+    }
+    from hyper_parallel.config.options import resolve_options
+    from tests.test_type_rules import CONV
+
+    with pytest.raises(ConfigError) as info, resolve_options(allowed_targets=ALLOWED):
+        CONV.structure(raw, rule_targets.KindsRoot)
+    assert [(i.path, i.message) for i in info.value.issues] == [("kinds.extra.x._target_", NESTED)]
+
+
+def test_plain_values_in_any_fields_are_taken_as_they_are() -> None:
+    value = {"a": [1, {"b": None}], "target": "_target_"}
+    assert converter.structure(value, Any) is value
+
+
+# --- a factory that fails ------------------------------------------------------------------------------
+
+
+def _line(fn: Any, offset: int) -> int:
+    return inspect.getsourcelines(fn)[1] + offset
+
+
+def test_factory_raising_is_reported_with_its_exception_and_the_line_that_raised() -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve_root(
+            {"model": {"_target_": "tests.rule_targets.crashing_model_spec"}}, allowed_targets=ALLOWED
+        )
+    line = _line(rule_targets.crashing_model_spec, 2)
+    assert [(i.path, i.message) for i in info.value.issues] == [
+        ("model", f"crashing_model_spec() raised RuntimeError: boom (at tests/rule_targets.py:{line})")
+    ]
+    assert "Traceback" not in str(info.value)
+
+
+def test_factory_calling_exit_is_a_config_error_not_the_end_of_the_process() -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve_root(
+            {"model": {"_target_": "tests.rule_targets.exiting_model_spec"}}, allowed_targets=ALLOWED
+        )
+    line = _line(rule_targets.exiting_model_spec, 2)
+    assert [i.message for i in info.value.issues] == [
+        f"exiting_model_spec() raised SystemExit: 3 (at tests/rule_targets.py:{line})"
+    ]
+
+
+def test_ctrl_c_inside_a_factory_still_interrupts() -> None:
+    with pytest.raises(KeyboardInterrupt):
+        resolve_root(
+            {"model": {"_target_": "tests.rule_targets.interrupted_model_spec"}}, allowed_targets=ALLOWED
+        )
+
+
+# --- permissions of a written config ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def umask() -> Iterator[None]:
+    old = os.umask(0o022)
+    os.umask(old)
+    yield
+    os.umask(old)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_a_new_config_file_gets_the_permissions_the_umask_gives(
+    tmp_path: Path, umask: None, mask: int, mode: int
+) -> None:
+    os.umask(mask)
+    out = tmp_path / "out.yaml"
+    write_config(load_config(FULL), out)
+    assert stat.S_IMODE(out.stat().st_mode) == mode
+    assert load_config(out) == load_config(FULL)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_rewriting_a_config_file_keeps_its_permissions(tmp_path: Path, umask: None) -> None:
+    out = tmp_path / "out.yaml"
+    out.write_text("")
+    out.chmod(0o640)
+    os.umask(0o077)
+    write_config(load_config(FULL), out)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    assert list(tmp_path.iterdir()) == [out]
+
+
+# --- text that UTF-8 cannot hold ---------------------------------------------------------------------------
+
+NOT_UTF8 = "'\\udcff' is not valid UTF-8 text (it holds a lone surrogate, as from bytes that are not UTF-8)"
+
+
+@pytest.mark.parametrize("key", ["metrics.run_name", "tokenizer.path", "checkpoint.folder"])
+def test_a_lone_surrogate_from_the_shell_is_refused_at_its_flag(key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(FULL, {key: "\udcff"})
+    assert _report(info.value) == [(f"--{key}", key, NOT_UTF8)]
+
+
+@pytest.mark.parametrize(("raw", "tp"), [("\udcff", str), ({"\udcff": 1}, dict[str, int]), ("\udcff", Path)])
+def test_a_lone_surrogate_never_enters_through_the_converter(raw: object, tp: Any) -> None:
+    with pytest.raises(ConfigError) as info:
+        converter.structure(raw, tp)
+    assert [i.message for i in info.value.issues] == [NOT_UTF8]
+
+
+def test_text_in_any_script_is_taken(tmp_path: Path) -> None:
+    cfg = apply_overrides(load_config(FULL), {"metrics.run_name": "実験-é"})
+    out = tmp_path / "out.yaml"
+    write_config(cfg, out)
+    assert load_config(out) == cfg
+
+
+def test_a_config_built_in_python_with_a_lone_surrogate_is_not_written(tmp_path: Path) -> None:
+    import attrs
+
+    cfg = load_config(FULL)
+    bad = attrs.evolve(cfg, metrics=attrs.evolve(cfg.metrics, run_name="\udcff"))  # type: ignore[misc]
+    out = tmp_path / "out.yaml"
+    with pytest.raises(ConfigError) as info:
+        write_config(bad, out)
+    assert _report(info.value) == [
+        (None, "metrics.run_name", f"{NOT_UTF8} and cannot be written to a config file")
+    ]
+    assert not out.exists()
