@@ -132,7 +132,8 @@ def test_trainer_config_fields_in_rfc_order_with_concrete_defaults() -> None:
     hints = typing.get_type_hints(TrainerConfig)
     assert hints["optimizer"] is Optimizer.Config
     assert hints["model"] is ModelSpec
-    config = TrainerConfig(model=debug_spec())
+    # The default tokenizer reads tokenizer.json from the model's weights folder.
+    config = TrainerConfig(model=llama3.create_model_spec("debugmodel", weights_path="/weights"))
     assert type(config.optimizer) is AdamW.Config
     assert type(config.lr_scheduler) is WarmupDecay.Config
     assert config.lr_scheduler.decay_type == "cosine"
