@@ -389,3 +389,13 @@ def test_a_save_outside_the_interval_and_a_repeated_save(tmp: Path) -> None:
     run.ckpt.close()
     assert complete_steps(tmp / "ckpt") == [4, 6]
     assert Run(tmp, cfg(tmp), max_steps=12).start() == 6
+
+
+@pytest.mark.parametrize(("first_step", "saved"), [(True, [1, 3]), (False, [3])])
+def test_enable_first_step_checkpoint_saves_after_step_one(
+    tmp: Path, first_step: bool, saved: list[int]
+) -> None:
+    run = Run(tmp, cfg(tmp, interval=3, enable_first_step_checkpoint=first_step), max_steps=6)
+    run.start()
+    run.train(1, 4)
+    assert complete_steps(tmp / "ckpt") == saved
