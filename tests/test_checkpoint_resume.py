@@ -373,3 +373,29 @@ def test_async_saves_resume_exactly(tmp: Path, mode: str) -> None:
     resumed = Run(tmp, cfg(tmp, load_step=K), max_steps=K + N, seed=3)
     assert resumed.start() == K
     assert resumed.train(K + 1, K + N) == tail
+
+
+def test_a_save_outside_the_interval_and_a_repeated_save(tmp: Path) -> None:
+    # What the trainer does on SIGTERM: save the step just finished, then close.
+    run = Run(tmp, cfg(tmp, interval=4), max_steps=12)
+    run.start()
+    run.train(1, 4)
+    metadata = tmp / "ckpt" / "step-4" / ".metadata"
+    written = metadata.stat().st_mtime_ns
+    assert run.ckpt.save(4) == tmp / "ckpt" / "step-4"  # just saved by maybe_save: nothing written
+    assert metadata.stat().st_mtime_ns == written
+    run.train(5, 6)
+    run.ckpt.save(6)
+    run.ckpt.close()
+    assert complete_steps(tmp / "ckpt") == [4, 6]
+    assert Run(tmp, cfg(tmp), max_steps=12).start() == 6
+
+
+@pytest.mark.parametrize(("first_step", "saved"), [(True, [1, 3]), (False, [3])])
+def test_enable_first_step_checkpoint_saves_after_step_one(
+    tmp: Path, first_step: bool, saved: list[int]
+) -> None:
+    run = Run(tmp, cfg(tmp, interval=3, enable_first_step_checkpoint=first_step), max_steps=6)
+    run.start()
+    run.train(1, 4)
+    assert complete_steps(tmp / "ckpt") == saved

@@ -198,6 +198,7 @@ class CheckpointManager:
         self.lr_scheduler, self.dataloader, self.train_state = lr_scheduler, dataloader, train_state
         self.max_steps = max_steps
         self._in_flight: _InFlight | None = None
+        self._saved: tuple[int, bool] | None = None  # (step, model_only) of this manager's newest save
         self._stager: Any = None
         # Every rank builds the manager with the same config, so every rank creates the group (a
         # collective) or none does.
@@ -283,9 +284,13 @@ class CheckpointManager:
         ``model_only`` writes the weights-only export (cast to ``export_dtype``), which is never resumed.
         With ``async_mode`` a full save returns once the state is staged; it is published when finished
         (call ``close()`` before exiting). Otherwise the checkpoint is published on every rank on return.
+        Saving the step this manager has just saved the same way again (a SIGTERM right after an
+        interval save) writes nothing.
         """
-        self.wait()
         final = self.folder / f"step-{step}"
+        if self._saved == (step, model_only):
+            return final
+        self.wait()
         partial = self.folder / f".step-{step}.partial"
         state = self._export_state() if model_only else self._full_state(step)
         mode = getattr(self.cfg, "async_mode", "disabled")
@@ -297,11 +302,12 @@ class CheckpointManager:
                 **self._dcp_kwargs(),
             )
             self._in_flight = _InFlight(future, partial, final)
-            return final
-        with _single_process_ok():
-            dcp_save(state, checkpoint_id=str(partial), **self._dcp_kwargs())
-        self._publish(partial, final)
-        self._barrier()
+        else:
+            with _single_process_ok():
+                dcp_save(state, checkpoint_id=str(partial), **self._dcp_kwargs())
+            self._publish(partial, final)
+            self._barrier()
+        self._saved = (step, model_only)
         return final
 
     def _pinned_stager(self, mode: str) -> Any:
