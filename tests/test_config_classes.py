@@ -68,7 +68,8 @@ SECTIONS: list[type] = [
 
 
 def debug_spec() -> ModelSpec:
-    return llama3.create_model_spec("debugmodel")
+    # weights_path gives the default tokenizer its files (without it, tokenizer.path would be required)
+    return llama3.create_model_spec("debugmodel", weights_path="/weights")
 
 
 def issues(obj: Any) -> list[tuple[str, str]]:

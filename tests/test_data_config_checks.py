@@ -20,7 +20,7 @@ UNREAD_SEED = "is only read to shuffle or to generate synthetic data, and neithe
 
 
 def doc(**groups: Any) -> dict[str, Any]:
-    return {"model": {"_target_": QWEN, "flavor": "debugmodel"}, **groups}
+    return {"model": {"_target_": QWEN, "flavor": "debugmodel", "weights_path": "/weights"}, **groups}
 
 
 def issues(raw: dict[str, Any]) -> list[tuple[str, str]]:

@@ -50,6 +50,7 @@ SGD_T = "hyper_parallel.components.optimizer.SGD.Config"
 LOSS = "hyper_parallel.components.loss.CausalLMLoss.Config"
 SCHED = "hyper_parallel.components.lr_scheduler.WarmupDecay.Config"
 TOKENIZER = "hyper_parallel.components.tokenizer.HuggingFaceTokenizer.Config"
+BYTES = {"_target_": "hyper_parallel.components.tokenizer.ByteTokenizer.Config"}  # a tokenizer with no files
 DATALOADER = "hyper_parallel.components.dataloader.TextDataLoader.Config"
 CHECKPOINT = "hyper_parallel.components.checkpoint.DCPCheckpoint.Config"
 TRAINING = "hyper_parallel.trainer.config.TrainingConfig"
@@ -98,7 +99,8 @@ def load(name: str) -> Any:
 
 
 def model(**args: Any) -> dict[str, Any]:
-    return {"_target_": QWEN, "flavor": "debugmodel", **args}
+    # weights_path gives the default tokenizer its files (without it, tokenizer.path would be required)
+    return {"_target_": QWEN, "flavor": "debugmodel", "weights_path": "/weights", **args}
 
 
 def doc(**groups: Any) -> dict[str, Any]:
@@ -225,6 +227,7 @@ def test_only_model_is_required() -> None:
 def test_unknown_root_field_fails_before_any_target_is_called() -> None:
     raw = {
         "model": {"_target_": "tests.fake_targets.recording_model_spec"},
+        "tokenizer": BYTES,
         "optimizer": {"_target_": "tests.fake_targets.RecordingOptimizerConfig"},
         "optimzer": {"_target_": ADAMW},
     }
@@ -404,8 +407,11 @@ def test_allowed_module_still_refuses_what_is_not_a_target(
 
 def test_a_target_named_through_a_reexport_is_accepted_under_its_own_module() -> None:
     # tests.fake_targets imports create_model_spec; it is defined in an allowed module, so it may be named.
-    cfg = resolve_root({"model": {"_target_": "tests.fake_targets.create_model_spec"}}, allowed_targets=TESTS)
-    assert cfg.model == resolve_root({"model": {"_target_": QWEN}}).model
+    cfg = resolve_root(
+        {"model": {"_target_": "tests.fake_targets.create_model_spec"}, "tokenizer": BYTES},
+        allowed_targets=TESTS,
+    )
+    assert cfg.model == resolve_root({"model": {"_target_": QWEN}, "tokenizer": BYTES}).model
 
 
 # -- parameters ----------------------------------------------------------------------------------------
@@ -767,7 +773,8 @@ def test_builtin_factory_reports_each_bad_model_argument_at_its_key() -> None:
 
 def test_factory_result_is_recorded_as_called_once() -> None:
     cfg = resolve_root(
-        {"model": {"_target_": "tests.fake_targets.recording_model_spec"}}, allowed_targets=TESTS
+        {"model": {"_target_": "tests.fake_targets.recording_model_spec"}, "tokenizer": BYTES},
+        allowed_targets=TESTS,
     )
     assert fake.CALLS == ["recording_model_spec"]
     assert cfg.model.flavor == "debugmodel"
