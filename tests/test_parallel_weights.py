@@ -187,6 +187,6 @@ def test_materialized_weights_follow_the_model_distributions() -> None:
 
 def test_load_pretrained_without_weights_path() -> None:
     spec = SPECS["llama3"]()
-    with pytest.raises(ValueError, match="model.weights_path is not set for llama3 debugmodel"):
+    with pytest.raises(ValueError, match=r"model\.weights_path is not set for llama3 debugmodel"):
         loading.load_pretrained(spec.build_model_fn(spec.args, device="meta"), spec)
     assert not dist.is_initialized()
