@@ -2,7 +2,10 @@
 
 import contextlib
 import copy
+import os
 import socket
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,9 +15,10 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
     pytest.skip("torch.distributed with gloo is required", allow_module_level=True)
 
 import attrs  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 from hyper_parallel.models import llama3, qwen3_5  # noqa: E402
-from hyper_parallel.trainer.config import ParallelismConfig  # noqa: E402
+from hyper_parallel.trainer.config import ParallelismConfig, TrainingConfig  # noqa: E402
 
 WORLD = 2
 SPECS = {
@@ -131,61 +135,119 @@ def _assert_deltanet_sharded(reference: Any, sharded: Any) -> None:
     assert checked > 0
 
 
-def _worker(rank: int, port: int, model_name: str, layout: str) -> None:
-    import torch.distributed as dist
+def _tp_placement(model_name: str, name: str) -> tuple[str, int | None]:
+    """("shard", dim) or ("replicate", None): how tensor parallelism must place parameter ``name``."""
+    leaf = name.removeprefix("language_model.")
+    if leaf.startswith("visual.") or leaf.endswith("norm.weight"):
+        return "replicate", None
+    if leaf in ("tok_embeddings.weight", "output.weight"):  # Llama splits the vocabulary, Qwen 3.5 not
+        return ("shard", 0) if model_name == "llama3" else ("replicate", None)
+    if ".linear_attn." in leaf:
+        return "shard", DELTANET_SHARDED[leaf.split(".linear_attn.", 1)[1]]
+    if leaf.endswith((".wo.weight", ".w2.weight")):
+        return "shard", 1
+    return "shard", 0
 
-    from hyper_parallel.models._torch_runtime import build_device_mesh
 
+def _assert_sharded(model_name: str, parallelism: ParallelismConfig, reference: Any, sharded: Any) -> None:
+    """Every parameter is a DTensor on the expected mesh dimension, placed and shaped as the layout says."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    dim_name = "tp" if parallelism.tp > 1 else "dp_shard"
+    full_shapes = {name: tuple(p.shape) for name, p in reference.named_parameters()}
+    sharded_count = 0
+    for name, param in sharded.named_parameters():
+        assert isinstance(param, DTensor), name
+        assert param.device_mesh.mesh_dim_names == (dim_name,), name
+        full = full_shapes[name]
+        assert tuple(param.shape) == full, name
+        kind, dim = ("shard", 0) if dim_name == "dp_shard" else _tp_placement(model_name, name)
+        if kind == "replicate":
+            assert param.placements == (Replicate(),), name
+            assert tuple(param.to_local().shape) == full, name
+            continue
+        assert dim is not None
+        assert param.placements == (Shard(dim),), name
+        local = list(full)
+        local[dim] = -(-full[dim] // WORLD) if dist.get_rank() == 0 else full[dim] - -(-full[dim] // WORLD)
+        assert list(param.to_local().shape) == local, name
+        sharded_count += 1
+    assert sharded_count > 0
+
+
+def _check_layout(rank: int, model_name: str, layout: str) -> None:
+    from hyper_parallel.models.loading import build_device_mesh
+
+    torch.manual_seed(0)
+    spec = SPECS[model_name]()
+    parallelism = LAYOUTS[layout]
+    reference = spec.build_model_fn(spec.args, device="cpu")
+    sharded = copy.deepcopy(reference)
+    if model_name.startswith("qwen3_5"):
+        sharded.tie_weights()
+    mesh = build_device_mesh(parallelism, WORLD, device_type="cpu")
+    spec.parallelize_fn(sharded, parallelism, mesh)
+    _assert_sharded(model_name, parallelism, reference, sharded)
+    if model_name == "qwen3_5" and parallelism.tp > 1:
+        _assert_deltanet_sharded(reference, sharded)
+
+    images = None
+    if model_name == "qwen3_5_vl":
+        vision = spec.args.vision
+        patch = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+        ids, pixels, grid = _image_batch(spec.args.text.vocab_size, patch)
+        images = (pixels, grid)
+        local = ids  # every rank sees the whole batch: FSDP's averaged gradient is then the same
+    else:
+        ids = torch.randint(0, spec.args.vocab_size, (4, 16), generator=torch.Generator().manual_seed(1))
+        # Data parallel: each rank takes its half of the batch; tensor parallel: all of it.
+        local = ids.chunk(WORLD)[rank] if parallelism.dp_shard > 1 else ids
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5)
+    opt = torch.optim.SGD(sharded.parameters(), lr=0.5)
+    for step in range(2):
+        ref_loss = _loss(reference, ids, images)
+        loss = _loss(sharded, local, images)
+        global_loss = loss.detach().clone()
+        dist.all_reduce(global_loss)
+        global_loss /= WORLD
+        torch.testing.assert_close(global_loss, ref_loss.detach(), rtol=1e-5, atol=1e-5)
+        ref_loss.backward()
+        loss.backward()
+        ref_grads = dict(reference.named_parameters())
+        for name, param in sharded.named_parameters():
+            assert param.grad is not None, name
+            torch.testing.assert_close(
+                _full(param.grad), ref_grads[name].grad, rtol=1e-4, atol=1e-5, msg=f"step {step} {name}"
+            )
+        ref_opt.step()
+        opt.step()
+        ref_opt.zero_grad()
+        opt.zero_grad()
+
+
+def run_and_exit(rank: int, port: int, body: Callable[..., None], *args: Any) -> None:
+    """Run ``body(rank, *args)`` in a fresh gloo group of ``WORLD`` processes, then leave at once.
+
+    DTensor's process-wide state keeps a gloo process group (and its worker threads) alive after
+    ``destroy_process_group``; letting the interpreter finalise with those threads running aborts the
+    process now and then ("terminate called without an active exception", SIGABRT). After a clean
+    barrier and destroy there is nothing left to do, so a successful worker ends with ``os._exit(0)``.
+    A failing one raises as usual, so ``spawn`` reports its traceback.
+    """
     torch.set_num_threads(1)  # two processes on a small machine: avoid oversubscription
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     try:
-        torch.manual_seed(0)
-        spec = SPECS[model_name]()
-        parallelism = LAYOUTS[layout]
-        reference = spec.build_model_fn(spec.args, device="cpu")
-        sharded = copy.deepcopy(reference)
-        if model_name.startswith("qwen3_5"):
-            sharded.tie_weights()
-        mesh = build_device_mesh(parallelism, WORLD, device_type="cpu")
-        spec.parallelize_fn(sharded, parallelism, mesh)
-        if model_name == "qwen3_5" and parallelism.tp > 1:
-            _assert_deltanet_sharded(reference, sharded)
-
-        images = None
-        if model_name == "qwen3_5_vl":
-            vision = spec.args.vision
-            patch = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
-            ids, pixels, grid = _image_batch(spec.args.text.vocab_size, patch)
-            images = (pixels, grid)
-            local = ids  # every rank sees the whole batch: FSDP's averaged gradient is then the same
-        else:
-            ids = torch.randint(0, spec.args.vocab_size, (4, 16), generator=torch.Generator().manual_seed(1))
-            # Data parallel: each rank takes its half of the batch; tensor parallel: all of it.
-            local = ids.chunk(WORLD)[rank] if parallelism.dp_shard > 1 else ids
-        ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5)
-        opt = torch.optim.SGD(sharded.parameters(), lr=0.5)
-        for step in range(2):
-            ref_loss = _loss(reference, ids, images)
-            loss = _loss(sharded, local, images)
-            global_loss = loss.detach().clone()
-            dist.all_reduce(global_loss)
-            global_loss /= WORLD
-            torch.testing.assert_close(global_loss, ref_loss.detach(), rtol=1e-5, atol=1e-5)
-            ref_loss.backward()
-            loss.backward()
-            ref_grads = dict(reference.named_parameters())
-            for name, param in sharded.named_parameters():
-                assert param.grad is not None, name
-                torch.testing.assert_close(
-                    _full(param.grad), ref_grads[name].grad, rtol=1e-4, atol=1e-5, msg=f"step {step} {name}"
-                )
-            ref_opt.step()
-            opt.step()
-            ref_opt.zero_grad()
-            opt.zero_grad()
+        body(rank, *args)
         dist.barrier()  # neither rank tears down gloo while the other still talks to it
     finally:
         dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _worker(rank: int, port: int, model_name: str, layout: str) -> None:
+    run_and_exit(rank, port, _check_layout, model_name, layout)
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -194,6 +256,70 @@ def test_parallelize_matches_unsharded(model_name: str, layout: str) -> None:
     if model_name.startswith("qwen3_5") and layout == "tp2_no_sp":
         pytest.skip("Qwen 3.5 tensor parallelism has no sequence-parallel variant (same as tp2)")
     torch.multiprocessing.spawn(_worker, args=(_free_port(), model_name, layout), nprocs=WORLD, join=True)
+
+
+def _blocks(model: Any) -> Any:
+    return model.language_model.layers if hasattr(model, "language_model") else model.layers
+
+
+def _fsdp_run(model_name: str, parallelism: ParallelismConfig, training: TrainingConfig | None) -> Any:
+    """One forward/backward of an FSDP2 model; returns what block 0 showed (dtypes, states)."""
+    from torch.distributed.tensor import DTensor
+
+    from hyper_parallel.models.loading import build_device_mesh
+
+    spec = SPECS[model_name]()
+    model = spec.build_model_fn(spec.args, device="cpu")
+    spec.parallelize_fn(model, parallelism, build_device_mesh(parallelism, WORLD), training=training)
+    block = _blocks(model)[0]
+    seen: list[tuple[Any, Any]] = []
+    block.feed_forward.w1.register_forward_pre_hook(
+        lambda m, args: seen.append((m.weight.dtype, args[0].dtype))
+    )
+    ids = torch.randint(0, spec.args.vocab_size, (2, 8), generator=torch.Generator().manual_seed(1))
+    loss = model(ids).float().square().mean()
+    resharded = isinstance(block.feed_forward.w1.weight, DTensor)
+    loss.backward()
+    group = block._get_fsdp_state()._fsdp_param_group
+    grad = block.feed_forward.w1.weight.grad
+    return (
+        seen,
+        resharded,
+        group.offload_policy,
+        (grad.dtype, grad.placements, block.feed_forward.w1.weight.device),
+    )
+
+
+def _check_fsdp_policies(rank: int, model_name: str) -> None:
+    from torch.distributed.fsdp import CPUOffloadPolicy
+    from torch.distributed.tensor import Shard
+
+    mixed = TrainingConfig(
+        mixed_precision_param="bfloat16", mixed_precision_reduce="float32", enable_cpu_offload=True
+    )
+    seen, resharded, offload, (grad_dtype, placements, device) = _fsdp_run(
+        model_name, ParallelismConfig(dp_shard=2, fsdp_reshard_after_forward="never"), mixed
+    )
+    assert seen == [(torch.bfloat16, torch.bfloat16)]  # parameters and inputs cast for the forward
+    assert not resharded  # 'never': the gathered parameters stay after forward
+    assert isinstance(offload, CPUOffloadPolicy)
+    assert device.type == "cpu"
+    assert (grad_dtype, placements) == (torch.float32, (Shard(0),))  # reduced and kept in float32
+
+    seen, resharded, offload, (grad_dtype, placements, _) = _fsdp_run(
+        model_name, ParallelismConfig(dp_shard=2), None
+    )
+    assert seen == [(torch.float32, torch.float32)]
+    assert resharded
+    assert not isinstance(offload, CPUOffloadPolicy)
+    assert (grad_dtype, placements) == (torch.float32, (Shard(0),))
+
+
+@pytest.mark.parametrize("model_name", ["llama3", "qwen3_5"])
+def test_fsdp_applies_mixed_precision_offload_and_reshard(model_name: str) -> None:
+    torch.multiprocessing.spawn(
+        run_and_exit, args=(_free_port(), _check_fsdp_policies, model_name), nprocs=WORLD, join=True
+    )
 
 
 def test_mesh_must_match_parallelism() -> None:

@@ -1,8 +1,8 @@
 """``ModelSpec``: what a model factory returns for the root ``model`` field.
 
 A spec names a model and flavor, carries its typed architecture arguments, and points at the runtime
-hooks (build, parallelize, state-dict adapter) without calling them. Resolving a config therefore never
-creates a model, imports torch or reads the weights.
+hooks (build, parallelize, state-dict adapter, parameter initialisation) without calling them.
+Resolving a config therefore never creates a model, imports torch or reads the weights.
 """
 
 from collections.abc import Callable, Iterator
@@ -70,6 +70,11 @@ class ModelSpec:
     state_dict_adapter: type = attrs.field(
         validator=_is_class,
         metadata={"help": "Class converting between this model's state dict and the Hugging Face layout."},
+    )
+    init_fn: Callable[..., Any] | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.is_callable()),
+        metadata={"help": "Runtime hook (args, name, full_tensor, generator) filling one parameter."},
     )
 
     def cross_check(self) -> Iterator[tuple[str, str]]:

@@ -8,7 +8,12 @@ from typing import Literal
 
 from hyper_parallel.models._factory import create_spec
 from hyper_parallel.models.llama3.args import LLAMA3_FLAVORS, Llama3Args, RopeScaling
-from hyper_parallel.models.llama3.runtime import Llama3StateDictAdapter, build_model, parallelize
+from hyper_parallel.models.llama3.runtime import (
+    Llama3StateDictAdapter,
+    build_model,
+    init_parameter,
+    parallelize,
+)
 from hyper_parallel.models.spec import ModelSpec
 
 __all__ = ["LLAMA3_FLAVORS", "Llama3Args", "Llama3Flavor", "RopeScaling", "create_model_spec"]
@@ -41,4 +46,5 @@ def create_model_spec(
         build_model_fn=build_model,
         parallelize_fn=parallelize,
         state_dict_adapter=Llama3StateDictAdapter,
+        init_fn=init_parameter,
     )

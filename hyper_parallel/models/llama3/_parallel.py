@@ -1,4 +1,4 @@
-"""Tensor parallelism and FSDP2 for the Llama 3 module (imported lazily by ``runtime.parallelize``)."""
+"""Tensor-parallel plan of the Llama 3 module and its parallelize pipeline (imported lazily)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,16 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from hyper_parallel.models._torch_runtime import apply_fsdp, mesh_degrees
+from hyper_parallel.models._torch_runtime import parallelize_model
 from hyper_parallel.models.llama3._modules import Llama3Model
 
 if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
-    from hyper_parallel.trainer.config import ParallelismConfig
+    from hyper_parallel.trainer.config import (
+        ActivationCheckpointConfig,
+        CompileConfig,
+        ParallelismConfig,
+        TrainingConfig,
+    )
 
 __all__ = ["apply_tp", "parallelize_llama3"]
 
@@ -64,13 +69,24 @@ def apply_tp(model: Llama3Model, tp_mesh: DeviceMesh, sequence_parallel: bool) -
 
 
 def parallelize_llama3(
-    model: nn.Module, parallelism: ParallelismConfig, device_mesh: DeviceMesh
+    model: nn.Module,
+    parallelism: ParallelismConfig,
+    device_mesh: DeviceMesh | None,
+    *,
+    training: TrainingConfig | None = None,
+    activation_checkpoint: ActivationCheckpointConfig | None = None,
+    compile: CompileConfig | None = None,
 ) -> nn.Module:
-    """Apply TP (``tp`` mesh dimension) then FSDP2 (``dp_shard``, ``dp_replicate``) in place."""
+    """TP (+SP) -> activation checkpointing -> compile -> FSDP2 over the transformer blocks, in place."""
     if not isinstance(model, Llama3Model):
         raise TypeError(f"expected a Llama3Model, got {type(model).__name__}")
-    degrees = mesh_degrees(parallelism, device_mesh)
-    if degrees["tp"] > 1:
-        apply_tp(model, device_mesh["tp"], parallelism.sequence_parallel)
-    apply_fsdp(model, model.layers, parallelism, device_mesh, degrees)
-    return model
+    return parallelize_model(
+        model,
+        parallelism,
+        device_mesh,
+        blocks=list(model.layers),
+        apply_tp=lambda tp_mesh: apply_tp(model, tp_mesh, parallelism.sequence_parallel),
+        training=training,
+        activation_checkpoint=activation_checkpoint,
+        compile=compile,
+    )

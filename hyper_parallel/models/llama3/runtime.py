@@ -5,6 +5,7 @@ torch is never imported at module level: each hook imports the private torch mod
 stays cheap. The state-dict adapter only reshapes tensors through their own methods and needs no import.
 """
 
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -12,9 +13,14 @@ from hyper_parallel.models._factory import require_torch
 from hyper_parallel.models.llama3.args import Llama3Args
 
 if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
-    from hyper_parallel.trainer.config import ParallelismConfig
+    from hyper_parallel.trainer.config import (
+        ActivationCheckpointConfig,
+        CompileConfig,
+        ParallelismConfig,
+        TrainingConfig,
+    )
 
-__all__ = ["Llama3StateDictAdapter", "build_model", "load_weights", "parallelize"]
+__all__ = ["Llama3StateDictAdapter", "build_model", "init_parameter", "load_weights", "parallelize"]
 
 
 def build_model(args: Llama3Args, *, device: str = "meta") -> Any:
@@ -29,16 +35,66 @@ def build_model(args: Llama3Args, *, device: str = "meta") -> Any:
     return build_llama3(args, device)
 
 
-def parallelize(model: Any, parallelism: "ParallelismConfig", device_mesh: Any) -> Any:
-    """Apply tensor parallelism (mesh dim ``tp``) then FSDP2 (``dp_shard``/``dp_replicate``) in place.
+def parallelize(
+    model: Any,
+    parallelism: "ParallelismConfig",
+    device_mesh: Any,
+    *,
+    training: "TrainingConfig | None" = None,
+    activation_checkpoint: "ActivationCheckpointConfig | None" = None,
+    compile: "CompileConfig | None" = None,
+) -> Any:
+    """Parallelize a Llama 3 module in place for ``parallelism`` on ``device_mesh``.
 
-    ``device_mesh`` names its dimensions after the degrees of ``parallelism`` that exceed 1 (see
-    ``hyper_parallel.models._torch_runtime.build_device_mesh``); their sizes must match the config.
+    Order as in TorchTitan: tensor parallelism (mesh dimension ``tp``; every parameter then is a
+    ``DTensor``, replicated where not split) -> activation checkpointing per block (``activation_checkpoint``)
+    -> ``torch.compile`` per block (``compile``, when enabled with ``"model"`` among its components) ->
+    FSDP2 over ``dp_shard`` with the ``MixedPrecisionPolicy`` and CPU offload of ``training``. ``None`` for
+    a section means its defaults-off behaviour (full precision, no checkpointing, no compile).
+    ``device_mesh`` names its dimensions after the degrees of ``parallelism`` above 1 (see
+    ``hyper_parallel.models.loading.build_device_mesh``); ``None`` means one process.
+    Parameter names (state-dict keys) are never changed. Returns ``model``.
+
+    Tensor parallelism splits heads and the feed-forward hidden size (Megatron style); with
+    ``parallelism.sequence_parallel`` the norms and the residual stream are sharded along the sequence.
     """
     require_torch("Llama 3", "parallelize")
     from hyper_parallel.models.llama3._parallel import parallelize_llama3
 
-    return parallelize_llama3(model, parallelism, device_mesh)
+    return parallelize_llama3(
+        model,
+        parallelism,
+        device_mesh,
+        training=training,
+        activation_checkpoint=activation_checkpoint,
+        compile=compile,
+    )
+
+
+def init_parameter(args: Llama3Args, name: str, tensor: Any, generator: Any) -> None:
+    """Fill ``tensor``, the full value of parameter ``name``, from ``generator`` (``ModelSpec.init_fn``).
+
+    The distributions of ``Llama3Model.init_weights``: unit-normal embeddings, truncated-normal
+    projections (std 0.02; depth-scaled for ``wo``, ``w2`` and ``w3``), unit norms, and an output scaled
+    by ``dim ** -0.5``. Used by ``hyper_parallel.models.loading.initialize`` one parameter at a time.
+    """
+    from torch import nn
+
+    std = 0.02
+    depth_std = std / math.sqrt(2 * args.n_layers)
+    if name == "tok_embeddings.weight":
+        nn.init.normal_(tensor, generator=generator)
+    elif name == "output.weight":
+        final = args.dim**-0.5
+        nn.init.trunc_normal_(tensor, std=final, a=-3 * final, b=3 * final, generator=generator)
+    elif name.endswith("norm.weight"):
+        nn.init.ones_(tensor)
+    elif name.endswith(("attention.wo.weight", "feed_forward.w2.weight", "feed_forward.w3.weight")):
+        nn.init.trunc_normal_(tensor, std=depth_std, generator=generator)
+    elif name.endswith((".wq.weight", ".wk.weight", ".wv.weight", "feed_forward.w1.weight")):
+        nn.init.trunc_normal_(tensor, std=std, generator=generator)
+    else:
+        raise KeyError(f"no initialisation rule for Llama 3 parameter {name!r}")
 
 
 def load_weights(model: Any, weights_path: str, adapter: "Llama3StateDictAdapter | None" = None) -> Any:

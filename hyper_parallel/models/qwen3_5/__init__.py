@@ -20,6 +20,8 @@ from hyper_parallel.models.qwen3_5.runtime import (
     Qwen3_5VLStateDictAdapter,
     build_model,
     build_vl_model,
+    init_parameter,
+    init_vl_parameter,
     parallelize,
     parallelize_vl,
 )
@@ -63,6 +65,7 @@ def create_model_spec(
         build_model_fn=build_model,
         parallelize_fn=parallelize,
         state_dict_adapter=Qwen3_5StateDictAdapter,
+        init_fn=init_parameter,
     )
 
 
@@ -90,4 +93,5 @@ def create_vl_model_spec(
         build_model_fn=build_vl_model,
         parallelize_fn=parallelize_vl,
         state_dict_adapter=Qwen3_5VLStateDictAdapter,
+        init_fn=init_vl_parameter,
     )

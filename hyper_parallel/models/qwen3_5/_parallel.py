@@ -1,4 +1,4 @@
-"""Tensor parallelism and FSDP2 for the Qwen 3.5 module (imported lazily by ``runtime.parallelize``)."""
+"""Tensor-parallel plan of the Qwen 3.5 modules and their parallelize pipelines (imported lazily)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,17 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from hyper_parallel.models._torch_runtime import apply_fsdp, mesh_degrees
+from hyper_parallel.models._torch_runtime import parallelize_model
 from hyper_parallel.models.qwen3_5._modules import Qwen3_5Model
 from hyper_parallel.models.qwen3_5._vl import Qwen3_5VLModel
 
 if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
-    from hyper_parallel.trainer.config import ParallelismConfig
+    from hyper_parallel.trainer.config import (
+        ActivationCheckpointConfig,
+        CompileConfig,
+        ParallelismConfig,
+        TrainingConfig,
+    )
 
 __all__ = ["apply_tp", "parallelize_qwen3_5", "parallelize_qwen3_5_vl"]
 
@@ -70,8 +75,8 @@ def apply_tp(model: Qwen3_5Model, tp_mesh: DeviceMesh) -> None:
     recurrence run locally; the gated RMSNorm over ``head_dim`` is replicated (like the q/k norms) and
     the output projection row-parallel.
 
-    Embeddings, residual norms and the output projection stay replicated: every tp rank computes them on
-    the same replicated activations.
+    Embeddings, residual norms and the output projection are not split (``parallelize_model`` makes them
+    replicated ``DTensor``s): every tp rank computes them on the same replicated activations.
     """
     args = model.args
     size = tp_mesh.size()
@@ -114,27 +119,49 @@ def apply_tp(model: Qwen3_5Model, tp_mesh: DeviceMesh) -> None:
 
 
 def parallelize_qwen3_5(
-    model: nn.Module, parallelism: ParallelismConfig, device_mesh: DeviceMesh
+    model: nn.Module,
+    parallelism: ParallelismConfig,
+    device_mesh: DeviceMesh | None,
+    *,
+    training: TrainingConfig | None = None,
+    activation_checkpoint: ActivationCheckpointConfig | None = None,
+    compile: CompileConfig | None = None,
 ) -> nn.Module:
-    """Apply TP (``tp`` mesh dimension) then FSDP2 (``dp_shard``, ``dp_replicate``) in place."""
+    """TP -> activation checkpointing -> compile -> FSDP2 over the hybrid blocks, in place."""
     if not isinstance(model, Qwen3_5Model):
         raise TypeError(f"expected a Qwen3_5Model, got {type(model).__name__}")
-    degrees = mesh_degrees(parallelism, device_mesh)
-    if degrees["tp"] > 1:
-        apply_tp(model, device_mesh["tp"])
-    apply_fsdp(model, model.layers, parallelism, device_mesh, degrees)
-    return model
+    return parallelize_model(
+        model,
+        parallelism,
+        device_mesh,
+        blocks=list(model.layers),
+        apply_tp=lambda tp_mesh: apply_tp(model, tp_mesh),
+        training=training,
+        activation_checkpoint=activation_checkpoint,
+        compile=compile,
+    )
 
 
 def parallelize_qwen3_5_vl(
-    model: nn.Module, parallelism: ParallelismConfig, device_mesh: DeviceMesh
+    model: nn.Module,
+    parallelism: ParallelismConfig,
+    device_mesh: DeviceMesh | None,
+    *,
+    training: TrainingConfig | None = None,
+    activation_checkpoint: ActivationCheckpointConfig | None = None,
+    compile: CompileConfig | None = None,
 ) -> nn.Module:
-    """TP on the language model; FSDP2 over its blocks, the vision blocks, then the whole model."""
+    """TP on the language model (vision tower replicated); AC, compile, FSDP2 over both towers' blocks."""
     if not isinstance(model, Qwen3_5VLModel):
         raise TypeError(f"expected a Qwen3_5VLModel, got {type(model).__name__}")
-    degrees = mesh_degrees(parallelism, device_mesh)
-    if degrees["tp"] > 1:
-        apply_tp(model.language_model, device_mesh["tp"])
-    blocks = [*model.visual.blocks, *model.language_model.layers]
-    apply_fsdp(model, blocks, parallelism, device_mesh, degrees)
-    return model
+    return parallelize_model(
+        model,
+        parallelism,
+        device_mesh,
+        blocks=[*model.visual.blocks, *model.language_model.layers],
+        apply_tp=lambda tp_mesh: apply_tp(model.language_model, tp_mesh),
+        replicated_units=[model.visual],
+        training=training,
+        activation_checkpoint=activation_checkpoint,
+        compile=compile,
+    )

@@ -8,6 +8,7 @@ to concatenate the Gated DeltaNet q/k/v parts back into Hugging Face's fused ten
 The vision-language model covers images; videos (timestamped frames) are not supported yet.
 """
 
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,12 @@ from hyper_parallel.models._factory import require_torch
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args, Qwen3_5VLArgs
 
 if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
-    from hyper_parallel.trainer.config import ParallelismConfig
+    from hyper_parallel.trainer.config import (
+        ActivationCheckpointConfig,
+        CompileConfig,
+        ParallelismConfig,
+        TrainingConfig,
+    )
 
 ModelArgsLike = Qwen3_5Args | Qwen3_5VLArgs
 
@@ -24,6 +30,8 @@ __all__ = [
     "Qwen3_5VLStateDictAdapter",
     "build_model",
     "build_vl_model",
+    "init_parameter",
+    "init_vl_parameter",
     "load_weights",
     "parallelize",
     "parallelize_vl",
@@ -42,17 +50,92 @@ def build_model(args: Qwen3_5Args, *, device: str = "meta") -> Any:
     return build_qwen3_5(args, device)
 
 
-def parallelize(model: Any, parallelism: "ParallelismConfig", device_mesh: Any) -> Any:
-    """Apply tensor parallelism (mesh dim ``tp``) then FSDP2 (``dp_shard``/``dp_replicate``) in place.
+def parallelize(
+    model: Any,
+    parallelism: "ParallelismConfig",
+    device_mesh: Any,
+    *,
+    training: "TrainingConfig | None" = None,
+    activation_checkpoint: "ActivationCheckpointConfig | None" = None,
+    compile: "CompileConfig | None" = None,
+) -> Any:
+    """Parallelize a Qwen 3.5 language model in place for ``parallelism`` on ``device_mesh``.
 
-    Tensor parallelism splits the heads of the full-attention and the Gated DeltaNet blocks (a rank
-    holds the key heads its value heads use) and the feed-forward networks; embeddings, norms and the
-    output stay replicated across ``tp`` (no sequence parallelism).
+    Order as in TorchTitan: tensor parallelism (mesh dimension ``tp``; every parameter then is a
+    ``DTensor``, replicated where not split) -> activation checkpointing per block (``activation_checkpoint``)
+    -> ``torch.compile`` per block (``compile``, when enabled with ``"model"`` among its components) ->
+    FSDP2 over ``dp_shard`` with the ``MixedPrecisionPolicy`` and CPU offload of ``training``. ``None`` for
+    a section means its defaults-off behaviour (full precision, no checkpointing, no compile).
+    ``device_mesh`` names its dimensions after the degrees of ``parallelism`` above 1 (see
+    ``hyper_parallel.models.loading.build_device_mesh``); ``None`` means one process.
+    Parameter names (state-dict keys) are never changed. Returns ``model``.
+
+    Tensor parallelism splits the heads of the full-attention and the Gated DeltaNet blocks (a rank holds
+    the key heads its value heads use) and the feed-forward networks; embeddings, norms and the output
+    are replicated across ``tp`` (no sequence parallelism yet: ``sequence_parallel`` has no effect).
     """
     require_torch("Qwen 3.5", "parallelize")
     from hyper_parallel.models.qwen3_5._parallel import parallelize_qwen3_5
 
-    return parallelize_qwen3_5(model, parallelism, device_mesh)
+    return parallelize_qwen3_5(
+        model,
+        parallelism,
+        device_mesh,
+        training=training,
+        activation_checkpoint=activation_checkpoint,
+        compile=compile,
+    )
+
+
+_ZERO_CENTRED_NORMS = ("attention_norm.weight", "ffn_norm.weight", "q_norm.weight", "k_norm.weight")
+
+
+def init_parameter(args: Qwen3_5Args, name: str, tensor: Any, generator: Any) -> None:
+    """Fill ``tensor``, the full value of language-model parameter ``name`` (``ModelSpec.init_fn``).
+
+    The distributions of ``Qwen3_5Model.init_weights``: normal embeddings and truncated-normal linears
+    (std 0.02), zero residual and q/k norms (stored around zero), unit gated norms, and Gated DeltaNet's
+    defaults (uniform convolutions, unit ``dt_bias``, ``A_log = log U(0.01, 16)``).
+    """
+    from torch import nn
+
+    std = 0.02
+    if name == "tok_embeddings.weight":
+        nn.init.normal_(tensor, std=std, generator=generator)
+    elif name == "norm.weight" or name.endswith(_ZERO_CENTRED_NORMS):
+        nn.init.zeros_(tensor)
+    elif name.endswith("linear_attn.norm.weight") or name.endswith("linear_attn.dt_bias"):
+        nn.init.ones_(tensor)
+    elif name.endswith(("linear_attn.conv_q", "linear_attn.conv_k", "linear_attn.conv_v")):
+        bound = 1.0 / math.sqrt(args.linear_conv_kernel_dim)
+        nn.init.uniform_(tensor, -bound, bound, generator=generator)
+    elif name.endswith("linear_attn.A_log"):
+        nn.init.uniform_(tensor, 0.01, 16.0, generator=generator).log_()
+    elif name.endswith(".weight"):
+        nn.init.trunc_normal_(tensor, std=std, generator=generator)
+    else:
+        raise KeyError(f"no initialisation rule for Qwen 3.5 parameter {name!r}")
+
+
+def init_vl_parameter(args: Qwen3_5VLArgs, name: str, tensor: Any, generator: Any) -> None:
+    """``init_parameter`` for the vision-language model: ``language_model.*`` as the text model; the vision
+    tower as ``VisionTower.init_weights`` (truncated-normal weights, zero biases, unit LayerNorms)."""
+    from torch import nn
+
+    if name.startswith("language_model."):
+        init_parameter(args.text, name[len("language_model.") :], tensor, generator)
+        return
+    if not name.startswith("visual."):
+        raise KeyError(f"no initialisation rule for Qwen 3.5 VL parameter {name!r}")
+    module, _, kind = name.rpartition(".")
+    if module.rpartition(".")[2].startswith("norm"):
+        (nn.init.ones_ if kind == "weight" else nn.init.zeros_)(tensor)
+    elif kind == "bias":
+        nn.init.zeros_(tensor)
+    elif module == "visual.pos_embed":
+        nn.init.normal_(tensor, std=0.02, generator=generator)
+    else:
+        nn.init.trunc_normal_(tensor, std=0.02, generator=generator)
 
 
 def load_weights(model: Any, weights_path: str, adapter: "Qwen3_5StateDictAdapter | None" = None) -> Any:
@@ -78,15 +161,31 @@ def build_vl_model(args: Qwen3_5VLArgs, *, device: str = "meta") -> Any:
     return build_qwen3_5_vl(args, device)
 
 
-def parallelize_vl(model: Any, parallelism: "ParallelismConfig", device_mesh: Any) -> Any:
-    """Apply the language model's plan (TP, FSDP2) and shard the vision blocks with FSDP2.
+def parallelize_vl(
+    model: Any,
+    parallelism: "ParallelismConfig",
+    device_mesh: Any,
+    *,
+    training: "TrainingConfig | None" = None,
+    activation_checkpoint: "ActivationCheckpointConfig | None" = None,
+    compile: "CompileConfig | None" = None,
+) -> Any:
+    """Parallelize a Qwen 3.5 vision-language model in place, as ``parallelize`` does the language model.
 
-    The vision tower is replicated across ``tp`` (it is small next to the language model).
+    The vision tower is not split by tensor parallelism (it is small next to the language model); its
+    blocks are checkpointed, compiled and sharded by FSDP2 like the language model's.
     """
     require_torch("Qwen 3.5", "parallelize_vl")
     from hyper_parallel.models.qwen3_5._parallel import parallelize_qwen3_5_vl
 
-    return parallelize_qwen3_5_vl(model, parallelism, device_mesh)
+    return parallelize_qwen3_5_vl(
+        model,
+        parallelism,
+        device_mesh,
+        training=training,
+        activation_checkpoint=activation_checkpoint,
+        compile=compile,
+    )
 
 
 _HF_PREFIXES = ("model.language_model.", "model.")

@@ -1,0 +1,150 @@
+"""Putting weights into a built (and usually parallelized) model: device meshes, initialisation, loading.
+
+The trainer's order is ``spec.build_model_fn(args, device="meta")`` -> ``spec.parallelize_fn(...)`` ->
+``materialize(model, spec, device=..., seed=...)`` (random weights) or ``load_pretrained(model, spec)``
+(a Hugging Face safetensors folder). Both work on plain, meta, FSDP2 and tensor-parallel models and keep
+tied weights tied. torch is imported inside the functions, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from hyper_parallel.models.spec import ModelSpec
+    from hyper_parallel.trainer.config import ParallelismConfig
+
+__all__ = ["build_device_mesh", "initialize", "load_pretrained", "materialize", "parameter_seed"]
+
+
+def build_device_mesh(
+    parallelism: ParallelismConfig, world_size: int, device_type: str = "cpu"
+) -> DeviceMesh:
+    """The device mesh ``parallelize_fn`` expects: one named dimension per degree of ``parallelism`` > 1.
+
+    Dimension names, outermost first: ``pp``, ``dp_replicate``, ``dp_shard``, ``cp``, ``tp`` (``dp_shard``
+    alone when every degree is 1). The default process group must be initialised (e.g. under torchrun).
+    """
+    from hyper_parallel.models._torch_runtime import build_device_mesh as build
+
+    return build(parallelism, world_size, device_type)
+
+
+def parameter_seed(seed: int, name: str) -> int:
+    """The seed of parameter ``name``'s generator: a stable 63-bit hash of ``(seed, name)``."""
+    digest = hashlib.blake2b(f"{seed}/{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def _to_empty(model: nn.Module, device: str | torch.device) -> None:
+    """``model.to_empty(device=...)`` that keeps tied parameters tied (plain ``to_empty`` unties them)."""
+    from hyper_parallel.models._torch_runtime import restore_ties, tie_groups
+
+    aliases = tie_groups(model)
+    model.to_empty(device=device)
+    restore_ties(model, aliases)
+
+
+def initialize(model: nn.Module, spec: ModelSpec, *, seed: int) -> nn.Module:
+    """Fill every parameter of ``model`` in place with the same values whatever its layout.
+
+    Each parameter's full tensor is generated on the CPU by ``spec.init_fn`` from a generator seeded with
+    ``parameter_seed(seed, name)``; a rank keeps its shard of it (``DTensor``: the slice its placements
+    select, no communication). A model on one process, under FSDP2 or under tensor parallelism thus holds
+    the same weights for the same seed. Specs without ``init_fn`` fall back to ``model.init_weights()``
+    after ``torch.manual_seed(seed)`` (correct on one process, not layout-independent).
+    """
+    import torch
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if spec.init_fn is None:
+        torch.manual_seed(seed)
+        init_weights = getattr(model, "init_weights", None)
+        if not callable(init_weights):
+            raise TypeError(f"{type(model).__name__} has no init_weights() and the spec no init_fn")
+        init_weights()
+        return model
+    generator = torch.Generator()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            full = torch.empty(param.shape, dtype=torch.float32)
+            spec.init_fn(spec.args, name, full, generator.manual_seed(parameter_seed(seed, name)))
+            full = full.to(param.dtype)
+            if isinstance(param, DTensor):
+                param.copy_(distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None))
+            else:
+                param.copy_(full)
+    return model
+
+
+def materialize(model: nn.Module, spec: ModelSpec, *, device: str | torch.device, seed: int) -> nn.Module:
+    """Allocate a (meta) model's parameters on ``device`` and initialise them layout-independently.
+
+    Call it after ``spec.parallelize_fn`` so each rank allocates only its shards. Tied weights stay tied.
+    See ``initialize`` for the values. Returns ``model``.
+    """
+    _to_empty(model, device)
+    return initialize(model, spec, seed=seed)
+
+
+def _process_group_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def load_pretrained(
+    model: nn.Module, spec: ModelSpec, *, device: str | torch.device | None = None
+) -> nn.Module:
+    """Load the Hugging Face safetensors folder ``spec.weights_path`` into ``model`` via the adapter.
+
+    ``model`` may be plain, on meta (allocated first on ``device``, default CPU), or parallelized (FSDP2
+    and/or tensor parallel ``DTensor`` parameters, possibly on meta). With an initialised process group of
+    more than one rank, only rank 0 reads the files; the others receive their shards by broadcast. Names
+    the adapter produces must match the model's exactly (``KeyError`` otherwise); tied weights stay tied.
+    """
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    from hyper_parallel.models._torch_runtime import read_safetensors_folder, restore_ties, tie_groups
+
+    if spec.weights_path is None:
+        raise ValueError(f"model.weights_path is not set for {spec.name} {spec.flavor}: nothing to load")
+    if any(p.is_meta for p in model.parameters()):
+        _to_empty(model, device if device is not None else "cpu")
+    aliases = tie_groups(model)
+    distributed = _process_group_size() > 1
+    import torch.distributed as dist
+
+    state_dict: dict[str, Any] = {}
+    if not distributed or dist.get_rank() == 0:
+        dtypes = {name: p.dtype for name, p in model.named_parameters(remove_duplicate=False)}
+        adapter = spec.state_dict_adapter(spec.args, spec.weights_path)
+        loaded = adapter.from_hf(read_safetensors_folder(spec.weights_path))
+        _check_names(loaded, dtypes)
+        state_dict = {k: v.to(dtypes[k]) for k, v in loaded.items()}
+    has_dtensor = any(isinstance(p, DTensor) for p in model.parameters())
+    if distributed or has_dtensor:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=distributed, strict=True)
+        set_model_state_dict(model, state_dict, options=options)
+    else:
+        with torch.no_grad():
+            model.load_state_dict(state_dict, strict=True)
+    restore_ties(model, aliases)
+    return model
+
+
+def _check_names(loaded: dict[str, Any], expected: dict[str, Any]) -> None:
+    missing = sorted(set(expected) - set(loaded))
+    unexpected = sorted(set(loaded) - set(expected))
+    if missing or unexpected:
+        raise KeyError(
+            f"checkpoint does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
