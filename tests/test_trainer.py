@@ -264,7 +264,7 @@ def test_profiler_traces_the_steps_of_its_schedule(tmp_path: Path) -> None:
         {
             "profiler.enable": "true",
             "profiler.profile_freq": "2",
-            "profiler.warmup": "0",
+            "profiler.warmup": "1",
             "profiler.active": "1",
             "profiler.save_traces_folder": str(tmp_path),
         }

@@ -51,6 +51,7 @@ def create_spec(
     build_model_fn: Callable[..., Any],
     parallelize_fn: Callable[..., Any],
     state_dict_adapter: type,
+    init_fn: Callable[..., Any] | None = None,
 ) -> ModelSpec:
     """A ``ModelSpec`` of ``family``: ``flavor``'s arguments from ``table`` with ``overrides`` applied."""
     args = override_args(lookup_flavor(family, table, flavor), overrides, f"{family} {flavor}")
@@ -62,6 +63,7 @@ def create_spec(
         build_model_fn=build_model_fn,
         parallelize_fn=parallelize_fn,
         state_dict_adapter=state_dict_adapter,
+        init_fn=init_fn,
     )
 
 

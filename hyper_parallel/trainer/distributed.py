@@ -131,8 +131,9 @@ def set_collective_timeout(seconds: int, mesh: DeviceMesh | None = None) -> None
 
     timeout = timedelta(seconds=seconds)
     _set_pg_timeout(timeout, None)
-    for name in (mesh.mesh_dim_names or ()) if mesh is not None else ():
-        _set_pg_timeout(timeout, mesh.get_group(name))
+    if mesh is not None:
+        for name in mesh.mesh_dim_names or ():
+            _set_pg_timeout(timeout, mesh.get_group(name))
 
 
 def shutdown() -> None:
