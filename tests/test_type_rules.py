@@ -43,7 +43,11 @@ CONV.register_root(KindsRoot)
         (True, int, "expected an integer, got the boolean true"),
         (None, int, "expected an integer, got null"),
         (2**63, int, "integer out of range (must fit in 64 bits), got 9223372036854775808"),
-        ("1.5", float, "expected a number, got the string '1.5'"),
+        (
+            "1.5",
+            float,
+            "expected a number, got the string '1.5' (a number in quotes is text: remove the quotes)",
+        ),
         (float("nan"), float, "expected a finite number, got nan"),
         (None, float, "expected a number, got null"),
         ("false", bool, "expected a boolean (true or false), got the string 'false'"),

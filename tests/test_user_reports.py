@@ -209,3 +209,82 @@ def test_a_config_built_in_python_with_a_lone_surrogate_is_not_written(tmp_path:
         (None, "metrics.run_name", f"{NOT_UTF8} and cannot be written to a config file")
     ]
     assert not out.exists()
+
+
+# --- messages that say what was meant ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "path", "message"),
+    [
+        (
+            {"defaults": ["optimizer: adamw"]},
+            "defaults",
+            "unknown root field 'defaults': composing a config from other files (Hydra's defaults list) "
+            "is not supported; write every group in this file",
+        ),
+        (
+            {"gc_freq": 5},
+            "gc_freq",
+            "unknown root field 'gc_freq'; it is a field of 'training' (training.gc_freq)",
+        ),
+        ({"lr": 0.1}, "lr", "unknown root field 'lr'; it is a field of 'optimizer' (optimizer.lr)"),
+        (
+            {"optimizer": {"_target_": "hyper_parallel.components.optimizer.AdamW"}},
+            "optimizer._target_",
+            "'hyper_parallel.components.optimizer.AdamW' is the class AdamW; "
+            "did you mean 'hyper_parallel.components.optimizer.AdamW.Config'?",
+        ),
+        (
+            {"optimizer": {"_target_": "hyper_paralel.components.optimizer.AdamW.Config"}},
+            "optimizer._target_",
+            "'hyper_paralel.components.optimizer.AdamW.Config' is outside the allowed target prefixes "
+            "(hyper_parallel); did you mean 'hyper_parallel.components.optimizer.AdamW.Config'? Otherwise, "
+            "trusted code can allow more with allowed_targets=, --allow-target or "
+            "$HYPER_PARALLEL_ALLOWED_TARGETS",
+        ),
+    ],
+)
+def test_a_document_mistake_names_what_was_meant(raw: dict[str, Any], path: str, message: str) -> None:
+    document = {"model": {"_target_": "hyper_parallel.models.qwen3_5.create_model_spec"}, **raw}
+    with pytest.raises(ConfigError) as info:
+        resolve_root(document)
+    assert [(i.path, i.message) for i in info.value.issues] == [(path, message)]
+
+
+@pytest.mark.parametrize(
+    ("key", "path", "message"),
+    [
+        (
+            "training.lr",
+            "training.lr",
+            "no field 'lr' under 'training'; it is a field of 'optimizer' (optimizer.lr)",
+        ),
+        (
+            "gc_freq",
+            "gc_freq",
+            "unknown root field 'gc_freq'; it is a field of 'training' (training.gc_freq)",
+        ),
+        ("flavor", "flavor", "unknown root field 'flavor'; it is a field of 'model' (model.flavor)"),
+    ],
+)
+def test_a_field_given_in_the_wrong_group_names_the_group_that_has_it(
+    key: str, path: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(FULL, {key: "5"})
+    assert _report(info.value) == [(f"--{key}", path, message)]
+
+
+def test_a_quoted_number_in_a_file_says_to_remove_the_quotes(tmp_path: Path) -> None:
+    text = FULL.read_text(encoding="utf-8").replace("lr: 2.0e-4", 'lr: "3e-4"')
+    assert 'lr: "3e-4"' in text
+    path = tmp_path / "quoted.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    ((location, field, message),) = _report(info.value)
+    assert (location, field) == (f"{path}:38:7", "optimizer.lr")
+    assert message.startswith(
+        "expected a number, got the string '3e-4' (a number in quotes is text: remove the quotes"
+    )

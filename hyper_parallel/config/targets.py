@@ -189,8 +189,11 @@ def _load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Ta
     if any(p.startswith("_") for p in parts):
         raise TargetError(f"{echo(name)} names a private or dunder attribute, which is never a target")
     if not _is_allowed(name, allowed):
+        # A typo in an allowed package is the likelier fix than widening the allowlist: say it first.
+        close = _misspelled_prefix(parts, allowed)
+        hint = f"; did you mean {close!r}? Otherwise, trusted code" if close else "; trusted code"
         raise TargetError(
-            f"{echo(name)} is outside the allowed target prefixes ({', '.join(allowed)}); trusted code can "
+            f"{echo(name)} is outside the allowed target prefixes ({', '.join(allowed)}){hint} can "
             f"allow more with allowed_targets=, --allow-target or ${ALLOWED_TARGETS_ENV}"
         )
     obj = _import(name)
@@ -206,9 +209,27 @@ def _load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Ta
         return Target(qualified_name(obj), obj, False, {}, frozenset(), {})
     if inspect.isfunction(obj):
         return _factory(name, obj, field_type, expected)
+    nested = getattr(obj, "Config", None) if isinstance(obj, type) else None
+    if isinstance(nested, type) and attrs.has(nested) and issubclass(nested, field_type):
+        # ``...AdamW`` for ``...AdamW.Config``: the component class, not the Config that builds it.
+        raise TargetError(f"{echo(name)} is {_kind_of(obj)}; did you mean {name + '.Config'!r}?")
     if isinstance(obj, type) and issubclass(obj, field_type):
         raise TargetError(f"{echo(name)} is {_kind_of(obj)}, which is not an attrs Config class; {expected}")
     raise TargetError(f"{echo(name)} is {_kind_of(obj)}; {expected}")
+
+
+def _misspelled_prefix(parts: list[str], allowed: tuple[str, ...]) -> str | None:
+    """``name`` with its leading segments replaced by the allowed prefix they misspell, or None."""
+    import difflib  # only a mistake pays for it
+
+    for prefix in allowed:
+        size = prefix.count(".") + 1
+        head = ".".join(parts[:size])
+        if head.startswith(prefix):  # 'hyper_parallelx' is another package, not a typo of ours
+            continue
+        if len(parts) > size and difflib.SequenceMatcher(None, head, prefix).ratio() >= 0.8:
+            return ".".join([prefix, *parts[size:]])
+    return None
 
 
 def _factory(name: str, fn: types.FunctionType, field_type: type, expected: str) -> Target:
