@@ -288,3 +288,68 @@ def test_a_quoted_number_in_a_file_says_to_remove_the_quotes(tmp_path: Path) -> 
     assert message.startswith(
         "expected a number, got the string '3e-4' (a number in quotes is text: remove the quotes"
     )
+
+
+# --- the config checker's command line ------------------------------------------------------------------
+
+
+def _check(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "hyper_parallel.config", "check", *args],
+        cwd=REPO,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_check_reads_standard_input_for_a_dash() -> None:
+    assert _check("-", stdin=FULL.read_text(encoding="utf-8"))[:2] == (0, "<stdin>: ok\n")
+    code, out, _ = _check("-", stdin="model: 3\n")
+    assert (code, out) == (
+        1,
+        "<stdin>:1:8: model: expected a mapping with '_target_', got the integer 3\n1 of 1 file failed\n",
+    )
+
+
+def test_check_takes_the_world_size() -> None:
+    code, out, _ = _check("--world-size", "3", "configs/qwen3_5_full.yaml")
+    assert code == 1
+    assert "which does not divide the world size 3" in out
+    assert _check("--world-size=2", "configs/qwen3_5_full.yaml")[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--bogus", "configs/qwen3_5_full.yaml"], "error: unknown option '--bogus'"),
+        (["--world-size"], "error: --world-size needs a value"),
+        (
+            ["--world-size", "0", "configs/qwen3_5_full.yaml"],
+            "error: --world-size must be a positive integer, got '0'",
+        ),
+        (["--allow-target"], "error: --allow-target needs a value"),
+        ([], "error: no FILE given"),
+    ],
+)
+def test_check_never_reads_an_option_as_a_file(args: list[str], error: str) -> None:
+    code, out, err = _check(*args)
+    assert (code, out, err.splitlines()[0]) == (2, "", error)
+
+
+@pytest.mark.parametrize("prefix", ["*", "", ".", "a-b"])
+def test_an_allowed_target_prefix_must_be_a_module_name(prefix: str) -> None:
+    code, out, _ = _check(f"--allow-target={prefix}", "configs/qwen3_5_full.yaml")
+    assert code == 1
+    assert out.splitlines()[0] == (
+        f"$: an allowed target prefix (--allow-target, allowed_targets=) {prefix!r} is not a dotted module "
+        "name such as 'my_project.models'"
+    )
+    with pytest.raises(ConfigError):
+        resolve_root({}, allowed_targets=[prefix])

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from hyper_parallel.config.errors import did_you_mean, echo
+from hyper_parallel.config.errors import ConfigError, Issue, did_you_mean, echo
 
 __all__ = [
     "ALLOWED_TARGETS_ENV",
@@ -72,14 +72,28 @@ def _normalise(prefix: str) -> str:
 
 
 def allowed_prefixes(extra: Iterable[str] | None = None) -> tuple[str, ...]:
-    """The default prefixes, those of :data:`ALLOWED_TARGETS_ENV`, and ``extra`` from trusted code."""
+    """The default prefixes, those of :data:`ALLOWED_TARGETS_ENV`, and ``extra`` from trusted code.
+
+    Each prefix must be a dotted module name (``my_project.models``); ``*``, ``.`` or an empty prefix is
+    refused with a :class:`~hyper_parallel.config.errors.ConfigError` rather than silently matching nothing.
+    Empty entries of the environment variable (``a,b,``) are skipped.
+    """
     return _prefixes(os.environ.get(ALLOWED_TARGETS_ENV, ""), tuple(extra or ()))
 
 
 @functools.lru_cache(maxsize=256)
 def _prefixes(env: str, extra: tuple[str, ...]) -> tuple[str, ...]:
-    found = [*DEFAULT_ALLOWED_TARGETS, *env.split(","), *extra]
-    return tuple(dict.fromkeys(p for p in map(_normalise, found) if p))
+    given = [(p, f"${ALLOWED_TARGETS_ENV}") for p in env.split(",") if p.strip()]
+    given += [(p, "an allowed target prefix (--allow-target, allowed_targets=)") for p in extra]
+    bad = [
+        Issue("$", f"{what} {echo(p)} is not a dotted module name such as 'my_project.models'")
+        for p, what in given
+        if not isinstance(p, str) or not all(s.isidentifier() for s in _normalise(p).split("."))
+    ]
+    if bad:
+        raise ConfigError(bad)
+    found = [*DEFAULT_ALLOWED_TARGETS, *(p for p, _ in given)]
+    return tuple(dict.fromkeys(map(_normalise, found)))
 
 
 def _is_allowed(name: str, allowed: tuple[str, ...]) -> bool:
