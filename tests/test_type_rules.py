@@ -249,6 +249,7 @@ _MODEL = """\
 model:
   _target_: hyper_parallel.models.qwen3_5.create_model_spec
   flavor: debugmodel
+  weights_path: /path/to/weights
   overrides:
     n_layer: 2
     dim: 2.5
@@ -261,9 +262,9 @@ def test_model_arguments_in_a_file_are_reported_at_their_own_lines(tmp_path: pat
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert [str(i) for i in info.value.issues] == [
-        f"{path}:5:5: model.overrides.n_layer: unknown argument 'n_layer' of Qwen3_5Args; "
+        f"{path}:6:5: model.overrides.n_layer: unknown argument 'n_layer' of Qwen3_5Args; "
         "did you mean 'n_layers'?",
-        f"{path}:6:10: model.overrides.dim: expected an integer, got the number 2.5",
+        f"{path}:7:10: model.overrides.dim: expected an integer, got the number 2.5",
     ]
 
 
