@@ -246,7 +246,10 @@ def test_a_config_built_in_python_with_a_lone_surrogate_is_not_written(tmp_path:
     ],
 )
 def test_a_document_mistake_names_what_was_meant(raw: dict[str, Any], path: str, message: str) -> None:
-    model = {"_target_": "hyper_parallel.models.qwen3_5.create_model_spec", "weights_path": "/path/to/weights"}
+    model = {
+        "_target_": "hyper_parallel.models.qwen3_5.create_model_spec",
+        "weights_path": "/path/to/weights",
+    }
     document = {"model": model, **raw}
     with pytest.raises(ConfigError) as info:
         resolve_root(document)
