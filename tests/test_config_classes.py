@@ -68,7 +68,8 @@ SECTIONS: list[type] = [
 
 
 def debug_spec() -> ModelSpec:
-    return llama3.create_model_spec("debugmodel")
+    # A weights folder: the default tokenizer reads its tokenizer.json from there.
+    return llama3.create_model_spec("debugmodel", weights_path="/path/to/weights")
 
 
 def issues(obj: Any) -> list[tuple[str, str]]:
