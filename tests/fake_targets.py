@@ -19,7 +19,7 @@ CALLS: list[str] = []
 def recording_model_spec(flavor: str = "debugmodel") -> ModelSpec:
     """A model factory that records each call."""
     CALLS.append("recording_model_spec")
-    return create_model_spec(flavor=flavor, weights_path="/path/to/weights")  # type: ignore[arg-type]
+    return create_model_spec(flavor=flavor)  # type: ignore[arg-type]
 
 
 def lying_model_spec() -> ModelSpec:

@@ -68,8 +68,7 @@ SECTIONS: list[type] = [
 
 
 def debug_spec() -> ModelSpec:
-    # A weights folder: the default tokenizer reads its tokenizer.json from there.
-    return llama3.create_model_spec("debugmodel", weights_path="/path/to/weights")
+    return llama3.create_model_spec("debugmodel")
 
 
 def issues(obj: Any) -> list[tuple[str, str]]:

@@ -78,8 +78,7 @@ def issues(exc: pytest.ExceptionInfo[ConfigError]) -> list[tuple[str, str]]:
 
 
 def optimizer_doc(target: str, **fields: Any) -> dict[str, Any]:
-    model = {"_target_": QWEN, "weights_path": "/path/to/weights"}  # the tokenizer's files are there
-    return {"model": model, "optimizer": {"_target_": target, "lr": 1e-3, **fields}}
+    return {"model": {"_target_": QWEN}, "optimizer": {"_target_": target, "lr": 1e-3, **fields}}
 
 
 def write(tmp_path: Path, text: str | bytes, name: str = "c.yaml") -> Path:

@@ -98,8 +98,7 @@ def load(name: str) -> Any:
 
 
 def model(**args: Any) -> dict[str, Any]:
-    # A weights folder: the default tokenizer reads its tokenizer.json from there.
-    return {"_target_": QWEN, "flavor": "debugmodel", "weights_path": "/path/to/weights", **args}
+    return {"_target_": QWEN, "flavor": "debugmodel", **args}
 
 
 def doc(**groups: Any) -> dict[str, Any]:
@@ -406,11 +405,8 @@ def test_allowed_module_still_refuses_what_is_not_a_target(
 
 def test_a_target_named_through_a_reexport_is_accepted_under_its_own_module() -> None:
     # tests.fake_targets imports create_model_spec; it is defined in an allowed module, so it may be named.
-    weights = {"weights_path": "/path/to/weights"}
-    cfg = resolve_root(
-        {"model": {"_target_": "tests.fake_targets.create_model_spec", **weights}}, allowed_targets=TESTS
-    )
-    assert cfg.model == resolve_root({"model": {"_target_": QWEN, **weights}}).model
+    cfg = resolve_root({"model": {"_target_": "tests.fake_targets.create_model_spec"}}, allowed_targets=TESTS)
+    assert cfg.model == resolve_root({"model": {"_target_": QWEN}}).model
 
 
 # -- parameters ----------------------------------------------------------------------------------------
