@@ -249,7 +249,7 @@ _MODEL = """\
 model:
   _target_: hyper_parallel.models.qwen3_5.create_model_spec
   flavor: debugmodel
-  weights_path: /path/to/weights
+  weights_path: /weights
   overrides:
     n_layer: 2
     dim: 2.5
