@@ -327,7 +327,8 @@ def test_target_that_is_not_a_dotted_string(target: object, message: str) -> Non
         ),
         (
             "hyper_parallel.components.optimizer.AdamW",
-            f"'hyper_parallel.components.optimizer.AdamW' is the class AdamW; {EXPECTED_TAIL}",
+            "'hyper_parallel.components.optimizer.AdamW' is the class AdamW; "
+            "did you mean 'hyper_parallel.components.optimizer.AdamW.Config'?",
         ),
         (LOSS, f"{LOSS!r} is the class CausalLMLoss.Config; {EXPECTED_TAIL}"),
         (
@@ -495,8 +496,8 @@ def test_missing_required_parameter_names_it_and_its_path() -> None:
             doc(optimizer=group(ADAMW, lr="1e-4")),
             "optimizer.lr",
             "expected a number, got the string '1e-4'"
-            " (a YAML 1.1 reader such as yaml.safe_load reads 1e-4 as text: write 1.0e-4, or load the file "
-            "with load_config, which reads YAML 1.2)",
+            " (a number in quotes is text: remove the quotes; a YAML 1.1 reader such as yaml.safe_load also "
+            "reads 1e-4 as text: write 1.0e-4, or load the file with load_config, which reads YAML 1.2)",
         ),
         (doc(optimizer=group(ADAMW, lr=True)), "optimizer.lr", "expected a number, got the boolean true"),
         (doc(optimizer=group(ADAMW, lr=float("nan"))), "optimizer.lr", "expected a finite number, got nan"),
@@ -537,7 +538,7 @@ def test_missing_required_parameter_names_it_and_its_path() -> None:
         (
             doc(optimizer=group(ADAMW, betas=[0.9, "0.95"])),
             "optimizer.betas[1]",
-            "expected a number, got the string '0.95'",
+            "expected a number, got the string '0.95' (a number in quotes is text: remove the quotes)",
         ),
         # Literal, with did-you-mean
         (
@@ -559,7 +560,7 @@ def test_missing_required_parameter_names_it_and_its_path() -> None:
         (
             doc(training=group(TRAINING, max_grad_norm="1.0")),
             "training.max_grad_norm",
-            "expected a number, got the string '1.0'",
+            "expected a number, got the string '1.0' (a number in quotes is text: remove the quotes)",
         ),
         # nested attrs section
         (
@@ -655,8 +656,8 @@ def test_a_type_error_does_not_hide_a_validator_failure_in_the_same_group() -> N
         (
             "optimizer.eps",
             "expected a number, got the string '1e-8'"
-            " (a YAML 1.1 reader such as yaml.safe_load reads 1e-4 as text: write 1.0e-4, or load the file "
-            "with load_config, which reads YAML 1.2)",
+            " (a number in quotes is text: remove the quotes; a YAML 1.1 reader such as yaml.safe_load also "
+            "reads 1e-4 as text: write 1.0e-4, or load the file with load_config, which reads YAML 1.2)",
         ),
         ("optimizer.lr", "must be > 0.0, got -1.0"),
     ]

@@ -46,8 +46,8 @@ def issues(raw: object) -> list[tuple[str, str]]:
             "lr",
             "1e-4",
             "expected a number, got the string '1e-4'"
-            " (a YAML 1.1 reader such as yaml.safe_load reads 1e-4 as text: write 1.0e-4, or load the file "
-            "with load_config, which reads YAML 1.2)",
+            " (a number in quotes is text: remove the quotes; a YAML 1.1 reader such as yaml.safe_load also "
+            "reads 1e-4 as text: write 1.0e-4, or load the file with load_config, which reads YAML 1.2)",
         ),
         ("lr", False, "expected a number, got the boolean false"),
         ("lr", float("nan"), "expected a finite number, got nan"),

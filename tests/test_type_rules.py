@@ -43,7 +43,11 @@ CONV.register_root(KindsRoot)
         (True, int, "expected an integer, got the boolean true"),
         (None, int, "expected an integer, got null"),
         (2**63, int, "integer out of range (must fit in 64 bits), got 9223372036854775808"),
-        ("1.5", float, "expected a number, got the string '1.5'"),
+        (
+            "1.5",
+            float,
+            "expected a number, got the string '1.5' (a number in quotes is text: remove the quotes)",
+        ),
         (float("nan"), float, "expected a finite number, got nan"),
         (None, float, "expected a number, got null"),
         ("false", bool, "expected a boolean (true or false), got the string 'false'"),
@@ -258,9 +262,9 @@ def test_model_arguments_in_a_file_are_reported_at_their_own_lines(tmp_path: pat
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert [str(i) for i in info.value.issues] == [
-        f"{path}:5:5: model.overrides.n_layer: unknown argument 'n_layer' of Qwen3_5Args; "
+        f"{path}:6:5: model.overrides.n_layer: unknown argument 'n_layer' of Qwen3_5Args; "
         "did you mean 'n_layers'?",
-        f"{path}:6:10: model.overrides.dim: expected an integer, got the number 2.5",
+        f"{path}:7:10: model.overrides.dim: expected an integer, got the number 2.5",
     ]
 
 

@@ -209,3 +209,151 @@ def test_a_config_built_in_python_with_a_lone_surrogate_is_not_written(tmp_path:
         (None, "metrics.run_name", f"{NOT_UTF8} and cannot be written to a config file")
     ]
     assert not out.exists()
+
+
+# --- messages that say what was meant ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "path", "message"),
+    [
+        (
+            {"defaults": ["optimizer: adamw"]},
+            "defaults",
+            "unknown root field 'defaults': composing a config from other files (Hydra's defaults list) "
+            "is not supported; write every group in this file",
+        ),
+        (
+            {"gc_freq": 5},
+            "gc_freq",
+            "unknown root field 'gc_freq'; it is a field of 'training' (training.gc_freq)",
+        ),
+        ({"lr": 0.1}, "lr", "unknown root field 'lr'; it is a field of 'optimizer' (optimizer.lr)"),
+        (
+            {"optimizer": {"_target_": "hyper_parallel.components.optimizer.AdamW"}},
+            "optimizer._target_",
+            "'hyper_parallel.components.optimizer.AdamW' is the class AdamW; "
+            "did you mean 'hyper_parallel.components.optimizer.AdamW.Config'?",
+        ),
+        (
+            {"optimizer": {"_target_": "hyper_paralel.components.optimizer.AdamW.Config"}},
+            "optimizer._target_",
+            "'hyper_paralel.components.optimizer.AdamW.Config' is outside the allowed target prefixes "
+            "(hyper_parallel); did you mean 'hyper_parallel.components.optimizer.AdamW.Config'? Otherwise, "
+            "trusted code can allow more with allowed_targets=, --allow-target or "
+            "$HYPER_PARALLEL_ALLOWED_TARGETS",
+        ),
+    ],
+)
+def test_a_document_mistake_names_what_was_meant(raw: dict[str, Any], path: str, message: str) -> None:
+    model = {
+        "_target_": "hyper_parallel.models.qwen3_5.create_model_spec",
+        "weights_path": "/path/to/weights",
+    }
+    document = {"model": model, **raw}
+    with pytest.raises(ConfigError) as info:
+        resolve_root(document)
+    assert [(i.path, i.message) for i in info.value.issues] == [(path, message)]
+
+
+@pytest.mark.parametrize(
+    ("key", "path", "message"),
+    [
+        (
+            "training.lr",
+            "training.lr",
+            "no field 'lr' under 'training'; it is a field of 'optimizer' (optimizer.lr)",
+        ),
+        (
+            "gc_freq",
+            "gc_freq",
+            "unknown root field 'gc_freq'; it is a field of 'training' (training.gc_freq)",
+        ),
+        ("flavor", "flavor", "unknown root field 'flavor'; it is a field of 'model' (model.flavor)"),
+    ],
+)
+def test_a_field_given_in_the_wrong_group_names_the_group_that_has_it(
+    key: str, path: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(FULL, {key: "5"})
+    assert _report(info.value) == [(f"--{key}", path, message)]
+
+
+def test_a_quoted_number_in_a_file_says_to_remove_the_quotes(tmp_path: Path) -> None:
+    text = FULL.read_text(encoding="utf-8").replace("lr: 2.0e-4", 'lr: "3e-4"')
+    assert 'lr: "3e-4"' in text
+    path = tmp_path / "quoted.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    ((location, field, message),) = _report(info.value)
+    assert (location, field) == (f"{path}:38:7", "optimizer.lr")
+    assert message.startswith(
+        "expected a number, got the string '3e-4' (a number in quotes is text: remove the quotes"
+    )
+
+
+# --- the config checker's command line ------------------------------------------------------------------
+
+
+def _check(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "hyper_parallel.config", "check", *args],
+        cwd=REPO,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_check_reads_standard_input_for_a_dash() -> None:
+    assert _check("-", stdin=FULL.read_text(encoding="utf-8"))[:2] == (0, "<stdin>: ok\n")
+    code, out, _ = _check("-", stdin="model: 3\n")
+    assert (code, out) == (
+        1,
+        "<stdin>:1:8: model: expected a mapping with '_target_', got the integer 3\n1 of 1 file failed\n",
+    )
+
+
+def test_check_takes_the_world_size() -> None:
+    code, out, _ = _check("--world-size", "3", "configs/qwen3_5_full.yaml")
+    assert code == 1
+    assert "which does not divide the world size 3" in out
+    assert _check("--world-size=2", "configs/qwen3_5_full.yaml")[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--bogus", "configs/qwen3_5_full.yaml"], "error: unknown option '--bogus'"),
+        (["--world-size"], "error: --world-size needs a value"),
+        (
+            ["--world-size", "0", "configs/qwen3_5_full.yaml"],
+            "error: --world-size must be a positive integer, got '0'",
+        ),
+        (["--allow-target"], "error: --allow-target needs a value"),
+        ([], "error: no FILE given"),
+    ],
+)
+def test_check_never_reads_an_option_as_a_file(args: list[str], error: str) -> None:
+    code, out, err = _check(*args)
+    assert (code, out, err.splitlines()[0]) == (2, "", error)
+
+
+@pytest.mark.parametrize("prefix", ["*", "", ".", "a-b"])
+def test_an_allowed_target_prefix_must_be_a_module_name(prefix: str) -> None:
+    code, out, _ = _check(f"--allow-target={prefix}", "configs/qwen3_5_full.yaml")
+    assert code == 1
+    assert out.splitlines()[0] == (
+        f"$: an allowed target prefix (--allow-target, allowed_targets=) {prefix!r} is not a dotted module "
+        "name such as 'my_project.models'"
+    )
+    with pytest.raises(ConfigError):
+        resolve_root({}, allowed_targets=[prefix])

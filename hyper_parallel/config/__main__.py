@@ -9,42 +9,70 @@ import sys
 from collections.abc import Sequence
 
 from hyper_parallel.config import ConfigError, load_config
+from hyper_parallel.config.manager import load_config_text
 from hyper_parallel.config.schema import json_schema
 from hyper_parallel.trainer.config import TrainerConfig
 
 __all__ = ["main"]
 
-_USAGE = """usage: python -m hyper_parallel.config check [--allow-target PREFIX] FILE...
+_USAGE = """usage: python -m hyper_parallel.config check [--allow-target PREFIX]... [--world-size N] FILE...
        python -m hyper_parallel.config schema
 
-  check FILE...  resolve each file; print every issue as FILE:LINE:COL: PATH: MESSAGE; exit 1 if any
+  check FILE...  resolve each file ('-' reads standard input); print every issue as
+                 FILE:LINE:COL: PATH: MESSAGE; exit 1 if any
   schema         print the JSON Schema of TrainerConfig (every root group keyed by _target_)
 """
 
 
-def _check(args: Sequence[str]) -> int:
+def _options(args: Sequence[str]) -> tuple[list[str], list[str], int | None] | str:
+    """``(files, allowed prefixes, world size)`` from ``check``'s arguments, or what is wrong with them.
+
+    An argument starting with ``-`` (other than ``-`` itself) is an option, never a file name; ``--`` ends
+    the options.
+    """
     files: list[str] = []
     allowed: list[str] = []
+    world_size: int | None = None
     it = iter(args)
     for arg in it:
-        if arg == "--allow-target":
-            allowed.append(next(it, ""))
-        elif arg.startswith("--allow-target="):
-            allowed.append(arg.partition("=")[2])
+        name, eq, inline = arg.partition("=")
+        if name in ("--allow-target", "--world-size"):
+            value = inline if eq else next(it, None)
+            if value is None:
+                return f"{name} needs a value"
+            if name == "--allow-target":
+                allowed.append(value)
+            elif not value.isdigit() or int(value) < 1:
+                return f"--world-size must be a positive integer, got {value!r}"
+            else:
+                world_size = int(value)
+        elif arg == "--":
+            files.extend(it)
+        elif arg.startswith("-") and arg != "-":
+            return f"unknown option {arg!r}"
         else:
             files.append(arg)
-    if not files:
-        sys.stderr.write(_USAGE)
+    return (files, allowed, world_size) if files else "no FILE given"
+
+
+def _check(args: Sequence[str]) -> int:
+    found = _options(args)
+    if isinstance(found, str):
+        sys.stderr.write(f"error: {found}\n{_USAGE}")
         return 2
+    files, allowed, world_size = found
     failed = 0
     for path in files:
         try:
-            load_config(path, allowed_targets=allowed)
+            if path == "-":
+                load_config_text(sys.stdin.read(), "<stdin>", allowed_targets=allowed, world_size=world_size)
+            else:
+                load_config(path, allowed_targets=allowed, world_size=world_size)
         except ConfigError as exc:
             failed += 1
             sys.stdout.write(f"{exc}\n")
         else:
-            sys.stdout.write(f"{path}: ok\n")
+            sys.stdout.write(f"{'<stdin>' if path == '-' else path}: ok\n")
     if failed:
         sys.stdout.write(f"{failed} of {len(files)} file{'s' if len(files) != 1 else ''} failed\n")
     return 1 if failed else 0

@@ -20,7 +20,7 @@ from hyper_parallel.trainer.config import TrainerConfig
 if TYPE_CHECKING:  # the overrides machinery is imported only when there are overrides
     from hyper_parallel.config.overrides import Override
 
-__all__ = ["apply_overrides", "dump_config", "load_config", "write_config"]
+__all__ = ["apply_overrides", "dump_config", "load_config", "load_config_text", "write_config"]
 
 
 def _file_locator(sources: SourceMap) -> Locate:
@@ -49,6 +49,32 @@ def load_config(
     file or at the flag that set the value. With ``world_size``, the parallel degrees must multiply to it.
     """
     raw, sources = load_yaml_file(path)
+    return _resolve(raw, sources, overrides, allowed_targets, world_size)
+
+
+def load_config_text(
+    text: str | bytes,
+    name: str = "<string>",
+    overrides: Mapping[str, object] | None = None,
+    *,
+    allowed_targets: Iterable[str] | None = None,
+    world_size: int | None = None,
+) -> TrainerConfig:
+    """Like :func:`load_config` for YAML text that is not in a file (standard input); ``name`` is the
+    source that locations name (``<stdin>:LINE:COL``)."""
+    from hyper_parallel.config.yaml_load import parse_yaml
+
+    raw, sources = parse_yaml(text, name)
+    return _resolve(raw, sources, overrides, allowed_targets, world_size)
+
+
+def _resolve(
+    raw: object,
+    sources: SourceMap,
+    overrides: Mapping[str, object] | None,
+    allowed_targets: Iterable[str] | None,
+    world_size: int | None,
+) -> TrainerConfig:
     parsed = _parse_overrides(overrides or {})
     locate = _locator(parsed, sources)
     with resolve_options(allowed_targets=allowed_targets, locate=_file_locator(sources)):

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path
-from hyper_parallel.config.root import RootFacts
+from hyper_parallel.config.root import RootFacts, field_owners, unknown_root_field
 from hyper_parallel.config.targets import TARGET_KEY, Target, TargetError, load_target
 from hyper_parallel.config.types import (
     NO_CHILD,
@@ -126,6 +126,8 @@ class OverridePatch:
         self.set_by_user = set_by_user or (lambda _path: None)
         #: Every problem found so far, in the order found.
         self.problems: list[Problem] = []
+        #: The tree being patched (its groups' targets say which group has a field), if any.
+        self._tree: Mapping[str, Any] | None = None
 
     def patch(self, tree: dict[str, Any]) -> None:
         """Patch every override into ``tree`` (a fresh unstructured config) in place.
@@ -133,6 +135,7 @@ class OverridePatch:
         ``_target_`` switches are applied first, so other overrides of that group are typed by the new
         target.
         """
+        self._tree = tree
         for o in self.overrides:
             if _is_switch(o):
                 self._switch(tree, o)
@@ -188,8 +191,11 @@ class OverridePatch:
         group = o.path[0]
         if isinstance(group, str) and group in self.facts.types:
             return group
-        hint = did_you_mean(group, self.facts.types) if isinstance(group, str) else ""
-        self.problems.append(Problem(o.path[:1], f"unknown root field {echo(group)}{hint}", "key"))
+        if isinstance(group, str):
+            message = unknown_root_field(self.conv, self.facts, group, self._tree)
+        else:
+            message = f"unknown root field {echo(group)}"
+        self.problems.append(Problem(o.path[:1], message, "key"))
         return None
 
     def _target_of(self, tree: dict[str, Any], group: str) -> Target | None:
@@ -243,6 +249,9 @@ class OverridePatch:
             child = step(seg)
             if child is NO_CHILD:
                 hint = did_you_mean(seg, names) if isinstance(seg, str) else ""
+                if not hint and isinstance(seg, str) and len(here) == 2:  # '--training.lr': lr is elsewhere
+                    owners = field_owners(self.conv, self.facts, seg, self._tree)
+                    hint = f"; it is a field of {owners[0]!r} ({owners[0]}.{seg})" if owners else ""
                 where = ".".join(str(p) for p in here[:-1])
                 self.problems.append(Problem(here, f"no field {echo(seg)} under {where!r}{hint}", "key"))
                 return NO_CHILD

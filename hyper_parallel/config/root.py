@@ -19,7 +19,7 @@ from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.options import current_options
 from hyper_parallel.config.recipes import Recipe, recipe_of, remember
 from hyper_parallel.config.targets import TARGET_KEY, Target, TargetError, load_target, qualified_name
-from hyper_parallel.config.types import attrs_hook, attrs_unstructure, describe_value
+from hyper_parallel.config.types import attrs_hook, attrs_unstructure, class_fields, describe_value
 from hyper_parallel.config.validation import (
     Invalid,
     Path,
@@ -73,7 +73,7 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     for key in raw:
         if key not in facts.types:
             if isinstance(key, str):
-                message = f"unknown root field {echo(key)}{did_you_mean(key, facts.types)}"
+                message = unknown_root_field(conv, facts, key, None)
             else:
                 message = f"root field names must be strings, got {describe_value(key)}"
             problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
@@ -93,6 +93,49 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     if problems:
         raise Problems("invalid config", problems)
     return construct(facts.cls, groups)
+
+
+#: Root keys of other tools, and what to do instead.
+_FOREIGN_ROOT_KEYS = {
+    "defaults": "composing a config from other files (Hydra's defaults list) is not supported; "
+    "write every group in this file",
+}
+
+
+def unknown_root_field(
+    conv: "ConfigConverter", facts: RootFacts, key: str, tree: Mapping[str, Any] | None
+) -> str:
+    """The message for root key ``key`` that is not a group: what it may have meant.
+
+    A field of some group given at the root (``gc_freq``) names that group. The groups' targets are read
+    from ``tree`` (a resolved config's, already imported) or else the root's defaults: a document with an
+    unknown root field never gets a target of its own imported.
+    """
+    if key in _FOREIGN_ROOT_KEYS:
+        return f"unknown root field {echo(key)}: {_FOREIGN_ROOT_KEYS[key]}"
+    hint = did_you_mean(key, facts.types)
+    owners = field_owners(conv, facts, key, tree)
+    if owners and not hint:
+        hint = f"; it is a field of {owners[0]!r} ({owners[0]}.{key})"
+    return f"unknown root field {echo(key)}{hint}"
+
+
+def field_owners(
+    conv: "ConfigConverter", facts: RootFacts, name: str, tree: Mapping[str, Any] | None
+) -> list[str]:
+    """The groups whose target (``tree``'s, else the default) has a field or parameter ``name``."""
+    owners = []
+    allowed = current_options().allowed
+    for group, tp in facts.types.items():
+        node = tree.get(group) if tree is not None else None
+        target_name = node.get(TARGET_KEY) if isinstance(node, Mapping) else facts.default_targets.get(group)
+        try:
+            target = load_target(target_name, tp, allowed, conv.checked_targets)
+        except TargetError:
+            continue
+        if name in (target.params if target.is_factory else class_fields(target.obj)):
+            owners.append(group)
+    return owners
 
 
 def _check_group_shape(name: str, node: object, problems: list[Problem]) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from hyper_parallel.config.errors import did_you_mean, echo
+from hyper_parallel.config.errors import ConfigError, Issue, did_you_mean, echo
 
 __all__ = [
     "ALLOWED_TARGETS_ENV",
@@ -72,14 +72,28 @@ def _normalise(prefix: str) -> str:
 
 
 def allowed_prefixes(extra: Iterable[str] | None = None) -> tuple[str, ...]:
-    """The default prefixes, those of :data:`ALLOWED_TARGETS_ENV`, and ``extra`` from trusted code."""
+    """The default prefixes, those of :data:`ALLOWED_TARGETS_ENV`, and ``extra`` from trusted code.
+
+    Each prefix must be a dotted module name (``my_project.models``); ``*``, ``.`` or an empty prefix is
+    refused with a :class:`~hyper_parallel.config.errors.ConfigError` rather than silently matching nothing.
+    Empty entries of the environment variable (``a,b,``) are skipped.
+    """
     return _prefixes(os.environ.get(ALLOWED_TARGETS_ENV, ""), tuple(extra or ()))
 
 
 @functools.lru_cache(maxsize=256)
 def _prefixes(env: str, extra: tuple[str, ...]) -> tuple[str, ...]:
-    found = [*DEFAULT_ALLOWED_TARGETS, *env.split(","), *extra]
-    return tuple(dict.fromkeys(p for p in map(_normalise, found) if p))
+    given = [(p, f"${ALLOWED_TARGETS_ENV}") for p in env.split(",") if p.strip()]
+    given += [(p, "an allowed target prefix (--allow-target, allowed_targets=)") for p in extra]
+    bad = [
+        Issue("$", f"{what} {echo(p)} is not a dotted module name such as 'my_project.models'")
+        for p, what in given
+        if not isinstance(p, str) or not all(s.isidentifier() for s in _normalise(p).split("."))
+    ]
+    if bad:
+        raise ConfigError(bad)
+    found = [*DEFAULT_ALLOWED_TARGETS, *(p for p, _ in given)]
+    return tuple(dict.fromkeys(map(_normalise, found)))
 
 
 def _is_allowed(name: str, allowed: tuple[str, ...]) -> bool:
@@ -189,8 +203,11 @@ def _load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Ta
     if any(p.startswith("_") for p in parts):
         raise TargetError(f"{echo(name)} names a private or dunder attribute, which is never a target")
     if not _is_allowed(name, allowed):
+        # A typo in an allowed package is the likelier fix than widening the allowlist: say it first.
+        close = _misspelled_prefix(parts, allowed)
+        hint = f"; did you mean {close!r}? Otherwise, trusted code" if close else "; trusted code"
         raise TargetError(
-            f"{echo(name)} is outside the allowed target prefixes ({', '.join(allowed)}); trusted code can "
+            f"{echo(name)} is outside the allowed target prefixes ({', '.join(allowed)}){hint} can "
             f"allow more with allowed_targets=, --allow-target or ${ALLOWED_TARGETS_ENV}"
         )
     obj = _import(name)
@@ -206,9 +223,27 @@ def _load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Ta
         return Target(qualified_name(obj), obj, False, {}, frozenset(), {})
     if inspect.isfunction(obj):
         return _factory(name, obj, field_type, expected)
+    nested = getattr(obj, "Config", None) if isinstance(obj, type) else None
+    if isinstance(nested, type) and attrs.has(nested) and issubclass(nested, field_type):
+        # ``...AdamW`` for ``...AdamW.Config``: the component class, not the Config that builds it.
+        raise TargetError(f"{echo(name)} is {_kind_of(obj)}; did you mean {name + '.Config'!r}?")
     if isinstance(obj, type) and issubclass(obj, field_type):
         raise TargetError(f"{echo(name)} is {_kind_of(obj)}, which is not an attrs Config class; {expected}")
     raise TargetError(f"{echo(name)} is {_kind_of(obj)}; {expected}")
+
+
+def _misspelled_prefix(parts: list[str], allowed: tuple[str, ...]) -> str | None:
+    """``name`` with its leading segments replaced by the allowed prefix they misspell, or None."""
+    import difflib  # only a mistake pays for it
+
+    for prefix in allowed:
+        size = prefix.count(".") + 1
+        head = ".".join(parts[:size])
+        if head.startswith(prefix):  # 'hyper_parallelx' is another package, not a typo of ours
+            continue
+        if len(parts) > size and difflib.SequenceMatcher(None, head, prefix).ratio() >= 0.8:
+            return ".".join([prefix, *parts[size:]])
+    return None
 
 
 def _factory(name: str, fn: types.FunctionType, field_type: type, expected: str) -> Target:

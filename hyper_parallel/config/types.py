@@ -243,11 +243,14 @@ def _structure_int(value: Any, _tp: Any) -> Any:
     raise Invalid(f"expected an integer, got {describe_value(value)}")
 
 
-# PyYAML's own loaders follow YAML 1.1, where a float needs a dot: ``1e-4`` reads as the string "1e-4".
+# A number in quotes is text; and PyYAML's own loaders follow YAML 1.1, where a float needs a dot: ``1e-4``
+# reads as the string "1e-4" there.
+_STRING_NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _YAML11_STRING_FLOAT = re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+")
+_QUOTED_HINT = " (a number in quotes is text: remove the quotes"
 _YAML11_FLOAT_HINT = (
-    " (a YAML 1.1 reader such as yaml.safe_load reads 1e-4 as text: write 1.0e-4, or load the file with "
-    "load_config, which reads YAML 1.2)"
+    "; a YAML 1.1 reader such as yaml.safe_load also reads 1e-4 as text: write 1.0e-4, or load the file "
+    "with load_config, which reads YAML 1.2"
 )
 
 
@@ -262,7 +265,10 @@ def _structure_float(value: Any, _tp: Any) -> Any:
             return float(value)
         except OverflowError:
             raise Invalid(f"number too large, got {echo(value)}") from None
-    hint = _YAML11_FLOAT_HINT if kind is str and _YAML11_STRING_FLOAT.fullmatch(value) else ""
+    hint = ""
+    if kind is str and _STRING_NUMBER.fullmatch(value):
+        yaml11 = _YAML11_FLOAT_HINT if _YAML11_STRING_FLOAT.fullmatch(value) else ""
+        hint = f"{_QUOTED_HINT}{yaml11})"
     raise Invalid(f"expected a number, got {describe_value(value)}{hint}")
 
 
