@@ -31,7 +31,7 @@ def _params(trainer: LLMTrainer) -> dict[str, Any]:
             held[name] = {
                 "dtensor": True,
                 "mesh": list(param.device_mesh.mesh_dim_names or ()),
-                "placements": [str(p) for p in param.placements],
+                "placements": [repr(p) for p in param.placements],
                 "local": list(param.to_local().shape),
                 "global": list(param.shape),
             }
