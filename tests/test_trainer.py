@@ -270,3 +270,27 @@ def test_profiler_traces_the_steps_of_its_schedule(tmp_path: Path) -> None:
         }
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["iteration_2", "iteration_4"]
+
+
+def test_compile_mode_and_fullgraph_reach_torch_compile_for_blocks_and_loss(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[dict[str, Any]] = []
+
+    def recording_compile(fn: Any, **options: Any) -> Any:
+        calls.append(options)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    train(
+        {
+            "compile.enable": "true",
+            "compile.components": "[model, loss]",
+            "compile.backend": "aot_eager",
+            "compile.mode": "max-autotune-no-cudagraphs",
+            "compile.fullgraph": "true",
+            "training.max_steps": "1",
+        }
+    )
+    expected = {"backend": "aot_eager", "mode": "max-autotune-no-cudagraphs", "fullgraph": True}
+    assert calls == [expected] * 3  # two blocks of the tiny model, then the loss

@@ -156,7 +156,7 @@ class Trainer:
             self._sum_and_count = torch.compile(
                 self._sum_and_count,
                 backend=config.compile.backend,
-                mode=None if config.compile.mode == "default" else config.compile.mode,
+                mode=config.compile.mode,
                 fullgraph=config.compile.fullgraph,
             )
         self.ignore_index = int(getattr(config.loss, "ignore_index", -100))
