@@ -317,12 +317,23 @@ CROSS_CHECKS: list[tuple[Any, list[tuple[str, str]]]] = [
     ),
     (
         ParallelismConfig(dp_shard=2, pp=4, pp_microbatches=2),
-        [("pp_microbatches", "must be >= pp (4) so every pipeline stage has work, got 2")],
+        [
+            (
+                "pp",
+                "pipeline parallelism is not supported yet; use 1 and scale with dp_shard (FSDP) or tp, "
+                "got 4",
+            ),
+            (
+                "pp_microbatches",
+                "is not supported yet: pipeline parallelism is not available, so it would be ignored; "
+                "leave it null, got 2",
+            ),
+        ],
     ),
-    (ParallelismConfig(dp_shard=2, pp=1, pp_microbatches=1), []),
+    (ParallelismConfig(dp_shard=2, pp=1), []),
     (
         ParallelismConfig(dp_shard=4, cp=1, ep=3),
-        [("ep", "must divide dp_shard * cp (4 * 1 = 4), got 3")],
+        [("ep", "expert parallelism is not supported yet: no built-in model has experts; use 1, got 3")],
     ),
     (ParallelismConfig(tp=1, sequence_parallel=True), []),
     (

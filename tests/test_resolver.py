@@ -680,9 +680,9 @@ def test_a_type_error_does_not_hide_a_validator_failure_in_the_same_group() -> N
             "must be a multiple of micro_batch_size (2), got 7",
         ),
         (
-            doc(compile=group(COMPILE, enable=True), parallelism=group(PARALLELISM, pp=2)),
-            "compile.enable",
-            "compiling the model is not supported with pipeline parallelism (parallelism.pp = 2)",
+            doc(parallelism=group(PARALLELISM, dp_shard=1, pp=2)),
+            "parallelism.pp",
+            "pipeline parallelism is not supported yet; use 1 and scale with dp_shard (FSDP) or tp, got 2",
         ),
         (
             doc(optimizer=group(SGD_T, nesterov=True)),

@@ -5,7 +5,7 @@ hooks (build, parallelize, state-dict adapter, parameter initialisation) without
 Resolving a config therefore never creates a model, imports torch or reads the weights.
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -32,6 +32,14 @@ class ModelArgs:
     def vocabulary_size(self) -> int | None:
         """Number of token ids the embedding table holds; ``None`` when not applicable."""
         return None
+
+    def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
+        """Yield ``(root field path, message)`` for resolved parallel ``degrees`` this model cannot run.
+
+        ``degrees`` maps ``dp_replicate``, ``dp_shard``, ``cp``, ``tp``, ``pp`` and ``ep`` to resolved
+        values (no -1). Paths start at the root config, e.g. ``"parallelism.tp"``. Subclasses add checks.
+        """
+        yield from ()
 
 
 def _is_class(instance: object, attribute: "attrs.Attribute[Any]", value: object) -> None:

@@ -8,7 +8,7 @@ model-spec modules only: never torch, numpy or ``hyper_parallel.config``.
 """
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -114,6 +114,20 @@ class TrainingConfig:
 
 _WORLD_DEGREES = ("dp_replicate", "dp_shard", "cp", "tp", "pp")
 
+#: Degrees this release's runtime cannot run above 1, and what to say instead.
+_NOT_YET = {
+    "dp_replicate": "DDP and HSDP (dp_replicate > 1) are not supported yet; use 1 and shard data "
+    "parallelism with dp_shard (FSDP)",
+    "pp": "pipeline parallelism is not supported yet; use 1 and scale with dp_shard (FSDP) or tp",
+    "cp": "context parallelism is not supported yet; use 1 (shorten training.seq_len or scale with "
+    "dp_shard or tp)",
+    "ep": "expert parallelism is not supported yet: no built-in model has experts; use 1",
+}
+
+
+def _not_yet(name: str, value: int) -> str:
+    return f"{_NOT_YET[name]}, got {value}"
+
 
 @attrs.frozen(kw_only=True)
 class ParallelismConfig:
@@ -172,21 +186,36 @@ class ParallelismConfig:
         return [name for name in _WORLD_DEGREES if getattr(self, name) == -1]
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
-        """Yield ``(field path, message)`` for contradictions that do not depend on the world size."""
+        """Yield ``(field path, message)`` for contradictions that do not depend on the world size.
+
+        Layouts the runtime of this release cannot run are refused here, each with what to use instead.
+        """
         autos = self._autos()
         for name in autos[1:]:
             yield name, f"only one degree may be -1 (auto), and {autos[0]} already is"
-        if self.pp > 1 and self.pp_microbatches is not None and self.pp_microbatches < self.pp:
+        for name in _NOT_YET:
+            value = getattr(self, name)
+            if value > 1:
+                yield name, _not_yet(name, value)
+        if self.pp_schedule != "1F1B":
+            yield (
+                "pp_schedule",
+                "is not supported yet: pipeline parallelism is not available, so a schedule would be "
+                f"ignored; leave the default '1F1B', got {self.pp_schedule!r}",
+            )
+        if self.pp_microbatches is not None:
             yield (
                 "pp_microbatches",
-                f"must be >= pp ({self.pp}) so every pipeline stage has work, got {self.pp_microbatches}",
+                "is not supported yet: pipeline parallelism is not available, so it would be ignored; "
+                f"leave it null, got {self.pp_microbatches}",
             )
-        if self.ep > 1 and self.dp_shard != -1 and self.cp != -1 and (self.dp_shard * self.cp) % self.ep:
-            yield (
-                "ep",
-                f"must divide dp_shard * cp ({self.dp_shard} * {self.cp} = {self.dp_shard * self.cp}), "
-                f"got {self.ep}",
-            )
+
+    def unsupported_degrees(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)`` for degrees left at -1 (auto) that resolved to a layout the
+        runtime cannot run yet (explicit values are refused by ``cross_check``)."""
+        for name in _NOT_YET:
+            if getattr(self, name) == -1 and degrees[name] > 1:
+                yield name, _not_yet(name, degrees[name]) + " (inferred from the world size)"
 
     def world_size_issues(self, world_size: int) -> list[tuple[str, str]]:
         """``(field path, message)`` pairs explaining why these degrees do not fit ``world_size`` ranks."""
@@ -566,11 +595,17 @@ class TrainerConfig:
             )
 
     def world_size_issues(self, world_size: int) -> list[tuple[str, str]]:
-        """Root-relative ``(field path, message)`` pairs for running on ``world_size`` ranks."""
+        """Root-relative ``(field path, message)`` pairs for running on ``world_size`` ranks.
+
+        Once the degrees resolve: auto degrees that land on a layout not supported yet, the model's own
+        limits (``ModelArgs.parallel_issues``: heads vs ``tp`` ...) and the batch geometry.
+        """
         issues = [(f"parallelism.{p}", m) for p, m in self.parallelism.world_size_issues(world_size)]
         if issues:
             return issues
         degrees = self.parallelism.resolved_degrees(world_size)
+        issues.extend((f"parallelism.{p}", m) for p, m in self.parallelism.unsupported_degrees(degrees))
+        issues.extend(self.model.args.parallel_issues(degrees))
         per_step = self.training.micro_batch_size * degrees["dp_replicate"] * degrees["dp_shard"]
         if self.training.global_batch_size % per_step:
             issues.append(

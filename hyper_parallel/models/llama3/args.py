@@ -4,7 +4,7 @@ The numbers for 8B, 70B and 405B follow Meta's published Llama 3.1 model cards a
 (128K context with Llama 3.1 rope scaling). ``debugmodel`` is a tiny model for tests and smoke runs.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import attrs
 
@@ -127,6 +127,16 @@ class Llama3Args(ModelArgs):
         if self.rope_scaling is not None:
             for path, message in self.rope_scaling.cross_check():
                 yield f"rope_scaling.{path}", message
+
+    def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
+        """Yield ``(root field path, message)``: tensor parallelism splits the query and key/value heads."""
+        tp, kv_heads = degrees.get("tp", 1), self.n_kv_heads or self.n_heads
+        if self.n_heads % tp or kv_heads % tp:
+            yield (
+                "parallelism.tp",
+                f"must divide the model's {self.n_heads} attention heads and {kv_heads} key/value heads, "
+                f"got {tp}",
+            )
 
 
 _LLAMA31_ROPE = RopeScaling(

@@ -12,7 +12,7 @@ NOT verified against the released ``config.json`` files; check them before loadi
 state-dict adapter will compare them with the checkpoint when it is implemented).
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Literal
 
 import attrs
@@ -151,6 +151,27 @@ class Qwen3_5Args(ModelArgs):
                 f"got {self.full_attention_interval}",
             )
 
+    def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
+        """Yield ``(root field path, message)``: tensor parallelism splits both kinds of heads and the FFN."""
+        tp = degrees.get("tp", 1)
+        if self.n_heads % tp or self.n_kv_heads % tp:
+            yield (
+                "parallelism.tp",
+                f"must divide the model's {self.n_heads} attention heads and {self.n_kv_heads} key/value "
+                f"heads, got {tp}",
+            )
+        if self.linear_num_key_heads % tp:  # value heads are a multiple of key heads (cross_check)
+            yield (
+                "parallelism.tp",
+                f"must divide the model's {self.linear_num_key_heads} linear-attention (Gated DeltaNet) key "
+                f"heads and {self.linear_num_value_heads} value heads, got {tp}",
+            )
+        if self.ffn_hidden_dim % tp:
+            yield (
+                "parallelism.tp",
+                f"must divide the model's feed-forward hidden size {self.ffn_hidden_dim}, got {tp}",
+            )
+
 
 @attrs.frozen(kw_only=True)
 class Qwen3_5VisionArgs:
@@ -215,6 +236,11 @@ class Qwen3_5VLArgs(ModelArgs):
             yield f"text.{path}", message
         for path, message in self.vision.cross_check():
             yield f"vision.{path}", message
+
+    def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
+        """Yield ``(root field path, message)`` of the language model (tensor parallelism leaves the
+        vision tower whole, so its heads need not divide ``tp``)."""
+        yield from self.text.parallel_issues(degrees)
 
 
 #: Flavor name -> language-model arguments. Sizes other than debugmodel: UNVERIFIED (see module docs).
