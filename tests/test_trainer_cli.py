@@ -69,7 +69,7 @@ def test_a_signal_finishes_the_step_saves_and_the_next_launch_resumes(
     overrides = tiny_overrides(
         "llama3",
         **{
-            "training.max_steps": "100000",
+            "training.max_steps": "200",  # ends by itself if the signal is lost
             "metrics.log_freq": "1",
             "checkpoint.enable": "true",
             "checkpoint.folder": str(folder),
@@ -93,7 +93,7 @@ def test_a_signal_finishes_the_step_saves_and_the_next_launch_resumes(
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:
-            if "step 3/100000" in line:
+            if re.search(r"step +3/200 ", line):
                 process.send_signal(sig)
                 break
         out, err = process.communicate(timeout=120)
@@ -107,7 +107,7 @@ def test_a_signal_finishes_the_step_saves_and_the_next_launch_resumes(
     resumed = launch(*command[3:], *as_flags({**overrides, "training.max_steps": str(stopped + 2)}))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming at step {stopped}" in resumed.stdout
-    assert f"step {stopped + 2}/{stopped + 2}" in resumed.stdout
+    assert re.search(rf"step +{stopped + 2}/{stopped + 2} ", resumed.stdout)
 
 
 def test_a_training_error_exits_1_with_the_message(tmp_path: Path) -> None:

@@ -23,7 +23,10 @@ class Loss:
 
         reduction: Literal["mean", "sum"] = attrs.field(
             default="mean",
-            metadata={"help": "How per-token losses are combined: 'mean' over counted tokens, or 'sum'."},
+            metadata={
+                "help": "'mean': each micro-batch's mean token loss, averaged over micro-batches and ranks; "
+                "'sum': token losses summed over the global batch and divided by its counted tokens."
+            },
         )
 
         def cross_check(self) -> Iterator[tuple[str, str]]:
