@@ -41,7 +41,8 @@ def _unit(x: torch.Tensor, scale: float, eps: float = 1e-6) -> torch.Tensor:
     ``sqrt(mean(x^2) + eps / d) = sqrt(sum(x^2) + eps) / sqrt(d)``, hence the factor ``d^-1/2``.
     """
     d = x.shape[-1]
-    return F.rms_norm(x.float(), (d,), eps=eps / d) * (scale * d**-0.5)
+    unit: torch.Tensor = F.rms_norm(x.float(), (d,), eps=eps / d) * (scale * d**-0.5)
+    return unit
 
 
 def _prepare(
