@@ -28,6 +28,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from hyper_parallel.models._layers import rms_norm
+
 __all__ = ["chunk_gated_delta_rule", "gated_delta_rule", "recurrent_gated_delta_rule"]
 
 #: Chunk length used when the caller does not choose one.
@@ -35,13 +37,13 @@ DEFAULT_CHUNK_SIZE = 64
 
 
 def _unit(x: torch.Tensor, scale: float, eps: float = 1e-6) -> torch.Tensor:
-    """``scale * x / sqrt(sum(x^2) + eps)`` over the last dimension, as one fused RMSNorm kernel.
+    """``scale * x / sqrt(sum(x^2) + eps)`` over the last dimension (fp32), through the RMSNorm kernel.
 
     Qwen 3.5 L2-normalises q and k with ``eps`` inside the square root; RMSNorm divides by
     ``sqrt(mean(x^2) + eps / d) = sqrt(sum(x^2) + eps) / sqrt(d)``, hence the factor ``d^-1/2``.
     """
     d = x.shape[-1]
-    unit: torch.Tensor = F.rms_norm(x.float(), (d,), eps=eps / d) * (scale * d**-0.5)
+    unit: torch.Tensor = rms_norm(x.float(), None, eps / d) * (scale * d**-0.5)
     return unit
 
 
