@@ -2,7 +2,8 @@
 
 Run from the repository root (needs torch and transformers, the ``models-test`` extra)::
 
-    python -m bench models [--quick] [--repeats N] [--threads N] [--clock wall|cpu] [--json PATH]
+    python -m bench models [--quick] [--repeats N] [--threads N] [--clock wall|cpu] [--only TEXT]
+                           [--no-memory] [--json PATH]
 
 Every row builds our module, copies its weights into transformers' implementation of the same
 architecture through the state-dict adapter (``to_hf``), checks that the logits agree, then times both
@@ -196,11 +197,15 @@ def _time_pair(
     return statistics.median(samples["ours"]), statistics.median(samples["theirs"])
 
 
-def _speed_rows(repeats: int, seqs: tuple[int, ...], clock: Callable[[], float]) -> list[dict[str, Any]]:
+def _speed_rows(
+    repeats: int, seqs: tuple[int, ...], clock: Callable[[], float], only: str
+) -> list[dict[str, Any]]:
     import torch
 
     rows: list[dict[str, Any]] = []
     for name, family, overrides in MODELS:
+        if only not in name:
+            continue
         ours, theirs, args = _pair(family, overrides)
         for seq in seqs:
             tokens = torch.randint(0, args.vocab_size, (1, seq), generator=torch.Generator().manual_seed(1))
@@ -212,6 +217,8 @@ def _speed_rows(repeats: int, seqs: tuple[int, ...], clock: Callable[[], float])
                 rows.append(_row(name, seq, mode, t_ours, t_theirs, diff))
                 print(_format_row(rows[-1]), flush=True)
     for seq in seqs:
+        if only not in "gated delta rule":
+            continue
         our_steps, their_steps, diff = _kernel_steps(seq)
         for mode in our_steps:
             t_ours, t_theirs = _time_pair(our_steps[mode], their_steps[mode], repeats, clock)
@@ -268,13 +275,15 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def _memory_rows(seq: int, threads: int) -> list[dict[str, Any]]:
+def _memory_rows(seq: int, threads: int, only: str) -> list[dict[str, Any]]:
     if platform.system() != "Linux":
         print("peak memory: skipped (needs Linux /proc)")
         return []
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     rows = []
     for name, _, _ in MODELS:
+        if only not in name:
+            continue
         peaks = {}
         for which in ("ours", "theirs"):
             command = [sys.executable, "-m", "bench.models", "--_peak", name, which, str(seq)]
@@ -309,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         help="wall: elapsed time; cpu: process CPU time (steadier on a busy machine)",
     )
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory rows")
+    parser.add_argument("--only", default="", help="only the rows whose name contains this text")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     parser.add_argument("--_peak", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -330,14 +340,15 @@ def main(argv: list[str] | None = None) -> int:
         f"threads, fp32, batch 1, {args.clock} clock, median of {repeats} interleaved rounds"
     )
     print(_HEADER, flush=True)
-    results: dict[str, Any] = {"speed": _speed_rows(repeats, SEQS, clock)}
+    results: dict[str, Any] = {"speed": _speed_rows(repeats, SEQS, clock, args.only)}
     if not args.no_memory:
         print(f"\npeak memory of forward + backward, seq {SEQS[-1]} (resident-set rise)")
         print("| model                            |   seq |  ours MiB | trans MiB | ratio |")
         print("|----------------------------------|------:|----------:|----------:|------:|", flush=True)
-        results["memory"] = _memory_rows(SEQS[-1], torch.get_num_threads())
-    worst = max(row["ratio"] for rows in results.values() for row in rows)
-    print(f"\nworst ratio ours / transformers: {worst:.2f}x")
+        results["memory"] = _memory_rows(SEQS[-1], torch.get_num_threads(), args.only)
+    ratios = [row["ratio"] for rows in results.values() for row in rows]
+    if ratios:
+        print(f"\nworst ratio ours / transformers: {max(ratios):.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0

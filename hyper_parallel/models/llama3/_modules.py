@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hyper_parallel.models._layers import Documents, FeedForward, documents_from_ids
+from hyper_parallel.models._layers import Documents, FeedForward, documents_from_ids, rms_norm
 from hyper_parallel.models.llama3.args import Llama3Args, RopeScaling
 
 __all__ = ["Llama3Model", "build_llama3", "rope_inverse_frequencies"]
@@ -70,9 +70,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == self.weight.dtype == torch.float32:  # one fused kernel, the same arithmetic
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
-        return self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).type_as(x)
+        if x.dtype == self.weight.dtype == torch.float32:  # weight folded in: the same arithmetic
+            return rms_norm(x, self.weight, self.eps)
+        return self.weight * rms_norm(x.float(), None, self.eps).type_as(x)
 
     def reset_parameters(self) -> None:
         nn.init.ones_(self.weight)

@@ -28,25 +28,33 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["chunk_gated_delta_rule", "gated_delta_rule", "l2norm", "recurrent_gated_delta_rule"]
+from hyper_parallel.models._layers import rms_norm
+
+__all__ = ["chunk_gated_delta_rule", "gated_delta_rule", "recurrent_gated_delta_rule"]
 
 #: Chunk length used when the caller does not choose one.
 DEFAULT_CHUNK_SIZE = 64
 
 
-def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """``x / sqrt(sum(x^2) + eps)`` over the last dimension (Qwen 3.5 normalises q and k so)."""
-    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+def _unit(x: torch.Tensor, scale: float, eps: float = 1e-6) -> torch.Tensor:
+    """``scale * x / sqrt(sum(x^2) + eps)`` over the last dimension (fp32), through the RMSNorm kernel.
+
+    Qwen 3.5 L2-normalises q and k with ``eps`` inside the square root; RMSNorm divides by
+    ``sqrt(mean(x^2) + eps / d) = sqrt(sum(x^2) + eps) / sqrt(d)``, hence the factor ``d^-1/2``.
+    """
+    d = x.shape[-1]
+    unit: torch.Tensor = rms_norm(x.float(), None, eps / d) * (scale * d**-0.5)
+    return unit
 
 
 def _prepare(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, repeat: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """fp32 L2-normalised (and scaled) queries and keys repeated to the value heads, fp32 values."""
-    q = l2norm(query.float()) * query.shape[-1] ** -0.5
-    k = l2norm(key.float())
+    """fp32 L2-normalised (and scaled) queries and keys, repeated to the value heads if ``repeat``."""
+    q = _unit(query, query.shape[-1] ** -0.5)
+    k = _unit(key, 1.0)
     groups = value.shape[2] // key.shape[2]
-    if groups > 1:  # each query/key head serves `groups` consecutive value heads
+    if repeat and groups > 1:  # each query/key head serves `groups` consecutive value heads
         q, k = q.repeat_interleave(groups, dim=2), k.repeat_interleave(groups, dim=2)
     return q, k, value.float()
 
@@ -85,9 +93,14 @@ def recurrent_gated_delta_rule(
     return torch.stack(outputs, dim=1).to(value.dtype), state
 
 
-def _to_chunks(x: torch.Tensor, pad: int, chunk: int) -> torch.Tensor:
-    """(batch, seq, heads, ...) -> (batch * heads, n_chunks, chunk, ...), zero-padded at the end."""
+def _to_chunks(x: torch.Tensor, pad: int, chunk: int, groups: int = 1) -> torch.Tensor:
+    """(batch, seq, heads, ...) -> (batch * heads * groups, n_chunks, chunk, ...), zero-padded at the end.
+
+    ``groups > 1`` repeats every head that many times (in the same copy as the layout change).
+    """
     x = x.movedim(2, 1)
+    if groups > 1:
+        x = x.repeat_interleave(groups, dim=1)
     if pad:
         x = F.pad(x, (0, 0) * (x.dim() - 3) + (0, pad))
     return x.reshape(x.shape[0] * x.shape[1], -1, chunk, *x.shape[3:])
@@ -113,11 +126,13 @@ def chunk_gated_delta_rule(
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     batch, seq, heads, d_v = value.shape
-    q, k, v = _prepare(query, key, value)
+    q, k, v = _prepare(query, key, value, repeat=False)
     d_k = k.shape[-1]
     chunk = chunk_size
     pad = -seq % chunk
-    q, k, v = (_to_chunks(x, pad, chunk) for x in (q, k, v))  # (BH, N, C, d)
+    groups = heads // k.shape[2]
+    q, k = _to_chunks(q, pad, chunk, groups), _to_chunks(k, pad, chunk, groups)  # (BH, N, C, d_k)
+    v = _to_chunks(v, pad, chunk)
     g = _to_chunks(log_decay.float(), pad, chunk)  # (BH, N, C)
     b = _to_chunks(beta.float(), pad, chunk)
     n_chunks = g.shape[1]
@@ -148,7 +163,12 @@ def chunk_gated_delta_rule(
     # strictly lower triangle of A (unit diagonal).
     system = (k_beta @ k.transpose(-1, -2)) * pair_decay
     rhs = torch.cat((v * b[..., None], k_beta * from_start[..., None]), dim=-1)
-    solved = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+    if rhs.shape[-1] > chunk:  # wide heads: invert once, then one efficient batched product
+        eye = torch.eye(chunk, dtype=rhs.dtype, device=rhs.device).expand_as(system)
+        inverse = torch.linalg.solve_triangular(system, eye, upper=False, unitriangular=True)
+        solved = inverse @ rhs
+    else:
+        solved = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
     u, w = solved[..., :d_v], solved[..., d_v:]
     k_end = (k * to_end[..., None]).transpose(-1, -2)  # (BH, N, d_k, C)
     state_decay = gamma[..., -1].exp()  # (BH, N)
@@ -159,16 +179,17 @@ def chunk_gated_delta_rule(
         if initial_state is None
         else initial_state.float().reshape(batch * heads, d_k, d_v)
     )
-    states, deltas = [], []
-    for n in range(n_chunks):
-        states.append(state)
-        delta = torch.baddbmm(u[:, n], w[:, n], state, alpha=-1.0)
-        deltas.append(delta)
-        state = torch.baddbmm(state * state_decay[:, n, None, None], k_end[:, n], delta)
-    start_states = torch.stack(states, dim=1)  # (BH, N, d_k, d_v): state entering each chunk
-    corrections = torch.stack(deltas, dim=1)  # (BH, N, C, d_v)
-    intra = (q @ k.transpose(-1, -2)) * pair_decay
-    out = (q * from_start[..., None]) @ start_states + intra @ corrections
+    intra = (q @ k.transpose(-1, -2)) * pair_decay  # within-chunk attention, decay applied
+    q_start = q * from_start[..., None]  # queries reading the state that entered the chunk
+    # unbind, not indexing: one backward node per tensor instead of a zero-filled gradient per chunk.
+    per_chunk = (u, w, k_end, state_decay, intra, q_start)
+    steps = zip(*(x.unbind(1) for x in per_chunk), strict=True)
+    outputs = []
+    for u_n, w_n, k_end_n, decay_n, intra_n, q_n in steps:
+        delta = torch.baddbmm(u_n, w_n, state, alpha=-1.0)
+        outputs.append(torch.baddbmm(intra_n @ delta, q_n, state))
+        state = torch.baddbmm(state * decay_n[:, None, None], k_end_n, delta)
+    out = torch.stack(outputs, dim=1)  # (BH, N, C, d_v)
     out = out.reshape(batch, heads, -1, d_v)[:, :, :seq].transpose(1, 2)
     return out.to(value.dtype), state.reshape(batch, heads, d_k, d_v)
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hyper_parallel.models._layers import Documents, FeedForward, documents_from_ids
+from hyper_parallel.models._layers import Documents, FeedForward, documents_from_ids, rms_norm
 from hyper_parallel.models.qwen3_5._gated_delta import gated_delta_rule, recurrent_gated_delta_rule
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args
 
@@ -53,9 +53,7 @@ class ZeroCenteredRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # One fused kernel; the same fp32 arithmetic as normalising then scaling by ``1 + weight``.
-        scale = 1.0 + self.weight.float()
-        return F.rms_norm(x.float(), scale.shape, scale, self.eps).type_as(x)
+        return rms_norm(x.float(), 1.0 + self.weight.float(), self.eps).type_as(x)
 
     def reset_parameters(self) -> None:
         nn.init.zeros_(self.weight)
@@ -70,9 +68,9 @@ class GatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        if x.dtype == self.weight.dtype == torch.float32:  # fused norm and weight: the same arithmetic
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps) * F.silu(gate)
-        normed = F.rms_norm(x.float(), self.weight.shape, eps=self.eps).type_as(x)
+        if x.dtype == self.weight.dtype == torch.float32:  # weight folded in: the same arithmetic
+            return rms_norm(x, self.weight, self.eps) * F.silu(gate)
+        normed = rms_norm(x.float(), None, self.eps).type_as(x)
         return (self.weight * normed * F.silu(gate.float())).type_as(x)
 
     def reset_parameters(self) -> None:
@@ -120,11 +118,14 @@ class GatedAttention(nn.Module):
         if cos.dim() == 3:  # per-sample positions (batch, seq, rotary): broadcast over heads
             cos, sin = cos[:, None], sin[:, None]
         q, k = apply_partial_rope(q, cos, sin), apply_partial_rope(k, cos, sin)
-        repeats = q.shape[1] // k.shape[1]
-        if repeats > 1:
-            k = k.repeat_interleave(repeats, dim=1)
-            v = v.repeat_interleave(repeats, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+        out = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            is_causal=mask is None,
+            enable_gqa=q.shape[1] != k.shape[1],  # no copies of the key/value heads
+        )
         out = out.transpose(1, 2).reshape(batch, seq, -1)
         result: torch.Tensor = self.wo(out * torch.sigmoid(gate))
         return result
