@@ -20,7 +20,7 @@ from hyper_parallel.runtime.dataloader import build_loader
 from hyper_parallel.runtime.images import CELLS, COLOURS, PLACES, SHAPES, ShapeImages, patchify
 
 IMAGE_TOKEN = 259  # the byte tokenizer's ids are 0-258
-SEQ_LEN = 48
+SEQ_LEN = 49  # bos, 9 image tokens, the longest caption (38 bytes), eos
 # Debug flavor with 8-pixel patches (48-pixel images) and two text blocks: quick on a CPU.
 OVERRIDES: dict[str, Any] = {
     "image_token_id": IMAGE_TOKEN,
@@ -50,9 +50,11 @@ def tok() -> Any:
     return ByteTokenizer.Config().build()
 
 
-def loader(spec: Any, tok: Any, *, dp_rank: int = 0, dp: int = 1, batch: int = 4, **dataset: Any) -> Any:
+def loader(
+    spec: Any, tok: Any, *, dp_rank: int = 0, dp: int = 1, batch: int = 4, workers: int = 0, **dataset: Any
+) -> Any:
     cfg = TextDataLoader.Config(
-        num_workers=0, pin_memory=False, dataset=DatasetConfig(source="shapes", **dataset)
+        num_workers=workers, pin_memory=False, dataset=DatasetConfig(source="shapes", **dataset)
     )
     return cfg.build(
         tok,
@@ -80,6 +82,10 @@ def same(a: list[dict[str, torch.Tensor]], b: list[dict[str, torch.Tensor]]) -> 
 def test_batches_are_reproducible_and_follow_the_seed(spec: Any, tok: Any) -> None:
     assert same(take(loader(spec, tok), 3), take(loader(spec, tok), 3))
     assert not same(take(loader(spec, tok), 3), take(loader(spec, tok, seed=1), 3))
+
+
+def test_worker_processes_load_the_same_batches(spec: Any, tok: Any) -> None:
+    assert same(take(loader(spec, tok, workers=1), 3), take(loader(spec, tok), 3))
 
 
 def test_batch_layout_matches_what_the_model_reads(spec: Any, tok: Any) -> None:
