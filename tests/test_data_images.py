@@ -214,8 +214,13 @@ def test_one_pass_filler_batches_carry_an_image_but_no_label(spec: Any, tok: Any
         ),
         (
             {"image_token_id": ord("a")},
-            "the tokenizer encodes the shapes captions with the image token id 97: set the model's "
-            "image_token_id to an id the tokenizer never produces",
+            "the tokenizer encodes or pads the shapes captions with the image token id 97: set the "
+            "model's image_token_id to an id the tokenizer never produces",
+        ),
+        (
+            {"image_token_id": 258},
+            "the tokenizer encodes or pads the shapes captions with the image token id 258: set the "
+            "model's image_token_id to an id the tokenizer never produces",
         ),
         (
             {"seq_len": 10},

@@ -374,12 +374,15 @@ def _shapes(
     images = ShapeImages(vision, seed)
     names = ShapeImages.captions()
     bos = getattr(tokenizer, "bos_id", None)
+    pad = getattr(tokenizer, "pad_id", None)
+    if pad is None:
+        pad = getattr(tokenizer, "eos_id", None)
     captions: dict[str, tuple[list[int], list[int]]] = {}
     for name, ids in zip(names, _encode(tokenizer, names), strict=True):
-        if image_token_id in ids:
+        if image_token_id in ids or image_token_id == pad:
             raise ValueError(
-                f"the tokenizer encodes the shapes captions with the image token id {image_token_id}: "
-                "set the model's image_token_id to an id the tokenizer never produces"
+                "the tokenizer encodes or pads the shapes captions with the image token id "
+                f"{image_token_id}: set the model's image_token_id to an id the tokenizer never produces"
             )
         head = ids[:1] if bos is not None and ids[:1] == [bos] else []
         captions[name] = (head, ids[len(head) :])
@@ -389,9 +392,6 @@ def _shapes(
             f"training.seq_len {seq_len} is too short for the shapes source: an image takes "
             f"{images.merged_tokens} tokens, so seq_len must be at least {shortest}"
         )
-    pad = getattr(tokenizer, "pad_id", None)
-    if pad is None:
-        pad = getattr(tokenizer, "eos_id", None)
     return _ShapesSamples(
         images,
         captions,
