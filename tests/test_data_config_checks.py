@@ -77,7 +77,7 @@ def test_byte_tokenizer_resolves_from_its_target() -> None:
             },
             (
                 "dataloader.dataset.synthetic_num_samples",
-                "is only read when source is 'synthetic' (source is 'python_docs'); leave it out",
+                "is only read when source is 'synthetic' or 'shapes' (source is 'python_docs'); leave it out",
             ),
         ),
         (

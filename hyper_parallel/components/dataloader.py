@@ -18,26 +18,28 @@ if TYPE_CHECKING:
 __all__ = ["DataLoader", "DatasetConfig", "TextDataLoader"]
 
 _FILE_SOURCES = ("jsonl", "text")
+_GENERATED_SOURCES = ("synthetic", "shapes")
 
 
 @attrs.frozen(kw_only=True)
 class DatasetConfig:
     """A nested ``dataset`` section: which text to read and how to turn it into training samples."""
 
-    source: Literal["jsonl", "text", "python_docs", "synthetic"] = attrs.field(
+    source: Literal["jsonl", "text", "python_docs", "synthetic", "shapes"] = attrs.field(
         default="synthetic",
         metadata={
             "help": "Data format: 'jsonl' (one JSON object per line), 'text' (plain text files), "
-            "'python_docs' (docstrings of the Python standard library: real text, no files) or "
-            "'synthetic' (random tokens, for smoke tests and benchmarks)."
+            "'python_docs' (docstrings of the Python standard library: real text, no files), "
+            "'synthetic' (random tokens, for smoke tests and benchmarks) or 'shapes' (generated "
+            "images of coloured shapes with captions, for vision-language models)."
         },
     )
     paths: tuple[str, ...] = attrs.field(
         default=(),
         validator=attrs.validators.deep_iterable(member_validator=attrs.validators.min_len(1)),
         metadata={
-            "help": "Data files or directories to read, in order; must be empty for 'python_docs' and "
-            "'synthetic'."
+            "help": "Data files or directories to read, in order; must be empty for 'python_docs', "
+            "'synthetic' and 'shapes'."
         },
     )
     text_field: str = attrs.field(
@@ -62,7 +64,7 @@ class DatasetConfig:
     synthetic_num_samples: int = attrs.field(
         default=10_000,
         validator=attrs.validators.gt(0),
-        metadata={"help": "Number of random samples generated when source is 'synthetic'."},
+        metadata={"help": "Number of samples generated when source is 'synthetic' or 'shapes'."},
     )
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
@@ -81,19 +83,26 @@ class DatasetConfig:
                 f"is only read when source is 'jsonl' (source is {self.source!r}); leave it out",
             )
         if (
-            self.source != "synthetic"
+            self.source not in _GENERATED_SOURCES
             and self.synthetic_num_samples != defaults.synthetic_num_samples.default
         ):
             yield (
                 "synthetic_num_samples",
-                f"is only read when source is 'synthetic' (source is {self.source!r}); leave it out",
+                f"is only read when source is 'synthetic' or 'shapes' (source is {self.source!r}); "
+                "leave it out",
             )
         if self.source == "synthetic" and not self.pack_sequences:
             yield "pack_sequences", "must be true when source is 'synthetic': its samples are full windows"
+        if self.source == "shapes" and not self.pack_sequences:
+            yield (
+                "pack_sequences",
+                "is not read when source is 'shapes' (each sample is one image and its caption, padded to "
+                "seq_len); leave it out",
+            )
 
     def unread_seed(self, shuffle: bool) -> Iterator[tuple[str, str]]:
-        """``("seed", message)`` when ``seed`` is set but nothing reads it: no shuffle, no synthetic data."""
-        if self.seed is not None and not shuffle and self.source != "synthetic":
+        """``("seed", message)`` when ``seed`` is set but nothing reads it: no shuffle, no generated data."""
+        if self.seed is not None and not shuffle and self.source not in _GENERATED_SOURCES:
             yield (
                 "seed",
                 "is only read to shuffle or to generate synthetic data, and neither happens; set it to null",
@@ -150,13 +159,17 @@ class DataLoader:
             seed: int,
             ignore_index: int = -100,
             process_group: "ProcessGroup | None" = None,
+            vision: Any = None,
+            image_token_id: int | None = None,
         ) -> Any:
             """The iterable of batches for one data-parallel rank (implemented by subclasses).
 
             ``seq_len``, ``micro_batch_size`` and ``seed`` come from the ``training`` section (``seed`` is
             used when the dataset sets none); ``ignore_index`` marks labels the loss skips. Every member of
             ``process_group`` (collective call) tokenizes only its share of the documents and receives the
-            rest from the others; the batches are the same as without a group.
+            rest from the others; the batches are the same as without a group. A vision-language model's
+            trainer passes its vision arguments (``vision``, e.g. ``Qwen3_5VisionArgs``: the patch
+            geometry) and ``image_token_id``, which image data needs to lay out patches and placeholders.
             """
             raise NotImplementedError(f"{type(self).__qualname__} cannot build a data loader; use a subclass")
 
@@ -198,8 +211,13 @@ class TextDataLoader(DataLoader):
             seed: int,
             ignore_index: int = -100,
             process_group: "ProcessGroup | None" = None,
+            vision: Any = None,
+            image_token_id: int | None = None,
         ) -> "ResumableLoader":
             """Batches ``{input_ids, labels}`` of ``[micro_batch_size, seq_len]`` for rank ``dp_rank``.
+
+            The ``shapes`` source adds ``pixel_values`` and ``grid_thw`` and needs ``vision`` (the model's
+            vision arguments) and ``image_token_id``; the other sources ignore both.
 
             Iterates forever (epoch after epoch, reshuffled); ``state_dict`` / ``load_state_dict`` save
             and restore the position. With ``process_group`` (a collective call on every member: the whole
@@ -227,4 +245,6 @@ class TextDataLoader(DataLoader):
                 prefetch_factor=self.prefetch_factor,
                 persistent_workers=self.persistent_workers,
                 process_group=process_group,
+                vision=vision,
+                image_token_id=image_token_id,
             )

@@ -9,6 +9,15 @@ Sources (``dataset.source``):
 - ``python_docs``: the docstrings of a fixed list of standard-library modules (``python_docs()``): about
   450 KB of English prose and code in some 1,600 documents, on every machine, without files or network.
 - ``synthetic``: ``synthetic_num_samples`` windows of uniform random token ids (reproducible per index).
+- ``shapes``: ``synthetic_num_samples`` captioned images of coloured shapes for vision-language models
+  (``hyper_parallel.runtime.images``; reproducible per index, drawn when a batch is loaded). Sample ``i``
+  is ``[bos] + [image_token_id] * merged_tokens + caption + [eos]`` (bos/eos as the tokenizer adds them),
+  cut or right-padded to ``seq_len``, with labels ``ignore_index`` on the image placeholders and the
+  padding, plus ``pixel_values`` (the image's patch rows) and ``grid_thw`` (``[1, h, w]``). Every image has
+  the same size, so a batch of ``B`` samples is ``input_ids``/``labels`` ``[B, seq_len]``,
+  ``pixel_values`` ``[B * patches, patch_dim]`` (concatenated in sample order) and ``grid_thw``
+  ``[B, 3]``. It needs the model's vision arguments and image token id; ``process_group`` is not used
+  (the 270 captions are encoded by every rank).
 
 A path may be a file or a directory (searched recursively, sorted: ``*.jsonl`` for ``jsonl``, ``*.txt``
 for ``text``). Documents are tokenized once, at build time, and kept in memory.
@@ -54,7 +63,7 @@ import importlib
 import inspect
 import itertools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -66,6 +75,7 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
     from hyper_parallel.components.dataloader import DatasetConfig
+    from hyper_parallel.runtime.images import ShapeImages
 
 __all__ = ["ResumableLoader", "build_loader", "python_docs", "read_documents"]
 
@@ -298,6 +308,101 @@ class _SyntheticSamples(_Samples):
         return {"input_ids": ids, "labels": ids.clone()}
 
 
+class _ShapesSamples(_Samples):
+    """Captioned shape images (``hyper_parallel.runtime.images``), drawn when a sample is loaded."""
+
+    def __init__(
+        self,
+        images: ShapeImages,
+        captions: dict[str, tuple[list[int], list[int]]],
+        *,
+        count: int,
+        seq_len: int,
+        image_token_id: int,
+        pad_id: int,
+        ignore_index: int,
+    ) -> None:
+        self.images, self.captions, self.count, self.seq_len = images, captions, count, seq_len
+        self.image_token_id, self.pad_id, self.ignore_index = image_token_id, pad_id, ignore_index
+        self.grid_thw = torch.tensor(images.grid_thw, dtype=torch.int64)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        caption, image = self.images.draw(index)
+        head, body = self.captions[caption]
+        ids = [*head, *[self.image_token_id] * self.images.merged_tokens, *body][: self.seq_len]
+        fill = self.seq_len - len(ids)
+        input_ids = torch.tensor(ids + [self.pad_id] * fill, dtype=torch.int64)
+        labels = input_ids.clone()
+        labels[input_ids == self.image_token_id] = self.ignore_index
+        labels[len(ids) :] = self.ignore_index
+        return {
+            "input_ids": input_ids,
+            "labels": labels,
+            "pixel_values": self.images.patches(image),
+            "grid_thw": self.grid_thw.clone(),
+        }
+
+
+def _collate_images(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Stack the samples' tensors, except ``pixel_values``: each sample's patch rows, concatenated."""
+    return {
+        key: (torch.cat if key == "pixel_values" else torch.stack)([sample[key] for sample in samples])
+        for key in samples[0]
+    }
+
+
+def _shapes(
+    tokenizer: Any,
+    *,
+    vision: Any,
+    image_token_id: int | None,
+    seq_len: int,
+    seed: int,
+    count: int,
+    ignore_index: int,
+) -> _ShapesSamples:
+    if vision is None or image_token_id is None:
+        raise ValueError(
+            "the shapes source needs a vision-language model: build the data loader with the model's vision "
+            "arguments (vision=) and image placeholder id (image_token_id=)"
+        )
+    from hyper_parallel.runtime.images import ShapeImages
+
+    images = ShapeImages(vision, seed)
+    names = ShapeImages.captions()
+    bos = getattr(tokenizer, "bos_id", None)
+    pad = getattr(tokenizer, "pad_id", None)
+    if pad is None:
+        pad = getattr(tokenizer, "eos_id", None)
+    captions: dict[str, tuple[list[int], list[int]]] = {}
+    for name, ids in zip(names, _encode(tokenizer, names), strict=True):
+        if image_token_id in ids or image_token_id == pad:
+            raise ValueError(
+                "the tokenizer encodes or pads the shapes captions with the image token id "
+                f"{image_token_id}: set the model's image_token_id to an id the tokenizer never produces"
+            )
+        head = ids[:1] if bos is not None and ids[:1] == [bos] else []
+        captions[name] = (head, ids[len(head) :])
+    shortest = max(len(head) for head, _ in captions.values()) + images.merged_tokens + 1
+    if seq_len < shortest:
+        raise ValueError(
+            f"training.seq_len {seq_len} is too short for the shapes source: an image takes "
+            f"{images.merged_tokens} tokens, so seq_len must be at least {shortest}"
+        )
+    return _ShapesSamples(
+        images,
+        captions,
+        count=count,
+        seq_len=seq_len,
+        image_token_id=image_token_id,
+        pad_id=0 if pad is None else pad,
+        ignore_index=ignore_index,
+    )
+
+
 class _WithFiller(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     """``samples``, plus index ``FILLER``: sample 0 with every label ``ignore_index`` (counts no token)."""
 
@@ -313,10 +418,7 @@ class _WithFiller(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         if index != self.FILLER:
             return self.samples[index]
         sample = self.samples[0]
-        return {
-            "input_ids": sample["input_ids"],
-            "labels": torch.full_like(sample["labels"], self.ignore_index),
-        }
+        return {**sample, "labels": torch.full_like(sample["labels"], self.ignore_index)}
 
 
 def _packed(docs: Iterator[list[int]], eos: int, seq_len: int, max_samples: int | None) -> _Samples:
@@ -367,7 +469,20 @@ def _samples(
     ignore_index: int,
     max_samples: int | None,
     group: ProcessGroup | None,
+    vision: Any = None,
+    image_token_id: int | None = None,
 ) -> _Samples:
+    if cfg.source == "shapes":
+        count = cfg.synthetic_num_samples
+        return _shapes(
+            tokenizer,
+            vision=vision,
+            image_token_id=image_token_id,
+            seq_len=seq_len,
+            seed=seed,
+            count=count if max_samples is None else min(count, max_samples),
+            ignore_index=ignore_index,
+        )
     if cfg.source == "synthetic":
         vocab = getattr(tokenizer, "vocab_size", None)
         if not isinstance(vocab, int) or vocab < 1:
@@ -413,6 +528,8 @@ def _pin(pin_memory: bool) -> bool:
 class ResumableLoader:
     """Iterable of ``{input_ids, labels}`` batches of shape ``[micro_batch_size, seq_len]`` for one rank.
 
+    (Batches of the ``shapes`` source also hold ``pixel_values`` and ``grid_thw``; module docstring.)
+
     Iterating yields batches from the current position onwards: forever (epoch after epoch) when
     ``infinite``, else to the end of the current epoch. ``state_dict`` records the position. A finite
     loader without ``drop_last`` is one pass over every sample (see the module docstring).
@@ -457,9 +574,13 @@ class ResumableLoader:
             )
         self._epoch = 0
         self._batch_index = 0
+        collate: Callable[[list[dict[str, torch.Tensor]]], dict[str, torch.Tensor]] | None = (
+            _collate_images if isinstance(samples, _ShapesSamples) else None
+        )
         self._torch_loader = torch.utils.data.DataLoader(
             _WithFiller(samples, ignore_index),
             batch_sampler=_BatchSampler(self),
+            collate_fn=collate,
             num_workers=num_workers,
             pin_memory=_pin(pin_memory),
             prefetch_factor=prefetch_factor if num_workers > 0 else None,
@@ -547,11 +668,14 @@ def build_loader(
     prefetch_factor: int | None = None,
     persistent_workers: bool = False,
     process_group: ProcessGroup | None = None,
+    vision: Any = None,
+    image_token_id: int | None = None,
 ) -> ResumableLoader:
     """Read, tokenize and pack ``dataset`` into a ``ResumableLoader`` for one data-parallel rank.
 
     ``max_samples`` caps the samples below ``dataset.max_samples``; ``process_group`` shares the
-    tokenizing among its members (module docstring).
+    tokenizing among its members (module docstring). ``vision`` (the model's vision arguments) and
+    ``image_token_id`` are read by the ``shapes`` source only, which needs them.
     """
     if seq_len < 1:
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
@@ -571,6 +695,8 @@ def build_loader(
         ignore_index=ignore_index,
         max_samples=min(caps) if caps else None,
         group=process_group,
+        vision=vision,
+        image_token_id=image_token_id,
     )
     return ResumableLoader(
         samples,

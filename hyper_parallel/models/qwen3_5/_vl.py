@@ -20,7 +20,7 @@ from hyper_parallel.models.qwen3_5.args import Qwen3_5VLArgs
 
 __all__ = ["IMAGE_TOKEN_ID", "Qwen3_5VLModel", "build_qwen3_5_vl", "mrope_positions"]
 
-#: Id of the image placeholder token in the released Qwen 3.5 tokenizer.
+#: Id of the image placeholder token in the released Qwen 3.5 tokenizer (``Qwen3_5VLArgs`` default).
 IMAGE_TOKEN_ID = 248_056
 
 
@@ -77,8 +77,11 @@ class Qwen3_5VLModel(nn.Module):
         tokens: torch.Tensor,
         pixel_values: torch.Tensor | None = None,
         grid_thw: torch.Tensor | None = None,
-        image_token_id: int = IMAGE_TOKEN_ID,
+        image_token_id: int | None = None,
     ) -> torch.Tensor:
+        """Logits; ``image_token_id`` (default ``args.image_token_id``) marks the image placeholders."""
+        if image_token_id is None:
+            image_token_id = self.args.image_token_id
         h = self.language_model.embed(tokens)
         if pixel_values is None:
             return self.language_model.forward_embeddings(h)

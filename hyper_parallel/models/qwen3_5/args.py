@@ -217,6 +217,13 @@ class Qwen3_5VLArgs(ModelArgs):
     vision: Qwen3_5VisionArgs = attrs.field(
         metadata={"help": "The vision tower; its merged output is projected to text.dim."}
     )
+    image_token_id: int = attrs.field(
+        default=248_056,
+        validator=attrs.validators.ge(0),
+        metadata={
+            "help": "Token id of the image placeholders the vision features replace (Qwen 3.5: 248056)."
+        },
+    )
 
     def num_layers(self) -> int:
         """Number of language-model blocks."""
