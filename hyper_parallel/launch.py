@@ -176,6 +176,10 @@ def main(
                 "use a VL factory such as hyper_parallel.models.qwen3_5.create_vl_model_spec, or train_lm"
             )
             raise ConfigError([Issue("model", message, args.config_file)])
+        dataset = getattr(cfg.dataloader, "dataset", None)
+        if prog == "train_lm" and getattr(dataset, "source", None) == "shapes":
+            message = "'shapes' is image-caption data, which train_lm cannot feed; use train_vl"
+            raise ConfigError([Issue("dataloader.dataset.source", message, args.config_file)])
         machine = machine_issues(cfg, training=training)
         if machine:
             raise ConfigError([Issue(path, message, args.config_file) for path, message in machine])

@@ -172,6 +172,7 @@ class Trainer:
             seed=self.seed,
             ignore_index=self.ignore_index,
             process_group=self._world_group(),
+            **self.data_inputs(),
         )
 
         # 6. checkpoint and resume
@@ -251,6 +252,10 @@ class Trainer:
     def _world_group() -> Any:
         """Every rank: they share the work of tokenising the corpus (each needs all of it)."""
         return dist.group.WORLD if dist.is_initialized() else None
+
+    def data_inputs(self) -> dict[str, Any]:
+        """Extra keyword arguments of the data loader's ``build`` (the model's input layout); none here."""
+        return {}
 
     # -- one step --------------------------------------------------------------------------------------
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:

@@ -408,6 +408,9 @@ class CommConfig:
         yield from ()
 
 
+#: Dataset sources made of text documents (packing separates them with EOS).
+_TEXT_SOURCES = ("jsonl", "text", "python_docs")
+
 #: Accelerator each device-specific backend runs on.
 _BACKEND_DEVICE = {"nccl": "cuda", "hccl": "npu"}
 
@@ -491,7 +494,8 @@ class TrainerConfig:
                 "hyper_parallel.components.tokenizer.ByteTokenizer.Config (needs no files)",
             )
         dataset = getattr(self.dataloader, "dataset", None)
-        if not tokenizer.add_eos and getattr(dataset, "pack_sequences", False):
+        source = getattr(dataset, "source", None)
+        if not tokenizer.add_eos and source in _TEXT_SOURCES and getattr(dataset, "pack_sequences", False):
             yield (
                 "tokenizer.add_eos",
                 "false has no effect while dataloader.dataset.pack_sequences is true: packed documents "
@@ -499,12 +503,35 @@ class TrainerConfig:
             )
         vocab = tokenizer.vocab_size()
         model_vocab = self.model.args.vocabulary_size()
+        if source == "shapes":
+            yield from self._image_data_issues(vocab, model_vocab)
         if vocab is not None and model_vocab is not None and vocab > model_vocab:
             nested = "text." if hasattr(self.model.args, "text") else ""  # vision-language arguments
             yield (
                 f"model.overrides.{nested}vocab_size",
                 f"the model embeds {model_vocab} token ids but the tokenizer produces {vocab}; set "
                 f"model.overrides.{nested}vocab_size to at least {vocab}",
+            )
+
+    def _image_data_issues(self, vocab: int | None, model_vocab: int | None) -> Iterator[tuple[str, str]]:
+        """Image-caption data needs a vision tower and a placeholder id the tokenizer never produces."""
+        image_token_id = getattr(self.model.args, "image_token_id", None)
+        if getattr(self.model.args, "vision", None) is None or image_token_id is None:
+            yield (
+                "dataloader.dataset.source",
+                f"'shapes' produces images, but {self.model.name!r} has no vision tower; use a "
+                "vision-language model (hyper_parallel.models.qwen3_5.create_vl_model_spec) and train_vl",
+            )
+            return
+        if model_vocab is not None and image_token_id >= model_vocab:
+            yield (
+                "model.overrides.image_token_id",
+                f"must be < the model's vocabulary size ({model_vocab}), got {image_token_id}",
+            )
+        if vocab is not None and image_token_id < vocab:
+            yield (
+                "model.overrides.image_token_id",
+                f"must not be an id the tokenizer produces (0..{vocab - 1}), got {image_token_id}",
             )
 
     def cross_check(self) -> Iterator[tuple[str, str]]:

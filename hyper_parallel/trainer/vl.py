@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TextIO
+from typing import Any, TextIO
 
 import torch
 
@@ -29,6 +29,11 @@ class VLTrainer(Trainer):
                 "use hyper_parallel.models.qwen3_5.create_vl_model_spec, or LLMTrainer"
             )
         super().__init__(config, stream=stream)
+
+    def data_inputs(self) -> dict[str, Any]:
+        """Image data needs the vision tower's patch geometry and the image placeholder token id."""
+        args = self.config.model.args
+        return {"vision": args.vision, "image_token_id": args.image_token_id}  # type: ignore[attr-defined]
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Logits of the tokens, with image features in place of the image placeholder tokens."""
