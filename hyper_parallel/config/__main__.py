@@ -39,12 +39,14 @@ def _check(args: Sequence[str]) -> int:
     failed = 0
     for path in files:
         try:
-            load_config(path, allowed_targets=allowed)
+            cfg = load_config(path, allowed_targets=allowed)
         except ConfigError as exc:
             failed += 1
             sys.stdout.write(f"{exc}\n")
         else:
-            sys.stdout.write(f"{path}: ok\n")
+            from hyper_parallel.preflight import preflight_report
+
+            sys.stdout.write(f"{path}: ok\n" + preflight_report(cfg))
     if failed:
         sys.stdout.write(f"{failed} of {len(files)} file{'s' if len(files) != 1 else ''} failed\n")
     return 1 if failed else 0

@@ -5,10 +5,14 @@ The numbers for 8B, 70B and 405B follow Meta's published Llama 3.1 model cards a
 """
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import attrs
 
 from hyper_parallel.models.spec import ModelArgs
+
+if TYPE_CHECKING:
+    from hyper_parallel.models.llama3.estimate import Llama3Costs
 
 __all__ = ["LLAMA3_FLAVORS", "Llama3Args", "RopeScaling"]
 
@@ -123,6 +127,12 @@ class Llama3Args(ModelArgs):
         if self.rope_scaling is not None:
             for path, message in self.rope_scaling.cross_check():
                 yield f"rope_scaling.{path}", message
+
+    def preflight(self) -> "Llama3Costs":
+        """Parameter, activation and FLOP counts for the preflight estimate (torch-free)."""
+        from hyper_parallel.models.llama3.estimate import Llama3Costs
+
+        return Llama3Costs(self)
 
 
 _LLAMA31_ROPE = RopeScaling(

@@ -13,11 +13,14 @@ state-dict adapter will compare them with the checkpoint when it is implemented)
 """
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
 from hyper_parallel.models.spec import ModelArgs
+
+if TYPE_CHECKING:
+    from hyper_parallel.models.qwen3_5.estimate import Qwen3_5Costs, Qwen3_5VLCosts
 
 __all__ = [
     "QWEN3_5_FLAVORS",
@@ -140,6 +143,12 @@ class Qwen3_5Args(ModelArgs):
                 f"got {self.full_attention_interval}",
             )
 
+    def preflight(self) -> "Qwen3_5Costs":
+        """Parameter, activation and FLOP counts for the preflight estimate (torch-free)."""
+        from hyper_parallel.models.qwen3_5.estimate import Qwen3_5Costs
+
+        return Qwen3_5Costs(self)
+
 
 @attrs.frozen(kw_only=True)
 class Qwen3_5VisionArgs:
@@ -200,6 +209,12 @@ class Qwen3_5VLArgs(ModelArgs):
             yield f"text.{path}", message
         for path, message in self.vision.cross_check():
             yield f"vision.{path}", message
+
+    def preflight(self) -> "Qwen3_5VLCosts":
+        """Parameter, activation and FLOP counts for the preflight estimate (torch-free)."""
+        from hyper_parallel.models.qwen3_5.estimate import Qwen3_5VLCosts
+
+        return Qwen3_5VLCosts(self)
 
 
 #: Flavor name -> language-model arguments. Sizes other than debugmodel: UNVERIFIED (see module docs).
