@@ -11,7 +11,10 @@ _MIB = 2**20
 
 @attrs.frozen
 class Device:
-    """An accelerator's memory in bytes and, where published, its dense bf16/fp16 peak in FLOP/s."""
+    """An accelerator's memory in bytes and, where published, its dense bf16/fp16 peak in FLOP/s.
+
+    ``name`` is empty for a plain size given on the command line.
+    """
 
     name: str
     memory: int
@@ -35,7 +38,7 @@ _ALIASES = {
     "910b64gb": "Ascend-910B",
     "ascend910b64gb": "Ascend-910B",
 }
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNITS = {"": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
 _SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)")
 
@@ -45,7 +48,9 @@ def _key(text: str) -> str:
 
 
 def parse_device(text: str) -> Device:
-    """``80GiB``, ``81920MiB``, ``80e9``-free sizes (GB = 10^9, GiB = 2^30) or a name such as ``H100``.
+    """A size (``80GiB`` = 80 * 2^30 bytes, ``80GB`` = 80 * 10^9; KiB/MiB/TiB, KB/MB/TB) or a device name.
+
+    Names are matched ignoring case and punctuation (``h100``, ``A100-80GB``, ``ascend 910b``).
 
     Raises ``ValueError`` with a message naming the accepted forms.
     """
@@ -56,7 +61,7 @@ def parse_device(text: str) -> Device:
         nbytes = int(float(size.group(1)) * _UNITS[size.group(2)])
         if nbytes <= 0:
             raise ValueError(f"device memory must be positive, got {text!r}")
-        return Device(text.strip(), nbytes)
+        return Device("", nbytes)
     names = {_key(name): name for name in DEVICES} | _ALIASES
     key = _key(text)
     if key in names:

@@ -25,6 +25,11 @@ _TERM_FIELD = {
 _MAX_DP_GROWTH = 64
 
 
+def _device(device: Device) -> str:
+    size = human_bytes(device.memory)
+    return f"the {size} of {device.name}" if device.name else f"the device memory ({size})"
+
+
 def _describe(term: str, est: Estimate) -> str:
     if term == "activations":
         ac = est.layout.ac
@@ -103,8 +108,8 @@ def memory_issues(cfg: "TrainerConfig", world_size: int | None, device: Device) 
             f"{human_bytes(total)}, add dp_shard or tp from there"
         )
     message = (
-        f"estimated {human_bytes(own.device_total)} per rank exceeds the {human_bytes(device.memory)} of "
-        f"{device.name}; biggest term: {term} {human_bytes(size)} ({_describe(term, own)}). "
+        f"estimated {human_bytes(own.device_total)} per rank exceeds {_device(device)}; "
+        f"biggest term: {term} {human_bytes(size)} ({_describe(term, own)}). "
         f"Changes that fit: " + "; ".join(fits)
     )
     return [(_TERM_FIELD[term], message)]

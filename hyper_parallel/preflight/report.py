@@ -81,7 +81,8 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
     if device is not None:
         share = est.device_total / device.memory
         verdict = "fits" if share <= 1 else "DOES NOT FIT"
-        total += f"   {verdict} {device.name} ({human_bytes(device.memory)}): {share:.0%}"
+        where = f"{device.name} ({human_bytes(device.memory)})" if device.name else human_bytes(device.memory)
+        total += f"   {verdict} {where}: {share:.0%}"
     lines.append(total)
     per_rank = est.flops_per_step / est.layout.world_size
     compute = (
@@ -89,6 +90,6 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
         f"{human_flops(per_rank)}/rank/step"
     )
     if device is not None and device.peak_flops:
-        compute += f" = {per_rank / device.peak_flops:.3g} s at the {human_flops(device.peak_flops)}/s peak"
+        compute += f" = {per_rank / device.peak_flops:.3g} s at {human_flops(device.peak_flops)}/s peak"
     lines.append(compute)
     return "\n".join(lines) + "\n"
