@@ -61,7 +61,7 @@ def _counts(model: Any) -> tuple[int, dict[str, int]]:
 def _predicted(spec: ModelSpec) -> tuple[int, dict[str, int]]:
     by_kind: dict[str, int] = {}
     for group in spec.args.preflight().parameters():  # type: ignore[attr-defined]
-        by_kind[group.kind] = by_kind.get(group.kind, 0) + group.numel * group.count
+        by_kind[group.kind] = by_kind.get(group.kind, 0) + group.numel * group.copies
     return sum(by_kind.values()), by_kind
 
 

@@ -58,8 +58,8 @@ def test_dry_run_prints_the_report_after_the_summary() -> None:
         "    fsdp buffers   510.6 MiB   gathered bfloat16 weights (root + 2 blocks), 1 block of gradients",
         "    logits           5.9 GiB   bfloat16 logits and their float32 copy in the loss",
         "    total           12.5 GiB   fits H100 80GB (79.6 GiB): 16%",
-        "  compute     57.9 GFLOP/token, 242.9 PFLOP/step, 3.8 PFLOP/rank/step "
-        "= 3.84 s at 989.4 TFLOP/s peak",
+        "  compute     60.1 GFLOP/token, 251.9 PFLOP/step, 3.9 PFLOP/rank/step "
+        "= 3.98 s at 989.4 TFLOP/s peak",
     ]
 
 
@@ -84,7 +84,7 @@ def test_config_check_prints_the_report_of_each_file(capsys: pytest.CaptureFixtu
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{LLAMA}: ok"
     assert lines[1].startswith("preflight: llama3 8B, 8 ranks")
-    assert lines[-1].startswith("  compute     57.9 GFLOP/token")
+    assert lines[-1].startswith("  compute     60.1 GFLOP/token")
 
 
 @pytest.mark.parametrize(
@@ -141,7 +141,7 @@ def test_a_layout_over_the_device_memory_is_refused_naming_the_biggest_term_and_
         "--device-memory: activation_checkpoint.mode: estimated 43.9 GiB per rank exceeds the 40.0 GiB of "
         "A100 40GB; biggest term: activations 22.1 GiB (micro batch 1 x 8192 tokens, activation "
         "checkpointing none). Changes that fit: parallelism.dp_shard=4 (world size 16): 36.4 GiB; "
-        "parallelism.tp=8 (dp_shard 1): 38.1 GiB; activation_checkpoint.mode=full: 26.4 GiB",
+        "parallelism.tp=8 (dp_shard 1): 39.4 GiB; activation_checkpoint.mode=full: 26.4 GiB",
         "1 problem found; nothing was started.",
     ]
 

@@ -1,16 +1,14 @@
 """Device memory for ``--device-memory``: a size such as ``80GiB`` or a device name from a small table."""
 
 import re
-
-import attrs
+from typing import NamedTuple
 
 __all__ = ["DEVICES", "Device", "parse_device"]
 
 _MIB = 2**20
 
 
-@attrs.frozen
-class Device:
+class Device(NamedTuple):
     """An accelerator's memory in bytes and, where published, its dense bf16/fp16 peak in FLOP/s.
 
     ``name`` is empty for a plain size given on the command line.

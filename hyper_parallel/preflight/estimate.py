@@ -2,17 +2,16 @@
 
 Assumptions (the trainer's layout; see each term): parameters, gradients and optimizer states are
 float32 and sharded by FSDP2 over ``dp_shard`` (rank 0 holds the largest shard, padded rows included)
-after tensor parallelism split them per the model's plan; compute runs in
-``training.mixed_precision_param``; FSDP2 keeps the root module's parameters gathered through forward
-and backward and two blocks at a time otherwise, and reduces one block of gradients at a time in
-``training.mixed_precision_reduce``; activations are what autograd saves for backward for one micro
-batch under the activation-checkpoint mode; the loss adds the logits and their float32 copy.
+after tensor parallelism split them per the model's plan; optimizer states are float32 (AdamW: two
+moments and a step per tensor); compute runs in ``training.mixed_precision_param`` (see
+``_compute_copies`` for the weight copies that takes); activations are what autograd saves for backward
+for one micro batch under the activation-checkpoint mode (stage 0 of a pipeline holds ``pp`` micro
+batches of its blocks); the loss adds the logits and their float32 copy. Context parallelism divides the
+sequence; ``dp_replicate`` replicates.
 """
 
 import math
-from typing import TYPE_CHECKING, Any
-
-import attrs
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hyper_parallel.preflight.model import ActivationCosts, ModelCosts, ParamGroup, Workload
 
@@ -24,8 +23,7 @@ __all__ = ["Estimate", "Layout", "estimate", "model_costs"]
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-@attrs.frozen
-class Layout:
+class Layout(NamedTuple):
     """The knobs a suggestion may turn: parallel degrees, micro batch and activation checkpointing."""
 
     degrees: dict[str, int]
@@ -38,8 +36,7 @@ class Layout:
         return math.prod(self.degrees[k] for k in ("dp_replicate", "dp_shard", "cp", "tp", "pp"))
 
 
-@attrs.frozen
-class Estimate:
+class Estimate(NamedTuple):
     """The preflight numbers of one config on one layout (bytes are per rank, on rank 0)."""
 
     model: str
@@ -112,6 +109,19 @@ def _activation_bytes(acts: ActivationCosts, ac: str | int, stage_blocks: int, i
     return kept * in_flight + acts.outside
 
 
+def _compute_copies(p: int, r: int, dp: int, root: int, blocks: int, block: float) -> int:
+    """Bytes of the compute-dtype weight copies (and gradients before their reduction) alive at once.
+
+    Under FSDP2 (``dp_shard`` > 1): the root module's weights stay gathered through forward and backward,
+    two blocks are gathered at a time (one prefetched), and one block's gradients exist unsharded, plus
+    their copy in the reduce dtype. Without FSDP the weights are cast once per step and the copies kept
+    (as autocast's cast cache does), unless compute is float32.
+    """
+    if dp > 1:
+        return int(p * (root + 2 * block) + block * (p + (r if r != p else 0)))
+    return p * (root + blocks) if p < 4 else 0
+
+
 def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size_known: bool) -> Estimate:
     """The estimate of ``cfg`` as if run with ``layout`` (its own layout, or a suggested change)."""
     training, deg = cfg.training, layout.degrees
@@ -121,16 +131,16 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
     groups = costs.parameters()
     by_kind: dict[str, int] = {}
     for g in groups:
-        by_kind[g.kind] = by_kind.get(g.kind, 0) + g.numel * g.count
+        by_kind[g.kind] = by_kind.get(g.kind, 0) + g.numel * g.copies
     stage = 1 / pp  # pipeline stage 0 holds its share of the blocks and the whole root (conservative)
     local = grads = tensors = 0
     root_full = block_full = 0
     for g in groups:
-        count = math.ceil(g.count * stage) if g.in_block else g.count
+        count = math.ceil(g.copies * stage) if g.in_block else g.copies
         local += _local_numel(g, tp, dp) * count
         grads += _local_numel(g, 1 if g.tp_full_grad and dp == 1 else tp, dp) * count
         tensors += count
-        full = _local_numel(g, tp, 1) * g.count
+        full = _local_numel(g, tp, 1) * g.copies
         if g.in_block:
             block_full += full
         else:
@@ -153,7 +163,7 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         "gradients": 4 * grads,
         "optimizer": 4 * states * local + (4 * tensors if states else 0),
         "activations": _activation_bytes(acts, layout.ac, math.ceil(n_layers * stage), pp if pp > 1 else 1),
-        "fsdp buffers": int(p * (root_full + 2 * per_block) + per_block * (p + (r if r != p else 0))),
+        "fsdp buffers": _compute_copies(p, r, dp, root_full, block_full, per_block),
         "logits": tokens * acts.vocab * (p + 4),
     }
     return Estimate(

@@ -2,8 +2,6 @@
 
 from typing import TYPE_CHECKING
 
-import attrs
-
 from hyper_parallel.preflight.devices import Device
 from hyper_parallel.preflight.estimate import Estimate, Layout, evaluate, layout_of, model_costs
 from hyper_parallel.preflight.report import human_bytes
@@ -55,7 +53,7 @@ def _candidates(cfg: "TrainerConfig", layout: Layout, tp_ok: list[int]) -> list[
             out.append(
                 (
                     f"parallelism.dp_shard={shard} (world size {world})",
-                    attrs.evolve(layout, degrees={**deg, "dp_shard": shard}),
+                    layout._replace(degrees={**deg, "dp_shard": shard}),
                 )
             )
     others = layout.world_size // (deg["tp"] * deg["dp_shard"])
@@ -66,15 +64,15 @@ def _candidates(cfg: "TrainerConfig", layout: Layout, tp_ok: list[int]) -> list[
                 out.append(
                     (
                         f"parallelism.tp={tp} (dp_shard {shard})",
-                        attrs.evolve(layout, degrees={**deg, "tp": tp, "dp_shard": shard}),
+                        layout._replace(degrees={**deg, "tp": tp, "dp_shard": shard}),
                     )
                 )
     if layout.ac != "full":
-        out.append(("activation_checkpoint.mode=full", attrs.evolve(layout, ac="full")))
+        out.append(("activation_checkpoint.mode=full", layout._replace(ac="full")))
     mbs = layout.micro_batch
     while mbs > 1:
         mbs //= 2
-        out.append((f"training.micro_batch_size={mbs}", attrs.evolve(layout, micro_batch=mbs)))
+        out.append((f"training.micro_batch_size={mbs}", layout._replace(micro_batch=mbs)))
     return out
 
 
@@ -101,7 +99,7 @@ def memory_issues(cfg: "TrainerConfig", world_size: int | None, device: Device) 
             seen.add(kind)
             fits.append(f"{label}: {human_bytes(total)}")
     if not fits:
-        best = attrs.evolve(own.layout, ac="full", micro_batch=1)
+        best = own.layout._replace(ac="full", micro_batch=1)
         total = evaluate(cfg, costs, best, known).device_total
         fits.append(
             f"none alone; activation_checkpoint.mode=full with training.micro_batch_size=1 gives "

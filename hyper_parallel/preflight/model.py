@@ -6,9 +6,7 @@ preflight package needs no model names and never imports torch.
 """
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
-
-import attrs
+from typing import Literal, NamedTuple, Protocol
 
 __all__ = ["ActivationCosts", "BlockActivations", "ModelCosts", "ParamGroup", "Workload"]
 
@@ -16,9 +14,8 @@ __all__ = ["ActivationCosts", "BlockActivations", "ModelCosts", "ParamGroup", "W
 Kind = Literal["embedding", "attention", "gated_deltanet", "mlp", "norm", "output", "vision"]
 
 
-@attrs.frozen
-class ParamGroup:
-    """``count`` parameter tensors of one ``shape``, split by tensor parallelism along ``tp_dim`` (or not).
+class ParamGroup(NamedTuple):
+    """``copies`` parameter tensors of one ``shape``, split by tensor parallelism along ``tp_dim`` (or not).
 
     ``in_block`` says the tensor belongs to a transformer block that FSDP2 shards and gathers on its own;
     the others (embeddings, final norm, output, vision stem) belong to the root module.
@@ -28,7 +25,7 @@ class ParamGroup:
 
     kind: Kind
     shape: tuple[int, ...]
-    count: int = 1
+    copies: int = 1
     tp_dim: int | None = None
     in_block: bool = True
     tp_full_grad: bool = False
@@ -42,8 +39,7 @@ class ParamGroup:
         return n
 
 
-@attrs.frozen
-class Workload:
+class Workload(NamedTuple):
     """One micro batch on one rank: the sizes that activation bytes and FLOPs depend on."""
 
     batch: int
@@ -54,8 +50,7 @@ class Workload:
     sequence_parallel: bool = False
 
 
-@attrs.frozen
-class BlockActivations:
+class BlockActivations(NamedTuple):
     """Bytes one transformer block keeps for backward, per activation-checkpoint treatment.
 
     ``kept``: no checkpointing. ``op``: selective op checkpointing (the block input plus the outputs of
@@ -67,8 +62,7 @@ class BlockActivations:
     inputs: int
 
 
-@attrs.frozen
-class ActivationCosts:
+class ActivationCosts(NamedTuple):
     """Activation bytes of one micro batch: per block, plus what lies outside them (never recomputed)."""
 
     blocks: tuple[BlockActivations, ...]

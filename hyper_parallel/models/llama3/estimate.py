@@ -8,8 +8,6 @@ the tensors autograd saves for backward in each block (checked against ``saved_t
 
 from collections.abc import Sequence
 
-import attrs
-
 from hyper_parallel.models.llama3.args import Llama3Args
 from hyper_parallel.preflight.model import ActivationCosts, BlockActivations, ParamGroup, Workload
 
@@ -21,11 +19,11 @@ def rms_norm_saved(dim: int, p: int) -> int:
     return 8 * dim + (p * dim if p < 4 else 0) + 4
 
 
-@attrs.frozen
 class Llama3Costs:
     """Parameter, activation and FLOP counts of one Llama 3 configuration."""
 
-    args: Llama3Args
+    def __init__(self, args: Llama3Args) -> None:
+        self.args = args
 
     @property
     def _head_dim(self) -> int:
@@ -79,8 +77,10 @@ class Llama3Costs:
         a = self.args
         q, kv, f = a.n_heads * self._head_dim, self._kv_heads * self._head_dim, a.ffn_hidden_dim
         matmul_params = a.n_layers * (a.dim * (2 * q + 2 * kv) + 3 * a.dim * f) + a.vocab_size * a.dim
-        attention = a.n_layers * 4 * seq * q  # QK^T and AV, whole square as FlopCounterMode counts it
-        return 3 * (2 * matmul_params + attention)
+        # QK^T and AV over the whole square (as FlopCounterMode counts it) forward, and five such products
+        # backward (flash attention recomputes the scores)
+        attention = a.n_layers * 14 * seq * q
+        return 6 * matmul_params + attention
 
     def tp_degrees(self) -> Sequence[int]:
         return [

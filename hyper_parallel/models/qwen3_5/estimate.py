@@ -13,8 +13,6 @@ and this term must follow the implementation (the activation test fails when the
 
 from collections.abc import Sequence
 
-import attrs
-
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args, Qwen3_5VisionArgs, Qwen3_5VLArgs
 from hyper_parallel.preflight.model import ActivationCosts, BlockActivations, ParamGroup, Workload
 
@@ -34,11 +32,11 @@ def _cast(p: int, n: int) -> int:
     return 4 * n if p < 4 else 0
 
 
-@attrs.frozen
 class Qwen3_5Costs:
     """Parameter, activation and FLOP counts of one Qwen 3.5 language model."""
 
-    args: Qwen3_5Args
+    def __init__(self, args: Qwen3_5Args) -> None:
+        self.args = args
 
     def parameters(self) -> Sequence[ParamGroup]:
         a = self.args
@@ -71,7 +69,7 @@ class Qwen3_5Costs:
         ]
         if not a.tie_word_embeddings:
             groups.append(ParamGroup("output", (a.vocab_size, a.dim), in_block=False))
-        return tuple(g for g in groups if g.count)
+        return tuple(g for g in groups if g.copies)
 
     def _full_attention(self, p: int, t: int) -> tuple[int, int]:
         """Bytes per token of a gated full-attention mixer: (no checkpointing, selective op)."""
@@ -140,11 +138,11 @@ class Qwen3_5Costs:
         full, linear = kinds.count("full_attention"), kinds.count("linear_attention")
         matmuls = a.n_layers * 3 * a.dim * a.ffn_hidden_dim + a.vocab_size * a.dim  # the output, tied or not
         matmuls += full * a.dim * (3 * q + 2 * kv) + linear * a.dim * (2 * kd + 3 * vd + 2 * hv)
-        attention = full * 4 * seq * q  # QK^T and AV, whole square as FlopCounterMode counts it
+        # QK^T and AV over the whole square forward, five such products backward (scores recomputed)
+        attention = full * 14 * seq * q
         conv = 2 * (2 * kd + vd) * a.linear_conv_kernel_dim * (seq + a.linear_conv_kernel_dim - 1) / seq
         recurrence = 2 * 2 * hv * a.linear_key_head_dim * a.linear_value_head_dim  # read-out and output
-        forward = 2 * matmuls + attention + linear * (conv + recurrence)
-        return int(3 * forward)
+        return int(6 * matmuls + attention + 3 * linear * (conv + recurrence))
 
     def tp_degrees(self) -> Sequence[int]:
         a = self.args
@@ -180,7 +178,6 @@ def vision_parameters(v: Qwen3_5VisionArgs, out_dim: int) -> tuple[ParamGroup, .
     )
 
 
-@attrs.frozen
 class Qwen3_5VLCosts:
     """Qwen 3.5 vision-language model: the language model's costs plus the vision tower's parameters.
 
@@ -188,7 +185,8 @@ class Qwen3_5VLCosts:
     many image patches a batch holds, which the config does not say.
     """
 
-    args: Qwen3_5VLArgs
+    def __init__(self, args: Qwen3_5VLArgs) -> None:
+        self.args = args
 
     def parameters(self) -> Sequence[ParamGroup]:
         return (
@@ -198,7 +196,7 @@ class Qwen3_5VLCosts:
 
     def activations(self, work: Workload) -> ActivationCosts:
         text = Qwen3_5Costs(self.args.text).activations(work)
-        return attrs.evolve(text, note="language model only; vision tower activations depend on the images")
+        return text._replace(note="language model only; vision tower activations depend on the images")
 
     def flops_per_token(self, seq: int) -> int:
         return Qwen3_5Costs(self.args.text).flops_per_token(seq)
