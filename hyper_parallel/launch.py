@@ -11,7 +11,7 @@ import re
 import signal
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from hyper_parallel.config import ConfigError, Issue, dump_config, load_config, write_config
 from hyper_parallel.config.errors import did_you_mean, echo
@@ -19,6 +19,9 @@ from hyper_parallel.config.help import config_help, summary
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
 from hyper_parallel.trainer.config import TrainerConfig
 from hyper_parallel.trainer.machine import machine_issues
+
+if TYPE_CHECKING:
+    from hyper_parallel.preflight import Device
 
 __all__ = ["EXIT_INPUT_ERROR", "EXIT_TRAINING_ERROR", "main"]
 
@@ -34,6 +37,7 @@ _FLAGS = (
     "--dump-config",
     "--world-size",
     "--allow-target",
+    "--device-memory",
     "--help",
 )
 _WORLD_SIZE = re.compile(r"[0-9]{1,9}")
@@ -43,6 +47,7 @@ _SWITCHES = frozenset({"--dry-run", "--print-config", "--help"})
 def _usage(prog: str) -> str:
     return f"""usage: python -m hyper_parallel.{prog} --config-file FILE [--GROUP.FIELD VALUE ...]
        [--dry-run] [--print-config] [--dump-config PATH] [--world-size N] [--allow-target PREFIX]
+       [--device-memory SIZE|DEVICE]
 
 Resolve FILE into one typed, validated TrainerConfig, apply the overrides, and train. Launch several
 processes with torchrun (torchrun --nproc-per-node 2 -m hyper_parallel.{prog} --config-file FILE).
@@ -57,6 +62,8 @@ options:
   --dump-config PATH     write that YAML to PATH atomically (never the config file itself)
   --world-size N         check the parallel degrees against N processes (default: $WORLD_SIZE)
   --allow-target PREFIX  also allow _target_ under this module prefix (repeatable; or ${ALLOWED_TARGETS_ENV})
+  --device-memory SIZE   refuse a layout whose per-rank memory estimate exceeds SIZE (80GiB = 80 * 2^30,
+                         80GB = 80 * 10^9) or a device: H100, H200, A100-40GB, A100-80GB, Ascend-910B
   -h, --help             this text; with --config-file, every overridable field with type, value and help
 
 exit status: 0 success, {EXIT_INPUT_ERROR} input error, {EXIT_TRAINING_ERROR} training error,
@@ -72,6 +79,7 @@ class _Args:
         self.help = False
         self.dump_config: str | None = None
         self.world_size: str | None = None
+        self.device_memory: str | None = None
         self.allow_target: list[str] = []
         self.overrides: dict[str, str] = {}
 
@@ -108,7 +116,7 @@ def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
             i += 1
         if name == "--allow-target":
             args.allow_target.append(value)
-        elif name in ("--config-file", "--dump-config", "--world-size"):
+        elif name in ("--config-file", "--dump-config", "--world-size", "--device-memory"):
             setattr(args, name[2:].replace("-", "_"), value)
         else:
             args.overrides[name[2:]] = value
@@ -183,6 +191,7 @@ def main(
         machine = machine_issues(cfg, training=training)
         if machine:
             raise ConfigError([Issue(path, message, args.config_file) for path, message in machine])
+        device = _device_memory_check(cfg, world_size, args.device_memory)
         if args.help:
             out.write(_usage(prog))
             out.write("\n" + config_help(cfg))
@@ -196,6 +205,10 @@ def main(
     if args.dry_run:
         if not args.print_config:
             out.write(summary(cfg, source=args.config_file, world_size=world_size))
+            if _is_rank0():
+                from hyper_parallel.preflight import preflight_report
+
+                out.write(preflight_report(cfg, world_size, device))
         return 0
     if args.print_config or args.dump_config:
         return 0
@@ -220,6 +233,22 @@ def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:
             trainer.close()
     stopped = trainer.stopped_by_signal
     return 128 + int(signal.Signals[stopped]) if stopped else 0
+
+
+def _device_memory_check(cfg: "TrainerConfig", world_size: int | None, text: str | None) -> "Device | None":
+    """``--device-memory``: the device, or a ``ConfigError`` when the estimate per rank exceeds it."""
+    if text is None:
+        return None
+    from hyper_parallel.preflight import memory_issues, parse_device
+
+    try:
+        device = parse_device(text)
+    except ValueError as exc:
+        raise ConfigError([Issue("$", str(exc), "--device-memory")]) from None
+    problems = memory_issues(cfg, world_size, device)
+    if problems:
+        raise ConfigError([Issue(path, message, "--device-memory") for path, message in problems])
+    return device
 
 
 def _same_file(a: str, b: str) -> bool:

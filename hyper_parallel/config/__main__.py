@@ -65,14 +65,19 @@ def _check(args: Sequence[str]) -> int:
     for path in files:
         try:
             if path == "-":
-                load_config_text(sys.stdin.read(), "<stdin>", allowed_targets=allowed, world_size=world_size)
+                cfg = load_config_text(
+                    sys.stdin.read(), "<stdin>", allowed_targets=allowed, world_size=world_size
+                )
             else:
-                load_config(path, allowed_targets=allowed, world_size=world_size)
+                cfg = load_config(path, allowed_targets=allowed, world_size=world_size)
         except ConfigError as exc:
             failed += 1
             sys.stdout.write(f"{exc}\n")
         else:
-            sys.stdout.write(f"{'<stdin>' if path == '-' else path}: ok\n")
+            from hyper_parallel.preflight import preflight_report
+
+            name = "<stdin>" if path == "-" else path
+            sys.stdout.write(f"{name}: ok\n" + preflight_report(cfg, world_size))
     if failed:
         sys.stdout.write(f"{failed} of {len(files)} file{'s' if len(files) != 1 else ''} failed\n")
     return 1 if failed else 0

@@ -5,10 +5,14 @@ The numbers for 8B, 70B and 405B follow Meta's published Llama 3.1 model cards a
 """
 
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import attrs
 
 from hyper_parallel.models.spec import ModelArgs
+
+if TYPE_CHECKING:
+    from hyper_parallel.models.llama3.estimate import Llama3Costs
 
 __all__ = ["LLAMA3_FLAVORS", "Llama3Args", "RopeScaling"]
 
@@ -137,6 +141,12 @@ class Llama3Args(ModelArgs):
                 f"must divide the model's {self.n_heads} attention heads and {kv_heads} key/value heads, "
                 f"got {tp}",
             )
+
+    def preflight(self) -> "Llama3Costs":
+        """Parameter, activation and FLOP counts for the preflight estimate (torch-free)."""
+        from hyper_parallel.models.llama3.estimate import Llama3Costs
+
+        return Llama3Costs(self)
 
 
 _LLAMA31_ROPE = RopeScaling(

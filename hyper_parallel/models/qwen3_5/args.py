@@ -13,11 +13,14 @@ state-dict adapter will compare them with the checkpoint when it is implemented)
 """
 
 from collections.abc import Iterator, Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
 from hyper_parallel.models.spec import ModelArgs
+
+if TYPE_CHECKING:
+    from hyper_parallel.models.qwen3_5.estimate import Qwen3_5Costs, Qwen3_5VLCosts
 
 __all__ = [
     "QWEN3_5_FLAVORS",
@@ -172,6 +175,12 @@ class Qwen3_5Args(ModelArgs):
                 f"must divide the model's feed-forward hidden size {self.ffn_hidden_dim}, got {tp}",
             )
 
+    def preflight(self) -> "Qwen3_5Costs":
+        """Parameter, activation and FLOP counts for the preflight estimate (torch-free)."""
+        from hyper_parallel.models.qwen3_5.estimate import Qwen3_5Costs
+
+        return Qwen3_5Costs(self)
+
 
 @attrs.frozen(kw_only=True)
 class Qwen3_5VisionArgs:
@@ -248,6 +257,12 @@ class Qwen3_5VLArgs(ModelArgs):
         """Yield ``(root field path, message)`` of the language model (tensor parallelism leaves the
         vision tower whole, so its heads need not divide ``tp``)."""
         yield from self.text.parallel_issues(degrees)
+
+    def preflight(self) -> "Qwen3_5VLCosts":
+        """Parameter, activation and FLOP counts for the preflight estimate (torch-free)."""
+        from hyper_parallel.models.qwen3_5.estimate import Qwen3_5VLCosts
+
+        return Qwen3_5VLCosts(self)
 
 
 #: Flavor name -> language-model arguments. Sizes other than debugmodel: UNVERIFIED (see module docs).

@@ -1,0 +1,88 @@
+"""Torch-free costs of the Llama 3 decoder for the preflight estimate (``Llama3Args.preflight()``).
+
+Counts follow ``_modules.py`` and ``_parallel.py`` tensor by tensor: parameter shapes and their TP split,
+the tensors autograd saves for backward in each block (checked against ``saved_tensors_hooks`` in
+``tests/test_preflight_activations.py``) and the matmul/attention FLOPs (checked against
+``FlopCounterMode``). ``P`` below is the byte width of the compute dtype; norms and RoPE run in fp32.
+"""
+
+from collections.abc import Sequence
+
+from hyper_parallel.models.llama3.args import Llama3Args
+from hyper_parallel.preflight.model import ActivationCosts, BlockActivations, ParamGroup, Workload
+
+__all__ = ["Llama3Costs"]
+
+
+def rms_norm_saved(dim: int, p: int) -> int:
+    """Bytes per token an fp32-computed RMSNorm saves: two fp32 views of x, the normed x (if cast), rsqrt."""
+    return 8 * dim + (p * dim if p < 4 else 0) + 4
+
+
+class Llama3Costs:
+    """Parameter, activation and FLOP counts of one Llama 3 configuration."""
+
+    def __init__(self, args: Llama3Args) -> None:
+        self.args = args
+
+    @property
+    def _head_dim(self) -> int:
+        return self.args.dim // self.args.n_heads
+
+    @property
+    def _kv_heads(self) -> int:
+        return self.args.n_kv_heads or self.args.n_heads
+
+    def parameters(self) -> Sequence[ParamGroup]:
+        a, layers = self.args, self.args.n_layers
+        q, kv, f = a.n_heads * self._head_dim, self._kv_heads * self._head_dim, a.ffn_hidden_dim
+        return (
+            ParamGroup("embedding", (a.vocab_size, a.dim), tp_dim=0, in_block=False, tp_full_grad=True),
+            ParamGroup("attention", (q, a.dim), layers, tp_dim=0),
+            ParamGroup("attention", (kv, a.dim), 2 * layers, tp_dim=0),
+            ParamGroup("attention", (a.dim, q), layers, tp_dim=1),
+            ParamGroup("mlp", (f, a.dim), 2 * layers, tp_dim=0),
+            ParamGroup("mlp", (a.dim, f), layers, tp_dim=1),
+            ParamGroup("norm", (a.dim,), 2 * layers),
+            ParamGroup("norm", (a.dim,), in_block=False),
+            ParamGroup("output", (a.vocab_size, a.dim), tp_dim=0, in_block=False),
+        )
+
+    def activations(self, work: Workload) -> ActivationCosts:
+        a, p, t = self.args, work.param_bytes, work.tp
+        tokens = work.batch * work.seq
+        heads, q = a.n_heads // t, a.n_heads * self._head_dim // t
+        kv, f, d = self._kv_heads * self._head_dim // t, a.ffn_hidden_dim // t, a.dim
+        # Residual-stream tensors are split along the sequence under sequence parallelism; the inputs of
+        # the column-parallel matmuls are gathered back to the full sequence.
+        seq_split = t if work.sequence_parallel and t > 1 else 1
+        norm = rms_norm_saved(d, p) // seq_split
+        kv_saved = q if kv < q else kv  # grouped-query K and V are repeated to every query head
+        # input of wq/wk/wv, q and repeated k/v, the attention output (also wo's input), log-sum-exp
+        attention = p * d + p * (q + 2 * kv_saved) + p * q + 4 * heads
+        mlp = p * d + 4 * p * f  # input of w1/w3, w1 and w3 outputs, silu output, input of w2
+        kept = 2 * norm + attention + mlp
+        block_input = p * d // seq_split
+        matmuls = p * (q + 2 * kv + d + 2 * f + d) + p * q + 4 * heads
+        block = BlockActivations(
+            kept=kept * tokens, op=(block_input + matmuls) * tokens, inputs=block_input * tokens
+        )
+        rope = 2 * work.seq * (self._head_dim // 2) * 4
+        # token ids, final norm, output input, fp32 log-softmax of the (gathered) logits of seq - 1 tokens
+        outside = 8 * tokens + (rms_norm_saved(d, p) // seq_split + p * d) * tokens + rope
+        outside += 4 * a.vocab_size * work.batch * (work.seq - 1)
+        return ActivationCosts(blocks=(block,) * a.n_layers, outside=outside, vocab=a.vocab_size)
+
+    def flops_per_token(self, seq: int) -> int:
+        a = self.args
+        q, kv, f = a.n_heads * self._head_dim, self._kv_heads * self._head_dim, a.ffn_hidden_dim
+        matmul_params = a.n_layers * (a.dim * (2 * q + 2 * kv) + 3 * a.dim * f) + a.vocab_size * a.dim
+        # QK^T and AV over the whole square (as FlopCounterMode counts it) forward, and five such products
+        # backward (flash attention recomputes the scores)
+        attention = a.n_layers * 14 * seq * q
+        return 6 * matmul_params + attention
+
+    def tp_degrees(self) -> Sequence[int]:
+        return [
+            t for t in range(1, self._kv_heads + 1) if self.args.n_heads % t == 0 and self._kv_heads % t == 0
+        ]

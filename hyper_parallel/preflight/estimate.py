@@ -1,0 +1,210 @@
+"""Per-rank memory and step cost of a resolved ``TrainerConfig``: plain arithmetic, no torch.
+
+Assumptions (the trainer's layout; see each term): parameters, gradients and optimizer states are
+float32 and sharded by FSDP2 over ``dp_shard`` (rank 0 holds the largest shard, padded rows included)
+after tensor parallelism split them per the model's plan; optimizer states are float32 (AdamW: two
+moments and a step per tensor); compute runs in ``training.mixed_precision_param`` (see
+``_compute_copies`` for the weight copies that takes); activations are what autograd saves for backward
+for one micro batch under the activation-checkpoint mode (stage 0 of a pipeline holds ``pp`` micro
+batches of its blocks); the loss adds the logits and their float32 copy. Context parallelism divides the
+sequence; ``dp_replicate`` replicates.
+"""
+
+import math
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from hyper_parallel.preflight.model import ActivationCosts, ModelCosts, ParamGroup, Workload
+
+if TYPE_CHECKING:
+    from hyper_parallel.trainer.config import TrainerConfig
+
+__all__ = ["Estimate", "Layout", "estimate", "model_costs"]
+
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+class Layout(NamedTuple):
+    """The knobs a suggestion may turn: parallel degrees, micro batch and activation checkpointing."""
+
+    degrees: dict[str, int]
+    micro_batch: int
+    #: "none", "full", "op" or a block frequency n (checkpoint every n-th block).
+    ac: str | int
+
+    @property
+    def world_size(self) -> int:
+        return math.prod(self.degrees[k] for k in ("dp_replicate", "dp_shard", "cp", "tp", "pp"))
+
+
+class Estimate(NamedTuple):
+    """The preflight numbers of one config on one layout (bytes are per rank, on rank 0)."""
+
+    model: str
+    layout: Layout
+    world_size_known: bool
+    seq: int
+    global_batch: int
+    compute_dtype: str
+    reduce_dtype: str
+    optimizer: str
+    optimizer_states: int
+    cpu_offload: bool
+    #: Parameter elements per layer type (tied tensors once) and in total.
+    params_by_kind: dict[str, int]
+    params_total: int
+    #: Bytes per rank, in report order: parameters, gradients, optimizer, activations, fsdp buffers, logits.
+    terms: dict[str, int]
+    flops_per_token: int
+    note: str = ""
+
+    @property
+    def device_total(self) -> int:
+        """Bytes on the device: every term, except the sharded states when they are offloaded to the host."""
+        host = ("parameters", "gradients", "optimizer") if self.cpu_offload else ()
+        return sum(v for k, v in self.terms.items() if k not in host)
+
+    @property
+    def flops_per_step(self) -> int:
+        """Model FLOPs of one optimizer step over all ranks (forward and backward, no recomputation)."""
+        return self.flops_per_token * self.global_batch * self.seq
+
+
+def model_costs(cfg: "TrainerConfig") -> ModelCosts | None:
+    """The model's torch-free cost model, or ``None`` when its arguments offer no ``preflight()``."""
+    method = getattr(cfg.model.args, "preflight", None)
+    return method() if callable(method) else None
+
+
+def _local_numel(group: ParamGroup, tp: int, dp: int) -> int:
+    """Elements of rank 0's shard: TP splits ``tp_dim``, then FSDP2 splits dim 0 (both round up)."""
+    shape = list(group.shape)
+    if group.tp_dim is not None and tp > 1:
+        shape[group.tp_dim] = -(-shape[group.tp_dim] // tp)
+    if dp > 1:
+        shape[0] = -(-shape[0] // dp)
+    return math.prod(shape)
+
+
+def _optimizer_states(optimizer: Any) -> tuple[str, int]:
+    """Name and float32 states per parameter element of the optimizer (Adam-like: 2, +1 with AMSGrad)."""
+    name = type(optimizer).__qualname__.removesuffix(".Config")
+    if hasattr(optimizer, "betas"):
+        return name, 3 if getattr(optimizer, "amsgrad", False) else 2
+    if hasattr(optimizer, "momentum"):
+        return name, 1 if optimizer.momentum > 0 else 0
+    return name, 2  # an unknown optimizer: assume Adam-like moments
+
+
+def _activation_bytes(acts: ActivationCosts, ac: str | int, stage_blocks: int, in_flight: int) -> int:
+    blocks = acts.blocks[:stage_blocks]
+    if ac == "none":
+        kept = sum(b.kept for b in blocks)
+    elif ac == "full":
+        kept = sum(b.inputs for b in blocks)
+    elif ac == "op":
+        kept = sum(b.op for b in blocks)
+    else:  # every n-th block fully checkpointed, as the trainer counts blocks from 1
+        n = int(ac)
+        kept = sum(b.inputs if (i + 1) % n == 0 else b.kept for i, b in enumerate(blocks))
+    return kept * in_flight + acts.outside
+
+
+def _compute_copies(p: int, r: int, dp: int, root: int, blocks: int, block: float) -> int:
+    """Bytes of the compute-dtype weight copies (and gradients before their reduction) alive at once.
+
+    Under FSDP2 (``dp_shard`` > 1): the root module's weights stay gathered through forward and backward,
+    two blocks are gathered at a time (one prefetched), and one block's gradients exist unsharded, plus
+    their copy in the reduce dtype. Without FSDP the weights are cast once per step and the copies kept
+    (as autocast's cast cache does), unless compute is float32.
+    """
+    if dp > 1:
+        return int(p * (root + 2 * block) + block * (p + (r if r != p else 0)))
+    return p * (root + blocks) if p < 4 else 0
+
+
+def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size_known: bool) -> Estimate:
+    """The estimate of ``cfg`` as if run with ``layout`` (its own layout, or a suggested change)."""
+    training, deg = cfg.training, layout.degrees
+    p = _DTYPE_BYTES[training.mixed_precision_param]
+    r = _DTYPE_BYTES[training.mixed_precision_reduce]
+    tp, dp, pp = deg["tp"], deg["dp_shard"], deg["pp"]
+    groups = costs.parameters()
+    by_kind: dict[str, int] = {}
+    for g in groups:
+        by_kind[g.kind] = by_kind.get(g.kind, 0) + g.numel * g.copies
+    stage = 1 / pp  # pipeline stage 0 holds its share of the blocks and the whole root (conservative)
+    local = grads = tensors = 0
+    root_full = block_full = 0
+    for g in groups:
+        count = math.ceil(g.copies * stage) if g.in_block else g.copies
+        local += _local_numel(g, tp, dp) * count
+        grads += _local_numel(g, 1 if g.tp_full_grad and dp == 1 else tp, dp) * count
+        tensors += count
+        full = _local_numel(g, tp, 1) * g.copies
+        if g.in_block:
+            block_full += full
+        else:
+            root_full += full
+    acts = costs.activations(
+        Workload(
+            batch=layout.micro_batch,
+            seq=training.seq_len // deg["cp"],
+            param_bytes=p,
+            tp=tp,
+            sequence_parallel=cfg.parallelism.sequence_parallel,
+        )
+    )
+    n_layers = len(acts.blocks)
+    per_block = block_full / max(n_layers, 1)  # an average block (vision blocks folded in)
+    name, states = _optimizer_states(cfg.optimizer)
+    tokens = layout.micro_batch * training.seq_len // deg["cp"]
+    terms = {
+        "parameters": 4 * local,
+        "gradients": 4 * grads,
+        "optimizer": 4 * states * local + (4 * tensors if states else 0),
+        "activations": _activation_bytes(acts, layout.ac, math.ceil(n_layers * stage), pp if pp > 1 else 1),
+        "fsdp buffers": _compute_copies(p, r, dp, root_full, block_full, per_block),
+        "logits": tokens * acts.vocab * (p + 4),
+    }
+    return Estimate(
+        model=f"{cfg.model.name} {cfg.model.flavor}",
+        layout=layout,
+        world_size_known=world_size_known,
+        seq=training.seq_len,
+        global_batch=training.global_batch_size,
+        compute_dtype=training.mixed_precision_param,
+        reduce_dtype=training.mixed_precision_reduce,
+        optimizer=name,
+        optimizer_states=states,
+        cpu_offload=training.enable_cpu_offload,
+        params_by_kind=by_kind,
+        params_total=sum(by_kind.values()),
+        terms=terms,
+        flops_per_token=costs.flops_per_token(training.seq_len),
+        note=acts.note,
+    )
+
+
+def layout_of(cfg: "TrainerConfig", world_size: int | None) -> Layout:
+    """The config's own layout; with no world size every ``-1`` degree counts as 1."""
+    par = cfg.parallelism
+    if world_size is None:
+        world_size = math.prod(
+            max(getattr(par, k), 1) for k in ("dp_replicate", "dp_shard", "cp", "tp", "pp")
+        )
+    ac_cfg = cfg.activation_checkpoint
+    ac: str | int = ac_cfg.mode
+    if ac == "selective":
+        ac = ac_cfg.selective_option
+    return Layout(degrees=par.resolved_degrees(world_size), micro_batch=cfg.training.micro_batch_size, ac=ac)
+
+
+def estimate(cfg: "TrainerConfig", world_size: int | None = None) -> Estimate | None:
+    """Parameters, per-rank memory and FLOPs of ``cfg`` on ``world_size`` ranks (``None``: model offers none).
+
+    ``world_size`` ``None`` takes each ``-1`` (auto) degree as 1.
+    """
+    costs = model_costs(cfg)
+    if costs is None:
+        return None
+    return evaluate(cfg, costs, layout_of(cfg, world_size), world_size is not None)

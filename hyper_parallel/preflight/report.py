@@ -1,0 +1,95 @@
+"""The preflight report a person reads at ``--dry-run``: compact, aligned, human units."""
+
+from hyper_parallel.preflight.devices import Device
+from hyper_parallel.preflight.estimate import Estimate
+
+__all__ = ["format_report", "human_bytes", "human_count", "human_flops"]
+
+_KIND_ORDER = ("embedding", "attention", "gated_deltanet", "mlp", "norm", "output", "vision")
+
+
+def _scaled(value: float, step: float, units: tuple[str, ...]) -> tuple[float, str]:
+    i = 0
+    while abs(value) >= step * 0.9995 and i < len(units) - 1:
+        value /= step
+        i += 1
+    return value, units[i]
+
+
+def human_bytes(n: float) -> str:
+    """``1.5 GiB``-style binary units."""
+    value, unit = _scaled(n, 1024, ("B", "KiB", "MiB", "GiB", "TiB", "PiB"))
+    return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+
+
+def human_count(n: float) -> str:
+    """``8.03 B``-style decimal counts (K, M, B, T)."""
+    value, unit = _scaled(n, 1000, ("", "K", "M", "B", "T"))
+    return f"{value:.0f}" if not unit else f"{value:.2f} {unit}"
+
+
+def human_flops(n: float) -> str:
+    """``48.6 GFLOP``-style decimal FLOPs."""
+    value, unit = _scaled(n, 1000, ("", "K", "M", "G", "T", "P", "E", "Z"))
+    return f"{value:.1f} {unit}FLOP"
+
+
+def _ac(ac: str | int) -> str:
+    if ac == "op":
+        return "selective op"
+    if isinstance(ac, int):
+        return f"selective every {ac}"
+    return ac
+
+
+def format_report(est: Estimate, device: Device | None = None) -> str:
+    """The report lines for ``est``; with ``device``, how much of its memory the total takes."""
+    deg = est.layout.degrees
+    shown = [f"{k} {deg[k]}" for k in ("dp_replicate", "dp_shard", "cp", "tp", "pp") if deg[k] > 1]
+    ranks = f"{est.layout.world_size} rank{'s' if est.layout.world_size != 1 else ''}"
+    if not est.world_size_known:
+        ranks += " (world size not given: -1 degrees taken as 1)"
+    layout = " x ".join(shown) if shown else "no parallelism"
+    lines = [
+        f"preflight: {est.model}, {ranks}, {layout}, {est.compute_dtype} compute, {est.optimizer}",
+        f"  parameters  {human_count(est.params_total)}: "
+        + ", ".join(
+            f"{kind.replace('_', ' ')} {human_count(est.params_by_kind[kind])}"
+            for kind in _KIND_ORDER
+            if kind in est.params_by_kind
+        ),
+        "  memory per rank (rank 0)",
+    ]
+    states = (
+        f"{est.optimizer}: {est.optimizer_states} float32 state{'s' if est.optimizer_states != 1 else ''}"
+    )
+    offload = ", in host memory" if est.cpu_offload else ""
+    notes = {
+        "parameters": f"float32 master, shard of dp_shard {deg['dp_shard']} x tp {deg['tp']}{offload}",
+        "gradients": f"float32{offload}",
+        "optimizer": states + offload,
+        "activations": f"micro batch {est.layout.micro_batch} x {est.seq} tokens, "
+        f"checkpointing {_ac(est.layout.ac)}" + (f"; {est.note}" if est.note else ""),
+        "fsdp buffers": f"gathered {est.compute_dtype} weights (root + 2 blocks), 1 block of gradients",
+        "logits": f"{est.compute_dtype} logits and their float32 copy in the loss",
+    }
+    for term, size in est.terms.items():
+        lines.append(f"    {term:<13} {human_bytes(size):>10}   {notes[term]}")
+    total = f"    {'total':<13} {human_bytes(est.device_total):>10}"
+    if est.cpu_offload:
+        total += "   on the device (sharded states offloaded)"
+    if device is not None:
+        share = est.device_total / device.memory
+        verdict = "fits" if share <= 1 else "DOES NOT FIT"
+        where = f"{device.name} ({human_bytes(device.memory)})" if device.name else human_bytes(device.memory)
+        total += f"   {verdict} {where}: {share:.0%}"
+    lines.append(total)
+    per_rank = est.flops_per_step / est.layout.world_size
+    compute = (
+        f"  compute     {human_flops(est.flops_per_token)}/token, {human_flops(est.flops_per_step)}/step, "
+        f"{human_flops(per_rank)}/rank/step"
+    )
+    if device is not None and device.peak_flops:
+        compute += f" = {per_rank / device.peak_flops:.3g} s at {human_flops(device.peak_flops)}/s peak"
+    lines.append(compute)
+    return "\n".join(lines) + "\n"
