@@ -139,7 +139,11 @@ def init_vl_parameter(args: Qwen3_5VLArgs, name: str, tensor: Any, generator: An
 
 
 def load_weights(model: Any, weights_path: str, adapter: "Qwen3_5StateDictAdapter | None" = None) -> Any:
-    """Load the Hugging Face safetensors checkpoint in the local folder ``weights_path`` into ``model``."""
+    """Load the Hugging Face safetensors checkpoint in the local folder ``weights_path`` into ``model``.
+
+    Every process reads the files; under a process group prefer ``hyper_parallel.models.loading.
+    load_pretrained``, where rank 0 alone reads and broadcasts.
+    """
     require_torch("Qwen 3.5", "load_weights")
     from hyper_parallel.models._torch_runtime import load_weights as _load
 
