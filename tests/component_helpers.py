@@ -52,7 +52,8 @@ class TinyLM(torch.nn.Module):
         self.mix = torch.nn.Linear(dim, dim)
         self.head = torch.nn.Linear(dim, vocab)
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        # document_ids (packed documents) is accepted like the built-in models do, and ignored: a toy.
         h = self.embed(ids)
         # A causal running mean so position t sees tokens <= t.
         h = h.cumsum(1) / torch.arange(1, ids.size(1) + 1, device=ids.device)[None, :, None]

@@ -69,6 +69,7 @@ WIRED: dict[str, str] = {
     "dataloader.dataset.pack_sequences": (
         "test_component_dataloader.py::test_unpacked_documents_are_padded_with_ignored_labels"
     ),
+    "dataloader.dataset.document_masking": "test_trainer.py::test_packed_documents_are_kept_apart_unless_document_masking_is_off",
     "dataloader.dataset.max_samples": "test_component_dataloader.py::test_max_samples_and_drop_last",
     "dataloader.dataset.synthetic_num_samples": "test_component_dataloader.py::test_synthetic_source",
     # optimizer
@@ -168,6 +169,7 @@ WIRED: dict[str, str] = {
     "validator.dataset.pack_sequences": (
         "test_component_validator.py::test_built_validation_loader_gives_the_same_pass_every_time"
     ),
+    "validator.dataset.document_masking": "test_trainer.py::test_packed_documents_are_kept_apart_unless_document_masking_is_off",
     "validator.dataset.max_samples": "test_component_dataloader.py::test_max_samples_and_drop_last",
     "validator.dataset.synthetic_num_samples": "test_trainer.py::test_validation_runs_every_freq_steps_and_is_logged",
     # debug

@@ -236,6 +236,7 @@ def test_training_starts_from_save_pretrained_weights_with_the_loss_transformers
         "training.max_steps": "1",
         "training.micro_batch_size": "4",
         "dataloader.dataset.source": "python_docs",
+        "dataloader.dataset.document_masking": "false",  # transformers' forward sees the packed row whole
     }
     reference = hf_model(tiny_config(model, one_batch).model.args)
     reference.save_pretrained(tmp_path)
@@ -294,3 +295,23 @@ def test_compile_mode_and_fullgraph_reach_torch_compile_for_blocks_and_loss(
     )
     expected = {"backend": "aot_eager", "mode": "max-autotune-no-cudagraphs", "fullgraph": True}
     assert calls == [expected] * 3  # two blocks of the tiny model, then the loss
+
+
+def test_packed_documents_are_kept_apart_unless_document_masking_is_off() -> None:
+    docs = {"dataloader.dataset.source": "python_docs", "training.max_steps": "1", "training.seq_len": "256"}
+    trainer = LLMTrainer(tiny_config("llama3", docs))
+    batch = next(iter(trainer.dataloader))
+    eos = (batch["input_ids"] == trainer.tokenizer.eos_id).long()
+    assert eos.sum() > 0  # several documents share a row
+    assert torch.equal(batch["document_ids"], eos.cumsum(1) - eos)  # a document ends with its EOS
+    seen: list[Any] = []
+    handle = trainer.model.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append(kwargs.get("document_ids")), with_kwargs=True
+    )
+    masked = trainer.train_step().loss
+    handle.remove()
+    trainer.close()
+    assert seen
+    assert all(ids is not None for ids in seen)
+    _, unmasked = train({**docs, "dataloader.dataset.document_masking": "false"})
+    assert masked != pytest.approx(unmasked[0].loss, abs=1e-6)

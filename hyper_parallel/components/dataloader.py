@@ -56,6 +56,14 @@ class DatasetConfig:
         default=True,
         metadata={"help": "Concatenate documents and cut them into full seq_len samples instead of padding."},
     )
+    document_masking: bool = attrs.field(
+        default=True,
+        metadata={
+            "help": "With pack_sequences, batches carry document_ids so a token attends only to its own "
+            "document (positions and recurrent state restart at each one); false lets documents see "
+            "the ones packed before them."
+        },
+    )
     max_samples: int | None = attrs.field(
         default=None,
         validator=attrs.validators.optional(attrs.validators.gt(0)),

@@ -273,15 +273,20 @@ class _Samples(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
 
 class _PackedSamples(_Samples):
-    def __init__(self, stream: torch.Tensor, seq_len: int, count: int) -> None:
-        self.stream, self.seq_len, self.count = stream, seq_len, count
+    def __init__(self, stream: torch.Tensor, seq_len: int, count: int, eos: int | None) -> None:
+        self.stream, self.seq_len, self.count, self.eos = stream, seq_len, count, eos
 
     def __len__(self) -> int:
         return self.count
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         window = self.stream[index * self.seq_len : (index + 1) * self.seq_len].long()
-        return {"input_ids": window, "labels": window.clone()}
+        sample = {"input_ids": window, "labels": window.clone()}
+        if self.eos is not None:
+            # A document ends with its EOS: the document of token t counts the EOS tokens before t.
+            ends = (window == self.eos).long()
+            sample["document_ids"] = ends.cumsum(0) - ends
+        return sample
 
 
 class _PaddedSamples(_Samples):
@@ -421,7 +426,9 @@ class _WithFiller(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         return {**sample, "labels": torch.full_like(sample["labels"], self.ignore_index)}
 
 
-def _packed(docs: Iterator[list[int]], eos: int, seq_len: int, max_samples: int | None) -> _Samples:
+def _packed(
+    docs: Iterator[list[int]], eos: int, seq_len: int, max_samples: int | None, document_masking: bool
+) -> _Samples:
     pieces: list[torch.Tensor] = []
     total = 0
     limit = None if max_samples is None else max_samples * seq_len
@@ -436,7 +443,7 @@ def _packed(docs: Iterator[list[int]], eos: int, seq_len: int, max_samples: int 
     count = stream.numel() // seq_len
     if max_samples is not None:
         count = min(count, max_samples)
-    return _PackedSamples(stream, seq_len, count)
+    return _PackedSamples(stream, seq_len, count, eos if document_masking else None)
 
 
 def _padded(
@@ -497,7 +504,7 @@ def _samples(
             eos = getattr(tokenizer, "eos_id", None)
             if eos is None:
                 raise ValueError("packing documents needs a tokenizer with an eos token")
-            return _packed(docs, eos, seq_len, max_samples)
+            return _packed(docs, eos, seq_len, max_samples, cfg.document_masking)
         return _padded(docs, tokenizer, seq_len, max_samples, ignore_index)
     finally:
         docs.close()  # type: ignore[attr-defined]

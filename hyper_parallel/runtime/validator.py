@@ -86,7 +86,9 @@ class LossValidatorRuntime:
                     break
                 input_ids = batch["input_ids"].to(device)
                 labels = batch["labels"].to(device)
-                batch_total, batch_count = self._sum_and_count(_logits(model(input_ids)), labels)
+                documents = batch.get("document_ids")  # packed documents kept apart, as in training
+                extra = {} if documents is None else {"document_ids": documents.to(device)}
+                batch_total, batch_count = self._sum_and_count(_logits(model(input_ids, **extra)), labels)
                 total += batch_total.to(device)
                 count += batch_count.to(device)
                 batches += 1

@@ -18,6 +18,10 @@ class LLMTrainer(Trainer):
     """
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Logits of the token ids."""
-        logits: torch.Tensor = self.model(batch["input_ids"])
+        """Logits of the token ids; packed documents stay apart when the batch says where they are."""
+        documents = batch.get("document_ids")
+        if documents is None:
+            logits: torch.Tensor = self.model(batch["input_ids"])
+        else:
+            logits = self.model(batch["input_ids"], document_ids=documents)
         return logits
