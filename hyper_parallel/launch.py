@@ -23,7 +23,10 @@ from hyper_parallel.trainer.machine import machine_issues
 if TYPE_CHECKING:
     from hyper_parallel.preflight import Device
 
-__all__ = ["EXIT_INPUT_ERROR", "EXIT_TRAINING_ERROR", "main"]
+__all__ = ["EXIT_INPUT_ERROR", "EXIT_TRAINING_ERROR", "exit_process", "main"]
+
+#: Whether this process trained in a process group (see ``exit_process``).
+_ran_process_group = False
 
 #: Exit status for any input error (bad file, bad flag, bad value), on every rank.
 EXIT_INPUT_ERROR = 2
@@ -219,10 +222,12 @@ def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:
     """Build the trainer of ``prog`` and train; the exit status says how it ended."""
     from hyper_parallel.trainer import LLMTrainer, TrainingError, VLTrainer
 
+    global _ran_process_group
     trainer_class = VLTrainer if prog == "train_vl" else LLMTrainer
     trainer = None
     try:
         trainer = trainer_class(cfg, stream=out)
+        _ran_process_group = trainer.env.world_size > 1
         trainer.train()
     except TrainingError as exc:
         if _is_rank0():
@@ -249,6 +254,20 @@ def _device_memory_check(cfg: "TrainerConfig", world_size: int | None, text: str
     if problems:
         raise ConfigError([Issue(path, message, "--device-memory") for path, message in problems])
     return device
+
+
+def exit_process(status: int) -> None:
+    """Exit with ``status``; after a multi-process run, without finalising the interpreter.
+
+    The process group is destroyed by then, but gloo's worker threads can outlive it in C++; tearing them
+    down while Python finalises aborts the process ("terminate called without an active exception") now
+    and then, turning a finished run into a crash. Output is flushed first; nothing else remains to run.
+    """
+    if not _ran_process_group:
+        sys.exit(status)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _same_file(a: str, b: str) -> bool:

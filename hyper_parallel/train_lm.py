@@ -3,11 +3,9 @@
 The config is resolved and checked in full before anything is built; see ``hyper_parallel.launch``.
 """
 
-import sys
-
-from hyper_parallel.launch import main
+from hyper_parallel.launch import exit_process, main
 
 __all__ = ["main"]
 
 if __name__ == "__main__":
-    sys.exit(main(prog="train_lm"))
+    exit_process(main(prog="train_lm"))

@@ -3,11 +3,9 @@
 Same command line and checks as ``train_lm``; the VL trainer receives the resolved config.
 """
 
-import sys
-
-from hyper_parallel.launch import main
+from hyper_parallel.launch import exit_process, main
 
 __all__ = ["main"]
 
 if __name__ == "__main__":
-    sys.exit(main(prog="train_vl"))
+    exit_process(main(prog="train_vl"))

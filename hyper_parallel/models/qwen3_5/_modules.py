@@ -132,9 +132,13 @@ class GatedAttention(nn.Module):
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """The rank-local shard of a tensor-parallel (DTensor) parameter; a plain tensor unchanged."""
-    to_local = getattr(tensor, "to_local", None)
-    return to_local() if callable(to_local) else tensor
+    """The rank-local shard of a tensor-parallel (DTensor) parameter; a plain tensor unchanged.
+
+    An ``isinstance`` test (not a ``getattr`` probe) so ``torch.compile`` can trace through it.
+    """
+    from torch.distributed.tensor import DTensor
+
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 def _causal_conv(x: torch.Tensor, weight: torch.Tensor, resets: torch.Tensor | None) -> torch.Tensor:
