@@ -33,6 +33,10 @@ class ModelArgs:
         """Number of token ids the embedding table holds; ``None`` when not applicable."""
         return None
 
+    def compiles_under_tensor_parallelism(self) -> bool:
+        """Whether ``torch.compile`` of the blocks works once they are tensor-parallel."""
+        return True
+
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
         """Yield ``(root field path, message)`` for resolved parallel ``degrees`` this model cannot run.
 

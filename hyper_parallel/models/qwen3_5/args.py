@@ -131,6 +131,10 @@ class Qwen3_5Args(ModelArgs):
         """Number of token ids the embedding table holds."""
         return self.vocab_size
 
+    def compiles_under_tensor_parallelism(self) -> bool:
+        """False for now: compiled Gated DeltaNet blocks fail on their tensor-parallel shards."""
+        return False
+
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` for head counts and the hybrid layout that cannot work."""
         if self.n_heads % self.n_kv_heads:
@@ -245,6 +249,10 @@ class Qwen3_5VLArgs(ModelArgs):
     def vocabulary_size(self) -> int:
         """Number of token ids the embedding table holds."""
         return self.text.vocab_size
+
+    def compiles_under_tensor_parallelism(self) -> bool:
+        """False for now: compiled Gated DeltaNet blocks fail on their tensor-parallel shards."""
+        return False
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` from both towers, under ``text.`` and ``vision.``."""
