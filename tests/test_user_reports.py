@@ -314,7 +314,9 @@ def _check(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
 
 
 def test_check_reads_standard_input_for_a_dash() -> None:
-    assert _check("-", stdin=FULL.read_text(encoding="utf-8"))[:2] == (0, "<stdin>: ok\n")
+    code, out, _ = _check("-", stdin=FULL.read_text(encoding="utf-8"))
+    assert (code, out.splitlines()[0]) == (0, "<stdin>: ok")
+    assert out.splitlines()[1].startswith("preflight: qwen3_5 0.8B")
     code, out, _ = _check("-", stdin="model: 3\n")
     assert (code, out) == (
         1,
