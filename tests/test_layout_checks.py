@@ -35,7 +35,7 @@ MICROBATCHES = (
 def _config(tmp_path: Path, model: str, flavor: str, parallelism: dict[str, Any]) -> Path:
     path = tmp_path / "config.yaml"
     document = {
-        "model": {"_target_": model, "flavor": flavor},
+        "model": {"_target_": model, "flavor": flavor, "weights_path": "/weights"},  # the tokenizer source
         "parallelism": {"_target_": PARALLELISM, **parallelism},
         "training": {"_target_": "hyper_parallel.trainer.config.TrainingConfig", "global_batch_size": 16},
     }
