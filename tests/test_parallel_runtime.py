@@ -77,19 +77,21 @@ AC = {
 def test_activation_checkpointing_recomputes_per_mode(model_name: str) -> None:
     spec = SPECS[model_name]()
     ops = {mode: _backward_ops(_model(spec, activation_checkpoint=config)) for mode, config in AC.items()}
-    # silu runs forward only: in backward it appears only when a block is recomputed.
-    assert ops["none"]["silu"] == 0
-    assert ops["full"]["silu"] > 0
+    # Recomputation shows as forward ops in backward: SwiGLU's silu (its backward recomputes one silu
+    # anyway), the norms' rsqrt, and for full recomputation the matmuls and attention too.
+    sdpa = "_scaled_dot_product_flash_attention_for_cpu"
+    assert ops["full"]["silu"] > ops["none"]["silu"]
     assert ops["op"]["silu"] == ops["full"]["silu"]
-    # Full recomputation repeats the matmuls; op-level checkpointing kept their outputs.
+    # Full recomputation repeats the matmuls and attention; op-level checkpointing kept their outputs.
     assert ops["full"]["mm"] > ops["op"]["mm"] == ops["none"]["mm"]
+    assert ops["full"][sdpa] > ops["op"][sdpa] == ops["none"][sdpa] == 0
     assert ops["full"]["rsqrt"] > ops["none"]["rsqrt"]
     assert ops["op"]["rsqrt"] > ops["none"]["rsqrt"]
 
 
 def test_activation_checkpointing_without_config_keeps_activations() -> None:
-    ops = _backward_ops(_model(SPECS["llama3"]()))
-    assert ops["silu"] == 0
+    spec = SPECS["llama3"]()
+    assert _backward_ops(_model(spec)) == _backward_ops(_model(spec, activation_checkpoint=AC["none"]))
 
 
 @pytest.mark.parametrize("every", [1, 2, 3])
@@ -113,7 +115,8 @@ def test_checkpoint_options_reach_torch(monkeypatch: pytest.MonkeyPatch) -> None
     original = checkpoint_module.checkpoint
 
     def recording(function: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append({k: v for k, v in kwargs.items() if k != "context_fn"} | {"sac": "context_fn" in kwargs})
+        options = ("use_reentrant", "preserve_rng_state", "early_stop")  # the rest are the block's inputs
+        seen.append({k: v for k, v in kwargs.items() if k in options} | {"sac": "context_fn" in kwargs})
         return original(function, *args, **kwargs)
 
     monkeypatch.setattr(checkpoint_module, "checkpoint", recording)
@@ -157,15 +160,17 @@ def test_compiled_blocks_are_compiled_and_agree(model_name: str) -> None:
     reference = _model(spec)(_tokens())
     torch._dynamo.reset()
     counters.clear()
+    # Qwen 3.5 with aot_eager is refused at resolve time (ModelArgs.compile_issue): use inductor for it.
+    backend = "aot_eager" if spec.args.compile_issue("aot_eager") is None else "inductor"
     compiled = _model(
         spec,
-        compile=CompileConfig(enable=True, backend="aot_eager"),
+        compile=CompileConfig(enable=True, backend=backend),
         activation_checkpoint=ActivationCheckpointConfig(mode="selective"),
     )
     out = compiled(_tokens())
     out.float().square().mean().backward()
     assert counters["stats"]["unique_graphs"] >= 1
-    assert counters["aot_autograd"]["total"] >= 1  # the aot_eager backend really ran
+    assert counters["aot_autograd"]["total"] >= 1  # the backend really traced forward and backward
     torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-5)
 
 

@@ -152,7 +152,7 @@ def test_full_yaml_values_arrive_typed() -> None:
         "/data/pretrain/shard-001.jsonl",
     )
     assert cfg.training.global_batch_size == 64
-    assert cfg.compile.components == ("loss",)
+    assert cfg.compile.components == ("model", "loss")
     assert cfg.comm.backend is None
 
 

@@ -33,9 +33,9 @@ class ModelArgs:
         """Number of token ids the embedding table holds; ``None`` when not applicable."""
         return None
 
-    def compiles_under_tensor_parallelism(self) -> bool:
-        """Whether ``torch.compile`` of the blocks works once they are tensor-parallel."""
-        return True
+    def compile_issue(self, backend: str) -> str | None:
+        """Why ``torch.compile`` of the blocks with ``backend`` cannot run yet; ``None`` when it can."""
+        return None
 
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
         """Yield ``(root field path, message)`` for resolved parallel ``degrees`` this model cannot run.

@@ -568,6 +568,9 @@ class TrainerConfig:
                 f"no trace would be captured: profile_freq ({self.profiler.profile_freq}) exceeds "
                 f"training.max_steps ({max_steps})",
             )
+        compile_issue = self.model.args.compile_issue(self.compile.backend)
+        if self.compile.enable and "model" in self.compile.components and compile_issue is not None:
+            yield "compile.backend", compile_issue
         if self.compile.enable and "model" in self.compile.components and par.pp > 1:
             yield (
                 "compile.enable",
@@ -633,15 +636,6 @@ class TrainerConfig:
         degrees = self.parallelism.resolved_degrees(world_size)
         issues.extend((f"parallelism.{p}", m) for p, m in self.parallelism.unsupported_degrees(degrees))
         issues.extend(self.model.args.parallel_issues(degrees))
-        compiled = self.compile.enable and "model" in self.compile.components
-        if compiled and degrees["tp"] > 1 and not self.model.args.compiles_under_tensor_parallelism():
-            issues.append(
-                (
-                    "compile.enable",
-                    f"compiling {self.model.name} under tensor parallelism (tp = {degrees['tp']}) is not "
-                    "supported yet; compile only the loss (compile.components: [loss]) or drop tp",
-                )
-            )
         per_step = self.training.micro_batch_size * degrees["dp_replicate"] * degrees["dp_shard"]
         if self.training.global_batch_size % per_step:
             issues.append(

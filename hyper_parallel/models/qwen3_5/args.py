@@ -131,9 +131,14 @@ class Qwen3_5Args(ModelArgs):
         """Number of token ids the embedding table holds."""
         return self.vocab_size
 
-    def compiles_under_tensor_parallelism(self) -> bool:
-        """False for now: compiled Gated DeltaNet blocks fail on their tensor-parallel shards."""
-        return False
+    def compile_issue(self, backend: str) -> str | None:
+        """aot_eager fails in the Gated DeltaNet gating's backward (a view of a strided gradient)."""
+        if backend == "aot_eager":
+            return (
+                "'aot_eager' cannot compile Qwen 3.5's blocks yet (its backward of the Gated DeltaNet "
+                "gating fails); use 'inductor' or 'eager'"
+            )
+        return None
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` for head counts and the hybrid layout that cannot work."""
@@ -250,9 +255,14 @@ class Qwen3_5VLArgs(ModelArgs):
         """Number of token ids the embedding table holds."""
         return self.text.vocab_size
 
-    def compiles_under_tensor_parallelism(self) -> bool:
-        """False for now: compiled Gated DeltaNet blocks fail on their tensor-parallel shards."""
-        return False
+    def compile_issue(self, backend: str) -> str | None:
+        """aot_eager fails in the Gated DeltaNet gating's backward (a view of a strided gradient)."""
+        if backend == "aot_eager":
+            return (
+                "'aot_eager' cannot compile Qwen 3.5's blocks yet (its backward of the Gated DeltaNet "
+                "gating fails); use 'inductor' or 'eager'"
+            )
+        return None
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` from both towers, under ``text.`` and ``vision.``."""
