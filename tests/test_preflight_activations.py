@@ -88,10 +88,11 @@ def _checkpoint_blocks(model: Any, ac: str | int) -> _Kept:
             continue
         kwargs = {"context_fn": kept.selective_contexts} if ac == "op" else {}
 
-        def forward(*args: Any, _inner: Callable[..., Any] = block.forward, _kw: Any = kwargs) -> Any:
-            kept.inputs.extend(args[0] if isinstance(args[0], tuple) else args)
-            kept.inputs.extend(t for a in args[1:] for t in (a if isinstance(a, tuple) else (a,)))
-            return checkpoint(_inner, *args, use_reentrant=False, **_kw)
+        def forward(
+            *args: Any, _inner: Callable[..., Any] = block.forward, _kw: Any = kwargs, **call_kwargs: Any
+        ) -> Any:
+            kept.inputs.extend(tree_leaves((args, call_kwargs)))
+            return checkpoint(_inner, *args, use_reentrant=False, **_kw, **call_kwargs)
 
         block.forward = forward
     return kept
