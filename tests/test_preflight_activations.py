@@ -13,8 +13,8 @@ What is kept is measured with ``saved_tensors_hooks``: every distinct storage au
 excluded). Inside a checkpointed region checkpoint installs its own hooks and keeps instead the region's
 inputs and, for selective checkpointing, the cached op outputs; the test adds those, read from the
 checkpoint calls and the selective-checkpoint caches. That this accounts for everything is checked on
-Llama 3 against a second measure: every storage any op made during the forward that is still alive after
-it (weak references), which needs no knowledge of checkpoint but is too slow for Qwen's token loop.
+both models against a second measure: every storage any op made during the forward that is still alive
+after it (weak references), which needs no knowledge of checkpoint.
 """
 
 import gc
@@ -212,10 +212,11 @@ def test_activation_bytes_match_what_is_kept_for_backward(
 
 
 @pytest.mark.parametrize("ac", ["none", "full", "op", 2])
-def test_the_accounting_sees_everything_that_stays_alive(ac: str | int) -> None:
-    model, args, _ = _build("llama3")
+@pytest.mark.parametrize("name", list(MODELS))
+def test_the_accounting_sees_everything_that_stays_alive(name: str, ac: str | int) -> None:
+    model, args, _ = _build(name)
     kept = _checkpoint_blocks(model, ac)
     accounted = saved_bytes(model, 512, args.vocab_size, kept)
-    model, args, _ = _build("llama3")
+    model, args, _ = _build(name)
     _checkpoint_blocks(model, ac)
     assert retained_after_forward(model, 512, args.vocab_size) == pytest.approx(accounted, rel=0.001)
