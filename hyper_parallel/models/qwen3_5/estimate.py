@@ -105,10 +105,11 @@ class Qwen3_5Costs:
         # q_norm / k_norm: fp32 input (in fp32 the whole fused query+gate projection), normed, rsqrt
         q_norm = (8 * q if p == 4 else 4 * q) + 4 * q + 4 * heads
         k_norm = 4 * kv + 4 * kv + 4 * kv_heads
-        # q, k and v (grouped-query attention reads the key/value heads unrepeated), output, log-sum-exp;
-        # then the sigmoid of the gate and the input of wo
+        # q, k and v (grouped-query attention reads the key/value heads unrepeated), output, log-sum-exp
         sdpa = p * (q + 2 * kv) + p * q + 4 * heads
-        kept = q_norm + k_norm + sdpa + 2 * p * q
+        # the output back in (batch, seq, heads * head_dim), a copy (the queries, contiguous per head after
+        # RoPE's concatenation, give SDPA's output that layout), the sigmoid of the gate, the input of wo
+        kept = q_norm + k_norm + sdpa + 3 * p * q
         op = p * (2 * q + 2 * kv + a.dim) + p * q + 4 * heads
         return kept, op
 
