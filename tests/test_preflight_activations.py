@@ -13,8 +13,8 @@ What is kept is measured with ``saved_tensors_hooks``: every distinct storage au
 excluded). Inside a checkpointed region checkpoint installs its own hooks and keeps instead the region's
 inputs and, for selective checkpointing, the cached op outputs; the test adds those, read from the
 checkpoint calls and the selective-checkpoint caches. That this accounts for everything is checked on
-Llama 3 against a second measure: every storage any op made during the forward that is still alive after
-it (weak references), which needs no knowledge of checkpoint but is too slow for Qwen's token loop.
+both models against a second measure: every storage any op made during the forward that is still alive
+after it (weak references), which needs no knowledge of checkpoint.
 """
 
 import gc
@@ -88,10 +88,11 @@ def _checkpoint_blocks(model: Any, ac: str | int) -> _Kept:
             continue
         kwargs = {"context_fn": kept.selective_contexts} if ac == "op" else {}
 
-        def forward(*args: Any, _inner: Callable[..., Any] = block.forward, _kw: Any = kwargs) -> Any:
-            kept.inputs.extend(args[0] if isinstance(args[0], tuple) else args)
-            kept.inputs.extend(t for a in args[1:] for t in (a if isinstance(a, tuple) else (a,)))
-            return checkpoint(_inner, *args, use_reentrant=False, **_kw)
+        def forward(
+            *args: Any, _inner: Callable[..., Any] = block.forward, _kw: Any = kwargs, **call_kwargs: Any
+        ) -> Any:
+            kept.inputs.extend(tree_leaves((args, call_kwargs)))
+            return checkpoint(_inner, *args, use_reentrant=False, **_kw, **call_kwargs)
 
         block.forward = forward
     return kept
@@ -211,10 +212,11 @@ def test_activation_bytes_match_what_is_kept_for_backward(
 
 
 @pytest.mark.parametrize("ac", ["none", "full", "op", 2])
-def test_the_accounting_sees_everything_that_stays_alive(ac: str | int) -> None:
-    model, args, _ = _build("llama3")
+@pytest.mark.parametrize("name", list(MODELS))
+def test_the_accounting_sees_everything_that_stays_alive(name: str, ac: str | int) -> None:
+    model, args, _ = _build(name)
     kept = _checkpoint_blocks(model, ac)
     accounted = saved_bytes(model, 512, args.vocab_size, kept)
-    model, args, _ = _build("llama3")
+    model, args, _ = _build(name)
     _checkpoint_blocks(model, ac)
     assert retained_after_forward(model, 512, args.vocab_size) == pytest.approx(accounted, rel=0.001)

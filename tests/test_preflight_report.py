@@ -131,17 +131,17 @@ def test_a_bad_device_memory_is_an_input_error(text: str, message: str) -> None:
     assert err.splitlines()[0] == f"--device-memory: $: {message}"
 
 
-OVER = ("--world-size", "8", "--parallelism.tp", "4", "--activation_checkpoint.mode", "none")
+OVER = ("--world-size", "8", "--parallelism.tp", "2", "--activation_checkpoint.mode", "none")
 
 
 def test_a_layout_over_the_device_memory_is_refused_naming_the_biggest_term_and_what_fits() -> None:
     status, out, err = _launch("--dry-run", *OVER, "--device-memory", "A100-40GB")
     assert (status, out) == (2, "")
     assert err.splitlines() == [
-        "--device-memory: activation_checkpoint.mode: estimated 43.9 GiB per rank exceeds the 40.0 GiB of "
-        "A100 40GB; biggest term: activations 22.1 GiB (micro batch 1 x 8192 tokens, activation "
-        "checkpointing none). Changes that fit: parallelism.dp_shard=4 (world size 16): 36.4 GiB; "
-        "parallelism.tp=8 (dp_shard 1): 39.4 GiB; activation_checkpoint.mode=full: 26.4 GiB",
+        "--device-memory: activation_checkpoint.mode: estimated 49.9 GiB per rank exceeds the 40.0 GiB of "
+        "A100 40GB; biggest term: activations 27.1 GiB (micro batch 1 x 8192 tokens, activation "
+        "checkpointing none). Changes that fit: parallelism.dp_shard=16 (world size 32): 38.7 GiB; "
+        "parallelism.tp=4 (dp_shard 2): 39.4 GiB; activation_checkpoint.mode=full: 27.9 GiB",
         "1 problem found; nothing was started.",
     ]
 
@@ -219,11 +219,15 @@ def test_a_model_without_an_estimate_is_said_so() -> None:
     ]
 
 
+# The config layer's own dry-run work (the summary, which builds unstructure hooks) runs once before the
+# snapshot, so that what the dry-run imports after it is the preflight's doing.
 _PROBE = """
 import io, json, sys
 from hyper_parallel.config import load_config
+from hyper_parallel.config.help import summary
 from hyper_parallel.launch import main
 cfg = load_config(sys.argv[1])
+summary(cfg, source=sys.argv[1])
 before = set(sys.modules)
 out, err = io.StringIO(), io.StringIO()
 status = main(["--config-file", sys.argv[1], "--dry-run", "--device-memory", "H100"], out=out, err=err)

@@ -3,7 +3,8 @@
 Counts follow ``_modules.py`` and ``_parallel.py`` tensor by tensor: parameter shapes and their TP split,
 the tensors autograd saves for backward in each block (checked against ``saved_tensors_hooks`` in
 ``tests/test_preflight_activations.py``) and the matmul/attention FLOPs (checked against
-``FlopCounterMode``). ``P`` below is the byte width of the compute dtype; norms and RoPE run in fp32.
+``FlopCounterMode``). ``P`` below is the byte width of the compute dtype; norms and RoPE run in fp32
+(RoPE as complex64 rotations); attention is SDPA, which reads grouped key/value heads unrepeated.
 """
 
 from collections.abc import Sequence
@@ -15,8 +16,12 @@ __all__ = ["Llama3Costs"]
 
 
 def rms_norm_saved(dim: int, p: int) -> int:
-    """Bytes per token an fp32-computed RMSNorm saves: two fp32 views of x, the normed x (if cast), rsqrt."""
-    return 8 * dim + (p * dim if p < 4 else 0) + 4
+    """Bytes per token an fp32-computed RMSNorm saves: fp32 x (or its copy), rsqrt, normed x in dtype ``p``.
+
+    ``x * rsqrt(mean(x^2) + eps)`` keeps x and the rsqrt; the weight product keeps the normed x (cast back
+    to the compute dtype).
+    """
+    return 4 * dim + 4 + p * dim
 
 
 class Llama3Costs:
@@ -57,17 +62,18 @@ class Llama3Costs:
         # the column-parallel matmuls are gathered back to the full sequence.
         seq_split = t if work.sequence_parallel and t > 1 else 1
         norm = rms_norm_saved(d, p) // seq_split
-        kv_saved = q if kv < q else kv  # grouped-query K and V are repeated to every query head
-        # input of wq/wk/wv, q and repeated k/v, the attention output (also wo's input), log-sum-exp
-        attention = p * d + p * (q + 2 * kv_saved) + p * q + 4 * heads
-        mlp = p * d + 4 * p * f  # input of w1/w3, w1 and w3 outputs, silu output, input of w2
+        # input of wq/wk/wv, q, k and v (grouped-query attention reads the key/value heads unrepeated),
+        # the attention output (also wo's input, a view of it), log-sum-exp
+        attention = p * d + p * (q + 2 * kv) + p * q + 4 * heads
+        # input of w1/w3, w1 and w3 outputs (SwiGLU keeps only its inputs), input of w2
+        mlp = p * d + 3 * p * f
         kept = 2 * norm + attention + mlp
         block_input = p * d // seq_split
         matmuls = p * (q + 2 * kv + d + 2 * f + d) + p * q + 4 * heads
         block = BlockActivations(
             kept=kept * tokens, op=(block_input + matmuls) * tokens, inputs=block_input * tokens
         )
-        rope = 2 * work.seq * (self._head_dim // 2) * 4
+        rope = 8 * work.seq * (self._head_dim // 2)  # complex64 rotations, shared by every block
         # token ids, final norm, output input, fp32 log-softmax of the (gathered) logits of seq - 1 tokens
         outside = 8 * tokens + (rms_norm_saved(d, p) // seq_split + p * d) * tokens + rope
         outside += 4 * a.vocab_size * work.batch * (work.seq - 1)

@@ -6,11 +6,32 @@ their TP split, the tensors autograd saves for backward in each block (checked a
 FLOPs (checked against ``FlopCounterMode``). ``P`` is the byte width of the compute dtype; norms, the
 gates of Gated DeltaNet and its recurrence run in fp32.
 
-The Gated DeltaNet term models the token-by-token reference recurrence of ``_modules.gated_delta_rule``,
-which keeps two fp32 ``(heads, d_k, d_v)`` states per token for backward; a chunked kernel keeps far less,
-and this term must follow the implementation (the activation test fails when they diverge).
+The Gated DeltaNet terms follow the chunked PyTorch gated delta rule of ``_gated_delta.py`` (the path
+training takes on the CPU and without flash-linear-attention). With ``H`` value heads (queries and keys
+repeated to them), head sizes ``d_k``, ``d_v``, chunk ``C`` (``linear_chunk_size``), the sequence
+zero-padded to ``N = ceil(seq / C)`` chunks, and ``w = d_k + d_v`` (the width of the right-hand side
+``[beta v | beta exp(gamma) k]``), it keeps in fp32, per padded token and head:
+
+* ``5 d_k``: the chunked q and k, ``k * beta``, the keys decayed to the chunk end and the queries decayed
+  from the chunk start;
+* ``5 C``: the pair decays, ``k_beta k^T``, the system ``A``, ``q k^T`` and the decayed ``q k^T``;
+* ``w``: the solution ``[U | W]`` (plus the inverse ``C`` and the right-hand side ``w`` when ``w > C``,
+  where the code inverts ``A`` first);
+* ``d_v + 2``: the per-chunk corrections ``delta``, the decays from the chunk start and to its end;
+* ``d_v + 1``: the chunked v and beta, unless batch is 1 and nothing is padded (then they are views of
+  tensors kept anyway);
+* ``d_v``: the rule's output (stacked chunks), which the gated RMSNorm keeps in fp32;
+* ``d_k d_v / C``: the state entering every chunk.
+
+Its matmul FLOPs per chunk and head are forward ``4 C^2 d_k + 2 C^2 d_v + 6 C d_k d_v`` (``k_beta k^T``,
+``q k^T``, ``intra delta`` and three state products; ``+ 2 C^2 w`` for ``A^-1 [..]`` when ``w > C``),
+twice that backward, plus the backward of the triangular solve's matrix ``2 C^2 w`` (``2 C^3`` when
+inverting); the first chunk's zero state and the unused final state skip four products of
+``2 C d_k d_v`` per sequence and head. The triangular solves themselves are not counted, as
+``FlopCounterMode`` does not count them.
 """
 
+import math
 from collections.abc import Sequence
 
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args, Qwen3_5VisionArgs, Qwen3_5VLArgs
@@ -25,6 +46,11 @@ VISION_POSITIONS = 2304
 def _norm_saved(dim: int) -> int:
     """Bytes per token a zero-centred RMSNorm saves: fp32 x (or its copy), normed x and rsqrt."""
     return 8 * dim + 4
+
+
+def _padded(seq: int, chunk: int) -> int:
+    """The sequence length the chunked gated delta rule computes on: ``seq`` rounded up to whole chunks."""
+    return math.ceil(seq / chunk) * chunk
 
 
 def _cast(p: int, n: int) -> int:
@@ -79,49 +105,59 @@ class Qwen3_5Costs:
         # q_norm / k_norm: fp32 input (in fp32 the whole fused query+gate projection), normed, rsqrt
         q_norm = (8 * q if p == 4 else 4 * q) + 4 * q + 4 * heads
         k_norm = 4 * kv + 4 * kv + 4 * kv_heads
-        kv_saved = q if kv_heads < heads else kv
-        # q, (repeated) k and v, output, log-sum-exp, sigmoid of the gate, input of wo
-        sdpa = p * (q + 2 * kv_saved) + p * q + 4 * heads
-        kept = q_norm + k_norm + sdpa + 2 * p * q
+        # q, k and v (grouped-query attention reads the key/value heads unrepeated), output, log-sum-exp
+        sdpa = p * (q + 2 * kv) + p * q + 4 * heads
+        # the output back in (batch, seq, heads * head_dim), a copy (the queries, contiguous per head after
+        # RoPE's concatenation, give SDPA's output that layout), the sigmoid of the gate, the input of wo
+        kept = q_norm + k_norm + sdpa + 3 * p * q
         op = p * (2 * q + 2 * kv + a.dim) + p * q + 4 * heads
         return kept, op
 
-    def _gated_deltanet(self, p: int, t: int, seq: int) -> tuple[int, int]:
-        """Bytes per token of a Gated DeltaNet mixer: (no checkpointing, selective op)."""
+    def _gated_deltanet(self, p: int, t: int, batch: int, seq: int) -> tuple[int, int]:
+        """Bytes of a Gated DeltaNet mixer over ``batch`` x ``seq`` tokens: (no checkpointing, op)."""
         a = self.args
-        hv = a.linear_num_value_heads // t
-        dk, dv = a.linear_key_head_dim, a.linear_value_head_dim
-        kd, vd = a.linear_num_key_heads // t * dk, hv * dv
+        hv, hk = a.linear_num_value_heads // t, a.linear_num_key_heads // t
+        dk, dv, c = a.linear_key_head_dim, a.linear_value_head_dim, a.linear_chunk_size
+        kd, vd = hk * dk, hv * dv
+        tokens, padded = batch * seq, batch * _padded(seq, c)
         conv = (seq + a.linear_conv_kernel_dim - 1) / seq  # the padded convolution output is kept whole
-        # projections into the convolutions, convolution outputs (silu inputs)
-        convs = p * (2 * kd + vd) + int(p * (2 * kd + vd) * conv)
-        # q and k (repeated to the value heads): fp32 input of the L2 norm, its rsqrt, the normalised copy
-        qk = 2 * (4 * hv * dk + 4 * hv + 4 * hv * dk)
-        # beta (sigmoid output and its fp32 copy), softplus input and output, exp of the log decay
-        gates = p * hv + _cast(p, hv) + 3 * 4 * hv
-        # per token of the recurrence: decayed and updated fp32 states, v - prediction and delta
-        recurrence = 2 * 4 * hv * dk * dv + 2 * 4 * hv * dv
-        # gated RMSNorm: fp32 x, rsqrt, normed, weight * normed, fp32 gate, silu(gate); input of out_proj
-        norm = 4 * vd + 4 * hv + 2 * p * vd + (4 * vd if p < 4 else p * vd) + 4 * vd + p * vd
-        kept = convs + qk + gates + recurrence + norm
+        # projections into the convolutions (concatenated), convolution outputs (silu inputs); the silu
+        # output (q, k and v are views of it) in fp32, else the fp32 copies of q and k
+        per_token = p * (2 * kd + vd) + p * (2 * kd + vd) * conv + (p * (2 * kd + vd) if p == 4 else 8 * kd)
+        # rsqrt of the L2 norms of q and k; beta (sigmoid output); softplus input and output
+        per_token += 8 * hk + p * hv + 8 * hv
+        # gated RMSNorm: its fp32 input (the padded output of the rule in fp32, else a copy), rsqrt, normed,
+        # weight * normed, the fp32 gate (z itself in fp32) and silu(gate), the copied input of out_proj
+        per_token += (0 if p == 4 else 4 * vd) + 4 * hv + 3 * p * vd + 8 * vd
+        # the chunked rule (see the module docstring), all fp32
+        wide = dk + dv > c
+        chunked = hv * (5 * dk + 5 * c + dk + dv + dv + 2 + (c + dk + dv if wide else 0))
+        views = batch == 1 and padded == tokens  # chunked v and beta are views, not copies
+        # plus, per chunk, the state entering it and its decay
+        kept = per_token * tokens + 4 * chunked * padded + 4 * hv * (dk * dv + 1) * padded // c
+        if views:  # fp32: views of kept tensors; otherwise the fp32 copies of v and beta
+            kept += (0 if p == 4 else 4 * (vd + hv)) * tokens
+        else:
+            kept += 4 * (vd + hv) * padded
+        kept += (4 * vd if p == 4 else 0) * padded  # fp32 output of the rule, padded (the norm's input)
         op = p * (2 * kd + 2 * vd + 2 * hv + a.dim)
-        return kept, op
+        return int(kept), op * tokens
 
     def activations(self, work: Workload) -> ActivationCosts:
         a, p, t = self.args, work.param_bytes, work.tp
         tokens, d, f = work.batch * work.seq, a.dim, a.ffn_hidden_dim // t
-        mlp = p * d + 4 * p * f
+        mlp = p * d + 3 * p * f  # input of w1/w3, their outputs (SwiGLU keeps only its inputs), input of w2
         mlp_op = p * (2 * f + d)
         blocks = []
         for kind in a.layer_types():
             if kind == "full_attention":
-                kept, op = self._full_attention(p, t)
+                kept, op = (n * tokens for n in self._full_attention(p, t))
             else:
-                kept, op = self._gated_deltanet(p, t, work.seq)
+                kept, op = self._gated_deltanet(p, t, work.batch, work.seq)
             # two residual norms, the mixer's input, the mixer, the feed-forward
-            kept += 2 * _norm_saved(d) + p * d + mlp
+            kept += (2 * _norm_saved(d) + p * d + mlp) * tokens
             blocks.append(
-                BlockActivations(kept=kept * tokens, op=(p * d + op + mlp_op) * tokens, inputs=p * d * tokens)
+                BlockActivations(kept=kept, op=(p * d + mlp_op) * tokens + op, inputs=p * d * tokens)
             )
         rotary = int(a.head_dim * a.partial_rotary_factor)
         rope = 2 * work.seq * rotary * 4
@@ -141,8 +177,17 @@ class Qwen3_5Costs:
         # QK^T and AV over the whole square forward, five such products backward (scores recomputed)
         attention = full * 14 * seq * q
         conv = 2 * (2 * kd + vd) * a.linear_conv_kernel_dim * (seq + a.linear_conv_kernel_dim - 1) / seq
-        recurrence = 2 * 2 * hv * a.linear_key_head_dim * a.linear_value_head_dim  # read-out and output
-        return int(6 * matmuls + attention + 3 * linear * (conv + recurrence))
+        return int(6 * matmuls + attention + linear * (3 * conv + self._chunked_flops(seq)))
+
+    def _chunked_flops(self, seq: int) -> float:
+        """FLOPs per token of the chunked gated delta rule, forward and backward (module docstring)."""
+        a = self.args
+        c, dk, dv = a.linear_chunk_size, a.linear_key_head_dim, a.linear_value_head_dim
+        w, chunks = dk + dv, _padded(seq, c) // c
+        forward = 4 * c * c * dk + 2 * c * c * dv + 6 * c * dk * dv + (2 * c * c * w if w > c else 0)
+        solve_backward = 2 * c * c * (c if w > c else w)
+        per_head = chunks * (3 * forward + solve_backward) - 4 * 2 * c * dk * dv
+        return a.linear_num_value_heads * per_head / seq
 
     def tp_degrees(self) -> Sequence[int]:
         a = self.args
