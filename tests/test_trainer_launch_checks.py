@@ -47,11 +47,15 @@ def test_devices_and_backends_this_machine_lacks_are_refused(
 
 def test_gloo_and_cpu_run_anywhere(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(machine, "accelerator", lambda: "cpu")
+    monkeypatch.setattr(machine, "_torch_installed", lambda: True)
     cfg = tiny_config("llama3", {"comm.backend": "gloo", "training.init_device": "cpu"})
     assert machine_issues(cfg, training=True) == []
 
 
-def test_files_the_run_reads_must_exist_when_training_not_when_checking(tmp_path: Path) -> None:
+def test_files_the_run_reads_must_exist_when_training_not_when_checking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(machine, "_torch_installed", lambda: True)
     cfg = tiny_config(
         "llama3",
         {
@@ -68,6 +72,14 @@ def test_files_the_run_reads_must_exist_when_training_not_when_checking(tmp_path
         ("dataloader.dataset.paths[0]", f"{str(tmp_path / 'train.jsonl')!r} does not exist on this machine"),
         ("checkpoint.initial_load_path", f"{str(tmp_path / 'ckpt')!r} is not a directory on this machine"),
     ]
+
+
+def test_training_without_torch_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(machine, "_torch_installed", lambda: False)
+    assert machine_issues(tiny_config("llama3"), training=True) == [
+        ("$", "training needs PyTorch, which is not installed: python -m pip install -e '.[torch]'")
+    ]
+    assert machine_issues(tiny_config("llama3"), training=False) == []
 
 
 def test_nccl_flight_recorder_follows_comm_and_other_backends_have_none() -> None:

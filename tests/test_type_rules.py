@@ -174,7 +174,10 @@ def _override(root: KindsRoot, overrides: dict[str, str]) -> KindsRoot:
         return CONV.structure(tree, KindsRoot)
 
 
-_WORDS = st.text(alphabet=string.ascii_letters + string.digits + "_-.", min_size=1, max_size=8)
+# '_target_' is refused at any depth below a root group, so no generated key may be it.
+_WORDS = st.text(alphabet=string.ascii_letters + string.digits + "_-.", min_size=1, max_size=8).filter(
+    lambda word: word != "_target_"
+)
 _SCALARS = (
     st.none()
     | st.booleans()
@@ -193,8 +196,7 @@ _KINDS = st.builds(
     maybe_path=st.none() | _PATHS,
     tags=st.frozensets(_WORDS, max_size=4),
     table=st.dictionaries(_WORDS, st.integers(-(2**63), 2**63 - 1), max_size=3),
-    # '_target_' is refused at any depth below a root group, so it is no key an Any field can hold.
-    anything=st.dictionaries(_WORDS.filter(lambda key: key != "_target_"), _SCALARS, max_size=3),
+    anything=st.dictionaries(_WORDS, _SCALARS, max_size=3),
     items=st.lists(_SCALARS, max_size=3),
     pair=st.lists(_SCALARS, max_size=3).map(tuple),
     mode=st.sampled_from(["a", "b"]),

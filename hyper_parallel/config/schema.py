@@ -71,8 +71,9 @@ def _factory_schema(fn: Any) -> Schema:
 
 
 #: Module name segments never imported while discovering targets: launch scripts, and runtime code (which
-#: imports torch). Config classes and factories live in the config modules; private modules are skipped too.
-_NOT_CONFIG = frozenset({"train_lm", "train_vl", "runtime"})
+#: imports torch: component runtimes, the trainers and their process-group start-up). Config classes and
+#: factories live in the config modules; private modules are skipped too.
+_NOT_CONFIG = frozenset({"train_lm", "train_vl", "runtime", "base", "llm", "vl", "distributed"})
 
 
 def _import_all(packages: Iterable[str]) -> list[types.ModuleType]:

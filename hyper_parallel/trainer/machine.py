@@ -58,12 +58,16 @@ def machine_issues(cfg: TrainerConfig, *, training: bool) -> list[tuple[str, str
             )
         )
     if training:
-        if importlib.util.find_spec("torch") is None:
+        if not _torch_installed():
             issues.append(
                 ("$", "training needs PyTorch, which is not installed: python -m pip install -e '.[torch]'")
             )
         issues.extend(_missing_files(cfg))
     return issues
+
+
+def _torch_installed() -> bool:
+    return importlib.util.find_spec("torch") is not None
 
 
 def _named_paths(cfg: TrainerConfig) -> Iterator[tuple[str, str, bool]]:
