@@ -85,11 +85,11 @@ MODEL_LIMITS = [
     (LLAMA, "debugmodel", {"tp": 3}, 6, [("parallelism.tp", _heads(8, 4, 3))]),
     (LLAMA, "debugmodel", {"tp": -1, "dp_shard": 1}, 8, [("parallelism.tp", _heads(8, 4, 8))]),
     (LLAMA, "8B", {"tp": 16}, 16, [("parallelism.tp", _heads(32, 8, 16))]),
-    (QWEN, "debugmodel", {"tp": 4}, 4, [("parallelism.tp", _heads(4, 2, 4))]),
+    (QWEN, "debugmodel", {"tp": 4, "sequence_parallel": False}, 4, [("parallelism.tp", _heads(4, 2, 4))]),
     (
         QWEN,
         "4B",
-        {"tp": 8},
+        {"tp": 8, "sequence_parallel": False},
         8,
         [
             ("parallelism.tp", _heads(16, 4, 8)),
@@ -98,7 +98,7 @@ MODEL_LIMITS = [
     (
         QWEN,
         "0.8B",
-        {"tp": 32},
+        {"tp": 32, "sequence_parallel": False},
         32,
         [
             ("parallelism.tp", _heads(8, 2, 32)),
@@ -112,7 +112,7 @@ MODEL_LIMITS = [
     (
         QWEN,
         "debugmodel",
-        {"tp": 3},
+        {"tp": 3, "sequence_parallel": False},
         3,
         [
             ("parallelism.tp", _heads(4, 2, 3)),
@@ -124,7 +124,7 @@ MODEL_LIMITS = [
             ("parallelism.tp", "must divide the model's feed-forward hidden size 512, got 3"),
         ],
     ),
-    (QWEN_VL, "debugmodel", {"tp": 4}, 4, [("parallelism.tp", _heads(4, 2, 4))]),
+    (QWEN_VL, "debugmodel", {"tp": 4, "sequence_parallel": False}, 4, [("parallelism.tp", _heads(4, 2, 4))]),
 ]
 
 
@@ -148,9 +148,9 @@ def test_tensor_parallel_degree_must_split_the_heads(
         (LLAMA, "debugmodel", {"tp": 2}, 4),
         (LLAMA, "debugmodel", {"tp": 4, "dp_shard": 1}, 4),
         (LLAMA, "8B", {"tp": 8}, 16),
-        (QWEN, "debugmodel", {"tp": 2}, 2),
-        (QWEN, "0.8B", {"tp": 2}, 8),
-        (QWEN_VL, "debugmodel", {"tp": 2}, 4),  # the vision tower's 4 heads are not split
+        (QWEN, "debugmodel", {"tp": 2, "sequence_parallel": False}, 2),
+        (QWEN, "0.8B", {"tp": 2, "sequence_parallel": False}, 8),
+        (QWEN_VL, "debugmodel", {"tp": 2, "sequence_parallel": False}, 4),  # the vision tower is not split
         (LLAMA, "debugmodel", {}, 8),
     ],
 )
@@ -173,4 +173,17 @@ def test_parallel_issues_defaults_and_paths() -> None:
             "must divide the model's 4 linear-attention (Gated DeltaNet) key heads and 8 value heads, got 3",
         ),
         ("parallelism.tp", "must divide the model's feed-forward hidden size 512, got 3"),
+    ]
+
+
+@pytest.mark.parametrize("model", [QWEN, QWEN_VL])
+def test_sequence_parallel_is_refused_for_a_model_without_a_plan_for_it(tmp_path: Path, model: str) -> None:
+    path = _config(tmp_path, model, "debugmodel", {"tp": 2})
+    name = "qwen3_5_vl" if model == QWEN_VL else "qwen3_5"
+    assert _issues(path, 2) == [
+        (
+            "parallelism.sequence_parallel",
+            f"is not supported yet by {name} (its tensor-parallel plan keeps activations replicated); "
+            "set it to false",
+        )
     ]

@@ -2,7 +2,7 @@
 
 Each case trains the tiny debug config for 4 steps on 2 CPU processes and compares every step's loss with a
 single-process run of the same global batch (fp32, 1e-5), then checks from the ranks' own report that the
-parameters really are sharded as the layout says. The layout grid runs 24 layouts through the resolver's
+parameters really are sharded as the layout says. The layout grid runs 26 layouts through the resolver's
 checks (``--dry-run``) and through the runtime with those checks bypassed: the verdicts must agree.
 """
 
@@ -65,6 +65,8 @@ def _check(done: subprocess.CompletedProcess[str]) -> None:
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
 def test_two_processes_match_one_and_really_shard(model: str, layout: str, tmp_path: Path) -> None:
+    if model == "qwen3_5" and layout == "tp2":
+        pytest.skip("Qwen 3.5 refuses sequence_parallel (no plan for it yet): tp2-no-sp is its TP case")
     out = tmp_path / "report"
     overrides = {**DATA, **TIMEOUTS, **LAYOUTS[layout]}
     done = torchrun(2, WORKER, "train", model, str(out), *(f"{k}={v}" for k, v in overrides.items()))

@@ -126,6 +126,13 @@ def _grid() -> list[Layout]:
             Layout(f"{model}-tp4", model, 4, {"dp_shard": 1, "tp": 4}),
             Layout(f"{model}-dp_shard4", model, 4, {"dp_shard": 4}, {"micro_batch_size": 1}),
             Layout(f"{model}-dp_shard2-tp2", model, 4, {"dp_shard": 2, "tp": 2}, {"micro_batch_size": 1}),
+            Layout(
+                f"{model}-dp_shard2-tp2-no-sp",
+                model,
+                4,
+                {"dp_shard": 2, "tp": 2, "sequence_parallel": False},
+                {"micro_batch_size": 1},
+            ),
             Layout(f"{model}-hsdp", model, 4, {"dp_shard": 2, "dp_replicate": 2}, {"micro_batch_size": 1}),
         ]
     return cases

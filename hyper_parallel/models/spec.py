@@ -33,6 +33,10 @@ class ModelArgs:
         """Number of token ids the embedding table holds; ``None`` when not applicable."""
         return None
 
+    def supports_sequence_parallel(self) -> bool:
+        """Whether the tensor-parallel plan can shard the residual stream along the sequence."""
+        return True
+
     def compile_issue(self, backend: str) -> str | None:
         """Why ``torch.compile`` of the blocks with ``backend`` cannot run yet; ``None`` when it can."""
         return None

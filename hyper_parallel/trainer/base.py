@@ -130,6 +130,8 @@ class Trainer:
                 f"parallelism {', '.join(unsupported)} is not supported by this trainer yet (pipeline, "
                 "context and expert parallelism and data-parallel replication come in a later release)"
             )
+        for _, message in config.sequence_parallel_issues(self.dims.tp):
+            raise TrainingError(f"parallelism.sequence_parallel {message}")
         self.device = self.env.device
         _seed_everything(self.seed)
         if debug.deterministic:

@@ -624,6 +624,15 @@ class TrainerConfig:
                 "use null to pick the backend automatically",
             )
 
+    def sequence_parallel_issues(self, tp: int) -> Iterator[tuple[str, str]]:
+        """``sequence_parallel`` under ``tp`` > 1 needs a model whose plan can shard the sequence."""
+        if tp > 1 and self.parallelism.sequence_parallel and not self.model.args.supports_sequence_parallel():
+            yield (
+                "parallelism.sequence_parallel",
+                f"is not supported yet by {self.model.name} (its tensor-parallel plan keeps activations "
+                "replicated); set it to false",
+            )
+
     def world_size_issues(self, world_size: int) -> list[tuple[str, str]]:
         """Root-relative ``(field path, message)`` pairs for running on ``world_size`` ranks.
 
@@ -636,6 +645,7 @@ class TrainerConfig:
         degrees = self.parallelism.resolved_degrees(world_size)
         issues.extend((f"parallelism.{p}", m) for p, m in self.parallelism.unsupported_degrees(degrees))
         issues.extend(self.model.args.parallel_issues(degrees))
+        issues.extend(self.sequence_parallel_issues(degrees["tp"]))
         per_step = self.training.micro_batch_size * degrees["dp_replicate"] * degrees["dp_shard"]
         if self.training.global_batch_size % per_step:
             issues.append(
