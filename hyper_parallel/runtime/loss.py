@@ -42,6 +42,13 @@ class CausalLMLossFn:
         self.label_smoothing = label_smoothing
         self.z_loss_weight = z_loss_weight
 
+    def _counted(self, labels: torch.Tensor) -> torch.Tensor:
+        return labels[:, 1:] != self.ignore_index
+
+    def count_tokens(self, labels: torch.Tensor) -> torch.Tensor:
+        """Tokens of ``labels`` the loss counts (shifted, not ignored): a token-weighted mean's weight."""
+        return self._counted(labels).sum()
+
     def sum_and_count(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed loss over the counted (shifted, not ignored) tokens, and their number."""
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
@@ -58,7 +65,7 @@ class CausalLMLossFn:
             reduction="sum",
             label_smoothing=self.label_smoothing,
         )
-        counted = targets != self.ignore_index
+        counted = self._counted(labels).reshape(-1)
         if self.z_loss_weight:
             z = torch.logsumexp(shifted, dim=-1)
             total = total + self.z_loss_weight * (z.square() * counted).sum()

@@ -49,8 +49,6 @@ from hyper_parallel.trainer.parallel_dims import ParallelDims
 
 __all__ = ["NonFiniteError", "StepResult", "Trainer", "TrainingError"]
 
-#: Parallel dimensions the runtime cannot run yet (the resolver refuses them too; this guards the Python API).
-_NOT_YET = ("pp", "cp", "ep", "dp_replicate")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -122,16 +120,13 @@ class Trainer:
                 f"parallelism needs {self.dims.world_size} ranks ({self.dims.describe()}), but "
                 f"{self.env.world_size} were launched"
             )
-        unsupported = [
-            f"{name}={getattr(self.dims, name)}" for name in _NOT_YET if getattr(self.dims, name) > 1
+        degrees = {**self.dims.degrees(), "ep": self.dims.ep}
+        refused = [
+            *((f"parallelism.{p}", m) for p, m in config.parallelism.not_supported_yet(degrees)),
+            *config.sequence_parallel_issues(self.dims.tp),
         ]
-        if unsupported:
-            raise TrainingError(
-                f"parallelism {', '.join(unsupported)} is not supported by this trainer yet (pipeline, "
-                "context and expert parallelism and data-parallel replication come in a later release)"
-            )
-        for _, message in config.sequence_parallel_issues(self.dims.tp):
-            raise TrainingError(f"parallelism.sequence_parallel {message}")
+        if refused:  # the resolver refuses these too; this guards configs built in Python
+            raise TrainingError("; ".join(f"{path}: {message}" for path, message in refused))
         self.device = self.env.device
         _seed_everything(self.seed)
         if debug.deterministic:
@@ -291,8 +286,8 @@ class Trainer:
         token_weighted = getattr(self.config.loss, "reduction", "mean") == "sum"
         local_tokens = torch.zeros((), dtype=torch.float64, device=self.device)
         for batch in batches:
-            local_tokens += (batch["labels"][:, 1:] != self.ignore_index).sum()
-        global_tokens = self._all_reduce(local_tokens.clone()).item()
+            local_tokens += self.loss_fn.count_tokens(batch["labels"])
+        global_tokens = self._all_reduce(local_tokens).item()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
         for index, batch in enumerate(batches):

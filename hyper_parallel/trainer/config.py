@@ -210,6 +210,15 @@ class ParallelismConfig:
                 f"leave it null, got {self.pp_microbatches}",
             )
 
+    def not_supported_yet(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)`` for resolved ``degrees`` the runtime cannot run yet, however set.
+
+        The trainer asks this of configs built in Python, which the resolver's checks never saw.
+        """
+        for name in _NOT_YET:
+            if degrees[name] > 1:
+                yield name, _not_yet(name, degrees[name])
+
     def unsupported_degrees(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` for degrees left at -1 (auto) that resolved to a layout the
         runtime cannot run yet (explicit values are refused by ``cross_check``)."""

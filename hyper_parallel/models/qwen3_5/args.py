@@ -260,17 +260,12 @@ class Qwen3_5VLArgs(ModelArgs):
         return self.text.vocab_size
 
     def supports_sequence_parallel(self) -> bool:
-        """False for now: the tensor-parallel plan keeps the residual stream replicated."""
-        return False
+        """The language model's answer: the vision tower is never split by tensor parallelism."""
+        return self.text.supports_sequence_parallel()
 
     def compile_issue(self, backend: str) -> str | None:
-        """aot_eager fails in the Gated DeltaNet gating's backward (a view of a strided gradient)."""
-        if backend == "aot_eager":
-            return (
-                "'aot_eager' cannot compile Qwen 3.5's blocks yet (its backward of the Gated DeltaNet "
-                "gating fails); use 'inductor' or 'eager'"
-            )
-        return None
+        """The language model's answer (its Gated DeltaNet blocks are what a backend may fail on)."""
+        return self.text.compile_issue(backend)
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` from both towers, under ``text.`` and ``vision.``."""

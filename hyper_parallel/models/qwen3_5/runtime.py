@@ -72,7 +72,8 @@ def parallelize(
 
     Tensor parallelism splits the heads of the full-attention and the Gated DeltaNet blocks (a rank holds
     the key heads its value heads use) and the feed-forward networks; embeddings, norms and the output
-    are replicated across ``tp`` (no sequence parallelism yet: ``sequence_parallel`` has no effect).
+    are replicated across ``tp`` (no sequence parallelism yet: ``sequence_parallel`` with ``tp`` > 1 is
+    refused before this runs, see ``Qwen3_5Args.supports_sequence_parallel``).
     """
     require_torch("Qwen 3.5", "parallelize")
     from hyper_parallel.models.qwen3_5._parallel import parallelize_qwen3_5
