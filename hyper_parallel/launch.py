@@ -60,6 +60,7 @@ options:
   --GROUP.FIELD VALUE    override one field (also --GROUP.FIELD=VALUE); VALUE is read by the field's type:
                          ints '200', floats '1e-4', bools 'true'/'false', lists '[1, 2]', 'null' for none;
                          --GROUP._target_ NAME switches the implementation
+  --~GROUP.FIELD         remove a value the file set: the field takes its default again
   --dry-run              resolve and validate, print a summary, exit 0 (nothing is built)
   --print-config         print the resolved config as YAML (it loads back to an equal config)
   --dump-config PATH     write that YAML to PATH atomically (never the config file itself)
@@ -84,7 +85,7 @@ class _Args:
         self.world_size: str | None = None
         self.device_memory: str | None = None
         self.allow_target: list[str] = []
-        self.overrides: dict[str, str] = {}
+        self.overrides: dict[str, str | None] = {}
 
 
 def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
@@ -106,6 +107,9 @@ def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
             if eq:
                 issues.append(Issue("$", f"{name} takes no value", name))
             setattr(args, name[2:].replace("-", "_"), True)
+            continue
+        if name.startswith("--~"):  # Hydra's delete ('--~group.field') takes no value
+            args.overrides[name[2:]] = value if eq else None
             continue
         if name not in _FLAGS and "." not in name:
             hint = did_you_mean(name, _FLAGS) or "; overrides are dotted, e.g. --optimizer.lr"

@@ -39,6 +39,7 @@ WIRED: dict[str, str] = {
         "test_trainer.py::test_training_starts_from_save_pretrained_weights_with_the_loss_transformers_computes"
     ),
     "model.init_fn": "test_trainer.py::test_init_device_cpu_and_meta_start_from_the_same_weights",
+    "model.recipe": "test_target_switch.py::test_a_copied_config_can_be_overridden_and_dumped",
     # tokenizer
     "tokenizer.path": "test_component_tokenizer.py::test_path_may_name_the_file",
     "tokenizer.add_bos": "test_component_tokenizer.py::test_add_bos_and_add_eos_flags",

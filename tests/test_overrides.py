@@ -161,7 +161,8 @@ def test_switching_target_refuses_a_value_the_user_set_in_the_file() -> None:
     betas = found["optimizer.betas"]
     assert betas.location == f"{FULL}:40:3"
     assert betas.message == (
-        f"'betas' was set at {FULL}:40:3, but the new target SGD.Config has no such field"
+        f"'betas' was set at {FULL}:40:3, but the new target SGD.Config has no such field; "
+        "remove it with --~optimizer.betas"
     )
 
 
@@ -172,7 +173,8 @@ def test_switching_target_refuses_a_value_set_on_the_command_line(cfg) -> None: 
         (
             "--optimizer.eps",
             "optimizer.eps",
-            "'eps' was set on the command line, but the new target SGD.Config has no such field",
+            "'eps' was set on the command line, but the new target SGD.Config has no such field; "
+            "remove it with --~optimizer.eps",
         ),
     ]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from hyper_parallel.config.errors import ConfigError, Issue, echo
 from hyper_parallel.config.options import current_options, resolve_options
 from hyper_parallel.config.resolver import converter
-from hyper_parallel.config.validation import Locate, Path, Problem, to_config_error
+from hyper_parallel.config.validation import Locate, Problem, to_config_error
 from hyper_parallel.config.yaml_load import SourceMap, load_yaml_file
 from hyper_parallel.trainer.config import TrainerConfig
 
@@ -168,16 +168,12 @@ def _apply(
 ) -> TrainerConfig:
     from hyper_parallel.config.overrides import OverridePatch
 
-    def set_by_user(path: Path) -> str | None:
-        if sources is not None and path in sources:
-            return f"at {sources.key(path) or sources.value(path)}"
-        return None
-
     facts = converter.root_facts(TrainerConfig)
-    patch = OverridePatch(converter, facts, parsed, current_options().allowed, set_by_user)
-    tree = converter.unstructure(cfg)  # a fresh tree, the patch's own
+    patch = OverridePatch(converter, facts, parsed, current_options().allowed)
+    tree = patch.user_tree(cfg)  # a fresh tree of what the user set, the patch's own
     patch.patch(tree)
     problems = patch.problems
+    locate = patch.locator(locate)  # also where the values of ``cfg`` were set
     # Restructure even when some overrides could not be placed, so every bad override is reported at once.
     try:
         with resolve_options(locate=locate):
@@ -187,6 +183,7 @@ def _apply(
         raise ConfigError(found) from None
     if problems:
         raise to_config_error(problems, locate)
+    patch.record(result)
     return result
 
 

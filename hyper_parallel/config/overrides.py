@@ -1,10 +1,19 @@
 """Typed dotted overrides (``--optimizer.lr 1e-4``) patched into a resolved config's raw tree.
 
-Overrides never mutate a config and never skip a check: the resolved config is unstructured into a fresh
-tree, every override is patched into that tree, and the caller restructures the tree once, which re-runs
-every type check, validator and cross-field check. A string value is read by the type of the field it lands
-on (the table of type rules says how), so ``--metrics.run_name 2024`` stays a string while
+Overrides never mutate a config and never skip a check: the resolved config is written out as the tree of
+what the user set (:meth:`OverridePatch.user_tree`), every override is patched into that tree, and the caller
+restructures the tree once, which re-runs every type check, validator and cross-field check; every field
+the tree does not name takes its class's (or factory's) default. A string value is read by the type of the
+field it lands on (the table of type rules says how), so ``--metrics.run_name 2024`` stays a string while
 ``--training.max_steps 2e2`` is refused.
+
+What "set by the user" means: the fields a document gave (in the file, or in the mapping given to
+``resolve_root``) and those an override set, as recorded on each resolved group value
+(:mod:`hyper_parallel.config.recipes`); for a value with no record (built in Python, or a copy of a Config
+group), every field whose value differs from its class default. So a ``_target_`` switch keeps exactly the
+values the user set and gives every other field the new class's default, and a value the user set that the
+new class lacks is an error naming where it was set. ``~group.field`` (``--~group.field``, Hydra's delete)
+removes a value the user set, which then takes its default again.
 """
 
 import functools
@@ -16,7 +25,14 @@ from typing import Any
 import attrs
 
 from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path
-from hyper_parallel.config.root import RootFacts, field_owners, unknown_root_field
+from hyper_parallel.config.recipes import Given, carries_recipe, given_of, recipe_of, remember_given
+from hyper_parallel.config.root import (
+    Resolved,
+    RootFacts,
+    field_owners,
+    unknown_root_field,
+    unstructure_group,
+)
 from hyper_parallel.config.targets import TARGET_KEY, Target, TargetError, load_target
 from hyper_parallel.config.types import (
     NO_CHILD,
@@ -27,7 +43,7 @@ from hyper_parallel.config.types import (
     strip_optional,
     takes_text,
 )
-from hyper_parallel.config.validation import Path, Problem, field_default, problems_of
+from hyper_parallel.config.validation import Locate, Path, Problem, field_default, problems_of
 from hyper_parallel.config.yaml_load import parse_scalar
 
 if typing.TYPE_CHECKING:  # the converter module imports this one
@@ -54,12 +70,20 @@ class Override(typing.NamedTuple):
     #: Where it was given, e.g. the command-line flag.
     origin: str
 
+    @property
+    def delete(self) -> bool:
+        """Whether this override removes the value at its path (``~group.field``, Hydra's delete)."""
+        return self.key.startswith("~")
+
 
 @functools.lru_cache(maxsize=4096)
 def parse_path(key: str) -> Path | None:
-    """``"parallelism.pp_layer_split[2]"`` -> ``("parallelism", "pp_layer_split", 2)``; None if malformed."""
+    """``"parallelism.pp_layer_split[2]"`` -> ``("parallelism", "pp_layer_split", 2)``; None if malformed.
+
+    A leading ``~`` (a removal, ``~optimizer.betas``) is not part of the path.
+    """
     parts: list[str | int] = []
-    for segment in key.split("."):
+    for segment in key.removeprefix("~").split("."):
         match = _SEGMENT.match(segment)
         if not match:
             return None
@@ -93,7 +117,19 @@ def _reader(tp: Any, conv: "ConfigConverter") -> Callable[[str], Any]:
 
 def _is_switch(o: Override) -> bool:
     """Whether ``o`` switches a group's implementation (``--group._target_ NAME``)."""
-    return len(o.path) == 2 and o.path[1] == TARGET_KEY
+    return len(o.path) == 2 and o.path[1] == TARGET_KEY and not o.delete
+
+
+def _differing(value: Any) -> list[str]:
+    """The fields of a Config instance whose value is not their default (what a value built in Python
+    counts as set: attrs cannot tell a default from the same value passed explicitly)."""
+    found = []
+    for f in attrs.fields(type(value)):
+        if f.init:
+            default = field_default(f)
+            if default is attrs.NOTHING or getattr(value, f.name) != default:
+                found.append(f.name)
+    return found
 
 
 def _group_fields(target: Target) -> dict[str, Any]:
@@ -101,14 +137,13 @@ def _group_fields(target: Target) -> dict[str, Any]:
     return dict(target.params) if target.is_factory else class_fields(target.obj)
 
 
-_NO_DEFAULT: Any = object()
-
-
 class OverridePatch:
     """One application of overrides to a root config: what every step needs, and the problems found.
 
-    ``set_by_user(path)`` says where the document set a value (a file position) or None for a default; a
-    value the user set that a switched-to target does not accept is an error, a default is dropped.
+    :meth:`user_tree` writes a resolved config as the tree of what the user set, :meth:`patch` applies
+    every override to such a tree (removals first, then ``_target_`` switches, then values), the caller
+    restructures the tree under :meth:`locator`, and :meth:`record` marks the result with what the user set
+    and where, for the next switch.
     """
 
     def __init__(
@@ -117,32 +152,82 @@ class OverridePatch:
         facts: RootFacts,
         overrides: list[Override],
         allowed: tuple[str, ...],
-        set_by_user: Callable[[Path], str | None] | None = None,
     ) -> None:
         self.conv = conv
         self.facts = facts
         self.overrides = overrides
         self.allowed = allowed
-        self.set_by_user = set_by_user or (lambda _path: None)
         #: Every problem found so far, in the order found.
         self.problems: list[Problem] = []
         #: The tree being patched (its groups' targets say which group has a field), if any.
         self._tree: Mapping[str, Any] | None = None
+        #: What the user had set in each group of the config :meth:`user_tree` wrote.
+        self._given: dict[str, Given] = {}
+        #: Groups of that config with no record, whose non-default values count as set.
+        self._unrecorded: set[str] = set()
+        #: Groups carried over as they are (they cannot be written); overrides of them were refused.
+        self._kept: set[str] = set()
+
+    def user_tree(self, cfg: Any) -> dict[str, Any]:
+        """The tree of what the user set in ``cfg``: every group's ``_target_`` and the values set in it.
+
+        A group that cannot be written (a ``ModelSpec`` built in Python) is carried over as it is while no
+        override names it; an override of it is reported.
+        """
+        tree: dict[str, Any] = {}
+        touched = {o.path[0] for o in self.overrides}
+        # An override inside a value ('optimizer.betas[0]') patches the whole current value.
+        inside = {o.path[:2] for o in self.overrides if len(o.path) > 2 and not o.delete}
+        for group in self.facts.types:
+            value = getattr(cfg, group)
+            given = given_of(value)
+            recipe = recipe_of(value)
+            if recipe is not None and given is not None:
+                body = {TARGET_KEY: recipe.target}
+                for name, arg in recipe.args.items():
+                    if name in given.names or (group, name) in inside:
+                        body[name] = self.conv.get_unstructure_hook(arg.__class__)(arg)
+                tree[group] = body
+                self._given[group] = given
+                continue
+            problems: list[Problem] = []
+            full = None if carries_recipe(value) else unstructure_group(self.conv, group, value, problems)
+            if full is None or problems:
+                if group in touched:
+                    problems = problems or []
+                    unstructure_group(self.conv, group, value, problems)  # says why it cannot be
+                    self.problems.extend(problems)
+                tree[group] = Resolved(value)
+                self._kept.add(group)
+                continue
+            if given is None:
+                given = Given(_differing(value))
+                self._unrecorded.add(group)
+            self._given[group] = given
+            names = given.names
+            tree[group] = {
+                k: v for k, v in full.items() if k == TARGET_KEY or k in names or (group, k) in inside
+            }
+        return tree
 
     def patch(self, tree: dict[str, Any]) -> None:
         """Patch every override into ``tree`` (a fresh unstructured config) in place.
 
-        ``_target_`` switches are applied first, so other overrides of that group are typed by the new
-        target.
+        Removals (``~group.field``) are applied first and ``_target_`` switches next, so a value the new
+        target lacks can be removed in the same call, and other overrides of that group are typed by the
+        new target.
         """
         self._tree = tree
+        for o in self.overrides:
+            if o.delete:
+                self._delete(tree, o)
         for o in self.overrides:
             if _is_switch(o):
                 self._switch(tree, o)
         refused = {p.path for p in self.problems}  # fields a switch already reported are not reported twice
         targets: dict[str, Target | None] = {}
         for o in self.overrides:
-            if _is_switch(o) or o.path[:2] in refused:
+            if _is_switch(o) or o.delete or o.path[:2] in refused:
                 continue
             group = self._group_of(o)
             if group is None:
@@ -154,6 +239,44 @@ class OverridePatch:
             if read is not None:
                 self._set(tree, o.path, read[1])
 
+    def where(self, path: Path) -> str | None:
+        """Where the value at ``path`` of the config :meth:`user_tree` wrote was set, if known."""
+        given = self._given.get(path[0]) if path and isinstance(path[0], str) else None
+        if given is None or len(path) < 2 or not isinstance(path[1], str):
+            return None
+        return given.where(path[1])
+
+    def locator(self, locate: Locate) -> Locate:
+        """``locate``, falling back to where the config :meth:`user_tree` wrote had each value set (so a
+        problem of a value set in a file is located there even when the file is no longer at hand)."""
+
+        def located(problem: Problem) -> str | None:
+            return locate(problem) or self.where(problem.path)
+
+        return located
+
+    def record(self, result: Any) -> None:
+        """Mark each group of ``result`` (restructured from the patched tree) with what the user set in it:
+        the names the tree gave, each located at the override that set it or where it was set before."""
+        tree = self._tree or {}
+        for group in self.facts.types:
+            node = tree.get(group)
+            if not isinstance(node, dict):
+                continue  # carried over as it was, with its own record
+            old = self._given.get(group)
+            origins: dict[str, str | None] = {}
+            names = [name for name in node if name != TARGET_KEY]
+            for name in names:
+                setters = [o for o in self.overrides if o.path[:2] == (group, name) and not o.delete]
+                if setters:
+                    origins[name] = setters[-1].origin
+                elif old is not None and (group in self._unrecorded or name in old.origins):
+                    origins[name] = old.where(name)
+                elif old is None or name not in old.names:  # set by an override of a value inside it
+                    nested = [o for o in self.overrides if o.path[:2] == (group, name)]
+                    origins[name] = nested[-1].origin if nested else None
+            remember_given(getattr(result, group), Given(names, origins, old.locate if old else None))
+
     def check(self, raw: object) -> None:
         """Check the overrides against a document that did not resolve: their paths and value types only.
 
@@ -164,10 +287,10 @@ class OverridePatch:
         switches = {o.path[0]: o.value for o in self.overrides if _is_switch(o)}
         for o in self.overrides:
             group = self._group_of(o)
-            if group is None:
+            if group is None or (o.delete and not self._removable(o)):
                 continue
             node = raw.get(group) if isinstance(raw, Mapping) else None
-            name = switches.get(group)
+            name = None if o.delete else switches.get(group)  # removals come before switches
             if name is None:
                 given = isinstance(node, Mapping) and TARGET_KEY in node
                 name = node[TARGET_KEY] if given else self.facts.default_targets.get(group)  # type: ignore[index]
@@ -177,6 +300,10 @@ class OverridePatch:
                 if _is_switch(o):
                     self.problems.append(Problem(o.path, str(exc)))
                 continue  # a bad '_target_' in the document is reported by the resolve itself
+            if o.delete:
+                if len(o.path) > 1:
+                    self._field_type(_group_fields(target), o.path[1:], o.path[:1])
+                continue
             read = None if _is_switch(o) else self._read(o, target)
             if read is not None:
                 try:
@@ -189,6 +316,8 @@ class OverridePatch:
     def _group_of(self, o: Override) -> str | None:
         """The root group an override names, or None after recording that there is no such group."""
         group = o.path[0]
+        if group in self._kept:  # cannot be written: reported once, by user_tree
+            return None
         if isinstance(group, str) and group in self.facts.types:
             return group
         if isinstance(group, str):
@@ -260,79 +389,96 @@ class OverridePatch:
             step = functools.partial(child_type, tp)
         return tp
 
+    def _delete(self, tree: dict[str, Any], o: Override) -> None:
+        """Remove the value ``o`` names (``~group.field``), so that it takes its default again."""
+        group = self._group_of(o)
+        if group is None or not self._removable(o):
+            return
+        if len(o.path) == 1:  # '~optimizer': the whole group goes back to the root's default
+            default = self.facts.default_targets.get(group)
+            if default is None:
+                self.problems.append(Problem(o.path, f"{group!r} has no default, so it cannot be removed"))
+            else:
+                tree[group] = {TARGET_KEY: default}
+            return
+        target = self._target_of(tree, group)
+        if target is None or self._field_type(_group_fields(target), o.path[1:], o.path[:1]) is NO_CHILD:
+            return
+        node: Any = tree[group]
+        for seg in o.path[1:-1]:
+            node = node[seg] if _has(node, seg) else None
+        last = o.path[-1]
+        if isinstance(last, int):
+            self.problems.append(Problem(o.path, "a list item cannot be removed; set the whole list instead"))
+        elif isinstance(node, dict) and last in node:
+            del node[last]
+        else:
+            others = [k for k in node if k != TARGET_KEY] if isinstance(node, dict) else []
+            hint = did_you_mean(last, others)
+            self.problems.append(
+                Problem(o.path, f"{last!r} is not set (it has its default), so nothing is removed{hint}")
+            )
+
+    def _removable(self, o: Override) -> bool:
+        """Whether removal ``o`` has the shape of one (no value, not a ``_target_``); records why not."""
+        if o.value is not None:
+            self.problems.append(
+                Problem(o.path, f"a removal ('{o.key}') takes no value, got {echo(o.value)}")
+            )
+            return False
+        if len(o.path) == 2 and o.path[1] == TARGET_KEY:
+            self.problems.append(
+                Problem(
+                    o.path,
+                    f"'_target_' cannot be removed; switch with {o.path[0]}._target_ NAME, "
+                    f"or remove the whole group with ~{o.path[0]}",
+                )
+            )
+            return False
+        return True
+
     def _switch(self, tree: dict[str, Any], o: Override) -> None:
-        """Replace the group's body for the new target (a problem is recorded if it cannot be)."""
+        """Replace the group's body for the new target (a problem is recorded if it cannot be).
+
+        The body holds only what the user set: those values move to the new target, which gives every
+        other field its own default; a value the new target has no field for is reported where it was set.
+        """
         group = self._group_of(o)
         if group is None:
             return
-        old_body = tree[group]
-        try:
-            old: Target | None = load_target(
-                old_body.get(TARGET_KEY), self.facts.types[group], self.allowed, self.conv.checked_targets
-            )
-        except TargetError:
-            old = None
         try:
             new = load_target(o.value, self.facts.types[group], self.allowed, self.conv.checked_targets)
         except TargetError as exc:
             self.problems.append(Problem(o.path, str(exc)))
             return
         accepted = _group_fields(new)
-        defaults = self._defaults(old) if old is not None else {}
-        overridden = {x.path[1] for x in self.overrides if len(x.path) >= 2 and x.path[0] == group}
+        short = new.name.rpartition(".")[2] if new.is_factory else new.obj.__qualname__
+        overridden = {
+            x.path[1]: x for x in self.overrides if len(x.path) >= 2 and x.path[0] == group and not x.delete
+        }
         body: dict[str, Any] = {TARGET_KEY: new.name}
-        for name, value in old_body.items():
+        for name in [*tree[group], *(n for n in overridden if n not in tree[group])]:
             if name == TARGET_KEY:
                 continue
-            where = self.set_by_user((group, name))
-            if where is None and name in overridden:
-                where = "on the command line"
-            if where is None and (name not in defaults or defaults[name] != value):
-                where = "to a value other than the default"
             if name in accepted:
-                # A shared field keeps its value, unless that value was only the old target's default
-                # and the new target cannot take it (a factory's default flavor): the new default applies.
-                if (
-                    where is None
-                    and defaults.get(name, _NO_DEFAULT) == value
-                    and not self._fits(value, accepted[name])
-                ):
-                    continue
-                body[name] = value
+                if name in tree[group]:
+                    body[name] = tree[group][name]
                 continue
-            if where is not None:
-                short = new.name.rpartition(".")[2] if new.is_factory else new.obj.__qualname__
-                self.problems.append(
-                    Problem(
-                        (group, name),
-                        f"{name!r} was set {where}, but the new target {short} has no such field",
-                        "key",
-                    )
+            if name in overridden:
+                where = " on the command line"
+            elif group in self._unrecorded:
+                where = " to a value other than the default"
+            else:
+                where = _where_text(self.where((group, name)))
+            self.problems.append(
+                Problem(
+                    (group, name),
+                    f"{name!r} was set{where}, but the new target {short} has no such field; "
+                    f"remove it with --~{group}.{name}",
+                    "key",
                 )
+            )
         tree[group] = body
-
-    def _fits(self, value: Any, tp: Any) -> bool:
-        try:
-            self.conv.get_structure_hook(tp)(value, tp)
-        except Exception:
-            return False
-        return True
-
-    def _defaults(self, target: Target) -> dict[str, Any]:
-        """The unstructured default of each field of a Config class or parameter of a factory."""
-        if target.is_factory:
-            found = dict(target.defaults)
-        else:
-            found = {f.name: field_default(f) for f in attrs.fields(target.obj)}
-        out = {}
-        for name, value in found.items():
-            if value is attrs.NOTHING:
-                continue
-            try:
-                out[name] = self.conv.get_unstructure_hook(value.__class__)(value)
-            except Exception:
-                continue
-        return out
 
     def _set(self, tree: dict[str, Any], path: Path, value: Any) -> None:
         """Set ``value`` at ``path`` in the fresh tree, creating mappings and lists on the way."""
@@ -365,3 +511,10 @@ def _has(node: Any, seg: str | int) -> bool:
     if isinstance(node, list):
         return isinstance(seg, int) and seg < len(node)
     return isinstance(node, dict) and seg in node
+
+
+def _where_text(location: str | None) -> str:
+    """`` at FILE:LINE:COL`` or `` by --flag`` for a recorded location; empty when it is not known."""
+    if location is None:
+        return ""
+    return f" by {location}" if location.startswith("--") else f" at {location}"

@@ -17,7 +17,7 @@ import attrs
 
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.options import current_options
-from hyper_parallel.config.recipes import Recipe, recipe_of, remember
+from hyper_parallel.config.recipes import Given, Recipe, carries_recipe, recipe_of, remember, remember_given
 from hyper_parallel.config.targets import TARGET_KEY, Target, TargetError, load_target, qualified_name
 from hyper_parallel.config.types import attrs_hook, attrs_unstructure, class_fields, describe_value
 from hyper_parallel.config.validation import (
@@ -34,7 +34,7 @@ from hyper_parallel.config.validation import (
 if typing.TYPE_CHECKING:  # the converter module imports this one
     from hyper_parallel.config.conversion import ConfigConverter
 
-__all__ = ["RootFacts", "root_facts", "structure_root", "unstructure_root"]
+__all__ = ["Resolved", "RootFacts", "root_facts", "structure_root", "unstructure_group", "unstructure_root"]
 
 
 class RootFacts(typing.NamedTuple):
@@ -65,6 +65,18 @@ def root_facts(root_cls: type) -> RootFacts:
 _INVALID: Any = object()
 
 
+class Resolved(typing.NamedTuple):
+    """A root group's value that is already resolved, taken as it is by :func:`structure_root`.
+
+    Overrides put it in the tree they patch for a group that they leave alone and that cannot be written
+    (a ``ModelSpec`` built in Python, without its factory), so such a group does not block overrides of the
+    others. It never comes from a document: YAML has no way to spell it.
+    """
+
+    #: The group's value.
+    value: Any
+
+
 def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> Any:
     """Resolve ``raw`` into the root class; raises :class:`Problems` naming every problem."""
     if not isinstance(raw, Mapping):
@@ -83,7 +95,9 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     allowed = current_options().allowed
     groups: dict[str, Any] = {}
     for name, node in raw.items():
-        if _check_group_shape(name, node, problems):
+        if isinstance(node, Resolved):
+            groups[facts.fields[name].alias or name] = node.value
+        elif _check_group_shape(name, node, problems):
             value = _resolve_group(conv, (name,), facts.types[name], node, allowed, problems)
             if value is not _INVALID:
                 groups[facts.fields[name].alias or name] = value
@@ -176,10 +190,20 @@ def _resolve_group(
     if hook is None:
         hook = conv.group_hooks[target.obj] = attrs_hook(target.obj, conv, frozenset({TARGET_KEY}))
     try:
-        return hook(node, target.obj)
+        value = hook(node, target.obj)
     except Exception as exc:
         problems.extend(problems_of(exc, path))
         return _INVALID
+    remember_given(value, Given([k for k in node if k != TARGET_KEY], None, _locator(path)))
+    return value
+
+
+def _locator(path: Path) -> Callable[[str], str | None] | None:
+    """Where each field under ``path`` was given, asked of the current resolve's locator when needed."""
+    locate = current_options().locate
+    if locate is None:
+        return None
+    return lambda name: locate(Problem((*path, name), "", "key"))
 
 
 def _call_factory(
@@ -231,7 +255,9 @@ def _call_factory(
         return _INVALID
     # Every parameter explicit, in signature order, so a dump shows what the factory really received.
     explicit = {n: kwargs.get(n, target.defaults.get(n)) for n in target.params}
-    remember(result, Recipe(target.name, explicit, target.obj))
+    where = _locator(path)
+    given = {n: where(n) if where is not None else None for n in kwargs}
+    remember(result, Recipe(target.name, explicit, target.obj, given))
     return result
 
 
@@ -258,13 +284,15 @@ def unstructure_root(conv: "ConfigConverter", facts: RootFacts, root: Any) -> di
     Raises :class:`Problems` naming each value that cannot be written.
     """
     problems: list[Problem] = []
-    out = {name: _unstructure_group(conv, name, getattr(root, name), problems) for name in facts.types}
+    out = {name: unstructure_group(conv, name, getattr(root, name), problems) for name in facts.types}
     if problems:
         raise Problems("cannot write the config", problems)
     return out
 
 
-def _unstructure_group(conv: "ConfigConverter", name: str, value: Any, problems: list[Problem]) -> Any:
+def unstructure_group(conv: "ConfigConverter", name: str, value: Any, problems: list[Problem]) -> Any:
+    """Root group ``name``'s value as a fresh mapping with its ``_target_`` first (a factory's result as
+    the call that made it); what cannot be written is added to ``problems``."""
     recipe = recipe_of(value)
     if recipe is not None:
         body = {TARGET_KEY: recipe.target}
@@ -274,6 +302,18 @@ def _unstructure_group(conv: "ConfigConverter", name: str, value: Any, problems:
             except Exception as exc:
                 problems.extend(problems_of(exc, (name, key)))
         return body
+    if carries_recipe(value):  # made by factories, but this one was built in Python: no call to write
+        kind = type(value).__qualname__
+        problems.append(
+            Problem(
+                (name,),
+                f"this {kind} was built in Python, not by a '_target_' factory, so it cannot be written "
+                "to a config file or made again with overrides; build it through its factory "
+                "(a config naming it in '_target_')",
+                "key",
+            )
+        )
+        return {}
     try:
         return _group_writer(conv, type(value))(value)
     except Exception as exc:

@@ -92,6 +92,15 @@ class ModelSpec:
         validator=attrs.validators.optional(attrs.validators.is_callable()),
         metadata={"help": "Runtime hook (args, name, full_tensor, generator) filling one parameter."},
     )
+    # Not an argument: set by the config layer on the spec a factory returns, so that a copy or a pickle
+    # of the spec can still be written back (and overridden) as that factory call. Never compared.
+    recipe: object = attrs.field(
+        default=None,
+        init=False,
+        eq=False,
+        repr=False,
+        metadata={"help": "The factory call that made this spec (set by the config layer; not compared)."},
+    )
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` for inconsistent model arguments, under ``args.``."""
