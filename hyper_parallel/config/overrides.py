@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 
 from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path
-from hyper_parallel.config.recipes import Given, carries_recipe, given_of, recipe_of, remember_given
+from hyper_parallel.config.recipes import Given, given_of, recipe_of, remember_given
 from hyper_parallel.config.root import (
     Resolved,
     RootFacts,
@@ -161,8 +161,11 @@ class OverridePatch:
         self.problems: list[Problem] = []
         #: The tree being patched (its groups' targets say which group has a field), if any.
         self._tree: Mapping[str, Any] | None = None
-        #: What the user had set in each group of the config :meth:`user_tree` wrote.
-        self._given: dict[str, Given] = {}
+        #: What the user had set in the config :meth:`user_tree` wrote, if it was recorded.
+        self._old: Given | None = None
+        #: The names set in each group of that config, and the known locations of those values.
+        self._set_names: dict[str, frozenset[str]] = {}
+        self._origins: dict[tuple[str, str], str | None] = {}
         #: Groups of that config with no record, whose non-default values count as set.
         self._unrecorded: set[str] = set()
         #: Groups carried over as they are (they cannot be written); overrides of them were refused.
@@ -174,41 +177,44 @@ class OverridePatch:
         A group that cannot be written (a ``ModelSpec`` built in Python) is carried over as it is while no
         override names it; an override of it is reported.
         """
-        tree: dict[str, Any] = {}
-        touched = {o.path[0] for o in self.overrides}
+        try:
+            full = self.conv.unstructure(cfg)
+        except ConfigError:
+            full = None  # some group cannot be written: each is written on its own below
         # An override inside a value ('optimizer.betas[0]') patches the whole current value.
         inside = {o.path[:2] for o in self.overrides if len(o.path) > 2 and not o.delete}
+        self._old = given = given_of(cfg)
+        tree: dict[str, Any] = {}
         for group in self.facts.types:
             value = getattr(cfg, group)
-            given = given_of(value)
-            recipe = recipe_of(value)
-            if recipe is not None and given is not None:
-                body = {TARGET_KEY: recipe.target}
-                for name, arg in recipe.args.items():
-                    if name in given.names or (group, name) in inside:
-                        body[name] = self.conv.get_unstructure_hook(arg.__class__)(arg)
-                tree[group] = body
-                self._given[group] = given
-                continue
-            problems: list[Problem] = []
-            full = None if carries_recipe(value) else unstructure_group(self.conv, group, value, problems)
-            if full is None or problems:
-                if group in touched:
-                    problems = problems or []
-                    unstructure_group(self.conv, group, value, problems)  # says why it cannot be
-                    self.problems.extend(problems)
+            body = full[group] if full is not None else self._group_body(group, value)
+            if body is None:
                 tree[group] = Resolved(value)
                 self._kept.add(group)
                 continue
-            if given is None:
-                given = Given(_differing(value))
+            recipe = recipe_of(value) if given is None or group not in given.names else None
+            if recipe is not None:  # a copy of a factory's result: its recipe says what was set
+                names = frozenset(recipe.given)
+                self._origins.update(((group, n), where) for n, where in recipe.given.items())
+            elif given is None:  # built in Python: every value other than the default counts as set
+                names = frozenset(_differing(value))
                 self._unrecorded.add(group)
-            self._given[group] = given
-            names = given.names
-            tree[group] = {
-                k: v for k, v in full.items() if k == TARGET_KEY or k in names or (group, k) in inside
-            }
+            else:
+                names = given.names.get(group, frozenset())
+            self._set_names[group] = names
+            keep = names.union([TARGET_KEY], (k for g, k in inside if g == group))
+            tree[group] = body if keep.issuperset(body) else {k: v for k, v in body.items() if k in keep}
         return tree
+
+    def _group_body(self, group: str, value: Any) -> dict[str, Any] | None:
+        """``value`` written as root group ``group``, or None if it cannot be (reported if overridden)."""
+        problems: list[Problem] = []
+        body = unstructure_group(self.conv, group, value, problems)
+        if problems:
+            if any(o.path[0] == group for o in self.overrides):
+                self.problems.extend(problems)
+            return None
+        return body  # type: ignore[no-any-return]
 
     def patch(self, tree: dict[str, Any]) -> None:
         """Patch every override into ``tree`` (a fresh unstructured config) in place.
@@ -241,10 +247,18 @@ class OverridePatch:
 
     def where(self, path: Path) -> str | None:
         """Where the value at ``path`` of the config :meth:`user_tree` wrote was set, if known."""
-        given = self._given.get(path[0]) if path and isinstance(path[0], str) else None
-        if given is None or len(path) < 2 or not isinstance(path[1], str):
+        if len(path) < 2 or not isinstance(path[0], str) or not isinstance(path[1], str):
             return None
-        return given.where(path[1])
+        key = (path[0], path[1])
+        if key in self._origins:
+            return self._origins[key]
+        if (
+            self._old is None
+            or path[0] in self._unrecorded
+            or path[1] not in self._set_names.get(path[0], ())
+        ):
+            return None
+        return self._old.where(*key)
 
     def locator(self, locate: Locate) -> Locate:
         """``locate``, falling back to where the config :meth:`user_tree` wrote had each value set (so a
@@ -256,26 +270,27 @@ class OverridePatch:
         return located
 
     def record(self, result: Any) -> None:
-        """Mark each group of ``result`` (restructured from the patched tree) with what the user set in it:
-        the names the tree gave, each located at the override that set it or where it was set before."""
+        """Mark ``result`` (restructured from the patched tree) with what the user set in each group: the
+        names the tree gave, each located at the override that set it or where it was set before."""
         tree = self._tree or {}
-        for group in self.facts.types:
-            node = tree.get(group)
-            if not isinstance(node, dict):
-                continue  # carried over as it was, with its own record
-            old = self._given.get(group)
-            origins: dict[str, str | None] = {}
-            names = [name for name in node if name != TARGET_KEY]
-            for name in names:
-                setters = [o for o in self.overrides if o.path[:2] == (group, name) and not o.delete]
-                if setters:
-                    origins[name] = setters[-1].origin
-                elif old is not None and (group in self._unrecorded or name in old.origins):
-                    origins[name] = old.where(name)
-                elif old is None or name not in old.names:  # set by an override of a value inside it
-                    nested = [o for o in self.overrides if o.path[:2] == (group, name)]
-                    origins[name] = nested[-1].origin if nested else None
-            remember_given(getattr(result, group), Given(names, origins, old.locate if old else None))
+        names = {
+            group: self._set_names.get(group, frozenset())
+            if isinstance(node, Resolved)  # carried over as it was
+            else frozenset(node).difference((TARGET_KEY,))
+            for group, node in tree.items()
+        }
+        old = self._old
+        origins = {k: v for k, v in old.origins.items() if k[1] in names.get(k[0], ())} if old else {}
+        origins.update(self._origins)
+        for group in self._unrecorded:  # values that were set in Python: where is not known
+            origins.update(((group, name), None) for name in names.get(group, ()))
+        for o in self.overrides:  # the last override of a value, else of a value inside a new one
+            if o.delete or len(o.path) < 2 or not isinstance(o.path[1], str):
+                continue
+            key = (str(o.path[0]), o.path[1])
+            if len(o.path) == 2 or (key not in origins and o.path[1] not in self._set_names.get(key[0], ())):
+                origins[key] = o.origin
+        remember_given(result, Given(names, origins, old.locate if old is not None else None))
 
     def check(self, raw: object) -> None:
         """Check the overrides against a document that did not resolve: their paths and value types only.

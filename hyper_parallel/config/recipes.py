@@ -8,21 +8,23 @@ Two facts travel with a resolved group value:
   ``init=False, eq=False`` (``ModelSpec.recipe``): it survives ``copy.copy``, ``copy.deepcopy`` and
   ``pickle``, never takes part in equality, and is dropped by ``attrs.evolve`` (whose result the recipe no
   longer describes). A result whose class declares no such field keeps its recipe by identity, beside it.
-* Every group value the resolver builds is marked with what the user gave (:class:`Given`): the fields (or
-  factory parameters) present in the document or set by an override, each with where it was set. A
-  ``_target_`` switch keeps exactly those. A factory's ``Given`` is part of its recipe, so it travels too;
-  a Config class instance (frozen, slotted, declared by components) cannot carry it, so it is kept by
-  identity and a copy forgets it. A value with no record (built in Python, or a copy) counts as given in
-  every field whose value differs from the class default.
+* Every root config the resolver builds is marked with what the user gave in each group (:class:`Given`):
+  the fields present in the document or set by an override, each with where it was set. A ``_target_``
+  switch keeps exactly those. A factory's own record (``Recipe.given``) is part of its recipe, so it
+  travels with the value; the root's record is kept by identity beside the root (Config instances are
+  frozen, slotted classes that the components declare), so a copy of the root, or a root built in Python
+  (``attrs.evolve`` included), has none: each of its Config groups then counts as set every field whose
+  value differs from the class default.
 """
 
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
 from hyper_parallel.config.identity import IdentityMap
+from hyper_parallel.config.validation import Locate, Problem
 
 __all__ = [
     "RECIPE_FIELD",
@@ -54,33 +56,34 @@ class Recipe(typing.NamedTuple):
 
 
 class Given:
-    """The fields of one group value the user set, and where each was set.
+    """What the user set in each group of one resolved root config, and where each value was set.
 
-    ``where(name)`` is looked up in ``origins`` first, then asked of ``locate`` (a closure over the source
-    map of the document the value came from), so a resolve pays for a location only when a message needs
-    one.
+    ``where(group, name)`` is looked up in ``origins`` first, then asked of ``locate`` (the locator of the
+    resolve that made the config, over the source map of its document), so a resolve pays for a location
+    only when a message needs one.
     """
 
     __slots__ = ("locate", "names", "origins")
 
     def __init__(
         self,
-        names: Iterable[str],
-        origins: Mapping[str, str | None] | None = None,
-        locate: Callable[[str], str | None] | None = None,
+        names: Mapping[str, frozenset[str]],
+        origins: Mapping[tuple[str, str], str | None] | None = None,
+        locate: Locate | None = None,
     ) -> None:
-        #: The names the user set.
-        self.names = frozenset(names)
-        #: Known locations, by name.
-        self.origins: Mapping[str, str | None] = origins or {}
-        #: Finds the location of a name not in ``origins``.
+        #: The fields (or factory parameters) the user set, by group; a group not named set nothing.
+        self.names = names
+        #: Known locations, by ``(group, name)``.
+        self.origins: Mapping[tuple[str, str], str | None] = origins or {}
+        #: Finds the location of a value not in ``origins``.
         self.locate = locate
 
-    def where(self, name: str) -> str | None:
-        """Where ``name`` was set (a file position or an override's origin), or None if not known."""
-        if name in self.origins:
-            return self.origins[name]
-        return self.locate(name) if self.locate is not None else None
+    def where(self, group: str, name: str) -> str | None:
+        """Where ``group.name`` was set (a file position or an override's origin), or None if not known."""
+        key = (group, name)
+        if key in self.origins:
+            return self.origins[key]
+        return self.locate(Problem(key, "", "key")) if self.locate is not None else None
 
 
 _RECIPES: IdentityMap[Recipe] = IdentityMap()
@@ -121,18 +124,11 @@ def carries_recipe(obj: object) -> bool:
     return _carries_recipe(type(obj))
 
 
-def remember_given(value: object, given: Given) -> None:
-    """Record what the user set in ``value`` (a factory's result: in its recipe, with every location)."""
-    recipe = recipe_of(value)
-    if recipe is not None:
-        remember(value, recipe._replace(given={name: given.where(name) for name in sorted(given.names)}))
-    else:
-        _GIVEN.set(value, given)
+def remember_given(root: object, given: Given) -> None:
+    """Record what the user set in the groups of ``root``, a resolved root config."""
+    _GIVEN.set(root, given)
 
 
-def given_of(value: object) -> Given | None:
-    """What the user set in ``value``, or None when there is no record (built in Python, or a copy)."""
-    recipe = recipe_of(value)
-    if recipe is not None:
-        return Given(recipe.given, recipe.given)
-    return _GIVEN.get(value)
+def given_of(root: object) -> Given | None:
+    """What the user set in ``root``'s groups, or None when there is no record (built in Python, a copy)."""
+    return _GIVEN.get(root)

@@ -92,7 +92,8 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     if problems:  # nothing is imported or called while the document names a group that does not exist
         raise Problems("invalid config", problems)
 
-    allowed = current_options().allowed
+    options = current_options()
+    allowed = options.allowed
     groups: dict[str, Any] = {}
     for name, node in raw.items():
         if isinstance(node, Resolved):
@@ -106,7 +107,11 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
             problems.append(Problem((name,), f"missing required root group {name!r}", "parent"))
     if problems:
         raise Problems("invalid config", problems)
-    return construct(facts.cls, groups)
+    root = construct(facts.cls, groups)
+    # What the document gave in each group, for a later '_target_' switch (see recipes.Given).
+    given = {k: frozenset(v).difference((TARGET_KEY,)) for k, v in raw.items() if isinstance(v, Mapping)}
+    remember_given(root, Given(given, None, options.locate))
+    return root
 
 
 #: Root keys of other tools, and what to do instead.
@@ -190,20 +195,10 @@ def _resolve_group(
     if hook is None:
         hook = conv.group_hooks[target.obj] = attrs_hook(target.obj, conv, frozenset({TARGET_KEY}))
     try:
-        value = hook(node, target.obj)
+        return hook(node, target.obj)
     except Exception as exc:
         problems.extend(problems_of(exc, path))
         return _INVALID
-    remember_given(value, Given([k for k in node if k != TARGET_KEY], None, _locator(path)))
-    return value
-
-
-def _locator(path: Path) -> Callable[[str], str | None] | None:
-    """Where each field under ``path`` was given, asked of the current resolve's locator when needed."""
-    locate = current_options().locate
-    if locate is None:
-        return None
-    return lambda name: locate(Problem((*path, name), "", "key"))
 
 
 def _call_factory(
@@ -255,8 +250,8 @@ def _call_factory(
         return _INVALID
     # Every parameter explicit, in signature order, so a dump shows what the factory really received.
     explicit = {n: kwargs.get(n, target.defaults.get(n)) for n in target.params}
-    where = _locator(path)
-    given = {n: where(n) if where is not None else None for n in kwargs}
+    locate = current_options().locate
+    given = {n: locate(Problem((*path, n), "", "key")) if locate is not None else None for n in kwargs}
     remember(result, Recipe(target.name, explicit, target.obj, given))
     return result
 
