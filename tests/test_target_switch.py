@@ -290,3 +290,20 @@ def test_copies_dump_like_the_original_after_any_overrides(overrides: dict[str, 
     twin = copy.deepcopy(cfg) if how == "deepcopy" else pickle.loads(pickle.dumps(cfg))
     assert dump_config(twin) == dump_config(cfg)
     assert apply_overrides(twin, {"training.seed": "3"}) == apply_overrides(cfg, {"training.seed": "3"})
+
+
+def test_a_bad_removal_is_reported_with_the_problems_of_a_document_that_does_not_resolve(
+    lr_only: Path,
+) -> None:
+    lr_only.write_text(LR_ONLY.replace("lr: 0.001", "lr: fast"), encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(lr_only, {"~optimizer.betaz": None, "~optimizer.lr": "1"})
+    assert [(i.location, i.path) for i in info.value.issues] == [
+        (f"{lr_only}:7:7", "optimizer.lr"),
+        ("--~optimizer.betaz", "optimizer.betaz"),
+        ("--~optimizer.lr", "optimizer.lr"),
+    ]
+    assert [i.message for i in info.value.issues][1:] == [
+        "no field 'betaz' under 'optimizer'; did you mean 'betas'?",
+        "a removal ('~optimizer.lr') takes no value, got '1'",
+    ]

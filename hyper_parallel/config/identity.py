@@ -1,9 +1,11 @@
 """Facts attached to objects by identity, forgotten when the object dies.
 
 Resolved configs are frozen, slotted attrs instances (or whatever a factory returns): they cannot carry
-extra attributes, and equal values are not the same fact (two equal model specs may come from different
-factory calls). So facts about them (how a factory built one, its unstructured form) live beside them in an
-identity map whose entries go away with the object.
+extra attributes, and equal values are not the same fact (two equal configs may have been set by the user
+in different fields). So facts about them (what the user set in a root config, the recipe of a factory
+result whose class has no field for it) live beside them in an identity map whose entries go away with the
+object. Such facts do not survive a copy; a fact that must (a ``ModelSpec``'s recipe) is stored on the
+value itself.
 """
 
 import threading

@@ -1,6 +1,6 @@
-"""How a root group's value was made, and which of its fields the user set.
+"""How a factory-built root group was made, and which values of a resolved config the user set.
 
-Two facts travel with a resolved group value:
+Two facts are kept about a resolved config:
 
 * A factory's result (a ``ModelSpec``) carries its :class:`Recipe`, the factory call that made it, so that
   it can be written back as that call and overridden by re-running it. The recipe is stored on the value
@@ -14,7 +14,8 @@ Two facts travel with a resolved group value:
   travels with the value; the root's record is kept by identity beside the root (Config instances are
   frozen, slotted classes that the components declare), so a copy of the root, or a root built in Python
   (``attrs.evolve`` included), has none: each of its Config groups then counts as set every field whose
-  value differs from the class default.
+  value differs from the class default (attrs cannot tell a default from the same value passed
+  explicitly), and its factory groups what their recipes say.
 """
 
 import typing
