@@ -136,7 +136,7 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "model_dump"):
         return _plain({k: getattr(value, k) for k in type(value).model_fields})
     if attrs.has(type(value)):
-        return {f.name: _plain(getattr(value, f.name)) for f in attrs.fields(type(value))}
+        return {f.name: _plain(getattr(value, f.name)) for f in attrs.fields(type(value)) if f.eq}
     return value  # functions and classes of a ModelSpec compare by identity
 
 

@@ -156,6 +156,13 @@ class OverridePatch:
         self.conv = conv
         self.facts = facts
         self.overrides = overrides
+        #: The overrides by kind: removals (``~group.field``), ``_target_`` switches, and values.
+        self._removals: list[Override] = []
+        self._switches: list[Override] = []
+        self._values: list[Override] = []
+        for o in overrides:
+            kind = self._removals if o.delete else self._switches if _is_switch(o) else self._values
+            kind.append(o)
         self.allowed = allowed
         #: Every problem found so far, in the order found.
         self.problems: list[Problem] = []
@@ -163,8 +170,11 @@ class OverridePatch:
         self._tree: Mapping[str, Any] | None = None
         #: What the user had set in the config :meth:`user_tree` wrote, if it was recorded.
         self._old: Given | None = None
-        #: The names set in each group of that config, and the known locations of those values.
-        self._set_names: dict[str, frozenset[str]] = {}
+        #: The names set in each group of that config (None: not known, a group built in Python), and the
+        #: known locations of those values.
+        self._set_names: dict[str, frozenset[str] | None] = {}
+        #: Groups :meth:`user_tree` cut down to the values set.
+        self._reshaped: set[str] = set()
         self._origins: dict[tuple[str, str], str | None] = {}
         #: Groups of that config with no record, whose non-default values count as set.
         self._unrecorded: set[str] = set()
@@ -174,15 +184,18 @@ class OverridePatch:
     def user_tree(self, cfg: Any) -> dict[str, Any]:
         """The tree of what the user set in ``cfg``: every group's ``_target_`` and the values set in it.
 
-        A group that cannot be written (a ``ModelSpec`` built in Python) is carried over as it is while no
-        override names it; an override of it is reported.
+        Only the groups that a switch or a removal reshapes (and factory groups, whose unset parameters
+        the factory fills in) are cut down to the values set; the others keep every value, which
+        restructures to the same config. A group that cannot be written (a ``ModelSpec`` built in Python)
+        is carried over as it is while no override names it; an override of it is reported.
         """
         try:
             full = self.conv.unstructure(cfg)
         except ConfigError:
             full = None  # some group cannot be written: each is written on its own below
         # An override inside a value ('optimizer.betas[0]') patches the whole current value.
-        inside = {o.path[:2] for o in self.overrides if len(o.path) > 2 and not o.delete}
+        inside = {o.path[:2] for o in self._values if len(o.path) > 2}
+        reshaped = {o.path[0] for o in (*self._removals, *self._switches)}
         self._old = given = given_of(cfg)
         tree: dict[str, Any] = {}
         for group in self.facts.types:
@@ -192,18 +205,23 @@ class OverridePatch:
                 tree[group] = Resolved(value)
                 self._kept.add(group)
                 continue
-            recipe = recipe_of(value) if given is None or group not in given.names else None
-            if recipe is not None:  # a copy of a factory's result: its recipe says what was set
+            recipe = recipe_of(value)
+            names: frozenset[str] | None
+            if recipe is not None:  # its recipe says what was set, and where (it travels with copies)
                 names = frozenset(recipe.given)
                 self._origins.update(((group, n), where) for n, where in recipe.given.items())
-            elif given is None:  # built in Python: every value other than the default counts as set
-                names = frozenset(_differing(value))
-                self._unrecorded.add(group)
-            else:
+                reshaped.add(group)
+            elif given is not None and group not in given.unrecorded:
                 names = given.names.get(group, frozenset())
+            else:  # built in Python: every value other than the default counts as set
+                self._unrecorded.add(group)
+                names = frozenset(_differing(value)) if group in reshaped else None
             self._set_names[group] = names
-            keep = names.union([TARGET_KEY], (k for g, k in inside if g == group))
-            tree[group] = body if keep.issuperset(body) else {k: v for k, v in body.items() if k in keep}
+            if group in reshaped and names is not None:
+                self._reshaped.add(group)
+                keep = names.union([TARGET_KEY], (k for g, k in inside if g == group))
+                body = {k: v for k, v in body.items() if k in keep}
+            tree[group] = body
         return tree
 
     def _group_body(self, group: str, value: Any) -> dict[str, Any] | None:
@@ -224,16 +242,14 @@ class OverridePatch:
         new target.
         """
         self._tree = tree
-        for o in self.overrides:
-            if o.delete:
-                self._delete(tree, o)
-        for o in self.overrides:
-            if _is_switch(o):
-                self._switch(tree, o)
+        for o in self._removals:
+            self._delete(tree, o)
+        for o in self._switches:
+            self._switch(tree, o)
         refused = {p.path for p in self.problems}  # fields a switch already reported are not reported twice
         targets: dict[str, Target | None] = {}
-        for o in self.overrides:
-            if _is_switch(o) or o.delete or o.path[:2] in refused:
+        for o in self._values:
+            if o.path[:2] in refused:
                 continue
             group = self._group_of(o)
             if group is None:
@@ -255,42 +271,71 @@ class OverridePatch:
         if (
             self._old is None
             or path[0] in self._unrecorded
-            or path[1] not in self._set_names.get(path[0], ())
+            or path[1] not in (self._set_names.get(path[0]) or ())
         ):
             return None
         return self._old.where(*key)
 
     def locator(self, locate: Locate) -> Locate:
         """``locate``, falling back to where the config :meth:`user_tree` wrote had each value set (so a
-        problem of a value set in a file is located there even when the file is no longer at hand)."""
+        problem of a value set in a file is located there even when the file is no longer at hand).
+
+        A field's own key (what the resolver asks for each factory parameter given) is looked up in a table
+        of the overrides first, so the cost does not grow with their number.
+        """
+        exact: dict[Path, str] = {}  # as ``locate`` finds them: the first override of the field itself,
+        for o in reversed(self.overrides):  # else the first of a value inside it
+            if len(o.path) > 2:
+                exact[o.path[:2]] = o.origin
+        exact.update((o.path, o.origin) for o in reversed(self.overrides) if len(o.path) == 2)
 
         def located(problem: Problem) -> str | None:
+            if problem.anchor == "key" and len(problem.path) == 2:
+                found = exact.get(problem.path) or self.where(problem.path)
+                if found is not None:
+                    return found
             return locate(problem) or self.where(problem.path)
 
         return located
 
     def record(self, result: Any) -> None:
-        """Mark ``result`` (restructured from the patched tree) with what the user set in each group: the
-        names the tree gave, each located at the override that set it or where it was set before."""
+        """Mark ``result`` (restructured from the patched tree) with what the user set in each group: what
+        was set before and is still there, and what the overrides set, each where it was set."""
         tree = self._tree or {}
-        names = {
-            group: self._set_names.get(group, frozenset())
-            if isinstance(node, Resolved)  # carried over as it was
-            else frozenset(node).difference((TARGET_KEY,))
-            for group, node in tree.items()
-        }
+        by_group: dict[str, set[str]] = {}
+        exact: dict[tuple[str, str], str] = {}  # the last override of each value
+        within: dict[tuple[str, str], str] = {}  # the first override of a value inside each value
+        for o in self._values:
+            path = o.path
+            if len(path) < 2 or not isinstance(path[1], str):
+                continue
+            key = (str(path[0]), path[1])
+            by_group.setdefault(key[0], set()).add(key[1])
+            if len(path) == 2:
+                exact[key] = o.origin
+            else:
+                within.setdefault(key, o.origin)
+        names: dict[str, frozenset[str]] = {}
+        unrecorded = set()
+        for group, node in tree.items():
+            before = self._set_names.get(group)
+            if group in self._reshaped:
+                names[group] = frozenset(node)
+            elif before is None:  # values set in Python (or a group carried over without a record)
+                unrecorded.add(group)
+            elif isinstance(node, Resolved):
+                names[group] = before
+            else:
+                names[group] = before.union(by_group.get(group, ()))
         old = self._old
         origins = {k: v for k, v in old.origins.items() if k[1] in names.get(k[0], ())} if old else {}
         origins.update(self._origins)
-        for group in self._unrecorded:  # values that were set in Python: where is not known
-            origins.update(((group, name), None) for name in names.get(group, ()))
-        for o in self.overrides:  # the last override of a value, else of a value inside a new one
-            if o.delete or len(o.path) < 2 or not isinstance(o.path[1], str):
-                continue
-            key = (str(o.path[0]), o.path[1])
-            if len(o.path) == 2 or (key not in origins and o.path[1] not in self._set_names.get(key[0], ())):
-                origins[key] = o.origin
-        remember_given(result, Given(names, origins, old.locate if old is not None else None))
+        for key, origin in within.items():  # a value set before keeps its place
+            if key not in exact and key[1] not in (self._set_names.get(key[0]) or ()):
+                origins[key] = origin
+        origins.update(exact)
+        locate = old.locate if old is not None else None
+        remember_given(result, Given(names, origins, locate, frozenset(unrecorded)))
 
     def check(self, raw: object) -> None:
         """Check the overrides against a document that did not resolve: their paths and value types only.
@@ -299,7 +344,7 @@ class OverridePatch:
         of the wrong type is wrong whatever the document says, so it belongs in the same report. Each group
         is typed by the ``_target_`` an override switches to, else the document's, else the root default's.
         """
-        switches = {o.path[0]: o.value for o in self.overrides if _is_switch(o)}
+        switches = {o.path[0]: o.value for o in self._switches}
         for o in self.overrides:
             group = self._group_of(o)
             if group is None or (o.delete and not self._removable(o)):
@@ -468,9 +513,7 @@ class OverridePatch:
             return
         accepted = _group_fields(new)
         short = new.name.rpartition(".")[2] if new.is_factory else new.obj.__qualname__
-        overridden = {
-            x.path[1]: x for x in self.overrides if len(x.path) >= 2 and x.path[0] == group and not x.delete
-        }
+        overridden = {x.path[1]: x for x in self._values if len(x.path) >= 2 and x.path[0] == group}
         body: dict[str, Any] = {TARGET_KEY: new.name}
         for name in [*tree[group], *(n for n in overridden if n not in tree[group])]:
             if name == TARGET_KEY:

@@ -64,16 +64,20 @@ class Given:
     only when a message needs one.
     """
 
-    __slots__ = ("locate", "names", "origins")
+    __slots__ = ("locate", "names", "origins", "unrecorded")
 
     def __init__(
         self,
         names: Mapping[str, frozenset[str]],
         origins: Mapping[tuple[str, str], str | None] | None = None,
         locate: Locate | None = None,
+        unrecorded: frozenset[str] = frozenset(),
     ) -> None:
-        #: The fields (or factory parameters) the user set, by group; a group not named set nothing.
+        #: The fields (or factory parameters) the user set, by group (``_target_`` may be among them); a
+        #: group not named set nothing, unless it is ``unrecorded``.
         self.names = names
+        #: Groups whose values were set in Python: each value other than its default counts as set.
+        self.unrecorded = unrecorded
         #: Known locations, by ``(group, name)``.
         self.origins: Mapping[tuple[str, str], str | None] = origins or {}
         #: Finds the location of a value not in ``origins``.

@@ -109,7 +109,7 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
         raise Problems("invalid config", problems)
     root = construct(facts.cls, groups)
     # What the document gave in each group, for a later '_target_' switch (see recipes.Given).
-    given = {k: frozenset(v).difference((TARGET_KEY,)) for k, v in raw.items() if isinstance(v, Mapping)}
+    given = {k: frozenset(v) for k, v in raw.items() if type(v) is dict or isinstance(v, Mapping)}
     remember_given(root, Given(given, None, options.locate))
     return root
 
