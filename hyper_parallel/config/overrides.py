@@ -289,12 +289,16 @@ class OverridePatch:
                 exact[o.path[:2]] = o.origin
         exact.update((o.path, o.origin) for o in reversed(self.overrides) if len(o.path) == 2)
 
+        known = self._origins  # the factory parameters set before, where they were set (None: not known)
+
         def located(problem: Problem) -> str | None:
-            if problem.anchor == "key" and len(problem.path) == 2:
-                found = exact.get(problem.path) or self.where(problem.path)
-                if found is not None:
-                    return found
-            return locate(problem) or self.where(problem.path)
+            path = problem.path
+            if problem.anchor == "key" and len(path) == 2:
+                if path in exact:
+                    return exact[path]
+                if path in known:
+                    return known[path]
+            return locate(problem) or self.where(path)
 
         return located
 
