@@ -1,19 +1,22 @@
 """Typed dotted overrides (``--optimizer.lr 1e-4``) patched into a resolved config's raw tree.
 
-Overrides never mutate a config and never skip a check: the resolved config is written out as the tree of
-what the user set (:meth:`OverridePatch.user_tree`), every override is patched into that tree, and the caller
-restructures the tree once, which re-runs every type check, validator and cross-field check; every field
-the tree does not name takes its class's (or factory's) default. A string value is read by the type of the
-field it lands on (the table of type rules says how), so ``--metrics.run_name 2024`` stays a string while
-``--training.max_steps 2e2`` is refused.
+Overrides never mutate a config and never skip a check: the resolved config is written out as a fresh tree
+(:meth:`OverridePatch.user_tree`), every override is patched into that tree, and the caller restructures the
+tree once, which re-runs every type check, validator and cross-field check. A string value is read by the
+type of the field it lands on (the table of type rules says how), so ``--metrics.run_name 2024`` stays a
+string while ``--training.max_steps 2e2`` is refused.
+
+A ``_target_`` switch keeps the values the user set and only those: every other field takes the new class's
+(or factory's) default, and a value the user set that the new class lacks is an error naming where it was
+set. ``~group.field`` (``--~group.field`` on the command line, Hydra's delete) removes a value the user set,
+which then takes its default again; ``~group`` gives a whole group its default.
 
 What "set by the user" means: the fields a document gave (in the file, or in the mapping given to
-``resolve_root``) and those an override set, as recorded on each resolved group value
-(:mod:`hyper_parallel.config.recipes`); for a value with no record (built in Python, or a copy of a Config
-group), every field whose value differs from its class default. So a ``_target_`` switch keeps exactly the
-values the user set and gives every other field the new class's default, and a value the user set that the
-new class lacks is an error naming where it was set. ``~group.field`` (``--~group.field``, Hydra's delete)
-removes a value the user set, which then takes its default again.
+``resolve_root``) and those an override set, as the resolver and :meth:`OverridePatch.record` note on the
+resolved config (:mod:`hyper_parallel.config.recipes`); a factory-built group's own note travels with it.
+For a config with no note (built in Python, ``attrs.evolve``-d, copied or unpickled), a Config group's set
+values are those that differ from the class default: attrs cannot tell a default from the same value passed
+explicitly, so such a value is taken as the default and the new class's default replaces it.
 """
 
 import functools
