@@ -128,6 +128,19 @@ def test_a_pointless_setting_is_a_warning_that_strict_refuses(
     assert cfg.training.max_steps == 100
 
 
+def test_a_warning_points_at_the_callers_line() -> None:
+    cfg = load_config("configs/llama3_debug.yaml")
+    with pytest.warns(ConfigWarning) as caught:
+        apply_overrides(cfg, {"training.max_steps": "5"})
+    assert [(Path(w.filename).name, str(w.message)) for w in caught.list] == [
+        (
+            Path(__file__).name,
+            "metrics.log_freq: no metrics would be logged: log_freq (10) exceeds training.max_steps "
+            "(5, set by overrides['training.max_steps'])",
+        )
+    ]
+
+
 def test_no_warning_for_a_sound_config() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -184,7 +184,7 @@ def apply_overrides(
     warned = _cite_overrides(_issues(result.warnings(), locate), parsed)
     if strict and warned:
         raise ConfigError(warned)
-    _emit(warned, stacklevel=2)
+    _emit(warned, stacklevel=3)
     return result
 
 
@@ -195,13 +195,14 @@ def _issues(pairs: Iterable[tuple[str, str]], locate: Locate) -> list[Issue]:
 
 
 def _emit(found: Iterable[Issue], stacklevel: int) -> None:
-    """Emit each warning as a :class:`ConfigWarning`, attributed to the caller ``stacklevel`` frames up."""
+    """Emit each warning as a :class:`ConfigWarning`, attributed to the frame ``stacklevel`` levels up
+    (``_emit`` is 1, the public function calling it 2, that function's caller 3)."""
     found = list(found)
     if found:
         import warnings  # only a config with something to warn about pays for it
 
         for issue in found:
-            warnings.warn(ConfigWarning(issue), stacklevel=stacklevel + 1)
+            warnings.warn(ConfigWarning(issue), stacklevel=stacklevel)
 
 
 def _cite_overrides(issues: Iterable[Issue], parsed: "list[Override]") -> list[Issue]:
