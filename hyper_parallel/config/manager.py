@@ -18,7 +18,7 @@ from hyper_parallel.config.errors import ConfigError, ConfigWarning, Issue, echo
 from hyper_parallel.config.options import current_options, resolve_options
 from hyper_parallel.config.resolver import converter
 from hyper_parallel.config.validation import Locate, Path, Problem, to_config_error
-from hyper_parallel.config.yaml_load import SourceMap, load_yaml_file
+from hyper_parallel.config.yaml_load import PartialDocument, SourceMap, load_yaml_file, parse_yaml
 from hyper_parallel.trainer.config import TrainerConfig
 
 if TYPE_CHECKING:  # the overrides machinery is imported only when there are overrides
@@ -116,15 +116,11 @@ def load_config_report(
     the overrides came from command-line flags, so issues name them ``--optimizer.lr`` (else
     ``overrides['optimizer.lr']``).
     """
-    from hyper_parallel.config.yaml_load import PartialDocument
-
     early: tuple[Issue, ...] = ()
     try:
         if text is None:
             raw, sources = load_yaml_file(path)
         else:
-            from hyper_parallel.config.yaml_load import parse_yaml
-
             raw, sources = parse_yaml(text, os.fspath(path))
     except PartialDocument as exc:  # duplicate keys and the like: reported with everything else
         if exc.sources is None:
