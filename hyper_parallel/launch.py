@@ -13,9 +13,10 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from hyper_parallel.config import ConfigError, Issue, dump_config, load_config, write_config
+from hyper_parallel.config import ConfigError, Issue, dump_config, write_config
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.help import config_help, summary
+from hyper_parallel.config.manager import load_config_report
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
 from hyper_parallel.trainer.config import TrainerConfig
 from hyper_parallel.trainer.machine import machine_issues
@@ -36,6 +37,7 @@ EXIT_TRAINING_ERROR = 1
 _FLAGS = (
     "--config-file",
     "--dry-run",
+    "--strict",
     "--print-config",
     "--dump-config",
     "--world-size",
@@ -44,13 +46,13 @@ _FLAGS = (
     "--help",
 )
 _WORLD_SIZE = re.compile(r"[0-9]{1,9}")
-_SWITCHES = frozenset({"--dry-run", "--print-config", "--help"})
+_SWITCHES = frozenset({"--dry-run", "--strict", "--print-config", "--help"})
 
 
 def _usage(prog: str) -> str:
     return f"""usage: python -m hyper_parallel.{prog} --config-file FILE [--GROUP.FIELD VALUE ...]
-       [--dry-run] [--print-config] [--dump-config PATH] [--world-size N] [--allow-target PREFIX]
-       [--device-memory SIZE|DEVICE]
+       [--dry-run] [--strict] [--print-config] [--dump-config PATH] [--world-size N]
+       [--allow-target PREFIX] [--device-memory SIZE|DEVICE]
 
 Resolve FILE into one typed, validated TrainerConfig, apply the overrides, and train. Launch several
 processes with torchrun (torchrun --nproc-per-node 2 -m hyper_parallel.{prog} --config-file FILE).
@@ -62,6 +64,7 @@ options:
                          --GROUP._target_ NAME switches the implementation
   --~GROUP.FIELD         remove a value the file set: the field takes its default again
   --dry-run              resolve and validate, print a summary, exit 0 (nothing is built)
+  --strict               refuse settings that make the run pointless (warnings) like errors, exit 2
   --print-config         print the resolved config as YAML (it loads back to an equal config)
   --dump-config PATH     write that YAML to PATH atomically (never the config file itself)
   --world-size N         check the parallel degrees against N processes (default: $WORLD_SIZE)
@@ -79,6 +82,7 @@ class _Args:
     def __init__(self) -> None:
         self.config_file: str | None = None
         self.dry_run = False
+        self.strict = False
         self.print_config = False
         self.help = False
         self.dump_config: str | None = None
@@ -99,13 +103,13 @@ def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
             token = "--help"
         if not token.startswith("--") or token == "--":
             issues.append(
-                Issue("$", f"unexpected argument {echo(token)}; options start with '--'", "command line")
+                Issue("", f"unexpected argument {echo(token)}; options start with '--'", "command line")
             )
             continue
         name, eq, value = token.partition("=")
         if name in _SWITCHES:
             if eq:
-                issues.append(Issue("$", f"{name} takes no value", name))
+                issues.append(Issue("", f"{name} takes no value", name))
             setattr(args, name[2:].replace("-", "_"), True)
             continue
         if name.startswith("--~"):  # Hydra's delete ('--~group.field') takes no value
@@ -113,11 +117,11 @@ def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
             continue
         if name not in _FLAGS and "." not in name:
             hint = did_you_mean(name, _FLAGS) or "; overrides are dotted, e.g. --optimizer.lr"
-            issues.append(Issue("$", f"unknown option {echo(name)}{hint}", name))
+            issues.append(Issue("", f"unknown option {echo(name)}{hint}", name))
             continue
         if not eq:
             if i >= len(argv) or (argv[i].startswith("--") and len(argv[i]) > 2):
-                issues.append(Issue("$", f"{name} needs a value", name))
+                issues.append(Issue("", f"{name} needs a value", name))
                 continue
             value = argv[i]
             i += 1
@@ -138,7 +142,7 @@ def _world_size(args: _Args, issues: list[Issue]) -> int | None:
         return None
     # ASCII digits only ("²".isdigit() is true but int() refuses it) and few of them (int() refuses 4300+).
     if not _WORLD_SIZE.fullmatch(text.strip()) or int(text) < 1:
-        issues.append(Issue("$", f"world size must be a positive integer, got {echo(text)}", origin))
+        issues.append(Issue("", f"world size must be a positive integer, got {echo(text)}", origin))
         return None
     return int(text)
 
@@ -146,6 +150,17 @@ def _world_size(args: _Args, issues: list[Issue]) -> int | None:
 def _is_rank0() -> bool:
     rank = os.environ.get("RANK", "0")
     return rank.strip() in ("", "0")
+
+
+def _warn(issues: Sequence[Issue], err: TextIO) -> None:
+    """Print warnings once (rank 0), each at its location, as compilers do."""
+    if not issues or not _is_rank0():
+        return
+    for issue in issues:
+        head = f"{issue.location}: " if issue.location else ""
+        err.write(f"{head}warning: {str(issue)[len(head) :]}\n")
+    count = len(issues)
+    err.write(f"{count} warning{'s' if count != 1 else ''} (--strict refuses them)\n")
 
 
 def _report(issues: Sequence[Issue], err: TextIO) -> int:
@@ -171,10 +186,10 @@ def main(
         out.write(_usage(prog))
         return 0
     if args.config_file is None and not issues:
-        issues.append(Issue("$", "--config-file FILE is required", "command line"))
+        issues.append(Issue("", "--config-file FILE is required", "command line"))
     world_size = _world_size(args, issues)
     if args.dump_config and args.config_file and _same_file(args.dump_config, args.config_file):
-        issues.append(Issue("$", "refusing to overwrite the config file it was given", "--dump-config"))
+        issues.append(Issue("", "refusing to overwrite the config file it was given", "--dump-config"))
     if issues:
         return _report(issues, err)
     assert args.config_file is not None
@@ -182,9 +197,15 @@ def main(
     if training and world_size is None:
         world_size = 1  # a plain `python -m` launch is one process; torchrun exports WORLD_SIZE
     try:
-        cfg = load_config(
-            args.config_file, args.overrides, allowed_targets=args.allow_target, world_size=world_size
+        loaded = load_config_report(
+            args.config_file,
+            args.overrides,
+            allowed_targets=args.allow_target,
+            world_size=world_size,
+            strict=args.strict,
+            command_line=True,
         )
+        cfg = loaded.config
         if prog == "train_vl" and getattr(cfg.model.args, "vision", None) is None:
             message = (
                 f"train_vl needs a vision-language model, but {cfg.model.name!r} has no vision tower; "
@@ -209,13 +230,13 @@ def main(
             out.write(dump_config(cfg))
     except ConfigError as exc:
         return _report(exc.issues, err)
+    _warn(loaded.warnings, err)
     if args.dry_run:
-        if not args.print_config:
-            out.write(summary(cfg, source=args.config_file, world_size=world_size))
-            if _is_rank0():
-                from hyper_parallel.preflight import preflight_report
+        if not args.print_config and _is_rank0():
+            from hyper_parallel.preflight import preflight_report
 
-                out.write(preflight_report(cfg, world_size, device))
+            out.write(summary(cfg, source=args.config_file, world_size=world_size, given=loaded.given))
+            out.write(preflight_report(cfg, world_size, device))
         return 0
     if args.print_config or args.dump_config:
         return 0
@@ -253,7 +274,7 @@ def _device_memory_check(cfg: "TrainerConfig", world_size: int | None, text: str
     try:
         device = parse_device(text)
     except ValueError as exc:
-        raise ConfigError([Issue("$", str(exc), "--device-memory")]) from None
+        raise ConfigError([Issue("", str(exc), "--device-memory")]) from None
     problems = memory_issues(cfg, world_size, device)
     if problems:
         raise ConfigError([Issue(path, message, "--device-memory") for path, message in problems])

@@ -147,12 +147,14 @@ def test_a_state_without_a_step_is_refused(state: dict[str, object]) -> None:
         sched.load_state_dict(state)
 
 
-def test_inconsistent_lengths_are_refused() -> None:
+def test_a_schedule_longer_than_the_run_keeps_its_warmup_and_shortens_the_decay() -> None:
+    # The config layer warns about both; the run follows the warmup and gives the decay the steps left.
+    assert lrs(WarmupDecay.Config(warmup_steps=20), 10) == pytest.approx(
+        [PEAK * (s + 1) / 21 for s in range(10)]
+    )
+    cfg = WarmupDecay.Config(warmup_steps=8, decay_ratio=0.5, decay_type="linear", min_lr_factor=0.1)
+    assert lrs(cfg, 10) == pytest.approx([*(PEAK * (s + 1) / 9 for s in range(8)), PEAK, 0.1 * PEAK])
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=PEAK)
-    with pytest.raises(ValueError, match="exceeds training_steps"):
-        WarmupDecay.Config(warmup_steps=20).build(opt, 10)
-    with pytest.raises(ValueError, match="exceed training_steps"):
-        WarmupDecay.Config(warmup_steps=8, decay_ratio=0.5).build(opt, 10)
     with pytest.raises(ValueError, match="training_steps must be >= 1"):
         WarmupDecay.Config(warmup_steps=0).build(opt, 0)
 

@@ -448,51 +448,6 @@ def trainer(**groups: Any) -> TrainerConfig:
 
 ROOT_CHECKS: list[tuple[str, dict[str, Any], list[tuple[str, str]]]] = [
     (
-        "warmup-longer-than-run",
-        {"lr_scheduler": WarmupDecay.Config(warmup_steps=200), "training": TrainingConfig(max_steps=100)},
-        [("lr_scheduler.warmup_steps", "must be <= training.max_steps (100), got 200")],
-    ),
-    (
-        "warmup-plus-decay-too-long",
-        {
-            "lr_scheduler": WarmupDecay.Config(warmup_steps=50, decay_ratio=0.6),
-            "training": TrainingConfig(max_steps=100),
-        },
-        [
-            (
-                "lr_scheduler.decay_ratio",
-                "warmup_steps (50) plus the decay phase (60 steps = decay_ratio x 100) exceeds "
-                "training.max_steps (100)",
-            )
-        ],
-    ),
-    (
-        "validator-never-runs",
-        {"validator": LossValidator.Config(enable=True, freq=500), "training": TrainingConfig(max_steps=100)},
-        [("validator.freq", "validation would never run: freq (500) exceeds training.max_steps (100)")],
-    ),
-    (
-        "disabled-validator-is-fine",
-        {
-            "validator": LossValidator.Config(enable=False, freq=500),
-            "training": TrainingConfig(max_steps=100),
-        },
-        [],
-    ),
-    (
-        "profiler-never-captures",
-        {
-            "profiler": TorchProfiler.Config(enable=True, profile_freq=200),
-            "training": TrainingConfig(max_steps=100),
-        },
-        [
-            (
-                "profiler.profile_freq",
-                "no trace would be captured: profile_freq (200) exceeds training.max_steps (100)",
-            )
-        ],
-    ),
-    (
         "compile-with-pp",
         {"compile": CompileConfig(enable=True), "parallelism": ParallelismConfig(pp=2)},
         [
@@ -584,6 +539,73 @@ def test_trainer_cross_check(groups: dict[str, Any], expected: list[tuple[str, s
     assert issues(trainer(**groups)) == expected
 
 
+#: Settings that make a run pointless but not wrong: ``TrainerConfig.warnings``, never ``cross_check``.
+WARNING_CHECKS: list[tuple[str, dict[str, Any], list[tuple[str, str]]]] = [
+    (
+        "warmup-longer-than-run",
+        {"lr_scheduler": WarmupDecay.Config(warmup_steps=200), "training": TrainingConfig(max_steps=100)},
+        [("lr_scheduler.warmup_steps", "must be <= training.max_steps (100), got 200")],
+    ),
+    (
+        "warmup-plus-decay-too-long",
+        {
+            "lr_scheduler": WarmupDecay.Config(warmup_steps=50, decay_ratio=0.6),
+            "training": TrainingConfig(max_steps=100),
+        },
+        [
+            (
+                "lr_scheduler.decay_ratio",
+                "warmup_steps (50) plus the decay phase (60 steps = decay_ratio x 100) exceeds "
+                "training.max_steps (100); the decay is shortened to 50 steps",
+            )
+        ],
+    ),
+    (
+        "validator-never-runs",
+        {"validator": LossValidator.Config(enable=True, freq=500), "training": TrainingConfig(max_steps=100)},
+        [("validator.freq", "validation would never run: freq (500) exceeds training.max_steps (100)")],
+    ),
+    (
+        "disabled-validator-is-fine",
+        {
+            "validator": LossValidator.Config(enable=False, freq=500),
+            "training": TrainingConfig(max_steps=100),
+        },
+        [],
+    ),
+    (
+        "profiler-never-captures",
+        {
+            "profiler": TorchProfiler.Config(enable=True, profile_freq=200),
+            "training": TrainingConfig(max_steps=100),
+        },
+        [
+            (
+                "profiler.profile_freq",
+                "no trace would be captured: profile_freq (200) exceeds training.max_steps (100)",
+            )
+        ],
+    ),
+    (
+        "metrics-never-log",
+        {"metrics": MetricsLogger.Config(log_freq=20), "training": TrainingConfig(max_steps=10)},
+        [
+            (
+                "metrics.log_freq",
+                "no metrics would be logged: log_freq (20) exceeds training.max_steps (10)",
+            )
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("groups", "expected"), [pytest.param(g, e, id=i) for i, g, e in WARNING_CHECKS])
+def test_trainer_warnings_are_not_errors(groups: dict[str, Any], expected: list[tuple[str, str]]) -> None:
+    config = trainer(**groups)
+    assert list(config.warnings()) == expected
+    assert issues(config) == []
+
+
 def test_trainer_cross_check_reports_every_problem() -> None:
     config = trainer(
         lr_scheduler=WarmupDecay.Config(warmup_steps=500),
@@ -592,7 +614,6 @@ def test_trainer_cross_check_reports_every_problem() -> None:
         parallelism=ParallelismConfig(pp=2),
     )
     assert [path for path, _ in issues(config)] == [
-        "lr_scheduler.warmup_steps",
         "compile.enable",
         "training.seq_len",
     ]

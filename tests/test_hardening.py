@@ -130,7 +130,7 @@ def test_outside_target_is_not_imported_via_load_config_override_or_launch(tmp_p
         apply_overrides(cfg, {"optimizer._target_": RECORDER_TARGET})
     code, out, err = run("--config-file", str(MINIMAL), "--optimizer._target_", RECORDER_TARGET, "--dry-run")
     assert (code, out) == (2, "")
-    assert f"--optimizer._target_: optimizer._target_: {RECORDER_TARGET!r} {OUTSIDE}" in err
+    assert f"--optimizer._target_: {RECORDER_TARGET!r} {OUTSIDE}" in err
     assert not recorder_imported()
 
 
@@ -193,13 +193,13 @@ def test_wrong_kinds_on_the_command_line_are_refused_the_same_way(
     with pytest.raises(ConfigError) as info:
         apply_overrides(cfg, {"optimizer._target_": target}, allowed_targets=allowed)
     ((path, message),) = issues(info)
-    assert (path, info.value.issues[0].location) == ("optimizer._target_", "--optimizer._target_")
+    assert (path, info.value.issues[0].location) == ("optimizer._target_", "overrides['optimizer._target_']")
     assert kind in message
     assert message.endswith(EXPECTED)
     flags = [a for prefix in allowed for a in ("--allow-target", prefix)]
     code, out, err = run("--config-file", str(MINIMAL), *flags, f"--optimizer._target_={target}", "--dry-run")
     assert (code, out) == (2, "")
-    assert f"--optimizer._target_: optimizer._target_: {message}\n" in err
+    assert f"--optimizer._target_: {message}\n" in err
     assert "Traceback" not in err
     assert fake.CALLS == []
 
@@ -277,9 +277,11 @@ def test_a_config_file_can_never_widen_the_list(text: str, tmp_path: Path) -> No
     path = write(tmp_path, text + minimal_with_optimizer(tmp_path, RECORDER_TARGET).read_text())
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    ((issue),) = info.value.issues
+    issue, outside = info.value.issues  # the rest of the document is checked too
     assert (issue.path, issue.location) == (key, f"{path}:1:1")
     assert issue.message.startswith(f"unknown root field {key!r}")
+    assert outside.path == "optimizer._target_"
+    assert "is outside the allowed target prefixes" in outside.message
     assert not recorder_imported()
 
 
@@ -550,7 +552,7 @@ def test_a_failing_dump_leaves_the_old_file_and_no_temporary(
         monkeypatch.setattr(manager.os, failing, boom)
     code, _, err = run("--config-file", str(MINIMAL), "--dump-config", str(out), "--dry-run")
     assert code == 2
-    assert f"{out}: $: cannot write the config: No space left on device" in err
+    assert f"{out}: cannot write the config: No space left on device" in err
     assert out.read_text() == "old contents\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.yaml"]
 
@@ -590,6 +592,6 @@ def test_dump_never_overwrites_the_config_file(
         dump = "dirlink/in.yaml"
     code, _, err = run("--config-file", str(src), "--dump-config", dump, "--dry-run")
     assert code == 2
-    assert "--dump-config: $: refusing to overwrite the config file it was given" in err
+    assert "--dump-config: refusing to overwrite the config file it was given" in err
     assert src.read_bytes() == before
     assert sorted(p.name for p in src.parent.iterdir()) == ["in.yaml"]

@@ -71,7 +71,7 @@ def test_five_mistakes_are_one_error_with_exact_locations_sorted_by_position(bad
             "optimzer",
             "unknown root field 'optimzer'; did you mean 'optimizer'?",
         ),
-        ("- 1\n- 2\n", "1:1", "$", "expected a mapping of root groups, got a list of 2 items"),
+        ("- 1\n- 2\n", "1:1", "top level", "expected a mapping of root groups, got a list of 2 items"),
         ("training: 3\n", "1:11", "training", "expected a mapping with '_target_', got the integer 3"),
         (
             "model:\n  _target_: hyper_parallel.models.qwen3_5.nope\n",
@@ -124,21 +124,31 @@ def test_a_broken_file_and_bad_overrides_are_reported_together(bad_file: Path) -
     }
     with pytest.raises(ConfigError) as info:
         load_config(bad_file, overrides)
-    flags = [(i.location, i.path, i.message) for i in info.value.issues if i.location.startswith("--")]
+    flags = [
+        (i.location, i.path, i.message) for i in info.value.issues if i.location.startswith("overrides[")
+    ]
     assert flags == [
         (
-            "--loss._target_",
+            "overrides['loss._target_']",
             "loss._target_",
             "'os.system' is outside the allowed target prefixes (hyper_parallel); trusted code can allow "
             "more with allowed_targets=, --allow-target or $HYPER_PARALLEL_ALLOWED_TARGETS",
         ),
         (
-            "--lr_scheduler.decay_type",
+            "overrides['lr_scheduler.decay_type']",
             "lr_scheduler.decay_type",
             "expected one of 'linear', 'cosine', 'constant', got the string 'cosin'; did you mean 'cosine'?",
         ),
-        ("--optimizer.lrr", "optimizer.lrr", "no field 'lrr' under 'optimizer'; did you mean 'lr'?"),
-        ("--optimzer.lr", "optimzer", "unknown root field 'optimzer'; did you mean 'optimizer'?"),
-        ("--training.max_steps", "training.max_steps", "expected an integer, got the number 200.0"),
+        (
+            "overrides['optimizer.lrr']",
+            "optimizer.lrr",
+            "no field 'lrr' under 'optimizer'; did you mean 'lr'?",
+        ),
+        ("overrides['optimzer.lr']", "optimzer", "unknown root field 'optimzer'; did you mean 'optimizer'?"),
+        (
+            "overrides['training.max_steps']",
+            "training.max_steps",
+            "expected an integer, got the number 200.0",
+        ),
     ]
     assert len(info.value.issues) == 6 + len(flags)  # the file's own six problems come first

@@ -85,7 +85,7 @@ def test_string_values_are_read_by_the_field_type(cfg, key: str, text: str, expe
 def test_wrong_values_name_the_flag(cfg, key: str, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError) as info:
         apply_overrides(cfg, {key: text})
-    assert issues(info) == [(f"--{key}", key, message)]
+    assert issues(info) == [(f"overrides[{key!r}]", key, message)]
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_wrong_values_name_the_flag(cfg, key: str, text: str, message: str) -> N
 def test_unknown_paths_suggest_the_valid_one(cfg, key: str, path: str, message: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError) as info:
         apply_overrides(cfg, {key: "1"})
-    assert issues(info) == [(f"--{key}", path, message)]
+    assert issues(info) == [(f"overrides[{key!r}]", path, message)]
 
 
 def test_malformed_key_is_an_error(cfg) -> None:  # type: ignore[no-untyped-def]
@@ -133,15 +133,23 @@ def test_every_bad_override_is_reported_at_once(cfg) -> None:  # type: ignore[no
 
 def test_cross_field_checks_run_again(cfg) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError) as info:
-        apply_overrides(cfg, {"training.max_steps": "5"})
+        apply_overrides(cfg, {"training.max_steps": "5"}, strict=True)
     assert [(i.path, i.message) for i in info.value.issues] == [
-        ("lr_scheduler.warmup_steps", "must be <= training.max_steps (5), got 10"),
+        (
+            "lr_scheduler.warmup_steps",
+            "must be <= training.max_steps (5, set by overrides['training.max_steps']), got 10",
+        ),
+        (
+            "metrics.log_freq",
+            "no metrics would be logged: log_freq (10) exceeds training.max_steps "
+            "(5, set by overrides['training.max_steps'])",
+        ),
     ]
 
 
 def test_cross_field_error_located_at_the_file_when_loading_with_overrides() -> None:
     with pytest.raises(ConfigError) as info:
-        load_config(FULL, {"training.max_steps": "100"})
+        load_config(FULL, {"training.max_steps": "100"}, strict=True)
     first = info.value.issues[0]
     assert first.path == "lr_scheduler.warmup_steps"
     assert first.location == f"{FULL}:49:17"
@@ -171,7 +179,7 @@ def test_switching_target_refuses_a_value_set_on_the_command_line(cfg) -> None: 
         apply_overrides(cfg, {"optimizer.eps": "1e-6", "optimizer._target_": SGD_TARGET})
     assert issues(info) == [
         (
-            "--optimizer.eps",
+            "overrides['optimizer.eps']",
             "optimizer.eps",
             "'eps' was set on the command line, but the new target SGD.Config has no such field; "
             "remove it with --~optimizer.eps",
@@ -183,7 +191,7 @@ def test_switching_to_a_target_of_the_wrong_kind_is_refused(cfg) -> None:  # typ
     with pytest.raises(ConfigError) as info:
         apply_overrides(cfg, {"optimizer._target_": "hyper_parallel.components.loss.CausalLMLoss.Config"})
     (issue,) = info.value.issues
-    assert (issue.location, issue.path) == ("--optimizer._target_", "optimizer._target_")
+    assert (issue.location, issue.path) == ("overrides['optimizer._target_']", "optimizer._target_")
     assert "expected a Config class deriving from Optimizer.Config" in issue.message
 
 

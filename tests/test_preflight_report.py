@@ -67,8 +67,7 @@ def test_the_report_is_printed_on_rank_0_only(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("RANK", "1")
     status, out, _ = _launch("--dry-run", "--world-size", "64")
     assert status == 0
-    assert "all checks passed" in out
-    assert "preflight:" not in out
+    assert out == ""  # the summary and the report are printed once, by rank 0
 
 
 def test_without_a_world_size_auto_degrees_count_as_one() -> None:
@@ -128,7 +127,7 @@ def test_every_table_device_is_named_by_its_key() -> None:
 def test_a_bad_device_memory_is_an_input_error(text: str, message: str) -> None:
     status, out, err = _launch("--dry-run", "--device-memory", text)
     assert (status, out) == (2, "")
-    assert err.splitlines()[0] == f"--device-memory: $: {message}"
+    assert err.splitlines()[0] == f"--device-memory: {message}"
 
 
 OVER = ("--world-size", "8", "--parallelism.tp", "2", "--activation_checkpoint.mode", "none")

@@ -134,4 +134,4 @@ class Buggy:
 def test_a_config_class_whose_own_code_fails_is_reported_not_raised(size: int, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         converter.structure({"size": size}, Buggy)
-    assert [(i.path, i.message) for i in info.value.issues] == [("$", message)]
+    assert [(i.path, i.message) for i in info.value.issues] == [("top level", message)]

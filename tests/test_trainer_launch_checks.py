@@ -77,7 +77,7 @@ def test_files_the_run_reads_must_exist_when_training_not_when_checking(
 def test_training_without_torch_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(machine, "_torch_installed", lambda: False)
     assert machine_issues(tiny_config("llama3"), training=True) == [
-        ("$", "training needs PyTorch, which is not installed: python -m pip install -e '.[torch]'")
+        ("", "training needs PyTorch, which is not installed: python -m pip install -e '.[torch]'")
     ]
     assert machine_issues(tiny_config("llama3"), training=False) == []
 

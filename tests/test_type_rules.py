@@ -62,7 +62,7 @@ CONV.register_root(KindsRoot)
 def test_bare_scalars_are_strict_through_converter_structure(raw: object, tp: Any, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         converter.structure(raw, tp)
-    assert [(i.path, i.message, i.location) for i in info.value.issues] == [("$", message, None)]
+    assert [(i.path, i.message, i.location) for i in info.value.issues] == [("top level", message, None)]
 
 
 @pytest.mark.parametrize(
@@ -278,9 +278,13 @@ def test_model_arguments_on_the_command_line_are_reported_at_their_flags(tmp_pat
     with pytest.raises(ConfigError) as info:
         load_config(path, {"model.overrides.n_layer": "2", "model.overrides.dim": "2.5"})
     assert [(i.location, i.path, i.message) for i in info.value.issues] == [
-        ("--model.overrides.dim", "model.overrides.dim", "expected an integer, got the number 2.5"),
         (
-            "--model.overrides.n_layer",
+            "overrides['model.overrides.dim']",
+            "model.overrides.dim",
+            "expected an integer, got the number 2.5",
+        ),
+        (
+            "overrides['model.overrides.n_layer']",
             "model.overrides.n_layer",
             "unknown argument 'n_layer' of Qwen3_5Args; did you mean 'n_layers'?",
         ),

@@ -40,9 +40,9 @@ def test_malformed_command_line_value_is_reported_at_its_flag_with_the_other_pro
     with pytest.raises(ConfigError) as info:
         load_config(FULL, {"training.max_steps": "[1,", "optimizer.lr": "x"})
     assert _report(info.value) == [
-        ("--optimizer.lr", "optimizer.lr", "expected a number, got the string 'x'"),
+        ("overrides['optimizer.lr']", "optimizer.lr", "expected a number, got the string 'x'"),
         (
-            "--training.max_steps",
+            "overrides['training.max_steps']",
             "training.max_steps",
             "cannot read '[1,': invalid YAML: did not find expected node content (while parsing a flow node) "
             "(column 4)",
@@ -54,7 +54,7 @@ def test_malformed_value_through_the_python_api_is_reported_at_its_key() -> None
     with pytest.raises(ConfigError) as info:
         apply_overrides(load_config(FULL), {"compile.components": "{a: [1"})
     ((location, path, message),) = _report(info.value)
-    assert (location, path) == ("--compile.components", "compile.components")
+    assert (location, path) == ("overrides['compile.components']", "compile.components")
     assert message.startswith("cannot read '{a: [1': invalid YAML")
 
 
@@ -180,7 +180,7 @@ NOT_UTF8 = "'\\udcff' is not valid UTF-8 text (it holds a lone surrogate, as fro
 def test_a_lone_surrogate_from_the_shell_is_refused_at_its_flag(key: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(FULL, {key: "\udcff"})
-    assert _report(info.value) == [(f"--{key}", key, NOT_UTF8)]
+    assert _report(info.value) == [(f"overrides[{key!r}]", key, NOT_UTF8)]
 
 
 @pytest.mark.parametrize(("raw", "tp"), [("\udcff", str), ({"\udcff": 1}, dict[str, int]), ("\udcff", Path)])
@@ -277,7 +277,7 @@ def test_a_field_given_in_the_wrong_group_names_the_group_that_has_it(
 ) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(FULL, {key: "5"})
-    assert _report(info.value) == [(f"--{key}", path, message)]
+    assert _report(info.value) == [(f"overrides[{key!r}]", path, message)]
 
 
 def test_a_quoted_number_in_a_file_says_to_remove_the_quotes(tmp_path: Path) -> None:
@@ -354,7 +354,7 @@ def test_an_allowed_target_prefix_must_be_a_module_name(prefix: str) -> None:
     code, out, _ = _check(f"--allow-target={prefix}", "configs/qwen3_5_full.yaml")
     assert code == 1
     assert out.splitlines()[0] == (
-        f"$: an allowed target prefix (--allow-target, allowed_targets=) {prefix!r} is not a dotted module "
+        f"an allowed target prefix (--allow-target, allowed_targets=) {prefix!r} is not a dotted module "
         "name such as 'my_project.models'"
     )
     with pytest.raises(ConfigError):

@@ -148,7 +148,7 @@ class Mode(str, enum.Enum):
 @pytest.mark.parametrize(
     ("data", "fragment"),
     [
-        ((1, 2), "cannot dump a value of type tuple at $"),
+        ((1, 2), "cannot dump a value of type tuple at top level"),
         ({"a": {"b": [1, {1, 2}]}}, "cannot dump a value of type set at a.b[1]"),
         ({"a": b"x"}, "cannot dump a value of type bytes at a"),
         ({"a": object()}, "cannot dump a value of type object at a"),

@@ -412,7 +412,7 @@ def test_alias_cannot_bypass_depth_limit() -> None:
 def test_size_limit(as_bytes: bool) -> None:
     text = "a: " + "x" * MAX_BYTES
     issue = one_issue(text.encode() if as_bytes else text)
-    assert issue.path == "$"
+    assert issue.path == ""
     assert issue.location == "f.yaml:1:1"
     assert f"the limit is {MAX_BYTES} bytes" in issue.message
 
@@ -433,7 +433,7 @@ def test_long_string_within_limit_is_fine() -> None:
 
 def test_non_utf8() -> None:
     issue = one_issue(b"a: 1\nb: caf\xe9\n")
-    assert issue.path == "$"
+    assert issue.path == ""
     assert issue.location == "f.yaml:2:7"
     assert "not valid UTF-8 (byte 0xe9" in issue.message
 
@@ -461,7 +461,7 @@ def test_nul_in_bytes() -> None:
 
 def test_multiple_documents() -> None:
     issue = one_issue("a: 1\n---\nb: 2\n")
-    assert issue.path == "$"
+    assert issue.path == ""
     assert issue.location == "f.yaml:2:1"
     assert "several YAML documents" in issue.message
 
@@ -469,7 +469,7 @@ def test_multiple_documents() -> None:
 @pytest.mark.parametrize("text", ["", "   \n\n", "# only a comment\n# another\n", "---\n", "--- # c\n...\n"])
 def test_empty_document(text: str) -> None:
     issue = one_issue(text)
-    assert issue == Issue(path="$", message=issue.message, location="f.yaml:1:1")
+    assert issue == Issue(path="", message=issue.message, location="f.yaml:1:1")
     assert "empty document" in issue.message
 
 
@@ -486,7 +486,7 @@ def test_empty_document(text: str) -> None:
 )
 def test_syntax_error_location(text: str, location: str, fragment: str) -> None:
     issue = one_issue(text)
-    assert issue.path == "$"
+    assert issue.path == ""
     assert issue.location == location
     assert issue.message.startswith("invalid YAML: ")
     if yaml.__with_libyaml__:  # the pure-Python parser words its problems differently
@@ -595,7 +595,7 @@ def test_load_file_unreadable(tmp_path: Path, make: object, fragment: str) -> No
     with pytest.raises(ConfigError) as info:
         load_yaml_file(target)
     (issue,) = info.value.issues
-    assert issue.path == "$"
+    assert issue.path == ""
     assert issue.location == os.fspath(target)
     assert fragment in issue.message
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from hyper_parallel.config import load_config
+from hyper_parallel.config import ConfigWarning, load_config
 from hyper_parallel.trainer.config import TrainerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +66,9 @@ def tiny_overrides(model: str, **extra: str) -> dict[str, str]:
 
 def tiny_config(model: str = "llama3", overrides: Mapping[str, Any] | None = None) -> TrainerConfig:
     """The shipped debug config of ``model``, shrunk by ``tiny_overrides`` and then ``overrides``."""
-    return load_config(debug_config_path(model), {**tiny_overrides(model), **(overrides or {})})
+    with warnings.catch_warnings():  # a tiny run logs no metrics on purpose (metrics.log_freq 1000)
+        warnings.simplefilter("ignore", ConfigWarning)
+        return load_config(debug_config_path(model), {**tiny_overrides(model), **(overrides or {})})
 
 
 def as_flags(overrides: Mapping[str, str]) -> list[str]:

@@ -4,12 +4,13 @@ Everything a launch script or a test outside the project needs is exported here;
 machinery behind these names.
 """
 
-from hyper_parallel.config.errors import ConfigError, Issue
+from hyper_parallel.config.errors import ConfigError, ConfigWarning, Issue
 from hyper_parallel.config.manager import apply_overrides, dump_config, load_config, write_config
 from hyper_parallel.config.resolver import converter, resolve_root
 
 __all__ = [
     "ConfigError",
+    "ConfigWarning",
     "Issue",
     "apply_overrides",
     "converter",

@@ -9,7 +9,18 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-__all__ = ["MAX_ECHO", "MAX_MESSAGE", "MAX_PATH", "ConfigError", "Issue", "did_you_mean", "format_path"]
+__all__ = [
+    "MAX_ECHO",
+    "MAX_MESSAGE",
+    "MAX_PATH",
+    "TOP_LEVEL",
+    "ConfigError",
+    "ConfigWarning",
+    "Issue",
+    "did_you_mean",
+    "format_path",
+    "override_origin",
+]
 
 #: Longest echo of user input inside a message; longer text is cut so hostile input cannot flood logs.
 MAX_ECHO = 80
@@ -19,18 +30,28 @@ MAX_MESSAGE = 1000
 #: root group and the leaf (or ``LINE:COL``) stay readable.
 MAX_PATH = 300
 
+#: The path of the document itself (a problem with its shape, not with one field).
+TOP_LEVEL = "top level"
+
 PathPart = str | int
 
 
 def format_path(parts: Sequence[PathPart]) -> str:
-    """Show ``("parallelism", "pp_layer_split", 2)`` as ``parallelism.pp_layer_split[2]``; ``()`` as ``$``."""
+    """Show ``("parallelism", "pp_layer_split", 2)`` as ``parallelism.pp_layer_split[2]``; ``()`` as
+    :data:`TOP_LEVEL`."""
     out = ""
     for part in parts:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
             out += f".{part}" if out else part
-    return out or "$"
+    return out or TOP_LEVEL
+
+
+def override_origin(key: str, command_line: bool) -> str:
+    """Where an override came from, as issues name it: the flag ``--optimizer.lr`` on the command line,
+    ``overrides['optimizer.lr']`` from the Python API."""
+    return f"--{key}" if command_line else f"overrides[{key!r}]"
 
 
 def echo(value: object) -> str:
@@ -75,7 +96,10 @@ class Issue:
 
     path: str = attrs.field(
         converter=_clip_middle,
-        metadata={"help": "Dotted path of the offending field; '$' is the root (cut to MAX_PATH)."},
+        metadata={
+            "help": "Dotted path of the offending field; 'top level' for the document itself, '' for a "
+            "problem outside the config (a command-line option, a file that cannot be read); cut to MAX_PATH."
+        },
     )
     message: str = attrs.field(
         converter=_clip_end, metadata={"help": "What was expected and what was found (cut to MAX_MESSAGE)."}
@@ -89,8 +113,15 @@ class Issue:
     )
 
     def __str__(self) -> str:
-        head = f"{self.location}: " if self.location else ""
-        return f"{head}{self.path}: {self.message}"
+        """``LOCATION: PATH: MESSAGE``; the path is left out when it is empty or the location already
+        names it (an override's flag)."""
+        parts = [self.location] if self.location else []
+        if self.path and self.location not in (
+            override_origin(self.path, True),
+            override_origin(self.path, False),
+        ):
+            parts.append(self.path)
+        return ": ".join([*parts, self.message])
 
 
 def _position(issue: Issue) -> tuple[int, str, int, int, str]:
@@ -125,3 +156,21 @@ class ConfigError(ValueError):
 
     def __reduce__(self) -> tuple[type["ConfigError"], tuple[tuple[Issue, ...]]]:
         return (type(self), (self.issues,))
+
+
+class ConfigWarning(UserWarning):
+    """A setting that makes a run pointless but not wrong (a warmup longer than the run, validation that
+    never runs): ``issue`` says where, like a :class:`ConfigError`'s issues.
+
+    ``load_config`` emits one per finding through :mod:`warnings` (so ``-W error::...ConfigWarning`` or
+    ``warnings.catch_warnings`` apply); ``strict=True`` reports them in the :class:`ConfigError` instead.
+    """
+
+    issue: Issue
+
+    def __init__(self, issue: Issue) -> None:
+        self.issue = issue
+        super().__init__(str(issue))
+
+    def __reduce__(self) -> tuple[type["ConfigWarning"], tuple[Issue]]:
+        return (type(self), (self.issue,))

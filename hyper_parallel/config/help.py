@@ -8,7 +8,7 @@ import inspect
 import json
 import re
 import typing
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import attrs
@@ -135,8 +135,16 @@ def config_help(root: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summary(root: Any, *, source: str | None = None, world_size: int | None = None) -> str:
-    """A readable summary of a resolved config: each group's target and the fields that differ from it."""
+def summary(
+    root: Any,
+    *,
+    source: str | None = None,
+    world_size: int | None = None,
+    given: Collection[tuple[str | int, ...]] = (),
+) -> str:
+    """A readable summary of a resolved config: each group's target and its fields that differ from the
+    class default or that ``given`` names (paths the file or an override set, such as ``("optimizer",
+    "lr")``); a factory-built group shows the factory's full dotted name and every argument."""
     head = f"resolved {source}" if source else "resolved config"
     lines = [f"{head}: {len(attrs.fields(type(root)))} groups, all checks passed"]
     if world_size is not None:
@@ -146,7 +154,7 @@ def summary(root: Any, *, source: str | None = None, world_size: int | None = No
         recipe = recipe_of(value)
         if recipe is not None:
             args = ", ".join(f"{k}={_inline(v)}" for k, v in recipe.args.items())
-            lines.append(f"  {f.name:<22} {recipe.target.rpartition('.')[2]}({args})")
+            lines.append(f"  {f.name:<22} {recipe.target}({args})")
             continue
         cls = type(value)
         changed = []
@@ -156,7 +164,7 @@ def summary(root: Any, *, source: str | None = None, world_size: int | None = No
             default = None
         for a in attrs.fields(cls):
             current = getattr(value, a.name)
-            if default is None or getattr(default, a.name) != current:
+            if default is None or getattr(default, a.name) != current or (f.name, a.name) in given:
                 changed.append(f"{a.name}={_inline(current)}")
         shown = ", ".join(changed) if changed else "defaults"
         lines.append(f"  {f.name:<22} {cls.__qualname__}: {shown}")

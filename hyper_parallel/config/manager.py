@@ -7,20 +7,32 @@ through one restructure, and ``dump_config`` writes YAML that resolves back to a
 
 import contextlib
 import os
+import re
+import typing
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from hyper_parallel.config.errors import ConfigError, Issue, echo
+import attrs
+
+from hyper_parallel.config.errors import ConfigError, ConfigWarning, Issue, echo, override_origin
 from hyper_parallel.config.options import current_options, resolve_options
 from hyper_parallel.config.resolver import converter
-from hyper_parallel.config.validation import Locate, Problem, to_config_error
-from hyper_parallel.config.yaml_load import SourceMap, load_yaml_file
+from hyper_parallel.config.validation import Locate, Path, Problem, to_config_error
+from hyper_parallel.config.yaml_load import PartialDocument, SourceMap, load_yaml_file, parse_yaml
 from hyper_parallel.trainer.config import TrainerConfig
 
 if TYPE_CHECKING:  # the overrides machinery is imported only when there are overrides
     from hyper_parallel.config.overrides import Override
 
-__all__ = ["apply_overrides", "dump_config", "load_config", "load_config_text", "write_config"]
+__all__ = [
+    "ConfigReport",
+    "apply_overrides",
+    "dump_config",
+    "load_config",
+    "load_config_report",
+    "load_config_text",
+    "write_config",
+]
 
 
 def _file_locator(sources: SourceMap) -> Locate:
@@ -36,20 +48,38 @@ def _file_locator(sources: SourceMap) -> Locate:
     return locate
 
 
+class ConfigReport(typing.NamedTuple):
+    """A resolved config with what :func:`load_config` knows beside it."""
+
+    #: The resolved, checked config.
+    config: TrainerConfig
+    #: Settings that make the run pointless but not wrong (``TrainerConfig.warnings``), located like
+    #: a :class:`ConfigError`'s issues; empty under ``strict=True``, which refuses them.
+    warnings: tuple[Issue, ...]
+    #: Every path the file or an override set (``("optimizer", "lr")``) and each of their ancestors.
+    given: frozenset[Path]
+
+
 def load_config(
     path: str | os.PathLike[str],
     overrides: Mapping[str, object] | None = None,
     *,
     allowed_targets: Iterable[str] | None = None,
     world_size: int | None = None,
+    strict: bool = False,
 ) -> TrainerConfig:
     """Resolve the YAML file at ``path``, then apply ``overrides`` (dotted keys) to the result.
 
     Every problem is reported in one :class:`ConfigError`, each issue located at ``FILE:LINE:COL`` in the
-    file or at the flag that set the value. With ``world_size``, the parallel degrees must multiply to it.
+    file or at the override that set the value. With ``world_size``, the parallel degrees must multiply to
+    it. Settings that make the run pointless but not wrong are emitted as :class:`ConfigWarning` through
+    :mod:`warnings`; ``strict=True`` makes them errors. :func:`load_config_report` returns them instead.
     """
-    raw, sources = load_yaml_file(path)
-    return _resolve(raw, sources, overrides, allowed_targets, world_size)
+    report = load_config_report(
+        path, overrides, allowed_targets=allowed_targets, world_size=world_size, strict=strict
+    )
+    _emit(report.warnings, stacklevel=3)
+    return report.config
 
 
 def load_config_text(
@@ -59,40 +89,72 @@ def load_config_text(
     *,
     allowed_targets: Iterable[str] | None = None,
     world_size: int | None = None,
+    strict: bool = False,
 ) -> TrainerConfig:
     """Like :func:`load_config` for YAML text that is not in a file (standard input); ``name`` is the
     source that locations name (``<stdin>:LINE:COL``)."""
-    from hyper_parallel.config.yaml_load import parse_yaml
+    report = load_config_report(
+        name, overrides, text=text, allowed_targets=allowed_targets, world_size=world_size, strict=strict
+    )
+    _emit(report.warnings, stacklevel=3)
+    return report.config
 
-    raw, sources = parse_yaml(text, name)
-    return _resolve(raw, sources, overrides, allowed_targets, world_size)
 
+def load_config_report(
+    path: str | os.PathLike[str],
+    overrides: Mapping[str, object] | None = None,
+    *,
+    text: str | bytes | None = None,
+    allowed_targets: Iterable[str] | None = None,
+    world_size: int | None = None,
+    strict: bool = False,
+    command_line: bool = False,
+) -> ConfigReport:
+    """:func:`load_config`, returning the config with its warnings instead of emitting them.
 
-def _resolve(
-    raw: object,
-    sources: SourceMap,
-    overrides: Mapping[str, object] | None,
-    allowed_targets: Iterable[str] | None,
-    world_size: int | None,
-) -> TrainerConfig:
-    parsed = _parse_overrides(overrides or {})
+    ``text`` is read instead of the file, ``path`` then only names it in locations. ``command_line`` says
+    the overrides came from command-line flags, so issues name them ``--optimizer.lr`` (else
+    ``overrides['optimizer.lr']``).
+    """
+    early: tuple[Issue, ...] = ()
+    try:
+        if text is None:
+            raw, sources = load_yaml_file(path)
+        else:
+            raw, sources = parse_yaml(text, os.fspath(path))
+    except PartialDocument as exc:  # duplicate keys and the like: reported with everything else
+        if exc.sources is None:
+            raise
+        raw, sources, early = exc.value, exc.sources, exc.issues
+    parsed = _parse_overrides(overrides or {}, command_line)
     locate = _locator(parsed, sources)
+    found = list(early)
+    cfg: TrainerConfig | None = None
     with resolve_options(allowed_targets=allowed_targets, locate=_file_locator(sources)):
         try:
             cfg = converter.structure(raw, TrainerConfig)
         except ConfigError as exc:
-            if parsed:  # report what is wrong with the overrides too, not in a second run
-                raise ConfigError([*exc.issues, *_override_issues(raw, parsed, locate)]) from None
-            raise
-        if parsed:
-            cfg = _apply(cfg, parsed, sources, locate)
-    if world_size is not None:
-        problems = [
-            Problem(tuple(field.split(".")), message) for field, message in cfg.world_size_issues(world_size)
-        ]
-        if problems:
-            raise to_config_error(problems, locate)
-    return cfg
+            # Report what is wrong with the overrides too, not in a second run.
+            found += [*exc.issues, *(_override_issues(raw, parsed, locate) if parsed else ())]
+        if cfg is not None and parsed:
+            try:
+                cfg = _apply(cfg, parsed, sources, locate)
+            except ConfigError as exc:
+                found += exc.issues
+                cfg = None
+    warned: list[Issue] = []
+    if cfg is not None:
+        if world_size is not None:
+            found += _issues(cfg.world_size_issues(world_size), locate)
+        warned = _issues(cfg.warnings(), locate)
+    if strict:
+        found, warned = [*found, *warned], []
+    if found:
+        raise ConfigError(_cite_overrides(found, parsed))
+    assert cfg is not None
+    given = {path[:end] for path in sources.paths() for end in range(1, len(path) + 1)}
+    given.update(o.path[:end] for o in parsed for end in range(1, len(o.path) + 1))
+    return ConfigReport(cfg, tuple(_cite_overrides(warned, parsed)), frozenset(given))
 
 
 def apply_overrides(
@@ -100,18 +162,73 @@ def apply_overrides(
     overrides: Mapping[str, object],
     *,
     allowed_targets: Iterable[str] | None = None,
+    strict: bool = False,
 ) -> TrainerConfig:
     """A new config with ``overrides`` applied: unstructure, patch every override, restructure once.
 
     Keys are dotted paths (``"optimizer.lr"``, ``"optimizer._target_"``); a string value is read by the
-    type of the field it lands on, any other value is taken as typed. Every check runs again.
+    type of the field it lands on, any other value is taken as typed. Every check runs again; warnings are
+    emitted or, with ``strict=True``, raised as in :func:`load_config`.
     """
-    parsed = _parse_overrides(overrides)
+    parsed = _parse_overrides(overrides, False)
+    locate = _locator(parsed, None)
     with resolve_options(allowed_targets=allowed_targets):
-        return _apply(cfg, parsed, None, _locator(parsed, None))
+        try:
+            result = _apply(cfg, parsed, None, locate)
+        except ConfigError as exc:
+            raise ConfigError(_cite_overrides(exc.issues, parsed)) from None
+    warned = _cite_overrides(_issues(result.warnings(), locate), parsed)
+    if strict and warned:
+        raise ConfigError(warned)
+    _emit(warned, stacklevel=3)
+    return result
 
 
-def _parse_overrides(overrides: Mapping[str, object]) -> "list[Override]":
+def _issues(pairs: Iterable[tuple[str, str]], locate: Locate) -> list[Issue]:
+    """Root-relative ``(dotted path, message)`` pairs as located issues."""
+    problems = [Problem(tuple(field.split(".")), message) for field, message in pairs]
+    return list(to_config_error(problems, locate).issues) if problems else []
+
+
+def _emit(found: Iterable[Issue], stacklevel: int) -> None:
+    """Emit each warning as a :class:`ConfigWarning`, attributed to the frame ``stacklevel`` levels up
+    (``_emit`` is 1, the public function calling it 2, that function's caller 3)."""
+    found = list(found)
+    if found:
+        import warnings  # only a config with something to warn about pays for it
+
+        for issue in found:
+            warnings.warn(ConfigWarning(issue), stacklevel=stacklevel)
+
+
+def _cite_overrides(issues: Iterable[Issue], parsed: "list[Override]") -> list[Issue]:
+    """Issues whose message quotes another field's value (``training.max_steps (10)``) that an override set
+    say so: ``training.max_steps (10, set by --training.max_steps)``. A sibling may be quoted by its name
+    alone (``micro_batch_size (3)`` in ``training``)."""
+    issues = list(issues)
+    if not parsed:
+        return issues
+    out = []
+    for issue in issues:
+        message = issue.message
+        parent = issue.path.rpartition(".")[0]
+        for o in parsed:
+            if o.key == issue.path or not all(isinstance(p, str) for p in o.path):
+                continue
+            names = [o.key]
+            if o.key.rpartition(".")[0] == parent:
+                names.append(o.key.rpartition(".")[2])
+            for name in names:
+                if f"{name} (" not in message:
+                    continue
+                message = re.sub(
+                    rf"(?<![\w.]){re.escape(name)} \(([^(),]*)\)", rf"{name} (\1, set by {o.origin})", message
+                )
+        out.append(issue if message == issue.message else attrs.evolve(issue, message=message))
+    return out
+
+
+def _parse_overrides(overrides: Mapping[str, object], command_line: bool) -> "list[Override]":
     if not overrides:
         return []
     from hyper_parallel.config.overrides import Override, parse_path
@@ -129,7 +246,7 @@ def _parse_overrides(overrides: Mapping[str, object]) -> "list[Override]":
                 )
             )
             continue
-        parsed.append(Override(key, path, value, f"--{key}"))
+        parsed.append(Override(key, path, value, override_origin(key, command_line)))
     if problems:
         raise to_config_error(problems, None)
     return parsed
@@ -224,9 +341,7 @@ def write_config(cfg: TrainerConfig, path: str | os.PathLike[str]) -> None:
                 os.unlink(tmp)
             raise
     except OSError as exc:
-        raise ConfigError(
-            [Issue("$", f"cannot write the config: {exc.strerror or exc}", str(path))]
-        ) from None
+        raise ConfigError([Issue("", f"cannot write the config: {exc.strerror or exc}", str(path))]) from None
 
 
 def _file_mode(path: str) -> int:

@@ -4,7 +4,8 @@ The root class (``TrainerConfig``) declares the groups; this module keeps no lis
 facts (group names, field types, default targets) are computed once, when the root is registered on the
 converter. Structuring checks and imports each group's ``_target_``, checks the arguments against the
 target's fields or signature, and only then constructs or calls it; every problem in every group is
-collected, and nothing is called while the document still has an unknown root field. Unstructuring writes
+collected, and no factory is called while the document still has an unknown root field (its other groups
+are checked all the same). Unstructuring writes
 each group's runtime class (never the declared base, which would lose a subclass's fields), or the factory
 and the arguments it was called with.
 """
@@ -89,17 +90,17 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
             else:
                 message = f"root field names must be strings, got {describe_value(key)}"
             problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
-    if problems:  # nothing is imported or called while the document names a group that does not exist
-        raise Problems("invalid config", problems)
-
+    # While the document names a group that does not exist, every other group is still checked (Config
+    # classes structured, factory arguments checked), but no factory is called.
+    call = not problems
     options = current_options()
     allowed = options.allowed
     groups: dict[str, Any] = {}
     for name, node in raw.items():
         if isinstance(node, Resolved):
             groups[facts.fields[name].alias or name] = node.value
-        elif _check_group_shape(name, node, problems):
-            value = _resolve_group(conv, (name,), facts.types[name], node, allowed, problems)
+        elif name in facts.types and _check_group_shape(name, node, problems):
+            value = _resolve_group(conv, (name,), facts.types[name], node, allowed, problems, call)
             if value is not _INVALID:
                 groups[facts.fields[name].alias or name] = value
     for name, f in facts.fields.items():
@@ -182,6 +183,7 @@ def _resolve_group(
     node: Mapping[str, Any],
     allowed: tuple[str, ...],
     problems: list[Problem],
+    call: bool = True,
 ) -> Any:
     try:
         target = load_target(node[TARGET_KEY], field_type, allowed, conv.checked_targets)
@@ -190,7 +192,7 @@ def _resolve_group(
         return _INVALID
     if target.is_factory:
         args = {k: v for k, v in node.items() if k != TARGET_KEY}
-        return _call_factory(conv, path, field_type, target, args, problems)
+        return _call_factory(conv, path, field_type, target, args, problems, call)
     hook = conv.group_hooks.get(target.obj)
     if hook is None:
         hook = conv.group_hooks[target.obj] = attrs_hook(target.obj, conv, frozenset({TARGET_KEY}))
@@ -208,7 +210,9 @@ def _call_factory(
     target: Target,
     args: Mapping[str, Any],
     problems: list[Problem],
+    call: bool = True,
 ) -> Any:
+    """Check ``args`` against the factory's signature, then (if ``call``) call it and check its result."""
     before = len(problems)
     short = target.name.rpartition(".")[2]
     for key in args:
@@ -228,7 +232,7 @@ def _call_factory(
                 kwargs[name] = conv.get_structure_hook(tp)(value, tp)
             except Exception as exc:
                 problems.extend(problems_of(exc, (*path, name)))
-    if len(problems) > before:
+    if len(problems) > before or not call:
         return _INVALID
     try:
         result = target.obj(**kwargs)

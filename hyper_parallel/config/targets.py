@@ -86,7 +86,7 @@ def _prefixes(env: str, extra: tuple[str, ...]) -> tuple[str, ...]:
     given = [(p, f"${ALLOWED_TARGETS_ENV}") for p in env.split(",") if p.strip()]
     given += [(p, "an allowed target prefix (--allow-target, allowed_targets=)") for p in extra]
     bad = [
-        Issue("$", f"{what} {echo(p)} is not a dotted module name such as 'my_project.models'")
+        Issue("", f"{what} {echo(p)} is not a dotted module name such as 'my_project.models'")
         for p, what in given
         if not isinstance(p, str) or not all(s.isidentifier() for s in _normalise(p).split("."))
     ]

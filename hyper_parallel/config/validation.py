@@ -8,6 +8,7 @@ validator of a class when attrs stopped at the first one, and collects ``cross_c
 converter turns problems into one :class:`~hyper_parallel.config.errors.ConfigError`.
 """
 
+import collections.abc
 import re
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -161,16 +162,89 @@ def to_config_error(problems: Iterable[Problem], locate: Locate | None) -> Confi
 
 
 _VALIDATOR_MESSAGE = re.compile(r"^'[^']*' (must .*?)(?:: (.*))?$", re.DOTALL)
+_LENGTH_MESSAGE = re.compile(r"^Length of '[^']*' must be ([<>]=) (\d+): (\d+)$")
 
 
 def validator_message(exc: BaseException) -> str:
-    """attrs says ``'lr' must be > 0.0: -1.0``; the path already names the field, so say the rest."""
+    """attrs says ``'lr' must be > 0.0: -1.0``; the path already names the field, so say the rest in the
+    project's words: ``must be > 0.0, got -1.0`` (a length rule: ``must not be empty``)."""
     text = str(exc) if not exc.args or isinstance(exc.args[0], str) else str(exc.args[0])
     match = _VALIDATOR_MESSAGE.match(text)
     if match:
         rule, got = match.groups()
         return f"{rule}, got {got}" if got is not None else rule
+    length = _LENGTH_MESSAGE.match(text)
+    if length:
+        op, bound, got = length.groups()
+        if op == ">=" and bound == "1":
+            return "must not be empty"
+        return f"length must be {op} {bound}, got {got}"
     return text
+
+
+def _members(validator: Any) -> tuple[Any, ...] | None:
+    """The validators an ``and_`` combines, or None for any other validator."""
+    inner = getattr(validator, "_validators", None)
+    return tuple(inner) if isinstance(inner, (tuple, list)) else None
+
+
+def _check_value(
+    validator: Any, instance: object, field: "attrs.Attribute[Any]", value: Any
+) -> list[Problem]:
+    """Run ``validator`` on ``value`` the way attrs would, but report every failure in the project's words:
+    ``and_`` stops at its first failing member as attrs does, ``optional`` skips None, and
+    ``deep_iterable`` checks every member, each at its index (attrs stops at the first, without one)."""
+    if isinstance(validator, (tuple, list)):  # attrs accepts a list of validators for one field
+        validator = attrs.validators.and_(*validator)
+    members = _members(validator)
+    if members is not None:
+        for member in members:
+            found = _check_value(member, instance, field, value)
+            if found:
+                return found
+        return []
+    if type(validator).__name__ == "_OptionalValidator":
+        return [] if value is None else _check_value(validator.validator, instance, field, value)
+    if hasattr(validator, "member_validator") and hasattr(validator, "iterable_validator"):
+        outer = validator.iterable_validator
+        found = _check_value(outer, instance, field, value) if outer is not None else []
+        if found or isinstance(value, (str, bytes)):
+            return found
+        try:
+            items = list(value)
+        except TypeError:
+            return _call(validator, instance, field, value)
+        for index, item in enumerate(items):
+            for p in _check_value(validator.member_validator, instance, field, item):
+                found.append(Problem((index, *p.path), p.message))
+        return found
+    return _call(validator, instance, field, value)
+
+
+def _call(validator: Any, instance: object, field: "attrs.Attribute[Any]", value: Any) -> list[Problem]:
+    try:
+        validator(instance, field, value)
+    except (ValueError, TypeError) as exc:
+        return [Problem((), validator_message(exc))]
+    return []
+
+
+def _element_types(tp: Any) -> Callable[[int], Any] | None:
+    """The annotation of item ``i`` of a list or tuple annotation (Optional stripped), or None."""
+    args = typing.get_args(tp)
+    if type(None) in args:  # X | None
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) != 1:
+            return None
+        tp, args = rest[0], typing.get_args(rest[0])
+    origin = typing.get_origin(tp)
+    if origin is tuple and args:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return lambda _i: args[0]
+        return lambda i: args[i] if i < len(args) else None
+    if origin in (list, collections.abc.Sequence) and len(args) == 1:
+        return lambda _i: args[0]
+    return None
 
 
 def field_default(field: "attrs.Attribute[Any]", instance: object = None) -> Any:
@@ -198,8 +272,14 @@ def cross_check_errors(obj: object) -> list[Exception]:
     return out
 
 
-def _validator_errors(cls: type, kwargs: Mapping[str, Any], skip: set[str]) -> list[Exception]:
-    """Run every validator of ``cls`` on an unvalidated instance holding ``kwargs`` (defaults elsewhere)."""
+def _validator_errors(
+    cls: type, kwargs: Mapping[str, Any], skip: set[str], items: Mapping[str, list[tuple[int, Any]]] = {}
+) -> list[Exception]:
+    """Run every validator of ``cls`` on an unvalidated instance holding ``kwargs`` (defaults elsewhere).
+
+    ``items`` holds the sound items of list fields that failed as a whole (a type error in another item):
+    their member validators run too, so one bad item hides no other.
+    """
     shell: Any = object.__new__(cls)
     fields = attrs.fields(cls)
     for f in fields:
@@ -209,16 +289,53 @@ def _validator_errors(cls: type, kwargs: Mapping[str, Any], skip: set[str]) -> l
             object.__setattr__(shell, f.name, value)
     out: list[Exception] = []
     for f in fields:
-        if f.validator is None or f.name in skip or not hasattr(shell, f.name):
+        if f.validator is None:
+            continue
+        found: list[Problem] = []
+        try:
+            if f.name in items:
+                member = _member_validator(f.validator)
+                for index, item in items[f.name]:
+                    checked = _check_value(member, shell, f, item)
+                    found += [Problem((index, *p.path), p.message) for p in checked]
+            elif f.name not in skip and hasattr(shell, f.name):
+                found = _check_value(f.validator, shell, f, getattr(shell, f.name))
+        except AttributeError:  # a validator reading a field that is itself invalid: reported there
+            continue
+        except Exception as exc:
+            found = [Problem((), f"validator failed: {exc!r}")]
+        out.extend(at_attribute(Invalid(p.message, path=p.path), cls, f.name, f.type) for p in found)
+    return out
+
+
+def _member_validator(validator: Any) -> Any:
+    """The per-item validator of a ``deep_iterable`` (under ``optional``), or None."""
+    if type(validator).__name__ == "_OptionalValidator":
+        validator = validator.validator
+    return getattr(validator, "member_validator", None)
+
+
+def _sound_items(
+    f: "attrs.Attribute[Any]", raw: object, failure: BaseException, structure: Callable[[Any, Any], Any]
+) -> list[tuple[int, Any]] | None:
+    """The items of list field ``f`` that structure on their own, when ``failure`` names only some items."""
+    if _member_validator(f.validator) is None or not isinstance(raw, (list, tuple)):
+        return None
+    types = _element_types(f.type)
+    if types is None:
+        return None
+    bad = {seg for named, seg in map(_segment, getattr(failure, "exceptions", ())) if named}
+    if not bad:
+        return None
+    out = []
+    for index, item in enumerate(raw):
+        tp = types(index)
+        if index in bad or tp is None:
             continue
         try:
-            f.validator(shell, f, getattr(shell, f.name))
-        except (ValueError, TypeError) as exc:
-            out.append(at_attribute(Invalid(validator_message(exc)), cls, f.name, f.type))
-        except AttributeError:  # a validator reading a field that is itself invalid: reported there
-            pass
-        except Exception as exc:
-            out.append(at_attribute(Invalid(f"validator failed: {exc!r}"), cls, f.name, f.type))
+            out.append((index, structure(item, tp)))
+        except Exception:
+            continue
     return out
 
 
@@ -232,17 +349,24 @@ def class_error(
     structured again with ``structure(value, type)`` and every validator runs on them, so one bad field hides
     nothing else.
     """
-    failed = {seg for named, seg in map(_segment, errors) if named}
+    failures = {seg: e for e in errors for named, seg in [_segment(e)] if named}
     construction = [e for e in errors if not _segment(e)[0] and not isinstance(e, ForbiddenExtraKeysError)]
     kept = [e for e in errors if e not in construction]
     kwargs: dict[str, Any] = {}
+    items: dict[str, list[tuple[int, Any]]] = {}
     for f in attrs.fields(cls):
-        if f.init and f.name in raw and f.name not in failed:
-            try:
-                kwargs[f.alias or f.name] = structure(raw[f.name], f.type)
-            except Exception:
-                continue
-    found = _validator_errors(cls, kwargs, {str(s) for s in failed})
+        if not f.init or f.name not in raw:
+            continue
+        if f.name in failures:
+            sound = _sound_items(f, raw[f.name], failures[f.name], structure)
+            if sound:
+                items[f.name] = sound
+            continue
+        try:
+            kwargs[f.alias or f.name] = structure(raw[f.name], f.type)
+        except Exception:
+            continue
+    found = _validator_errors(cls, kwargs, {str(s) for s in failures}, items)
     if construction and not found and not kept:
         exc = construction[0]
         detail = validator_message(exc) if isinstance(exc, (ValueError, TypeError)) else repr(exc)

@@ -36,7 +36,7 @@ The non-specific tag ``!`` is treated like a plain scalar (PyYAML does not disti
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
 import yaml
@@ -48,6 +48,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_NODES",
     "Mark",
+    "PartialDocument",
     "SourceMap",
     "is_plain_string",
     "load_yaml_file",
@@ -201,7 +202,8 @@ class _TooManyNodesError(Exception):
 
 
 def _issue(path: Sequence[str | int], message: str, location: object) -> Issue:
-    return Issue(path=format_path(path), message=message, location=str(location))
+    # A problem with the text itself (syntax, encoding, size) names no field: its location says it all.
+    return Issue(path=format_path(path) if path else "", message=message, location=str(location))
 
 
 def _text_mark(file: str, text: str, index: int) -> Mark:
@@ -368,10 +370,21 @@ def _core_tag(text: str) -> str:
     return _STR
 
 
+class PartialDocument(ConfigError):
+    """Problems that still leave a document to check (a duplicate key keeps its first value, a merge key is
+    left out): ``value`` and ``sources`` are that document, so a caller can report what else is wrong with
+    it in the same run. Callers that only catch :class:`ConfigError` see these problems as usual."""
+
+    def __init__(self, issues: Iterable[Issue], value: object = None, sources: "SourceMap | None" = None):
+        super().__init__(issues)
+        self.value = value
+        self.sources = sources
+
+
 class _Builder:
     """Builds Python values from a composed node tree, filling a SourceMap and collecting issues."""
 
-    __slots__ = ("active", "count", "file", "issues", "keys", "smap", "values")
+    __slots__ = ("active", "count", "file", "issues", "keys", "partial", "smap", "values")
 
     def __init__(self, smap: SourceMap) -> None:
         self.smap = smap
@@ -379,6 +392,8 @@ class _Builder:
         self.keys = smap._keys
         self.values = smap._values
         self.issues: list[Issue] = []
+        #: Problems after which the document is still worth checking (see :class:`PartialDocument`).
+        self.partial: list[Issue] = []
         self.count = 0
         self.active: set[int] = set()  # ids of collection nodes being built: an alias to one is recursive
 
@@ -477,7 +492,7 @@ class _Builder:
             child = (*path, key)
             if first is not None:
                 message = f"duplicate key {echo(key)} (first defined at line {first.line + 1})"
-                self.issues.append(_issue(child, message, self.mark(key_node)))
+                self.partial.append(_issue(child, message, self.mark(key_node)))
                 continue
             seen[key] = key_node.start_mark
             self.keys[child] = key_node.start_mark
@@ -500,7 +515,7 @@ class _Builder:
                     "merge keys ('<<') are YAML 1.1 and not supported; "
                     "write the keys out or alias the whole mapping"
                 )
-                self.add(path, message, node)
+                self.partial.append(_issue(path, message, self.mark(node)))
                 return None
             if _core_tag(text) == _STR:
                 return text
@@ -537,9 +552,11 @@ def parse_yaml(text: str | bytes, filename: str = "<string>") -> tuple[object, S
     try:
         value = builder.build(node, ())
     except _Abort as stop:
-        raise ConfigError([*builder.issues, stop.issue]) from None
+        raise ConfigError([*builder.issues, *builder.partial, stop.issue]) from None
     if builder.issues:
-        raise ConfigError(builder.issues)
+        raise ConfigError([*builder.issues, *builder.partial])
+    if builder.partial:
+        raise PartialDocument(builder.partial, value, smap)
     return value, smap
 
 
@@ -562,7 +579,7 @@ def load_yaml_file(path: str | os.PathLike[str]) -> tuple[object, SourceMap]:
             size = os.path.getsize(name) if os.path.isfile(name) else len(data)
             raise _too_big(max(size, len(data)), name)
         return parse_yaml(data, name)
-    raise ConfigError([Issue(path="$", message=reason, location=name)])
+    raise ConfigError([Issue(path="", message=reason, location=name)])
 
 
 def _single_line(exc: ConfigError, text: str, source: str) -> ConfigError:

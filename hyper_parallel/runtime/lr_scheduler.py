@@ -4,14 +4,17 @@ Imported only from ``LRScheduler.Config.build``; this module imports torch.
 
 Closed form, with ``s`` the number of optimizer steps already taken (``s = 0`` is the first step),
 ``T = training_steps``, ``W = warmup_steps``, ``D = decay_steps(T)`` (``T - W`` when ``decay_ratio`` is
-null), ``S = T - D`` the first decay step and ``m = min_lr_factor``; the learning rate is
+null), ``S = max(T - D, W)`` the first decay step and ``m = min_lr_factor``; the learning rate is
 ``lr * factor(s)``:
 
 - warmup, ``s < W``: ``(s + 1) / (W + 1)`` (never 0, so the first step trains);
 - plateau, ``W <= s < S``: ``1``;
-- decay, ``S <= s``: with progress ``p = min((s - S) / (D - 1), 1)`` (``p = 1`` when ``D == 1``),
+- decay, ``S <= s``: with progress ``p = min((s - S) / (T - S - 1), 1)`` (``p = 1`` when ``T - S == 1``),
   ``linear``: ``m + (1 - m) * (1 - p)``, ``cosine``: ``m + (1 - m) * (1 + cos(pi * p)) / 2``,
   ``constant``: ``1``. The first decay step runs at the peak and the last step (``s = T - 1``) at ``m``.
+
+When warmup and decay do not fit in ``T`` (the config layer warns), warmup keeps its length and the decay
+gets the steps left, ``T - S``; a run shorter than its warmup ends before the peak.
 
 A checkpoint holds the schedule's position, not its shape: ``state_dict()`` is ``{"step": s}`` and
 ``load_state_dict`` puts a scheduler built from the current config at step ``s``, setting the optimizer's
@@ -85,14 +88,7 @@ def build_warmup_decay(
     """A ``WarmupDecayLR`` following the closed form in this module's docstring."""
     if training_steps < 1:
         raise ValueError(f"training_steps must be >= 1, got {training_steps}")
-    if cfg.warmup_steps > training_steps:
-        raise ValueError(f"warmup_steps ({cfg.warmup_steps}) exceeds training_steps ({training_steps})")
-    decay = cfg.decay_steps(training_steps)
-    start = training_steps - decay
-    if start < cfg.warmup_steps:
-        raise ValueError(
-            f"warmup_steps ({cfg.warmup_steps}) plus decay steps ({decay}) exceed training_steps "
-            f"({training_steps})"
-        )
+    start = max(training_steps - cfg.decay_steps(training_steps), cfg.warmup_steps)
+    decay = max(training_steps - start, 0)
     factor = WarmupDecayFactor(cfg.warmup_steps, start, decay, cfg.decay_type, cfg.min_lr_factor)
     return WarmupDecayLR(optimizer, factor)

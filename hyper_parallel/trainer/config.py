@@ -543,14 +543,14 @@ class TrainerConfig:
                 f"must not be an id the tokenizer produces (0..{vocab - 1}), got {image_token_id}",
             )
 
-    def cross_check(self) -> Iterator[tuple[str, str]]:
-        """Yield ``(field path, message)`` for conflicts between root groups (paths from the root).
+    def warnings(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)`` for settings that make the run pointless but not wrong.
 
-        Each group's own ``cross_check`` covers problems inside that group; this covers the rest.
+        The run starts all the same (``load_config(strict=True)`` and ``--strict`` refuse it): a warmup or
+        a decay that does not fit in ``training.max_steps`` (warmup keeps its length, the decay is
+        shortened), and validation, profiling or metrics whose period exceeds the run, so they never run.
         """
-        yield from self._tokenizer_issues()
-        training, par = self.training, self.parallelism
-        max_steps = training.max_steps
+        max_steps = self.training.max_steps
         sched = self.lr_scheduler
         if sched.warmup_steps > max_steps:
             yield (
@@ -563,7 +563,8 @@ class TrainerConfig:
                 yield (
                     "lr_scheduler.decay_ratio",
                     f"warmup_steps ({sched.warmup_steps}) plus the decay phase ({decay} steps = "
-                    f"decay_ratio x {max_steps}) exceeds training.max_steps ({max_steps})",
+                    f"decay_ratio x {max_steps}) exceeds training.max_steps ({max_steps}); the decay is "
+                    f"shortened to {max_steps - sched.warmup_steps} steps",
                 )
         if self.validator.enable and self.validator.freq > max_steps:
             yield (
@@ -577,6 +578,21 @@ class TrainerConfig:
                 f"no trace would be captured: profile_freq ({self.profiler.profile_freq}) exceeds "
                 f"training.max_steps ({max_steps})",
             )
+        if self.metrics.log_freq > max_steps:
+            yield (
+                "metrics.log_freq",
+                f"no metrics would be logged: log_freq ({self.metrics.log_freq}) exceeds training.max_steps "
+                f"({max_steps})",
+            )
+
+    def cross_check(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)`` for conflicts between root groups (paths from the root).
+
+        Each group's own ``cross_check`` covers problems inside that group; this covers the rest. Settings
+        that are not wrong but make the run pointless are :meth:`warnings`, not errors.
+        """
+        yield from self._tokenizer_issues()
+        training, par = self.training, self.parallelism
         compile_issue = self.model.args.compile_issue(self.compile.backend)
         if self.compile.enable and "model" in self.compile.components and compile_issue is not None:
             yield "compile.backend", compile_issue

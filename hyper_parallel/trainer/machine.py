@@ -60,7 +60,7 @@ def machine_issues(cfg: TrainerConfig, *, training: bool) -> list[tuple[str, str
     if training:
         if not _torch_installed():
             issues.append(
-                ("$", "training needs PyTorch, which is not installed: python -m pip install -e '.[torch]'")
+                ("", "training needs PyTorch, which is not installed: python -m pip install -e '.[torch]'")
             )
         issues.extend(_missing_files(cfg))
     return issues
