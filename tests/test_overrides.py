@@ -170,19 +170,19 @@ def test_switching_target_refuses_a_value_the_user_set_in_the_file() -> None:
     assert betas.location == f"{FULL}:40:3"
     assert betas.message == (
         f"'betas' was set at {FULL}:40:3, but the new target SGD.Config has no such field; "
-        "remove it with --~optimizer.betas"
+        "remove it with {'~optimizer.betas': None}"
     )
 
 
-def test_switching_target_refuses_a_value_set_on_the_command_line(cfg) -> None:  # type: ignore[no-untyped-def]
+def test_switching_target_refuses_a_value_an_override_set(cfg) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError) as info:
         apply_overrides(cfg, {"optimizer.eps": "1e-6", "optimizer._target_": SGD_TARGET})
     assert issues(info) == [
         (
             "overrides['optimizer.eps']",
             "optimizer.eps",
-            "'eps' was set on the command line, but the new target SGD.Config has no such field; "
-            "remove it with --~optimizer.eps",
+            "'eps' was set by overrides['optimizer.eps'], but the new target SGD.Config has no such "
+            "field; remove it with {'~optimizer.eps': None}",
         ),
     ]
 

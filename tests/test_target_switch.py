@@ -84,10 +84,10 @@ def test_a_value_an_earlier_override_set_is_reported_at_that_flag() -> None:
         apply_overrides(once, {"optimizer._target_": SGD_TARGET})
     assert issues(info) == [
         (
-            "--optimizer.eps",
+            "overrides['optimizer.eps']",
             "optimizer.eps",
-            "'eps' was set by --optimizer.eps, but the new target SGD.Config has no such field; "
-            "remove it with --~optimizer.eps",
+            "'eps' was set by overrides['optimizer.eps'], but the new target SGD.Config has no such field; "
+            "remove it with {'~optimizer.eps': None}",
         )
     ]
 
@@ -129,7 +129,7 @@ def test_a_config_built_in_python_counts_values_other_than_the_default_as_set() 
             None,
             "optimizer.betas",
             "'betas' was set to a value other than the default, but the new target SGD.Config has no "
-            "such field; remove it with --~optimizer.betas",
+            "such field; remove it with {'~optimizer.betas': None}",
         )
     ]
     new = apply_overrides(cfg, {"optimizer._target_": SGD_TARGET, "~optimizer.betas": None})
@@ -197,12 +197,12 @@ def test_removing_a_whole_group_gives_it_the_root_default() -> None:
         ("~model", None, "model", "'model' has no default, so it cannot be removed"),
     ],
 )
-def test_a_removal_that_cannot_be_done_is_reported_at_its_flag(
+def test_a_removal_that_cannot_be_done_is_reported_at_its_key(
     key: str, value: object, path: str, message: str
 ) -> None:
     with pytest.raises(ConfigError) as info:
         apply_overrides(load_config(MINIMAL), {key: value})
-    assert issues(info) == [(f"--{key}", path, message)]
+    assert issues(info) == [(f"overrides[{key!r}]", path, message)]
 
 
 def test_removal_on_the_launch_command_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -260,7 +260,7 @@ def test_a_hand_built_model_spec_does_not_block_overrides_of_other_groups() -> N
     assert issues(info) == [(None, "model", message)]
     with pytest.raises(ConfigError) as info:
         apply_overrides(hand_built, {"model.weights_path": "/w", "optimizer.lr": "0.1"})
-    assert issues(info) == [("--model.weights_path", "model", message)]
+    assert issues(info) == [("overrides['model.weights_path']", "model", message)]
 
 
 _OVERRIDES = {
@@ -300,8 +300,8 @@ def test_a_bad_removal_is_reported_with_the_problems_of_a_document_that_does_not
         load_config(lr_only, {"~optimizer.betaz": None, "~optimizer.lr": "1"})
     assert [(i.location, i.path) for i in info.value.issues] == [
         (f"{lr_only}:7:7", "optimizer.lr"),
-        ("--~optimizer.betaz", "optimizer.betaz"),
-        ("--~optimizer.lr", "optimizer.lr"),
+        ("overrides['~optimizer.betaz']", "optimizer.betaz"),
+        ("overrides['~optimizer.lr']", "optimizer.lr"),
     ]
     assert [i.message for i in info.value.issues][1:] == [
         "no field 'betaz' under 'optimizer'; did you mean 'betas'?",

@@ -530,7 +530,7 @@ class OverridePatch:
                     body[name] = tree[group][name]
                 continue
             if name in overridden:
-                where = " on the command line"
+                where = _where_text(overridden[name].origin)
             elif group in self._unrecorded:
                 where = " to a value other than the default"
             else:
@@ -539,7 +539,7 @@ class OverridePatch:
                 Problem(
                     (group, name),
                     f"{name!r} was set{where}, but the new target {short} has no such field; "
-                    f"remove it with --~{group}.{name}",
+                    f"remove it with {_removal(o.origin, f'{group}.{name}')}",
                     "key",
                 )
             )
@@ -579,7 +579,13 @@ def _has(node: Any, seg: str | int) -> bool:
 
 
 def _where_text(location: str | None) -> str:
-    """`` at FILE:LINE:COL`` or `` by --flag`` for a recorded location; empty when it is not known."""
+    """`` at FILE:LINE:COL`` or `` by --flag`` / `` by overrides['key']`` for a recorded location; empty
+    when it is not known."""
     if location is None:
         return ""
-    return f" by {location}" if location.startswith("--") else f" at {location}"
+    return f" by {location}" if location.startswith(("--", "overrides[")) else f" at {location}"
+
+
+def _removal(origin: str, key: str) -> str:
+    """How to remove ``key`` in the words of the caller that asked for the switch: a flag or a key."""
+    return f"--~{key}" if origin.startswith("--") else f"{{'~{key}': None}}"
