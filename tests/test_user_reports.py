@@ -355,8 +355,8 @@ def test_an_allowed_target_prefix_must_be_a_module_name(prefix: str) -> None:
     code, out, err = _check(f"--allow-target={prefix}", "configs/qwen3_5_full.yaml")
     assert (code, out) == (2, "")
     assert err.splitlines()[0] == (
-        f"error: an allowed target prefix (--allow-target, allowed_targets=) {prefix!r} is not a dotted module "
-        "name such as 'my_project.models'"
+        f"error: an allowed target prefix (--allow-target, allowed_targets=) {prefix!r} "
+        "is not a dotted module name such as 'my_project.models'"
     )
     with pytest.raises(ConfigError):
         resolve_root({}, allowed_targets=[prefix])
