@@ -47,6 +47,7 @@ __all__ = [
     "attrs_unstructure",
     "child_names",
     "child_type",
+    "choice_hint",
     "constrain_schema",
     "describe_type",
     "describe_value",
@@ -319,6 +320,20 @@ def _structure_none(value: Any, _tp: Any) -> Any:
     raise Invalid(f"expected null, got {describe_value(value)}")
 
 
+def choice_hint(value: str, choices: Sequence[str]) -> str:
+    """A did-you-mean for a value that is not one of ``choices``: the choice it equals but for case
+    (``8b`` -> ``8B``), else a close choice with the same digits. A choice with other digits is another size
+    or version (``7B`` is not a typo of ``70B``), so it is never suggested; the message lists them all."""
+    folded = [c for c in choices if c.casefold() == value.casefold()]
+    if folded:
+        return f"; did you mean {folded[0]!r}?"
+    digits = _DIGITS.sub("", value)
+    return did_you_mean(value, [c for c in choices if _DIGITS.sub("", c) == digits])
+
+
+_DIGITS = re.compile(r"\D")
+
+
 class _Literal(Rule):
     def matches(self, tp: Any) -> bool:
         return typing.get_origin(tp) is Literal
@@ -335,7 +350,7 @@ class _Literal(Rule):
                     return value
             except TypeError:  # unhashable value
                 pass
-            hint = did_you_mean(value, words) if isinstance(value, str) else ""
+            hint = choice_hint(value, words) if isinstance(value, str) else ""
             raise Invalid(f"expected one of {shown}, got {describe_value(value)}{hint}")
 
         return structure_literal
@@ -373,7 +388,7 @@ class _Enum(Rule):
             try:
                 return members[(type(value), value)]
             except (KeyError, TypeError):
-                hint = did_you_mean(value, words) if isinstance(value, str) else ""
+                hint = choice_hint(value, words) if isinstance(value, str) else ""
                 raise Invalid(f"expected one of {shown}, got {describe_value(value)}{hint}") from None
 
         return structure_enum
