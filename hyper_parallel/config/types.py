@@ -869,7 +869,8 @@ def constrain_schema(schema: Schema, validator: Any) -> Schema:
 
     ``gt``/``ge``/``lt``/``le`` become numeric bounds, ``min_len``/``max_len`` lengths, ``in_`` an enum,
     ``deep_iterable`` constrains the items, and ``and_``/``optional`` are followed (``optional``: the null
-    branch stays open). A hand-written validator function says nothing a schema can show, and is skipped.
+    branch stays open). A hand-written validator says what it accepts with a ``json_schema`` attribute (a
+    schema every value must also match, e.g. ``-1`` or ``>= 1``); one without says nothing, and is skipped.
     """
     if validator is None:
         return schema
@@ -894,6 +895,8 @@ def constrain_schema(schema: Schema, validator: Any) -> Schema:
         options = list(validator.options)
         if all(isinstance(o, (str, int, float, bool)) or o is None for o in options):
             _narrow(schema, None, "enum", options)
+    elif isinstance(extra := getattr(validator, "json_schema", None), dict):
+        schema = {**schema, "allOf": [*schema.get("allOf", []), extra]}
     return schema
 
 
