@@ -20,6 +20,10 @@ def positive_or_auto(instance: object, attribute: "attrs.Attribute[Any]", value:
         raise ValueError(f"'{attribute.name}' must be >= 1, or -1 for auto: {value!r}")
 
 
+#: What the JSON schema says of the values a validator accepts (read by ``hyper_parallel.config.schema``).
+positive_or_auto.json_schema = {"if": {"not": {"const": -1}}, "then": {"minimum": 1}}  # type: ignore[attr-defined]
+
+
 def minus_one_or_at_least(
     minimum: int, meaning: str
 ) -> Callable[[object, "attrs.Attribute[Any]", int], None]:
@@ -32,4 +36,6 @@ def minus_one_or_at_least(
             raise ValueError(f"'{attribute.name}' must be >= {minimum}, or -1 for {meaning}: {value!r}")
 
     minus_one_or_at_least_validator.__qualname__ = f"minus_one_or_at_least({minimum}, {meaning!r})"
+    schema = {"if": {"not": {"const": -1}}, "then": {"minimum": minimum}}
+    minus_one_or_at_least_validator.json_schema = schema  # type: ignore[attr-defined]
     return minus_one_or_at_least_validator

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from hyper_parallel.config import ConfigError, Issue, dump_config, write_config
 from hyper_parallel.config.errors import did_you_mean, echo
-from hyper_parallel.config.help import config_help, summary
+from hyper_parallel.config.help import config_help, group_of_field, summary
 from hyper_parallel.config.manager import load_config_report
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
 from hyper_parallel.trainer.config import TrainerConfig
@@ -47,6 +47,41 @@ _FLAGS = (
 )
 _WORLD_SIZE = re.compile(r"[0-9]{1,9}")
 _SWITCHES = frozenset({"--dry-run", "--strict", "--print-config", "--help"})
+#: Options of other tools (Hydra, TorchTitan) and what this command line calls them.
+_MEANT_FLAGS = {
+    "--config": "--config-file",
+    "--config-name": "--config-file",
+    "--config-path": "--config-file",
+}
+#: A Hydra-style override given as an argument: ``optimizer.lr=1e-3``, ``+group.field=v``, ``~group.field``.
+_HYDRA_OVERRIDE = re.compile(r"([+~]?)([A-Za-z_]\w*(?:\.[A-Za-z_]\w*(?:\[\d+\])*)+)(?:=(.*))?", re.DOTALL)
+
+
+def _argument_issue(token: str) -> Issue:
+    """An argument that is not an option; a Hydra-style override is shown as this command line writes it."""
+    message = f"unexpected argument {echo(token)}; options start with '--'"
+    match = _HYDRA_OVERRIDE.fullmatch(token)
+    if match and (match.group(3) is not None or match.group(1) == "~"):
+        sign, path, value = match.groups()
+        if sign == "~":
+            message += f"; did you mean '--~{path}'?"
+        elif value is not None:
+            shown = value if value and " " not in value else echo(value)
+            message += f"; did you mean '--{path} {shown}'?"
+    return Issue("", message, "command line")
+
+
+def _option_issue(name: str) -> Issue:
+    """An unknown option without a dot: another tool's name for one of ours, or a field without its group."""
+    field = name[2:].replace("-", "_")
+    group = group_of_field(TrainerConfig, field) if field.isidentifier() else None
+    if name in _MEANT_FLAGS:
+        hint = f"; did you mean {_MEANT_FLAGS[name]!r}?"
+    elif group is not None:
+        hint = f"; it is a field of {group!r} (--{group}.{field})"
+    else:
+        hint = did_you_mean(name, _FLAGS) or "; overrides are dotted, e.g. --optimizer.lr"
+    return Issue("", f"unknown option {echo(name)}{hint}", name)
 
 
 def _usage(prog: str) -> str:
@@ -102,9 +137,7 @@ def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
         if token == "-h":
             token = "--help"
         if not token.startswith("--") or token == "--":
-            issues.append(
-                Issue("", f"unexpected argument {echo(token)}; options start with '--'", "command line")
-            )
+            issues.append(_argument_issue(token))
             continue
         name, eq, value = token.partition("=")
         if name in _SWITCHES:
@@ -116,8 +149,9 @@ def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
             args.overrides[name[2:]] = value if eq else None
             continue
         if name not in _FLAGS and "." not in name:
-            hint = did_you_mean(name, _FLAGS) or "; overrides are dotted, e.g. --optimizer.lr"
-            issues.append(Issue("", f"unknown option {echo(name)}{hint}", name))
+            issues.append(_option_issue(name))
+            if not eq and i < len(argv) and not argv[i].startswith("--"):
+                i += 1  # its value: one problem, not two
             continue
         if not eq:
             if i >= len(argv) or (argv[i].startswith("--") and len(argv[i]) > 2):
@@ -128,6 +162,10 @@ def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
         if name == "--allow-target":
             args.allow_target.append(value)
         elif name in ("--config-file", "--dump-config", "--world-size", "--device-memory"):
+            before = getattr(args, name[2:].replace("-", "_"))
+            if before is not None:
+                message = f"{name} given twice ({echo(before)}, then {echo(value)}); give it once"
+                issues.append(Issue("", message, name))
             setattr(args, name[2:].replace("-", "_"), value)
         else:
             args.overrides[name[2:]] = value

@@ -4,6 +4,7 @@ They record being called, lie about what they return, or are the wrong kind of o
 what the resolver does before and instead of calling a target.
 """
 
+import abc
 import os
 from typing import Any
 
@@ -62,3 +63,12 @@ reexported_system = os.system
 
 def make_optimizer(lr: float, extra: Any = None) -> Optimizer.Config:  # pragma: no cover - never allowed
     return Optimizer.Config(lr=lr)
+
+
+@attrs.frozen(kw_only=True)
+class AbstractOptimizerConfig(Optimizer.Config, abc.ABC):
+    """An ``abc`` base with an abstract method: not a target, though it does not declare ``__abstract__``."""
+
+    @abc.abstractmethod
+    def schedule_name(self) -> str:
+        """Implemented by subclasses."""

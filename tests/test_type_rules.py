@@ -303,5 +303,5 @@ def test_help_and_schema_describe_the_new_kinds_from_the_same_table() -> None:
     props = type_schema(Kinds.Config)["properties"]
     assert props["color"]["enum"] == ["red", "green"]
     assert props["level"]["enum"] == [1, 2]
-    assert props["maybe_path"]["anyOf"] == [{"type": "string"}, {"type": "null"}]
+    assert props["maybe_path"]["type"] == ["string", "null"]
     assert props["tags"]["uniqueItems"] is True

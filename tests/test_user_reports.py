@@ -349,13 +349,14 @@ def test_check_never_reads_an_option_as_a_file(args: list[str], error: str) -> N
     assert (code, out, err.splitlines()[0]) == (2, "", error)
 
 
-@pytest.mark.parametrize("prefix", ["*", "", ".", "a-b"])
+@pytest.mark.parametrize("prefix", ["*", "", ".", ".hyper_parallel", "a-b"])
 def test_an_allowed_target_prefix_must_be_a_module_name(prefix: str) -> None:
-    code, out, _ = _check(f"--allow-target={prefix}", "configs/qwen3_5_full.yaml")
-    assert code == 1
-    assert out.splitlines()[0] == (
-        f"an allowed target prefix (--allow-target, allowed_targets=) {prefix!r} is not a dotted module "
-        "name such as 'my_project.models'"
+    # a bad option: exit 2 before any file is read, like the other option errors
+    code, out, err = _check(f"--allow-target={prefix}", "configs/qwen3_5_full.yaml")
+    assert (code, out) == (2, "")
+    assert err.splitlines()[0] == (
+        f"error: an allowed target prefix (--allow-target, allowed_targets=) {prefix!r} "
+        "is not a dotted module name such as 'my_project.models'"
     )
     with pytest.raises(ConfigError):
         resolve_root({}, allowed_targets=[prefix])

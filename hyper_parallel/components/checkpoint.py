@@ -14,7 +14,7 @@ be extended. Half-written checkpoints are never loaded. The layout and protocol 
 """
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
@@ -41,6 +41,9 @@ class Checkpoint:
     @attrs.frozen(kw_only=True)
     class Config:
         """Save and load options shared by every checkpoint format."""
+
+        #: A base: a config names one of its subclasses as ``_target_``, never this class.
+        __abstract__: ClassVar[bool] = True
 
         enable: bool = attrs.field(
             default=False,

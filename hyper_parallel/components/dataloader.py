@@ -6,7 +6,7 @@ data-component migration; these modules only hold validated settings and never r
 """
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
@@ -123,6 +123,9 @@ class DataLoader:
     @attrs.frozen(kw_only=True)
     class Config:
         """Worker-process and host-memory options shared by every data loader."""
+
+        #: A base: a config names one of its subclasses as ``_target_``, never this class.
+        __abstract__: ClassVar[bool] = True
 
         num_workers: int = attrs.field(
             default=2,

@@ -4,7 +4,7 @@ The ``Config`` describes the training objective; the loss callable itself is cre
 """
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
@@ -20,6 +20,9 @@ class Loss:
     @attrs.frozen(kw_only=True)
     class Config:
         """Options shared by every loss."""
+
+        #: A base: a config names one of its subclasses as ``_target_``, never this class.
+        __abstract__: ClassVar[bool] = True
 
         reduction: Literal["mean", "sum"] = attrs.field(
             default="mean",

@@ -5,7 +5,7 @@ longer than the whole run) live in ``TrainerConfig.cross_check``, which sees bot
 """
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import attrs
 
@@ -23,6 +23,9 @@ class LRScheduler:
     @attrs.frozen(kw_only=True)
     class Config:
         """The linear warmup every schedule starts with."""
+
+        #: A base: a config names one of its subclasses as ``_target_``, never this class.
+        __abstract__: ClassVar[bool] = True
 
         warmup_steps: int = attrs.field(
             default=10,

@@ -5,7 +5,7 @@ backends are created at run time; TensorBoard and friends are never imported her
 """
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 import attrs
 
@@ -23,6 +23,9 @@ class Metrics:
     @attrs.frozen(kw_only=True)
     class Config:
         """Options shared by every metrics processor."""
+
+        #: A base: a config names one of its subclasses as ``_target_``, never this class.
+        __abstract__: ClassVar[bool] = True
 
         log_freq: int = attrs.field(
             default=10,

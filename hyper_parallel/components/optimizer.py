@@ -6,7 +6,7 @@ hands the model parameters to the chosen implementation; nothing here imports to
 """
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
@@ -22,6 +22,9 @@ class Optimizer:
     @attrs.frozen(kw_only=True)
     class Config:
         """Learning rate and weight-decay options shared by every optimizer."""
+
+        #: A base: a config names one of its subclasses as ``_target_``, never this class.
+        __abstract__: ClassVar[bool] = True
 
         lr: float = attrs.field(
             default=3e-4,

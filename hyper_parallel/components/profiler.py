@@ -5,7 +5,7 @@ profiler waits, warms up and records ``active`` steps. The profiler itself is cr
 """
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -21,6 +21,9 @@ class Profiler:
     @attrs.frozen(kw_only=True)
     class Config:
         """Options shared by every profiler."""
+
+        #: A base: a config names one of its subclasses as ``_target_``, never this class.
+        __abstract__: ClassVar[bool] = True
 
         enable: bool = attrs.field(
             default=False,

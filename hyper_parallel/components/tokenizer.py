@@ -10,7 +10,7 @@ reading anything, what the trainer's cross-checks need to know before a run star
 """
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
@@ -28,6 +28,9 @@ class Tokenizer:
     @attrs.frozen(kw_only=True)
     class Config:
         """Options every tokenizer understands."""
+
+        #: A base: a config names one of its subclasses as ``_target_``, never this class.
+        __abstract__: ClassVar[bool] = True
 
         path: str | None = attrs.field(
             default=None,

@@ -7,7 +7,7 @@ the set and the reported loss are the same for any data-parallel size.
 """
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -29,6 +29,9 @@ class Validator:
     @attrs.frozen(kw_only=True)
     class Config:
         """When and how long to validate."""
+
+        #: A base: a config names one of its subclasses as ``_target_``, never this class.
+        __abstract__: ClassVar[bool] = True
 
         enable: bool = attrs.field(
             default=False,

@@ -2,6 +2,8 @@
 
 ``check`` is for the CI of config repositories: it resolves each file and prints every issue of every
 file (exit 1 if any). ``schema`` prints the JSON Schema that editors use to validate and complete YAML.
+Options are never read as file names; a bad option or ``--allow-target`` prefix exits 2 before any file
+is read.
 """
 
 import json
@@ -11,24 +13,29 @@ from collections.abc import Sequence
 from hyper_parallel.config import ConfigError, load_config
 from hyper_parallel.config.manager import load_config_text
 from hyper_parallel.config.schema import json_schema
+from hyper_parallel.config.targets import allowed_prefixes
 from hyper_parallel.trainer.config import TrainerConfig
 
 __all__ = ["main"]
 
 _USAGE = """usage: python -m hyper_parallel.config check [--allow-target PREFIX]... [--world-size N] FILE...
-       python -m hyper_parallel.config schema
+       python -m hyper_parallel.config schema [--allow-target PREFIX]...
 
   check FILE...  resolve each file ('-' reads standard input); print every issue as
                  FILE:LINE:COL: PATH: MESSAGE; exit 1 if any
   schema         print the JSON Schema of TrainerConfig (every root group keyed by _target_)
+  --allow-target PREFIX  also allow (check) or offer (schema) targets under this dotted module prefix
+  --world-size N         check the parallel degrees against N processes
 """
 
 
-def _options(args: Sequence[str]) -> tuple[list[str], list[str], int | None] | str:
-    """``(files, allowed prefixes, world size)`` from ``check``'s arguments, or what is wrong with them.
+def _options(
+    args: Sequence[str], names: tuple[str, ...] = ("--allow-target", "--world-size")
+) -> tuple[list[str], list[str], int | None] | str:
+    """``(files, allowed prefixes, world size)`` from a command's arguments, or what is wrong with them.
 
     An argument starting with ``-`` (other than ``-`` itself) is an option, never a file name; ``--`` ends
-    the options.
+    the options. ``names`` are the options the command takes.
     """
     files: list[str] = []
     allowed: list[str] = []
@@ -36,7 +43,7 @@ def _options(args: Sequence[str]) -> tuple[list[str], list[str], int | None] | s
     it = iter(args)
     for arg in it:
         name, eq, inline = arg.partition("=")
-        if name in ("--allow-target", "--world-size"):
+        if name in names:
             value = inline if eq else next(it, None)
             if value is None:
                 return f"{name} needs a value"
@@ -52,11 +59,17 @@ def _options(args: Sequence[str]) -> tuple[list[str], list[str], int | None] | s
             return f"unknown option {arg!r}"
         else:
             files.append(arg)
-    return (files, allowed, world_size) if files else "no FILE given"
+    try:
+        allowed_prefixes(allowed)
+    except ConfigError as exc:
+        return "; ".join(issue.message for issue in exc.issues)
+    return files, allowed, world_size
 
 
 def _check(args: Sequence[str]) -> int:
     found = _options(args)
+    if isinstance(found, tuple) and not found[0]:
+        found = "no FILE given"
     if isinstance(found, str):
         sys.stderr.write(f"error: {found}\n{_USAGE}")
         return 2
@@ -92,8 +105,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     command, rest = args[0], args[1:]
     if command == "check":
         return _check(rest)
-    if command == "schema" and not rest:
-        sys.stdout.write(json.dumps(json_schema(TrainerConfig), indent=2) + "\n")
+    if command == "schema":
+        found = _options(rest, ("--allow-target",))
+        if isinstance(found, tuple) and found[0]:
+            found = f"schema takes no FILE, got {found[0][0]!r}"
+        if isinstance(found, str):
+            sys.stderr.write(f"error: {found}\n{_USAGE}")
+            return 2
+        sys.stdout.write(
+            json.dumps(json_schema(TrainerConfig, ("hyper_parallel", *found[1])), indent=2) + "\n"
+        )
         return 0
     sys.stderr.write(_USAGE)
     return 2

@@ -20,7 +20,7 @@ from hyper_parallel.config.targets import TARGET_KEY, qualified_name
 from hyper_parallel.config.types import describe_type
 from hyper_parallel.config.yaml_load import is_plain_string
 
-__all__ = ["FieldInfo", "config_help", "factory_param_help", "iter_fields", "summary"]
+__all__ = ["FieldInfo", "config_help", "factory_param_help", "group_of_field", "iter_fields", "summary"]
 
 _ARG_LINE = re.compile(r"^\s{2,}(\w+)\s*(?:\([^)]*\))?:\s*(.+)$")
 
@@ -56,6 +56,15 @@ def factory_param_help(fn: Any) -> dict[str, str]:
             elif line and not line.startswith(" "):
                 in_args = False
     return out
+
+
+def group_of_field(root_cls: type, name: str) -> str | None:
+    """The root group whose default target has a field or parameter ``name`` (``gc_freq`` -> ``training``),
+    for a hint when a field is given without its group; None when no group has one."""
+    from hyper_parallel.config.root import field_owners
+
+    owners = field_owners(converter, converter.root_facts(root_cls), name, None)
+    return owners[0] if owners else None
 
 
 def _walk_attrs(obj: Any, prefix: str) -> Iterator[FieldInfo]:

@@ -47,7 +47,7 @@ from hyper_parallel.config.types import (
     takes_text,
 )
 from hyper_parallel.config.validation import Locate, Path, Problem, field_default, problems_of
-from hyper_parallel.config.yaml_load import parse_scalar
+from hyper_parallel.config.yaml_load import expand_env, parse_scalar
 
 if typing.TYPE_CHECKING:  # the converter module imports this one
     from hyper_parallel.config.conversion import ConfigConverter
@@ -424,7 +424,7 @@ class OverridePatch:
         if not isinstance(o.value, str):
             return tp, o.value
         try:
-            return tp, reader(o.value)
+            return tp, reader(expand_env(o.value))  # ${env:NAME} as in a file; any other ${...} refused
         except ConfigError as exc:  # text that is not a value at all ('[1,'): reported at its override
             for issue in exc.issues:
                 column = issue.location.rpartition(":")[2] if issue.location else ""

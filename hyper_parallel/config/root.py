@@ -107,12 +107,33 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
         if f.default is attrs.NOTHING and name not in raw:
             problems.append(Problem((name,), f"missing required root group {name!r}", "parent"))
     if problems:
-        raise Problems("invalid config", problems)
+        raise Problems("invalid config", [_in_wrong_group(conv, facts, raw, p) for p in problems])
     root = construct(facts.cls, groups)
     # What the document gave in each group, for a later '_target_' switch (see recipes.Given).
     given = {k: frozenset(v) for k, v in raw.items() if type(v) is dict or isinstance(v, Mapping)}
     remember_given(root, Given(given, None, options.locate))
     return root
+
+
+def _in_wrong_group(
+    conv: "ConfigConverter", facts: RootFacts, raw: Mapping[str, Any], problem: Problem
+) -> Problem:
+    """An unknown field of a group that another group has (``training.lr``) names that group."""
+    path = problem.path
+    if not (
+        problem.anchor == "key"
+        and len(path) == 2
+        and isinstance(path[1], str)
+        and problem.message.startswith("unknown ")
+        and "did you mean" not in problem.message
+    ):
+        return problem
+    owners = [g for g in field_owners(conv, facts, path[1], raw) if g != path[0]]
+    if not owners:
+        return problem
+    return problem._replace(
+        message=f"{problem.message}; it is a field of {owners[0]!r} ({owners[0]}.{path[1]})"
+    )
 
 
 #: Root keys of other tools, and what to do instead.

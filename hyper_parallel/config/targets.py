@@ -5,22 +5,30 @@ dotted name is checked against the allowed module prefixes *before* anything is 
 object's own module is checked again (a re-export cannot smuggle ``os.system`` in), and the object must be
 a Config class deriving from the field type or a fully annotated function declared to return one. Nothing
 is called here.
+
+A class that declares ``__abstract__ = True`` in its own body (the base ``Optimizer.Config``, ``ModelSpec``;
+the marker is not inherited, as in SQLAlchemy's declarative classes) or that has abstract methods (``abc``)
+is a base, not a target: naming one is refused with the list of its concrete targets, and the JSON schema
+does not offer it. Python code still constructs a base where it wants one.
 """
 
 import functools
 import importlib
 import inspect
 import os
+import pkgutil
 import sys
 import types
 import typing
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 
 from hyper_parallel.config.errors import ConfigError, Issue, did_you_mean, echo
 
 __all__ = [
+    "ABSTRACT_MARKER",
     "ALLOWED_TARGETS_ENV",
     "DEFAULT_ALLOWED_TARGETS",
     "TARGET_KEY",
@@ -28,6 +36,9 @@ __all__ = [
     "Target",
     "TargetError",
     "allowed_prefixes",
+    "discover_targets",
+    "import_config_modules",
+    "is_abstract",
     "load_target",
     "qualified_name",
 ]
@@ -38,6 +49,8 @@ TARGET_KEY = "_target_"
 DEFAULT_ALLOWED_TARGETS = ("hyper_parallel",)
 #: Environment variable with extra allowed prefixes, comma-separated (set by trusted launch code).
 ALLOWED_TARGETS_ENV = "HYPER_PARALLEL_ALLOWED_TARGETS"
+#: Class attribute a base declares in its own body (``__abstract__: ClassVar[bool] = True``): not a target.
+ABSTRACT_MARKER = "__abstract__"
 #: Longest ``_target_`` string considered.
 MAX_TARGET_LENGTH = 256
 
@@ -220,6 +233,8 @@ def _load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Ta
             f"({', '.join(allowed)})"
         )
     if isinstance(obj, type) and attrs.has(obj) and issubclass(obj, field_type):
+        if is_abstract(obj):
+            raise TargetError(_abstract_message(name, obj, allowed))
         return Target(qualified_name(obj), obj, False, {}, frozenset(), {})
     if inspect.isfunction(obj):
         return _factory(name, obj, field_type, expected)
@@ -281,3 +296,83 @@ def _factory(name: str, fn: types.FunctionType, field_type: type, expected: str)
         frozenset(required),
         types.MappingProxyType(defaults),
     )
+
+
+def is_abstract(cls: type) -> bool:
+    """Whether ``cls`` is a base that no ``_target_`` may name: it declares :data:`ABSTRACT_MARKER` in its own
+    body (subclasses do not inherit the mark), or it has abstract methods."""
+    return bool(vars(cls).get(ABSTRACT_MARKER, False)) or inspect.isabstract(cls)
+
+
+def _abstract_message(name: str, cls: type, allowed: tuple[str, ...]) -> str:
+    # Listing the choices imports this package's config modules (never other packages'): a mistake pays.
+    import_config_modules(DEFAULT_ALLOWED_TARGETS)
+    choices = [qualified_name(t) for t in discover_targets(cls, allowed, walk=False)]
+    listed = ", ".join(choices) if choices else "a Config class deriving from it, or a factory returning one"
+    return f"{echo(name)} is a base class, not a target; name one of: {listed}"
+
+
+#: Module name segments never imported while discovering targets: launch scripts, and runtime code (which
+#: imports torch: component runtimes, the trainers and their process-group start-up). Config classes and
+#: factories live in the config modules; private modules are skipped too.
+_NOT_CONFIG = frozenset({"train_lm", "train_vl", "runtime", "base", "llm", "vl", "distributed"})
+
+
+def _is_config_module(name: str) -> bool:
+    return not any(s.startswith("_") or s in _NOT_CONFIG for s in name.split("."))
+
+
+def import_config_modules(packages: Iterable[str]) -> None:
+    """Import every config module of ``packages`` (skipping runtime and private modules)."""
+    for name in packages:
+        package = importlib.import_module(name)
+        for info in pkgutil.walk_packages(getattr(package, "__path__", []), prefix=f"{name}."):
+            if _is_config_module(info.name):
+                importlib.import_module(info.name)
+
+
+def _subclasses(cls: type) -> list[type]:
+    out: list[type] = [cls]
+    todo: list[type] = [cls]
+    while todo:
+        subs: list[type] = todo.pop().__subclasses__()
+        for sub in subs:
+            if sub not in out:
+                out.append(sub)
+                todo.append(sub)
+    return out
+
+
+def _public(obj: object) -> bool:
+    module, qualname = getattr(obj, "__module__", ""), getattr(obj, "__qualname__", "<")
+    return _is_config_module(module) and "<" not in qualname and not qualname.startswith("_")
+
+
+def discover_targets(
+    field_type: type, packages: Iterable[str] = DEFAULT_ALLOWED_TARGETS, *, walk: bool = True
+) -> list[Any]:
+    """Every concrete Config class and factory under ``packages`` that can build ``field_type``, by name.
+
+    With ``walk``, every config module of ``packages`` is imported first; without, only the modules
+    imported already are searched. Bases (:func:`is_abstract`) are left out; factories are kept whatever
+    they return.
+    """
+    prefixes = tuple(_normalise(p) for p in packages)
+    if walk:
+        import_config_modules(prefixes)
+    found: dict[str, Any] = {}
+    for cls in _subclasses(field_type):
+        if attrs.has(cls) and _public(cls) and _is_allowed(cls.__module__, prefixes) and not is_abstract(cls):
+            found[qualified_name(cls)] = cls
+    for module_name, module in list(sys.modules.items()):
+        if not (_is_allowed(module_name, prefixes) and _is_config_module(module_name)):
+            continue
+        for value in list(vars(module).values()):
+            if inspect.isfunction(value) and value.__module__ == module_name and _public(value):
+                try:
+                    returns = typing.get_type_hints(value).get("return")
+                except Exception:
+                    continue
+                if isinstance(returns, type) and issubclass(returns, field_type):
+                    found[qualified_name(value)] = value
+    return [found[name] for name in sorted(found)]

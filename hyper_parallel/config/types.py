@@ -47,9 +47,12 @@ __all__ = [
     "attrs_unstructure",
     "child_names",
     "child_type",
+    "choice_hint",
+    "constrain_schema",
     "describe_type",
     "describe_value",
     "expected",
+    "plain_text",
     "register_rules",
     "rule_for",
     "strip_optional",
@@ -317,6 +320,20 @@ def _structure_none(value: Any, _tp: Any) -> Any:
     raise Invalid(f"expected null, got {describe_value(value)}")
 
 
+def choice_hint(value: str, choices: Sequence[str]) -> str:
+    """A did-you-mean for a value that is not one of ``choices``: the choice it equals but for case
+    (``8b`` -> ``8B``), else a close choice with the same digits. A choice with other digits is another size
+    or version (``7B`` is not a typo of ``70B``), so it is never suggested; the message lists them all."""
+    folded = [c for c in choices if c.casefold() == value.casefold()]
+    if folded:
+        return f"; did you mean {folded[0]!r}?"
+    digits = _DIGITS.sub("", value)
+    return did_you_mean(value, [c for c in choices if _DIGITS.sub("", c) == digits])
+
+
+_DIGITS = re.compile(r"\D")
+
+
 class _Literal(Rule):
     def matches(self, tp: Any) -> bool:
         return typing.get_origin(tp) is Literal
@@ -333,7 +350,7 @@ class _Literal(Rule):
                     return value
             except TypeError:  # unhashable value
                 pass
-            hint = did_you_mean(value, words) if isinstance(value, str) else ""
+            hint = choice_hint(value, words) if isinstance(value, str) else ""
             raise Invalid(f"expected one of {shown}, got {describe_value(value)}{hint}")
 
         return structure_literal
@@ -371,7 +388,7 @@ class _Enum(Rule):
             try:
                 return members[(type(value), value)]
             except (KeyError, TypeError):
-                hint = did_you_mean(value, words) if isinstance(value, str) else ""
+                hint = choice_hint(value, words) if isinstance(value, str) else ""
                 raise Invalid(f"expected one of {shown}, got {describe_value(value)}{hint}") from None
 
         return structure_enum
@@ -495,7 +512,19 @@ class _Union(Rule):
         return " or ".join(expected(m) for m in typing.cast(tuple[Any, ...], union_args(tp)))
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
-        return {"anyOf": [type_schema(m, default_of) for m in typing.cast(tuple[Any, ...], union_args(tp))]}
+        members = [type_schema(m, default_of) for m in typing.cast(tuple[Any, ...], union_args(tp))]
+        # ``str | None``: one schema with a list of types, so that a validator names the broken bound
+        # ("'' should be non-empty") instead of "not valid under any of the given schemas".
+        kinds = [m.get("type") for m in members]
+        if all(isinstance(k, str) for k in kinds) and len(set(kinds)) == len(kinds):
+            merged: Schema = {"type": kinds}
+            for member in members:
+                if merged.keys() & member.keys() - {"type"}:
+                    break
+                merged.update({k: v for k, v in member.items() if k != "type"})
+            else:
+                return merged
+        return {"anyOf": members}
 
     def text_as_is(self, tp: Any) -> bool:
         bare, _ = strip_optional(tp)
@@ -792,9 +821,9 @@ def class_schema(cls: type, target: str | None, default_of: Callable[[Any], Any]
     for f in attrs.fields(cls):
         if not f.init:
             continue
-        prop = type_schema(f.type, default_of)
+        prop = constrain_schema(type_schema(f.type, default_of), f.validator)
         if f.metadata.get("help"):
-            prop["description"] = f.metadata["help"]
+            prop["description"] = plain_text(f.metadata["help"])
         default = field_default(f)
         if default is attrs.NOTHING:
             required.append(f.name)
@@ -805,8 +834,104 @@ def class_schema(cls: type, target: str | None, default_of: Callable[[Any], Any]
     if required:
         schema["required"] = required
     if cls.__doc__:
-        schema["description"] = inspect.cleandoc(cls.__doc__).split("\n\n")[0]
+        schema["description"] = plain_text(inspect.cleandoc(cls.__doc__).split("\n\n")[0])
     return schema
+
+
+#: reST roles (``:class:`~a.B```, ``:func:`f```), literals (````x````) and emphasis, for :func:`plain_text`.
+_REST_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`(~?)([^`<]*?)(?:\s*<([^`>]*)>)?`")
+_REST_MARKUP = re.compile(r"``(.+?)``|\*\*(.+?)\*\*|(?<![\w*])\*([^*\s][^*]*?)\*(?![\w*])")
+
+
+def plain_text(text: str) -> str:
+    """``text`` without reST markup, for editors that show descriptions as they are: ````x```` -> ``x``,
+    ``:class:`~a.b.C``` -> ``C``, ``:func:`title <a.f>``` -> ``title``, ``**x**`` and ``*x*`` -> ``x``."""
+
+    def role(match: re.Match[str]) -> str:
+        tilde, title, target = match.groups()
+        if target is not None and title.strip():
+            return title.strip()
+        return title.rsplit(".", 1)[-1] if tilde else title
+
+    text = _REST_ROLE.sub(role, text)
+    return _REST_MARKUP.sub(lambda m: next(g for g in m.groups() if g is not None), text)
+
+
+#: attrs' comparison validators (``gt``, ``ge``, ``lt``, ``le``) as JSON schema keywords.
+_BOUNDS = {">": "exclusiveMinimum", ">=": "minimum", "<": "exclusiveMaximum", "<=": "maximum"}
+#: Length keywords by the JSON type they constrain.
+_MIN_LENGTH = {"string": "minLength", "array": "minItems", "object": "minProperties"}
+_MAX_LENGTH = {"string": "maxLength", "array": "maxItems", "object": "maxProperties"}
+
+
+def constrain_schema(schema: Schema, validator: Any) -> Schema:
+    """``schema`` narrowed by what attrs' built-in validators in ``validator`` require.
+
+    ``gt``/``ge``/``lt``/``le`` become numeric bounds, ``min_len``/``max_len`` lengths, ``in_`` an enum,
+    ``deep_iterable`` constrains the items, and ``and_``/``optional`` are followed (``optional``: the null
+    branch stays open). A hand-written validator says what it accepts with a ``json_schema`` attribute (a
+    schema every value must also match, e.g. ``-1`` or ``>= 1``); one without says nothing, and is skipped.
+    """
+    if validator is None:
+        return schema
+    kind = type(validator).__name__
+    if kind == "_AndValidator":
+        for inner in validator._validators:
+            schema = constrain_schema(schema, inner)
+    elif kind == "_OptionalValidator":
+        schema = constrain_schema(schema, validator.validator)
+    elif kind == "_DeepIterable":
+        _on_items(schema, validator.member_validator)
+        schema = constrain_schema(schema, validator.iterable_validator)
+    elif kind == "_NumberValidator" and validator.compare_op in _BOUNDS:
+        _narrow(schema, ("integer", "number"), _BOUNDS[validator.compare_op], validator.bound)
+    elif kind == "_MinLengthValidator":
+        for json_type, keyword in _MIN_LENGTH.items():
+            _narrow(schema, (json_type,), keyword, validator.min_length)
+    elif kind == "_MaxLengthValidator":
+        for json_type, keyword in _MAX_LENGTH.items():
+            _narrow(schema, (json_type,), keyword, validator.max_length)
+    elif kind == "_InValidator" and isinstance(validator.options, (list, tuple, frozenset, set)):
+        options = list(validator.options)
+        if all(isinstance(o, (str, int, float, bool)) or o is None for o in options):
+            _narrow(schema, None, "enum", options)
+    elif isinstance(extra := getattr(validator, "json_schema", None), dict):
+        schema = {**schema, "allOf": [*schema.get("allOf", []), extra]}
+    return schema
+
+
+def _branches(schema: Schema) -> list[Schema]:
+    """The non-null branches of a union's schema, or the schema itself."""
+    if "anyOf" in schema:
+        return [b for sub in schema["anyOf"] if sub.get("type") != "null" for b in _branches(sub)]
+    return [schema]
+
+
+def _on_items(schema: Schema, member: Any) -> None:
+    for branch in _branches(schema):
+        if "prefixItems" in branch:
+            branch["prefixItems"] = [constrain_schema(item, member) for item in branch["prefixItems"]]
+        elif isinstance(branch.get("items"), dict):
+            branch["items"] = constrain_schema(branch["items"], member)
+
+
+def _narrow(schema: Schema, json_types: tuple[str, ...] | None, keyword: str, value: Any) -> None:
+    """Add ``keyword: value`` to the branches of ``json_types`` (all with None), keeping the tighter bound."""
+    for branch in _branches(schema):
+        kinds = branch.get("type")
+        if json_types is not None and not set(json_types) & set(
+            kinds if isinstance(kinds, list) else [kinds]
+        ):
+            continue
+        old = branch.get(keyword)
+        if old is None:
+            branch[keyword] = value
+        elif keyword in ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"):
+            branch[keyword] = max(old, value)
+        elif keyword in ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"):
+            branch[keyword] = min(old, value)
+        elif keyword == "enum":
+            branch[keyword] = [v for v in old if v in value]
 
 
 #: True when ``v`` is a scalar that unstructures to itself (a finite float included).

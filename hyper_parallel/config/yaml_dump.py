@@ -33,6 +33,9 @@ _SEQ = _TAG_PREFIX + "seq"
 #: Returned by the resolver for plain text the two schemas read differently: matches no node tag, so
 #: the serializer marks the scalar as not plain-implicit and the emitter quotes it.
 _AMBIGUOUS = "\x00ambiguous"
+#: Returned for text holding ``${``: matches no tag, so the emitter writes ``!!str`` and the loader takes
+#: the string verbatim instead of interpolating it (``yaml.safe_load`` reads it the same).
+_VERBATIM = "\x00verbatim"
 #: Characters that force double quotes: line breaks (YAML 1.1 also breaks on NEL/LS/PS), tabs and other
 #: controls. Double-quoted scalars escape them, so they survive both loaders unchanged.
 _DOUBLE_QUOTE = frozenset(
@@ -78,6 +81,8 @@ class _Dumper(yaml.SafeDumper):
         super().increase_indent(flow, False)
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode and "${" in value:
+            return _VERBATIM  # written with an explicit !!str, which the loader does not interpolate
         tag = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
         if kind is yaml.ScalarNode and implicit[0] and _core_tag(value) != tag:
             return _AMBIGUOUS

@@ -32,6 +32,21 @@ Quoted and block (``|``, ``>``) scalars are always strings.  The explicit tags `
 ``!!str 1`` is ``"1"``); every other tag is an error.  Mapping keys must be strings.
 
 The non-specific tag ``!`` is treated like a plain scalar (PyYAML does not distinguish the two).
+
+Environment variables, and nothing else, are interpolated into scalars when the file is loaded:
+
+* ``${env:NAME}`` is the variable's value (an error if it is not set), ``${env:NAME,default}`` the value or
+  ``default`` (which runs to the closing ``}``).  Substitution is textual and happens before a plain
+  scalar is read, so ``max_steps: ${env:STEPS,100}`` is the integer 100 and ``'${env:STEPS,100}'`` (quoted)
+  the string ``"100"``; a value read from the environment is never interpolated again.
+* Any other ``${...}`` (``${DATA_DIR}``, ``${oc.env:X}``, ``${training.seq_len}``) is an error saying that
+  interpolation is not supported, so a Hydra/OmegaConf reference is never taken as a literal path.
+* ``$${`` is a literal ``${``; a scalar tagged ``!!str`` is taken verbatim (the dumper tags strings that
+  contain ``${`` this way, so a dump reads back unchanged here and under ``yaml.safe_load``).
+* Mapping keys are never interpolated.
+
+Errors are located at the reference (``file:LINE:COL``; for a quoted or multi-line scalar, at its start).
+A dump writes the resolved values.  Command-line override values use :func:`expand_env`.
 """
 
 import os
@@ -50,6 +65,7 @@ __all__ = [
     "Mark",
     "PartialDocument",
     "SourceMap",
+    "expand_env",
     "is_plain_string",
     "load_yaml_file",
     "parse_scalar",
@@ -77,6 +93,8 @@ _SEQ = _TAG_PREFIX + "seq"
 #: Internal tag for an untagged plain scalar, resolved later by the core schema.  It contains a NUL, which
 #: cannot occur in a real tag because NUL is refused in the input.
 _PLAIN = "\x00plain"
+#: Internal tag for an untagged quoted or block scalar: a string, with ``${env:...}`` interpolated.
+_QUOTED = "\x00quoted"
 _ALLOWED_TAGS = "!!str, !!int, !!float, !!bool, !!null, !!map, !!seq"
 
 _NULLS = frozenset({"", "~", "null", "Null", "NULL"})
@@ -192,8 +210,9 @@ class _Composer(_BaseLoader):  # type: ignore[valid-type,misc]
         if self.hp_count > MAX_NODES:
             raise _TooManyNodesError
         if kind is yaml.ScalarNode:
-            # implicit = (plain, quoted): untagged plain scalars follow the schema, the rest are strings.
-            return _PLAIN if implicit[0] else _STR  # type: ignore[index]
+            # implicit = (plain, quoted): untagged plain scalars follow the schema, the rest are strings
+            # (quoted or block; unlike an explicit !!str, they are interpolated).
+            return _PLAIN if implicit[0] else _QUOTED  # type: ignore[index]
         return _MAP if kind is yaml.MappingNode else _SEQ
 
 
@@ -444,13 +463,22 @@ class _Builder:
 
     def scalar(self, node: yaml.ScalarNode, tag: str, path: Path) -> object:
         text: str = node.value
+        if "${" in text and tag != _STR:
+            text, problems = _interpolate(text)
+            if problems:
+                plain = not node.style and node.start_mark.line == node.end_mark.line
+                start = node.start_mark
+                for offset, message in problems:
+                    column = start.column + 1 + (offset if plain else 0)
+                    self.issues.append(_issue(path, message, Mark(self.file, start.line + 1, column)))
+                return None
         if tag == _PLAIN:
             try:
                 return _resolve_plain(text)
             except ValueError:
                 self.add(path, f"integer with {len(text)} digits is too long", node)
                 return None
-        if tag == _STR:
+        if tag in (_QUOTED, _STR):
             return text
         if tag == _INT:
             try:
@@ -507,7 +535,7 @@ class _Builder:
             return None
         text: str = node.value
         tag = node.tag
-        if tag == _STR:
+        if tag in (_QUOTED, _STR):
             return text
         if tag == _PLAIN:
             if text == "<<":
@@ -531,6 +559,77 @@ class _Builder:
             return None
         self.add(path, self.tag_message(tag, "scalar"), node)
         return None
+
+
+#: The body of ``${env:NAME}`` / ``${env:NAME,default}``.
+_ENV_REF = re.compile(r"env:([^,]*)(?:,(.*))?", re.DOTALL)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: What ``${X}``, ``${oc.env:X}`` and ``${env.X}`` probably meant: ``${env:X}``.
+_MEANT_ENV = re.compile(r"(?:(?:oc\.)?env[:.])?([A-Za-z_][A-Za-z0-9_]*)(,.*)?", re.DOTALL | re.IGNORECASE)
+_LITERAL = "$${ writes a literal '${'"
+
+
+def _interpolate(text: str) -> tuple[str, list[tuple[int, str]]]:
+    """``text`` with its ``${env:...}`` references replaced, and ``(offset, message)`` for each bad one."""
+    out: list[str] = []
+    problems: list[tuple[int, str]] = []
+    done = 0
+    while (start := text.find("${", done)) >= 0:
+        if start > 0 and text[start - 1] == "$":  # '$${' is a literal '${'
+            out.append(text[done : start - 1] + "${")
+            done = start + 2
+            continue
+        out.append(text[done:start])
+        end = text.find("}", start)
+        if end < 0:
+            problems.append((start, f"unterminated '${{' (no closing '}}'); {_LITERAL}"))
+            return text, problems
+        ref, body = text[start : end + 1], text[start + 2 : end]
+        done = end + 1
+        match = _ENV_REF.fullmatch(body)
+        if match is None:
+            meant = _MEANT_ENV.fullmatch(body)
+            hint = f" (did you mean '${{env:{meant.group(1)}{meant.group(2) or ''}}}'?)" if meant else ""
+            problems.append(
+                (
+                    start,
+                    f"interpolation {echo(ref)} is not supported{hint}; only ${{env:NAME}} and "
+                    f"${{env:NAME,default}} are read (from the environment); {_LITERAL}",
+                )
+            )
+            continue
+        name, default = match.groups()
+        if not _ENV_NAME.fullmatch(name):
+            message = f"{echo(name)} in {echo(ref)} is not an environment variable name"
+            problems.append((start, message))
+        elif default is not None and "${" in default:
+            problems.append((start, f"nested interpolation in {echo(ref)} is not supported"))
+        elif (value := os.environ.get(name, default)) is None:
+            message = (
+                f"environment variable {name} is not set ({echo(ref)}); "
+                f"set it, or give a default: '${{env:{name},DEFAULT}}'"
+            )
+            problems.append((start, message))
+        else:
+            out.append(value)
+    out.append(text[done:])
+    return "".join(out), problems
+
+
+def expand_env(text: str, source: str = "<command line>") -> str:
+    """``text`` with ``${env:NAME}`` / ``${env:NAME,default}`` replaced by the environment, as in a file.
+
+    For command-line values (``--dataloader.dataset.paths '[${env:DATA}/a.jsonl]'``). Any other ``${...}``,
+    an unset variable without a default or an unterminated ``${`` raises
+    :class:`~hyper_parallel.config.errors.ConfigError` located at ``source:1:COLUMN``; ``$${`` is a literal
+    ``${``.
+    """
+    if "${" not in text:
+        return text
+    value, problems = _interpolate(text)
+    if problems:
+        raise ConfigError([_issue((), message, Mark(source, 1, offset + 1)) for offset, message in problems])
+    return value
 
 
 def parse_yaml(text: str | bytes, filename: str = "<string>") -> tuple[object, SourceMap]:

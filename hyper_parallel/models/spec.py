@@ -6,7 +6,7 @@ Resolving a config therefore never creates a model, imports torch or reads the w
 """
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -58,6 +58,9 @@ def _is_class(instance: object, attribute: "attrs.Attribute[Any]", value: object
 @attrs.frozen(kw_only=True)
 class ModelSpec:
     """A model chosen by name and flavor, with its arguments and runtime hooks (not yet called)."""
+
+    #: Not a ``_target_``: a config names a factory that returns a spec (``...llama3.create_model_spec``).
+    __abstract__: ClassVar[bool] = True
 
     name: str = attrs.field(
         validator=attrs.validators.min_len(1),
