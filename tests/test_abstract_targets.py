@@ -67,7 +67,7 @@ def test_a_base_named_by_an_override_is_refused_at_its_flag() -> None:
     with pytest.raises(ConfigError) as info:
         apply_overrides(cfg, {"optimizer._target_": f"{C}.optimizer.Optimizer.Config"})
     (issue,) = info.value.issues
-    assert (issue.location, issue.path) == ("--optimizer._target_", "optimizer._target_")
+    assert (issue.location, issue.path) == ("overrides['optimizer._target_']", "optimizer._target_")
     assert issue.message.endswith(
         f"'{C}.optimizer.Optimizer.Config' is a base class, not a target; name one of: "
         f"{C}.optimizer.AdamW.Config, {C}.optimizer.SGD.Config"

@@ -102,7 +102,7 @@ def test_a_flavor_is_never_suggested_as_another_size(flavor: str, hint: str) -> 
     with pytest.raises(ConfigError) as info:
         load_config(DEBUG, {"model.flavor": flavor})
     ((location, path, message),) = [(i.location, i.path, i.message) for i in info.value.issues]
-    assert (location, path) == ("--model.flavor", "model.flavor")
+    assert (location, path) == ("overrides['model.flavor']", "model.flavor")
     assert message.endswith(f"expected one of {', '.join(FLAVORS)}, got the string {flavor!r}{hint}")
 
 

@@ -149,7 +149,7 @@ def test_command_line_values_are_read_the_same_way() -> None:
     with pytest.raises(ConfigError) as info:
         load_config("configs/llama3_debug.yaml", {"dataloader.dataset.paths": "[${DATA_DIR}/a.jsonl]"})
     (issue,) = info.value.issues
-    assert (issue.location, issue.path) == ("--dataloader.dataset.paths", "dataloader.dataset.paths")
+    assert (issue.location, issue.path) == ("overrides['dataloader.dataset.paths']", "dataloader.dataset.paths")
     assert issue.message == (
         "cannot read '[${DATA_DIR}/a.jsonl]': interpolation '${DATA_DIR}' is not supported (did you mean "
         f"'${{env:DATA_DIR}}'?); {ONLY_ENV}; {LITERAL} (column 2)"
@@ -160,4 +160,4 @@ def test_expand_env_locates_the_reference_in_its_source() -> None:
     assert expand_env("no references") == "no references"
     with pytest.raises(ConfigError) as info:
         expand_env("abc${X}", "--x")
-    assert [(i.location, i.path) for i in info.value.issues] == [("--x:1:4", "$")]
+    assert [(i.location, i.path) for i in info.value.issues] == [("--x:1:4", "")]
