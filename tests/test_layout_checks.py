@@ -16,7 +16,11 @@ QWEN_VL = "hyper_parallel.models.qwen3_5.create_vl_model_spec"
 PARALLELISM = "hyper_parallel.trainer.config.ParallelismConfig"
 
 PP = "pipeline parallelism is not supported yet; use 1 and scale with dp_shard (FSDP) or tp"
-CP = "context parallelism is not supported yet; use 1 (shorten training.seq_len or scale with dp_shard or tp)"
+CP = (
+    "context parallelism is not supported yet: PyTorch's ring attention covers only the CUDA flash, "
+    "memory-efficient and cuDNN attention kernels, not CPU attention with gloo, so this release cannot "
+    "test it; use 1, and for long sequences use tp with sequence_parallel and activation_checkpoint"
+)
 EP = "expert parallelism is not supported yet: no built-in model has experts; use 1"
 DDP = (
     "DDP and HSDP (dp_replicate > 1) are not supported yet; use 1 and shard data parallelism "

@@ -119,8 +119,9 @@ _NOT_YET = {
     "dp_replicate": "DDP and HSDP (dp_replicate > 1) are not supported yet; use 1 and shard data "
     "parallelism with dp_shard (FSDP)",
     "pp": "pipeline parallelism is not supported yet; use 1 and scale with dp_shard (FSDP) or tp",
-    "cp": "context parallelism is not supported yet; use 1 (shorten training.seq_len or scale with "
-    "dp_shard or tp)",
+    "cp": "context parallelism is not supported yet: PyTorch's ring attention covers only the CUDA flash, "
+    "memory-efficient and cuDNN attention kernels, not CPU attention with gloo, so this release cannot "
+    "test it; use 1, and for long sequences use tp with sequence_parallel and activation_checkpoint",
     "ep": "expert parallelism is not supported yet: no built-in model has experts; use 1",
 }
 
