@@ -193,6 +193,28 @@ def _assert_sharded(model_name: str, parallelism: ParallelismConfig, reference: 
     assert sharded_count > 0
 
 
+def _watch_residual_norm(model: Any) -> list[Any]:
+    """Every output of the first block's ``ffn_norm`` (the residual stream, normed), as it leaves the norm."""
+    outputs: list[Any] = []
+    _blocks(model)[0].ffn_norm.register_forward_hook(lambda module, args, out: outputs.append(out.detach()))
+    return outputs
+
+
+def _assert_residual_layout(parallelism: ParallelismConfig, outputs: list[Any], seq: int) -> None:
+    """Under sequence parallelism each rank holds its slice of the sequence; otherwise the whole of it."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    assert outputs
+    for out in outputs:
+        if parallelism.tp > 1 and parallelism.sequence_parallel:
+            assert isinstance(out, DTensor)
+            assert out.placements == (Shard(1),)
+            assert (out.shape[1], out.to_local().shape[1]) == (seq, seq // WORLD)
+        else:
+            assert not isinstance(out, DTensor)
+            assert out.shape[1] == seq
+
+
 def _check_layout(rank: int, model_name: str, layout: str) -> None:
     from hyper_parallel.models.loading import build_device_mesh
 
@@ -220,6 +242,7 @@ def _check_layout(rank: int, model_name: str, layout: str) -> None:
         ids = torch.randint(0, spec.args.vocab_size, (4, 16), generator=torch.Generator().manual_seed(1))
         # Data parallel: each rank takes its half of the batch; tensor parallel: all of it.
         local = ids.chunk(WORLD)[rank] if parallelism.dp_shard > 1 else ids
+    residual = _watch_residual_norm(sharded)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5)
     opt = torch.optim.SGD(sharded.parameters(), lr=0.5)
     for step in range(2):
@@ -241,6 +264,7 @@ def _check_layout(rank: int, model_name: str, layout: str) -> None:
         opt.step()
         ref_opt.zero_grad()
         opt.zero_grad()
+    _assert_residual_layout(parallelism, residual, local.shape[1])
 
 
 def run_and_exit(rank: int, port: int, body: Callable[..., None], *args: Any) -> None:
@@ -271,8 +295,6 @@ def _worker(rank: int, port: int, model_name: str, layout: str) -> None:
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("model_name", list(SPECS))
 def test_parallelize_matches_unsharded(model_name: str, layout: str) -> None:
-    if model_name.startswith("qwen3_5") and layout == "tp2_no_sp":
-        pytest.skip("Qwen 3.5 tensor parallelism has no sequence-parallel variant (same as tp2)")
     torch.multiprocessing.spawn(_worker, args=(_free_port(), model_name, layout), nprocs=WORLD, join=True)
 
 

@@ -134,8 +134,6 @@ def _save_hf_folder(spec: ModelSpec, folder: Path) -> None:
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("model_name", list(SPECS))
 def test_weights_match_across_layouts(model_name: str, layout: str, tmp_path: Path) -> None:
-    if model_name.startswith("qwen3_5") and layout == "tp2_no_sp":
-        pytest.skip("Qwen 3.5 tensor parallelism has no sequence-parallel variant (same as tp2)")
     _save_hf_folder(SPECS[model_name](), tmp_path)
     torch.multiprocessing.spawn(
         run_and_exit, args=(_free_port(), _check_weights, model_name, layout, str(tmp_path)), nprocs=WORLD

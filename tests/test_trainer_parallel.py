@@ -2,7 +2,7 @@
 
 Each case trains the tiny debug config for 4 steps on 2 CPU processes and compares every step's loss with a
 single-process run of the same global batch (fp32, 1e-5), then checks from the ranks' own report that the
-parameters really are sharded as the layout says. The layout grid runs 26 layouts through the resolver's
+parameters really are sharded as the layout says. The layout grid runs 28 layouts through the resolver's
 checks (``--dry-run``) and through the runtime with those checks bypassed: the verdicts must agree.
 """
 
@@ -65,8 +65,6 @@ def _check(done: subprocess.CompletedProcess[str]) -> None:
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
 def test_two_processes_match_one_and_really_shard(model: str, layout: str, tmp_path: Path) -> None:
-    if model == "qwen3_5" and layout == "tp2":
-        pytest.skip("Qwen 3.5 refuses sequence_parallel (no plan for it yet): tp2-no-sp is its TP case")
     out = tmp_path / "report"
     overrides = {**DATA, **TIMEOUTS, **LAYOUTS[layout]}
     done = torchrun(2, WORKER, "train", model, str(out), *(f"{k}={v}" for k, v in overrides.items()))
@@ -89,6 +87,15 @@ def test_two_processes_match_one_and_really_shard(model: str, layout: str, tmp_p
         wq = next(p for n, p in params.items() if n.endswith(".attention.wq.weight"))
         assert wq["placements"] == ["Shard(dim=0)"]
         assert wq["local"][0] * 2 == wq["global"][0]
+        norms = {n: (p["mesh"], p["placements"]) for n, p in params.items() if n.endswith("norm.weight")}
+        assert "norm.weight" in norms  # the final norm, besides every block's
+        assert norms == dict.fromkeys(norms, (["tp"], ["Replicate()"]))
+    # The residual stream as the first block's ffn_norm returns it: (micro batch 2, seq_len 32, dim 64).
+    residual = [r["residual_norm_output"] for r in ranks]
+    if layout == "tp2":  # sequence parallel: each rank holds its half of the sequence
+        assert residual == [{"dtensor": True, "placements": ["Shard(dim=1)"], "local": [2, 16, 64]}] * 2
+    else:
+        assert residual == [{"dtensor": False, "placements": [], "local": [2, 32, 64]}] * 2
 
 
 def test_train_lm_under_torchrun_trains_and_only_rank_zero_prints(tmp_path: Path) -> None:

@@ -121,6 +121,8 @@ def _grid() -> list[Layout]:
             Layout(f"{model}-dp_shard2", model, 2, {"dp_shard": 2}),
             Layout(f"{model}-tp2", model, 2, {"dp_shard": 1, "tp": 2}),
             Layout(f"{model}-tp2-no-sp", model, 2, {"dp_shard": 1, "tp": 2, "sequence_parallel": False}),
+            # sequence parallelism needs seq_len divisible by tp (refused before gloo would abort)
+            Layout(f"{model}-tp2-seq31", model, 2, {"dp_shard": 1, "tp": 2}, {"seq_len": 31}),
             Layout(f"{model}-pp2", model, 2, {"dp_shard": 1, "pp": 2}),
             Layout(f"{model}-cp2", model, 2, {"dp_shard": 1, "cp": 2}),
             Layout(f"{model}-ddp2", model, 2, {"dp_shard": 1, "dp_replicate": 2}),

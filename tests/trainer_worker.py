@@ -1,9 +1,10 @@
 """Run under torchrun by the multi-process trainer tests; each rank writes what it saw as JSON.
 
 ``trainer_worker.py train MODEL OUT [PATH=VALUE ...]`` trains the tiny debug config of MODEL with the
-overrides and writes ``OUT.rank<r>.json``: per-step losses and grad norms, and how every parameter is
-held (DTensor placements, local and global shapes). ``trainer_worker.py grid WORLD OUT`` runs every layout
-of ``GRID`` for this world size through the runtime (resolver checks bypassed) and writes the verdicts.
+overrides and writes ``OUT.rank<r>.json``: per-step losses and grad norms, how every parameter is held
+(DTensor placements, local and global shapes) and how the residual stream leaves the first block's
+``ffn_norm``. ``trainer_worker.py grid WORLD OUT`` runs every layout of ``GRID`` for this world size
+through the runtime (resolver checks bypassed) and writes the verdicts.
 """
 
 from __future__ import annotations
@@ -41,6 +42,22 @@ def _params(trainer: LLMTrainer) -> dict[str, Any]:
     return held
 
 
+def _watch_residual_norm(trainer: LLMTrainer) -> dict[str, Any]:
+    """Fill, at the first forward, how the first block's ``ffn_norm`` output (residual stream) is held."""
+    seen: dict[str, Any] = {}
+
+    def record(module: torch.nn.Module, args: Any, output: torch.Tensor) -> None:
+        if seen:
+            return
+        local = output.to_local() if isinstance(output, DTensor) else output
+        seen["dtensor"] = isinstance(output, DTensor)
+        seen["placements"] = [repr(p) for p in output.placements] if isinstance(output, DTensor) else []
+        seen["local"] = list(local.shape)
+
+    trainer.model.get_submodule("layers.0.ffn_norm").register_forward_hook(record)
+    return seen
+
+
 def _timeout_seconds() -> float:
     backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
     return float(backend.options._timeout.total_seconds())
@@ -50,6 +67,7 @@ def train(model: str, out: str, pairs: list[str]) -> None:
     overrides = dict(pair.split("=", 1) for pair in pairs)
     trainer = LLMTrainer(tiny_config(model, overrides))
     held = _params(trainer)
+    residual = _watch_residual_norm(trainer)
     timeouts = [_timeout_seconds()]
     results = trainer.train()
     timeouts.append(_timeout_seconds())
@@ -61,6 +79,7 @@ def train(model: str, out: str, pairs: list[str]) -> None:
                 "losses": [r.loss for r in results],
                 "grad_norms": [r.grad_norm for r in results],
                 "params": held,
+                "residual_norm_output": residual,
                 "dp_rank": trainer.dp_rank,
                 "timeouts": timeouts,
             }

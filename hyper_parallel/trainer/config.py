@@ -119,8 +119,9 @@ _NOT_YET = {
     "dp_replicate": "DDP and HSDP (dp_replicate > 1) are not supported yet; use 1 and shard data "
     "parallelism with dp_shard (FSDP)",
     "pp": "pipeline parallelism is not supported yet; use 1 and scale with dp_shard (FSDP) or tp",
-    "cp": "context parallelism is not supported yet; use 1 (shorten training.seq_len or scale with "
-    "dp_shard or tp)",
+    "cp": "context parallelism is not supported yet: PyTorch's ring attention covers only the CUDA flash, "
+    "memory-efficient and cuDNN attention kernels, not CPU attention with gloo, so this release cannot "
+    "test it; use 1, and for long sequences use tp with sequence_parallel and activation_checkpoint",
     "ep": "expert parallelism is not supported yet: no built-in model has experts; use 1",
 }
 
@@ -622,6 +623,7 @@ class TrainerConfig:
                 "training.seq_len",
                 f"must be <= the model's max_seq_len ({max_len}), got {training.seq_len}",
             )
+        yield from self.sequence_parallel_issues(par.tp)  # an explicit degree; -1 waits for the world size
         if par.cp > 1 and training.seq_len % (2 * par.cp):
             yield (
                 "training.seq_len",
@@ -650,12 +652,22 @@ class TrainerConfig:
             )
 
     def sequence_parallel_issues(self, tp: int) -> Iterator[tuple[str, str]]:
-        """``sequence_parallel`` under ``tp`` > 1 needs a model whose plan can shard the sequence."""
-        if tp > 1 and self.parallelism.sequence_parallel and not self.model.args.supports_sequence_parallel():
+        """``sequence_parallel`` under ``tp`` > 1 splits the residual stream along the sequence: the model
+        needs a plan for it, and ``training.seq_len`` must split evenly over the ``tp`` ranks."""
+        if tp <= 1 or not self.parallelism.sequence_parallel:
+            return
+        if not self.model.args.supports_sequence_parallel():
             yield (
                 "parallelism.sequence_parallel",
                 f"is not supported yet by {self.model.name} (its tensor-parallel plan keeps activations "
                 "replicated); set it to false",
+            )
+        elif self.training.seq_len % tp:
+            yield (
+                "training.seq_len",
+                f"must be divisible by parallelism.tp ({tp}) for sequence parallelism (each tp rank holds "
+                f"an equal slice of the sequence; or set parallelism.sequence_parallel to false), "
+                f"got {self.training.seq_len}",
             )
 
     def world_size_issues(self, world_size: int) -> list[tuple[str, str]]:

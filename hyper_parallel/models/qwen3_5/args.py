@@ -131,10 +131,6 @@ class Qwen3_5Args(ModelArgs):
         """Number of token ids the embedding table holds."""
         return self.vocab_size
 
-    def supports_sequence_parallel(self) -> bool:
-        """False for now: the tensor-parallel plan keeps the residual stream replicated."""
-        return False
-
     def compile_issue(self, backend: str) -> str | None:
         """aot_eager fails in the Gated DeltaNet gating's backward (a view of a strided gradient)."""
         if backend == "aot_eager":

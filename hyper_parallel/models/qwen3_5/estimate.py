@@ -148,6 +148,10 @@ class Qwen3_5Costs:
         tokens, d, f = work.batch * work.seq, a.dim, a.ffn_hidden_dim // t
         mlp = p * d + 3 * p * f  # input of w1/w3, their outputs (SwiGLU keeps only its inputs), input of w2
         mlp_op = p * (2 * f + d)
+        # Residual-stream tensors (norms, block input) are split along the sequence under sequence
+        # parallelism; the mixers' and feed-forward's inputs are gathered back to the full sequence.
+        seq_split = t if work.sequence_parallel and t > 1 else 1
+        norm, block_input = _norm_saved(d) // seq_split, p * d // seq_split
         blocks = []
         for kind in a.layer_types():
             if kind == "full_attention":
@@ -155,13 +159,15 @@ class Qwen3_5Costs:
             else:
                 kept, op = self._gated_deltanet(p, t, work.batch, work.seq)
             # two residual norms, the mixer's input, the mixer, the feed-forward
-            kept += (2 * _norm_saved(d) + p * d + mlp) * tokens
+            kept += (2 * norm + p * d + mlp) * tokens
             blocks.append(
-                BlockActivations(kept=kept, op=(p * d + mlp_op) * tokens + op, inputs=p * d * tokens)
+                BlockActivations(
+                    kept=kept, op=(block_input + mlp_op) * tokens + op, inputs=block_input * tokens
+                )
             )
         rotary = int(a.head_dim * a.partial_rotary_factor)
         rope = 2 * work.seq * rotary * 4
-        outside = (8 + _norm_saved(d) + p * d) * tokens + rope
+        outside = (8 + norm + p * d) * tokens + rope
         outside += 4 * a.vocab_size * work.batch * (work.seq - 1)
         return ActivationCosts(blocks=tuple(blocks), outside=outside, vocab=a.vocab_size)
 

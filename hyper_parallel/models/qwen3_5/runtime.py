@@ -71,9 +71,10 @@ def parallelize(
     Parameter names (state-dict keys) are never changed. Returns ``model``.
 
     Tensor parallelism splits the heads of the full-attention and the Gated DeltaNet blocks (a rank holds
-    the key heads its value heads use) and the feed-forward networks; embeddings, norms and the output
-    are replicated across ``tp`` (no sequence parallelism yet: ``sequence_parallel`` with ``tp`` > 1 is
-    refused before this runs, see ``Qwen3_5Args.supports_sequence_parallel``).
+    the key heads its value heads use) and the feed-forward networks; embeddings and the output (which may
+    share one matrix) are replicated across ``tp``. With ``parallelism.sequence_parallel`` the residual
+    stream between blocks and its norms are split along the sequence, and each token mixer and
+    feed-forward network gathers the full sequence first (see ``_parallel.apply_tp``).
     """
     require_torch("Qwen 3.5", "parallelize")
     from hyper_parallel.models.qwen3_5._parallel import parallelize_qwen3_5
