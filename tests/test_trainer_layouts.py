@@ -38,8 +38,10 @@ from tests.trainer_support import (  # noqa: E402
 )
 
 WORKER = str(ROOT / "tests" / "trainer_worker.py")
-BATCH = {"training.global_batch_size": "8"}
-MICRO = {**BATCH, "training.micro_batch_size": "1"}
+#: Shared by every run: the global batch, and a clipping threshold below the tiny models' gradient norms
+#: (about 0.5), so each step clips by the global norm over every mesh.
+SHARED = {"training.global_batch_size": "8", "training.max_grad_norm": "0.3"}
+MICRO = {**SHARED, "training.micro_batch_size": "1"}
 DDP = {"parallelism.dp_shard": "1", "parallelism.dp_replicate": "2"}
 HSDP = {"parallelism.dp_shard": "2", "parallelism.dp_replicate": "2"}
 TP_FSDP = {"parallelism.dp_shard": "2", "parallelism.tp": "2"}
@@ -48,12 +50,14 @@ NO_SP = {"qwen3_5": {"parallelism.sequence_parallel": "false"}, "llama3": {}}
 
 
 @functools.cache
-def _single_process(model: str, max_steps: int = 4) -> tuple[float, ...]:
-    trainer = LLMTrainer(tiny_config(model, {**BATCH, "training.max_steps": str(max_steps)}))
+def _single_process(model: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-step losses and gradient norms of one process on the same global batch."""
+    trainer = LLMTrainer(tiny_config(model, SHARED))
     try:
-        return tuple(r.loss for r in trainer.train())
+        results = trainer.train()
     finally:
         trainer.close()
+    return tuple(r.loss for r in results), tuple(r.grad_norm for r in results)
 
 
 def _check(done: subprocess.CompletedProcess[str]) -> None:
@@ -63,7 +67,10 @@ def _check(done: subprocess.CompletedProcess[str]) -> None:
 def _train(world: int, model: str, out: Path, overrides: dict[str, str]) -> list[dict[str, Any]]:
     """Train ``model`` on ``world`` ranks with ``overrides``; every rank's report, by global rank."""
     pairs = (f"{k}={v}" for k, v in {**MICRO, **overrides}.items())
-    _check(torchrun(world, WORKER, "train", model, str(out), *pairs, timeout=300))
+    done = torchrun(world, WORKER, "train", model, str(out), *pairs, timeout=300)
+    _check(done)
+    # the global gradient norm is one all-reduce over the flattened split dimensions, not one per dimension
+    assert "sequential all_reduce operations" not in done.stderr
     return _reports(out, world)
 
 
@@ -72,9 +79,11 @@ def _reports(out: Path, world: int) -> list[dict[str, Any]]:
 
 
 def _assert_single_process_losses(model: str, ranks: list[dict[str, Any]]) -> None:
-    expected = _single_process(model)
+    """Every rank's losses and global gradient norms (over all meshes, before clipping) are one process's."""
+    losses, grad_norms = _single_process(model)
     for rank, report in enumerate(ranks):
-        assert report["losses"] == pytest.approx(expected, abs=1e-5), f"rank {rank}"
+        assert report["losses"] == pytest.approx(losses, abs=1e-5), f"rank {rank}"
+        assert report["grad_norms"] == pytest.approx(grad_norms, rel=1e-4, abs=1e-5), f"rank {rank}"
 
 
 def _assert_held(params: dict[str, Any], mesh: list[str], placements: list[str], shards: int) -> None:

@@ -2,8 +2,9 @@
 
 ``parallelize_model`` applies, in TorchTitan's order, tensor parallelism (the model's own plan, then every
 parameter the plan left plain becomes a replicated ``DTensor``), activation checkpointing, ``torch.compile``
-per block and FSDP2 with mixed precision and CPU offload. Blocks keep their class and parameter names
-(checkpointing and compiling replace only the block's ``forward``), so state-dict keys never change.
+per block and FSDP2 data parallelism (FSDP, HSDP or DDP) with mixed precision and CPU offload. Blocks keep
+their class and parameter names (checkpointing and compiling replace only the block's ``forward``), so
+state-dict keys never change.
 
 Private and torch-importing: only the runtime hooks import this module, from inside their bodies, so
 resolving a config never loads torch.
