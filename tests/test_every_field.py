@@ -114,6 +114,7 @@ WIRED: dict[str, str] = {
     "training.gc_freq": "test_trainer.py::test_gc_freq_turns_off_automatic_collection_and_collects_every_n_steps",
     "training.enable_cpu_offload": "test_models_parallel.py::test_fsdp_applies_mixed_precision_offload_and_reshard",
     # parallelism
+    "parallelism.dp_replicate": "test_trainer_layouts.py::test_hsdp_matches_one_process_and_shards_within_replicas",
     "parallelism.dp_shard": "test_trainer_parallel.py::test_two_processes_match_one_and_really_shard",
     "parallelism.tp": "test_trainer_parallel.py::test_two_processes_match_one_and_really_shard",
     "parallelism.sequence_parallel": "test_trainer_parallel.py::test_two_processes_match_one_and_really_shard",
@@ -198,7 +199,6 @@ WIRED: dict[str, str] = {
 
 #: Fields this release refuses, with a value that must be refused as "not supported yet".
 REFUSED: dict[str, str] = {
-    "parallelism.dp_replicate": "2",
     "parallelism.pp": "2",
     "parallelism.cp": "2",
     "parallelism.ep": "2",

@@ -24,10 +24,6 @@ CP = (
     "test it; use 1, and for long sequences use tp with sequence_parallel and activation_checkpoint"
 )
 EP = "expert parallelism is not supported yet: no built-in model has experts; use 1"
-DDP = (
-    "DDP and HSDP (dp_replicate > 1) are not supported yet; use 1 and shard data parallelism "
-    "with dp_shard (FSDP)"
-)
 SCHEDULE = (
     "is not supported yet: pipeline parallelism is not available, so a schedule would be ignored; "
     "leave the default '1F1B', got 'GPipe'"
@@ -60,18 +56,11 @@ NOT_YET = [
     ({"dp_shard": 1, "pp": 2}, None, [("parallelism.pp", f"{PP}, got 2")]),
     ({"dp_shard": 1, "cp": 2}, None, [("parallelism.cp", f"{CP}, got 2")]),
     ({"ep": 2}, None, [("parallelism.ep", f"{EP}, got 2")]),
-    ({"dp_replicate": 2, "dp_shard": 1}, None, [("parallelism.dp_replicate", f"{DDP}, got 2")]),
-    ({"dp_replicate": 2, "dp_shard": 2}, None, [("parallelism.dp_replicate", f"{DDP}, got 2")]),  # HSDP
     ({"pp_schedule": "GPipe"}, None, [("parallelism.pp_schedule", SCHEDULE)]),
     ({"pp_microbatches": 4}, None, [("parallelism.pp_microbatches", MICROBATCHES)]),
     # Auto degrees are refused once the world size says what they become.
     ({"dp_shard": 1, "pp": -1}, 2, [("parallelism.pp", f"{PP}, got 2 (inferred from the world size)")]),
     ({"dp_shard": 1, "cp": -1}, 4, [("parallelism.cp", f"{CP}, got 4 (inferred from the world size)")]),
-    (
-        {"dp_shard": 1, "dp_replicate": -1},
-        2,
-        [("parallelism.dp_replicate", f"{DDP}, got 2 (inferred from the world size)")],
-    ),
 ]
 
 
@@ -166,6 +155,26 @@ def test_supported_layouts_pass(
 ) -> None:
     cfg = load_config(_config(tmp_path, model, flavor, parallelism), world_size=world_size)
     assert cfg.parallelism.resolved_degrees(world_size)["tp"] == parallelism.get("tp", 1)
+
+
+@pytest.mark.parametrize(
+    ("model", "parallelism", "world_size", "expected"),
+    [
+        (LLAMA, {"dp_replicate": 2, "dp_shard": 1}, 2, {"dp_replicate": 2, "dp_shard": 1}),  # DDP
+        (LLAMA, {"dp_replicate": 2}, 4, {"dp_replicate": 2, "dp_shard": 2}),  # HSDP, dp_shard inferred
+        (LLAMA, {"dp_replicate": -1, "dp_shard": 1}, 2, {"dp_replicate": 2, "dp_shard": 1}),
+        (LLAMA, {"dp_replicate": 2, "tp": 2}, 8, {"dp_replicate": 2, "dp_shard": 2, "tp": 2}),
+        (QWEN, {"dp_replicate": 2, "dp_shard": 2}, 4, {"dp_replicate": 2, "dp_shard": 2}),
+        (QWEN, {"dp_replicate": 2, "tp": 2, "sequence_parallel": False}, 4, {"dp_replicate": 2, "tp": 2}),
+    ],
+)
+def test_data_parallel_replication_passes(
+    tmp_path: Path, model: str, parallelism: dict[str, Any], world_size: int, expected: dict[str, int]
+) -> None:
+    cfg = load_config(_config(tmp_path, model, "debugmodel", parallelism), world_size=world_size)
+    degrees = cfg.parallelism.resolved_degrees(world_size)
+    assert {name: degrees[name] for name in expected} == expected
+    assert degrees["dp_replicate"] * degrees["dp_shard"] * degrees["tp"] == world_size
 
 
 def test_parallel_issues_defaults_and_paths() -> None:

@@ -139,6 +139,23 @@ def _grid() -> list[Layout]:
                 {"micro_batch_size": 1},
             ),
             Layout(f"{model}-hsdp", model, 4, {"dp_shard": 2, "dp_replicate": 2}, {"micro_batch_size": 1}),
+            Layout(
+                f"{model}-hsdp-auto", model, 4, {"dp_shard": 2, "dp_replicate": -1}, {"micro_batch_size": 1}
+            ),
+            Layout(
+                f"{model}-hsdp-batch-6",
+                model,
+                4,
+                {"dp_shard": 2, "dp_replicate": 2},
+                {"micro_batch_size": 1, "global_batch_size": 6},
+            ),
+            Layout(f"{model}-ddp4", model, 4, {"dp_shard": 1, "dp_replicate": 4}, {"micro_batch_size": 1}),
+            Layout(
+                f"{model}-ddp2-tp2-no-sp",
+                model,
+                4,
+                {"dp_shard": 1, "dp_replicate": 2, "tp": 2, "sequence_parallel": False},
+            ),
         ]
     return cases
 

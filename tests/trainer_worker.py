@@ -2,13 +2,14 @@
 
 ``trainer_worker.py train MODEL OUT [PATH=VALUE ...]`` trains the tiny debug config of MODEL with the
 overrides and writes ``OUT.rank<r>.json``: per-step losses and grad norms, how every parameter is held
-(DTensor placements, local and global shapes) and how the residual stream leaves the first block's
-``ffn_norm``. ``trainer_worker.py grid WORLD OUT`` runs every layout of ``GRID`` for this world size
-through the runtime (resolver checks bypassed) and writes the verdicts.
+(DTensor placements, local and global shapes), a digest of its local values after training and how
+the residual stream leaves the first block's ``ffn_norm``. ``trainer_worker.py grid WORLD OUT`` runs every
+layout of ``GRID`` for this world size through the runtime (resolver checks bypassed) and writes the verdicts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -58,6 +59,15 @@ def _watch_residual_norm(trainer: LLMTrainer) -> dict[str, Any]:
     return seen
 
 
+def _digests(trainer: LLMTrainer) -> dict[str, str]:
+    """SHA-256 of every parameter's local tensor: equal on two ranks only if they hold the same values."""
+    digests = {}
+    for name, param in trainer.model.named_parameters():
+        local = param.to_local() if isinstance(param, DTensor) else param
+        digests[name] = hashlib.sha256(local.detach().contiguous().numpy().tobytes()).hexdigest()
+    return digests
+
+
 def _timeout_seconds() -> float:
     backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
     return float(backend.options._timeout.total_seconds())
@@ -71,6 +81,7 @@ def train(model: str, out: str, pairs: list[str]) -> None:
     timeouts = [_timeout_seconds()]
     results = trainer.train()
     timeouts.append(_timeout_seconds())
+    digests = _digests(trainer)
     rank = trainer.env.rank
     trainer.close()
     Path(f"{out}.rank{rank}.json").write_text(
@@ -80,7 +91,9 @@ def train(model: str, out: str, pairs: list[str]) -> None:
                 "grad_norms": [r.grad_norm for r in results],
                 "params": held,
                 "residual_norm_output": residual,
+                "digests": digests,
                 "dp_rank": trainer.dp_rank,
+                "resumed_from": trainer.resumed_from,
                 "timeouts": timeouts,
             }
         )

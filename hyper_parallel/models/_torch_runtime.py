@@ -2,8 +2,9 @@
 
 ``parallelize_model`` applies, in TorchTitan's order, tensor parallelism (the model's own plan, then every
 parameter the plan left plain becomes a replicated ``DTensor``), activation checkpointing, ``torch.compile``
-per block and FSDP2 with mixed precision and CPU offload. Blocks keep their class and parameter names
-(checkpointing and compiling replace only the block's ``forward``), so state-dict keys never change.
+per block and FSDP2 data parallelism (FSDP, HSDP or DDP) with mixed precision and CPU offload. Blocks keep
+their class and parameter names (checkpointing and compiling replace only the block's ``forward``), so
+state-dict keys never change.
 
 Private and torch-importing: only the runtime hooks import this module, from inside their bodies, so
 resolving a config never loads torch.
@@ -346,18 +347,20 @@ def apply_fsdp(
     degrees: Mapping[str, int],
     training: TrainingConfig | None = None,
 ) -> None:
-    """``fully_shard`` each block, then the root, over the ``dp_shard`` mesh dimension.
+    """Data parallelism with FSDP2, each block then the root, over the data-parallel mesh dimensions.
 
-    ``training`` sets the ``MixedPrecisionPolicy`` (``mixed_precision_param``/``_reduce``) and CPU offload
+    ``dp_shard`` alone is FSDP (``fully_shard`` on the 1-D ``dp_shard`` mesh, placements ``(Shard(0),)``);
+    ``dp_replicate`` x ``dp_shard`` is HSDP (``fully_shard`` on the 2-D mesh, which FSDP2 reads as
+    replicate x shard: ``(Replicate(), Shard(0))``); ``dp_replicate`` alone is DDP through FSDP2's
+    ``replicate`` (parameters ``(Replicate(),)``, gradients all-reduced), so every data-parallel layout
+    shares one module type, one gradient-sync switch and DTensor parameters. ``training`` sets the
+    ``MixedPrecisionPolicy`` (``mixed_precision_param``/``_reduce``) and CPU offload
     (``enable_cpu_offload``); ``None`` keeps full precision on the device.
     """
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    if degrees["dp_replicate"] > 1:
-        raise NotImplementedError(
-            "parallelism.dp_replicate > 1 (DDP and HSDP) is not supported yet; use dp_shard"
-        )
-    if degrees["dp_shard"] == 1:
+    replicas, shards = degrees["dp_replicate"], degrees["dp_shard"]
+    if replicas == 1 and shards == 1:
         return
     mp_policy = MixedPrecisionPolicy()
     offload: OffloadPolicy = OffloadPolicy()
@@ -369,10 +372,17 @@ def apply_fsdp(
         if training.enable_cpu_offload:
             # Pinned host memory needs an accelerator; on a CPU-only machine offloading is a no-op anyway.
             offload = CPUOffloadPolicy(pin_memory=torch.accelerator.is_available())
-    reshard = parallelism.fsdp_reshard_after_forward != "never"
+    if shards == 1:  # DDP: replicate every block, then the root (gradients all-reduced per block)
+        from torch.distributed._composable.replicate_with_fsdp import replicate
+
+        for block in blocks:
+            replicate(block, mesh=device_mesh["dp_replicate"], mp_policy=mp_policy, offload_policy=offload)
+        replicate(model, mesh=device_mesh["dp_replicate"], mp_policy=mp_policy, offload_policy=offload)
+        return
+    dp_mesh = device_mesh["dp_replicate", "dp_shard"] if replicas > 1 else device_mesh["dp_shard"]
     options: dict[str, Any] = {
-        "mesh": device_mesh["dp_shard"],
-        "reshard_after_forward": reshard,
+        "mesh": dp_mesh,
+        "reshard_after_forward": parallelism.fsdp_reshard_after_forward != "never",
         "mp_policy": mp_policy,
         "offload_policy": offload,
     }

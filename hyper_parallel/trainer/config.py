@@ -116,8 +116,6 @@ _WORLD_DEGREES = ("dp_replicate", "dp_shard", "cp", "tp", "pp")
 
 #: Degrees this release's runtime cannot run above 1, and what to say instead.
 _NOT_YET = {
-    "dp_replicate": "DDP and HSDP (dp_replicate > 1) are not supported yet; use 1 and shard data "
-    "parallelism with dp_shard (FSDP)",
     "pp": "pipeline parallelism is not supported yet; use 1 and scale with dp_shard (FSDP) or tp",
     "cp": "context parallelism is not supported yet: PyTorch's ring attention covers only the CUDA flash, "
     "memory-efficient and cuDNN attention kernels, not CPU attention with gloo, so this release cannot "

@@ -87,9 +87,16 @@ class ParallelDims:
         from torch.distributed.device_mesh import init_device_mesh
 
         names = self.mesh_dim_names()
-        return init_device_mesh(
+        mesh = init_device_mesh(
             device_type, tuple(getattr(self, name) for name in names), mesh_dim_names=names
         )
+        # Reductions over every dimension a parameter is split on (the global gradient norm under
+        # dp_shard x tp) then run as one collective: DTensor uses a flattened mesh when one exists, and
+        # otherwise all-reduces dimension by dimension, in an order that may round differently per rank.
+        split = tuple(name for name in ("dp_shard", "cp", "tp") if getattr(self, name) > 1)
+        if len(split) > 1:
+            mesh[split]._flatten("_".join(split))
+        return mesh
 
     def dp_group(self, mesh: DeviceMesh | None) -> ProcessGroup | None:
         """Process group of this rank's data-parallel peers (None when there is one DP rank)."""

@@ -49,8 +49,9 @@ def parallelize(
     Order as in TorchTitan: tensor parallelism (mesh dimension ``tp``; every parameter then is a
     ``DTensor``, replicated where not split) -> activation checkpointing per block (``activation_checkpoint``)
     -> ``torch.compile`` per block (``compile``, when enabled with ``"model"`` among its components) ->
-    FSDP2 over ``dp_shard`` with the ``MixedPrecisionPolicy`` and CPU offload of ``training``. ``None`` for
-    a section means its defaults-off behaviour (full precision, no checkpointing, no compile).
+    FSDP2 data parallelism (FSDP over ``dp_shard``, HSDP over ``dp_replicate`` x ``dp_shard``, DDP over
+    ``dp_replicate``) with the ``MixedPrecisionPolicy`` and CPU offload of ``training``. ``None`` for a
+    section means its defaults-off behaviour (full precision, no checkpointing, no compile).
     ``device_mesh`` names its dimensions after the degrees of ``parallelism`` above 1 (see
     ``hyper_parallel.models.loading.build_device_mesh``); ``None`` means one process.
     Parameter names (state-dict keys) are never changed. Returns ``model``.
