@@ -149,7 +149,10 @@ def test_command_line_values_are_read_the_same_way() -> None:
     with pytest.raises(ConfigError) as info:
         load_config("configs/llama3_debug.yaml", {"dataloader.dataset.paths": "[${DATA_DIR}/a.jsonl]"})
     (issue,) = info.value.issues
-    assert (issue.location, issue.path) == ("overrides['dataloader.dataset.paths']", "dataloader.dataset.paths")
+    assert (issue.location, issue.path) == (
+        "overrides['dataloader.dataset.paths']",
+        "dataloader.dataset.paths",
+    )
     assert issue.message == (
         "cannot read '[${DATA_DIR}/a.jsonl]': interpolation '${DATA_DIR}' is not supported (did you mean "
         f"'${{env:DATA_DIR}}'?); {ONLY_ENV}; {LITERAL} (column 2)"
