@@ -29,9 +29,11 @@ _optional_nonempty = attrs.validators.optional(attrs.validators.min_len(1))
 
 
 class CheckpointNotResumableError(ValueError):
-    """The checkpoint to resume from is a weights-only export (or holds only weights) and the run is not over.
+    """This run cannot continue the checkpoint it resumes from.
 
-    Raised by the checkpoint manager's ``load()``; the message names the config fields that fix it.
+    Raised by the checkpoint manager's ``load()`` when the checkpoint is a weights-only export (or holds
+    only weights) and the run is not over, or when its data position cannot be continued by this run
+    (other data, or a data-parallel layout that would read other batches); the message says what to change.
     """
 
 

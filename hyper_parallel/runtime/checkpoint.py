@@ -130,6 +130,20 @@ def _saved_keys(path: Path) -> set[str]:
     return set(FileSystemReader(str(path)).read_metadata().state_dict_metadata)
 
 
+def _saved_rank(part: str, keys: set[str]) -> str | None:
+    """The entry of a per-rank ``part`` this process restores: its own rank's, else rank 0's, else None."""
+    for entry in (f"rank{_rank()}", "rank0"):
+        if f"{part}.{entry}" in keys:
+            return entry
+    return None
+
+
+def _only_entry(loaded: dict[str, Any]) -> Any:
+    """The JSON value of the one per-rank entry a load asked for."""
+    (text,) = loaded.values()
+    return json.loads(text)
+
+
 def _is_full(keys: set[str]) -> bool:
     """Whether a checkpoint's keys are those of a full (resumable) checkpoint, not a weights-only export."""
     return "step" in keys
@@ -456,8 +470,12 @@ class CheckpointManager:
         set_model_state_dict(self.model, state["model"], options=StateDictOptions(strict=True))
 
     def _wanted(self, path: Path, keys: set[str]) -> dict[str, Any]:
-        """Placeholders of the parts to restore from a full checkpoint; refuses missing ones."""
-        rank = f"rank{_rank()}"
+        """Placeholders of the parts to restore from a full checkpoint; refuses missing ones.
+
+        A per-rank part is read from this rank's entry, or from rank 0's when the checkpoint was saved by
+        fewer processes (a resume on another layout): every rank is at the same step and data position
+        then, and the trainer seeds every rank alike.
+        """
         owners: dict[str, Any] = {
             "optimizer": self.optimizer,
             "lr_scheduler": self.lr_scheduler,
@@ -470,8 +488,9 @@ class CheckpointManager:
             if owner is None or part in self.cfg.exclude_from_loading:
                 continue
             if part in _PER_RANK:
-                present = f"{part}.{rank}" in keys
-                wanted_value: Any = {rank: ""}
+                entry = _saved_rank(part, keys)
+                present = entry is not None
+                wanted_value: Any = {entry: ""}
             elif part == "optimizer":
                 present = any(key.startswith("optimizer.") for key in keys)
                 wanted_value = None
@@ -479,10 +498,8 @@ class CheckpointManager:
                 present = part in keys
                 wanted_value = ""
             if not present:
-                saved_by = len({key for key in keys if key.startswith("rng.")})
-                where = f" for rank {_rank()} (saved by {saved_by} processes)" if part in _PER_RANK else ""
                 raise ValueError(
-                    f"checkpoint {str(path)!r} holds no {part!r} state{where}; add {part!r} to "
+                    f"checkpoint {str(path)!r} holds no {part!r} state; add {part!r} to "
                     "checkpoint.exclude_from_loading to start it fresh"
                 )
             wanted[part] = wanted_value
@@ -498,7 +515,6 @@ class CheckpointManager:
         with _single_process_ok():
             dcp_load(state, checkpoint_id=str(path), **self._dcp_kwargs())
         set_model_state_dict(self.model, state["model"], options=StateDictOptions(strict=True))
-        rank = f"rank{_rank()}"
         if "optimizer" in state:
             set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])  # type: ignore[arg-type]
         if self.lr_scheduler is not None:
@@ -510,9 +526,12 @@ class CheckpointManager:
                 ):
                     group["lr"] = lr
         if "dataloader" in state:
-            self.dataloader.load_state_dict(json.loads(state["dataloader"][rank]))
+            try:
+                self.dataloader.load_state_dict(_only_entry(state["dataloader"]))
+            except ValueError as exc:  # a data position this run cannot continue (another layout, data)
+                raise CheckpointNotResumableError(f"checkpoint {str(path)!r}: {exc}") from None
         if "train_state" in state:
-            self.train_state.load_state_dict(json.loads(state["train_state"][rank]))  # type: ignore[union-attr]
+            self.train_state.load_state_dict(_only_entry(state["train_state"]))  # type: ignore[union-attr]
         if "rng" in state:
-            _set_rng_state(json.loads(state["rng"][rank]))
+            _set_rng_state(_only_entry(state["rng"]))
         return int(json.loads(state["step"]))
