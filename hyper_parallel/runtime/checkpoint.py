@@ -8,6 +8,17 @@ the folder to ``step-<N>``. Only ``step-<N>`` folders holding ``.metadata`` coun
 mid-save leaves a ``.partial`` folder (or, from older layouts, a ``step-<N>`` folder without
 ``.metadata``); neither is ever loaded, and rank 0 removes both when the manager starts.
 
+Every published ``step-<N>`` folder also holds ``config.yaml``, the resolved config of the run that saved
+it (``dump_config``; when the trainer passes it as ``run_config``), which ``hyper_parallel.export`` reads
+to rebuild the model's Hugging Face layout.
+
+Resharding: model and optimizer state are saved by fully qualified name through
+``torch.distributed.checkpoint.state_dict`` (optimizer state keyed by parameter FQN), so DCP reads them
+into any layout (FSDP2, tensor parallelism, one process) whatever layout saved them. Per-rank parts are
+read from this rank's entry, else from rank 0's (a run resumed on more processes than saved it); the data
+loader translates a position saved under another data-parallel size (see its ``load_state_dict``) and a
+position it cannot continue identically stops the resume with ``CheckpointNotResumableError``.
+
 Two kinds of checkpoint:
 
 - **full** (every save but the final one with ``last_save_model_only``): ``model`` and ``optimizer``
@@ -72,7 +83,10 @@ from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 if TYPE_CHECKING:
     from hyper_parallel.components.checkpoint import DCPCheckpoint
 
-__all__ = ["CheckpointManager", "Stateful", "complete_steps"]
+__all__ = ["CONFIG_FILE", "CheckpointManager", "Stateful", "complete_steps"]
+
+#: The resolved config a checkpoint was saved with, as YAML, in every ``step-<N>`` folder (when known).
+CONFIG_FILE = "config.yaml"
 
 _log = logging.getLogger(__name__)
 _STEP_DIR = re.compile(r"step-(\d+)")
@@ -205,8 +219,11 @@ class CheckpointManager:
         dataloader: Any = None,
         train_state: Stateful | None = None,
         max_steps: int | None = None,
+        run_config: Any = None,
     ) -> None:
         self.cfg = cfg
+        self.run_config = run_config
+        self._run_config_yaml: str | None = None
         self.folder = Path(cfg.folder)
         self.model, self.optimizer = model, optimizer
         self.lr_scheduler, self.dataloader, self.train_state = lr_scheduler, dataloader, train_state
@@ -361,6 +378,12 @@ class CheckpointManager:
         """Rank 0 renames a finished save (every rank has written: ``.metadata`` exists) and prunes."""
         if _rank() != 0:
             return
+        if self.run_config is not None:
+            if self._run_config_yaml is None:
+                from hyper_parallel.config import dump_config
+
+                self._run_config_yaml = dump_config(self.run_config)
+            (partial / CONFIG_FILE).write_text(self._run_config_yaml, encoding="utf-8")
         if final.exists():
             shutil.rmtree(final)
         os.replace(partial, final)
