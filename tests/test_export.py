@@ -3,7 +3,7 @@
 Tiny Llama 3 and Qwen 3.5 models train for 2 steps on the CPU with checkpoints on; the exported folder is
 loaded with ``AutoModelForCausalLM.from_pretrained`` and must give the trained model's logits (fp32, 1e-4),
 whether the checkpoint is the final weights-only export or a full one, one file or shards with an index,
-saved by one process or by FSDP2 on two.
+saved by one process or by FSDP2 or tensor parallelism on two.
 """
 
 from __future__ import annotations
@@ -119,11 +119,15 @@ def test_dtype_casts_a_float32_checkpoint(tmp_path: Path) -> None:
     assert transformers.AutoModelForCausalLM.from_pretrained(out).dtype == torch.float16
 
 
-def test_a_checkpoint_saved_by_fsdp_on_two_processes_exports(tmp_path: Path) -> None:
-    overrides = {**RUN, "checkpoint.folder": str(tmp_path / "ckpt"), "parallelism.dp_shard": "2"}
-    done = torchrun(
-        2, WORKER, "train", "llama3", str(tmp_path / "r"), *(f"{k}={v}" for k, v in overrides.items())
-    )
+@pytest.mark.parametrize(
+    "layout",
+    [{"parallelism.dp_shard": "2"}, {"parallelism.dp_shard": "1", "parallelism.tp": "2"}],
+    ids=["dp_shard2", "tp2"],
+)
+def test_a_checkpoint_saved_by_two_processes_exports(layout: dict[str, str], tmp_path: Path) -> None:
+    overrides = {**RUN, "checkpoint.folder": str(tmp_path / "ckpt"), **layout}
+    pairs = [f"{k}={v}" for k, v in overrides.items()]
+    done = torchrun(2, WORKER, "train", "llama3", str(tmp_path / "r"), *pairs)
     assert done.returncode == 0, done.stderr[-3000:]
     ours = _train("llama3", tmp_path / "one")  # one process trains the same weights (same losses, 1e-5)
     out = export_checkpoint(tmp_path / "ckpt", tmp_path / "hf")
