@@ -146,10 +146,68 @@ def test_position_survives_a_new_iterator(tok: Any, corpus: Path, workers: dict[
     assert loader.state_dict()["epoch"] == 2
 
 
-def test_state_of_another_layout_is_refused(tok: Any, corpus: Path) -> None:
-    state = build(loader_cfg(corpus), tok, world=2).state_dict()
-    with pytest.raises(ValueError, match="dp_world_size: saved 2, now 1"):
-        build(loader_cfg(corpus), tok, world=1).load_state_dict(state)
+def _rows(batches: list[Any]) -> list[tuple[int, ...]]:
+    return sorted(tuple(row) for batch in batches for row in batch["input_ids"].tolist())
+
+
+@pytest.mark.parametrize(("world", "mbs"), [(1, 2), (1, 4), (4, 1)])
+def test_a_position_saved_on_two_ranks_resumes_on_another_layout(
+    tok: Any, corpus: Path, world: int, mbs: int
+) -> None:
+    # 12 samples, a global batch of 4: every layout consumes all 12 per epoch; steps cross epoch ends.
+    cfg = loader_cfg(corpus, dataset={"max_samples": 12})
+    saved = [build(cfg, tok, rank=r, world=2, mbs=2) for r in range(2)]
+    for loader in saved:
+        list(islice(loader, 4))  # four steps of one micro-batch each: into the second epoch
+    states = [loader.state_dict() for loader in saved]
+    assert states[0]["epoch"] == 1
+    expected = [_rows([next(iter(loader)) for loader in saved]) for _ in range(5)]
+    for state in states:  # either rank's position holds the global one
+        resumed = [build(cfg, tok, rank=r, world=world, mbs=mbs) for r in range(world)]
+        for loader in resumed:
+            loader.load_state_dict(state)
+        per_step = 4 // (world * mbs)
+        iters = [iter(loader) for loader in resumed]
+        got = [_rows([next(it) for it in iters for _ in range(per_step)]) for _ in range(5)]
+        assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("samples", "saved_batches", "mbs", "message"),
+    [
+        (
+            9,
+            0,
+            3,
+            "cannot resume the data position saved with 2 data-parallel rank(s) x micro-batch 2 on 1 x 3: "
+            "an epoch of 9 samples is cut to 8 samples by the saved layout and to 9 by this one, so the "
+            "batches after this epoch would differ; resume with the saved layout, or train on a number of "
+            "samples that training.global_batch_size divides",
+        ),
+        (
+            12,
+            1,
+            3,
+            "cannot resume the data position saved with 2 data-parallel rank(s) x micro-batch 2 on 1 x 3: "
+            "4 samples of the epoch are consumed, not a whole number of this layout's 3-sample rounds",
+        ),
+    ],
+)
+def test_a_position_another_layout_cannot_continue_is_refused(
+    tok: Any, corpus: Path, samples: int, saved_batches: int, mbs: int, message: str
+) -> None:
+    cfg = loader_cfg(corpus, dataset={"max_samples": samples})
+    saved = build(cfg, tok, world=2)
+    list(islice(saved, saved_batches))
+    with pytest.raises(ValueError, match="cannot resume the data position") as error:
+        build(cfg, tok, world=1, mbs=mbs).load_state_dict(saved.state_dict())
+    assert str(error.value) == message
+
+
+def test_a_position_of_other_data_is_refused(tok: Any, corpus: Path) -> None:
+    state = build(loader_cfg(corpus, dataset={"max_samples": 12}), tok, world=2).state_dict()
+    with pytest.raises(ValueError, match="cannot resume the data position: num_samples: saved 12, now 8"):
+        build(loader_cfg(corpus, dataset={"max_samples": 8}), tok).load_state_dict(state)
 
 
 def test_max_samples_and_drop_last(tok: Any, corpus: Path) -> None:

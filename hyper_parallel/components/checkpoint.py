@@ -29,9 +29,11 @@ _optional_nonempty = attrs.validators.optional(attrs.validators.min_len(1))
 
 
 class CheckpointNotResumableError(ValueError):
-    """The checkpoint to resume from is a weights-only export (or holds only weights) and the run is not over.
+    """This run cannot continue the checkpoint it resumes from.
 
-    Raised by the checkpoint manager's ``load()``; the message names the config fields that fix it.
+    Raised by the checkpoint manager's ``load()`` when the checkpoint is a weights-only export (or holds
+    only weights) and the run is not over, or when its data position cannot be continued by this run
+    (other data, or a data-parallel layout that would read other batches); the message says what to change.
     """
 
 
@@ -132,6 +134,7 @@ class Checkpoint:
             *,
             train_state: Any = None,
             max_steps: int | None = None,
+            run_config: Any = None,
         ) -> Any:
             """The checkpoint manager of this training state (implemented by subclasses)."""
             raise NotImplementedError(
@@ -177,12 +180,15 @@ class DCPCheckpoint(Checkpoint):
             *,
             train_state: Any = None,
             max_steps: int | None = None,
+            run_config: Any = None,
         ) -> "CheckpointManager":
             """A manager saving and restoring these objects with torch.distributed.checkpoint.
 
             ``train_state`` is the trainer's own stateful (``state_dict() -> dict``, JSON-serialisable and
             rank-local, and ``load_state_dict(dict)``); ``max_steps`` is ``training.max_steps``, which tells
-            a finished run from one extended past its weights-only export. Call it on every rank (with
+            a finished run from one extended past its weights-only export; ``run_config`` (the resolved
+            ``TrainerConfig``) is written as ``config.yaml`` into every checkpoint, for
+            ``hyper_parallel.export``. Call it on every rank (with
             torch.distributed it creates the manager's process group). ``load()`` resumes,
             ``maybe_save(step, last_step=...)`` saves every ``interval`` steps, ``close()`` finishes an
             asynchronous save; the layout and publish protocol are documented in
@@ -198,4 +204,5 @@ class DCPCheckpoint(Checkpoint):
                 dataloader=dataloader,
                 train_state=train_state,
                 max_steps=max_steps,
+                run_config=run_config,
             )

@@ -8,6 +8,17 @@ the folder to ``step-<N>``. Only ``step-<N>`` folders holding ``.metadata`` coun
 mid-save leaves a ``.partial`` folder (or, from older layouts, a ``step-<N>`` folder without
 ``.metadata``); neither is ever loaded, and rank 0 removes both when the manager starts.
 
+Every published ``step-<N>`` folder also holds ``config.yaml``, the resolved config of the run that saved
+it (``dump_config``; when the trainer passes it as ``run_config``), which ``hyper_parallel.export`` reads
+to rebuild the model's Hugging Face layout.
+
+Resharding: model and optimizer state are saved by fully qualified name through
+``torch.distributed.checkpoint.state_dict`` (optimizer state keyed by parameter FQN), so DCP reads them
+into any layout (FSDP2, tensor parallelism, one process) whatever layout saved them. Per-rank parts are
+read from this rank's entry, else from rank 0's (a run resumed on more processes than saved it); the data
+loader translates a position saved under another data-parallel size (see its ``load_state_dict``) and a
+position it cannot continue identically stops the resume with ``CheckpointNotResumableError``.
+
 Two kinds of checkpoint:
 
 - **full** (every save but the final one with ``last_save_model_only``): ``model`` and ``optimizer``
@@ -72,7 +83,10 @@ from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 if TYPE_CHECKING:
     from hyper_parallel.components.checkpoint import DCPCheckpoint
 
-__all__ = ["CheckpointManager", "Stateful", "complete_steps"]
+__all__ = ["CONFIG_FILE", "CheckpointManager", "Stateful", "complete_steps"]
+
+#: The resolved config a checkpoint was saved with, as YAML, in every ``step-<N>`` folder (when known).
+CONFIG_FILE = "config.yaml"
 
 _log = logging.getLogger(__name__)
 _STEP_DIR = re.compile(r"step-(\d+)")
@@ -128,6 +142,20 @@ def complete_steps(folder: str | Path) -> list[int]:
 
 def _saved_keys(path: Path) -> set[str]:
     return set(FileSystemReader(str(path)).read_metadata().state_dict_metadata)
+
+
+def _saved_rank(part: str, keys: set[str]) -> str | None:
+    """The entry of a per-rank ``part`` this process restores: its own rank's, else rank 0's, else None."""
+    for entry in (f"rank{_rank()}", "rank0"):
+        if f"{part}.{entry}" in keys:
+            return entry
+    return None
+
+
+def _only_entry(loaded: dict[str, Any]) -> Any:
+    """The JSON value of the one per-rank entry a load asked for."""
+    (text,) = loaded.values()
+    return json.loads(text)
 
 
 def _is_full(keys: set[str]) -> bool:
@@ -191,8 +219,11 @@ class CheckpointManager:
         dataloader: Any = None,
         train_state: Stateful | None = None,
         max_steps: int | None = None,
+        run_config: Any = None,
     ) -> None:
         self.cfg = cfg
+        self.run_config = run_config
+        self._run_config_yaml: str | None = None
         self.folder = Path(cfg.folder)
         self.model, self.optimizer = model, optimizer
         self.lr_scheduler, self.dataloader, self.train_state = lr_scheduler, dataloader, train_state
@@ -347,6 +378,12 @@ class CheckpointManager:
         """Rank 0 renames a finished save (every rank has written: ``.metadata`` exists) and prunes."""
         if _rank() != 0:
             return
+        if self.run_config is not None:
+            if self._run_config_yaml is None:
+                from hyper_parallel.config import dump_config
+
+                self._run_config_yaml = dump_config(self.run_config)
+            (partial / CONFIG_FILE).write_text(self._run_config_yaml, encoding="utf-8")
         if final.exists():
             shutil.rmtree(final)
         os.replace(partial, final)
@@ -456,8 +493,12 @@ class CheckpointManager:
         set_model_state_dict(self.model, state["model"], options=StateDictOptions(strict=True))
 
     def _wanted(self, path: Path, keys: set[str]) -> dict[str, Any]:
-        """Placeholders of the parts to restore from a full checkpoint; refuses missing ones."""
-        rank = f"rank{_rank()}"
+        """Placeholders of the parts to restore from a full checkpoint; refuses missing ones.
+
+        A per-rank part is read from this rank's entry, or from rank 0's when the checkpoint was saved by
+        fewer processes (a resume on another layout): every rank is at the same step and data position
+        then, and the trainer seeds every rank alike.
+        """
         owners: dict[str, Any] = {
             "optimizer": self.optimizer,
             "lr_scheduler": self.lr_scheduler,
@@ -470,8 +511,9 @@ class CheckpointManager:
             if owner is None or part in self.cfg.exclude_from_loading:
                 continue
             if part in _PER_RANK:
-                present = f"{part}.{rank}" in keys
-                wanted_value: Any = {rank: ""}
+                entry = _saved_rank(part, keys)
+                present = entry is not None
+                wanted_value: Any = {entry: ""}
             elif part == "optimizer":
                 present = any(key.startswith("optimizer.") for key in keys)
                 wanted_value = None
@@ -479,10 +521,8 @@ class CheckpointManager:
                 present = part in keys
                 wanted_value = ""
             if not present:
-                saved_by = len({key for key in keys if key.startswith("rng.")})
-                where = f" for rank {_rank()} (saved by {saved_by} processes)" if part in _PER_RANK else ""
                 raise ValueError(
-                    f"checkpoint {str(path)!r} holds no {part!r} state{where}; add {part!r} to "
+                    f"checkpoint {str(path)!r} holds no {part!r} state; add {part!r} to "
                     "checkpoint.exclude_from_loading to start it fresh"
                 )
             wanted[part] = wanted_value
@@ -498,7 +538,6 @@ class CheckpointManager:
         with _single_process_ok():
             dcp_load(state, checkpoint_id=str(path), **self._dcp_kwargs())
         set_model_state_dict(self.model, state["model"], options=StateDictOptions(strict=True))
-        rank = f"rank{_rank()}"
         if "optimizer" in state:
             set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])  # type: ignore[arg-type]
         if self.lr_scheduler is not None:
@@ -510,9 +549,12 @@ class CheckpointManager:
                 ):
                     group["lr"] = lr
         if "dataloader" in state:
-            self.dataloader.load_state_dict(json.loads(state["dataloader"][rank]))
+            try:
+                self.dataloader.load_state_dict(_only_entry(state["dataloader"]))
+            except ValueError as exc:  # a data position this run cannot continue (another layout, data)
+                raise CheckpointNotResumableError(f"checkpoint {str(path)!r}: {exc}") from None
         if "train_state" in state:
-            self.train_state.load_state_dict(json.loads(state["train_state"][rank]))  # type: ignore[union-attr]
+            self.train_state.load_state_dict(_only_entry(state["train_state"]))  # type: ignore[union-attr]
         if "rng" in state:
-            _set_rng_state(json.loads(state["rng"][rank]))
+            _set_rng_state(_only_entry(state["rng"]))
         return int(json.loads(state["step"]))

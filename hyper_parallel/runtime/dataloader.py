@@ -52,7 +52,10 @@ Order: epoch ``e`` permutes the samples with a generator seeded from ``(seed, e)
   (FSDP) run in step on every rank.
 
 The position (epoch, batches consumed in it) is counted as batches are handed out, so ``state_dict`` /
-``load_state_dict`` resume with exactly the next batch, whatever the worker processes had prefetched.
+``load_state_dict`` resume with exactly the next batch, whatever the worker processes had prefetched. A
+position saved under another data-parallel size or micro-batch size is translated through the number of
+samples consumed in the epoch (the same on every rank at an optimizer-step boundary), so a checkpoint
+resumed on another layout trains on the same global batches; ``load_state_dict`` says when it cannot.
 """
 
 from __future__ import annotations
@@ -642,18 +645,61 @@ class ResumableLoader:
         """The position (epoch, batches consumed in it) and what it depends on; plain ints only."""
         return {"epoch": self._epoch, "batch_index": self._batch_index, **self._identity()}
 
+    def _samples_per_epoch(self, dp_world_size: int, micro_batch_size: int) -> int:
+        """Samples of each epoch's order the training ranks of a layout consume together."""
+        n = len(self.samples)
+        full, rest = divmod(n // dp_world_size, micro_batch_size)
+        per_rank = min(
+            n // dp_world_size, micro_batch_size * (full + (1 if rest and not self.drop_last else 0))
+        )
+        return dp_world_size * per_rank
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a saved position; the data, sharding and batch size must be the same."""
-        mismatched = {
-            key: (state.get(key), value) for key, value in self._identity().items() if state.get(key) != value
-        }
+        """Continue from a saved position; the data must be the same, the layout may differ.
+
+        A position saved by another data-parallel layout (``dp_world_size``, ``dp_rank``,
+        ``micro_batch_size``) is read as the number of samples consumed in the epoch, which all ranks share
+        at an optimizer-step boundary, and continues with the very samples the saved layout would have
+        read next. That holds when both layouts consume the same samples per epoch (always when the global
+        batch divides the number of samples) and the position falls on a micro-batch boundary of this
+        layout; otherwise it is refused, as is any change of a one-pass (validation) loader.
+        """
+        data = ("num_samples", "seed")
+        identity = self._identity()
+        mismatched = {key: (state.get(key), identity[key]) for key in data if state.get(key) != identity[key]}
         if mismatched:
             detail = ", ".join(f"{k}: saved {old!r}, now {new!r}" for k, (old, new) in mismatched.items())
             raise ValueError(f"cannot resume the data position: {detail}")
         epoch, index = int(state["epoch"]), int(state["batch_index"])
+        if any(state.get(key) != identity[key] for key in ("dp_rank", "dp_world_size", "micro_batch_size")):
+            index = self._translated(state, index)
         if epoch < 0 or not 0 <= index < self.batches_per_epoch:
             raise ValueError(f"invalid data position: epoch {epoch}, batch {index}")
         self._epoch, self._batch_index = epoch, index
+
+    def _translated(self, state: dict[str, Any], index: int) -> int:
+        """This layout's batch index at the position ``state`` saved under another layout (or refuse)."""
+        world, size = int(state["dp_world_size"]), int(state["micro_batch_size"])
+        saved = f"{world} data-parallel rank(s) x micro-batch {size}"
+        now = f"{self.dp_world_size} x {self.micro_batch_size}"
+        if self.one_pass:
+            raise ValueError(f"cannot resume a one-pass data position saved with {saved} on {now}")
+        before = self._samples_per_epoch(world, size)
+        after = self._samples_per_epoch(self.dp_world_size, self.micro_batch_size)
+        if before != after:
+            raise ValueError(
+                f"cannot resume the data position saved with {saved} on {now}: an epoch of "
+                f"{len(self.samples)} samples is cut to {before} samples by the saved layout and to {after} "
+                "by this one, so the batches after this epoch would differ; resume with the saved layout, or "
+                "train on a number of samples that training.global_batch_size divides"
+            )
+        consumed, step = index * world * size, self.dp_world_size * self.micro_batch_size
+        if consumed % step:
+            raise ValueError(
+                f"cannot resume the data position saved with {saved} on {now}: {consumed} samples of the "
+                f"epoch are consumed, not a whole number of this layout's {step}-sample rounds"
+            )
+        return consumed // step
 
 
 def build_loader(

@@ -181,6 +181,7 @@ class Trainer:
             self.dataloader,
             train_state=self.train_state,
             max_steps=training.max_steps,
+            run_config=config,
         )
         try:
             self.step = int(self.checkpointer.load())

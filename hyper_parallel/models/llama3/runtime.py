@@ -201,3 +201,39 @@ class Llama3StateDictAdapter:
         if unknown:
             raise KeyError(f"unexpected names in the Llama 3 state dict: {unknown[:5]}")
         return out
+
+    def hf_config(self) -> dict[str, Any]:
+        """The ``config.json`` of the ``LlamaForCausalLM`` that ``to_hf``'s state dict loads into.
+
+        Written in the layout of transformers 5 (RoPE settings under ``rope_parameters``).
+        """
+        args = self.args
+        rope: dict[str, Any] = {"rope_type": "default", "rope_theta": args.rope_theta}
+        if args.rope_scaling is not None:
+            scaling = args.rope_scaling
+            rope = {
+                "rope_type": "llama3",
+                "rope_theta": args.rope_theta,
+                "factor": scaling.factor,
+                "low_freq_factor": scaling.low_freq_factor,
+                "high_freq_factor": scaling.high_freq_factor,
+                "original_max_position_embeddings": scaling.original_max_position_embeddings,
+            }
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "vocab_size": args.vocab_size,
+            "hidden_size": args.dim,
+            "intermediate_size": args.ffn_hidden_dim,
+            "num_hidden_layers": args.n_layers,
+            "num_attention_heads": args.n_heads,
+            "num_key_value_heads": args.n_kv_heads or args.n_heads,
+            "head_dim": args.dim // args.n_heads,
+            "hidden_act": "silu",
+            "rms_norm_eps": args.norm_eps,
+            "max_position_embeddings": args.max_seq_len,
+            "rope_parameters": rope,
+            "attention_bias": False,
+            "mlp_bias": False,
+            "tie_word_embeddings": False,
+        }

@@ -351,6 +351,46 @@ class Qwen3_5StateDictAdapter:
                 out[name] = tensor.unsqueeze(1) if name.endswith("conv1d.weight") else tensor
         return out
 
+    def hf_config(self) -> dict[str, Any]:
+        """The ``config.json`` of the ``Qwen3_5ForCausalLM`` that ``to_hf``'s state dict loads into.
+
+        Written in the layout of transformers 5 (``qwen3_5_text``, RoPE under ``rope_parameters``).
+        Raises ``ValueError`` for arguments Hugging Face's model cannot express.
+        """
+        args = self.text_args
+        if not args.attn_output_gate:
+            raise ValueError(
+                "model.args.attn_output_gate: false has no Hugging Face Qwen 3.5 equivalent (its full "
+                "attention is always gated)"
+            )
+        return {
+            "architectures": ["Qwen3_5ForCausalLM"],
+            "model_type": "qwen3_5_text",
+            "vocab_size": args.vocab_size,
+            "hidden_size": args.dim,
+            "intermediate_size": args.ffn_hidden_dim,
+            "num_hidden_layers": args.n_layers,
+            "num_attention_heads": args.n_heads,
+            "num_key_value_heads": args.n_kv_heads,
+            "head_dim": args.head_dim,
+            "hidden_act": "silu",
+            "layer_types": list(args.layer_types()),
+            "linear_num_key_heads": args.linear_num_key_heads,
+            "linear_num_value_heads": args.linear_num_value_heads,
+            "linear_key_head_dim": args.linear_key_head_dim,
+            "linear_value_head_dim": args.linear_value_head_dim,
+            "linear_conv_kernel_dim": args.linear_conv_kernel_dim,
+            "rms_norm_eps": args.norm_eps,
+            "max_position_embeddings": args.max_seq_len,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": args.rope_theta,
+                "partial_rotary_factor": args.partial_rotary_factor,
+            },
+            "attention_bias": False,
+            "tie_word_embeddings": args.tie_word_embeddings,
+        }
+
 
 _VISUAL_RENAMES = (("patch_embed.proj.", "patch_embed."),)
 
@@ -398,3 +438,9 @@ class Qwen3_5VLStateDictAdapter(Qwen3_5StateDictAdapter):
         if unknown:
             raise KeyError(f"unexpected names in the {self.model} state dict: {unknown[:5]}")
         return out
+
+    def hf_config(self) -> dict[str, Any]:
+        """Not written yet: exporting the vision-language model to Hugging Face is not supported."""
+        raise NotImplementedError(
+            "exporting Qwen 3.5 VL to Hugging Face is not supported yet (only the text models export)"
+        )

@@ -1,0 +1,255 @@
+"""Export a training checkpoint to a Hugging Face safetensors folder that ``transformers`` loads.
+
+``python -m hyper_parallel.export CKPT OUT [--dtype float32|bfloat16|float16] [--max-shard-size 5GB]
+[--config-file FILE]`` and ``export_checkpoint(CKPT, OUT, ...)`` read the model weights of a DCP
+checkpoint on one process, whatever layout saved them (one process, FSDP2, tensor parallelism), and write
+``OUT/config.json`` plus ``OUT/model.safetensors``, or, above ``max_shard_size``,
+``model-0000i-of-0000n.safetensors`` shards with ``model.safetensors.index.json``: the layout
+``AutoModelForCausalLM.from_pretrained(OUT)`` reads.
+
+``CKPT`` is a ``step-<N>`` folder (a full checkpoint or the final weights-only export) or a
+``checkpoint.folder``, whose newest complete step is exported. The model comes from the resolved config the
+run saved beside the weights (``step-<N>/config.yaml``) unless ``config`` / ``--config-file`` names one; its
+state-dict adapter renames the weights to Hugging Face's layout and writes ``config.json``. ``dtype`` casts
+the floating-point weights (default: as saved, so a final export keeps its ``export_dtype``).
+
+Errors a user can cause raise ``ExportError`` with a one-line message; the command prints it and exits 2.
+``OUT`` must not exist or be empty; it is written as ``.OUT.partial`` and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from hyper_parallel.trainer.config import TrainerConfig
+
+__all__ = ["DTYPES", "ExportError", "export_checkpoint", "main", "parse_size"]
+
+#: The dtypes ``dtype`` / ``--dtype`` accept.
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+_SINGLE_PROCESS = r"torch\.distributed is (disabled, )?(unavailable or uninitialized|unavailable)"
+
+
+class ExportError(ValueError):
+    """A checkpoint, output folder or option the export cannot use; the message is one line."""
+
+
+def parse_size(size: int | str) -> int:
+    """Bytes of ``size``: an int, or a string like ``"5GB"`` (10^9 bytes), ``"500MiB"`` or ``"100"``."""
+    if isinstance(size, int):
+        value = size
+    else:
+        match = _SIZE.fullmatch(size.strip().lower())
+        if match is None or match.group(2) not in _UNITS:
+            raise ExportError(
+                f"max_shard_size: cannot read {size!r} as a size; write bytes or a number with a unit "
+                "(KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. '5GB'"
+            )
+        value = int(float(match.group(1)) * _UNITS[match.group(2)])
+    if value < 1:
+        raise ExportError(f"max_shard_size: must be at least 1 byte, got {size!r}")
+    return value
+
+
+def export_checkpoint(
+    checkpoint: str | Path,
+    out_dir: str | Path,
+    *,
+    dtype: str | None = None,
+    max_shard_size: int | str = "5GB",
+    config: str | Path | TrainerConfig | None = None,
+) -> Path:
+    """Write the model of ``checkpoint`` as a Hugging Face safetensors folder ``out_dir``; returns it.
+
+    ``checkpoint`` is a ``step-<N>`` folder or a ``checkpoint.folder`` (its newest complete step).
+    ``dtype`` (``float32``, ``bfloat16``, ``float16``; None keeps the saved dtypes) casts the floating-point
+    weights; files above ``max_shard_size`` bytes (int, or ``"5GB"``-style) are split into shards with an
+    index. ``config`` (a YAML file or a ``TrainerConfig``) replaces the ``config.yaml`` saved with the
+    checkpoint. Raises ``ExportError`` (one line) for anything the caller can fix.
+    """
+    if dtype is not None and dtype not in DTYPES:
+        raise ExportError(f"dtype: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    limit = parse_size(max_shard_size)
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f"{str(out)!r} exists and is not an empty folder; choose a new output folder")
+    step = _step_folder(Path(checkpoint))
+    cfg = _run_config(step, config)
+    adapter = cfg.model.state_dict_adapter(cfg.model.args)
+    try:
+        hf_config: dict[str, Any] = adapter.hf_config()
+    except (AttributeError, NotImplementedError, ValueError) as exc:
+        detail = str(exc) if not isinstance(exc, AttributeError) else "its adapter writes no config.json"
+        raise ExportError(f"model {cfg.model.name} {cfg.model.flavor}: {detail}") from None
+    weights = _read_model(step)
+    if dtype is not None:
+        import torch
+
+        target = getattr(torch, dtype)
+        weights = {k: v.to(target) if v.is_floating_point() else v for k, v in weights.items()}
+    try:
+        hf = adapter.to_hf(weights)
+    except (KeyError, ValueError) as exc:  # weights of another model than the config describes
+        raise ExportError(
+            f"{str(step)!r} does not hold a {cfg.model.name} {cfg.model.flavor}: {exc}"
+        ) from None
+    if hf_config.get("tie_word_embeddings"):
+        hf.pop("lm_head.weight", None)  # Hugging Face ties it to the embeddings on load
+    floating = [t.dtype for t in hf.values() if t.is_floating_point()]
+    hf_config["dtype"] = str(floating[0]).removeprefix("torch.") if floating else "float32"
+    _write(out, hf, hf_config, limit)
+    return out
+
+
+def _step_folder(path: Path) -> Path:
+    """The ``step-<N>`` folder to export: ``path`` itself, or the newest complete step inside it."""
+    from hyper_parallel.runtime.checkpoint import complete_steps
+
+    if not path.is_dir():
+        raise ExportError(f"{str(path)!r}: no such folder")
+    if (path / ".metadata").is_file():
+        return path
+    steps = complete_steps(path)
+    if not steps:
+        raise ExportError(
+            f"{str(path)!r} is not a checkpoint: it holds neither a DCP '.metadata' file nor a complete "
+            "step-<N> folder"
+        )
+    return path / f"step-{steps[-1]}"
+
+
+def _run_config(step: Path, config: str | Path | TrainerConfig | None) -> TrainerConfig:
+    from hyper_parallel.config import ConfigError, load_config
+    from hyper_parallel.runtime.checkpoint import CONFIG_FILE
+
+    if config is not None and not isinstance(config, (str, Path)):
+        return config
+    path = Path(config) if config is not None else step / CONFIG_FILE
+    if not path.is_file():
+        if config is not None:
+            raise ExportError(f"config file {str(path)!r} does not exist")
+        raise ExportError(
+            f"{str(step)!r} holds no {CONFIG_FILE} (saved by an older version): pass the run's config "
+            "with --config-file (config= in Python)"
+        )
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        raise ExportError(f"{str(path)!r} does not resolve: {exc.issues[0]}") from None
+
+
+def _read_model(step: Path) -> dict[str, torch.Tensor]:
+    """The full (unsharded) model tensors of a DCP checkpoint, by name, read in this process."""
+    import torch
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    from torch.distributed.checkpoint.state_dict_loader import load
+
+    metadata = FileSystemReader(str(step)).read_metadata().state_dict_metadata
+    model = {
+        key.removeprefix("model."): torch.empty(meta.size, dtype=meta.properties.dtype)
+        for key, meta in metadata.items()
+        if key.startswith("model.") and isinstance(meta, TensorStorageMetadata)
+    }
+    if not model:
+        raise ExportError(f"{str(step)!r} holds no model weights")
+    with warnings.catch_warnings():  # one process reading on purpose: DCP's warning says nothing new
+        warnings.filterwarnings("ignore", message=_SINGLE_PROCESS, category=UserWarning)
+        load({"model": model}, checkpoint_id=str(step), no_dist=True)
+    return model
+
+
+def _shards(tensors: dict[str, torch.Tensor], limit: int) -> list[dict[str, torch.Tensor]]:
+    """Consecutive groups of tensors of at most ``limit`` bytes (a bigger tensor is a shard alone)."""
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in tensors.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > limit:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
+        size += nbytes
+    return shards
+
+
+def _write(out: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any], limit: int) -> None:
+    from safetensors.torch import save_file
+
+    partial = out.parent / f".{out.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    shards = _shards({k: v.detach().contiguous() for k, v in tensors.items()}, limit)
+    metadata = {"format": "pt"}  # transformers refuses safetensors files without it
+    if len(shards) == 1:
+        save_file(shards[0], str(partial / "model.safetensors"), metadata=metadata)
+    else:
+        weight_map: dict[str, str] = {}
+        for number, shard in enumerate(shards, start=1):
+            name = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
+            save_file(shard, str(partial / name), metadata=metadata)
+            weight_map.update(dict.fromkeys(shard, name))
+        total = sum(t.numel() * t.element_size() for t in tensors.values())
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (partial / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    (partial / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    if out.exists():
+        out.rmdir()  # checked empty above
+    partial.rename(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit status (0 exported, 2 an input error, printed on one line)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m hyper_parallel.export",
+        description="Export a checkpoint (a step-<N> folder, or checkpoint.folder for its newest step) "
+        "to a Hugging Face safetensors folder.",
+    )
+    parser.add_argument("checkpoint", help="step-<N> folder or checkpoint.folder")
+    parser.add_argument("out", help="output folder (must not exist or be empty)")
+    parser.add_argument("--dtype", help=f"cast floating-point weights to one of {', '.join(DTYPES)}")
+    parser.add_argument("--max-shard-size", default="5GB", help="largest safetensors file (default 5GB)")
+    parser.add_argument("--config-file", help="the run's config, when the checkpoint holds no config.yaml")
+    args = parser.parse_args(argv)
+    try:
+        out = export_checkpoint(
+            args.checkpoint,
+            args.out,
+            dtype=args.dtype,
+            max_shard_size=args.max_shard_size,
+            config=args.config_file,
+        )
+    except ExportError as exc:
+        print(f"export: {exc}", file=sys.stderr)
+        return 2
+    files = sorted(p.name for p in out.iterdir())
+    print(f"exported {args.checkpoint} to {out}: {', '.join(files)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
