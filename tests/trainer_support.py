@@ -134,6 +134,21 @@ def _grid() -> list[Layout]:
                 {"micro_batch_size": 1},
             ),
             Layout(f"{model}-hsdp", model, 4, {"dp_shard": 2, "dp_replicate": 2}, {"micro_batch_size": 1}),
+            # pipelines of the 2-layer tiny model (micro-batches of 2 sequences)
+            Layout(f"{model}-pp2-gpipe", model, 2, {"dp_shard": 1, "pp": 2, "pp_schedule": "GPipe"}),
+            Layout(f"{model}-pp2-microbatches-4", model, 2, {"dp_shard": 1, "pp": 2, "pp_microbatches": 4}),
+            Layout(
+                f"{model}-pp2-1f1b-microbatches-1", model, 2, {"dp_shard": 1, "pp": 2, "pp_microbatches": 1}
+            ),
+            Layout(
+                f"{model}-pp2-interleaved-2-layers",
+                model,
+                2,
+                {"dp_shard": 1, "pp": 2, "pp_schedule": "Interleaved1F1B"},
+            ),
+            Layout(f"{model}-pp2-micro-batch-1", model, 2, {"dp_shard": 1, "pp": 2}, {"micro_batch_size": 1}),
+            Layout(f"{model}-pp2-dp_shard2", model, 4, {"dp_shard": 2, "pp": 2}),
+            Layout(f"{model}-pp2-tp2", model, 4, {"dp_shard": 1, "pp": 2, "tp": 2}),
         ]
     return cases
 
