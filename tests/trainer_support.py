@@ -169,6 +169,9 @@ def grid_config(case: Layout) -> TrainerConfig:
 
 def grid_overrides(case: Layout) -> dict[str, str]:
     """The same case as command-line overrides, for the resolver (``load_config(..., world_size=)``)."""
-    flags = {f"parallelism.{k}": str(v).lower() for k, v in case.parallelism.items()}
+    flags = {
+        f"parallelism.{k}": str(v).lower() if isinstance(v, bool) else str(v)
+        for k, v in case.parallelism.items()
+    }
     flags.update({f"training.{k}": str(v) for k, v in case.training.items()})
     return {**tiny_overrides(case.model), "training.max_steps": "1", **flags}
