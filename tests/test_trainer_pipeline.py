@@ -124,6 +124,22 @@ def test_pipeline_with_fsdp_on_four_processes(tmp_path: Path) -> None:
             assert held["local"][0] == -(-held["global"][0] // 2), name
 
 
+def test_pretrained_weights_reach_every_stage(tmp_path: Path) -> None:
+    """Rank 0 reads the Hugging Face folder of the whole model; each stage keeps its own tensors."""
+    pytest.importorskip("transformers")
+    from tests.test_models_llama3 import hf_model
+
+    hf_model(tiny_config("llama3").model.args).save_pretrained(tmp_path / "hf")
+    weights = {"model.weights_path": str(tmp_path / "hf")}
+    ranks = _run(2, {**PIPE, **weights}, tmp_path)
+    losses, norms, _ = _single_process(weights)
+    seeded, _, _ = _single_process({})
+    assert losses[0] != pytest.approx(seeded[0], abs=1e-3)  # the files, not the seed, gave the weights
+    for report in ranks:
+        assert report["losses"] == pytest.approx(losses, abs=1e-5)
+        assert report["grad_norms"] == pytest.approx(norms, abs=1e-5)
+
+
 def _saving(folder: Path) -> dict[str, str]:
     return {
         "checkpoint.enable": "true",

@@ -146,7 +146,10 @@ def load_pretrained(
     if distributed or has_dtensor:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=distributed, strict=True)
+        # A stage holds a subset of the names checked above: rank 0's dict has the other stages' too.
+        options = StateDictOptions(
+            full_state_dict=True, broadcast_from_rank0=distributed, strict=expected is None
+        )
         set_model_state_dict(model, state_dict, options=options)
     else:
         with torch.no_grad():

@@ -7,7 +7,8 @@ Build order (the trainer owns it; users never wire components by hand):
 3. model on ``training.init_device`` (``meta``: nothing allocated), then the model's ``parallelize_fn``
    (TP/SP, activation checkpointing, ``torch.compile``, FSDP2 with the mixed-precision policy and CPU
    offload), then materialised on the device: pretrained weights from ``model.weights_path`` through the
-   state-dict adapter, or initialised from the seed (the same full weights for every layout);
+   state-dict adapter, or initialised from the seed (the same full weights for every layout); under
+   pipeline parallelism (``parallelism.pp`` > 1) each rank builds only its stages (``trainer.pipeline``);
 4. optimizer, lr scheduler, loss (compiled when ``compile.components`` lists it);
 5. tokenizer, then the data loader of this rank's data-parallel coordinates;
 6. checkpoint manager, which resumes model, optimizer, scheduler, data position, RNG and step;
@@ -17,7 +18,9 @@ One optimizer step reads ``global_batch_size / (micro_batch_size x dp)`` micro-b
 With ``loss.reduction: mean`` every micro-batch counts equally (the mean of the micro-batch means over
 accumulation and data-parallel ranks); with ``sum`` every token counts equally (summed token losses
 divided by the tokens counted in the whole global batch). FSDP averages gradients over data-parallel
-ranks, which the scaling below accounts for.
+ranks, which the scaling below accounts for. Under pipeline parallelism each micro-batch is one pipeline
+step (split into ``pp_microbatches``) with the same loss weights; the loss is summed from the last stage
+and the gradient norm is clipped over every stage.
 """
 
 from __future__ import annotations
