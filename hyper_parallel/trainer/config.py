@@ -55,7 +55,10 @@ class TrainingConfig:
     micro_batch_size: int = attrs.field(
         default=1,
         validator=_pos,
-        metadata={"help": "Sequences per rank per forward/backward pass; the rest is gradient accumulation."},
+        metadata={
+            "help": "Sequences per rank per forward/backward pass (under pp: per pipeline step); the rest "
+            "is gradient accumulation."
+        },
     )
     seq_len: int = attrs.field(
         default=2048, validator=_pos, metadata={"help": "Tokens per training sequence."}
