@@ -315,21 +315,7 @@ CROSS_CHECKS: list[tuple[Any, list[tuple[str, str]]]] = [
             ("pp", "only one degree may be -1 (auto), and dp_shard already is"),
         ],
     ),
-    (
-        ParallelismConfig(dp_shard=2, pp=4, pp_microbatches=2),
-        [
-            (
-                "pp",
-                "pipeline parallelism is not supported yet; use 1 and scale with dp_shard (FSDP) or tp, "
-                "got 4",
-            ),
-            (
-                "pp_microbatches",
-                "is not supported yet: pipeline parallelism is not available, so it would be ignored; "
-                "leave it null, got 2",
-            ),
-        ],
-    ),
+    (ParallelismConfig(dp_shard=2, pp=4, pp_schedule="GPipe", pp_microbatches=2), []),
     (ParallelismConfig(dp_shard=2, pp=1), []),
     (
         ParallelismConfig(dp_shard=4, cp=1, ep=3),
@@ -449,7 +435,11 @@ def trainer(**groups: Any) -> TrainerConfig:
 ROOT_CHECKS: list[tuple[str, dict[str, Any], list[tuple[str, str]]]] = [
     (
         "compile-with-pp",
-        {"compile": CompileConfig(enable=True), "parallelism": ParallelismConfig(pp=2)},
+        {
+            "compile": CompileConfig(enable=True),
+            "parallelism": ParallelismConfig(pp=2),
+            "training": TrainingConfig(micro_batch_size=2),
+        },
         [
             (
                 "compile.enable",
@@ -459,7 +449,11 @@ ROOT_CHECKS: list[tuple[str, dict[str, Any], list[tuple[str, str]]]] = [
     ),
     (
         "compile-loss-only-with-pp-is-fine",
-        {"compile": CompileConfig(enable=True, components=("loss",)), "parallelism": ParallelismConfig(pp=2)},
+        {
+            "compile": CompileConfig(enable=True, components=("loss",)),
+            "parallelism": ParallelismConfig(pp=2),
+            "training": TrainingConfig(micro_batch_size=2),
+        },
         [],
     ),
     (
@@ -480,7 +474,10 @@ ROOT_CHECKS: list[tuple[str, dict[str, Any], list[tuple[str, str]]]] = [
     ),
     (
         "more-stages-than-layers",
-        {"parallelism": ParallelismConfig(pp=8, pp_microbatches=8)},
+        {
+            "parallelism": ParallelismConfig(pp=8, pp_microbatches=8),
+            "training": TrainingConfig(micro_batch_size=8),
+        },
         [("parallelism.pp", "must be <= the model's 4 layers, got 8 stages")],
     ),
     (
@@ -609,7 +606,7 @@ def test_trainer_warnings_are_not_errors(groups: dict[str, Any], expected: list[
 def test_trainer_cross_check_reports_every_problem() -> None:
     config = trainer(
         lr_scheduler=WarmupDecay.Config(warmup_steps=500),
-        training=TrainingConfig(max_steps=100, seq_len=4096),
+        training=TrainingConfig(max_steps=100, seq_len=4096, micro_batch_size=2),
         compile=CompileConfig(enable=True),
         parallelism=ParallelismConfig(pp=2),
     )

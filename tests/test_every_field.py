@@ -119,6 +119,9 @@ WIRED: dict[str, str] = {
     "parallelism.tp": "test_trainer_parallel.py::test_two_processes_match_one_and_really_shard",
     "parallelism.sequence_parallel": "test_trainer_parallel.py::test_two_processes_match_one_and_really_shard",
     "parallelism.fsdp_reshard_after_forward": "test_models_parallel.py::test_fsdp_applies_mixed_precision_offload_and_reshard",
+    "parallelism.pp": "test_trainer_pipeline.py::test_pipeline_matches_one_process_and_each_rank_holds_its_stages",
+    "parallelism.pp_schedule": "test_trainer_pipeline.py::test_pipeline_matches_one_process_and_each_rank_holds_its_stages",
+    "parallelism.pp_microbatches": "test_trainer_pipeline.py::test_pp_microbatches_sets_the_schedule_micro_batches",
     # checkpoint
     "checkpoint.enable": "test_checkpoint_resume.py::test_without_enable_the_folder_is_neither_resumed_nor_touched",
     "checkpoint.folder": "test_trainer.py::test_resume_continues_with_bitwise_equal_losses",
@@ -199,11 +202,8 @@ WIRED: dict[str, str] = {
 
 #: Fields this release refuses, with a value that must be refused as "not supported yet".
 REFUSED: dict[str, str] = {
-    "parallelism.pp": "2",
     "parallelism.cp": "2",
     "parallelism.ep": "2",
-    "parallelism.pp_schedule": "GPipe",
-    "parallelism.pp_microbatches": "4",
 }
 
 

@@ -11,27 +11,19 @@ from hyper_parallel.config import ConfigError, load_config
 from hyper_parallel.models import llama3, qwen3_5
 from hyper_parallel.models.llama3.args import Llama3Args
 from hyper_parallel.trainer.config import ParallelismConfig
+from tests.trainer_support import debug_config_path, tiny_overrides
 
 LLAMA = "hyper_parallel.models.llama3.create_model_spec"
 QWEN = "hyper_parallel.models.qwen3_5.create_model_spec"
 QWEN_VL = "hyper_parallel.models.qwen3_5.create_vl_model_spec"
 PARALLELISM = "hyper_parallel.trainer.config.ParallelismConfig"
 
-PP = "pipeline parallelism is not supported yet; use 1 and scale with dp_shard (FSDP) or tp"
 CP = (
     "context parallelism is not supported yet: PyTorch's ring attention covers only the CUDA flash, "
     "memory-efficient and cuDNN attention kernels, not CPU attention with gloo, so this release cannot "
     "test it; use 1, and for long sequences use tp with sequence_parallel and activation_checkpoint"
 )
 EP = "expert parallelism is not supported yet: no built-in model has experts; use 1"
-SCHEDULE = (
-    "is not supported yet: pipeline parallelism is not available, so a schedule would be ignored; "
-    "leave the default '1F1B', got 'GPipe'"
-)
-MICROBATCHES = (
-    "is not supported yet: pipeline parallelism is not available, so it would be ignored; "
-    "leave it null, got 4"
-)
 
 
 def _config(tmp_path: Path, model: str, flavor: str, parallelism: dict[str, Any]) -> Path:
@@ -53,13 +45,9 @@ def _issues(path: Path, world_size: int | None) -> list[tuple[str, str]]:
 
 # Refused whatever the world size: explicit values of what this release cannot run.
 NOT_YET = [
-    ({"dp_shard": 1, "pp": 2}, None, [("parallelism.pp", f"{PP}, got 2")]),
     ({"dp_shard": 1, "cp": 2}, None, [("parallelism.cp", f"{CP}, got 2")]),
     ({"ep": 2}, None, [("parallelism.ep", f"{EP}, got 2")]),
-    ({"pp_schedule": "GPipe"}, None, [("parallelism.pp_schedule", SCHEDULE)]),
-    ({"pp_microbatches": 4}, None, [("parallelism.pp_microbatches", MICROBATCHES)]),
     # Auto degrees are refused once the world size says what they become.
-    ({"dp_shard": 1, "pp": -1}, 2, [("parallelism.pp", f"{PP}, got 2 (inferred from the world size)")]),
     ({"dp_shard": 1, "cp": -1}, 4, [("parallelism.cp", f"{CP}, got 4 (inferred from the world size)")]),
 ]
 
@@ -235,3 +223,156 @@ def test_sequence_parallel_is_refused_for_a_model_without_a_plan_for_it(tmp_path
     assert list(without_plan.sequence_parallel_issues(2)) == [refusal]
     assert without_plan.world_size_issues(4) == [refusal]
     assert list(attrs.evolve(without_plan, model=cfg.model).sequence_parallel_issues(2)) == []
+
+
+def _pipeline(**flags: str) -> dict[str, str]:
+    return {"parallelism.dp_shard": "1", "parallelism.pp": "2", **flags}
+
+
+_TINY_LAYERS = {"model.overrides.n_layers": "4"}
+_INTERLEAVED = {"parallelism.pp_schedule": "Interleaved1F1B"}
+_MICRO_10 = {"training.micro_batch_size": "10", "training.global_batch_size": "10"}
+_QWEN_PP = (
+    "pipeline parallelism is not supported yet by Qwen 3.5 (its model is not split into pipeline stages); "
+    "use 1 and scale with dp_shard (FSDP) or tp, got 2"
+)
+
+# The tiny debug configs of tests/trainer_support.py: 2 layers, micro-batches of 2, global batch 4.
+PIPELINE_REFUSED = [
+    (
+        "micro-batch-not-split-by-pp",
+        "llama3",
+        _pipeline(**{"training.micro_batch_size": "1"}),
+        None,
+        [
+            (
+                "training.micro_batch_size",
+                "must be a multiple of pp (2) under pipeline parallelism: each micro-batch is one pipeline "
+                "step, split into parallelism.pp_microbatches (null: pp) micro-batches, got 1",
+            )
+        ],
+    ),
+    (
+        "microbatches-do-not-divide-the-micro-batch",
+        "llama3",
+        _pipeline(**{"parallelism.pp_microbatches": "4"}),
+        None,
+        [
+            (
+                "parallelism.pp_microbatches",
+                "must divide training.micro_batch_size (2): each training micro-batch is one pipeline step "
+                "split into this many micro-batches, got 4",
+            )
+        ],
+    ),
+    (
+        "1f1b-needs-pp-microbatches",
+        "llama3",
+        _pipeline(**{"parallelism.pp_microbatches": "1"}),
+        None,
+        [
+            (
+                "parallelism.pp_microbatches",
+                "1F1B needs at least pp (2) micro-batches per pipeline step, got 1",
+            )
+        ],
+    ),
+    (
+        "more-stages-than-layers",
+        "llama3",
+        _pipeline(
+            **{"parallelism.pp": "3", "training.micro_batch_size": "3", "training.global_batch_size": "3"}
+        ),
+        None,
+        [("parallelism.pp", "must be <= the model's 2 layers, got 3 stages")],
+    ),
+    (
+        "interleaved-needs-two-layers-per-rank",
+        "llama3",
+        _pipeline(**_INTERLEAVED),
+        None,
+        [
+            (
+                "parallelism.pp_schedule",
+                "Interleaved1F1B holds 2 stages per pipeline rank, so pp = 2 needs 4 stages of at least one "
+                "layer, but the model has 2 layers; use 1F1B or GPipe, or a smaller pp",
+            )
+        ],
+    ),
+    (
+        "interleaved-microbatches-in-rounds",
+        "llama3",
+        _pipeline(**_INTERLEAVED, **_TINY_LAYERS, **_MICRO_10, **{"parallelism.pp_microbatches": "5"}),
+        None,
+        [
+            (
+                "parallelism.pp_microbatches",
+                "Interleaved1F1B runs the micro-batches in 2 rounds (pp_microbatches // pp), so it must be a "
+                "multiple of 2, got 5; a multiple of pp (2) always works",
+            )
+        ],
+    ),
+    (
+        "validation-is-not-pipelined",
+        "llama3",
+        _pipeline(**{"validator.enable": "true", "validator.freq": "2"}),
+        None,
+        [
+            (
+                "validator.enable",
+                "validation is not supported yet with pipeline parallelism (parallelism.pp = 2); set it to "
+                "false",
+            )
+        ],
+    ),
+    ("qwen3_5-is-not-split-yet", "qwen3_5", _pipeline(), None, [("parallelism.pp", _QWEN_PP)]),
+    (
+        "qwen3_5-at-the-world-size",
+        "qwen3_5",
+        _pipeline(**{"parallelism.pp": "-1"}),
+        2,
+        [("parallelism.pp", _QWEN_PP)],
+    ),
+    (
+        "auto-pp-checked-at-the-world-size",
+        "llama3",
+        _pipeline(**{"parallelism.pp": "-1", "training.micro_batch_size": "1"}),
+        2,
+        [
+            (
+                "training.micro_batch_size",
+                "must be a multiple of pp (2) under pipeline parallelism: each micro-batch is one pipeline "
+                "step, split into parallelism.pp_microbatches (null: pp) micro-batches, got 1",
+            )
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("model", "flags", "world_size", "expected"),
+    [case[1:] for case in PIPELINE_REFUSED],
+    ids=[case[0] for case in PIPELINE_REFUSED],
+)
+def test_pipeline_layouts_the_schedule_cannot_run_are_refused(
+    model: str, flags: dict[str, str], world_size: int | None, expected: list[tuple[str, str]]
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(debug_config_path(model), {**tiny_overrides(model), **flags}, world_size=world_size)
+    assert [(issue.path, issue.message) for issue in info.value.issues] == expected
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        _pipeline(),
+        _pipeline(**{"parallelism.pp_schedule": "GPipe", "parallelism.pp_microbatches": "1"}),
+        _pipeline(**_INTERLEAVED, **_TINY_LAYERS),
+        _pipeline(**_INTERLEAVED, **_TINY_LAYERS, **_MICRO_10, **{"parallelism.pp_microbatches": "10"}),
+        _pipeline(**{"parallelism.pp_schedule": "ZBVZeroBubble"}, **_TINY_LAYERS),
+        _pipeline(**{"parallelism.pp": "-1"}),
+    ],
+)
+def test_pipeline_layouts_the_schedules_run_resolve(flags: dict[str, str]) -> None:
+    cfg = load_config(debug_config_path("llama3"), {**tiny_overrides("llama3"), **flags}, world_size=2)
+    assert cfg.parallelism.resolved_degrees(2)["pp"] == 2

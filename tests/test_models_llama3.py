@@ -75,7 +75,7 @@ def test_build_every_flavor_on_meta() -> None:
         assert isinstance(model, torch.nn.Module)
         assert all(p.is_meta for p in model.parameters())
         assert len(model.layers) == args.n_layers
-        assert model.layers[0].feed_forward.w1.weight.shape == (args.ffn_hidden_dim, args.dim)
+        assert model.layers["0"].feed_forward.w1.weight.shape == (args.ffn_hidden_dim, args.dim)
 
 
 def test_debugmodel_builds_on_cpu_and_trains_a_step() -> None:

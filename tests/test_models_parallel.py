@@ -313,8 +313,8 @@ def test_checkpointed_and_compiled_parallel_model_matches_unsharded(model_name: 
     torch.multiprocessing.spawn(_worker, args=(_free_port(), model_name, layout), nprocs=WORLD, join=True)
 
 
-def _blocks(model: Any) -> Any:
-    return model.language_model.layers if hasattr(model, "language_model") else model.layers
+def _blocks(model: Any) -> list[Any]:
+    return list((model.language_model if hasattr(model, "language_model") else model).layers.children())
 
 
 def _fsdp_run(model_name: str, parallelism: ParallelismConfig, training: TrainingConfig | None) -> Any:

@@ -99,7 +99,7 @@ def test_selective_layer_checkpointing_recomputes_every_nth_block(every: int) ->
     config = ActivationCheckpointConfig(mode="selective", selective_option=every)
     model = _model(SPECS["llama3"](), activation_checkpoint=config)
     calls: Counter[int] = Counter()
-    for index, block in enumerate(model.layers):
+    for index, block in enumerate(model.layers.children()):
         block.feed_forward.register_forward_hook(lambda *_, i=index: calls.update([i]))
     loss = model(_tokens()).float().square().mean()
     assert calls == Counter(range(4))
@@ -149,7 +149,9 @@ def test_checkpointing_and_compile_keep_parameter_names(model_name: str) -> None
         compile=CompileConfig(enable=True, backend="eager"),
     )
     assert _names(wrapped) == plain
-    assert [type(block) for block in wrapped.layers] == [type(block) for block in _model(spec).layers]
+    assert [type(block) for block in wrapped.layers.children()] == [
+        type(block) for block in _model(spec).layers.children()
+    ]
 
 
 @pytest.mark.parametrize("model_name", list(SPECS))

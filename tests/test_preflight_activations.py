@@ -83,7 +83,7 @@ class _Kept:
 def _checkpoint_blocks(model: Any, ac: str | int) -> _Kept:
     """Wrap the blocks of ``model`` as ``activation_checkpoint`` mode ``ac`` would."""
     kept = _Kept()
-    for i, block in enumerate(model.layers):
+    for i, block in enumerate(model.layers.children()):
         if ac == "none" or (isinstance(ac, int) and (i + 1) % ac):
             continue
         kwargs = {"context_fn": kept.selective_contexts} if ac == "op" else {}

@@ -175,7 +175,7 @@ def test_print_config_prints_the_resolved_config_on_rank_zero(capsys: Any) -> No
 def test_bfloat16_without_fsdp_computes_under_autocast() -> None:
     trainer = LLMTrainer(tiny_config("llama3", {"training.mixed_precision_param": "bfloat16"}))
     seen: list[Any] = []
-    projection = trainer.model.layers[0].attention.wq
+    projection = trainer.model.layers["0"].attention.wq
     handle = projection.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
     trainer.train_step()
     handle.remove()

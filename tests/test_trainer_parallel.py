@@ -2,7 +2,7 @@
 
 Each case trains the tiny debug config for 4 steps on 2 CPU processes and compares every step's loss with a
 single-process run of the same global batch (fp32, 1e-5), then checks from the ranks' own report that the
-parameters really are sharded as the layout says. The layout grid runs 36 layouts through the resolver's
+parameters really are sharded as the layout says. The layout grid runs 50 layouts through the resolver's
 checks (``--dry-run``) and through the runtime with those checks bypassed: the verdicts must agree.
 """
 

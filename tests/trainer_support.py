@@ -156,6 +156,21 @@ def _grid() -> list[Layout]:
                 4,
                 {"dp_shard": 1, "dp_replicate": 2, "tp": 2, "sequence_parallel": False},
             ),
+            # pipelines of the 2-layer tiny model (micro-batches of 2 sequences)
+            Layout(f"{model}-pp2-gpipe", model, 2, {"dp_shard": 1, "pp": 2, "pp_schedule": "GPipe"}),
+            Layout(f"{model}-pp2-microbatches-4", model, 2, {"dp_shard": 1, "pp": 2, "pp_microbatches": 4}),
+            Layout(
+                f"{model}-pp2-1f1b-microbatches-1", model, 2, {"dp_shard": 1, "pp": 2, "pp_microbatches": 1}
+            ),
+            Layout(
+                f"{model}-pp2-interleaved-2-layers",
+                model,
+                2,
+                {"dp_shard": 1, "pp": 2, "pp_schedule": "Interleaved1F1B"},
+            ),
+            Layout(f"{model}-pp2-micro-batch-1", model, 2, {"dp_shard": 1, "pp": 2}, {"micro_batch_size": 1}),
+            Layout(f"{model}-pp2-dp_shard2", model, 4, {"dp_shard": 2, "pp": 2}),
+            Layout(f"{model}-pp2-tp2", model, 4, {"dp_shard": 1, "pp": 2, "tp": 2}),
         ]
     return cases
 
@@ -176,6 +191,9 @@ def grid_config(case: Layout) -> TrainerConfig:
 
 def grid_overrides(case: Layout) -> dict[str, str]:
     """The same case as command-line overrides, for the resolver (``load_config(..., world_size=)``)."""
-    flags = {f"parallelism.{k}": str(v).lower() for k, v in case.parallelism.items()}
+    flags = {
+        f"parallelism.{k}": str(v).lower() if isinstance(v, bool) else str(v)
+        for k, v in case.parallelism.items()
+    }
     flags.update({f"training.{k}": str(v) for k, v in case.training.items()})
     return {**tiny_overrides(case.model), "training.max_steps": "1", **flags}

@@ -55,7 +55,11 @@ def _watch_residual_norm(trainer: LLMTrainer) -> dict[str, Any]:
         seen["placements"] = [repr(p) for p in output.placements] if isinstance(output, DTensor) else []
         seen["local"] = list(local.shape)
 
-    trainer.model.get_submodule("layers.0.ffn_norm").register_forward_hook(record)
+    try:
+        norm = trainer.model.get_submodule("layers.0.ffn_norm")
+    except AttributeError:  # a later pipeline stage does not hold the first block
+        return seen
+    norm.register_forward_hook(record)
     return seen
 
 
@@ -73,11 +77,23 @@ def _timeout_seconds() -> float:
     return float(backend.options._timeout.total_seconds())
 
 
+def _watch_stages(trainer: LLMTrainer) -> dict[str, list[int]]:
+    """Pipeline stage index -> batch size of every forward call it will run (empty without pipelining)."""
+    stages: dict[str, list[int]] = {}
+    if trainer.pipeline is None:
+        return stages
+    for stage_id, part in zip(trainer.pipeline.stage_ids, trainer.pipeline.parts, strict=True):
+        calls = stages.setdefault(str(stage_id), [])
+        part.register_forward_pre_hook(lambda module, args, calls=calls: calls.append(args[0].shape[0]))
+    return stages
+
+
 def train(model: str, out: str, pairs: list[str]) -> None:
     overrides = dict(pair.split("=", 1) for pair in pairs)
     trainer = LLMTrainer(tiny_config(model, overrides))
     held = _params(trainer)
     residual = _watch_residual_norm(trainer)
+    stages = _watch_stages(trainer)
     timeouts = [_timeout_seconds()]
     results = trainer.train()
     timeouts.append(_timeout_seconds())
@@ -95,6 +111,7 @@ def train(model: str, out: str, pairs: list[str]) -> None:
                 "dp_rank": trainer.dp_rank,
                 "resumed_from": trainer.resumed_from,
                 "timeouts": timeouts,
+                "stages": stages,
             }
         )
     )

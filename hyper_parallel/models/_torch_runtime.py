@@ -137,9 +137,8 @@ def mesh_degrees(parallelism: ParallelismConfig, device_mesh: DeviceMesh | None)
     wrong = [f"{n}={expected[n]} (mesh: {degrees[n]})" for n in MESH_DIM_NAMES if expected[n] != degrees[n]]
     if wrong:
         raise ValueError("device mesh does not match parallelism degrees: " + ", ".join(wrong))
-    for name in ("pp", "cp"):
-        if degrees[name] > 1:
-            raise NotImplementedError(f"parallelism.{name} > 1 is not supported by the built-in models yet")
+    if degrees["cp"] > 1:
+        raise NotImplementedError("parallelism.cp > 1 is not supported by the built-in models yet")
     return degrees
 
 

@@ -12,6 +12,8 @@ import hashlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import torch
     from torch import nn
     from torch.distributed.device_mesh import DeviceMesh
@@ -99,7 +101,11 @@ def _process_group_size() -> int:
 
 
 def load_pretrained(
-    model: nn.Module, spec: ModelSpec, *, device: str | torch.device | None = None
+    model: nn.Module,
+    spec: ModelSpec,
+    *,
+    device: str | torch.device | None = None,
+    expected: Mapping[str, torch.dtype] | None = None,
 ) -> nn.Module:
     """Load the Hugging Face safetensors folder ``spec.weights_path`` into ``model`` via the adapter.
 
@@ -107,6 +113,10 @@ def load_pretrained(
     and/or tensor parallel ``DTensor`` parameters, possibly on meta). With an initialised process group of
     more than one rank, only rank 0 reads the files; the others receive their shards by broadcast. Names
     the adapter produces must match the model's exactly (``KeyError`` otherwise); tied weights stay tied.
+
+    ``expected`` (name -> dtype of every parameter of the whole model) makes ``model`` one pipeline stage:
+    the files are checked against the whole model, rank 0 sends every tensor, and each stage keeps those
+    it holds.
     """
     import torch
     from torch.distributed.tensor import DTensor
@@ -123,7 +133,11 @@ def load_pretrained(
 
     state_dict: dict[str, Any] = {}
     if not distributed or dist.get_rank() == 0:
-        dtypes = {name: p.dtype for name, p in model.named_parameters(remove_duplicate=False)}
+        dtypes = (
+            dict(expected)
+            if expected is not None
+            else {name: p.dtype for name, p in model.named_parameters(remove_duplicate=False)}
+        )
         adapter = spec.state_dict_adapter(spec.args, spec.weights_path)
         loaded = adapter.from_hf(read_safetensors_folder(spec.weights_path))
         _check_names(loaded, dtypes)
@@ -132,7 +146,10 @@ def load_pretrained(
     if distributed or has_dtensor:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=distributed, strict=True)
+        # A stage holds a subset of the names checked above: rank 0's dict has the other stages' too.
+        options = StateDictOptions(
+            full_state_dict=True, broadcast_from_rank0=distributed, strict=expected is None
+        )
         set_model_state_dict(model, state_dict, options=options)
     else:
         with torch.no_grad():

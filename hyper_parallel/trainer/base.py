@@ -7,7 +7,8 @@ Build order (the trainer owns it; users never wire components by hand):
 3. model on ``training.init_device`` (``meta``: nothing allocated), then the model's ``parallelize_fn``
    (TP/SP, activation checkpointing, ``torch.compile``, FSDP2 with the mixed-precision policy and CPU
    offload), then materialised on the device: pretrained weights from ``model.weights_path`` through the
-   state-dict adapter, or initialised from the seed (the same full weights for every layout);
+   state-dict adapter, or initialised from the seed (the same full weights for every layout); under
+   pipeline parallelism (``parallelism.pp`` > 1) each rank builds only its stages (``trainer.pipeline``);
 4. optimizer, lr scheduler, loss (compiled when ``compile.components`` lists it);
 5. tokenizer, then the data loader of this rank's data-parallel coordinates;
 6. checkpoint manager, which resumes model, optimizer, scheduler, data position, RNG and step;
@@ -17,7 +18,9 @@ One optimizer step reads ``global_batch_size / (micro_batch_size x dp)`` micro-b
 With ``loss.reduction: mean`` every micro-batch counts equally (the mean of the micro-batch means over
 accumulation and data-parallel ranks); with ``sum`` every token counts equally (summed token losses
 divided by the tokens counted in the whole global batch). FSDP averages gradients over data-parallel
-ranks, which the scaling below accounts for.
+ranks, which the scaling below accounts for. Under pipeline parallelism each micro-batch is one pipeline
+step (split into ``pp_microbatches``) with the same loss weights; the loss is summed from the last stage
+and the gradient norm is clipped over every stage.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 import torch.distributed as dist
@@ -46,6 +49,9 @@ from hyper_parallel.trainer.distributed import (
     shutdown,
 )
 from hyper_parallel.trainer.parallel_dims import ParallelDims
+
+if TYPE_CHECKING:
+    from hyper_parallel.trainer.pipeline import Pipeline
 
 __all__ = ["NonFiniteError", "StepResult", "Trainer", "TrainingError"]
 
@@ -124,6 +130,7 @@ class Trainer:
         refused = [
             *((f"parallelism.{p}", m) for p, m in config.parallelism.not_supported_yet(degrees)),
             *config.sequence_parallel_issues(self.dims.tp),
+            *config.pipeline_issues(self.dims.pp),
         ]
         if refused:  # the resolver refuses these too; this guards configs built in Python
             raise TrainingError("; ".join(f"{path}: {message}" for path, message in refused))
@@ -139,9 +146,11 @@ class Trainer:
         self.dp_rank = self.dims.dp_rank(self.env.rank)
         self.accumulation_steps = training.gradient_accumulation_steps(self.dims.dp_size)
 
-        # 3. model
+        # 3. model (under pipeline parallelism: this rank's stages, see ``trainer.pipeline``)
+        self.pipeline: Pipeline | None = None
+        self._parameter_count: int | None = None
         self.model = self._build_model()
-        self.fsdp = isinstance(self.model, FSDPModule)
+        self.fsdp = self.pipeline.fsdp if self.pipeline is not None else isinstance(self.model, FSDPModule)
         self._autocast_dtype = _DTYPES[training.mixed_precision_param]
 
         # 4. optimizer, schedule, loss
@@ -157,6 +166,8 @@ class Trainer:
                 fullgraph=config.compile.fullgraph,
             )
         self.ignore_index = int(getattr(config.loss, "ignore_index", -100))
+        if self.pipeline is not None:
+            self.pipeline.sum_and_count = self._sum_and_count
 
         # 5. data
         self.tokenizer = config.tokenizer.build(config.model.weights_path)
@@ -204,6 +215,12 @@ class Trainer:
         from hyper_parallel.models.loading import initialize, load_pretrained, materialize
 
         cfg = self.config
+        if self.dims.pp > 1:
+            from hyper_parallel.trainer.pipeline import build_pipeline
+
+            assert self.mesh is not None
+            self.pipeline, self._parameter_count = build_pipeline(cfg, self.mesh, self.device, self.seed)
+            return self.pipeline.model
         spec, training = cfg.model, cfg.training
         on_meta = training.init_device == "meta"
         init_device = "meta" if on_meta else str(self.device)
@@ -291,7 +308,7 @@ class Trainer:
         global_tokens = self._all_reduce(local_tokens).item()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
-        for index, batch in enumerate(batches):
+        for index, batch in enumerate(batches if self.pipeline is None else ()):
             last = index == len(batches) - 1
             if self.fsdp and len(batches) > 1:
                 self.model.set_requires_gradient_sync(last)  # type: ignore[operator]
@@ -304,13 +321,22 @@ class Trainer:
                 loss = total / count.clamp(min=1) / len(batches)
             loss.backward()
             loss_sum += loss.detach().float()
+        if self.pipeline is not None:
+            loss_sum = self._pipeline_steps(batches, token_weighted, global_tokens)
         loss_value = self._all_reduce(loss_sum, dist.ReduceOp.SUM).item() / self.dims.dp_size
         max_norm = self.config.training.max_grad_norm
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            [p for p in self.model.parameters() if p.grad is not None],
-            max_norm if max_norm is not None else math.inf,
-            foreach=True,
-        )
+        if self.pipeline is not None:
+            from hyper_parallel.trainer.pipeline import clip_grad_norm
+
+            grad_norm = clip_grad_norm(
+                self.model.parameters(), max_norm if max_norm is not None else math.inf, self.pipeline.group
+            )
+        else:
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                [p for p in self.model.parameters() if p.grad is not None],
+                max_norm if max_norm is not None else math.inf,
+                foreach=True,
+            )
         norm_value = float(_full(grad_norm))
         if self.config.debug.check_nan_inf:
             for what, value in (("the loss", loss_value), ("the gradient norm", norm_value)):
@@ -323,6 +349,26 @@ class Trainer:
         tokens = int(sum(b["input_ids"].numel() for b in batches))
         self.train_state.tokens_seen += tokens
         return StepResult(step, loss_value, norm_value, lr, tokens)
+
+    def _pipeline_steps(
+        self, batches: list[Mapping[str, torch.Tensor]], token_weighted: bool, global_tokens: float
+    ) -> torch.Tensor:
+        """One pipeline step per micro-batch; the loss of the step, known on every pipeline rank.
+
+        Each micro-batch's loss is weighted as in the unpipelined step: by ``dp / global tokens`` (sum)
+        or ``1 / (its tokens x micro-batches)`` (mean), so gradients and the logged loss are the same.
+        """
+        assert self.pipeline is not None
+        loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
+        for batch in batches:
+            if token_weighted:
+                weight = self.dims.dp_size / max(global_tokens, 1.0)
+            else:
+                count = float(self.loss_fn.count_tokens(batch["labels"]))
+                weight = 1.0 / max(count, 1.0) / len(batches)
+            with self._autocast():
+                loss_sum += self.pipeline.step(batch, weight)
+        return self.pipeline.sum_over_stages(loss_sum)
 
     # -- the loop --------------------------------------------------------------------------------------
     def train(self) -> list[StepResult]:
@@ -428,7 +474,9 @@ class Trainer:
             print(text, file=self._stream, flush=True)
 
     def parameter_count(self) -> int:
-        """Parameters of the whole (unsharded) model."""
+        """Parameters of the whole (unsharded) model (every pipeline stage's, under pipelining)."""
+        if self._parameter_count is not None:
+            return self._parameter_count
         return sum(p.numel() for p in self.model.parameters())
 
     def _banner(self) -> None:

@@ -55,7 +55,10 @@ class TrainingConfig:
     micro_batch_size: int = attrs.field(
         default=1,
         validator=_pos,
-        metadata={"help": "Sequences per rank per forward/backward pass; the rest is gradient accumulation."},
+        metadata={
+            "help": "Sequences per rank per forward/backward pass (under pp: per pipeline step); the rest "
+            "is gradient accumulation."
+        },
     )
     seq_len: int = attrs.field(
         default=2048, validator=_pos, metadata={"help": "Tokens per training sequence."}
@@ -116,12 +119,25 @@ _WORLD_DEGREES = ("dp_replicate", "dp_shard", "cp", "tp", "pp")
 
 #: Degrees this release's runtime cannot run above 1, and what to say instead.
 _NOT_YET = {
-    "pp": "pipeline parallelism is not supported yet; use 1 and scale with dp_shard (FSDP) or tp",
     "cp": "context parallelism is not supported yet: PyTorch's ring attention covers only the CUDA flash, "
     "memory-efficient and cuDNN attention kernels, not CPU attention with gloo, so this release cannot "
     "test it; use 1, and for long sequences use tp with sequence_parallel and activation_checkpoint",
     "ep": "expert parallelism is not supported yet: no built-in model has experts; use 1",
 }
+
+
+#: Pipeline schedule -> stages each pipeline rank holds (its model chunks).
+PP_STAGES_PER_RANK = {
+    "1F1B": 1,
+    "GPipe": 1,
+    "Interleaved1F1B": 2,
+    "LoopedBFS": 2,
+    "InterleavedZeroBubble": 2,
+    "ZBVZeroBubble": 2,
+}
+
+#: Schedules that run their micro-batches in rounds of ``pp`` (their count must split into rounds).
+_PP_ROUNDS = ("Interleaved1F1B", "InterleavedZeroBubble")
 
 
 def _not_yet(name: str, value: int) -> str:
@@ -162,12 +178,18 @@ class ParallelismConfig:
         "1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble"
     ] = attrs.field(
         default="1F1B",
-        metadata={"help": "Pipeline schedule used when pp > 1."},
+        metadata={
+            "help": "Pipeline schedule used when pp > 1; Interleaved1F1B, LoopedBFS, InterleavedZeroBubble "
+            "and ZBVZeroBubble hold 2 stages per rank."
+        },
     )
     pp_microbatches: int | None = attrs.field(
         default=None,
         validator=attrs.validators.optional(attrs.validators.ge(1)),
-        metadata={"help": "Micro-batches per pipeline step; null uses pp."},
+        metadata={
+            "help": "Pipeline micro-batches each training micro-batch (training.micro_batch_size "
+            "sequences, one pipeline step) is split into; must divide micro_batch_size; null uses pp."
+        },
     )
     sequence_parallel: bool = attrs.field(
         default=True,
@@ -196,18 +218,14 @@ class ParallelismConfig:
             value = getattr(self, name)
             if value > 1:
                 yield name, _not_yet(name, value)
-        if self.pp_schedule != "1F1B":
-            yield (
-                "pp_schedule",
-                "is not supported yet: pipeline parallelism is not available, so a schedule would be "
-                f"ignored; leave the default '1F1B', got {self.pp_schedule!r}",
-            )
-        if self.pp_microbatches is not None:
-            yield (
-                "pp_microbatches",
-                "is not supported yet: pipeline parallelism is not available, so it would be ignored; "
-                f"leave it null, got {self.pp_microbatches}",
-            )
+
+    def pipeline_stages_per_rank(self) -> int:
+        """Pipeline stages (model chunks) each pipeline rank holds under ``pp_schedule``."""
+        return PP_STAGES_PER_RANK[self.pp_schedule]
+
+    def pipeline_microbatches(self, pp: int) -> int:
+        """Micro-batches of one pipeline step with ``pp`` resolved: ``pp_microbatches``, or ``pp`` if null."""
+        return self.pp_microbatches if self.pp_microbatches is not None else pp
 
     def not_supported_yet(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` for resolved ``degrees`` the runtime cannot run yet, however set.
@@ -613,8 +631,8 @@ class TrainerConfig:
                 f"checkpoints every {option}th block but the model has only {n_layers} blocks, so nothing "
                 "would be checkpointed",
             )
-        if n_layers is not None and par.pp > n_layers:
-            yield "parallelism.pp", f"must be <= the model's {n_layers} layers, got {par.pp} stages"
+        if par.pp > 1:
+            yield from self.pipeline_issues(par.pp)
         max_len = self.model.args.max_sequence_length()
         if max_len is not None and training.seq_len > max_len:
             yield (
@@ -668,6 +686,63 @@ class TrainerConfig:
                 f"got {self.training.seq_len}",
             )
 
+    def pipeline_issues(self, pp: int) -> Iterator[tuple[str, str]]:
+        """Root-relative ``(field path, message)`` pairs for pipeline parallelism over ``pp`` ranks.
+
+        Every stage needs a block; each training micro-batch (one pipeline step) must split into the
+        schedule's micro-batches, in a number the schedule accepts; validation runs unpipelined.
+        """
+        if pp <= 1:
+            return
+        par, schedule = self.parallelism, self.parallelism.pp_schedule
+        per_rank = par.pipeline_stages_per_rank()
+        n_layers = self.model.args.num_layers()
+        if n_layers is not None and n_layers < pp * per_rank:
+            if per_rank == 1:
+                yield "parallelism.pp", f"must be <= the model's {n_layers} layers, got {pp} stages"
+            else:
+                yield (
+                    "parallelism.pp_schedule",
+                    f"{schedule} holds {per_rank} stages per pipeline rank, so pp = {pp} needs "
+                    f"{pp * per_rank} stages of at least one layer, but the model has {n_layers} layers; "
+                    "use 1F1B or GPipe, or a smaller pp",
+                )
+        count = par.pipeline_microbatches(pp)
+        micro = self.training.micro_batch_size
+        if micro % count and par.pp_microbatches is None:
+            yield (
+                "training.micro_batch_size",
+                f"must be a multiple of pp ({pp}) under pipeline parallelism: each micro-batch is one "
+                "pipeline step, split into parallelism.pp_microbatches (null: pp) micro-batches, "
+                f"got {micro}",
+            )
+        elif micro % count:
+            yield (
+                "parallelism.pp_microbatches",
+                f"must divide training.micro_batch_size ({micro}): each training micro-batch is one "
+                f"pipeline step split into this many micro-batches, got {count}",
+            )
+        if schedule == "1F1B" and count < pp:
+            yield (
+                "parallelism.pp_microbatches",
+                f"1F1B needs at least pp ({pp}) micro-batches per pipeline step, got {count}",
+            )
+        rounds = max(1, count // pp)
+        if schedule in _PP_ROUNDS and count % rounds:
+            yield (
+                "parallelism.pp_microbatches",
+                f"{schedule} runs the micro-batches in {rounds} rounds (pp_microbatches // pp), so it must "
+                f"be a multiple of {rounds}, got {count}; a multiple of pp ({pp}) always works",
+            )
+        degrees = {"dp_replicate": 1, "dp_shard": 1, "cp": 1, "tp": 1, "pp": pp, "ep": 1}
+        yield from (i for i in self.model.args.parallel_issues(degrees) if i[0] == "parallelism.pp")
+        if self.validator.enable:
+            yield (
+                "validator.enable",
+                f"validation is not supported yet with pipeline parallelism (parallelism.pp = {pp}); set "
+                "it to false",
+            )
+
     def world_size_issues(self, world_size: int) -> list[tuple[str, str]]:
         """Root-relative ``(field path, message)`` pairs for running on ``world_size`` ranks.
 
@@ -681,6 +756,8 @@ class TrainerConfig:
         issues.extend((f"parallelism.{p}", m) for p, m in self.parallelism.unsupported_degrees(degrees))
         issues.extend(self.model.args.parallel_issues(degrees))
         issues.extend(self.sequence_parallel_issues(degrees["tp"]))
+        if self.parallelism.pp == -1:  # explicit degrees were checked by cross_check
+            issues.extend(i for i in self.pipeline_issues(degrees["pp"]) if i not in issues)
         per_step = self.training.micro_batch_size * degrees["dp_replicate"] * degrees["dp_shard"]
         if self.training.global_batch_size % per_step:
             issues.append(

@@ -136,10 +136,15 @@ class Llama3Model(nn.Module):
     def __init__(self, args: Llama3Args) -> None:
         super().__init__()
         self.args = args
-        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
-        self.layers = nn.ModuleList(TransformerBlock(args) for _ in range(args.n_layers))
-        self.norm = RMSNorm(args.dim, args.norm_eps)
-        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
+        self.tok_embeddings: nn.Embedding | None = nn.Embedding(args.vocab_size, args.dim)
+        # Keyed by index, so a pipeline stage can drop the blocks it does not own and keep the names
+        # (``layers.<i>.*``) of the whole model.
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(args) for i in range(args.n_layers)})
+        self.norm: RMSNorm | None = RMSNorm(args.dim, args.norm_eps)
+        self.output: nn.Linear | None = nn.Linear(args.dim, args.vocab_size, bias=False)
+        #: Sequence shards of the residual stream a stage without embeddings receives (tensor
+        #: parallelism with sequence parallelism sets it); the rotary embedding needs the full length.
+        self.residual_sequence_shards = 1
 
     def rope(self, seq_len: int, device: torch.device, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Complex rotations of the rotary embedding, computed in fp32.
@@ -162,22 +167,34 @@ class Llama3Model(nn.Module):
         (a new document starts wherever the id changes). Tokens then attend only within their document
         and RoPE positions restart at each, as if each document ran alone; ``None`` treats each row as
         one sequence.
+
+        A pipeline stage (see ``hyper_parallel.models._pipeline``) lacks what it does not own: without
+        ``tok_embeddings`` the input is the residual stream (batch, seq, dim) of the previous stage, and
+        without ``norm``/``output`` the residual stream is returned instead of logits.
         """
-        documents = None if document_ids is None else documents_from_ids(document_ids, tokens.shape)
-        h: torch.Tensor = self.tok_embeddings(tokens)
+        if self.tok_embeddings is not None:
+            h: torch.Tensor = self.tok_embeddings(tokens)
+            seq_len = tokens.shape[1]
+        else:
+            h, seq_len = tokens, tokens.shape[1] * self.residual_sequence_shards
+        documents = None if document_ids is None else documents_from_ids(document_ids, (h.shape[0], seq_len))
         positions = None if documents is None else documents.positions
-        rope = self.rope(tokens.shape[1], tokens.device, positions)
-        for layer in self.layers:
+        rope = self.rope(seq_len, h.device, positions)
+        for layer in self.layers.values():
             h = layer(h, rope, documents=documents)
-        logits: torch.Tensor = self.output(self.norm(h))
-        return logits
+        if self.norm is not None:
+            h = self.norm(h)
+        if self.output is not None:
+            h = self.output(h)
+        return h
 
     @torch.no_grad()
     def init_weights(self, std: float = 0.02) -> None:
         """Random initialisation (normal embeddings, truncated-normal linears, unit norms)."""
-        nn.init.normal_(self.tok_embeddings.weight)
         depth_std = std / math.sqrt(2 * self.args.n_layers)
-        for layer in self.layers:
+        if self.tok_embeddings is not None:
+            nn.init.normal_(self.tok_embeddings.weight)
+        for layer in self.layers.values():
             assert isinstance(layer, TransformerBlock)
             for linear in (layer.attention.wq, layer.attention.wk, layer.attention.wv):
                 nn.init.trunc_normal_(linear.weight, std=std)
@@ -187,9 +204,11 @@ class Llama3Model(nn.Module):
                 nn.init.trunc_normal_(linear.weight, std=depth_std)
             layer.attention_norm.reset_parameters()
             layer.ffn_norm.reset_parameters()
-        self.norm.reset_parameters()
-        final_std = self.args.dim**-0.5
-        nn.init.trunc_normal_(self.output.weight, std=final_std, a=-3 * final_std, b=3 * final_std)
+        if self.norm is not None:
+            self.norm.reset_parameters()
+        if self.output is not None:
+            final_std = self.args.dim**-0.5
+            nn.init.trunc_normal_(self.output.weight, std=final_std, a=-3 * final_std, b=3 * final_std)
 
 
 def build_llama3(args: Llama3Args, device: str) -> Llama3Model:

@@ -39,14 +39,20 @@ def apply_tp(model: Llama3Model, tp_mesh: DeviceMesh, sequence_parallel: bool) -
     if model.args.n_heads % tp_mesh.size() or (model.args.n_kv_heads or model.args.n_heads) % tp_mesh.size():
         raise ValueError(f"tp={tp_mesh.size()} must divide n_heads and n_kv_heads")
     residual = Shard(1) if sequence_parallel else Replicate()
-    root_plan: dict[str, ParallelStyle] = {
-        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=residual),
-        "output": ColwiseParallel(input_layouts=residual, output_layouts=Replicate(), use_local_output=True),
-    }
-    if sequence_parallel:
+    root_plan: dict[str, ParallelStyle] = {}
+    if model.tok_embeddings is not None:  # a pipeline stage holds only what it owns
+        root_plan["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=residual)
+    if model.output is not None:
+        root_plan["output"] = ColwiseParallel(
+            input_layouts=residual, output_layouts=Replicate(), use_local_output=True
+        )
+    if sequence_parallel and model.norm is not None:
         root_plan["norm"] = SequenceParallel()
-    parallelize_module(model, tp_mesh, root_plan)
-    for block in model.layers:
+    if root_plan:
+        parallelize_module(model, tp_mesh, root_plan)
+    if sequence_parallel:
+        model.residual_sequence_shards = tp_mesh.size()
+    for block in model.layers.values():
         plan: dict[str, ParallelStyle] = {
             "attention": PrepareModuleInput(
                 input_layouts=(residual, None), desired_input_layouts=(Replicate(), None)
@@ -84,7 +90,7 @@ def parallelize_llama3(
         model,
         parallelism,
         device_mesh,
-        blocks=list(model.layers),
+        blocks=list(model.layers.values()),
         apply_tp=lambda tp_mesh: apply_tp(model, tp_mesh, parallelism.sequence_parallel),
         training=training,
         activation_checkpoint=activation_checkpoint,

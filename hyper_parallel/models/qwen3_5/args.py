@@ -164,7 +164,8 @@ class Qwen3_5Args(ModelArgs):
             )
 
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
-        """Yield ``(root field path, message)``: tensor parallelism splits both kinds of heads and the FFN."""
+        """Yield ``(root field path, message)``: tensor parallelism splits both kinds of heads and the FFN;
+        pipeline parallelism is not supported yet."""
         tp = degrees.get("tp", 1)
         if self.n_heads % tp or self.n_kv_heads % tp:
             yield (
@@ -182,6 +183,13 @@ class Qwen3_5Args(ModelArgs):
             yield (
                 "parallelism.tp",
                 f"must divide the model's feed-forward hidden size {self.ffn_hidden_dim}, got {tp}",
+            )
+        pp = degrees.get("pp", 1)
+        if pp > 1:  # blocks in a ModuleList, embeddings tied to the output: no stage split yet
+            yield (
+                "parallelism.pp",
+                "pipeline parallelism is not supported yet by Qwen 3.5 (its model is not split into "
+                f"pipeline stages); use 1 and scale with dp_shard (FSDP) or tp, got {pp}",
             )
 
     def preflight(self) -> "Qwen3_5Costs":
