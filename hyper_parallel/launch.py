@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from hyper_parallel.config import ConfigError, Issue, dump_config, write_config
-from hyper_parallel.config.errors import did_you_mean, echo
+from hyper_parallel.config.errors import did_you_mean, echo, warning_line
 from hyper_parallel.config.help import config_help, group_of_field, summary
 from hyper_parallel.config.manager import load_config_report
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
@@ -195,8 +195,7 @@ def _warn(issues: Sequence[Issue], err: TextIO) -> None:
     if not issues or not _is_rank0():
         return
     for issue in issues:
-        head = f"{issue.location}: " if issue.location else ""
-        err.write(f"{head}warning: {str(issue)[len(head) :]}\n")
+        err.write(warning_line(issue) + "\n")
     count = len(issues)
     err.write(f"{count} warning{'s' if count != 1 else ''} (--strict refuses them)\n")
 

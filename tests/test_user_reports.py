@@ -360,3 +360,30 @@ def test_an_allowed_target_prefix_must_be_a_module_name(prefix: str) -> None:
     )
     with pytest.raises(ConfigError):
         resolve_root({}, allowed_targets=[prefix])
+
+
+POINTLESS = """\
+model:
+  _target_: hyper_parallel.models.llama3.create_model_spec
+  flavor: debugmodel
+  weights_path: /w
+training:
+  _target_: hyper_parallel.trainer.config.TrainingConfig
+  max_steps: 5
+"""
+POINTLESS_ISSUES = [
+    "<stdin>:1:1: {}lr_scheduler.warmup_steps: must be <= training.max_steps (5), got 10",
+    "<stdin>:1:1: {}metrics.log_freq: no metrics would be logged: log_freq (10) exceeds "
+    "training.max_steps (5)",
+]
+
+
+def test_check_prints_warnings_and_passes_unless_strict() -> None:
+    code, out, _ = _check("-", stdin=POINTLESS)
+    assert code == 0
+    assert out.splitlines()[:3] == [*(line.format("warning: ") for line in POINTLESS_ISSUES), "<stdin>: ok"]
+    code, out, _ = _check("--strict", "-", stdin=POINTLESS)
+    assert (code, out.splitlines()) == (
+        1,
+        [*(line.format("") for line in POINTLESS_ISSUES), "1 of 1 file failed"],
+    )

@@ -10,40 +10,50 @@ import json
 import sys
 from collections.abc import Sequence
 
-from hyper_parallel.config import ConfigError, load_config
-from hyper_parallel.config.manager import load_config_text
+from hyper_parallel.config import ConfigError
+from hyper_parallel.config.errors import warning_line
+from hyper_parallel.config.manager import load_config_report
 from hyper_parallel.config.schema import json_schema
 from hyper_parallel.config.targets import allowed_prefixes
 from hyper_parallel.trainer.config import TrainerConfig
 
 __all__ = ["main"]
 
-_USAGE = """usage: python -m hyper_parallel.config check [--allow-target PREFIX]... [--world-size N] FILE...
+_USAGE = """\
+usage: python -m hyper_parallel.config check [--allow-target PREFIX]... [--world-size N] [--strict] FILE...
        python -m hyper_parallel.config schema [--allow-target PREFIX]...
 
   check FILE...  resolve each file ('-' reads standard input); print every issue as
-                 FILE:LINE:COL: PATH: MESSAGE; exit 1 if any
+                 FILE:LINE:COL: PATH: MESSAGE; exit 1 if any (warnings print as
+                 FILE:LINE:COL: warning: PATH: MESSAGE and pass)
   schema         print the JSON Schema of TrainerConfig (every root group keyed by _target_)
   --allow-target PREFIX  also allow (check) or offer (schema) targets under this dotted module prefix
   --world-size N         check the parallel degrees against N processes
+  --strict               count warnings (settings that make a run pointless) as issues
 """
 
 
 def _options(
-    args: Sequence[str], names: tuple[str, ...] = ("--allow-target", "--world-size")
-) -> tuple[list[str], list[str], int | None] | str:
-    """``(files, allowed prefixes, world size)`` from a command's arguments, or what is wrong with them.
+    args: Sequence[str],
+    names: tuple[str, ...] = ("--allow-target", "--world-size"),
+    switches: tuple[str, ...] = ("--strict",),
+) -> tuple[list[str], list[str], int | None, bool] | str:
+    """``(files, allowed prefixes, world size, strict)`` from a command's arguments, or what is wrong with
+    them.
 
     An argument starting with ``-`` (other than ``-`` itself) is an option, never a file name; ``--`` ends
-    the options. ``names`` are the options the command takes.
+    the options. ``names`` are the options the command takes with a value, ``switches`` those without.
     """
     files: list[str] = []
     allowed: list[str] = []
     world_size: int | None = None
+    strict = False
     it = iter(args)
     for arg in it:
         name, eq, inline = arg.partition("=")
-        if name in names:
+        if arg in switches:
+            strict = True
+        elif name in names:
             value = inline if eq else next(it, None)
             if value is None:
                 return f"{name} needs a value"
@@ -63,7 +73,7 @@ def _options(
         allowed_prefixes(allowed)
     except ConfigError as exc:
         return "; ".join(issue.message for issue in exc.issues)
-    return files, allowed, world_size
+    return files, allowed, world_size, strict
 
 
 def _check(args: Sequence[str]) -> int:
@@ -73,24 +83,27 @@ def _check(args: Sequence[str]) -> int:
     if isinstance(found, str):
         sys.stderr.write(f"error: {found}\n{_USAGE}")
         return 2
-    files, allowed, world_size = found
+    files, allowed, world_size, strict = found
     failed = 0
     for path in files:
+        stdin = path == "-"
         try:
-            if path == "-":
-                cfg = load_config_text(
-                    sys.stdin.read(), "<stdin>", allowed_targets=allowed, world_size=world_size
-                )
-            else:
-                cfg = load_config(path, allowed_targets=allowed, world_size=world_size)
+            report = load_config_report(
+                "<stdin>" if stdin else path,
+                text=sys.stdin.read() if stdin else None,
+                allowed_targets=allowed,
+                world_size=world_size,
+                strict=strict,
+            )
         except ConfigError as exc:
             failed += 1
             sys.stdout.write(f"{exc}\n")
         else:
             from hyper_parallel.preflight import preflight_report
 
-            name = "<stdin>" if path == "-" else path
-            sys.stdout.write(f"{name}: ok\n" + preflight_report(cfg, world_size))
+            name = "<stdin>" if stdin else path
+            warnings = "".join(warning_line(issue) + "\n" for issue in report.warnings)
+            sys.stdout.write(f"{warnings}{name}: ok\n" + preflight_report(report.config, world_size))
     if failed:
         sys.stdout.write(f"{failed} of {len(files)} file{'s' if len(files) != 1 else ''} failed\n")
     return 1 if failed else 0
@@ -106,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "check":
         return _check(rest)
     if command == "schema":
-        found = _options(rest, ("--allow-target",))
+        found = _options(rest, ("--allow-target",), ())
         if isinstance(found, tuple) and found[0]:
             found = f"schema takes no FILE, got {found[0][0]!r}"
         if isinstance(found, str):

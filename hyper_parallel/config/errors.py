@@ -20,6 +20,7 @@ __all__ = [
     "did_you_mean",
     "format_path",
     "override_origin",
+    "warning_line",
 ]
 
 #: Longest echo of user input inside a message; longer text is cut so hostile input cannot flood logs.
@@ -52,6 +53,12 @@ def override_origin(key: str, command_line: bool) -> str:
     """Where an override came from, as issues name it: the flag ``--optimizer.lr`` on the command line,
     ``overrides['optimizer.lr']`` from the Python API."""
     return f"--{key}" if command_line else f"overrides[{key!r}]"
+
+
+def warning_line(issue: "Issue") -> str:
+    """``LOCATION: warning: PATH: MESSAGE``: a warning placed where compilers put theirs."""
+    head = f"{issue.location}: " if issue.location else ""
+    return f"{head}warning: {str(issue)[len(head) :]}"
 
 
 def echo(value: object) -> str:
