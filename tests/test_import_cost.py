@@ -57,6 +57,35 @@ def test_dry_run_imports_neither_torch_nor_numpy(tmp_path: Path) -> None:
     assert report["heavy"] == []
 
 
+_SCHEMA_PROBE = """
+import json, sys
+from hyper_parallel.config.schema import json_schema
+from hyper_parallel.trainer.config import TrainerConfig
+schema = json_schema(TrainerConfig)
+heavy = sorted(name for name in ("torch", "numpy") if name in sys.modules)
+print(json.dumps({"groups": len(schema["properties"]), "heavy": heavy}))
+"""
+
+
+def test_the_schema_imports_neither_torch_nor_numpy(tmp_path: Path) -> None:
+    # Target discovery walks the packages: runtime modules (trainers, pipeline stages, export) stay unread.
+    for name in ("torch", "numpy"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    done = subprocess.run(
+        [sys.executable, "-c", _SCHEMA_PROBE],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"groups": 16, "heavy": []}
+
+
 @pytest.fixture
 def raw() -> Any:
     document, _ = load_yaml_file(FULL)

@@ -313,9 +313,12 @@ def _abstract_message(name: str, cls: type, allowed: tuple[str, ...]) -> str:
 
 
 #: Module name segments never imported while discovering targets: launch scripts, and runtime code (which
-#: imports torch: component runtimes, the trainers and their process-group start-up). Config classes and
+#: imports torch: component runtimes, the trainers, their process-group start-up and pipeline stages;
+#: the checkpoint export). Config classes and
 #: factories live in the config modules; private modules are skipped too.
-_NOT_CONFIG = frozenset({"train_lm", "train_vl", "runtime", "base", "llm", "vl", "distributed"})
+_NOT_CONFIG = frozenset(
+    {"train_lm", "train_vl", "export", "runtime", "base", "llm", "vl", "distributed", "pipeline"}
+)
 
 
 def _is_config_module(name: str) -> bool:
