@@ -54,7 +54,7 @@ def outcome(fn: Any, *args: Any, **kwargs: Any) -> object:
     """Call ``fn``: a TrainerConfig passes the round trip, a ConfigError passes; anything else fails."""
     import time
 
-    start = time.perf_counter()
+    start = time.process_time()
     try:
         result = fn(*args, **kwargs)
     except ConfigError as exc:
@@ -62,7 +62,7 @@ def outcome(fn: Any, *args: Any, **kwargs: Any) -> object:
         assert result.issues
     else:
         check_result(result)
-    assert time.perf_counter() - start < PER_INPUT
+    assert time.process_time() - start < PER_INPUT
     return result
 
 
@@ -266,9 +266,9 @@ def test_random_argv_exits_0_2_or_3(argv: list[str], dump: bool) -> None:
     if dump:
         argv = [*argv, "--dump-config", str(_TMP / "dump.yaml")]
     out, err = io.StringIO(), io.StringIO()
-    start = time.perf_counter()
+    start = time.process_time()
     code = main(argv, out=out, err=err)
-    assert time.perf_counter() - start < PER_INPUT
+    assert time.process_time() - start < PER_INPUT
     assert code in (0, 2, 3)
     assert "Traceback" not in err.getvalue()
     if code == 2:

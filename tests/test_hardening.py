@@ -38,7 +38,8 @@ OUTSIDE = (
 OPT_HEAD = (
     f"model: {{_target_: {QWEN}}}\noptimizer:\n  _target_: hyper_parallel.components.optimizer.AdamW.Config\n"
 )
-#: Wall-clock bound for any single hostile document (the issue says "well under a second").
+#: Bound for any single hostile document (the issue says "well under a second"): CPU time in process, so a
+#: loaded CI machine does not fail it; the subprocess case is bounded in wall-clock time.
 FAST = 1.0
 
 
@@ -376,10 +377,10 @@ HOSTILE: list[Any] = [
 @pytest.mark.parametrize(("text", "fragment"), HOSTILE)
 def test_hostile_documents_through_load_config(text: str | bytes, fragment: str, tmp_path: Path) -> None:
     path = write(tmp_path, text)
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert time.perf_counter() - start < FAST
+    assert time.process_time() - start < FAST
     assert any(fragment in i.message for i in info.value.issues), info.value
     assert all(i.location is not None and i.location.startswith(str(path)) for i in info.value.issues)
     assert not Path("/tmp/hp-pwned").exists()
@@ -415,10 +416,10 @@ def test_billion_laughs_uses_bounded_memory(tmp_path: Path) -> None:
 @pytest.mark.parametrize("extra", [1, 1024 * 1024])
 def test_file_over_the_size_limit_is_refused_before_parsing(extra: int, tmp_path: Path) -> None:
     path = write(tmp_path, "a: " + "x" * (MAX_BYTES + extra) + "\n")
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert time.perf_counter() - start < FAST
+    assert time.process_time() - start < FAST
     (issue,) = info.value.issues
     assert (
         issue.message == f"input is {MAX_BYTES + extra + 4} bytes; the limit is {MAX_BYTES} bytes (MAX_BYTES)"
@@ -466,10 +467,10 @@ LONG = "x" * 1_000_000
     ],
 )
 def test_messages_echo_bounded_text(make: Any) -> None:
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(ConfigError) as info:
         make()
-    assert time.perf_counter() - start < FAST
+    assert time.process_time() - start < FAST
     for issue in info.value.issues:
         assert len(issue.message) <= MAX_MESSAGE
         assert len(issue.path) <= MAX_PATH

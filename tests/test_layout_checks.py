@@ -260,8 +260,8 @@ PIPELINE_REFUSED = [
         [
             (
                 "parallelism.pp_microbatches",
-                "must divide training.micro_batch_size (2): each training micro-batch is one pipeline step "
-                "split into this many micro-batches, got 4",
+                "must divide training.micro_batch_size (2, set by overrides['training.micro_batch_size']): "
+                "each training micro-batch is one pipeline step split into this many micro-batches, got 4",
             )
         ],
     ),
@@ -273,7 +273,8 @@ PIPELINE_REFUSED = [
         [
             (
                 "parallelism.pp_microbatches",
-                "1F1B needs at least pp (2) micro-batches per pipeline step, got 1",
+                "1F1B needs at least pp (2, set by overrides['parallelism.pp']) micro-batches per pipeline "
+                "step, got 1",
             )
         ],
     ),
@@ -308,7 +309,7 @@ PIPELINE_REFUSED = [
             (
                 "parallelism.pp_microbatches",
                 "Interleaved1F1B runs the micro-batches in 2 rounds (pp_microbatches // pp), so it must be a "
-                "multiple of 2, got 5; a multiple of pp (2) always works",
+                "multiple of 2, got 5; a multiple of pp (2, set by overrides['parallelism.pp']) always works",
             )
         ],
     ),

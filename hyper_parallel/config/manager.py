@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import attrs
+import yaml
 
 from hyper_parallel.config.errors import ConfigError, ConfigWarning, Issue, echo, override_origin
 from hyper_parallel.config.options import current_options, resolve_options
@@ -219,13 +220,31 @@ def _cite_overrides(issues: Iterable[Issue], parsed: "list[Override]") -> list[I
             if o.key.rpartition(".")[0] == parent:
                 names.append(o.key.rpartition(".")[2])
             for name in names:
-                if f"{name} (" not in message:
-                    continue
-                message = re.sub(
-                    rf"(?<![\w.]){re.escape(name)} \(([^(),]*)\)", rf"{name} (\1, set by {o.origin})", message
-                )
+                if f"{name} (" in message:
+                    message = _cite(message, name, o)
         out.append(issue if message == issue.message else attrs.evolve(issue, message=message))
     return out
+
+
+def _cite(message: str, name: str, o: "Override") -> str:
+    """``message`` with ``name (VALUE)`` followed by where override ``o`` set it, if it set that value."""
+
+    def cite(match: re.Match[str]) -> str:
+        quoted = match.group(1)
+        return f"{name} ({quoted}, set by {o.origin})" if _same_value(quoted, o.value) else match.group(0)
+
+    return re.sub(rf"(?<![\w.]){re.escape(name)} \(([^(),]*)\)", cite, message)
+
+
+def _same_value(quoted: str, value: object) -> bool:
+    """Whether ``quoted`` (a value a message shows in parentheses) is the override's ``value``, so words in
+    parentheses after a field name (``dp_shard (FSDP)``) are never taken for it."""
+    if quoted == str(value):
+        return True
+    try:
+        return bool(yaml.safe_load(quoted) == yaml.safe_load(str(value)))
+    except yaml.YAMLError:
+        return False
 
 
 def _parse_overrides(overrides: Mapping[str, object], command_line: bool) -> "list[Override]":
