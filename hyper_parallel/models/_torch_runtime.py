@@ -404,9 +404,17 @@ def parallelize_model(
 ) -> nn.Module:
     """TP (``apply_tp`` on the ``tp`` mesh, then the rest replicated) -> AC -> compile -> FSDP2, in place.
 
+    The order is TorchTitan's: tensor parallelism (every parameter then is a ``DTensor``, replicated where
+    not split) -> activation checkpointing per block (``activation_checkpoint``) -> ``torch.compile`` per
+    block (``compile``, when enabled with ``"model"`` among its components) -> FSDP2 data parallelism (FSDP
+    over ``dp_shard``, HSDP over ``dp_replicate`` x ``dp_shard``, DDP over ``dp_replicate``) with the
+    ``MixedPrecisionPolicy`` and CPU offload of ``training``. ``None`` for a section means its defaults-off
+    behaviour (full precision, no checkpointing, no compile). ``device_mesh`` names its dimensions after
+    the degrees of ``parallelism`` above 1 (see ``hyper_parallel.models.loading.build_device_mesh``);
+    ``None`` means one process. Parameter names (state-dict keys) are never changed.
+
     ``blocks`` are the units checkpointed, compiled and sharded one by one; ``replicated_units`` are
-    submodules tensor parallelism leaves whole (see ``replicate_remaining_params``). ``device_mesh`` may
-    be ``None`` (one process): activation checkpointing and compile still apply.
+    submodules tensor parallelism leaves whole (see ``replicate_remaining_params``).
     """
     degrees = mesh_degrees(parallelism, device_mesh)
     aliases = tie_groups(model)

@@ -61,15 +61,8 @@ def parallelize(
 ) -> Any:
     """Parallelize a Qwen 3.5 language model in place for ``parallelism`` on ``device_mesh``.
 
-    Order as in TorchTitan: tensor parallelism (mesh dimension ``tp``; every parameter then is a
-    ``DTensor``, replicated where not split) -> activation checkpointing per block (``activation_checkpoint``)
-    -> ``torch.compile`` per block (``compile``, when enabled with ``"model"`` among its components) ->
-    FSDP2 data parallelism (FSDP over ``dp_shard``, HSDP over ``dp_replicate`` x ``dp_shard``, DDP over
-    ``dp_replicate``) with the ``MixedPrecisionPolicy`` and CPU offload of ``training``. ``None`` for a
-    section means its defaults-off behaviour (full precision, no checkpointing, no compile).
-    ``device_mesh`` names its dimensions after the degrees of ``parallelism`` above 1 (see
-    ``hyper_parallel.models.loading.build_device_mesh``); ``None`` means one process.
-    Parameter names (state-dict keys) are never changed. Returns ``model``.
+    The order, arguments and guarantees (parameter names never change) are those of the shared pipeline,
+    ``hyper_parallel.models._torch_runtime.parallelize_model``. Returns ``model``.
 
     Tensor parallelism splits the heads of the full-attention and the Gated DeltaNet blocks (a rank holds
     the key heads its value heads use) and the feed-forward networks; embeddings and the output (which may
