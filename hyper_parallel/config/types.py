@@ -26,6 +26,7 @@ from cattrs.dispatch import _DispatchNotFound
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 from cattrs.gen import make_dict_structure_fn
 
+from hyper_parallel.config.attrs_validators import shape_of
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.targets import TARGET_KEY
 from hyper_parallel.config.validation import (
@@ -874,25 +875,23 @@ def constrain_schema(schema: Schema, validator: Any) -> Schema:
     """
     if validator is None:
         return schema
-    kind = type(validator).__name__
-    if kind == "_AndValidator":
-        for inner in validator._validators:
+    shape = shape_of(validator)
+    if shape.kind in ("all", "optional"):
+        for inner in shape.members:
             schema = constrain_schema(schema, inner)
-    elif kind == "_OptionalValidator":
-        schema = constrain_schema(schema, validator.validator)
-    elif kind == "_DeepIterable":
-        _on_items(schema, validator.member_validator)
-        schema = constrain_schema(schema, validator.iterable_validator)
-    elif kind == "_NumberValidator" and validator.compare_op in _BOUNDS:
-        _narrow(schema, ("integer", "number"), _BOUNDS[validator.compare_op], validator.bound)
-    elif kind == "_MinLengthValidator":
+    elif shape.kind == "items":
+        _on_items(schema, shape.member)
+        schema = constrain_schema(schema, shape.outer)
+    elif shape.kind == "bound" and shape.op in _BOUNDS:
+        _narrow(schema, ("integer", "number"), _BOUNDS[shape.op], shape.bound)
+    elif shape.kind == "min_len":
         for json_type, keyword in _MIN_LENGTH.items():
-            _narrow(schema, (json_type,), keyword, validator.min_length)
-    elif kind == "_MaxLengthValidator":
+            _narrow(schema, (json_type,), keyword, shape.bound)
+    elif shape.kind == "max_len":
         for json_type, keyword in _MAX_LENGTH.items():
-            _narrow(schema, (json_type,), keyword, validator.max_length)
-    elif kind == "_InValidator" and isinstance(validator.options, (list, tuple, frozenset, set)):
-        options = list(validator.options)
+            _narrow(schema, (json_type,), keyword, shape.bound)
+    elif shape.kind == "one_of" and isinstance(shape.options, (list, tuple, frozenset, set)):
+        options = list(shape.options)
         if all(isinstance(o, (str, int, float, bool)) or o is None for o in options):
             _narrow(schema, None, "enum", options)
     elif isinstance(extra := getattr(validator, "json_schema", None), dict):

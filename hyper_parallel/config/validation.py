@@ -9,7 +9,6 @@ converter turns problems into one :class:`~hyper_parallel.config.errors.ConfigEr
 """
 
 import collections.abc
-import re
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
@@ -23,6 +22,8 @@ from cattrs.errors import (
     IterableValidationNote,
 )
 
+from hyper_parallel._checks import RuleViolation
+from hyper_parallel.config.attrs_validators import shape_of, violation
 from hyper_parallel.config.errors import ConfigError, Issue, PathPart, did_you_mean, echo, format_path
 from hyper_parallel.config.targets import TARGET_KEY
 
@@ -161,31 +162,24 @@ def to_config_error(problems: Iterable[Problem], locate: Locate | None) -> Confi
     return ConfigError(seen.values())
 
 
-_VALIDATOR_MESSAGE = re.compile(r"^'[^']*' (must .*?)(?:: (.*))?$", re.DOTALL)
-_LENGTH_MESSAGE = re.compile(r"^Length of '[^']*' must be ([<>]=) (\d+): (\d+)$")
-
-
-def validator_message(exc: BaseException) -> str:
-    """attrs says ``'lr' must be > 0.0: -1.0``; the path already names the field, so say the rest in the
-    project's words: ``must be > 0.0, got -1.0`` (a length rule: ``must not be empty``)."""
-    text = str(exc) if not exc.args or isinstance(exc.args[0], str) else str(exc.args[0])
-    match = _VALIDATOR_MESSAGE.match(text)
-    if match:
-        rule, got = match.groups()
-        return f"{rule}, got {got}" if got is not None else rule
-    length = _LENGTH_MESSAGE.match(text)
-    if length:
-        op, bound, got = length.groups()
-        if op == ">=" and bound == "1":
-            return "must not be empty"
-        return f"length must be {op} {bound}, got {got}"
-    return text
-
-
-def _members(validator: Any) -> tuple[Any, ...] | None:
-    """The validators an ``and_`` combines, or None for any other validator."""
-    inner = getattr(validator, "_validators", None)
-    return tuple(inner) if isinstance(inner, (tuple, list)) else None
+def validator_message(
+    exc: BaseException, field: "attrs.Attribute[Any] | None" = None, value: object = None
+) -> str:
+    """The words for ``exc``, raised while building a Config: with the ``field`` whose validator refused
+    ``value``, that validator's rule (``must be > 0, got -8``); else a
+    :class:`~hyper_parallel._checks.RuleViolation` says its rule at its field (``'tp': must be >= 1, or -1
+    for auto, got 0``), and any other exception its own text."""
+    if field is not None and field.validator is not None:
+        try:
+            found = _check_value(field.validator, None, field, value)
+        except Exception:  # a validator that reads the instance: its own words below
+            found = []
+        if found:
+            where, message = found[0].path, found[0].message
+            return f"{format_path(where)}: {message}" if where else message
+    if isinstance(exc, RuleViolation):
+        return f"'{exc.field}': {exc.message}"
+    return exc.args[0] if len(exc.args) == 1 and isinstance(exc.args[0], str) else str(exc)
 
 
 def _check_value(
@@ -194,20 +188,17 @@ def _check_value(
     """Run ``validator`` on ``value`` the way attrs would, but report every failure in the project's words:
     ``and_`` stops at its first failing member as attrs does, ``optional`` skips None, and
     ``deep_iterable`` checks every member, each at its index (attrs stops at the first, without one)."""
-    if isinstance(validator, (tuple, list)):  # attrs accepts a list of validators for one field
-        validator = attrs.validators.and_(*validator)
-    members = _members(validator)
-    if members is not None:
-        for member in members:
+    shape = shape_of(validator)
+    if shape.kind == "all":
+        for member in shape.members:
             found = _check_value(member, instance, field, value)
             if found:
                 return found
         return []
-    if type(validator).__name__ == "_OptionalValidator":
-        return [] if value is None else _check_value(validator.validator, instance, field, value)
-    if hasattr(validator, "member_validator") and hasattr(validator, "iterable_validator"):
-        outer = validator.iterable_validator
-        found = _check_value(outer, instance, field, value) if outer is not None else []
+    if shape.kind == "optional":
+        return [] if value is None else _check_value(shape.members[0], instance, field, value)
+    if shape.kind == "items":
+        found = _check_value(shape.outer, instance, field, value) if shape.outer is not None else []
         if found or isinstance(value, (str, bytes)):
             return found
         try:
@@ -215,7 +206,7 @@ def _check_value(
         except TypeError:
             return _call(validator, instance, field, value)
         for index, item in enumerate(items):
-            for p in _check_value(validator.member_validator, instance, field, item):
+            for p in _check_value(shape.member, instance, field, item):
                 found.append(Problem((index, *p.path), p.message))
         return found
     return _call(validator, instance, field, value)
@@ -225,7 +216,7 @@ def _call(validator: Any, instance: object, field: "attrs.Attribute[Any]", value
     try:
         validator(instance, field, value)
     except (ValueError, TypeError) as exc:
-        return [Problem((), validator_message(exc))]
+        return [Problem((), violation(validator, field.name, value, exc).message)]
     return []
 
 
@@ -310,9 +301,10 @@ def _validator_errors(
 
 def _member_validator(validator: Any) -> Any:
     """The per-item validator of a ``deep_iterable`` (under ``optional``), or None."""
-    if type(validator).__name__ == "_OptionalValidator":
-        validator = validator.validator
-    return getattr(validator, "member_validator", None)
+    shape = shape_of(validator)
+    if shape.kind == "optional":
+        shape = shape_of(shape.members[0])
+    return shape.member
 
 
 def _sound_items(

@@ -128,7 +128,7 @@ def _override_one(args: A, key: str, value: object) -> "A | Any":
     try:
         return _replace(args, parts, checked)
     except (TypeError, ValueError) as exc:
-        return Problem(here, validator_message(exc))
+        return Problem(here, validator_message(exc, field, checked))
 
 
 def _replace(obj: Any, parts: list[str], value: object) -> Any:

@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 
 import attrs
 
+from hyper_parallel._checks import RuleTypeViolation
+
 __all__ = ["ModelArgs", "ModelSpec"]
 
 
@@ -52,7 +54,7 @@ class ModelArgs:
 
 def _is_class(instance: object, attribute: "attrs.Attribute[Any]", value: object) -> None:
     if not isinstance(value, type):
-        raise TypeError(f"'{attribute.name}' must be a class: {value!r}")
+        raise RuleTypeViolation(attribute.name, "must be a class", value)
 
 
 @attrs.frozen(kw_only=True)

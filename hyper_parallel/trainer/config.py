@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import attrs
 
-from hyper_parallel._checks import positive_or_auto
+from hyper_parallel._checks import RuleViolation, positive_or_auto
 from hyper_parallel.components.checkpoint import Checkpoint, DCPCheckpoint
 from hyper_parallel.components.dataloader import DataLoader, TextDataLoader
 from hyper_parallel.components.loss import CausalLMLoss, Loss
@@ -291,7 +291,7 @@ class ParallelismConfig:
 
 def _selective_option(instance: object, attribute: "attrs.Attribute[Any]", value: object) -> None:
     if value != "op" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise ValueError(f"'{attribute.name}' must be 'op' or a layer frequency >= 1: {value!r}")
+        raise RuleViolation(attribute.name, "must be 'op' or a layer frequency >= 1", value, bound=1)
 
 
 @attrs.frozen(kw_only=True)
