@@ -23,6 +23,7 @@ __all__ = [
     "minus_one_or_at_least",
     "positive_or_auto",
     "quote",
+    "rebased",
     "said",
 ]
 
@@ -105,17 +106,19 @@ class Quote:
     """Another field's value quoted in a message: shown as ``NAME (VALUE)``.
 
     ``path`` is the field's dotted path, relative to the object whose rule says the message (the root
-    config for its own rules, a section for its ``cross_check``); ``name`` is how the message names it
-    (the path itself unless given).
+    config for its own rules, a section for its ``cross_check``; the config layer rebases it to the root);
+    ``name`` is how the message names it (the path itself unless given); ``origin`` is the override that set
+    the value, filled in by the config layer: ``NAME (VALUE, set by ORIGIN)``.
     """
 
     path: str
     value: object
     name: str | None = None
+    origin: str | None = None
 
-    def text(self, origin: str | None = None) -> str:
+    def text(self) -> str:
         """``NAME (VALUE)``, or ``NAME (VALUE, set by ORIGIN)`` when an override set the value."""
-        shown = f"{self.value}" if origin is None else f"{self.value}, set by {origin}"
+        shown = f"{self.value}" if self.origin is None else f"{self.value}, set by {self.origin}"
         return f"{self.name or self.path} ({shown})"
 
 
@@ -142,6 +145,20 @@ class Said(str):
 
     def __reduce__(self) -> Any:
         return (Said, (self.parts,))
+
+
+def rebased(message: str, prefix: str) -> str:
+    """``message`` as seen from the parent of the object at the dotted path ``prefix``: the fields a
+    :class:`Said` message quotes get ``prefix.`` in front (a plain message, or an empty prefix, changes
+    nothing). A rule that passes on a section's messages under its own path passes them through this."""
+    if not prefix or not isinstance(message, Said):
+        return message
+    return Said(
+        tuple(
+            p if isinstance(p, str) else attrs.evolve(p, path=f"{prefix}.{p.path}", name=p.name or p.path)
+            for p in message.parts
+        )
+    )
 
 
 def said(*parts: "str | Quote") -> Said:

@@ -12,8 +12,6 @@ from hyper_parallel._checks import (
     RuleViolation,
     minus_one_or_at_least,
     positive_or_auto,
-    quote,
-    said,
 )
 from hyper_parallel.config.attrs_validators import shape_of, violation
 from hyper_parallel.config.validation import _check_value
@@ -153,11 +151,3 @@ def test_an_attrs_failure_becomes_a_structured_error() -> None:
     kind = violation(V.instance_of(int), "x", "a", TypeError())
     assert isinstance(kind, RuleTypeViolation)
     assert isinstance(kind, TypeError)
-
-
-def test_a_said_message_is_its_text_and_keeps_its_quotes() -> None:
-    message = said("must be <= ", quote("training.max_steps", 10), ", got 200")
-    assert message == "must be <= training.max_steps (10), got 200"
-    assert message.quotes == (quote("training.max_steps", 10),)
-    assert pickle.loads(pickle.dumps(message)).quotes == message.quotes
-    assert quote("parallelism.pp", 2, "pp").text("--parallelism.pp") == "pp (2, set by --parallelism.pp)"

@@ -247,8 +247,9 @@ PIPELINE_REFUSED = [
         [
             (
                 "training.micro_batch_size",
-                "must be a multiple of pp (2) under pipeline parallelism: each micro-batch is one pipeline "
-                "step, split into parallelism.pp_microbatches (null: pp) micro-batches, got 1",
+                "must be a multiple of pp (2, set by overrides['parallelism.pp']) under pipeline "
+                "parallelism: each micro-batch is one pipeline step, split into parallelism.pp_microbatches "
+                "(null: pp) micro-batches, got 1",
             )
         ],
     ),

@@ -313,3 +313,38 @@ def test_switching_factory_keeps_a_value_the_user_set_and_reports_it_there() -> 
     assert issue.message.startswith(
         "expected one of 'debugmodel', '8B', '70B', '405B', got the string '0.8B'"
     )
+
+
+def test_a_model_argument_quoted_by_another_cites_the_override_that_set_it() -> None:
+    flags = {"model.overrides.n_heads": "8", "model.overrides.n_kv_heads": "3"}
+    with pytest.raises(ConfigError) as info:
+        load_config(CONFIGS / "llama3_debug.yaml", flags)
+    assert issues(info) == [
+        (
+            "overrides['model.overrides.n_kv_heads']",
+            "model.overrides.n_kv_heads",
+            "must divide n_heads (8, set by overrides['model.overrides.n_heads']), got 3",
+        )
+    ]
+
+
+def test_the_citation_is_read_from_the_quote_the_rule_made_not_from_the_text() -> None:
+    from hyper_parallel._checks import Quote
+
+    with pytest.raises(ConfigError) as info:
+        load_config(FULL, {"training.micro_batch_size": "3"})
+    (issue,) = info.value.issues
+    assert issue.path == "training.global_batch_size"
+    assert issue.message.quotes == (  # type: ignore[attr-defined]
+        Quote("training.micro_batch_size", 3, "micro_batch_size", "overrides['training.micro_batch_size']"),
+    )
+
+
+def test_an_override_giving_another_value_than_the_one_quoted_is_not_cited() -> None:
+    # pp = -1 is inferred as 2 at the world size: the message shows 2, which the override did not give.
+    flags = {"parallelism.dp_shard": "1", "parallelism.pp": "-1", "training.micro_batch_size": "1"}
+    with pytest.raises(ConfigError) as info:
+        load_config(CONFIGS / "llama3_debug.yaml", flags, world_size=2)
+    messages = [i.message for i in info.value.issues if i.path == "training.micro_batch_size"]
+    assert messages
+    assert all("pp (2)" in m and "set by overrides['parallelism.pp']" not in m for m in messages)

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from hyper_parallel._checks import quote, said
+
 if TYPE_CHECKING:
     from hyper_parallel.runtime.profiler import NullProfiler, TorchProfilerContext
 
@@ -99,9 +101,12 @@ class TorchProfiler(Profiler):
             elif self.wait is not None and self.wait + busy != self.profile_freq:
                 yield (
                     "wait",
-                    f"wait + warmup + active must equal profile_freq ({self.profile_freq}), got "
-                    f"{self.wait} + {self.warmup} + {self.active} = {self.wait + busy}; "
-                    "or set wait to null to derive it",
+                    said(
+                        "wait + warmup + active must equal ",
+                        quote("profile_freq", self.profile_freq),
+                        f", got {self.wait} + {self.warmup} + {self.active} = {self.wait + busy}; "
+                        "or set wait to null to derive it",
+                    ),
                 )
 
         def build(self, rank: int = 0) -> "TorchProfilerContext | NullProfiler":

@@ -20,6 +20,7 @@ __all__ = [
     "did_you_mean",
     "format_path",
     "override_origin",
+    "split_path",
     "warning_line",
 ]
 
@@ -47,6 +48,22 @@ def format_path(parts: Sequence[PathPart]) -> str:
         else:
             out += f".{part}" if out else part
     return out or TOP_LEVEL
+
+
+def split_path(path: str) -> tuple[PathPart, ...]:
+    """The parts :func:`format_path` shows as ``path``: ``parallelism.pp_layer_split[2]`` ->
+    ``("parallelism", "pp_layer_split", 2)``; ``""`` and :data:`TOP_LEVEL` -> ``()``."""
+    if path in ("", TOP_LEVEL):
+        return ()
+    parts: list[PathPart] = []
+    for segment in path.split("."):
+        name, bracket, rest = segment.partition("[")
+        parts.append(name)
+        while bracket:
+            index, _, tail = rest.partition("]")
+            parts.append(int(index) if index.isdigit() else index)
+            _, bracket, rest = tail.partition("[")
+    return tuple(parts)
 
 
 def override_origin(key: str, command_line: bool) -> str:
@@ -93,6 +110,10 @@ def _clip_middle(text: str) -> str:
     return f"{text[:half]}...{text[len(text) - half :]}"
 
 
+def _as_parts(parts: Iterable[PathPart]) -> tuple[PathPart, ...]:
+    return tuple(parts)
+
+
 def _clip_location(text: str | None) -> str | None:
     return None if text is None else _clip_middle(text)
 
@@ -116,6 +137,17 @@ class Issue:
         converter=_clip_location,
         metadata={
             "help": "'file.yaml:LINE:COL', the command-line flag, or None without a source (cut to MAX_PATH)."
+        },
+    )
+    parts: tuple[PathPart, ...] = attrs.field(
+        default=attrs.Factory(lambda self: split_path(self.path), takes_self=True),
+        converter=_as_parts,
+        eq=False,
+        repr=False,
+        kw_only=True,
+        metadata={
+            "help": "The path as a tuple (('parallelism', 'pp_layer_split', 2)), uncut: what the converter "
+            "found, or the dotted path read back when the issue was made from a string."
         },
     )
 

@@ -7,7 +7,6 @@ through one restructure, and ``dump_config`` writes YAML that resolves back to a
 
 import contextlib
 import os
-import re
 import typing
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
@@ -15,7 +14,8 @@ from typing import TYPE_CHECKING
 import attrs
 import yaml
 
-from hyper_parallel.config.errors import ConfigError, ConfigWarning, Issue, echo, override_origin
+from hyper_parallel._checks import Quote, Said
+from hyper_parallel.config.errors import ConfigError, ConfigWarning, Issue, echo, format_path, override_origin
 from hyper_parallel.config.options import current_options, resolve_options
 from hyper_parallel.config.resolver import converter
 from hyper_parallel.config.validation import Locate, Path, Problem, to_config_error
@@ -203,46 +203,43 @@ def _emit(found: Iterable[Issue], stacklevel: int) -> None:
 
 
 def _cite_overrides(issues: Iterable[Issue], parsed: "list[Override]") -> list[Issue]:
-    """Issues whose message quotes another field's value (``training.max_steps (10)``) that an override set
-    say so: ``training.max_steps (10, set by --training.max_steps)``. A sibling may be quoted by its name
-    alone (``micro_batch_size (3)`` in ``training``)."""
+    """Issues whose message quotes another field's value (a :class:`~hyper_parallel._checks.Quote`:
+    ``training.max_steps (10)``) that an override set say so: ``training.max_steps (10, set by
+    --training.max_steps)``. The quote's path is matched with the override's, and its value with the value
+    the override gave, so a message citing a value the override did not give (an inferred degree) cites
+    nothing; an override of the issue's own field is already its location, and is not cited again."""
     issues = list(issues)
     if not parsed:
         return issues
+    by_path = {format_path(o.path): o for o in parsed}
     out = []
     for issue in issues:
         message = issue.message
-        parent = issue.path.rpartition(".")[0]
-        for o in parsed:
-            if o.key == issue.path or not all(isinstance(p, str) for p in o.path):
-                continue
-            names = [o.key]
-            if o.key.rpartition(".")[0] == parent:
-                names.append(o.key.rpartition(".")[2])
-            for name in names:
-                if f"{name} (" in message:
-                    message = _cite(message, name, o)
-        out.append(issue if message == issue.message else attrs.evolve(issue, message=message))
+        if isinstance(message, Said):
+            parts = tuple(p if isinstance(p, str) else _cited(p, by_path, issue.path) for p in message.parts)
+            if parts != message.parts:
+                issue = attrs.evolve(issue, message=Said(parts))
+        out.append(issue)
     return out
 
 
-def _cite(message: str, name: str, o: "Override") -> str:
-    """``message`` with ``name (VALUE)`` followed by where override ``o`` set it, if it set that value."""
-
-    def cite(match: re.Match[str]) -> str:
-        quoted = match.group(1)
-        return f"{name} ({quoted}, set by {o.origin})" if _same_value(quoted, o.value) else match.group(0)
-
-    return re.sub(rf"(?<![\w.]){re.escape(name)} \(([^(),]*)\)", cite, message)
+def _cited(q: Quote, by_path: "dict[str, Override]", issue_path: str) -> Quote:
+    """``q`` with the origin of the override that set the value it quotes, if one did."""
+    o = by_path.get(q.path)
+    if o is None or q.path == issue_path or not _same_value(q.value, o.value):
+        return q
+    return attrs.evolve(q, origin=o.origin)
 
 
-def _same_value(quoted: str, value: object) -> bool:
-    """Whether ``quoted`` (a value a message shows in parentheses) is the override's ``value``, so words in
-    parentheses after a field name (``dp_shard (FSDP)``) are never taken for it."""
-    if quoted == str(value):
+def _same_value(value: object, given: object) -> bool:
+    """Whether ``value`` (what a message quotes, from the resolved config) is what an override ``given``
+    (typed, or a string read by the field's type) set."""
+    if value == given or f"{value}" == f"{given}":
         return True
+    if not isinstance(given, str):
+        return False
     try:
-        return bool(yaml.safe_load(quoted) == yaml.safe_load(str(value)))
+        return bool(yaml.safe_load(given) == value)
     except yaml.YAMLError:
         return False
 

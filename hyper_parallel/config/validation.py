@@ -22,9 +22,17 @@ from cattrs.errors import (
     IterableValidationNote,
 )
 
-from hyper_parallel._checks import RuleViolation
+from hyper_parallel._checks import RuleViolation, Said, rebased
 from hyper_parallel.config.attrs_validators import shape_of, violation
-from hyper_parallel.config.errors import ConfigError, Issue, PathPart, did_you_mean, echo, format_path
+from hyper_parallel.config.errors import (
+    ConfigError,
+    Issue,
+    PathPart,
+    did_you_mean,
+    echo,
+    format_path,
+    split_path,
+)
 from hyper_parallel.config.targets import TARGET_KEY
 
 __all__ = [
@@ -41,6 +49,7 @@ __all__ = [
     "field_default",
     "nested_target",
     "problems_of",
+    "rebase",
     "to_config_error",
     "validator_message",
 ]
@@ -114,9 +123,9 @@ def _segment(exc: BaseException) -> tuple[bool, PathPart]:
 def problems_of(exc: BaseException, path: Path = ()) -> list[Problem]:
     """Every problem an exception raised by a structure hook describes, with paths below ``path``."""
     if isinstance(exc, Invalid):
-        return [Problem((*path, *exc.path), exc.message, exc.anchor)]
+        return [Problem((*path, *exc.path), rebase(exc.message, path), exc.anchor)]
     if isinstance(exc, Problems):
-        return [Problem((*path, *p.path), p.message, p.anchor) for p in exc.problems]
+        return [Problem((*path, *p.path), rebase(p.message, path), p.anchor) for p in exc.problems]
     if isinstance(exc, ForbiddenExtraKeysError):
         return [_unknown_key(path, key, exc.cl) for key in sorted(exc.extra_fields, key=repr)]
     if isinstance(exc, BaseValidationError):
@@ -130,6 +139,12 @@ def problems_of(exc: BaseException, path: Path = ()) -> list[Problem]:
                 out.extend(problems_of(sub, here))
         return out
     return [Problem(path, f"{type(exc).__name__}: {exc}")]
+
+
+def rebase(message: str, path: Path) -> str:
+    """``message`` seen from ``path``'s parent: the fields a :class:`~hyper_parallel._checks.Said` message
+    quotes, relative to the object at ``path``, get ``path`` in front (a plain message is unchanged)."""
+    return rebased(message, format_path(path)) if path and isinstance(message, Said) else message
 
 
 def _unknown_key(path: Path, key: object, cls: type) -> Problem:
@@ -157,7 +172,8 @@ def to_config_error(problems: Iterable[Problem], locate: Locate | None) -> Confi
     seen: dict[tuple[Path, str], Issue] = {}
     for p in problems:
         seen.setdefault(
-            (p.path, p.message), Issue(format_path(p.path), p.message, locate(p) if locate else None)
+            (p.path, p.message),
+            Issue(format_path(p.path), p.message, locate(p) if locate else None, parts=p.path),
         )
     return ConfigError(seen.values())
 
@@ -257,7 +273,7 @@ def cross_check_errors(obj: object) -> list[Exception]:
     out: list[Exception] = []
     try:
         for relative, message in check():
-            out.append(Invalid(message, path=tuple(relative.split(".")) if relative else ()))
+            out.append(Invalid(message, path=split_path(relative) if relative else ()))
     except Exception as exc:  # a broken check is reported where it belongs, never as a traceback
         return [Invalid(f"{type(obj).__qualname__}.cross_check failed: {exc!r}")]
     return out

@@ -73,7 +73,7 @@ def override_args(args: A, overrides: Mapping[str, OverrideValue] | None, what: 
     ``what`` names the flavor in messages. Raises one ``ValueError`` (the config layer's ``Problems``)
     listing every problem, each at ``overrides.<key>`` (or ``overrides`` for a check of the whole result).
     """
-    from hyper_parallel.config.validation import Problem, Problems
+    from hyper_parallel.config.validation import Problem, Problems, rebase
 
     problems: list[Problem] = []
     result: A = args
@@ -87,7 +87,7 @@ def override_args(args: A, overrides: Mapping[str, OverrideValue] | None, what: 
         keys = {str(k) for k in overrides or {}}
         for path, message in result.cross_check():
             if path in keys:
-                problems.append(Problem(("overrides", path), message))
+                problems.append(Problem(("overrides", path), rebase(message, ("overrides",))))
             else:
                 problems.append(Problem(("overrides",), f"{path or 'args'}: {message}"))
     if problems:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import attrs
 
-from hyper_parallel._checks import RuleViolation, positive_or_auto
+from hyper_parallel._checks import RuleViolation, positive_or_auto, quote, said
 from hyper_parallel.components.checkpoint import Checkpoint, DCPCheckpoint
 from hyper_parallel.components.dataloader import DataLoader, TextDataLoader
 from hyper_parallel.components.loss import CausalLMLoss, Loss
@@ -110,8 +110,11 @@ class TrainingConfig:
         if self.global_batch_size % self.micro_batch_size:
             yield (
                 "global_batch_size",
-                f"must be a multiple of micro_batch_size ({self.micro_batch_size}), "
-                f"got {self.global_batch_size}",
+                said(
+                    "must be a multiple of ",
+                    quote("micro_batch_size", self.micro_batch_size),
+                    f", got {self.global_batch_size}",
+                ),
             )
 
 
@@ -572,34 +575,49 @@ class TrainerConfig:
         if sched.warmup_steps > max_steps:
             yield (
                 "lr_scheduler.warmup_steps",
-                f"must be <= training.max_steps ({max_steps}), got {sched.warmup_steps}",
+                said("must be <= ", quote("training.max_steps", max_steps), f", got {sched.warmup_steps}"),
             )
         elif isinstance(sched, WarmupDecay.Config) and sched.decay_ratio is not None:
             decay = sched.decay_steps(max_steps)
             if sched.warmup_steps + decay > max_steps:
                 yield (
                     "lr_scheduler.decay_ratio",
-                    f"warmup_steps ({sched.warmup_steps}) plus the decay phase ({decay} steps = "
-                    f"decay_ratio x {max_steps}) exceeds training.max_steps ({max_steps}); the decay is "
-                    f"shortened to {max_steps - sched.warmup_steps} steps",
+                    said(
+                        quote("lr_scheduler.warmup_steps", sched.warmup_steps, "warmup_steps"),
+                        f" plus the decay phase ({decay} steps = decay_ratio x {max_steps}) exceeds ",
+                        quote("training.max_steps", max_steps),
+                        f"; the decay is shortened to {max_steps - sched.warmup_steps} steps",
+                    ),
                 )
         if self.validator.enable and self.validator.freq > max_steps:
             yield (
                 "validator.freq",
-                f"validation would never run: freq ({self.validator.freq}) exceeds training.max_steps "
-                f"({max_steps})",
+                said(
+                    "validation would never run: ",
+                    quote("validator.freq", self.validator.freq, "freq"),
+                    " exceeds ",
+                    quote("training.max_steps", max_steps),
+                ),
             )
         if self.profiler.enable and self.profiler.profile_freq > max_steps:
             yield (
                 "profiler.profile_freq",
-                f"no trace would be captured: profile_freq ({self.profiler.profile_freq}) exceeds "
-                f"training.max_steps ({max_steps})",
+                said(
+                    "no trace would be captured: ",
+                    quote("profiler.profile_freq", self.profiler.profile_freq, "profile_freq"),
+                    " exceeds ",
+                    quote("training.max_steps", max_steps),
+                ),
             )
         if self.metrics.log_freq > max_steps:
             yield (
                 "metrics.log_freq",
-                f"no metrics would be logged: log_freq ({self.metrics.log_freq}) exceeds training.max_steps "
-                f"({max_steps})",
+                said(
+                    "no metrics would be logged: ",
+                    quote("metrics.log_freq", self.metrics.log_freq, "log_freq"),
+                    " exceeds ",
+                    quote("training.max_steps", max_steps),
+                ),
             )
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
@@ -681,9 +699,12 @@ class TrainerConfig:
         elif self.training.seq_len % tp:
             yield (
                 "training.seq_len",
-                f"must be divisible by parallelism.tp ({tp}) for sequence parallelism (each tp rank holds "
-                f"an equal slice of the sequence; or set parallelism.sequence_parallel to false), "
-                f"got {self.training.seq_len}",
+                said(
+                    "must be divisible by ",
+                    quote("parallelism.tp", tp),
+                    " for sequence parallelism (each tp rank holds an equal slice of the sequence; or set "
+                    f"parallelism.sequence_parallel to false), got {self.training.seq_len}",
+                ),
             )
 
     def pipeline_issues(self, pp: int) -> Iterator[tuple[str, str]]:
@@ -712,27 +733,42 @@ class TrainerConfig:
         if micro % count and par.pp_microbatches is None:
             yield (
                 "training.micro_batch_size",
-                f"must be a multiple of pp ({pp}) under pipeline parallelism: each micro-batch is one "
-                "pipeline step, split into parallelism.pp_microbatches (null: pp) micro-batches, "
-                f"got {micro}",
+                said(
+                    "must be a multiple of ",
+                    quote("parallelism.pp", pp, "pp"),
+                    " under pipeline parallelism: each micro-batch is one pipeline step, split into "
+                    f"parallelism.pp_microbatches (null: pp) micro-batches, got {micro}",
+                ),
             )
         elif micro % count:
             yield (
                 "parallelism.pp_microbatches",
-                f"must divide training.micro_batch_size ({micro}): each training micro-batch is one "
-                f"pipeline step split into this many micro-batches, got {count}",
+                said(
+                    "must divide ",
+                    quote("training.micro_batch_size", micro),
+                    ": each training micro-batch is one pipeline step split into this many micro-batches, "
+                    f"got {count}",
+                ),
             )
         if schedule == "1F1B" and count < pp:
             yield (
                 "parallelism.pp_microbatches",
-                f"1F1B needs at least pp ({pp}) micro-batches per pipeline step, got {count}",
+                said(
+                    "1F1B needs at least ",
+                    quote("parallelism.pp", pp, "pp"),
+                    f" micro-batches per pipeline step, got {count}",
+                ),
             )
         rounds = max(1, count // pp)
         if schedule in _PP_ROUNDS and count % rounds:
             yield (
                 "parallelism.pp_microbatches",
-                f"{schedule} runs the micro-batches in {rounds} rounds (pp_microbatches // pp), so it must "
-                f"be a multiple of {rounds}, got {count}; a multiple of pp ({pp}) always works",
+                said(
+                    f"{schedule} runs the micro-batches in {rounds} rounds (pp_microbatches // pp), so it "
+                    f"must be a multiple of {rounds}, got {count}; a multiple of ",
+                    quote("parallelism.pp", pp, "pp"),
+                    " always works",
+                ),
             )
         degrees = {"dp_replicate": 1, "dp_shard": 1, "cp": 1, "tp": 1, "pp": pp, "ep": 1}
         yield from (i for i in self.model.args.parallel_issues(degrees) if i[0] == "parallelism.pp")

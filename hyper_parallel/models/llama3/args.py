@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from hyper_parallel._checks import quote, said
 from hyper_parallel.models.spec import ModelArgs
 
 if TYPE_CHECKING:
@@ -49,7 +50,11 @@ class RopeScaling:
         if self.high_freq_factor <= self.low_freq_factor:
             yield (
                 "high_freq_factor",
-                f"must be > low_freq_factor ({self.low_freq_factor}), got {self.high_freq_factor}",
+                said(
+                    "must be > ",
+                    quote("low_freq_factor", self.low_freq_factor),
+                    f", got {self.high_freq_factor}",
+                ),
             )
 
 
@@ -123,9 +128,12 @@ class Llama3Args(ModelArgs):
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)``: heads must split the hidden size and share KV heads evenly."""
         if self.dim % self.n_heads:
-            yield "n_heads", f"must divide dim ({self.dim}), got {self.n_heads}"
+            yield "n_heads", said("must divide ", quote("dim", self.dim), f", got {self.n_heads}")
         if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
-            yield "n_kv_heads", f"must divide n_heads ({self.n_heads}), got {self.n_kv_heads}"
+            yield (
+                "n_kv_heads",
+                said("must divide ", quote("n_heads", self.n_heads), f", got {self.n_kv_heads}"),
+            )
         if self.dim % self.n_heads == 0 and (self.dim // self.n_heads) % 2:
             yield "n_heads", f"dim / n_heads = {self.dim // self.n_heads} must be even for RoPE"
         if self.rope_scaling is not None:

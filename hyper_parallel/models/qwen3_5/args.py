@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 import attrs
 
+from hyper_parallel._checks import quote, rebased, said
 from hyper_parallel.models.spec import ModelArgs
 
 if TYPE_CHECKING:
@@ -143,12 +144,18 @@ class Qwen3_5Args(ModelArgs):
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` for head counts and the hybrid layout that cannot work."""
         if self.n_heads % self.n_kv_heads:
-            yield "n_kv_heads", f"must divide n_heads ({self.n_heads}), got {self.n_kv_heads}"
+            yield (
+                "n_kv_heads",
+                said("must divide ", quote("n_heads", self.n_heads), f", got {self.n_kv_heads}"),
+            )
         if self.linear_num_value_heads % self.linear_num_key_heads:
             yield (
                 "linear_num_key_heads",
-                f"must divide linear_num_value_heads ({self.linear_num_value_heads}), "
-                f"got {self.linear_num_key_heads}",
+                said(
+                    "must divide ",
+                    quote("linear_num_value_heads", self.linear_num_value_heads),
+                    f", got {self.linear_num_key_heads}",
+                ),
             )
         rotary = self.head_dim * self.partial_rotary_factor
         if rotary != int(rotary) or int(rotary) % 2:
@@ -159,8 +166,11 @@ class Qwen3_5Args(ModelArgs):
         if self.full_attention_interval > self.n_layers:
             yield (
                 "full_attention_interval",
-                f"must be <= n_layers ({self.n_layers}) so at least one block uses full attention, "
-                f"got {self.full_attention_interval}",
+                said(
+                    "must be <= ",
+                    quote("n_layers", self.n_layers),
+                    f" so at least one block uses full attention, got {self.full_attention_interval}",
+                ),
             )
 
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
@@ -232,7 +242,10 @@ class Qwen3_5VisionArgs:
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)``: heads must split the vision hidden size."""
         if self.hidden_size % self.n_heads:
-            yield "n_heads", f"must divide hidden_size ({self.hidden_size}), got {self.n_heads}"
+            yield (
+                "n_heads",
+                said("must divide ", quote("hidden_size", self.hidden_size), f", got {self.n_heads}"),
+            )
 
 
 @attrs.frozen(kw_only=True)
@@ -274,9 +287,9 @@ class Qwen3_5VLArgs(ModelArgs):
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` from both towers, under ``text.`` and ``vision.``."""
         for path, message in self.text.cross_check():
-            yield f"text.{path}", message
+            yield f"text.{path}", rebased(message, "text")
         for path, message in self.vision.cross_check():
-            yield f"vision.{path}", message
+            yield f"vision.{path}", rebased(message, "vision")
 
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
         """Yield ``(root field path, message)`` of the language model (tensor parallelism leaves the
