@@ -6,6 +6,12 @@ carry notes naming the attribute or index) and ``ForbiddenExtraKeysError``; our 
 :class:`Problem` records (a path, a message, which source position locates it), re-runs every attrs
 validator of a class when attrs stopped at the first one, and collects ``cross_check`` findings. The
 converter turns problems into one :class:`~hyper_parallel.config.errors.ConfigError`.
+
+Messages are built from data, never read back from text: a validator failure is worded from the
+structured :class:`~hyper_parallel._checks.RuleViolation` our validators raise, or from what
+:mod:`hyper_parallel.config.attrs_validators` (the one adapter to attrs' validator classes) reads; a
+``cross_check`` message that quotes another field (a :class:`~hyper_parallel._checks.Said`) has its quotes
+rebased to root paths here, so the manager can cite the override that set each quoted value.
 """
 
 import collections.abc
