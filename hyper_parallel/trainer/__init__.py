@@ -18,10 +18,10 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hyper_parallel.trainer.base import NonFiniteError, StepResult, Trainer, TrainingError
-    from hyper_parallel.trainer.llm import LLMTrainer
+    from hyper_parallel.trainer._llm import LLMTrainer
+    from hyper_parallel.trainer._trainer import NonFiniteError, StepResult, Trainer, TrainingError
+    from hyper_parallel.trainer._vl import VLTrainer
     from hyper_parallel.trainer.parallel_dims import ParallelDims
-    from hyper_parallel.trainer.vl import VLTrainer
 
 __all__ = [
     "LLMTrainer",
@@ -34,12 +34,12 @@ __all__ = [
 ]
 
 _HOMES = {
-    "LLMTrainer": "llm",
-    "VLTrainer": "vl",
-    "Trainer": "base",
-    "StepResult": "base",
-    "TrainingError": "base",
-    "NonFiniteError": "base",
+    "LLMTrainer": "_llm",
+    "VLTrainer": "_vl",
+    "Trainer": "_trainer",
+    "StepResult": "_trainer",
+    "TrainingError": "_trainer",
+    "NonFiniteError": "_trainer",
     "ParallelDims": "parallel_dims",
 }
 

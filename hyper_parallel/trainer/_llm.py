@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import torch
 
-from hyper_parallel.trainer.base import Trainer
+from hyper_parallel.trainer._trainer import Trainer
 
 __all__ = ["LLMTrainer"]
 

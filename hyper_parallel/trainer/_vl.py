@@ -7,7 +7,7 @@ from typing import Any, TextIO
 
 import torch
 
-from hyper_parallel.trainer.base import Trainer, TrainingError
+from hyper_parallel.trainer._trainer import Trainer, TrainingError
 from hyper_parallel.trainer.config import TrainerConfig
 
 __all__ = ["VLTrainer"]
