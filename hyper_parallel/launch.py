@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from hyper_parallel.config import ConfigError, Issue, dump_config, write_config
+from hyper_parallel.config import ConfigError, Issue, converter, dump_config, write_config
 from hyper_parallel.config.errors import did_you_mean, echo, warning_line
 from hyper_parallel.config.help import config_help, group_of_field, summary
 from hyper_parallel.config.manager import load_config_report
@@ -74,7 +74,7 @@ def _argument_issue(token: str) -> Issue:
 def _option_issue(name: str) -> Issue:
     """An unknown option without a dot: another tool's name for one of ours, or a field without its group."""
     field = name[2:].replace("-", "_")
-    group = group_of_field(TrainerConfig, field) if field.isidentifier() else None
+    group = group_of_field(converter, TrainerConfig, field) if field.isidentifier() else None
     if name in _MEANT_FLAGS:
         hint = f"; did you mean {_MEANT_FLAGS[name]!r}?"
     elif group is not None:
@@ -259,7 +259,7 @@ def main(
         device = _device_memory_check(cfg, world_size, args.device_memory)
         if args.help:
             out.write(_usage(prog))
-            out.write("\n" + config_help(cfg))
+            out.write("\n" + config_help(cfg, converter=converter))
             return 0
         if args.dump_config is not None:
             write_config(cfg, args.dump_config)
@@ -272,7 +272,10 @@ def main(
         if not args.print_config and _is_rank0():
             from hyper_parallel.preflight import preflight_report
 
-            out.write(summary(cfg, source=args.config_file, world_size=world_size, given=loaded.given))
+            summary_text = summary(
+                cfg, source=args.config_file, world_size=world_size, given=loaded.given, converter=converter
+            )
+            out.write(summary_text)
             out.write(preflight_report(cfg, world_size, device))
         return 0
     if args.print_config or args.dump_config:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the overrides machinery is imported only when there are ove
 __all__ = [
     "ConfigReport",
     "apply_overrides",
+    "config_schema",
     "dump_config",
     "load_config",
     "load_config_report",
@@ -332,6 +333,14 @@ def dump_config(cfg: TrainerConfig) -> str:
     from hyper_parallel.config.yaml_dump import dump_yaml  # writing is not on the resolve path
 
     return dump_yaml(converter.unstructure(cfg))
+
+
+def config_schema(allowed_targets: Iterable[str] = ()) -> dict[str, typing.Any]:
+    """The JSON Schema of ``TrainerConfig`` documents, offering the targets of its packages and of
+    ``allowed_targets`` (``python -m hyper_parallel.config schema``)."""
+    from hyper_parallel.config.schema import json_schema  # only the schema command pays for it
+
+    return json_schema(converter, TrainerConfig, allowed_targets)
 
 
 def write_config(cfg: TrainerConfig, path: str | os.PathLike[str]) -> None:

@@ -26,6 +26,7 @@ from hyper_parallel.components.validator import LossValidator, Validator
 from hyper_parallel.models import ModelSpec
 
 __all__ = [
+    "TARGET_PACKAGES",
     "ActivationCheckpointConfig",
     "CommConfig",
     "CompileConfig",
@@ -34,6 +35,11 @@ __all__ = [
     "TrainerConfig",
     "TrainingConfig",
 ]
+
+#: The packages whose public modules hold the Config classes and factories a ``TrainerConfig`` document
+#: may name as ``_target_``. The torch runtimes are private modules inside them (or live outside them), so
+#: a document can never make the resolver import one; trusted code may allow user packages beside these.
+TARGET_PACKAGES = ("hyper_parallel.components", "hyper_parallel.models", "hyper_parallel.trainer")
 
 _pos = attrs.validators.gt(0)
 # Typed loosely: mypy infers a field's type from its non-None default and would reject an optional validator.
