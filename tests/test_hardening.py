@@ -153,8 +153,9 @@ def test_private_segments_are_refused_before_import_even_when_allowed(target: st
     assert issues(info) == [
         (
             "optimizer._target_",
-            f"{target!r} names a private or dunder segment ({segment!r}), which is never a target: targets "
-            f"are Config classes and factories in public modules of {PACKAGES}, tests (no '_private' segment)",
+            f"{target!r} names a private or dunder segment ({segment!r}), which is never a target: "
+            f"targets are Config classes and factories in public modules of {PACKAGES}, tests "
+            "(no '_private' segment)",
         )
     ]
     assert not recorder_imported()
@@ -236,7 +237,9 @@ def test_a_runtime_module_of_the_project_is_refused_saying_what_can_be_named(
 
 
 @pytest.mark.parametrize(("target", "message"), RUNTIME_TARGETS)
-def test_a_dry_run_naming_a_runtime_module_imports_no_torch(target: str, message: str, tmp_path: Path) -> None:
+def test_a_dry_run_naming_a_runtime_module_imports_no_torch(
+    target: str, message: str, tmp_path: Path
+) -> None:
     import json
     import subprocess
 
