@@ -23,6 +23,7 @@ from hyper_parallel.trainer.machine import machine_issues
 
 if TYPE_CHECKING:
     from hyper_parallel.preflight import Device
+    from hyper_parallel.trainer.rules import TrainerKind
 
 __all__ = ["EXIT_INPUT_ERROR", "EXIT_TRAINING_ERROR", "exit_process", "main"]
 
@@ -46,6 +47,8 @@ _FLAGS = (
     "--help",
 )
 _WORLD_SIZE = re.compile(r"[0-9]{1,9}")
+#: The trainer each launch command feeds (the resolver checks the config against it).
+_TRAINERS: dict[str, "TrainerKind"] = {"train_lm": "lm", "train_vl": "vl"}
 _SWITCHES = frozenset({"--dry-run", "--strict", "--print-config", "--help"})
 #: Options of other tools (Hydra, TorchTitan) and what this command line calls them.
 _MEANT_FLAGS = {
@@ -241,18 +244,9 @@ def main(
             world_size=world_size,
             strict=args.strict,
             command_line=True,
+            trainer=_TRAINERS.get(prog),
         )
         cfg = loaded.config
-        if prog == "train_vl" and getattr(cfg.model.args, "vision", None) is None:
-            message = (
-                f"train_vl needs a vision-language model, but {cfg.model.name!r} has no vision tower; "
-                "use a VL factory such as hyper_parallel.models.qwen3_5.create_vl_model_spec, or train_lm"
-            )
-            raise ConfigError([Issue("model", message, args.config_file)])
-        dataset = getattr(cfg.dataloader, "dataset", None)
-        if prog == "train_lm" and getattr(dataset, "source", None) == "shapes":
-            message = "'shapes' is image-caption data, which train_lm cannot feed; use train_vl"
-            raise ConfigError([Issue("dataloader.dataset.source", message, args.config_file)])
         machine = machine_issues(cfg, training=training)
         if machine:
             raise ConfigError([Issue(path, message, args.config_file) for path, message in machine])
@@ -288,7 +282,7 @@ def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:
     from hyper_parallel.trainer import LLMTrainer, TrainingError, VLTrainer
 
     global _ran_process_group
-    trainer_class = VLTrainer if prog == "train_vl" else LLMTrainer
+    trainer_class = VLTrainer if _TRAINERS.get(prog) == "vl" else LLMTrainer
     trainer = None
     try:
         trainer = trainer_class(cfg, stream=out)
