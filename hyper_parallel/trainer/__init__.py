@@ -1,8 +1,10 @@
 """Trainers and the root config they take.
 
-``hyper_parallel.trainer.config`` assembles the root ``TrainerConfig`` and stays torch-free: resolving a
-config imports it without loading PyTorch. The trainers import torch, so they are loaded on first access
-(``from hyper_parallel.trainer import LLMTrainer``), never by importing the config.
+``hyper_parallel.trainer.config`` assembles the root ``TrainerConfig`` and ``hyper_parallel.trainer.rules``
+holds the rules that span its groups; both stay torch-free: resolving a config imports them without
+loading PyTorch. The trainers import torch, so they live in private modules (``_trainer``, ``_llm``,
+``_vl``: a ``_target_`` can never name them) and are loaded on first access (``from hyper_parallel.trainer
+import LLMTrainer``), never by importing the config.
 
 ```python
 from hyper_parallel.config import load_config
