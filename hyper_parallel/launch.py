@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from hyper_parallel.config import ConfigError, Issue, dump_config, write_config
+from hyper_parallel.config import ConfigError, Issue, converter, dump_config, write_config
 from hyper_parallel.config.errors import did_you_mean, echo, warning_line
 from hyper_parallel.config.help import config_help, group_of_field, summary
 from hyper_parallel.config.manager import load_config_report
@@ -23,6 +23,7 @@ from hyper_parallel.trainer.machine import machine_issues
 
 if TYPE_CHECKING:
     from hyper_parallel.preflight import Device
+    from hyper_parallel.trainer.rules import TrainerKind
 
 __all__ = ["EXIT_INPUT_ERROR", "EXIT_TRAINING_ERROR", "exit_process", "main"]
 
@@ -46,6 +47,8 @@ _FLAGS = (
     "--help",
 )
 _WORLD_SIZE = re.compile(r"[0-9]{1,9}")
+#: The trainer each launch command feeds (the resolver checks the config against it).
+_TRAINERS: dict[str, "TrainerKind"] = {"train_lm": "lm", "train_vl": "vl"}
 _SWITCHES = frozenset({"--dry-run", "--strict", "--print-config", "--help"})
 #: Options of other tools (Hydra, TorchTitan) and what this command line calls them.
 _MEANT_FLAGS = {
@@ -74,7 +77,7 @@ def _argument_issue(token: str) -> Issue:
 def _option_issue(name: str) -> Issue:
     """An unknown option without a dot: another tool's name for one of ours, or a field without its group."""
     field = name[2:].replace("-", "_")
-    group = group_of_field(TrainerConfig, field) if field.isidentifier() else None
+    group = group_of_field(converter, TrainerConfig, field) if field.isidentifier() else None
     if name in _MEANT_FLAGS:
         hint = f"; did you mean {_MEANT_FLAGS[name]!r}?"
     elif group is not None:
@@ -241,25 +244,16 @@ def main(
             world_size=world_size,
             strict=args.strict,
             command_line=True,
+            trainer=_TRAINERS.get(prog),
         )
         cfg = loaded.config
-        if prog == "train_vl" and getattr(cfg.model.args, "vision", None) is None:
-            message = (
-                f"train_vl needs a vision-language model, but {cfg.model.name!r} has no vision tower; "
-                "use a VL factory such as hyper_parallel.models.qwen3_5.create_vl_model_spec, or train_lm"
-            )
-            raise ConfigError([Issue("model", message, args.config_file)])
-        dataset = getattr(cfg.dataloader, "dataset", None)
-        if prog == "train_lm" and getattr(dataset, "source", None) == "shapes":
-            message = "'shapes' is image-caption data, which train_lm cannot feed; use train_vl"
-            raise ConfigError([Issue("dataloader.dataset.source", message, args.config_file)])
         machine = machine_issues(cfg, training=training)
         if machine:
             raise ConfigError([Issue(path, message, args.config_file) for path, message in machine])
         device = _device_memory_check(cfg, world_size, args.device_memory)
         if args.help:
             out.write(_usage(prog))
-            out.write("\n" + config_help(cfg))
+            out.write("\n" + config_help(cfg, converter=converter))
             return 0
         if args.dump_config is not None:
             write_config(cfg, args.dump_config)
@@ -272,7 +266,10 @@ def main(
         if not args.print_config and _is_rank0():
             from hyper_parallel.preflight import preflight_report
 
-            out.write(summary(cfg, source=args.config_file, world_size=world_size, given=loaded.given))
+            summary_text = summary(
+                cfg, source=args.config_file, world_size=world_size, given=loaded.given, converter=converter
+            )
+            out.write(summary_text)
             out.write(preflight_report(cfg, world_size, device))
         return 0
     if args.print_config or args.dump_config:
@@ -285,7 +282,7 @@ def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:
     from hyper_parallel.trainer import LLMTrainer, TrainingError, VLTrainer
 
     global _ran_process_group
-    trainer_class = VLTrainer if prog == "train_vl" else LLMTrainer
+    trainer_class = VLTrainer if _TRAINERS.get(prog) == "vl" else LLMTrainer
     trainer = None
     try:
         trainer = trainer_class(cfg, stream=out)

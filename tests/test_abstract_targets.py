@@ -4,12 +4,12 @@ concrete choices, Python code still constructs them, and the JSON schema never o
 import pytest
 
 from hyper_parallel.components.optimizer import AdamW, Optimizer
-from hyper_parallel.config import ConfigError, apply_overrides, load_config
+from hyper_parallel.config import ConfigError, apply_overrides, converter, load_config
 from hyper_parallel.config.manager import load_config_text
 from hyper_parallel.config.schema import json_schema
 from hyper_parallel.config.targets import discover_targets, is_abstract
 from hyper_parallel.models import ModelSpec
-from hyper_parallel.trainer.config import TrainerConfig
+from hyper_parallel.trainer.config import TARGET_PACKAGES, TrainerConfig
 
 C = "hyper_parallel.components"
 MODEL = "model:\n  _target_: hyper_parallel.models.qwen3_5.create_model_spec\n  weights_path: /w\n"
@@ -96,9 +96,9 @@ def test_the_mark_is_not_inherited_and_python_code_still_builds_a_base() -> None
 
 
 def test_discovery_and_the_schema_offer_no_base() -> None:
-    assert Optimizer.Config not in discover_targets(Optimizer.Config)
-    assert AdamW.Config in discover_targets(Optimizer.Config)
-    schema = json_schema(TrainerConfig)
+    assert Optimizer.Config not in discover_targets(Optimizer.Config, TARGET_PACKAGES)
+    assert AdamW.Config in discover_targets(Optimizer.Config, TARGET_PACKAGES)
+    schema = json_schema(converter, TrainerConfig)
     offered = {
         name for group in schema["properties"].values() for name in group["properties"]["_target_"]["enum"]
     }

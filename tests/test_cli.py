@@ -226,6 +226,6 @@ def test_train_vl_refuses_a_text_only_model() -> None:
     done = run("hyper_parallel.train_vl", "--config-file", MINIMAL, "--dry-run")
     assert done.returncode == 2
     assert done.stderr.splitlines()[0] == (
-        f"{MINIMAL}: model: train_vl needs a vision-language model, but 'qwen3_5' has no vision tower; use a "
-        "VL factory such as hyper_parallel.models.qwen3_5.create_vl_model_spec, or train_lm"
+        f"{MINIMAL}:2:3: model: train_vl needs a vision-language model, but 'qwen3_5' has no vision tower; "
+        "use a VL factory such as hyper_parallel.models.qwen3_5.create_vl_model_spec, or train_lm"
     )

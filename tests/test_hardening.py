@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 import tests.fake_targets as fake
@@ -31,8 +32,10 @@ MARK_ENV = "HP_TEST_IMPORT_RECORDER"
 EXPECTED = (
     "expected a Config class deriving from Optimizer.Config, or a factory function declared to return one"
 )
+#: The packages a document may name targets in, as refusals list them.
+PACKAGES = "hyper_parallel.components, hyper_parallel.models, hyper_parallel.trainer"
 OUTSIDE = (
-    "is outside the allowed target prefixes (hyper_parallel); trusted code can allow more with "
+    f"is outside the allowed target prefixes ({PACKAGES}); trusted code can allow more with "
     "allowed_targets=, --allow-target or $HYPER_PARALLEL_ALLOWED_TARGETS"
 )
 OPT_HEAD = (
@@ -118,7 +121,7 @@ def test_target_outside_the_allowlist_never_imports_its_module(allowed: tuple[st
         resolve_root(optimizer_doc(RECORDER_TARGET), allowed_targets=allowed)
     ((path, message),) = issues(info)
     assert path == "optimizer._target_"
-    assert message.startswith(f"{RECORDER_TARGET!r} is outside the allowed target prefixes (hyper_parallel")
+    assert message.startswith(f"{RECORDER_TARGET!r} is outside the allowed target prefixes ({PACKAGES}")
     assert not recorder_imported()
 
 
@@ -136,16 +139,130 @@ def test_outside_target_is_not_imported_via_load_config_override_or_launch(tmp_p
 
 
 @pytest.mark.parametrize(
-    "target",
-    [f"{RECORDER}._hidden", f"{RECORDER}.__dict__", f"tests.__init__.{RECORDER}", "tests._import_recorder.X"],
+    ("target", "segment"),
+    [
+        (f"{RECORDER}._hidden", "_hidden"),
+        (f"{RECORDER}.__dict__", "__dict__"),
+        (f"tests.__init__.{RECORDER}", "__init__"),
+        ("tests._import_recorder.X", "_import_recorder"),
+    ],
 )
-def test_private_segments_are_refused_before_import_even_when_allowed(target: str) -> None:
+def test_private_segments_are_refused_before_import_even_when_allowed(target: str, segment: str) -> None:
     with pytest.raises(ConfigError) as info:
         resolve_root(optimizer_doc(target), allowed_targets=("tests",))
     assert issues(info) == [
-        ("optimizer._target_", f"{target!r} names a private or dunder attribute, which is never a target")
+        (
+            "optimizer._target_",
+            f"{target!r} names a private or dunder segment ({segment!r}), which is never a target: "
+            f"targets are Config classes and factories in public modules of {PACKAGES}, tests "
+            "(no '_private' segment)",
+        )
     ]
     assert not recorder_imported()
+
+
+# -- the project's runtime is never a target: refused by name, before anything is imported ---------------
+
+#: What a refusal says can be named, for the shipped trainer.
+RULE = f"targets are Config classes and factories in public modules of {PACKAGES} (no '_private' segment)"
+RUNTIME_TARGETS = [
+    pytest.param(
+        "hyper_parallel.trainer._llm.LLMTrainer",
+        "'hyper_parallel.trainer._llm.LLMTrainer' names a private or dunder segment ('_llm'), which is never "
+        f"a target: {RULE}",
+        id="private-trainer-module",
+    ),
+    pytest.param(
+        "hyper_parallel.models._weights.load_pretrained",
+        "'hyper_parallel.models._weights.load_pretrained' names a private or dunder segment ('_weights'), "
+        f"which is never a target: {RULE}",
+        id="private-model-module",
+    ),
+    pytest.param(
+        "hyper_parallel.export.main",
+        f"'hyper_parallel.export.main' is not a config target: {RULE}",
+        id="export-entry-point",
+    ),
+    pytest.param(
+        "hyper_parallel.launch.main",
+        f"'hyper_parallel.launch.main' is not a config target: {RULE}",
+        id="launch-entry-point",
+    ),
+    pytest.param(
+        "hyper_parallel.runtime.optimizer.build_adamw",
+        f"'hyper_parallel.runtime.optimizer.build_adamw' is not a config target: {RULE}",
+        id="runtime-package",
+    ),
+    pytest.param(
+        "hyper_parallel.parallel.process_group.shutdown",
+        f"'hyper_parallel.parallel.process_group.shutdown' is not a config target: {RULE}",
+        id="parallel-package",
+    ),
+    pytest.param(
+        "hyper_parallel.trainer.LLMTrainer",
+        "'hyper_parallel.trainer.LLMTrainer' is not a config target ('hyper_parallel.trainer' loads "
+        f"'LLMTrainer' only when it is used): {RULE}",
+        id="lazy-package-attribute",
+    ),
+]
+
+_DRY_RUN_PROBE = """
+import io, json, sys
+from hyper_parallel.launch import main
+out, err = io.StringIO(), io.StringIO()
+status = main(["--config-file", sys.argv[1], "--dry-run"], out=out, err=err)
+heavy = sorted(name for name in ("torch", "numpy") if name in sys.modules)
+print(json.dumps({"status": status, "heavy": heavy, "err": err.getvalue()}))
+"""
+
+
+def _target_location(path: Path, target: str) -> str:
+    """``FILE:LINE:COL`` of ``target`` as the value of a ``_target_`` key in the file at ``path``."""
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip() == f"_target_: {target}":
+            return f"{path}:{number}:{line.index(target) + 1}"
+    raise AssertionError(f"{target} is not in {path}")
+
+
+@pytest.mark.parametrize(("target", "message"), RUNTIME_TARGETS)
+def test_a_runtime_module_of_the_project_is_refused_saying_what_can_be_named(
+    target: str, message: str, tmp_path: Path
+) -> None:
+    path = minimal_with_optimizer(tmp_path, target)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert [(i.location, i.path, i.message) for i in info.value.issues] == [
+        (_target_location(path, target), "optimizer._target_", message)
+    ]
+
+
+@pytest.mark.parametrize(("target", "message"), RUNTIME_TARGETS)
+def test_a_dry_run_naming_a_runtime_module_imports_no_torch(
+    target: str, message: str, tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+
+    shadow = tmp_path / "shadow"
+    for name in ("torch", "numpy"):  # importable stand-ins: any import of them lands in sys.modules
+        (shadow / name).mkdir(parents=True)
+        (shadow / name / "__init__.py").write_text("")
+    path = minimal_with_optimizer(tmp_path, target)
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", ALLOWED_TARGETS_ENV)}
+    env["PYTHONPATH"] = os.pathsep.join([str(shadow), str(ROOT)])
+    done = subprocess.run(
+        [sys.executable, "-c", _DRY_RUN_PROBE, str(path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (report["status"], report["heavy"]) == (2, [])
+    assert f"{_target_location(path, target)}: optimizer._target_: {message}\n" in report["err"]
 
 
 # -- kinds of targets refused before they are called ------------------------------------------------------
@@ -210,8 +327,8 @@ def test_wrong_kinds_on_the_command_line_are_refused_the_same_way(
     [
         ("os.system", ("os",), "posix"),
         ("tests.fake_targets.reexported_system", ("tests",), "posix"),
-        ("hyper_parallel.config.targets.importlib.import_module", (), "importlib"),
-        ("hyper_parallel.launch.os.system", (), "posix"),
+        ("hyper_parallel.trainer.config.attrs.field", (), attrs.field.__module__),
+        ("hyper_parallel.trainer.config.math.prod", (), "math"),
     ],
 )
 def test_the_objects_own_module_must_be_allowed(target: str, allowed: tuple[str, ...], module: str) -> None:

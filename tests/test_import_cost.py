@@ -59,9 +59,10 @@ def test_dry_run_imports_neither_torch_nor_numpy(tmp_path: Path) -> None:
 
 _SCHEMA_PROBE = """
 import json, sys
+from hyper_parallel.config import converter
 from hyper_parallel.config.schema import json_schema
 from hyper_parallel.trainer.config import TrainerConfig
-schema = json_schema(TrainerConfig)
+schema = json_schema(converter, TrainerConfig)
 heavy = sorted(name for name in ("torch", "numpy") if name in sys.modules)
 print(json.dumps({"groups": len(schema["properties"]), "heavy": heavy}))
 """

@@ -10,6 +10,7 @@ import yaml
 from hyper_parallel.config import ConfigError, load_config
 from hyper_parallel.models import llama3, qwen3_5
 from hyper_parallel.models.llama3.args import Llama3Args
+from hyper_parallel.trainer import rules
 from hyper_parallel.trainer.config import ParallelismConfig
 from tests.trainer_support import debug_config_path, tiny_overrides
 
@@ -220,9 +221,9 @@ def test_sequence_parallel_is_refused_for_a_model_without_a_plan_for_it(tmp_path
         "is not supported yet by mine (its tensor-parallel plan keeps activations replicated); "
         "set it to false",
     )
-    assert list(without_plan.sequence_parallel_issues(2)) == [refusal]
+    assert list(rules.sequence_parallel_issues(without_plan, 2)) == [refusal]
     assert without_plan.world_size_issues(4) == [refusal]
-    assert list(attrs.evolve(without_plan, model=cfg.model).sequence_parallel_issues(2)) == []
+    assert list(rules.sequence_parallel_issues(attrs.evolve(without_plan, model=cfg.model), 2)) == []
 
 
 def _pipeline(**flags: str) -> dict[str, str]:

@@ -131,8 +131,9 @@ def test_a_broken_file_and_bad_overrides_are_reported_together(bad_file: Path) -
         (
             "overrides['loss._target_']",
             "loss._target_",
-            "'os.system' is outside the allowed target prefixes (hyper_parallel); trusted code can allow "
-            "more with allowed_targets=, --allow-target or $HYPER_PARALLEL_ALLOWED_TARGETS",
+            "'os.system' is outside the allowed target prefixes (hyper_parallel.components, "
+            "hyper_parallel.models, hyper_parallel.trainer); trusted code can allow more with "
+            "allowed_targets=, --allow-target or $HYPER_PARALLEL_ALLOWED_TARGETS",
         ),
         (
             "overrides['lr_scheduler.decay_type']",

@@ -43,6 +43,10 @@ from hyper_parallel.trainer.config import (
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
 TESTS = ("tests.fake_targets",)
+#: The packages a document may name targets in, as refusals list them.
+PACKAGES = "hyper_parallel.components, hyper_parallel.models, hyper_parallel.trainer"
+#: What a refusal says can be named.
+RULE = f"targets are Config classes and factories in public modules of {PACKAGES} (no '_private' segment)"
 
 QWEN = "hyper_parallel.models.qwen3_5.create_model_spec"
 ADAMW = "hyper_parallel.components.optimizer.AdamW.Config"
@@ -313,7 +317,11 @@ def test_target_that_is_not_a_dotted_string(target: object, message: str) -> Non
 @pytest.mark.parametrize(
     ("target", "message"),
     [
-        ("hyper_parallel.nope.X", "module 'hyper_parallel' has no attribute 'nope'"),
+        ("hyper_parallel.nope.X", f"'hyper_parallel.nope.X' is not a config target: {RULE}"),
+        (
+            "hyper_parallel.components.nope.X",
+            "module 'hyper_parallel.components' has no attribute 'nope'",
+        ),
         (
             "hyper_parallel.components.optimizer.AdamX.Config",
             "module 'hyper_parallel.components.optimizer' has no attribute 'AdamX'; did you mean 'AdamW'?",
@@ -338,39 +346,39 @@ def test_target_that_is_not_a_dotted_string(target: object, message: str) -> Non
         ),
         (
             "hyper_parallel.components.optimizer.__all__",
-            "'hyper_parallel.components.optimizer.__all__' names a private or dunder attribute, "
-            "which is never a target",
+            "'hyper_parallel.components.optimizer.__all__' names a private or dunder segment ('__all__'), "
+            f"which is never a target: {RULE}",
         ),
         (
             "hyper_parallel.models._factory.apply_overrides",
-            "'hyper_parallel.models._factory.apply_overrides' names a private or dunder attribute, "
-            "which is never a target",
+            "'hyper_parallel.models._factory.apply_overrides' names a private or dunder segment "
+            f"('_factory'), which is never a target: {RULE}",
         ),
         (
             "hyper_parallel.components.optimizer.AdamW.Config.__init__",
             "'hyper_parallel.components.optimizer.AdamW.Config.__init__' names a private or dunder "
-            "attribute, which is never a target",
+            f"segment ('__init__'), which is never a target: {RULE}",
         ),
         (
             "os.system",
-            "'os.system' is outside the allowed target prefixes (hyper_parallel); trusted code can allow "
+            f"'os.system' is outside the allowed target prefixes ({PACKAGES}); trusted code can allow "
             "more with allowed_targets=, --allow-target or $HYPER_PARALLEL_ALLOWED_TARGETS",
         ),
         (
             "hyper_parallelx.evil.Config",
-            "'hyper_parallelx.evil.Config' is outside the allowed target prefixes (hyper_parallel); trusted "
+            f"'hyper_parallelx.evil.Config' is outside the allowed target prefixes ({PACKAGES}); trusted "
             "code can allow more with allowed_targets=, --allow-target or $HYPER_PARALLEL_ALLOWED_TARGETS",
         ),
         (
             "tests.fake_targets.RecordingOptimizerConfig",
             "'tests.fake_targets.RecordingOptimizerConfig' is outside the allowed target prefixes "
-            "(hyper_parallel); trusted code can allow more with allowed_targets=, --allow-target or "
+            f"({PACKAGES}); trusted code can allow more with allowed_targets=, --allow-target or "
             "$HYPER_PARALLEL_ALLOWED_TARGETS",
         ),
         (
             "hyper_parallel.components.optimizer.attrs.field",
             "'hyper_parallel.components.optimizer.attrs.field' is defined in module "
-            f"{attrs.field.__module__!r}, outside the allowed target prefixes (hyper_parallel)",
+            f"{attrs.field.__module__!r}, outside the allowed target prefixes ({PACKAGES})",
         ),
     ],
 )
@@ -394,7 +402,7 @@ def test_target_import_failures(target: str, message: str, monkeypatch: pytest.M
         (
             "tests.fake_targets.reexported_system",
             f"'tests.fake_targets.reexported_system' is defined in module {os.system.__module__!r}, outside "
-            "the allowed target prefixes (hyper_parallel, tests.fake_targets)",
+            f"the allowed target prefixes ({PACKAGES}, tests.fake_targets)",
         ),
         ("tests.fake_targets.nope", "module 'tests.fake_targets' has no attribute 'nope'"),
     ],

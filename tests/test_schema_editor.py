@@ -12,6 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from hyper_parallel.config import converter
 from hyper_parallel.config.schema import json_schema
 from hyper_parallel.config.types import plain_text
 from hyper_parallel.config.yaml_load import parse_yaml
@@ -25,7 +26,7 @@ OPT = "hyper_parallel.components.optimizer"
 
 @pytest.fixture(scope="module")
 def validator() -> jsonschema.Draft202012Validator:
-    schema = json_schema(TrainerConfig)
+    schema = json_schema(converter, TrainerConfig)
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
 
@@ -124,11 +125,12 @@ def test_a_switched_target_is_checked_against_its_own_fields(
 
 
 def test_allowed_prefixes_add_trusted_classes() -> None:
-    schema = json_schema(TrainerConfig, ["tests.fake_targets"])
+    schema = json_schema(converter, TrainerConfig, ["tests.fake_targets"])
     optimizers = schema["properties"]["optimizer"]["properties"]["_target_"]["enum"]
     assert "tests.fake_targets.RecordingOptimizerConfig" in optimizers
     assert "tests.fake_targets.AbstractOptimizerConfig" not in optimizers
-    assert "tests.fake_targets.RecordingOptimizerConfig" not in json.dumps(json_schema(TrainerConfig))
+    default = json.dumps(json_schema(converter, TrainerConfig))
+    assert "tests.fake_targets.RecordingOptimizerConfig" not in default
 
 
 def run_schema(*args: str) -> subprocess.CompletedProcess[str]:
@@ -186,6 +188,6 @@ def test_no_description_of_the_schema_has_rest_markup() -> None:
             for value in node:
                 walk(value)
 
-    walk(json_schema(TrainerConfig))
+    walk(json_schema(converter, TrainerConfig))
     assert len(descriptions) > 100
     assert [d for d in descriptions if "``" in d or ":class:`" in d or ":func:`" in d] == []

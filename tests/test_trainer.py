@@ -13,8 +13,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hyper_parallel.trainer import LLMTrainer, NonFiniteError, StepResult, VLTrainer  # noqa: E402
-from hyper_parallel.trainer.base import TrainingError  # noqa: E402
+from hyper_parallel.trainer import (  # noqa: E402
+    LLMTrainer,
+    NonFiniteError,
+    StepResult,
+    TrainingError,
+    VLTrainer,
+)
 from tests.trainer_support import tiny_config  # noqa: E402
 
 

@@ -1,11 +1,16 @@
-"""What the launch checks before building anything: this machine's devices, the files a config names, comm."""
+"""What the launch checks before building anything: this machine's devices, the files a config names, comm,
+and what the trainer it feeds needs."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
+from hyper_parallel.config import ConfigError, load_config
+from hyper_parallel.launch import main
 from hyper_parallel.trainer import machine
 from hyper_parallel.trainer.machine import machine_issues
 from tests.trainer_support import tiny_config
@@ -95,3 +100,78 @@ def test_nccl_flight_recorder_follows_comm_and_other_backends_have_none() -> Non
     off = tiny_config("llama3", {"comm.trace_buf_size": "0"}).comm
     assert flight_recorder_env(off, "nccl") == {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}
     assert flight_recorder_env(comm, "gloo") == {}
+
+
+# -- the trainer a config feeds: one rule, checked by the resolver and by the trainer ---------------------
+
+VL_DEBUG = "configs/qwen3_5_vl_debug.yaml"
+NO_VISION = (
+    "needs a vision-language model, but 'qwen3_5' has no vision tower; use a VL factory such as "
+    "hyper_parallel.models.qwen3_5.create_vl_model_spec, or"
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "trainer", "issue"),
+    [
+        (
+            "configs/qwen3_5.yaml",
+            "vl",
+            ("configs/qwen3_5.yaml:2:3", "model", f"VLTrainer {NO_VISION} LLMTrainer"),
+        ),
+        (
+            VL_DEBUG,
+            "lm",
+            (
+                f"{VL_DEBUG}:21:13",
+                "dataloader.dataset.source",
+                "'shapes' is image-caption data, which LLMTrainer cannot feed; use VLTrainer",
+            ),
+        ),
+    ],
+)
+def test_load_config_checks_the_rules_of_the_trainer_it_feeds(
+    path: str, trainer: Literal["lm", "vl"], issue: tuple[str, str, str]
+) -> None:
+    assert load_config(path)  # any trainer: nothing to refuse
+    with pytest.raises(ConfigError) as info:
+        load_config(path, trainer=trainer)
+    assert [(i.location, i.path, i.message) for i in info.value.issues] == [issue]
+
+
+@pytest.mark.parametrize(
+    ("prog", "path", "line"),
+    [
+        (
+            "train_vl",
+            "configs/qwen3_5.yaml",
+            f"configs/qwen3_5.yaml:2:3: model: train_vl {NO_VISION} train_lm",
+        ),
+        (
+            "train_lm",
+            VL_DEBUG,
+            f"{VL_DEBUG}:21:13: dataloader.dataset.source: 'shapes' is image-caption data, which train_lm "
+            "cannot feed; use train_vl",
+        ),
+    ],
+)
+def test_the_launch_commands_name_themselves_in_the_same_rule(prog: str, path: str, line: str) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["--config-file", path, "--dry-run"], prog=prog, out=out, err=err) == 2
+    assert err.getvalue().splitlines()[0] == line
+
+
+def test_a_trainer_refuses_a_config_built_in_python_by_the_same_rule() -> None:
+    from hyper_parallel.trainer import LLMTrainer, TrainingError, VLTrainer
+
+    text_model = load_config("configs/qwen3_5.yaml")
+    with pytest.raises(TrainingError) as refused:
+        VLTrainer(text_model)  # refused before anything is built
+    assert str(refused.value) == f"model: VLTrainer {NO_VISION} LLMTrainer"
+    images = load_config(VL_DEBUG)
+    with pytest.raises(TrainingError) as refused:
+        LLMTrainer(images)
+    assert str(refused.value) == (
+        "dataloader.dataset.source: 'shapes' is image-caption data, which LLMTrainer cannot feed; "
+        "use VLTrainer"
+    )

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is required", allow_module_level=True)
 
-from hyper_parallel.trainer import LLMTrainer  # noqa: E402
+from hyper_parallel.trainer import LLMTrainer, rules  # noqa: E402
 from hyper_parallel.trainer.config import PP_STAGES_PER_RANK, TrainerConfig  # noqa: E402
 from tests.trainer_support import ROOT, tiny_config, torchrun  # noqa: E402
 
@@ -197,7 +197,7 @@ def test_resolve_time_schedule_rules_agree_with_torch_schedules() -> None:
                 ]
                 cls = get_schedule_class(schedule)
                 for count in range(1, 13):
-                    refused = list(_evolved(base, pp, schedule, count).pipeline_issues(pp))
+                    refused = list(rules.pipeline_issues(_evolved(base, pp, schedule, count), pp))
                     try:
                         cls(stages[0] if issubclass(cls, PipelineScheduleSingle) else stages, count)
                         built = True

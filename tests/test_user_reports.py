@@ -239,7 +239,8 @@ def test_a_config_built_in_python_with_a_lone_surrogate_is_not_written(tmp_path:
             {"optimizer": {"_target_": "hyper_paralel.components.optimizer.AdamW.Config"}},
             "optimizer._target_",
             "'hyper_paralel.components.optimizer.AdamW.Config' is outside the allowed target prefixes "
-            "(hyper_parallel); did you mean 'hyper_parallel.components.optimizer.AdamW.Config'? Otherwise, "
+            "(hyper_parallel.components, hyper_parallel.models, hyper_parallel.trainer); did you mean "
+            "'hyper_parallel.components.optimizer.AdamW.Config'? Otherwise, "
             "trusted code can allow more with allowed_targets=, --allow-target or "
             "$HYPER_PARALLEL_ALLOWED_TARGETS",
         ),

@@ -12,10 +12,8 @@ from collections.abc import Sequence
 
 from hyper_parallel.config import ConfigError
 from hyper_parallel.config.errors import warning_line
-from hyper_parallel.config.manager import load_config_report
-from hyper_parallel.config.schema import json_schema
+from hyper_parallel.config.manager import config_schema, load_config_report
 from hyper_parallel.config.targets import allowed_prefixes
-from hyper_parallel.trainer.config import TrainerConfig
 
 __all__ = ["main"]
 
@@ -125,9 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(found, str):
             sys.stderr.write(f"error: {found}\n{_USAGE}")
             return 2
-        sys.stdout.write(
-            json.dumps(json_schema(TrainerConfig, ("hyper_parallel", *found[1])), indent=2) + "\n"
-        )
+        sys.stdout.write(json.dumps(config_schema(found[1]), indent=2) + "\n")
         return 0
     sys.stderr.write(_USAGE)
     return 2

@@ -9,6 +9,8 @@ and a registered root class gets a hook that dispatches each root group on its `
 naming every problem at its path.
 """
 
+import functools
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import cattrs
@@ -20,7 +22,7 @@ from hyper_parallel.config.targets import CheckedTargets
 from hyper_parallel.config.types import register_rules
 from hyper_parallel.config.validation import problems_of, to_config_error
 
-__all__ = ["ConfigConverter"]
+__all__ = ["ConfigConverter", "rules_converter"]
 
 T = TypeVar("T")
 
@@ -41,9 +43,13 @@ class ConfigConverter(cattrs.Converter):
         self.override_fields: dict[tuple[object, tuple[str | int, ...]], tuple[Any, Any]] = {}
         register_rules(self)
 
-    def register_root(self, root_cls: type) -> None:
-        """Make ``root_cls`` a root: each of its fields is a group that a ``_target_`` builds."""
-        facts = self._roots[root_cls] = root_facts(root_cls)
+    def register_root(self, root_cls: type, *, target_packages: Iterable[str] = ()) -> None:
+        """Make ``root_cls`` a root: each of its fields is a group that a ``_target_`` builds.
+
+        ``target_packages`` are the packages whose public modules hold the Config classes and factories
+        its documents may name (trusted code may allow more per call; see :mod:`.options`).
+        """
+        facts = self._roots[root_cls] = root_facts(root_cls, target_packages)
 
         def structure_root_hook(raw: Any, _tp: Any) -> Any:
             return structure_root(self, facts, raw)
@@ -76,3 +82,10 @@ class ConfigConverter(cattrs.Converter):
             raise
         except Exception as exc:
             raise to_config_error(problems_of(exc), None) from None
+
+
+@functools.cache
+def rules_converter() -> ConfigConverter:
+    """A converter of the type rules alone, bound to no root: for code that checks or writes values of
+    fields (a model factory's overrides, help and schema text) and must not depend on any root class."""
+    return ConfigConverter()

@@ -1,7 +1,9 @@
 """Text for people: ``--help`` over a resolved config, and the ``--dry-run`` summary.
 
 Both read the same facts the resolver uses (each group's runtime Config class or factory, attrs field
-types and their ``help`` metadata), so the help can never list a field the resolver would refuse.
+types and their ``help`` metadata), so the help can never list a field the resolver would refuse. Values
+are written by the converter the caller passes (the one its root is bound to), else by the type rules
+alone: this module depends on no root class.
 """
 
 import inspect
@@ -13,9 +15,9 @@ from typing import Any
 
 import attrs
 
+from hyper_parallel.config.conversion import ConfigConverter, rules_converter
 from hyper_parallel.config.errors import ConfigError
 from hyper_parallel.config.recipes import recipe_of
-from hyper_parallel.config.resolver import converter
 from hyper_parallel.config.targets import TARGET_KEY, qualified_name
 from hyper_parallel.config.types import describe_type
 from hyper_parallel.config.yaml_load import is_plain_string
@@ -58,9 +60,10 @@ def factory_param_help(fn: Any) -> dict[str, str]:
     return out
 
 
-def group_of_field(root_cls: type, name: str) -> str | None:
+def group_of_field(converter: ConfigConverter, root_cls: type, name: str) -> str | None:
     """The root group whose default target has a field or parameter ``name`` (``gc_freq`` -> ``training``),
-    for a hint when a field is given without its group; None when no group has one."""
+    for a hint when a field is given without its group; None when no group has one. ``root_cls`` is a
+    root registered on ``converter``."""
     from hyper_parallel.config.root import field_owners
 
     owners = field_owners(converter, converter.root_facts(root_cls), name, None)
@@ -104,7 +107,7 @@ def iter_fields(root: Any) -> Iterator[FieldInfo]:
         yield from _walk_attrs(value, f.name)
 
 
-def _inline(value: Any) -> str:
+def _inline(value: Any, converter: ConfigConverter) -> str:
     """A value on one line, in YAML flow style, cut at 200 characters."""
     try:
         raw = converter.unstructure(value)
@@ -133,12 +136,14 @@ def _flow(raw: Any) -> str:
     return "{" + ", ".join(f"{_flow(k)}: {_flow(v)}" for k, v in raw.items()) + "}"
 
 
-def config_help(root: Any) -> str:
-    """Every overridable dotted path with its type, current value and help text."""
+def config_help(root: Any, *, converter: ConfigConverter | None = None) -> str:
+    """Every overridable dotted path with its type, current value and help text (values written by
+    ``converter``, else by the type rules alone)."""
+    conv = converter if converter is not None else rules_converter()
     lines = ["overridable fields of this config (--PATH VALUE):", ""]
     for info in iter_fields(root):
         kind = "str" if info.path.endswith(TARGET_KEY) else describe_type(info.type)
-        lines.append(f"  --{info.path}  ({kind}; current: {_inline(info.value)})")
+        lines.append(f"  --{info.path}  ({kind}; current: {_inline(info.value, conv)})")
         if info.help:
             lines.append(f"      {info.help}")
     return "\n".join(lines) + "\n"
@@ -150,10 +155,13 @@ def summary(
     source: str | None = None,
     world_size: int | None = None,
     given: Collection[tuple[str | int, ...]] = (),
+    converter: ConfigConverter | None = None,
 ) -> str:
     """A readable summary of a resolved config: each group's target and its fields that differ from the
     class default or that ``given`` names (paths the file or an override set, such as ``("optimizer",
-    "lr")``); a factory-built group shows the factory's full dotted name and every argument."""
+    "lr")``); a factory-built group shows the factory's full dotted name and every argument. Values are
+    written by ``converter``, else by the type rules alone."""
+    conv = converter if converter is not None else rules_converter()
     head = f"resolved {source}" if source else "resolved config"
     lines = [f"{head}: {len(attrs.fields(type(root)))} groups, all checks passed"]
     if world_size is not None:
@@ -162,7 +170,7 @@ def summary(
         value = getattr(root, f.name)
         recipe = recipe_of(value)
         if recipe is not None:
-            args = ", ".join(f"{k}={_inline(v)}" for k, v in recipe.args.items())
+            args = ", ".join(f"{k}={_inline(v, conv)}" for k, v in recipe.args.items())
             lines.append(f"  {f.name:<22} {recipe.target}({args})")
             continue
         cls = type(value)
@@ -174,7 +182,7 @@ def summary(
         for a in attrs.fields(cls):
             current = getattr(value, a.name)
             if default is None or getattr(default, a.name) != current or (f.name, a.name) in given:
-                changed.append(f"{a.name}={_inline(current)}")
+                changed.append(f"{a.name}={_inline(current, conv)}")
         shown = ", ".join(changed) if changed else "defaults"
         lines.append(f"  {f.name:<22} {cls.__qualname__}: {shown}")
     return "\n".join(lines) + "\n"

@@ -1,8 +1,10 @@
 """The config manager: files in, typed overrides, dumps out, each problem located in its source.
 
-It binds the generic machinery (YAML with positions, the converter, overrides) to ``TrainerConfig``:
-``load_config`` resolves a file and then its overrides, ``apply_overrides`` patches a resolved config
-through one restructure, and ``dump_config`` writes YAML that resolves back to an equal config.
+It binds the generic machinery (YAML with positions, the converter, overrides) to ``TrainerConfig`` and
+its rules (:mod:`hyper_parallel.trainer.rules`): ``load_config`` resolves a file and then its overrides,
+``apply_overrides`` patches a resolved config through one restructure, and ``dump_config`` writes YAML
+that resolves back to an equal config. With ``trainer="lm"`` or ``"vl"`` (what the launcher feeds), the
+rules of that trainer are checked too.
 """
 
 import contextlib
@@ -20,7 +22,9 @@ from hyper_parallel.config.options import current_options, resolve_options
 from hyper_parallel.config.resolver import converter
 from hyper_parallel.config.validation import Locate, Path, Problem, to_config_error
 from hyper_parallel.config.yaml_load import PartialDocument, SourceMap, load_yaml_file, parse_yaml
+from hyper_parallel.trainer import rules
 from hyper_parallel.trainer.config import TrainerConfig
+from hyper_parallel.trainer.rules import TrainerKind
 
 if TYPE_CHECKING:  # the overrides machinery is imported only when there are overrides
     from hyper_parallel.config.overrides import Override
@@ -28,6 +32,7 @@ if TYPE_CHECKING:  # the overrides machinery is imported only when there are ove
 __all__ = [
     "ConfigReport",
     "apply_overrides",
+    "config_schema",
     "dump_config",
     "load_config",
     "load_config_report",
@@ -68,16 +73,24 @@ def load_config(
     allowed_targets: Iterable[str] | None = None,
     world_size: int | None = None,
     strict: bool = False,
+    trainer: TrainerKind | None = None,
 ) -> TrainerConfig:
     """Resolve the YAML file at ``path``, then apply ``overrides`` (dotted keys) to the result.
 
     Every problem is reported in one :class:`ConfigError`, each issue located at ``FILE:LINE:COL`` in the
     file or at the override that set the value. With ``world_size``, the parallel degrees must multiply to
-    it. Settings that make the run pointless but not wrong are emitted as :class:`ConfigWarning` through
-    :mod:`warnings`; ``strict=True`` makes them errors. :func:`load_config_report` returns them instead.
+    it. With ``trainer`` (``"lm"`` for ``LLMTrainer``, ``"vl"`` for ``VLTrainer``), the config must be one
+    that trainer can train. Settings that make the run pointless but not wrong are emitted as
+    :class:`ConfigWarning` through :mod:`warnings`; ``strict=True`` makes them errors.
+    :func:`load_config_report` returns them instead.
     """
     report = load_config_report(
-        path, overrides, allowed_targets=allowed_targets, world_size=world_size, strict=strict
+        path,
+        overrides,
+        allowed_targets=allowed_targets,
+        world_size=world_size,
+        strict=strict,
+        trainer=trainer,
     )
     _emit(report.warnings, stacklevel=3)
     return report.config
@@ -91,11 +104,18 @@ def load_config_text(
     allowed_targets: Iterable[str] | None = None,
     world_size: int | None = None,
     strict: bool = False,
+    trainer: TrainerKind | None = None,
 ) -> TrainerConfig:
     """Like :func:`load_config` for YAML text that is not in a file (standard input); ``name`` is the
     source that locations name (``<stdin>:LINE:COL``)."""
     report = load_config_report(
-        name, overrides, text=text, allowed_targets=allowed_targets, world_size=world_size, strict=strict
+        name,
+        overrides,
+        text=text,
+        allowed_targets=allowed_targets,
+        world_size=world_size,
+        strict=strict,
+        trainer=trainer,
     )
     _emit(report.warnings, stacklevel=3)
     return report.config
@@ -110,12 +130,13 @@ def load_config_report(
     world_size: int | None = None,
     strict: bool = False,
     command_line: bool = False,
+    trainer: TrainerKind | None = None,
 ) -> ConfigReport:
     """:func:`load_config`, returning the config with its warnings instead of emitting them.
 
     ``text`` is read instead of the file, ``path`` then only names it in locations. ``command_line`` says
     the overrides came from command-line flags, so issues name them ``--optimizer.lr`` (else
-    ``overrides['optimizer.lr']``).
+    ``overrides['optimizer.lr']``) and trainers by their commands (``train_vl``, else ``VLTrainer``).
     """
     early: tuple[Issue, ...] = ()
     try:
@@ -146,8 +167,10 @@ def load_config_report(
     warned: list[Issue] = []
     if cfg is not None:
         if world_size is not None:
-            found += _issues(cfg.world_size_issues(world_size), locate)
-        warned = _issues(cfg.warnings(), locate)
+            found += _issues(rules.world_size_issues(cfg, world_size), locate)
+        names = rules.COMMANDS if command_line else rules.TRAINER_CLASSES
+        found += _issues(rules.trainer_issues(cfg, trainer, names), locate)
+        warned = _issues(rules.warnings(cfg), locate)
     if strict:
         found, warned = [*found, *warned], []
     if found:
@@ -178,7 +201,7 @@ def apply_overrides(
             result = _apply(cfg, parsed, None, locate)
         except ConfigError as exc:
             raise ConfigError(_cite_overrides(exc.issues, parsed)) from None
-    warned = _cite_overrides(_issues(result.warnings(), locate), parsed)
+    warned = _cite_overrides(_issues(rules.warnings(result), locate), parsed)
     if strict and warned:
         raise ConfigError(warned)
     _emit(warned, stacklevel=3)
@@ -329,6 +352,14 @@ def dump_config(cfg: TrainerConfig) -> str:
     from hyper_parallel.config.yaml_dump import dump_yaml  # writing is not on the resolve path
 
     return dump_yaml(converter.unstructure(cfg))
+
+
+def config_schema(allowed_targets: Iterable[str] = ()) -> dict[str, typing.Any]:
+    """The JSON Schema of ``TrainerConfig`` documents, offering the targets of its packages and of
+    ``allowed_targets`` (``python -m hyper_parallel.config schema``)."""
+    from hyper_parallel.config.schema import json_schema  # only the schema command pays for it
+
+    return json_schema(converter, TrainerConfig, allowed_targets)
 
 
 def write_config(cfg: TrainerConfig, path: str | os.PathLike[str]) -> None:

@@ -19,7 +19,7 @@ __all__ = ["ResolveOptions", "current_options", "resolve_options"]
 class ResolveOptions(typing.NamedTuple):
     """Per-call settings of a resolve."""
 
-    #: Allowed module prefixes for targets.
+    #: Module prefixes trusted code allows targets under, beyond the root's own packages.
     allowed: tuple[str, ...]
     #: Maps a problem to its source location.
     locate: Locate | None = None

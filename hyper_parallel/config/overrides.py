@@ -166,7 +166,8 @@ class OverridePatch:
         for o in overrides:
             kind = self._removals if o.delete else self._switches if _is_switch(o) else self._values
             kind.append(o)
-        self.allowed = allowed
+        #: What a target may be under: the root's packages, then what trusted code allows (``allowed``).
+        self.allowed = facts.allowed(allowed)
         #: Every problem found so far, in the order found.
         self.problems: list[Problem] = []
         #: The tree being patched (its groups' targets say which group has a field), if any.
@@ -362,7 +363,13 @@ class OverridePatch:
                 given = isinstance(node, Mapping) and TARGET_KEY in node
                 name = node[TARGET_KEY] if given else self.facts.default_targets.get(group)  # type: ignore[index]
             try:
-                target = load_target(name, self.facts.types[group], self.allowed, self.conv.checked_targets)
+                target = load_target(
+                    name,
+                    self.facts.types[group],
+                    self.allowed,
+                    self.conv.checked_targets,
+                    packages=self.facts.packages,
+                )
             except TargetError as exc:
                 if _is_switch(o):
                     self.problems.append(Problem(o.path, str(exc)))
@@ -397,7 +404,11 @@ class OverridePatch:
     def _target_of(self, tree: dict[str, Any], group: str) -> Target | None:
         try:
             return load_target(
-                tree[group].get(TARGET_KEY), self.facts.types[group], self.allowed, self.conv.checked_targets
+                tree[group].get(TARGET_KEY),
+                self.facts.types[group],
+                self.allowed,
+                self.conv.checked_targets,
+                packages=self.facts.packages,
             )
         except TargetError as exc:
             self.problems.append(Problem((group, TARGET_KEY), str(exc)))
@@ -514,7 +525,13 @@ class OverridePatch:
         if group is None:
             return
         try:
-            new = load_target(o.value, self.facts.types[group], self.allowed, self.conv.checked_targets)
+            new = load_target(
+                o.value,
+                self.facts.types[group],
+                self.allowed,
+                self.conv.checked_targets,
+                packages=self.facts.packages,
+            )
         except TargetError as exc:
             self.problems.append(Problem(o.path, str(exc)))
             return

@@ -11,7 +11,7 @@ and the arguments it was called with.
 """
 
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -19,7 +19,13 @@ import attrs
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.options import current_options
 from hyper_parallel.config.recipes import Given, Recipe, carries_recipe, recipe_of, remember, remember_given
-from hyper_parallel.config.targets import TARGET_KEY, Target, TargetError, load_target, qualified_name
+from hyper_parallel.config.targets import (
+    TARGET_KEY,
+    Target,
+    TargetError,
+    load_target,
+    qualified_name,
+)
 from hyper_parallel.config.types import attrs_hook, attrs_unstructure, class_fields, describe_value
 from hyper_parallel.config.validation import (
     Invalid,
@@ -49,10 +55,18 @@ class RootFacts(typing.NamedTuple):
     fields: Mapping[str, "attrs.Attribute[Any]"]
     #: The ``_target_`` of each group's default value (groups that have one).
     default_targets: Mapping[str, str]
+    #: The packages whose public modules hold the Config classes and factories a document of this root
+    #: may name (its binding says which: the generic machinery knows no package).
+    packages: tuple[str, ...] = ()
+
+    def allowed(self, extra: tuple[str, ...]) -> tuple[str, ...]:
+        """What a ``_target_`` may be under: the root's packages, then ``extra`` (trusted code's)."""
+        return tuple(dict.fromkeys((*self.packages, *extra))) if self.packages else extra
 
 
-def root_facts(root_cls: type) -> RootFacts:
-    """The facts of ``root_cls``, computed once (by the converter, when the root is registered)."""
+def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
+    """The facts of ``root_cls`` whose targets live in ``packages``, computed once (by the converter, when
+    the root is registered); each package must be a dotted module name."""
     attrs.resolve_types(root_cls)
     fields = {f.name: f for f in attrs.fields(root_cls) if f.init}
     defaults = {}
@@ -60,7 +74,13 @@ def root_facts(root_cls: type) -> RootFacts:
         default = field_default(f)
         if default is not attrs.NOTHING:
             defaults[name] = qualified_name(type(default))
-    return RootFacts(root_cls, {n: f.type for n, f in fields.items()}, fields, defaults)
+    names = tuple(packages)
+    bad = [p for p in names if not (isinstance(p, str) and all(s.isidentifier() for s in p.split(".")))]
+    if bad:
+        raise ValueError(
+            f"target packages must be dotted module names such as 'my_project.models', got {bad}"
+        )
+    return RootFacts(root_cls, {n: f.type for n, f in fields.items()}, fields, defaults, names)
 
 
 _INVALID: Any = object()
@@ -94,13 +114,13 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     # classes structured, factory arguments checked), but no factory is called.
     call = not problems
     options = current_options()
-    allowed = options.allowed
+    allowed = facts.allowed(options.allowed)
     groups: dict[str, Any] = {}
     for name, node in raw.items():
         if isinstance(node, Resolved):
             groups[facts.fields[name].alias or name] = node.value
         elif name in facts.types and _check_group_shape(name, node, problems):
-            value = _resolve_group(conv, (name,), facts.types[name], node, allowed, problems, call)
+            value = _resolve_group(conv, facts, (name,), node, allowed, problems, call)
             if value is not _INVALID:
                 groups[facts.fields[name].alias or name] = value
     for name, f in facts.fields.items():
@@ -166,12 +186,12 @@ def field_owners(
 ) -> list[str]:
     """The groups whose target (``tree``'s, else the default) has a field or parameter ``name``."""
     owners = []
-    allowed = current_options().allowed
+    allowed = facts.allowed(current_options().allowed)
     for group, tp in facts.types.items():
         node = tree.get(group) if tree is not None else None
         target_name = node.get(TARGET_KEY) if isinstance(node, Mapping) else facts.default_targets.get(group)
         try:
-            target = load_target(target_name, tp, allowed, conv.checked_targets)
+            target = load_target(target_name, tp, allowed, conv.checked_targets, packages=facts.packages)
         except TargetError:
             continue
         if name in (target.params if target.is_factory else class_fields(target.obj)):
@@ -199,15 +219,18 @@ def _check_group_shape(name: str, node: object, problems: list[Problem]) -> bool
 
 def _resolve_group(
     conv: "ConfigConverter",
-    path: Path,
-    field_type: Any,
+    facts: RootFacts,
+    path: tuple[str],
     node: Mapping[str, Any],
     allowed: tuple[str, ...],
     problems: list[Problem],
     call: bool = True,
 ) -> Any:
+    field_type = facts.types[path[0]]
     try:
-        target = load_target(node[TARGET_KEY], field_type, allowed, conv.checked_targets)
+        target = load_target(
+            node[TARGET_KEY], field_type, allowed, conv.checked_targets, packages=facts.packages
+        )
     except TargetError as exc:
         problems.append(Problem((*path, TARGET_KEY), str(exc)))
         return _INVALID

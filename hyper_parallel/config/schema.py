@@ -11,17 +11,16 @@ annotations the resolver checks against; descriptions are plain text (no reST ma
 import inspect
 import math
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
 
 from hyper_parallel.config import types as type_rules
+from hyper_parallel.config.conversion import ConfigConverter, rules_converter
 from hyper_parallel.config.errors import ConfigError
 from hyper_parallel.config.help import factory_param_help
-from hyper_parallel.config.resolver import converter
 from hyper_parallel.config.targets import (
-    DEFAULT_ALLOWED_TARGETS,
     TARGET_KEY,
     allowed_prefixes,
     discover_targets,
@@ -32,39 +31,40 @@ from hyper_parallel.config.targets import (
 __all__ = ["discover_targets", "json_schema", "type_schema"]
 
 Schema = dict[str, Any]
+Default = Callable[[Any], Any]
 
 
-def type_schema(tp: Any) -> Schema:
-    """The JSON Schema of one annotation, as strict as the resolver (no coercion)."""
-    return type_rules.type_schema(tp, _default)
+def type_schema(tp: Any, *, converter: ConfigConverter | None = None) -> Schema:
+    """The JSON Schema of one annotation, as strict as the resolver (no coercion); defaults are written by
+    ``converter``, else by the type rules alone."""
+    return type_rules.type_schema(tp, _default_of(converter if converter is not None else rules_converter()))
 
 
-def _default(value: Any) -> Any:
-    """A default value as a file writes it, or None when it cannot be written."""
-    try:
-        out = converter.unstructure(value)
-    except ConfigError:
-        return None
-    return None if isinstance(out, float) and not math.isfinite(out) else out
+def _default_of(conv: ConfigConverter) -> Default:
+    def default(value: Any) -> Any:
+        """A default value as a file writes it, or None when it cannot be written."""
+        try:
+            out = conv.unstructure(value)
+        except ConfigError:
+            return None
+        return None if isinstance(out, float) and not math.isfinite(out) else out
+
+    return default
 
 
-def _class_schema(cls: type, target: str) -> Schema:
-    return type_rules.class_schema(cls, target, _default)
-
-
-def _factory_schema(fn: Any) -> Schema:
+def _factory_schema(fn: Any, default: Default) -> Schema:
     hints = typing.get_type_hints(fn)
     helps = factory_param_help(fn)
     props: Schema = {TARGET_KEY: {"const": qualified_name(fn)}}
     required = [TARGET_KEY]
     for name, param in inspect.signature(fn).parameters.items():
-        prop = type_schema(hints[name])
+        prop = type_rules.type_schema(hints[name], default)
         if helps.get(name):
             prop["description"] = type_rules.plain_text(helps[name])
         if param.default is param.empty:
             required.append(name)
         else:
-            prop["default"] = _default(param.default)
+            prop["default"] = default(param.default)
         props[name] = prop
     schema: Schema = {
         "type": "object",
@@ -77,7 +77,7 @@ def _factory_schema(fn: Any) -> Schema:
     return schema
 
 
-def _group_schema(field: "attrs.Attribute[Any]", packages: tuple[str, ...]) -> Schema:
+def _group_schema(field: "attrs.Attribute[Any]", packages: tuple[str, ...], default: Default) -> Schema:
     """One root group: ``_target_`` is one of the targets, and the one it names decides the rest."""
     targets = discover_targets(field.type, packages, walk=False) if isinstance(field.type, type) else []
     if not targets:
@@ -86,7 +86,11 @@ def _group_schema(field: "attrs.Attribute[Any]", packages: tuple[str, ...]) -> S
     branches = [
         {
             "if": {"properties": {TARGET_KEY: {"const": name}}, "required": [TARGET_KEY]},
-            "then": _class_schema(t, name) if isinstance(t, type) else _factory_schema(t),
+            "then": (
+                type_rules.class_schema(t, name, default)
+                if isinstance(t, type)
+                else _factory_schema(t, default)
+            ),
         }
         for name, t in zip(names, targets, strict=True)
     ]
@@ -100,20 +104,23 @@ def _group_schema(field: "attrs.Attribute[Any]", packages: tuple[str, ...]) -> S
     }
 
 
-def json_schema(root_cls: type, packages: Iterable[str] = DEFAULT_ALLOWED_TARGETS) -> Schema:
-    """The JSON Schema (draft 2020-12) of documents that resolve into ``root_cls``.
+def json_schema(converter: ConfigConverter, root_cls: type, allowed: Iterable[str] = ()) -> Schema:
+    """The JSON Schema (draft 2020-12) of documents that ``converter`` resolves into ``root_cls``.
 
-    ``packages`` are the module prefixes whose targets the schema offers: the default package, plus the
-    prefixes trusted code allows (``--allow-target``); each must be a dotted module name (``*``, ``.`` and
-    empty prefixes are refused with a :class:`~hyper_parallel.config.errors.ConfigError`).
+    The schema offers the targets a document may name: those in the public modules of the packages the
+    root is registered with, and under ``allowed``, the prefixes trusted code allows (``--allow-target``,
+    and ``$HYPER_PARALLEL_ALLOWED_TARGETS``); each must be a dotted module name (``*``, ``.`` and empty
+    prefixes are refused with a :class:`~hyper_parallel.config.errors.ConfigError`).
     """
-    prefixes = allowed_prefixes(tuple(packages))
+    facts = converter.root_facts(root_cls)
+    prefixes = facts.allowed(allowed_prefixes(tuple(allowed)))
     import_config_modules(prefixes)
+    default = _default_of(converter)
     attrs.resolve_types(root_cls)
     props: Schema = {}
     required: list[str] = []
     for f in attrs.fields(root_cls):
-        prop = _group_schema(f, prefixes)
+        prop = _group_schema(f, prefixes, default)
         if f.metadata.get("help"):
             prop["description"] = type_rules.plain_text(f.metadata["help"])
         props[f.name] = prop

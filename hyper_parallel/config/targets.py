@@ -1,10 +1,14 @@
 """Turning a ``_target_`` string into a checked Config class or factory, without trusting the string.
 
-A config file is input from anyone, and a ``_target_`` is text that becomes an import and a call. So the
-dotted name is checked against the allowed module prefixes *before* anything is imported, the imported
-object's own module is checked again (a re-export cannot smuggle ``os.system`` in), and the object must be
-a Config class deriving from the field type or a fully annotated function declared to return one. Nothing
-is called here.
+A config file is input from anyone, and a ``_target_`` is text that becomes an import and a call. So one
+structural rule is checked on the dotted name *before* anything is imported: a target names a public module
+(no segment starting with ``_``) inside the allowed packages. Those are the packages that hold the Config
+classes and factories of the root being resolved (a fact of its binding, handed in as data: this module
+names none), widened for user packages only by trusted code. The torch runtimes are private modules or live
+outside those packages, so naming one is refused unimported, and a package's lazy ``__getattr__`` is never
+run to find a name. The imported object's own module is checked again (a re-export cannot smuggle
+``os.system`` in), and the object must be a Config class deriving from the field type or a fully annotated
+function declared to return one. Nothing is called here.
 
 A class that declares ``__abstract__ = True`` in its own body (the base ``Optimizer.Config``, ``ModelSpec``;
 the marker is not inherited, as in SQLAlchemy's declarative classes) or that has abstract methods (``abc``)
@@ -30,23 +34,23 @@ from hyper_parallel.config.errors import ConfigError, Issue, did_you_mean, echo
 __all__ = [
     "ABSTRACT_MARKER",
     "ALLOWED_TARGETS_ENV",
-    "DEFAULT_ALLOWED_TARGETS",
     "TARGET_KEY",
     "CheckedTargets",
     "Target",
     "TargetError",
     "allowed_prefixes",
+    "check_target_name",
     "discover_targets",
     "import_config_modules",
     "is_abstract",
+    "is_public",
     "load_target",
     "qualified_name",
+    "target_rule",
 ]
 
 #: The key that names a Config class or factory; allowed on root groups only.
 TARGET_KEY = "_target_"
-#: Module prefixes whose Config classes and factories a config file may name.
-DEFAULT_ALLOWED_TARGETS = ("hyper_parallel",)
 #: Environment variable with extra allowed prefixes, comma-separated (set by trusted launch code).
 ALLOWED_TARGETS_ENV = "HYPER_PARALLEL_ALLOWED_TARGETS"
 #: Class attribute a base declares in its own body (``__abstract__: ClassVar[bool] = True``): not a target.
@@ -85,7 +89,8 @@ def _normalise(prefix: str) -> str:
 
 
 def allowed_prefixes(extra: Iterable[str] | None = None) -> tuple[str, ...]:
-    """The default prefixes, those of :data:`ALLOWED_TARGETS_ENV`, and ``extra`` from trusted code.
+    """What trusted code allows beyond a root's own packages: the prefixes of :data:`ALLOWED_TARGETS_ENV`
+    and ``extra``, each once.
 
     Each prefix must be a dotted module name (``my_project.models``); ``*``, ``.`` or an empty prefix is
     refused with a :class:`~hyper_parallel.config.errors.ConfigError` rather than silently matching nothing.
@@ -105,12 +110,22 @@ def _prefixes(env: str, extra: tuple[str, ...]) -> tuple[str, ...]:
     ]
     if bad:
         raise ConfigError(bad)
-    found = [*DEFAULT_ALLOWED_TARGETS, *(p for p, _ in given)]
-    return tuple(dict.fromkeys(map(_normalise, found)))
+    return tuple(dict.fromkeys(_normalise(p) for p, _ in given))
 
 
 def _is_allowed(name: str, allowed: tuple[str, ...]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in allowed)
+
+
+def is_public(name: str) -> bool:
+    """Whether no segment of dotted ``name`` is private (``_x``) or a dunder: the other half of the rule."""
+    return not any(segment.startswith("_") for segment in name.split("."))
+
+
+def target_rule(allowed: tuple[str, ...]) -> str:
+    """What a ``_target_`` may name under ``allowed``, as refusals say it."""
+    where = ", ".join(allowed) if allowed else "the allowed packages (none are allowed here)"
+    return f"targets are Config classes and factories in public modules of {where} (no '_private' segment)"
 
 
 def qualified_name(obj: object) -> str:
@@ -130,7 +145,9 @@ def _kind_of(obj: object) -> str:
     return f"an instance of {type(obj).__qualname__}"
 
 
-def _import(name: str) -> object:
+def _import(name: str, allowed: tuple[str, ...]) -> object:
+    """The object dotted ``name`` reaches, importing modules on the way but never running a module's
+    ``__getattr__`` (a package's lazy exports import their runtime)."""
     parts = name.split(".")
     try:
         obj: object = importlib.import_module(parts[0])
@@ -143,25 +160,35 @@ def _import(name: str) -> object:
     done = parts[0]
     for part in parts[1:]:
         here = f"{done}.{part}"
-        if hasattr(obj, part):
+        if inspect.ismodule(obj):
+            found = vars(obj).get(part, _MISSING)
+            obj = _submodule(name, obj, part, allowed) if found is _MISSING else found
+        elif hasattr(obj, part):
             obj = getattr(obj, part)
-        elif inspect.ismodule(obj):
-            try:
-                obj = importlib.import_module(here)
-            except ModuleNotFoundError as exc:
-                if exc.name != here:
-                    raise TargetError(f"importing {here!r} failed: {exc}") from None
-                public = [n for n in dir(obj) if not n.startswith("_")]
-                raise TargetError(
-                    f"module {done!r} has no attribute {part!r}{did_you_mean(part, public)}"
-                ) from None
-            except Exception as exc:
-                raise TargetError(f"importing {here!r} failed: {type(exc).__name__}: {exc}") from None
         else:
             public = [n for n in dir(obj) if not n.startswith("_")]
             raise TargetError(f"{done!r} has no attribute {part!r}{did_you_mean(part, public)}")
         done = here
     return obj
+
+
+def _submodule(name: str, module: types.ModuleType, part: str, allowed: tuple[str, ...]) -> object:
+    """Submodule ``part`` of ``module`` (which does not define ``part``), or why ``name`` is refused."""
+    here = f"{module.__name__}.{part}"
+    try:
+        return importlib.import_module(here)
+    except ModuleNotFoundError as exc:
+        if exc.name != here:
+            raise TargetError(f"importing {here!r} failed: {exc}") from None
+    except Exception as exc:
+        raise TargetError(f"importing {here!r} failed: {type(exc).__name__}: {exc}") from None
+    if "__getattr__" in vars(module):  # a lazy export: finding it would import what it loads
+        raise TargetError(
+            f"{echo(name)} is not a config target ({module.__name__!r} loads {part!r} only when it is "
+            f"used): {target_rule(allowed)}"
+        )
+    public = [n for n in vars(module) if not n.startswith("_")]
+    raise TargetError(f"module {module.__name__!r} has no attribute {part!r}{did_you_mean(part, public)}")
 
 
 #: Checked targets by ``(name, field type, allowed prefixes)`` (a converter keeps one). Failures are never
@@ -173,57 +200,85 @@ _MISSING = object()
 
 
 def load_target(
-    name: object, field_type: type, allowed: tuple[str, ...], checked: CheckedTargets | None = None
+    name: object,
+    field_type: type,
+    allowed: tuple[str, ...],
+    checked: CheckedTargets | None = None,
+    *,
+    packages: tuple[str, ...] = (),
 ) -> Target:
     """Check, import and classify ``name`` for a root field of type ``field_type``; nothing is called.
 
-    Raises :class:`TargetError` with a user-facing message for anything that is not an allowed Config class
-    deriving from ``field_type`` or an allowed, fully annotated factory declared to return one. With
-    ``checked``, a target checked before with the same field type and allowed prefixes is taken from there
-    while the name still reaches the same object.
+    ``allowed`` are the packages a target may be in (the root's config packages, then what trusted code
+    allows); ``packages`` are the root's own, walked to list the choices when ``name`` is a base. Raises
+    :class:`TargetError` with a user-facing message for anything that is not an allowed Config class
+    deriving from ``field_type`` or an allowed, fully annotated factory declared to return one; a name
+    outside the rule (:func:`target_rule`) is refused before anything is imported. With ``checked``, a
+    target checked before with the same field type and allowed prefixes is taken from there while the name
+    still reaches the same object.
     """
     if not isinstance(name, str) or checked is None:
-        return _load_target(name, field_type, allowed)
+        return _load_target(name, field_type, allowed, packages)
     key = (name, field_type, allowed)
     hit = checked.get(key)
     if hit is not None and _walk(hit[1]) is hit[0].obj:
         return hit[0]
-    target = _load_target(name, field_type, allowed)
+    target = _load_target(name, field_type, allowed, packages)
     checked[key] = (target, name.split("."))
     return target
 
 
 def _walk(parts: list[str]) -> object:
-    """The object dotted ``parts`` reach through the modules imported now, or ``_MISSING``."""
+    """The object dotted ``parts`` reach through the modules imported now (no module ``__getattr__`` is
+    run), or ``_MISSING``."""
     obj = sys.modules.get(parts[0], _MISSING)
     for part in parts[1:]:
-        obj = getattr(obj, part, _MISSING)
+        obj = vars(obj).get(part, _MISSING) if inspect.ismodule(obj) else getattr(obj, part, _MISSING)
     return obj
 
 
-def _load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Target:
+def check_target_name(name: str, allowed: tuple[str, ...], packages: tuple[str, ...] = ()) -> None:
+    """Refuse ``name`` unless it is a dotted name that :func:`target_rule` allows; nothing is imported.
+
+    A name in the project of the root's ``packages`` (``hyper_parallel.launch.main``) is a module that
+    holds no targets; a name elsewhere is outside what trusted code allowed, which it may widen.
+    """
+    if len(name) > MAX_TARGET_LENGTH:
+        raise TargetError(f"'_target_' is too long ({len(name)} characters)")
+    parts = name.split(".")
+    if len(parts) < 2 or not all(p.isidentifier() for p in parts):
+        raise TargetError(f"'_target_' must be a dotted name such as 'package.module.Name', got {echo(name)}")
+    private = next((p for p in parts if p.startswith("_")), None)
+    if private is not None:
+        raise TargetError(
+            f"{echo(name)} names a private or dunder segment ({private!r}), which is never a target: "
+            f"{target_rule(allowed)}"
+        )
+    if _is_allowed(name, allowed):
+        return
+    # A typo in an allowed package is the likelier fix than widening the allowlist: say it first.
+    close = _misspelled_prefix(parts, allowed)
+    if any(p.partition(".")[0] == parts[0] for p in packages):
+        hint = f" (did you mean {close!r}?)" if close else ""
+        raise TargetError(f"{echo(name)} is not a config target{hint}: {target_rule(allowed)}")
+    hint = f"; did you mean {close!r}? Otherwise, trusted code" if close else "; trusted code"
+    raise TargetError(
+        f"{echo(name)} is outside the allowed target prefixes ({', '.join(allowed)}){hint} can "
+        f"allow more with allowed_targets=, --allow-target or ${ALLOWED_TARGETS_ENV}"
+    )
+
+
+def _load_target(
+    name: object, field_type: type, allowed: tuple[str, ...], packages: tuple[str, ...]
+) -> Target:
     expected = (
         f"expected a Config class deriving from {field_type.__qualname__}, "
         f"or a factory function declared to return one"
     )
     if not isinstance(name, str):
         raise TargetError(f"'_target_' must be a dotted name (a string), got {echo(name)}")
-    if len(name) > MAX_TARGET_LENGTH:
-        raise TargetError(f"'_target_' is too long ({len(name)} characters)")
-    parts = name.split(".")
-    if len(parts) < 2 or not all(p.isidentifier() for p in parts):
-        raise TargetError(f"'_target_' must be a dotted name such as 'package.module.Name', got {echo(name)}")
-    if any(p.startswith("_") for p in parts):
-        raise TargetError(f"{echo(name)} names a private or dunder attribute, which is never a target")
-    if not _is_allowed(name, allowed):
-        # A typo in an allowed package is the likelier fix than widening the allowlist: say it first.
-        close = _misspelled_prefix(parts, allowed)
-        hint = f"; did you mean {close!r}? Otherwise, trusted code" if close else "; trusted code"
-        raise TargetError(
-            f"{echo(name)} is outside the allowed target prefixes ({', '.join(allowed)}){hint} can "
-            f"allow more with allowed_targets=, --allow-target or ${ALLOWED_TARGETS_ENV}"
-        )
-    obj = _import(name)
+    check_target_name(name, allowed, packages)
+    obj = _import(name, allowed)
     module = getattr(obj, "__module__", None)
     if (isinstance(obj, type) or inspect.isroutine(obj)) and not (
         isinstance(module, str) and _is_allowed(module, allowed)
@@ -234,7 +289,7 @@ def _load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Ta
         )
     if isinstance(obj, type) and attrs.has(obj) and issubclass(obj, field_type):
         if is_abstract(obj):
-            raise TargetError(_abstract_message(name, obj, allowed))
+            raise TargetError(_abstract_message(name, obj, allowed, packages))
         return Target(qualified_name(obj), obj, False, {}, frozenset(), {})
     if inspect.isfunction(obj):
         return _factory(name, obj, field_type, expected)
@@ -248,17 +303,23 @@ def _load_target(name: object, field_type: type, allowed: tuple[str, ...]) -> Ta
 
 
 def _misspelled_prefix(parts: list[str], allowed: tuple[str, ...]) -> str | None:
-    """``name`` with its leading segments replaced by the allowed prefix they misspell, or None."""
+    """``name`` with its leading segments replaced by the allowed prefix they misspell most closely, or
+    None. Each segment must be close to the prefix's; one that extends it (``hyper_parallelx``) is another
+    package, not a typo."""
     import difflib  # only a mistake pays for it
 
+    best, best_ratio = None, 0.0
     for prefix in allowed:
-        size = prefix.count(".") + 1
-        head = ".".join(parts[:size])
-        if head.startswith(prefix):  # 'hyper_parallelx' is another package, not a typo of ours
+        want = prefix.split(".")
+        head = parts[: len(want)]
+        if len(parts) <= len(want) or head == want:
             continue
-        if len(parts) > size and difflib.SequenceMatcher(None, head, prefix).ratio() >= 0.8:
-            return ".".join([prefix, *parts[size:]])
-    return None
+        if any(h != w and h.startswith(w) for h, w in zip(head, want, strict=True)):
+            continue
+        ratios = [difflib.SequenceMatcher(None, h, w).ratio() for h, w in zip(head, want, strict=True)]
+        if min(ratios) >= 0.8 and sum(ratios) / len(ratios) > best_ratio:
+            best, best_ratio = ".".join([prefix, *parts[len(want) :]]), sum(ratios) / len(ratios)
+    return best
 
 
 def _factory(name: str, fn: types.FunctionType, field_type: type, expected: str) -> Target:
@@ -304,34 +365,29 @@ def is_abstract(cls: type) -> bool:
     return bool(vars(cls).get(ABSTRACT_MARKER, False)) or inspect.isabstract(cls)
 
 
-def _abstract_message(name: str, cls: type, allowed: tuple[str, ...]) -> str:
-    # Listing the choices imports this package's config modules (never other packages'): a mistake pays.
-    import_config_modules(DEFAULT_ALLOWED_TARGETS)
+def _abstract_message(name: str, cls: type, allowed: tuple[str, ...], packages: tuple[str, ...]) -> str:
+    # Listing the choices imports the root's config packages (never a user package): a mistake pays.
+    import_config_modules(packages)
     choices = [qualified_name(t) for t in discover_targets(cls, allowed, walk=False)]
     listed = ", ".join(choices) if choices else "a Config class deriving from it, or a factory returning one"
     return f"{echo(name)} is a base class, not a target; name one of: {listed}"
 
 
-#: Module name segments never imported while discovering targets: launch scripts, and runtime code (which
-#: imports torch: component runtimes, the trainers, their process-group start-up and pipeline stages;
-#: the checkpoint export). Config classes and
-#: factories live in the config modules; private modules are skipped too.
-_NOT_CONFIG = frozenset(
-    {"train_lm", "train_vl", "export", "runtime", "base", "llm", "vl", "distributed", "pipeline"}
-)
-
-
-def _is_config_module(name: str) -> bool:
-    return not any(s.startswith("_") or s in _NOT_CONFIG for s in name.split("."))
-
-
 def import_config_modules(packages: Iterable[str]) -> None:
-    """Import every config module of ``packages`` (skipping runtime and private modules)."""
+    """Import every public module of ``packages`` (never a private one, nor anything under it)."""
     for name in packages:
         package = importlib.import_module(name)
-        for info in pkgutil.walk_packages(getattr(package, "__path__", []), prefix=f"{name}."):
-            if _is_config_module(info.name):
-                importlib.import_module(info.name)
+        _import_public(getattr(package, "__path__", None), name)
+
+
+def _import_public(path: Iterable[str] | None, prefix: str) -> None:
+    if path is None:
+        return
+    for info in pkgutil.iter_modules(path, prefix=f"{prefix}."):
+        if is_public(info.name):
+            module = importlib.import_module(info.name)
+            if info.ispkg:
+                _import_public(getattr(module, "__path__", None), info.name)
 
 
 def _subclasses(cls: type) -> list[type]:
@@ -348,17 +404,15 @@ def _subclasses(cls: type) -> list[type]:
 
 def _public(obj: object) -> bool:
     module, qualname = getattr(obj, "__module__", ""), getattr(obj, "__qualname__", "<")
-    return _is_config_module(module) and "<" not in qualname and not qualname.startswith("_")
+    return is_public(module) and "<" not in qualname and not qualname.startswith("_")
 
 
-def discover_targets(
-    field_type: type, packages: Iterable[str] = DEFAULT_ALLOWED_TARGETS, *, walk: bool = True
-) -> list[Any]:
+def discover_targets(field_type: type, packages: Iterable[str], *, walk: bool = True) -> list[Any]:
     """Every concrete Config class and factory under ``packages`` that can build ``field_type``, by name.
 
-    With ``walk``, every config module of ``packages`` is imported first; without, only the modules
-    imported already are searched. Bases (:func:`is_abstract`) are left out; factories are kept whatever
-    they return.
+    Only what a ``_target_`` could name is found: public modules of ``packages``. With ``walk``, every
+    such module is imported first; without, only the modules imported already are searched. Bases
+    (:func:`is_abstract`) are left out; factories are kept whatever they return.
     """
     prefixes = tuple(_normalise(p) for p in packages)
     if walk:
@@ -368,7 +422,7 @@ def discover_targets(
         if attrs.has(cls) and _public(cls) and _is_allowed(cls.__module__, prefixes) and not is_abstract(cls):
             found[qualified_name(cls)] = cls
     for module_name, module in list(sys.modules.items()):
-        if not (_is_allowed(module_name, prefixes) and _is_config_module(module_name)):
+        if not (_is_allowed(module_name, prefixes) and is_public(module_name)):
             continue
         for value in list(vars(module).values()):
             if inspect.isfunction(value) and value.__module__ == module_name and _public(value):

@@ -3,7 +3,8 @@
 ``create_model_spec(flavor=..., overrides={...})`` must fail loudly and early: an unknown flavor or
 override key names the closest valid one, a value of the wrong type is refused instead of coerced, and the
 architecture validators and ``cross_check`` run on the result. Override values are checked by the config
-layer's own type rules (the hooks ``converter.structure`` uses), and every problem is reported at its own
+layer's own type rules (the hooks ``converter.structure`` uses, from a converter of the rules alone: models
+depend on no root config), and every problem is reported at its own
 key: the resolver places ``overrides.n_layers`` under the group, so a file's mistake points at its line
 and a command line's at its flag.
 """
@@ -97,7 +98,7 @@ def override_args(args: A, overrides: Mapping[str, OverrideValue] | None, what: 
 
 def _override_one(args: A, key: str, value: object) -> "A | Any":
     """``args`` with one override applied, or the :class:`Problem` that keeps it from applying."""
-    from hyper_parallel.config.resolver import converter
+    from hyper_parallel.config.conversion import rules_converter
     from hyper_parallel.config.validation import Problem, problems_of, validator_message
 
     here = ("overrides", key)
@@ -121,7 +122,7 @@ def _override_one(args: A, key: str, value: object) -> "A | Any":
         return Problem(here, f"{key!r} is a section; set its fields as '{key}.<field>'", "key")
     annotation = typing.get_type_hints(type(owner))[field.name]
     try:
-        checked = converter.get_structure_hook(annotation)(value, annotation)
+        checked = rules_converter().get_structure_hook(annotation)(value, annotation)
     except Exception as exc:
         (first, *_) = problems_of(exc, here)
         return first

@@ -1,8 +1,10 @@
 """Trainers and the root config they take.
 
-``hyper_parallel.trainer.config`` assembles the root ``TrainerConfig`` and stays torch-free: resolving a
-config imports it without loading PyTorch. The trainers import torch, so they are loaded on first access
-(``from hyper_parallel.trainer import LLMTrainer``), never by importing the config.
+``hyper_parallel.trainer.config`` assembles the root ``TrainerConfig`` and ``hyper_parallel.trainer.rules``
+holds the rules that span its groups; both stay torch-free: resolving a config imports them without
+loading PyTorch. The trainers import torch, so they live in private modules (``_trainer``, ``_llm``,
+``_vl``: a ``_target_`` can never name them) and are loaded on first access (``from hyper_parallel.trainer
+import LLMTrainer``), never by importing the config.
 
 ```python
 from hyper_parallel.config import load_config
@@ -18,10 +20,10 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hyper_parallel.trainer.base import NonFiniteError, StepResult, Trainer, TrainingError
-    from hyper_parallel.trainer.llm import LLMTrainer
+    from hyper_parallel.trainer._llm import LLMTrainer
+    from hyper_parallel.trainer._trainer import NonFiniteError, StepResult, Trainer, TrainingError
+    from hyper_parallel.trainer._vl import VLTrainer
     from hyper_parallel.trainer.parallel_dims import ParallelDims
-    from hyper_parallel.trainer.vl import VLTrainer
 
 __all__ = [
     "LLMTrainer",
@@ -34,12 +36,12 @@ __all__ = [
 ]
 
 _HOMES = {
-    "LLMTrainer": "llm",
-    "VLTrainer": "vl",
-    "Trainer": "base",
-    "StepResult": "base",
-    "TrainingError": "base",
-    "NonFiniteError": "base",
+    "LLMTrainer": "_llm",
+    "VLTrainer": "_vl",
+    "Trainer": "_trainer",
+    "StepResult": "_trainer",
+    "TrainingError": "_trainer",
+    "NonFiniteError": "_trainer",
     "ParallelDims": "parallel_dims",
 }
 

@@ -3,8 +3,9 @@
 ``TrainerConfig`` has one field per root YAML group (16, in the order of RFC table 5.1). Component groups
 are typed by their base ``Config`` (``Optimizer.Config`` ...) so any implementation fits; parameter
 groups (``training``, ``parallelism`` ...) are plain frozen sections defined here. Checks that span
-groups live in ``TrainerConfig.cross_check``. Importing this module imports attrs and the component and
-model-spec modules only: never torch, numpy or ``hyper_parallel.config``.
+groups are the named rules of :mod:`hyper_parallel.trainer.rules`, which ``TrainerConfig.cross_check``
+runs. Importing this module imports attrs and the component and model-spec modules only: never torch,
+numpy or ``hyper_parallel.config``.
 """
 
 import math
@@ -24,8 +25,10 @@ from hyper_parallel.components.profiler import Profiler, TorchProfiler
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer, Tokenizer
 from hyper_parallel.components.validator import LossValidator, Validator
 from hyper_parallel.models import ModelSpec
+from hyper_parallel.trainer import rules
 
 __all__ = [
+    "TARGET_PACKAGES",
     "ActivationCheckpointConfig",
     "CommConfig",
     "CompileConfig",
@@ -34,6 +37,11 @@ __all__ = [
     "TrainerConfig",
     "TrainingConfig",
 ]
+
+#: The packages whose public modules hold the Config classes and factories a ``TrainerConfig`` document
+#: may name as ``_target_``. The torch runtimes are private modules inside them (or live outside them), so
+#: a document can never make the resolver import one; trusted code may allow user packages beside these.
+TARGET_PACKAGES = ("hyper_parallel.components", "hyper_parallel.models", "hyper_parallel.trainer")
 
 _pos = attrs.validators.gt(0)
 # Typed loosely: mypy infers a field's type from its non-None default and would reject an optional validator.
@@ -138,9 +146,6 @@ PP_STAGES_PER_RANK = {
     "InterleavedZeroBubble": 2,
     "ZBVZeroBubble": 2,
 }
-
-#: Schedules that run their micro-batches in rounds of ``pp`` (their count must split into rounds).
-_PP_ROUNDS = ("Interleaved1F1B", "InterleavedZeroBubble")
 
 
 def _not_yet(name: str, value: int) -> str:
@@ -437,13 +442,6 @@ class CommConfig:
         yield from ()
 
 
-#: Dataset sources made of text documents (packing separates them with EOS).
-_TEXT_SOURCES = ("jsonl", "text", "python_docs")
-
-#: Accelerator each device-specific backend runs on.
-_BACKEND_DEVICE = {"nccl": "cuda", "hccl": "npu"}
-
-
 @attrs.frozen(kw_only=True)
 class TrainerConfig:
     """The whole training configuration: one field per root YAML group (RFC table 5.1)."""
@@ -512,295 +510,18 @@ class TrainerConfig:
         metadata={"help": "Communication backend and timeouts."},
     )
 
-    def _tokenizer_issues(self) -> Iterator[tuple[str, str]]:
-        """The tokenizer must be loadable and its ids must fit the model's embedding table."""
-        tokenizer = self.tokenizer
-        if tokenizer.needs_files() and tokenizer.path is None and self.model.weights_path is None:
-            yield (
-                "tokenizer.path",
-                "is null and model.weights_path is null, so there is no tokenizer to load; set "
-                "tokenizer.path to a folder holding tokenizer.json, or use "
-                "hyper_parallel.components.tokenizer.ByteTokenizer.Config (needs no files)",
-            )
-        dataset = getattr(self.dataloader, "dataset", None)
-        source = getattr(dataset, "source", None)
-        if not tokenizer.add_eos and source in _TEXT_SOURCES and getattr(dataset, "pack_sequences", False):
-            yield (
-                "tokenizer.add_eos",
-                "false has no effect while dataloader.dataset.pack_sequences is true: packed documents "
-                "are always separated by EOS; set pack_sequences to false or remove add_eos",
-            )
-        vocab = tokenizer.vocab_size()
-        model_vocab = self.model.args.vocabulary_size()
-        if source == "shapes":
-            yield from self._image_data_issues(vocab, model_vocab)
-        if vocab is not None and model_vocab is not None and vocab > model_vocab:
-            nested = "text." if hasattr(self.model.args, "text") else ""  # vision-language arguments
-            yield (
-                f"model.overrides.{nested}vocab_size",
-                f"the model embeds {model_vocab} token ids but the tokenizer produces {vocab}; set "
-                f"model.overrides.{nested}vocab_size to at least {vocab}",
-            )
-
-    def _image_data_issues(self, vocab: int | None, model_vocab: int | None) -> Iterator[tuple[str, str]]:
-        """Image-caption data needs a vision tower and a placeholder id the tokenizer never produces."""
-        image_token_id = getattr(self.model.args, "image_token_id", None)
-        if getattr(self.model.args, "vision", None) is None or image_token_id is None:
-            yield (
-                "dataloader.dataset.source",
-                f"'shapes' produces images, but {self.model.name!r} has no vision tower; use a "
-                "vision-language model (hyper_parallel.models.qwen3_5.create_vl_model_spec) and train_vl",
-            )
-            return
-        if model_vocab is not None and image_token_id >= model_vocab:
-            yield (
-                "model.overrides.image_token_id",
-                f"must be < the model's vocabulary size ({model_vocab}), got {image_token_id}",
-            )
-        if vocab is not None and image_token_id < vocab:
-            yield (
-                "model.overrides.image_token_id",
-                f"must not be an id the tokenizer produces (0..{vocab - 1}), got {image_token_id}",
-            )
+    def cross_check(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)`` for conflicts between root groups (paths from the root): the
+        resolver asks every root this; the rules are :func:`hyper_parallel.trainer.rules.cross_group_issues`.
+        """
+        return rules.cross_group_issues(self)
 
     def warnings(self) -> Iterator[tuple[str, str]]:
-        """Yield ``(field path, message)`` for settings that make the run pointless but not wrong.
-
-        The run starts all the same (``load_config(strict=True)`` and ``--strict`` refuse it): a warmup or
-        a decay that does not fit in ``training.max_steps`` (warmup keeps its length, the decay is
-        shortened), and validation, profiling or metrics whose period exceeds the run, so they never run.
-        """
-        max_steps = self.training.max_steps
-        sched = self.lr_scheduler
-        if sched.warmup_steps > max_steps:
-            yield (
-                "lr_scheduler.warmup_steps",
-                said("must be <= ", quote("training.max_steps", max_steps), f", got {sched.warmup_steps}"),
-            )
-        elif isinstance(sched, WarmupDecay.Config) and sched.decay_ratio is not None:
-            decay = sched.decay_steps(max_steps)
-            if sched.warmup_steps + decay > max_steps:
-                yield (
-                    "lr_scheduler.decay_ratio",
-                    said(
-                        quote("lr_scheduler.warmup_steps", sched.warmup_steps, "warmup_steps"),
-                        f" plus the decay phase ({decay} steps = decay_ratio x {max_steps}) exceeds ",
-                        quote("training.max_steps", max_steps),
-                        f"; the decay is shortened to {max_steps - sched.warmup_steps} steps",
-                    ),
-                )
-        if self.validator.enable and self.validator.freq > max_steps:
-            yield (
-                "validator.freq",
-                said(
-                    "validation would never run: ",
-                    quote("validator.freq", self.validator.freq, "freq"),
-                    " exceeds ",
-                    quote("training.max_steps", max_steps),
-                ),
-            )
-        if self.profiler.enable and self.profiler.profile_freq > max_steps:
-            yield (
-                "profiler.profile_freq",
-                said(
-                    "no trace would be captured: ",
-                    quote("profiler.profile_freq", self.profiler.profile_freq, "profile_freq"),
-                    " exceeds ",
-                    quote("training.max_steps", max_steps),
-                ),
-            )
-        if self.metrics.log_freq > max_steps:
-            yield (
-                "metrics.log_freq",
-                said(
-                    "no metrics would be logged: ",
-                    quote("metrics.log_freq", self.metrics.log_freq, "log_freq"),
-                    " exceeds ",
-                    quote("training.max_steps", max_steps),
-                ),
-            )
-
-    def cross_check(self) -> Iterator[tuple[str, str]]:
-        """Yield ``(field path, message)`` for conflicts between root groups (paths from the root).
-
-        Each group's own ``cross_check`` covers problems inside that group; this covers the rest. Settings
-        that are not wrong but make the run pointless are :meth:`warnings`, not errors.
-        """
-        yield from self._tokenizer_issues()
-        training, par = self.training, self.parallelism
-        compile_issue = self.model.args.compile_issue(self.compile.backend)
-        if self.compile.enable and "model" in self.compile.components and compile_issue is not None:
-            yield "compile.backend", compile_issue
-        if self.compile.enable and "model" in self.compile.components and par.pp > 1:
-            yield (
-                "compile.enable",
-                f"compiling the model is not supported with pipeline parallelism (parallelism.pp = {par.pp})",
-            )
-        n_layers = self.model.args.num_layers()
-        option = self.activation_checkpoint.selective_option
-        if (
-            n_layers is not None
-            and self.activation_checkpoint.mode == "selective"
-            and isinstance(option, int)
-            and option > n_layers
-        ):
-            yield (
-                "activation_checkpoint.selective_option",
-                f"checkpoints every {option}th block but the model has only {n_layers} blocks, so nothing "
-                "would be checkpointed",
-            )
-        if par.pp > 1:
-            yield from self.pipeline_issues(par.pp)
-        max_len = self.model.args.max_sequence_length()
-        if max_len is not None and training.seq_len > max_len:
-            yield (
-                "training.seq_len",
-                f"must be <= the model's max_seq_len ({max_len}), got {training.seq_len}",
-            )
-        yield from self.sequence_parallel_issues(par.tp)  # an explicit degree; -1 waits for the world size
-        if par.cp > 1 and training.seq_len % (2 * par.cp):
-            yield (
-                "training.seq_len",
-                f"must be divisible by 2 * parallelism.cp ({2 * par.cp}) for load-balanced context "
-                f"parallelism, got {training.seq_len}",
-            )
-        batch_ok = training.global_batch_size % training.micro_batch_size == 0  # else training reports it
-        if batch_ok and par.dp_replicate != -1 and par.dp_shard != -1:
-            per_step = training.micro_batch_size * par.dp_replicate * par.dp_shard
-            if training.global_batch_size % per_step:
-                yield (
-                    "training.global_batch_size",
-                    f"must be a multiple of micro_batch_size x dp_replicate x dp_shard ({per_step}), "
-                    f"got {training.global_batch_size}",
-                )
-        backend, device = self.comm.backend, training.init_device
-        if (
-            backend in _BACKEND_DEVICE
-            and device in _BACKEND_DEVICE.values()
-            and _BACKEND_DEVICE[backend] != device
-        ):
-            yield (
-                "comm.backend",
-                f"{backend!r} does not run on {device!r} devices (training.init_device); "
-                "use null to pick the backend automatically",
-            )
-
-    def sequence_parallel_issues(self, tp: int) -> Iterator[tuple[str, str]]:
-        """``sequence_parallel`` under ``tp`` > 1 splits the residual stream along the sequence: the model
-        needs a plan for it, and ``training.seq_len`` must split evenly over the ``tp`` ranks."""
-        if tp <= 1 or not self.parallelism.sequence_parallel:
-            return
-        if not self.model.args.supports_sequence_parallel():
-            yield (
-                "parallelism.sequence_parallel",
-                f"is not supported yet by {self.model.name} (its tensor-parallel plan keeps activations "
-                "replicated); set it to false",
-            )
-        elif self.training.seq_len % tp:
-            yield (
-                "training.seq_len",
-                said(
-                    "must be divisible by ",
-                    quote("parallelism.tp", tp),
-                    " for sequence parallelism (each tp rank holds an equal slice of the sequence; or set "
-                    f"parallelism.sequence_parallel to false), got {self.training.seq_len}",
-                ),
-            )
-
-    def pipeline_issues(self, pp: int) -> Iterator[tuple[str, str]]:
-        """Root-relative ``(field path, message)`` pairs for pipeline parallelism over ``pp`` ranks.
-
-        Every stage needs a block; each training micro-batch (one pipeline step) must split into the
-        schedule's micro-batches, in a number the schedule accepts; validation runs unpipelined.
-        """
-        if pp <= 1:
-            return
-        par, schedule = self.parallelism, self.parallelism.pp_schedule
-        per_rank = par.pipeline_stages_per_rank()
-        n_layers = self.model.args.num_layers()
-        if n_layers is not None and n_layers < pp * per_rank:
-            if per_rank == 1:
-                yield "parallelism.pp", f"must be <= the model's {n_layers} layers, got {pp} stages"
-            else:
-                yield (
-                    "parallelism.pp_schedule",
-                    f"{schedule} holds {per_rank} stages per pipeline rank, so pp = {pp} needs "
-                    f"{pp * per_rank} stages of at least one layer, but the model has {n_layers} layers; "
-                    "use 1F1B or GPipe, or a smaller pp",
-                )
-        count = par.pipeline_microbatches(pp)
-        micro = self.training.micro_batch_size
-        if micro % count and par.pp_microbatches is None:
-            yield (
-                "training.micro_batch_size",
-                said(
-                    "must be a multiple of ",
-                    quote("parallelism.pp", pp, "pp"),
-                    " under pipeline parallelism: each micro-batch is one pipeline step, split into "
-                    f"parallelism.pp_microbatches (null: pp) micro-batches, got {micro}",
-                ),
-            )
-        elif micro % count:
-            yield (
-                "parallelism.pp_microbatches",
-                said(
-                    "must divide ",
-                    quote("training.micro_batch_size", micro),
-                    ": each training micro-batch is one pipeline step split into this many micro-batches, "
-                    f"got {count}",
-                ),
-            )
-        if schedule == "1F1B" and count < pp:
-            yield (
-                "parallelism.pp_microbatches",
-                said(
-                    "1F1B needs at least ",
-                    quote("parallelism.pp", pp, "pp"),
-                    f" micro-batches per pipeline step, got {count}",
-                ),
-            )
-        rounds = max(1, count // pp)
-        if schedule in _PP_ROUNDS and count % rounds:
-            yield (
-                "parallelism.pp_microbatches",
-                said(
-                    f"{schedule} runs the micro-batches in {rounds} rounds (pp_microbatches // pp), so it "
-                    f"must be a multiple of {rounds}, got {count}; a multiple of ",
-                    quote("parallelism.pp", pp, "pp"),
-                    " always works",
-                ),
-            )
-        degrees = {"dp_replicate": 1, "dp_shard": 1, "cp": 1, "tp": 1, "pp": pp, "ep": 1}
-        yield from (i for i in self.model.args.parallel_issues(degrees) if i[0] == "parallelism.pp")
-        if self.validator.enable:
-            yield (
-                "validator.enable",
-                f"validation is not supported yet with pipeline parallelism (parallelism.pp = {pp}); set "
-                "it to false",
-            )
+        """Yield ``(field path, message)`` for settings that make the run pointless but not wrong
+        (:func:`hyper_parallel.trainer.rules.warnings`)."""
+        return rules.warnings(self)
 
     def world_size_issues(self, world_size: int) -> list[tuple[str, str]]:
-        """Root-relative ``(field path, message)`` pairs for running on ``world_size`` ranks.
-
-        Once the degrees resolve: auto degrees that land on a layout not supported yet, the model's own
-        limits (``ModelArgs.parallel_issues``: heads vs ``tp`` ...) and the batch geometry.
-        """
-        issues = [(f"parallelism.{p}", m) for p, m in self.parallelism.world_size_issues(world_size)]
-        if issues:
-            return issues
-        degrees = self.parallelism.resolved_degrees(world_size)
-        issues.extend((f"parallelism.{p}", m) for p, m in self.parallelism.unsupported_degrees(degrees))
-        issues.extend(self.model.args.parallel_issues(degrees))
-        issues.extend(self.sequence_parallel_issues(degrees["tp"]))
-        if self.parallelism.pp == -1:  # explicit degrees were checked by cross_check
-            issues.extend(i for i in self.pipeline_issues(degrees["pp"]) if i not in issues)
-        per_step = self.training.micro_batch_size * degrees["dp_replicate"] * degrees["dp_shard"]
-        if self.training.global_batch_size % per_step:
-            issues.append(
-                (
-                    "training.global_batch_size",
-                    f"must be a multiple of micro_batch_size x dp_replicate x dp_shard ({per_step} on "
-                    f"{world_size} ranks), got {self.training.global_batch_size}",
-                )
-            )
-        return issues
+        """Root-relative ``(field path, message)`` pairs for running on ``world_size`` ranks
+        (:func:`hyper_parallel.trainer.rules.world_size_issues`)."""
+        return rules.world_size_issues(self, world_size)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import torch
 
-from hyper_parallel.trainer.base import Trainer
+from hyper_parallel.trainer._trainer import Trainer
 
 __all__ = ["LLMTrainer"]
 
@@ -16,6 +16,9 @@ class LLMTrainer(Trainer):
 
     ``LLMTrainer(cfg).train()`` is what ``python -m hyper_parallel.train_lm`` runs.
     """
+
+    #: Feeds token batches: image-caption data is refused (as ``train_lm`` refuses it).
+    kind = "lm"
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Logits of the token ids; packed documents stay apart when the batch says where they are."""

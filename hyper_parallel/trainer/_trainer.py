@@ -34,13 +34,14 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
+from hyper_parallel.trainer import rules
 from hyper_parallel.trainer.config import TrainerConfig
 from hyper_parallel.trainer.distributed import (
     DistributedEnv,
@@ -111,7 +112,12 @@ class Trainer:
     torchrun every rank constructs its own trainer from the same config.
     """
 
+    #: Which trainer this is, for the rules that depend on it (:func:`.rules.trainer_issues`); None: any.
+    kind: ClassVar[rules.TrainerKind | None] = None
+
     def __init__(self, config: TrainerConfig, *, stream: TextIO | None = None) -> None:
+        # The resolver's rules again, for configs built in Python (the same functions, never a copy).
+        _refuse(rules.trainer_issues(config, self.kind, rules.TRAINER_CLASSES))
         self.config = config
         self._stream = stream if stream is not None else sys.stdout
         self._stop_signal: int | None = None
@@ -126,14 +132,7 @@ class Trainer:
                 f"parallelism needs {self.dims.world_size} ranks ({self.dims.describe()}), but "
                 f"{self.env.world_size} were launched"
             )
-        degrees = {**self.dims.degrees(), "ep": self.dims.ep}
-        refused = [
-            *((f"parallelism.{p}", m) for p, m in config.parallelism.not_supported_yet(degrees)),
-            *config.sequence_parallel_issues(self.dims.tp),
-            *config.pipeline_issues(self.dims.pp),
-        ]
-        if refused:  # the resolver refuses these too; this guards configs built in Python
-            raise TrainingError("; ".join(f"{path}: {message}" for path, message in refused))
+        _refuse(rules.layout_issues(config, {**self.dims.degrees(), "ep": self.dims.ep}))
         self.device = self.env.device
         _seed_everything(self.seed)
         if debug.deterministic:
@@ -496,6 +495,13 @@ class Trainer:
             self._print(f"nothing to train: already at step {self.step} of {self.config.training.max_steps}")
             return
         self._print(f"done: step {self.step}, final loss {results[-1].loss:.4f}")
+
+
+def _refuse(issues: Iterator[tuple[str, str]]) -> None:
+    """Raise a :class:`TrainingError` naming every issue, if there is any."""
+    found = list(issues)
+    if found:
+        raise TrainingError("; ".join(f"{path}: {message}" for path, message in found))
 
 
 def _full(value: torch.Tensor) -> torch.Tensor:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TextIO
+from typing import Any
 
 import torch
 
-from hyper_parallel.trainer.base import Trainer, TrainingError
-from hyper_parallel.trainer.config import TrainerConfig
+from hyper_parallel.trainer._trainer import Trainer
 
 __all__ = ["VLTrainer"]
 
@@ -22,13 +21,8 @@ class VLTrainer(Trainer):
     alone.
     """
 
-    def __init__(self, config: TrainerConfig, *, stream: TextIO | None = None) -> None:
-        if getattr(config.model.args, "vision", None) is None:
-            raise TrainingError(
-                f"VLTrainer needs a vision-language model, but {config.model.name!r} has no vision tower; "
-                "use hyper_parallel.models.qwen3_5.create_vl_model_spec, or LLMTrainer"
-            )
-        super().__init__(config, stream=stream)
+    #: Needs a vision-language model (refused otherwise, as ``train_vl`` refuses it).
+    kind = "vl"
 
     def data_inputs(self) -> dict[str, Any]:
         """Image data needs the vision tower's patch geometry and the image placeholder token id."""

@@ -1,0 +1,407 @@
+"""The rules that span root groups of a ``TrainerConfig``: each written once, as a named function.
+
+A group checks itself (its ``cross_check``); what needs two groups is here. The resolver runs
+:func:`cross_group_issues` on every resolve (``TrainerConfig.cross_check`` delegates to it) and the manager
+runs :func:`world_size_issues` when the world size is known, :func:`warnings` always, and
+:func:`trainer_issues` when the launcher says which trainer the config feeds (``load_config(...,
+trainer="vl")``). The trainers run the same functions (:func:`trainer_issues`, :func:`layout_issues`)
+on configs built in Python, which no resolver saw. Every rule yields ``(root-relative dotted path,
+message)`` pairs.
+
+Importing this module imports attrs and the component Config modules only: never torch.
+"""
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Literal
+
+from hyper_parallel._checks import quote, said
+from hyper_parallel.components.lr_scheduler import WarmupDecay
+
+if TYPE_CHECKING:  # the root config module imports this one
+    from hyper_parallel.trainer.config import TrainerConfig
+
+__all__ = [
+    "COMMANDS",
+    "TRAINER_CLASSES",
+    "TrainerKind",
+    "batch_issues",
+    "cross_group_issues",
+    "layout_issues",
+    "pipeline_issues",
+    "sequence_parallel_issues",
+    "trainer_issues",
+    "warnings",
+    "world_size_issues",
+]
+
+Issues = Iterator[tuple[str, str]]
+#: The trainer a config feeds: ``"lm"`` (text: ``train_lm``, ``LLMTrainer``) or ``"vl"`` (vision-language).
+TrainerKind = Literal["lm", "vl"]
+#: Each trainer as the launch commands name it.
+COMMANDS: Mapping[TrainerKind, str] = {"lm": "train_lm", "vl": "train_vl"}
+#: Each trainer as the classes Python code builds name it.
+TRAINER_CLASSES: Mapping[TrainerKind, str] = {"lm": "LLMTrainer", "vl": "VLTrainer"}
+
+#: Dataset sources made of text documents (packing separates them with EOS).
+_TEXT_SOURCES = ("jsonl", "text", "python_docs")
+#: Accelerator each device-specific backend runs on.
+_BACKEND_DEVICE = {"nccl": "cuda", "hccl": "npu"}
+#: Pipeline schedules that run their micro-batches in rounds of ``pp`` (their count must split into rounds).
+_PP_ROUNDS = ("Interleaved1F1B", "InterleavedZeroBubble")
+
+
+def cross_group_issues(cfg: "TrainerConfig") -> Issues:
+    """Conflicts between root groups that hold whatever the world size (explicit degrees only; ``-1``
+    waits for :func:`world_size_issues`). Settings that are not wrong but make the run pointless are
+    :func:`warnings`, not errors."""
+    yield from _tokenizer_issues(cfg)
+    yield from _compile_issues(cfg)
+    yield from _activation_checkpoint_issues(cfg)
+    training, par = cfg.training, cfg.parallelism
+    if par.pp > 1:
+        yield from pipeline_issues(cfg, par.pp)
+    max_len = cfg.model.args.max_sequence_length()
+    if max_len is not None and training.seq_len > max_len:
+        yield (
+            "training.seq_len",
+            f"must be <= the model's max_seq_len ({max_len}), got {training.seq_len}",
+        )
+    yield from sequence_parallel_issues(cfg, par.tp)
+    if par.cp > 1 and training.seq_len % (2 * par.cp):
+        yield (
+            "training.seq_len",
+            f"must be divisible by 2 * parallelism.cp ({2 * par.cp}) for load-balanced context "
+            f"parallelism, got {training.seq_len}",
+        )
+    batch_ok = training.global_batch_size % training.micro_batch_size == 0  # else training reports it
+    if batch_ok and par.dp_replicate != -1 and par.dp_shard != -1:
+        yield from batch_issues(cfg, par.dp_replicate, par.dp_shard)
+    yield from _backend_issues(cfg)
+
+
+def _tokenizer_issues(cfg: "TrainerConfig") -> Issues:
+    """The tokenizer must be loadable and its ids must fit the model's embedding table."""
+    tokenizer = cfg.tokenizer
+    if tokenizer.needs_files() and tokenizer.path is None and cfg.model.weights_path is None:
+        yield (
+            "tokenizer.path",
+            "is null and model.weights_path is null, so there is no tokenizer to load; set "
+            "tokenizer.path to a folder holding tokenizer.json, or use "
+            "hyper_parallel.components.tokenizer.ByteTokenizer.Config (needs no files)",
+        )
+    source = _data_source(cfg)
+    dataset = getattr(cfg.dataloader, "dataset", None)
+    if not tokenizer.add_eos and source in _TEXT_SOURCES and getattr(dataset, "pack_sequences", False):
+        yield (
+            "tokenizer.add_eos",
+            "false has no effect while dataloader.dataset.pack_sequences is true: packed documents "
+            "are always separated by EOS; set pack_sequences to false or remove add_eos",
+        )
+    vocab = tokenizer.vocab_size()
+    model_vocab = cfg.model.args.vocabulary_size()
+    if source == "shapes":
+        yield from _image_data_issues(cfg, vocab, model_vocab)
+    if vocab is not None and model_vocab is not None and vocab > model_vocab:
+        nested = "text." if hasattr(cfg.model.args, "text") else ""  # vision-language arguments
+        yield (
+            f"model.overrides.{nested}vocab_size",
+            f"the model embeds {model_vocab} token ids but the tokenizer produces {vocab}; set "
+            f"model.overrides.{nested}vocab_size to at least {vocab}",
+        )
+
+
+def _data_source(cfg: "TrainerConfig") -> object:
+    """The training data's ``source`` (``"shapes"`` for image-caption data), or None."""
+    return getattr(getattr(cfg.dataloader, "dataset", None), "source", None)
+
+
+def _has_vision(cfg: "TrainerConfig") -> bool:
+    return getattr(cfg.model.args, "vision", None) is not None
+
+
+def _image_data_issues(cfg: "TrainerConfig", vocab: int | None, model_vocab: int | None) -> Issues:
+    """Image-caption data needs a vision tower and a placeholder id the tokenizer never produces."""
+    image_token_id = getattr(cfg.model.args, "image_token_id", None)
+    if not _has_vision(cfg) or image_token_id is None:
+        yield (
+            "dataloader.dataset.source",
+            f"'shapes' produces images, but {cfg.model.name!r} has no vision tower; use a "
+            "vision-language model (hyper_parallel.models.qwen3_5.create_vl_model_spec) and train_vl",
+        )
+        return
+    if model_vocab is not None and image_token_id >= model_vocab:
+        yield (
+            "model.overrides.image_token_id",
+            f"must be < the model's vocabulary size ({model_vocab}), got {image_token_id}",
+        )
+    if vocab is not None and image_token_id < vocab:
+        yield (
+            "model.overrides.image_token_id",
+            f"must not be an id the tokenizer produces (0..{vocab - 1}), got {image_token_id}",
+        )
+
+
+def _compile_issues(cfg: "TrainerConfig") -> Issues:
+    """Compiling the model needs a backend the model supports, and no pipeline parallelism."""
+    if not (cfg.compile.enable and "model" in cfg.compile.components):
+        return
+    compile_issue = cfg.model.args.compile_issue(cfg.compile.backend)
+    if compile_issue is not None:
+        yield "compile.backend", compile_issue
+    if cfg.parallelism.pp > 1:
+        yield (
+            "compile.enable",
+            "compiling the model is not supported with pipeline parallelism "
+            f"(parallelism.pp = {cfg.parallelism.pp})",
+        )
+
+
+def _activation_checkpoint_issues(cfg: "TrainerConfig") -> Issues:
+    """Selective checkpointing every n-th block needs at least n blocks."""
+    n_layers = cfg.model.args.num_layers()
+    option = cfg.activation_checkpoint.selective_option
+    if (
+        n_layers is not None
+        and cfg.activation_checkpoint.mode == "selective"
+        and isinstance(option, int)
+        and option > n_layers
+    ):
+        yield (
+            "activation_checkpoint.selective_option",
+            f"checkpoints every {option}th block but the model has only {n_layers} blocks, so nothing "
+            "would be checkpointed",
+        )
+
+
+def _backend_issues(cfg: "TrainerConfig") -> Issues:
+    """A device-specific backend runs on its own devices only."""
+    backend, device = cfg.comm.backend, cfg.training.init_device
+    if (
+        backend in _BACKEND_DEVICE
+        and device in _BACKEND_DEVICE.values()
+        and _BACKEND_DEVICE[backend] != device
+    ):
+        yield (
+            "comm.backend",
+            f"{backend!r} does not run on {device!r} devices (training.init_device); "
+            "use null to pick the backend automatically",
+        )
+
+
+def batch_issues(
+    cfg: "TrainerConfig", dp_replicate: int, dp_shard: int, world_size: int | None = None
+) -> Issues:
+    """The global batch is a whole number of micro-batches on every data-parallel rank (``world_size``,
+    when given, is named in the message)."""
+    training = cfg.training
+    per_step = training.micro_batch_size * dp_replicate * dp_shard
+    if training.global_batch_size % per_step:
+        ranks = f" on {world_size} ranks" if world_size is not None else ""
+        yield (
+            "training.global_batch_size",
+            f"must be a multiple of micro_batch_size x dp_replicate x dp_shard ({per_step}{ranks}), "
+            f"got {training.global_batch_size}",
+        )
+
+
+def sequence_parallel_issues(cfg: "TrainerConfig", tp: int) -> Issues:
+    """``sequence_parallel`` under ``tp`` > 1 splits the residual stream along the sequence: the model
+    needs a plan for it, and ``training.seq_len`` must split evenly over the ``tp`` ranks."""
+    if tp <= 1 or not cfg.parallelism.sequence_parallel:
+        return
+    if not cfg.model.args.supports_sequence_parallel():
+        yield (
+            "parallelism.sequence_parallel",
+            f"is not supported yet by {cfg.model.name} (its tensor-parallel plan keeps activations "
+            "replicated); set it to false",
+        )
+    elif cfg.training.seq_len % tp:
+        yield (
+            "training.seq_len",
+            said(
+                "must be divisible by ",
+                quote("parallelism.tp", tp),
+                " for sequence parallelism (each tp rank holds an equal slice of the sequence; or set "
+                f"parallelism.sequence_parallel to false), got {cfg.training.seq_len}",
+            ),
+        )
+
+
+def pipeline_issues(cfg: "TrainerConfig", pp: int) -> Issues:
+    """Pipeline parallelism over ``pp`` ranks.
+
+    Every stage needs a block; each training micro-batch (one pipeline step) must split into the
+    schedule's micro-batches, in a number the schedule accepts; validation runs unpipelined.
+    """
+    if pp <= 1:
+        return
+    par, schedule = cfg.parallelism, cfg.parallelism.pp_schedule
+    per_rank = par.pipeline_stages_per_rank()
+    n_layers = cfg.model.args.num_layers()
+    if n_layers is not None and n_layers < pp * per_rank:
+        if per_rank == 1:
+            yield "parallelism.pp", f"must be <= the model's {n_layers} layers, got {pp} stages"
+        else:
+            yield (
+                "parallelism.pp_schedule",
+                f"{schedule} holds {per_rank} stages per pipeline rank, so pp = {pp} needs "
+                f"{pp * per_rank} stages of at least one layer, but the model has {n_layers} layers; "
+                "use 1F1B or GPipe, or a smaller pp",
+            )
+    count = par.pipeline_microbatches(pp)
+    micro = cfg.training.micro_batch_size
+    if micro % count and par.pp_microbatches is None:
+        yield (
+            "training.micro_batch_size",
+            said(
+                "must be a multiple of ",
+                quote("parallelism.pp", pp, "pp"),
+                " under pipeline parallelism: each micro-batch is one pipeline step, split into "
+                f"parallelism.pp_microbatches (null: pp) micro-batches, got {micro}",
+            ),
+        )
+    elif micro % count:
+        yield (
+            "parallelism.pp_microbatches",
+            said(
+                "must divide ",
+                quote("training.micro_batch_size", micro),
+                ": each training micro-batch is one pipeline step split into this many micro-batches, "
+                f"got {count}",
+            ),
+        )
+    if schedule == "1F1B" and count < pp:
+        yield (
+            "parallelism.pp_microbatches",
+            said(
+                "1F1B needs at least ",
+                quote("parallelism.pp", pp, "pp"),
+                f" micro-batches per pipeline step, got {count}",
+            ),
+        )
+    rounds = max(1, count // pp)
+    if schedule in _PP_ROUNDS and count % rounds:
+        yield (
+            "parallelism.pp_microbatches",
+            said(
+                f"{schedule} runs the micro-batches in {rounds} rounds (pp_microbatches // pp), so it "
+                f"must be a multiple of {rounds}, got {count}; a multiple of ",
+                quote("parallelism.pp", pp, "pp"),
+                " always works",
+            ),
+        )
+    degrees = {"dp_replicate": 1, "dp_shard": 1, "cp": 1, "tp": 1, "pp": pp, "ep": 1}
+    yield from (i for i in cfg.model.args.parallel_issues(degrees) if i[0] == "parallelism.pp")
+    if cfg.validator.enable:
+        yield (
+            "validator.enable",
+            f"validation is not supported yet with pipeline parallelism (parallelism.pp = {pp}); set "
+            "it to false",
+        )
+
+
+def world_size_issues(cfg: "TrainerConfig", world_size: int) -> list[tuple[str, str]]:
+    """Running on ``world_size`` ranks.
+
+    Once the degrees resolve: auto degrees that land on a layout not supported yet, the model's own
+    limits (``ModelArgs.parallel_issues``: heads vs ``tp`` ...) and the batch geometry.
+    """
+    par = cfg.parallelism
+    issues = [(f"parallelism.{p}", m) for p, m in par.world_size_issues(world_size)]
+    if issues:
+        return issues
+    degrees = par.resolved_degrees(world_size)
+    issues.extend((f"parallelism.{p}", m) for p, m in par.unsupported_degrees(degrees))
+    issues.extend(cfg.model.args.parallel_issues(degrees))
+    issues.extend(sequence_parallel_issues(cfg, degrees["tp"]))
+    if par.pp == -1:  # explicit degrees were checked by cross_group_issues
+        issues.extend(i for i in pipeline_issues(cfg, degrees["pp"]) if i not in issues)
+    # The batch rule as cross_group_issues runs it, now with every degree known (named with the ranks).
+    issues.extend(batch_issues(cfg, degrees["dp_replicate"], degrees["dp_shard"], world_size))
+    return issues
+
+
+def trainer_issues(
+    cfg: "TrainerConfig", trainer: TrainerKind | None, names: Mapping[TrainerKind, str] = COMMANDS
+) -> Issues:
+    """What the trainer a config feeds needs: a vision-language model for ``"vl"``, text data for
+    ``"lm"`` (None: no trainer is known, nothing to check). ``names`` says what the trainers are called
+    where the config is refused (the launch commands, or :data:`TRAINER_CLASSES` for Python code)."""
+    if trainer == "vl" and not _has_vision(cfg):
+        yield (
+            "model",
+            f"{names['vl']} needs a vision-language model, but {cfg.model.name!r} has no vision tower; "
+            f"use a VL factory such as hyper_parallel.models.qwen3_5.create_vl_model_spec, or {names['lm']}",
+        )
+    if trainer == "lm" and _data_source(cfg) == "shapes":
+        yield (
+            "dataloader.dataset.source",
+            f"'shapes' is image-caption data, which {names['lm']} cannot feed; use {names['vl']}",
+        )
+
+
+def layout_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
+    """What a trainer refuses once the launch fixed the ``degrees``: the layout rules the resolver runs,
+    which a config built in Python never met (degrees not supported yet, sequence and pipeline
+    parallelism)."""
+    yield from ((f"parallelism.{p}", m) for p, m in cfg.parallelism.not_supported_yet(degrees))
+    yield from sequence_parallel_issues(cfg, degrees["tp"])
+    yield from pipeline_issues(cfg, degrees["pp"])
+
+
+def warnings(cfg: "TrainerConfig") -> Issues:
+    """Settings that make the run pointless but not wrong.
+
+    The run starts all the same (``load_config(strict=True)`` and ``--strict`` refuse it): a warmup or a
+    decay that does not fit in ``training.max_steps`` (warmup keeps its length, the decay is shortened),
+    and validation, profiling or metrics whose period exceeds the run, so they never run.
+    """
+    max_steps = cfg.training.max_steps
+    sched = cfg.lr_scheduler
+    if sched.warmup_steps > max_steps:
+        yield (
+            "lr_scheduler.warmup_steps",
+            said("must be <= ", quote("training.max_steps", max_steps), f", got {sched.warmup_steps}"),
+        )
+    elif isinstance(sched, WarmupDecay.Config) and sched.decay_ratio is not None:
+        decay = sched.decay_steps(max_steps)
+        if sched.warmup_steps + decay > max_steps:
+            yield (
+                "lr_scheduler.decay_ratio",
+                said(
+                    quote("lr_scheduler.warmup_steps", sched.warmup_steps, "warmup_steps"),
+                    f" plus the decay phase ({decay} steps = decay_ratio x {max_steps}) exceeds ",
+                    quote("training.max_steps", max_steps),
+                    f"; the decay is shortened to {max_steps - sched.warmup_steps} steps",
+                ),
+            )
+    if cfg.validator.enable and cfg.validator.freq > max_steps:
+        yield (
+            "validator.freq",
+            said(
+                "validation would never run: ",
+                quote("validator.freq", cfg.validator.freq, "freq"),
+                " exceeds ",
+                quote("training.max_steps", max_steps),
+            ),
+        )
+    if cfg.profiler.enable and cfg.profiler.profile_freq > max_steps:
+        yield (
+            "profiler.profile_freq",
+            said(
+                "no trace would be captured: ",
+                quote("profiler.profile_freq", cfg.profiler.profile_freq, "profile_freq"),
+                " exceeds ",
+                quote("training.max_steps", max_steps),
+            ),
+        )
+    if cfg.metrics.log_freq > max_steps:
+        yield (
+            "metrics.log_freq",
+            said(
+                "no metrics would be logged: ",
+                quote("metrics.log_freq", cfg.metrics.log_freq, "log_freq"),
+                " exceeds ",
+                quote("training.max_steps", max_steps),
+            ),
+        )
