@@ -21,12 +21,12 @@ from hyper_parallel.components.checkpoint import (  # noqa: E402
     CheckpointNotResumableError,
     DCPCheckpoint,
 )
+from hyper_parallel.components.checkpoint._manager import complete_steps  # noqa: E402
 from hyper_parallel.components.dataloader import DatasetConfig, TextDataLoader  # noqa: E402
 from hyper_parallel.components.loss import CausalLMLoss  # noqa: E402
 from hyper_parallel.components.lr_scheduler import WarmupDecay  # noqa: E402
 from hyper_parallel.components.optimizer import AdamW  # noqa: E402
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer  # noqa: E402
-from hyper_parallel.runtime.checkpoint import complete_steps  # noqa: E402
 from tests.component_helpers import TinyLM, train_tokenizer, write_jsonl  # noqa: E402
 
 

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is required", allow_module_level=True)
 
-import hyper_parallel.runtime.dataloader as runtime_dataloader  # noqa: E402
+import hyper_parallel.components.dataloader._loader as runtime_dataloader  # noqa: E402
 from hyper_parallel.components.dataloader import DatasetConfig, TextDataLoader  # noqa: E402
 from hyper_parallel.components.loss import CausalLMLoss  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402

@@ -14,11 +14,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hyper_parallel.components.dataloader import DatasetConfig, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader._images import CELLS, COLOURS, PLACES, SHAPES, ShapeImages, patchify  # noqa: E402
+from hyper_parallel.components.dataloader._loader import build_loader  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
 from hyper_parallel.config import ConfigError, resolve_root  # noqa: E402
 from hyper_parallel.models import qwen3_5  # noqa: E402
-from hyper_parallel.runtime.dataloader import build_loader  # noqa: E402
-from hyper_parallel.runtime.images import CELLS, COLOURS, PLACES, SHAPES, ShapeImages, patchify  # noqa: E402
 
 IMAGE_TOKEN = 259  # the byte tokenizer's ids are 0-258
 SEQ_LEN = 49  # bos, 9 image tokens, the longest caption (38 bytes), eos

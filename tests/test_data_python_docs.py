@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hyper_parallel.components.dataloader import DatasetConfig, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader._loader import python_docs, read_documents  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
-from hyper_parallel.runtime.dataloader import python_docs, read_documents  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,7 +26,7 @@ def no_network(event, args):
         raise RuntimeError(f"network use: {event}")
 
 sys.addaudithook(no_network)
-from hyper_parallel.runtime.dataloader import python_docs
+from hyper_parallel.components.dataloader._loader import python_docs
 start = time.perf_counter()
 docs = python_docs()
 seconds = time.perf_counter() - start

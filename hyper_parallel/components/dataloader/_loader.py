@@ -10,8 +10,8 @@ Sources (``dataset.source``):
   450 KB of English prose and code in some 1,600 documents, on every machine, without files or network.
 - ``synthetic``: ``synthetic_num_samples`` windows of uniform random token ids (reproducible per index).
 - ``shapes``: ``synthetic_num_samples`` captioned images of coloured shapes for vision-language models
-  (``hyper_parallel.runtime.images``; reproducible per index, drawn when a batch is loaded). Sample ``i``
-  is ``[bos] + [image_token_id] * merged_tokens + caption + [eos]`` (bos/eos as the tokenizer adds them),
+  (``_images``; reproducible per index, drawn when a batch is loaded). Sample ``i`` is
+  ``[bos] + [image_token_id] * merged_tokens + caption + [eos]`` (bos/eos as the tokenizer adds them),
   cut or right-padded to ``seq_len``, with labels ``ignore_index`` on the image placeholders and the
   padding, plus ``pixel_values`` (the image's patch rows) and ``grid_thw`` (``[1, h, w]``). Every image has
   the same size, so a batch of ``B`` samples is ``input_ids``/``labels`` ``[B, seq_len]``,
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
     from hyper_parallel.components.dataloader import DatasetConfig
-    from hyper_parallel.runtime.images import ShapeImages
+    from hyper_parallel.components.dataloader._images import ShapeImages
 
 __all__ = ["ResumableLoader", "build_loader", "python_docs", "read_documents"]
 
@@ -317,7 +317,7 @@ class _SyntheticSamples(_Samples):
 
 
 class _ShapesSamples(_Samples):
-    """Captioned shape images (``hyper_parallel.runtime.images``), drawn when a sample is loaded."""
+    """Captioned shape images (``_images``), drawn when a sample is loaded."""
 
     def __init__(
         self,
@@ -377,7 +377,7 @@ def _shapes(
             "the shapes source needs a vision-language model: build the data loader with the model's vision "
             "arguments (vision=) and image placeholder id (image_token_id=)"
         )
-    from hyper_parallel.runtime.images import ShapeImages
+    from hyper_parallel.components.dataloader._images import ShapeImages
 
     images = ShapeImages(vision, seed)
     names = ShapeImages.captions()

@@ -13,21 +13,27 @@ import attrs
 
 from hyper_parallel._checks import minus_one_or_at_least
 from hyper_parallel.components.dataloader import DatasetConfig
+from hyper_parallel.config.base import ConfigBase
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-    from hyper_parallel.runtime.dataloader import ResumableLoader
-    from hyper_parallel.runtime.validator import LossValidatorRuntime
+    from hyper_parallel.components.dataloader._loader import ResumableLoader
+    from hyper_parallel.components.validator._runtime import LossValidatorRuntime
 
 __all__ = ["LossValidator", "Validator"]
 
 
 class Validator:
-    """Base of validators: holds ``Config`` for the root ``validator`` field."""
+    """Base of validators: holds ``Config`` for the root ``validator`` field.
+
+    A namespace, not an object the trainer builds: it gives the Config its dotted name
+    (``Validator.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
+    subclass both, ``Impl(Validator)`` with ``Impl.Config(Validator.Config)``.
+    """
 
     @attrs.frozen(kw_only=True)
-    class Config:
+    class Config(ConfigBase):
         """When and how long to validate."""
 
         #: A base: a config names one of its subclasses as ``_target_``, never this class.
@@ -50,21 +56,6 @@ class Validator:
                 "samples, shared among data-parallel ranks); -1 uses the whole validation set."
             },
         )
-
-        def cross_check(self) -> Iterator[tuple[str, str]]:
-            """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
-            yield from ()
-
-        def build(
-            self, dataloader: Iterable[Any], loss: Any, *, process_group: "ProcessGroup | None" = None
-        ) -> Any:
-            """An object whose ``validate(model, step)`` evaluates ``loss`` on ``dataloader``.
-
-            ``dataloader`` holds this rank's share of the validation set; results are summed over
-            ``process_group`` (the data-parallel group: ranks holding different samples; None: this
-            process only). Implemented by subclasses.
-            """
-            raise NotImplementedError(f"{type(self).__qualname__} cannot build a validator; use a subclass")
 
 
 class LossValidator(Validator):
@@ -101,7 +92,7 @@ class LossValidator(Validator):
             over ``process_group``, which must be the data-parallel group (not the whole world: ranks
             of a tensor-parallel group hold the same samples); None keeps them local.
             """
-            from hyper_parallel.runtime.validator import LossValidatorRuntime
+            from hyper_parallel.components.validator._runtime import LossValidatorRuntime
 
             return LossValidatorRuntime(self, dataloader, loss, process_group=process_group)
 
@@ -126,7 +117,7 @@ class LossValidator(Validator):
             a sharded model's forward runs in step. ``process_group`` shares the tokenizing as in
             ``DataLoader.Config.build``.
             """
-            from hyper_parallel.runtime.dataloader import build_loader
+            from hyper_parallel.components.dataloader._loader import build_loader
 
             batch = self.micro_batch_size or micro_batch_size
             return build_loader(

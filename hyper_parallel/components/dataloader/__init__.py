@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
+from hyper_parallel.config.base import ConfigBase
+
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-    from hyper_parallel.runtime.dataloader import ResumableLoader
+    from hyper_parallel.components.dataloader._loader import ResumableLoader
 
 __all__ = ["DataLoader", "DatasetConfig", "TextDataLoader"]
 
@@ -118,10 +120,15 @@ class DatasetConfig:
 
 
 class DataLoader:
-    """Base of data loaders: holds ``Config`` for the root ``dataloader`` field."""
+    """Base of data loaders: holds ``Config`` for the root ``dataloader`` field.
+
+    A namespace, not an object the trainer builds: it gives the Config its dotted name
+    (``DataLoader.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
+    subclass both, ``Impl(DataLoader)`` with ``Impl.Config(DataLoader.Config)``.
+    """
 
     @attrs.frozen(kw_only=True)
-    class Config:
+    class Config(ConfigBase):
         """Worker-process and host-memory options shared by every data loader."""
 
         #: A base: a config names one of its subclasses as ``_target_``, never this class.
@@ -158,31 +165,6 @@ class DataLoader:
                     yield "prefetch_factor", "needs num_workers > 0 (num_workers is 0); set it to null"
                 if self.persistent_workers:
                     yield "persistent_workers", "needs num_workers > 0 (num_workers is 0); set it to false"
-
-        def build(
-            self,
-            tokenizer: Any,
-            dp_rank: int,
-            dp_world_size: int,
-            *,
-            seq_len: int,
-            micro_batch_size: int,
-            seed: int,
-            ignore_index: int = -100,
-            process_group: "ProcessGroup | None" = None,
-            vision: Any = None,
-            image_token_id: int | None = None,
-        ) -> Any:
-            """The iterable of batches for one data-parallel rank (implemented by subclasses).
-
-            ``seq_len``, ``micro_batch_size`` and ``seed`` come from the ``training`` section (``seed`` is
-            used when the dataset sets none); ``ignore_index`` marks labels the loss skips. Every member of
-            ``process_group`` (collective call) tokenizes only its share of the documents and receives the
-            rest from the others; the batches are the same as without a group. A vision-language model's
-            trainer passes its vision arguments (``vision``, e.g. ``Qwen3_5VisionArgs``: the patch
-            geometry) and ``image_token_id``, which image data needs to lay out patches and placeholders.
-            """
-            raise NotImplementedError(f"{type(self).__qualname__} cannot build a data loader; use a subclass")
 
 
 class TextDataLoader(DataLoader):
@@ -233,11 +215,11 @@ class TextDataLoader(DataLoader):
             Iterates forever (epoch after epoch, reshuffled); ``state_dict`` / ``load_state_dict`` save
             and restore the position. With ``process_group`` (a collective call on every member: the whole
             world, or the data-parallel group) each member tokenizes only its share of the documents.
-            Reading, shared tokenizing, packing and sharding rules are documented in
-            ``hyper_parallel.runtime.dataloader``; the samples of an optimizer step do not depend on the
-            data-parallel size for the same global batch.
+            Reading, shared tokenizing, packing and sharding rules are documented in the private modules
+            of this package; the samples of an optimizer step do not depend on the data-parallel size for
+            the same global batch.
             """
-            from hyper_parallel.runtime.dataloader import build_loader
+            from hyper_parallel.components.dataloader._loader import build_loader
 
             return build_loader(
                 self.dataset,
