@@ -36,11 +36,13 @@ from collections.abc import Iterator, Mapping
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
+import attrs
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
+from hyper_parallel.components.dataloader import LoaderRequest
 from hyper_parallel.trainer.config import TrainerConfig
 from hyper_parallel.trainer.distributed import (
     DistributedEnv,
@@ -171,7 +173,7 @@ class Trainer:
 
         # 5. data
         self.tokenizer = config.tokenizer.build(config.model.weights_path)
-        self.dataloader = config.dataloader.build(
+        self.data_request = LoaderRequest(
             self.tokenizer,
             self.dp_rank,
             self.dims.dp_size,
@@ -182,6 +184,7 @@ class Trainer:
             process_group=self._world_group(),
             **self.data_inputs(),
         )
+        self.dataloader = config.dataloader.build(self.data_request)
 
         # 6. checkpoint and resume
         self.train_state = _TrainState()
@@ -251,16 +254,8 @@ class Trainer:
         build_loader = getattr(cfg.validator, "build_dataloader", None)
         if build_loader is None:
             raise TrainingError(f"{type(cfg.validator).__qualname__} has no validation data to build")
-        loader = build_loader(
-            self.tokenizer,
-            self.dp_rank,
-            self.dims.dp_size,
-            seq_len=cfg.training.seq_len,
-            micro_batch_size=cfg.training.micro_batch_size,
-            seed=self.seed,
-            ignore_index=self.ignore_index,
-            process_group=self._world_group(),
-        )
+        # The training request without the model's input layout: validation data is text.
+        loader = build_loader(attrs.evolve(self.data_request, vision=None, image_token_id=None))
         return cfg.validator.build(loader, self.loss_fn, process_group=self.dp_group)
 
     @staticmethod
@@ -269,7 +264,7 @@ class Trainer:
         return dist.group.WORLD if dist.is_initialized() else None
 
     def data_inputs(self) -> dict[str, Any]:
-        """Extra keyword arguments of the data loader's ``build`` (the model's input layout); none here."""
+        """The model's input layout in the data-loader request (``LoaderRequest`` fields); none here."""
         return {}
 
     # -- one step --------------------------------------------------------------------------------------
