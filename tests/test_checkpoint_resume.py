@@ -21,7 +21,7 @@ from hyper_parallel.components.checkpoint import (  # noqa: E402
     CheckpointNotResumableError,
     DCPCheckpoint,
 )
-from hyper_parallel.components.checkpoint._manager import complete_steps  # noqa: E402
+from hyper_parallel.components.checkpoint._layout import complete_steps  # noqa: E402
 from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
 from hyper_parallel.components.loss import CausalLMLoss  # noqa: E402
 from hyper_parallel.components.lr_scheduler import WarmupDecay  # noqa: E402
@@ -336,7 +336,7 @@ def test_exclude_from_loading_starts_those_parts_fresh(
 
 def test_a_part_missing_from_the_checkpoint_is_named(tmp: Path) -> None:
     source = Run(tmp, cfg(tmp, interval=3), max_steps=6)
-    source.ckpt.train_state = None  # saved without the trainer's state
+    source.ckpt.state.train_state = None  # saved without the trainer's state
     source.start()
     source.train(1, 3)
     with pytest.raises(

@@ -1,4 +1,7 @@
-"""DataLoader.Config.build(LoaderRequest(tokenizer, dp_rank, dp_world_size, ...)): packing, sharding, shuffling, resume."""
+"""DataLoader.Config.build(LoaderRequest(tokenizer, dp_rank, dp_world_size, ...)): packing, sharding, resume.
+
+Also shuffling and the validation loader's dealing.
+"""
 
 import re
 from itertools import islice

@@ -43,6 +43,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 from hyper_parallel.components.dataloader import LoaderRequest
+from hyper_parallel.config import dump_config
 from hyper_parallel.trainer.config import TrainerConfig
 from hyper_parallel.trainer.distributed import (
     DistributedEnv,
@@ -186,7 +187,8 @@ class Trainer:
         )
         self.dataloader = config.dataloader.build(self.data_request)
 
-        # 6. checkpoint and resume
+        # 6. checkpoint and resume (every checkpoint holds the run's config, for export)
+        self.config_yaml = dump_config(config)
         self.train_state = _TrainState()
         self.checkpointer = config.checkpoint.build(
             self.model,
@@ -195,7 +197,7 @@ class Trainer:
             self.dataloader,
             train_state=self.train_state,
             max_steps=training.max_steps,
-            run_config=config,
+            run_config_yaml=self.config_yaml,
         )
         try:
             self.step = int(self.checkpointer.load())
@@ -209,9 +211,7 @@ class Trainer:
         self.validator = self._build_validator()
         self._data: Iterator[Mapping[str, torch.Tensor]] | None = None
         if debug.print_config:
-            from hyper_parallel.config import dump_config
-
-            self._print(dump_config(config).rstrip("\n"))
+            self._print(self.config_yaml.rstrip("\n"))
 
     # -- building --------------------------------------------------------------------------------------
     def _build_model(self) -> torch.nn.Module:

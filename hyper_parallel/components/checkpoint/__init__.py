@@ -9,8 +9,9 @@ states, the trainer's state and the step) that resumes the run exactly, except t
 whose newest checkpoint is an export at step N is finished (the manager's ``load()`` returns N); if
 ``training.max_steps`` was raised past N, the newest full checkpoint before N is resumed, and with none
 ``load()`` raises ``CheckpointNotResumableError``. Keep ``last_save_model_only: false`` for runs that may
-be extended. Half-written checkpoints are never loaded. The layout and protocol are documented in
-``hyper_parallel.components.checkpoint._manager``.
+be extended. Half-written checkpoints are never loaded. The layout and protocol are documented in this
+package's private modules (``_layout``: the folder; ``_state``: what is saved; ``_manager``: the save and
+load protocol).
 """
 
 from collections.abc import Iterator
@@ -171,19 +172,18 @@ class DCPCheckpoint(Checkpoint):
             *,
             train_state: Any = None,
             max_steps: int | None = None,
-            run_config: Any = None,
+            run_config_yaml: str | None = None,
         ) -> "CheckpointManager":
             """A manager saving and restoring these objects with torch.distributed.checkpoint.
 
             ``train_state`` is the trainer's own stateful (``state_dict() -> dict``, JSON-serialisable and
             rank-local, and ``load_state_dict(dict)``); ``max_steps`` is ``training.max_steps``, which tells
-            a finished run from one extended past its weights-only export; ``run_config`` (the resolved
-            ``TrainerConfig``) is written as ``config.yaml`` into every checkpoint, for
-            ``hyper_parallel.export``. Call it on every rank (with
-            torch.distributed it creates the manager's process group). ``load()`` resumes,
-            ``maybe_save(step, last_step=...)`` saves every ``interval`` steps, ``close()`` finishes an
-            asynchronous save; the layout and publish protocol are documented in
-            ``hyper_parallel.components.checkpoint._manager``.
+            a finished run from one extended past its weights-only export; ``run_config_yaml`` (the run's
+            resolved config as YAML, which the trainer dumps) is written as ``config.yaml`` into every
+            checkpoint, for ``hyper_parallel.export``. Call it on every rank (with torch.distributed it
+            creates the manager's process group). ``load()`` resumes, ``maybe_save(step, last_step=...)``
+            saves every ``interval`` steps, ``close()`` finishes an asynchronous save; the layout and
+            publish protocol are documented in the private modules of this package.
             """
             from hyper_parallel.components.checkpoint._manager import CheckpointManager
 
@@ -195,5 +195,5 @@ class DCPCheckpoint(Checkpoint):
                 dataloader=dataloader,
                 train_state=train_state,
                 max_steps=max_steps,
-                run_config=run_config,
+                run_config_yaml=run_config_yaml,
             )
