@@ -254,7 +254,7 @@ class Trainer:
         build_loader = getattr(cfg.validator, "build_dataloader", None)
         if build_loader is None:
             raise TrainingError(f"{type(cfg.validator).__qualname__} has no validation data to build")
-        # The training request without the model's input layout: validation data is text.
+        # The validator feeds the model tokens only, so its request carries no image layout.
         loader = build_loader(attrs.evolve(self.data_request, vision=None, image_token_id=None))
         return cfg.validator.build(loader, self.loss_fn, process_group=self.dp_group)
 

@@ -66,7 +66,7 @@ def _pin(pin_memory: bool) -> bool:
 class ResumableLoader:
     """Iterable of ``{input_ids, labels}`` batches of shape ``[micro_batch_size, seq_len]`` for one rank.
 
-    (Batches of the ``shapes`` source also hold ``pixel_values`` and ``grid_thw``; module docstring.)
+    (Batches of the ``shapes`` source also hold ``pixel_values`` and ``grid_thw``; see ``_samples``.)
 
     Iterating yields batches from the current position onwards: forever (epoch after epoch) when
     ``infinite``, else to the end of the current epoch. ``state_dict`` records the position. A finite
