@@ -27,6 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from hyper_parallel.components.dataloader import LoaderRequest
 from hyper_parallel.config import load_config
 from hyper_parallel.trainer import LLMTrainer
 from hyper_parallel.trainer.config import TrainerConfig
@@ -83,7 +84,14 @@ def run_plain_loop(cfg: TrainerConfig, warmup: int) -> float:
     tokenizer = cfg.tokenizer.build(None)
     batches = iter(
         cfg.dataloader.build(
-            tokenizer, 0, 1, seq_len=t.seq_len, micro_batch_size=t.micro_batch_size, seed=t.seed
+            LoaderRequest(
+                tokenizer,
+                0,
+                1,
+                seq_len=t.seq_len,
+                micro_batch_size=t.micro_batch_size,
+                seed=t.seed,
+            )
         )
     )
     accumulation = t.global_batch_size // t.micro_batch_size

@@ -127,7 +127,7 @@ def export_checkpoint(
 
 def _step_folder(path: Path) -> Path:
     """The ``step-<N>`` folder to export: ``path`` itself, or the newest complete step inside it."""
-    from hyper_parallel.runtime.checkpoint import complete_steps
+    from hyper_parallel.components.checkpoint._layout import complete_steps
 
     if not path.is_dir():
         raise ExportError(f"{str(path)!r}: no such folder")
@@ -143,8 +143,8 @@ def _step_folder(path: Path) -> Path:
 
 
 def _run_config(step: Path, config: str | Path | TrainerConfig | None) -> TrainerConfig:
+    from hyper_parallel.components.checkpoint._layout import CONFIG_FILE
     from hyper_parallel.config import ConfigError, load_config
-    from hyper_parallel.runtime.checkpoint import CONFIG_FILE
 
     if config is not None and not isinstance(config, (str, Path)):
         return config

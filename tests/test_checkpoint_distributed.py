@@ -100,7 +100,7 @@ class _Run:
         from torch.distributed.fsdp import fully_shard
 
         from hyper_parallel.components.checkpoint import DCPCheckpoint
-        from hyper_parallel.components.dataloader import DatasetConfig, TextDataLoader
+        from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader
         from hyper_parallel.components.loss import CausalLMLoss
         from hyper_parallel.components.lr_scheduler import WarmupDecay
         from hyper_parallel.components.optimizer import AdamW
@@ -120,7 +120,7 @@ class _Run:
         data = TextDataLoader.Config(
             num_workers=0, dataset=DatasetConfig(source="jsonl", paths=(str(tmp / "train.jsonl"),))
         )
-        self.loader = data.build(tok, rank, 2, seq_len=6, micro_batch_size=2, seed=3)
+        self.loader = data.build(LoaderRequest(tok, rank, 2, seq_len=6, micro_batch_size=2, seed=3))
         self.loss = CausalLMLoss.Config().build()
         self.tally = _Tally()
         config = DCPCheckpoint.Config(

@@ -21,12 +21,12 @@ from hyper_parallel.components.checkpoint import (  # noqa: E402
     CheckpointNotResumableError,
     DCPCheckpoint,
 )
-from hyper_parallel.components.dataloader import DatasetConfig, TextDataLoader  # noqa: E402
+from hyper_parallel.components.checkpoint._layout import complete_steps  # noqa: E402
+from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
 from hyper_parallel.components.loss import CausalLMLoss  # noqa: E402
 from hyper_parallel.components.lr_scheduler import WarmupDecay  # noqa: E402
 from hyper_parallel.components.optimizer import AdamW  # noqa: E402
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer  # noqa: E402
-from hyper_parallel.runtime.checkpoint import complete_steps  # noqa: E402
 from tests.component_helpers import TinyLM, train_tokenizer, write_jsonl  # noqa: E402
 
 
@@ -70,7 +70,7 @@ class Run:
             num_workers=0, dataset=DatasetConfig(source="jsonl", paths=(str(tmp / "train.jsonl"),))
         )
         # 30 short documents packed into 6-token windows: a few batches per epoch, so runs cross epochs.
-        self.loader = data.build(tok, 0, 1, seq_len=6, micro_batch_size=4, seed=3)
+        self.loader = data.build(LoaderRequest(tok, 0, 1, seq_len=6, micro_batch_size=4, seed=3))
         self.loss = CausalLMLoss.Config().build()
         self.tally = Tally()
         self.ckpt = ckpt.build(
@@ -336,7 +336,7 @@ def test_exclude_from_loading_starts_those_parts_fresh(
 
 def test_a_part_missing_from_the_checkpoint_is_named(tmp: Path) -> None:
     source = Run(tmp, cfg(tmp, interval=3), max_steps=6)
-    source.ckpt.train_state = None  # saved without the trainer's state
+    source.ckpt.state.train_state = None  # saved without the trainer's state
     source.start()
     source.train(1, 3)
     with pytest.raises(

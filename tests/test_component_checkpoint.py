@@ -15,12 +15,12 @@ pytest.importorskip("tokenizers")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 from hyper_parallel.components.checkpoint import Checkpoint, DCPCheckpoint  # noqa: E402
-from hyper_parallel.components.dataloader import DatasetConfig, TextDataLoader  # noqa: E402
+from hyper_parallel.components.checkpoint import _manager as _checkpoint_runtime  # noqa: E402
+from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
 from hyper_parallel.components.loss import CausalLMLoss  # noqa: E402
 from hyper_parallel.components.lr_scheduler import WarmupDecay  # noqa: E402
 from hyper_parallel.components.optimizer import AdamW  # noqa: E402
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer  # noqa: E402
-from hyper_parallel.runtime import checkpoint as _checkpoint_runtime  # noqa: E402
 from tests.component_helpers import TinyLM, batches_equal, train_tokenizer, write_jsonl  # noqa: E402
 
 STEPS = 8
@@ -38,7 +38,7 @@ class Run:
         data = TextDataLoader.Config(
             num_workers=0, dataset=DatasetConfig(source="jsonl", paths=(str(tmp / "train.jsonl"),))
         )
-        self.loader = data.build(tok, 0, 1, seq_len=6, micro_batch_size=2, seed=3)
+        self.loader = data.build(LoaderRequest(tok, 0, 1, seq_len=6, micro_batch_size=2, seed=3))
         self.loss = CausalLMLoss.Config().build()
         self.ckpt = ckpt.build(self.model, self.optimizer, self.scheduler, self.loader)
         self.batches = iter(self.loader)

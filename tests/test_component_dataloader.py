@@ -1,4 +1,7 @@
-"""DataLoader.Config.build(tokenizer, dp_rank, dp_world_size, ...): packing, sharding, shuffling, resume."""
+"""DataLoader.Config.build(LoaderRequest(tokenizer, dp_rank, dp_world_size, ...)): packing, sharding, resume.
+
+Also shuffling and the validation loader's dealing.
+"""
 
 import re
 from itertools import islice
@@ -10,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
-from hyper_parallel.components.dataloader import DataLoader, DatasetConfig, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader import DataLoader, DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer  # noqa: E402
 from hyper_parallel.components.validator import LossValidator  # noqa: E402
 from tests.component_helpers import batches_equal, document, train_tokenizer, write_jsonl  # noqa: E402
@@ -36,7 +39,7 @@ def loader_cfg(path: Path, **kw: Any) -> TextDataLoader.Config:
 def build(
     cfg: TextDataLoader.Config, tok: Any, rank: int = 0, world: int = 1, mbs: int = 2, seed: int = 7
 ) -> Any:
-    return cfg.build(tok, rank, world, seq_len=SEQ, micro_batch_size=mbs, seed=seed)
+    return cfg.build(LoaderRequest(tok, rank, world, seq_len=SEQ, micro_batch_size=mbs, seed=seed))
 
 
 def stream(tok: Any, count: int) -> list[int]:
@@ -76,7 +79,21 @@ def test_text_source_reads_directories_one_document_per_file(tok: Any, tmp_path:
 
 def test_unpacked_documents_are_padded_with_ignored_labels(tok: Any, corpus: Path) -> None:
     cfg = loader_cfg(corpus, shuffle=False, dataset={"pack_sequences": False})
-    first = next(iter(cfg.build(tok, 0, 1, seq_len=SEQ, micro_batch_size=3, seed=0, ignore_index=-7)))
+    first = next(
+        iter(
+            cfg.build(
+                LoaderRequest(
+                    tok,
+                    0,
+                    1,
+                    seq_len=SEQ,
+                    micro_batch_size=3,
+                    seed=0,
+                    ignore_index=-7,
+                )
+            )
+        )
+    )
     for i in range(3):
         ids = tok.encode(document(i))[:SEQ]
         row = first["input_ids"][i].tolist()
@@ -246,7 +263,16 @@ def test_errors(tok: Any, corpus: Path, tmp_path: Path) -> None:
 
 def test_base_config_names_the_class(tok: Any) -> None:
     with pytest.raises(NotImplementedError, match=r"DataLoader\.Config"):
-        DataLoader.Config(num_workers=0).build(tok, 0, 1, seq_len=4, micro_batch_size=1, seed=0)
+        DataLoader.Config(num_workers=0).build(
+            LoaderRequest(
+                tok,
+                0,
+                1,
+                seq_len=4,
+                micro_batch_size=1,
+                seed=0,
+            )
+        )
 
 
 # One pass (validation): every sample once, equal batch counts on every rank.
@@ -256,7 +282,17 @@ def test_base_config_names_the_class(tok: Any) -> None:
 def test_one_pass_deals_every_sample_and_evens_the_batch_counts(tok: Any, corpus: Path, world: int) -> None:
     cfg = LossValidator.Config(dataset=DatasetConfig(source="jsonl", paths=(str(corpus),)))
     loaders = [
-        cfg.build_dataloader(tok, r, world, seq_len=SEQ, micro_batch_size=2, seed=0, ignore_index=-5)
+        cfg.build_dataloader(
+            LoaderRequest(
+                tok,
+                r,
+                world,
+                seq_len=SEQ,
+                micro_batch_size=2,
+                seed=0,
+                ignore_index=-5,
+            )
+        )
         for r in range(world)
     ]
     n = len(loaders[0].samples)
@@ -285,7 +321,7 @@ def test_validator_steps_fix_the_set_in_samples(
     cfg = LossValidator.Config(steps=steps, dataset=DatasetConfig(source="jsonl", paths=(str(corpus),)))
     whole = len(build(loader_cfg(corpus), tok).samples)
     for world in (1, 2):
-        loader = cfg.build_dataloader(tok, 0, world, seq_len=SEQ, micro_batch_size=mbs, seed=0)
+        loader = cfg.build_dataloader(LoaderRequest(tok, 0, world, seq_len=SEQ, micro_batch_size=mbs, seed=0))
         assert len(loader.samples) == (whole if expected is None else expected)
 
 
@@ -296,7 +332,21 @@ def test_unpacked_samples_are_padded_on_the_tokenizers_padding_side(tmp_path: Pa
     folder = train_tokenizer(tmp_path / "left")
     left = HuggingFaceTokenizer.Config(path=str(folder), padding_side="left").build()
     cfg = loader_cfg(corpus, shuffle=False, dataset={"pack_sequences": False})
-    first = next(iter(cfg.build(left, 0, 1, seq_len=SEQ, micro_batch_size=1, seed=0, ignore_index=-7)))
+    first = next(
+        iter(
+            cfg.build(
+                LoaderRequest(
+                    left,
+                    0,
+                    1,
+                    seq_len=SEQ,
+                    micro_batch_size=1,
+                    seed=0,
+                    ignore_index=-7,
+                )
+            )
+        )
+    )
     ids = left.encode(document(0))
     assert len(ids) < SEQ
     fill = SEQ - len(ids)

@@ -24,7 +24,7 @@ class Clock:
 
 
 def processor(cfg: MetricsLogger.Config, rank: int = 0) -> tuple[Any, io.StringIO, Clock]:
-    from hyper_parallel.runtime.metrics import MetricsProcessor
+    from hyper_parallel.components.metrics._runtime import MetricsProcessor
 
     out, clock = io.StringIO(), Clock()
     return MetricsProcessor(cfg, rank=rank, stream=out, clock=clock), out, clock

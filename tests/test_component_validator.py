@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
-from hyper_parallel.components.dataloader import DatasetConfig  # noqa: E402
+from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest  # noqa: E402
 from hyper_parallel.components.loss import CausalLMLoss  # noqa: E402
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer  # noqa: E402
 from hyper_parallel.components.validator import LossValidator, Validator  # noqa: E402
@@ -96,7 +96,7 @@ def test_built_validation_loader_gives_the_same_pass_every_time(model: Any, tmp_
     cfg = LossValidator.Config(
         enable=True, freq=5, dataset=DatasetConfig(source="jsonl", paths=(str(data),)), micro_batch_size=3
     )
-    loader = cfg.build_dataloader(tok, 0, 1, seq_len=6, micro_batch_size=1, seed=0)
+    loader = cfg.build_dataloader(LoaderRequest(tok, 0, 1, seq_len=6, micro_batch_size=1, seed=0))
     torch.manual_seed(0)
     lm = TinyLM(tok.vocab_size)
     every = list(loader)
@@ -147,7 +147,7 @@ def test_rank_shares_add_up_to_the_single_process_result(tmp_path: Path, world: 
     loss = CausalLMLoss.Config().build()
 
     def result(rank: int, size: int) -> dict[str, float]:
-        loader = cfg.build_dataloader(tok, rank, size, seq_len=6, micro_batch_size=2, seed=0)
+        loader = cfg.build_dataloader(LoaderRequest(tok, rank, size, seq_len=6, micro_batch_size=2, seed=0))
         return cfg.build(loader, loss).validate(lm, 1)
 
     single = result(0, 1)

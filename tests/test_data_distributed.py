@@ -19,8 +19,8 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is required", allow_module_level=True)
 
-import hyper_parallel.runtime.dataloader as runtime_dataloader  # noqa: E402
-from hyper_parallel.components.dataloader import DatasetConfig, TextDataLoader  # noqa: E402
+import hyper_parallel.components.dataloader._tokenizing as runtime_tokenizing  # noqa: E402
+from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
 from hyper_parallel.components.loss import CausalLMLoss  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
 from hyper_parallel.components.validator import LossValidator  # noqa: E402
@@ -92,26 +92,36 @@ def _worker(mode: str, out: Path) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    runtime_dataloader._TOKENIZE_CHUNK = CHUNK
+    runtime_tokenizing._TOKENIZE_CHUNK = CHUNK
     corpus = out / "corpus.jsonl"
     report: dict[str, Any] = {}
     try:
         if mode == "train":
             tok = CountingTokenizer()
             loader = train_cfg(corpus).build(
-                tok,
-                rank,
-                world,
-                seq_len=SEQ,
-                micro_batch_size=GLOBAL_BATCH // world,
-                seed=3,
-                process_group=dist.group.WORLD,
+                LoaderRequest(
+                    tok,
+                    rank,
+                    world,
+                    seq_len=SEQ,
+                    micro_batch_size=GLOBAL_BATCH // world,
+                    seed=3,
+                    process_group=dist.group.WORLD,
+                ),
             )
             report["seen"] = tok.seen
             report["steps"] = [rows(b) for b in islice(loader, STEPS)]
             capped = CountingTokenizer()
             train_cfg(corpus, max_samples=4).build(
-                capped, rank, world, seq_len=SEQ, micro_batch_size=1, seed=3, process_group=dist.group.WORLD
+                LoaderRequest(
+                    capped,
+                    rank,
+                    world,
+                    seq_len=SEQ,
+                    micro_batch_size=1,
+                    seed=3,
+                    process_group=dist.group.WORLD,
+                )
             )
             report["seen_capped"] = capped.seen
         elif mode == "validate":
@@ -120,13 +130,30 @@ def _worker(mode: str, out: Path) -> None:
                 tok = ByteTokenizer.Config().build()
                 # Data parallel over both ranks: each holds half the set, sums reduced over the world.
                 loader = cfg.build_dataloader(
-                    tok, rank, world, seq_len=SEQ, micro_batch_size=2, seed=0, process_group=dist.group.WORLD
+                    LoaderRequest(
+                        tok,
+                        rank,
+                        world,
+                        seq_len=SEQ,
+                        micro_batch_size=2,
+                        seed=0,
+                        process_group=dist.group.WORLD,
+                    )
                 )
                 dp = cfg.build(loader, CausalLMLoss.Config().build(), process_group=dist.group.WORLD)
                 report[f"dp{steps}"] = dp.validate(model(tok.vocab_size), 1)
                 # Tensor parallel of two (one data-parallel rank): the same samples, a group of one.
                 own = [dist.new_group([r]) for r in range(world)][rank]
-                alone = cfg.build_dataloader(tok, 0, 1, seq_len=SEQ, micro_batch_size=2, seed=0)
+                alone = cfg.build_dataloader(
+                    LoaderRequest(
+                        tok,
+                        0,
+                        1,
+                        seq_len=SEQ,
+                        micro_batch_size=2,
+                        seed=0,
+                    )
+                )
                 tp = cfg.build(alone, CausalLMLoss.Config().build(), process_group=own)
                 report[f"tp{steps}"] = tp.validate(model(tok.vocab_size), 1)
         elif mode == "error":
@@ -135,13 +162,15 @@ def _worker(mode: str, out: Path) -> None:
                 data = out / ("short.jsonl" if case == "different data" and rank == 1 else "corpus.jsonl")
                 try:
                     train_cfg(data).build(
-                        tok,
-                        rank,
-                        world,
-                        seq_len=SEQ,
-                        micro_batch_size=1,
-                        seed=0,
-                        process_group=dist.group.WORLD,
+                        LoaderRequest(
+                            tok,
+                            rank,
+                            world,
+                            seq_len=SEQ,
+                            micro_batch_size=1,
+                            seed=0,
+                            process_group=dist.group.WORLD,
+                        ),
                     )
                 except ValueError as exc:
                     report[case] = str(exc)
@@ -179,7 +208,16 @@ def test_each_rank_tokenizes_its_share_and_steps_hold_the_same_samples(tmp_path:
     assert ranks[0]["seen_capped"] == [text(i) for i in range(0, 2 * len(ranks[0]["seen_capped"]), 2)]
     # One process, the whole global batch per micro-batch and no group: the same samples at every step.
     alone = CountingTokenizer()
-    single = train_cfg(corpus).build(alone, 0, 1, seq_len=SEQ, micro_batch_size=GLOBAL_BATCH, seed=3)
+    single = train_cfg(corpus).build(
+        LoaderRequest(
+            alone,
+            0,
+            1,
+            seq_len=SEQ,
+            micro_batch_size=GLOBAL_BATCH,
+            seed=3,
+        )
+    )
     assert alone.seen == [text(i) for i in range(DOCS)]
     for step, batch in enumerate(islice(single, STEPS)):
         both = ranks[0]["steps"][step] + ranks[1]["steps"][step]
@@ -193,7 +231,7 @@ def test_validation_loss_is_the_same_for_one_and_two_processes(tmp_path: Path) -
     for steps in (-1, 3):
         cfg = val_cfg(corpus, steps)
         tok = ByteTokenizer.Config().build()
-        loader = cfg.build_dataloader(tok, 0, 1, seq_len=SEQ, micro_batch_size=2, seed=0)
+        loader = cfg.build_dataloader(LoaderRequest(tok, 0, 1, seq_len=SEQ, micro_batch_size=2, seed=0))
         single = cfg.build(loader, CausalLMLoss.Config().build()).validate(model(tok.vocab_size), 1)
         samples = len(loader.samples) if steps == -1 else steps * 2
         assert single["tokens"] == samples * (SEQ - 1)

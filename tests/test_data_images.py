@@ -13,12 +13,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hyper_parallel.components.dataloader import DatasetConfig, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader._images import CELLS, COLOURS, PLACES, SHAPES, ShapeImages, patchify  # noqa: E402
+from hyper_parallel.components.dataloader._loader import build_loader  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
 from hyper_parallel.config import ConfigError, resolve_root  # noqa: E402
 from hyper_parallel.models import qwen3_5  # noqa: E402
-from hyper_parallel.runtime.dataloader import build_loader  # noqa: E402
-from hyper_parallel.runtime.images import CELLS, COLOURS, PLACES, SHAPES, ShapeImages, patchify  # noqa: E402
 
 IMAGE_TOKEN = 259  # the byte tokenizer's ids are 0-258
 SEQ_LEN = 49  # bos, 9 image tokens, the longest caption (38 bytes), eos
@@ -58,14 +58,16 @@ def loader(
         num_workers=workers, pin_memory=False, dataset=DatasetConfig(source="shapes", **dataset)
     )
     return cfg.build(
-        tok,
-        dp_rank,
-        dp,
-        seq_len=SEQ_LEN,
-        micro_batch_size=batch,
-        seed=0,
-        vision=spec.args.vision,
-        image_token_id=IMAGE_TOKEN,
+        LoaderRequest(
+            tok,
+            dp_rank,
+            dp,
+            seq_len=SEQ_LEN,
+            micro_batch_size=batch,
+            seed=0,
+            vision=spec.args.vision,
+            image_token_id=IMAGE_TOKEN,
+        ),
     )
 
 
@@ -181,17 +183,19 @@ def test_a_rank_share_and_a_resumed_loader_see_the_same_samples(spec: Any, tok: 
 def test_one_pass_filler_batches_carry_an_image_but_no_label(spec: Any, tok: Any) -> None:
     loader = build_loader(
         DatasetConfig(source="shapes", synthetic_num_samples=3),
-        tok,
-        dp_rank=1,
-        dp_world_size=2,
-        seq_len=SEQ_LEN,
-        micro_batch_size=1,
-        seed=0,
+        LoaderRequest(
+            tok,
+            dp_rank=1,
+            dp_world_size=2,
+            seq_len=SEQ_LEN,
+            micro_batch_size=1,
+            seed=0,
+            vision=spec.args.vision,
+            image_token_id=IMAGE_TOKEN,
+        ),
         shuffle=False,
         drop_last=False,
         infinite=False,
-        vision=spec.args.vision,
-        image_token_id=IMAGE_TOKEN,
     )
     batches = list(loader)
     assert len(batches) == 2  # rank 1 owns sample 1 only; the filler keeps it in step with rank 0
@@ -243,7 +247,7 @@ def test_build_refuses_what_the_shapes_source_cannot_use(
     }
     cfg = TextDataLoader.Config(num_workers=0, dataset=DatasetConfig(source="shapes"))
     with pytest.raises(ValueError, match="shapes") as info:
-        cfg.build(tok, 0, 1, **args)
+        cfg.build(LoaderRequest(tok, 0, 1, **args))
     assert str(info.value) == message
 
 
@@ -306,9 +310,18 @@ def test_the_shapes_source_reads_its_sample_count_and_seed() -> None:
 
 def test_text_sources_ignore_the_vision_arguments(spec: Any, tok: Any) -> None:
     cfg = TextDataLoader.Config(num_workers=0, dataset=DatasetConfig(synthetic_num_samples=8))
-    plain = take(cfg.build(tok, 0, 1, seq_len=16, micro_batch_size=2, seed=0), 2)
+    plain = take(cfg.build(LoaderRequest(tok, 0, 1, seq_len=16, micro_batch_size=2, seed=0)), 2)
     with_vision = cfg.build(
-        tok, 0, 1, seq_len=16, micro_batch_size=2, seed=0, vision=spec.args.vision, image_token_id=IMAGE_TOKEN
+        LoaderRequest(
+            tok,
+            0,
+            1,
+            seq_len=16,
+            micro_batch_size=2,
+            seed=0,
+            vision=spec.args.vision,
+            image_token_id=IMAGE_TOKEN,
+        )
     )
     assert same(plain, take(with_vision, 2))
 

@@ -11,9 +11,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hyper_parallel.components.dataloader import DatasetConfig, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader._sources import python_docs, read_documents  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
-from hyper_parallel.runtime.dataloader import python_docs, read_documents  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,7 +26,7 @@ def no_network(event, args):
         raise RuntimeError(f"network use: {event}")
 
 sys.addaudithook(no_network)
-from hyper_parallel.runtime.dataloader import python_docs
+from hyper_parallel.components.dataloader._sources import python_docs
 start = time.perf_counter()
 docs = python_docs()
 seconds = time.perf_counter() - start
@@ -73,7 +73,7 @@ def test_read_documents_yields_them_in_order() -> None:
 def test_a_loader_trains_on_them_with_the_byte_tokenizer() -> None:
     tok = ByteTokenizer.Config().build()
     cfg = TextDataLoader.Config(num_workers=0, shuffle=False, dataset=DatasetConfig(source="python_docs"))
-    loader = cfg.build(tok, 0, 1, seq_len=64, micro_batch_size=4, seed=0)
+    loader = cfg.build(LoaderRequest(tok, 0, 1, seq_len=64, micro_batch_size=4, seed=0))
     first = next(iter(loader))
     assert first["input_ids"].shape == (4, 64)
     text = tok.decode(first["input_ids"].reshape(-1).tolist(), skip_special_tokens=True)

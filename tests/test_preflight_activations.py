@@ -34,11 +34,11 @@ from torch.utils.checkpoint import (  # noqa: E402
     create_selective_checkpoint_contexts,
 )
 
+from hyper_parallel.components.loss._runtime import CausalLMLossFn  # noqa: E402
 from hyper_parallel.models.llama3 import LLAMA3_FLAVORS  # noqa: E402
 from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS  # noqa: E402
 from hyper_parallel.preflight.estimate import _activation_bytes  # noqa: E402
 from hyper_parallel.preflight.model import Workload  # noqa: E402
-from hyper_parallel.runtime.loss import CausalLMLossFn  # noqa: E402
 
 aten = torch.ops.aten
 #: What selective "op" checkpointing saves: matmul and attention outputs (every SDPA backend's op).

@@ -22,8 +22,8 @@ from torch.utils.flop_counter import (  # noqa: E402
     sdpa_flop_count,
 )
 
+from hyper_parallel.components.loss._runtime import CausalLMLossFn  # noqa: E402
 from hyper_parallel.models import llama3, qwen3_5  # noqa: E402
-from hyper_parallel.runtime.loss import CausalLMLossFn  # noqa: E402
 
 SPECS = {
     "llama3": lambda: llama3.create_model_spec("debugmodel"),

@@ -13,6 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from hyper_parallel.components.dataloader import LoaderRequest  # noqa: E402
 from hyper_parallel.trainer import (  # noqa: E402
     LLMTrainer,
     NonFiniteError,
@@ -249,7 +250,14 @@ def test_training_starts_from_save_pretrained_weights_with_the_loss_transformers
     trainer = LLMTrainer(cfg)
     t = cfg.training
     loader = cfg.dataloader.build(
-        trainer.tokenizer, 0, 1, seq_len=t.seq_len, micro_batch_size=t.micro_batch_size, seed=trainer.seed
+        LoaderRequest(
+            trainer.tokenizer,
+            0,
+            1,
+            seq_len=t.seq_len,
+            micro_batch_size=t.micro_batch_size,
+            seed=trainer.seed,
+        )
     )
     batch = next(iter(loader))
     with torch.no_grad():

@@ -2,11 +2,21 @@
 
 Everything a launch script or a test outside the project needs is exported here; the submodules hold the
 machinery behind these names.
+
+The names bound to ``TrainerConfig`` (the manager's and the resolver's) load on first use: a component's
+Config module imports ``hyper_parallel.config.base``, which runs this file first, and the root config imports
+the components, so importing the manager here would make every component import the whole root config (and
+a circular import when a component is imported first).
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from hyper_parallel.config.errors import ConfigError, ConfigWarning, Issue
-from hyper_parallel.config.manager import apply_overrides, dump_config, load_config, write_config
-from hyper_parallel.config.resolver import converter, resolve_root
+
+if TYPE_CHECKING:
+    from hyper_parallel.config.manager import apply_overrides, dump_config, load_config, write_config
+    from hyper_parallel.config.resolver import converter, resolve_root
 
 __all__ = [
     "ConfigError",
@@ -19,3 +29,27 @@ __all__ = [
     "resolve_root",
     "write_config",
 ]
+
+_LAZY = {
+    "apply_overrides": "manager",
+    "dump_config": "manager",
+    "load_config": "manager",
+    "write_config": "manager",
+    "converter": "resolver",
+    "resolve_root": "resolver",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The manager's and resolver's exports, and the submodules, imported when first asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

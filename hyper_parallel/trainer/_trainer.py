@@ -36,11 +36,14 @@ from collections.abc import Iterator, Mapping
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
+import attrs
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
+from hyper_parallel.components.dataloader import LoaderRequest
+from hyper_parallel.config import dump_config
 from hyper_parallel.trainer import rules
 from hyper_parallel.trainer.config import TrainerConfig
 from hyper_parallel.trainer.distributed import (
@@ -170,7 +173,7 @@ class Trainer:
 
         # 5. data
         self.tokenizer = config.tokenizer.build(config.model.weights_path)
-        self.dataloader = config.dataloader.build(
+        self.data_request = LoaderRequest(
             self.tokenizer,
             self.dp_rank,
             self.dims.dp_size,
@@ -181,8 +184,10 @@ class Trainer:
             process_group=self._world_group(),
             **self.data_inputs(),
         )
+        self.dataloader = config.dataloader.build(self.data_request)
 
-        # 6. checkpoint and resume
+        # 6. checkpoint and resume (every checkpoint holds the run's config, for export)
+        self.config_yaml = dump_config(config)
         self.train_state = _TrainState()
         self.checkpointer = config.checkpoint.build(
             self.model,
@@ -191,7 +196,7 @@ class Trainer:
             self.dataloader,
             train_state=self.train_state,
             max_steps=training.max_steps,
-            run_config=config,
+            run_config_yaml=self.config_yaml,
         )
         try:
             self.step = int(self.checkpointer.load())
@@ -205,9 +210,7 @@ class Trainer:
         self.validator = self._build_validator()
         self._data: Iterator[Mapping[str, torch.Tensor]] | None = None
         if debug.print_config:
-            from hyper_parallel.config import dump_config
-
-            self._print(dump_config(config).rstrip("\n"))
+            self._print(self.config_yaml.rstrip("\n"))
 
     # -- building --------------------------------------------------------------------------------------
     def _build_model(self) -> torch.nn.Module:
@@ -250,16 +253,8 @@ class Trainer:
         build_loader = getattr(cfg.validator, "build_dataloader", None)
         if build_loader is None:
             raise TrainingError(f"{type(cfg.validator).__qualname__} has no validation data to build")
-        loader = build_loader(
-            self.tokenizer,
-            self.dp_rank,
-            self.dims.dp_size,
-            seq_len=cfg.training.seq_len,
-            micro_batch_size=cfg.training.micro_batch_size,
-            seed=self.seed,
-            ignore_index=self.ignore_index,
-            process_group=self._world_group(),
-        )
+        # The validator feeds the model tokens only, so its request carries no image layout.
+        loader = build_loader(attrs.evolve(self.data_request, vision=None, image_token_id=None))
         return cfg.validator.build(loader, self.loss_fn, process_group=self.dp_group)
 
     @staticmethod
@@ -268,7 +263,7 @@ class Trainer:
         return dist.group.WORLD if dist.is_initialized() else None
 
     def data_inputs(self) -> dict[str, Any]:
-        """Extra keyword arguments of the data loader's ``build`` (the model's input layout); none here."""
+        """The model's input layout in the data-loader request (``LoaderRequest`` fields); none here."""
         return {}
 
     # -- one step --------------------------------------------------------------------------------------

@@ -1,8 +1,13 @@
-"""Data loading configuration: the type of the root ``dataloader`` field.
+"""Data loading configuration: the type of the root ``dataloader`` field, and the trainer's request.
 
-The ``Config`` classes describe where the training text comes from and how batches are loaded. The
-runtime construction of Dataset, Collator, Sampler and DataLoader (and their order) is defined by a later
-data-component migration; these modules only hold validated settings and never read the data files.
+The ``Config`` classes describe where the training text comes from and how batches are loaded; they hold
+validated settings and never read the data files. ``LoaderRequest`` is what the trainer knows that a data
+loader needs (tokenizer, data-parallel coordinates, the training shapes, the model's input layout): one
+record handed to ``DataLoader.Config.build`` and to the validator's loader.
+
+The runtime lives in the private modules beside this one, one job each: ``_sources`` reads documents,
+``_tokenizing`` encodes them (shared over a process group), ``_samples`` turns them into samples (packed,
+padded, synthetic, captioned images from ``_images``), ``_loader`` deals, orders and resumes the batches.
 """
 
 from collections.abc import Iterator
@@ -10,12 +15,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
+from hyper_parallel.config.base import ConfigBase
+
 if TYPE_CHECKING:
-    from torch.distributed import ProcessGroup
+    from hyper_parallel.components.dataloader._loader import ResumableLoader
 
-    from hyper_parallel.runtime.dataloader import ResumableLoader
-
-__all__ = ["DataLoader", "DatasetConfig", "TextDataLoader"]
+__all__ = ["DataLoader", "DatasetConfig", "LoaderRequest", "TextDataLoader"]
 
 _FILE_SOURCES = ("jsonl", "text")
 _GENERATED_SOURCES = ("synthetic", "shapes")
@@ -117,12 +122,53 @@ class DatasetConfig:
             )
 
 
+@attrs.frozen
+class LoaderRequest:
+    """What the trainer knows that a data loader needs: ``DataLoader.Config.build(request)``.
+
+    ``tokenizer`` is a built tokenizer (``Tokenizer.Config.build()``); the loader serves data-parallel rank
+    ``dp_rank`` of ``dp_world_size``. ``seq_len``, ``micro_batch_size`` and ``seed`` come from the
+    ``training`` section (``seed`` is used when the dataset sets none); ``ignore_index`` marks labels the
+    loss skips. Every member of ``process_group`` (a ``torch.distributed`` group: the whole world, or the
+    data-parallel group; a collective call) tokenizes only its share of the documents and receives the
+    rest from the others; the batches are the same as without a group. The model's input layout is what
+    image data needs: a vision-language trainer passes ``vision`` (the model's vision arguments, e.g.
+    ``Qwen3_5VisionArgs``: the patch geometry) and ``image_token_id``; text sources ignore both.
+
+    The first three may be given by position: ``LoaderRequest(tokenizer, dp_rank, dp_world_size, ...)``.
+    """
+
+    tokenizer: Any
+    dp_rank: int = attrs.field(validator=attrs.validators.ge(0))
+    dp_world_size: int = attrs.field(validator=attrs.validators.ge(1))
+    seq_len: int = attrs.field(kw_only=True, validator=attrs.validators.ge(1))
+    micro_batch_size: int = attrs.field(kw_only=True, validator=attrs.validators.ge(1))
+    seed: int = attrs.field(kw_only=True)
+    ignore_index: int = attrs.field(default=-100, kw_only=True)
+    process_group: Any = attrs.field(default=None, kw_only=True)
+    vision: Any = attrs.field(default=None, kw_only=True)
+    image_token_id: int | None = attrs.field(default=None, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        if self.dp_rank >= self.dp_world_size:
+            raise ValueError(f"dp_rank must be in [0, {self.dp_world_size}), got {self.dp_rank}")
+
+
 class DataLoader:
-    """Base of data loaders: holds ``Config`` for the root ``dataloader`` field."""
+    """Base of data loaders: holds ``Config`` for the root ``dataloader`` field.
+
+    A namespace, not an object the trainer builds: it gives the Config its dotted name
+    (``DataLoader.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
+    subclass both, ``Impl(DataLoader)`` with ``Impl.Config(DataLoader.Config)``.
+    """
 
     @attrs.frozen(kw_only=True)
-    class Config:
-        """Worker-process and host-memory options shared by every data loader."""
+    class Config(ConfigBase):
+        """Worker-process and host-memory options shared by every data loader.
+
+        An implementation's ``build(request: LoaderRequest)`` returns the iterable of batches of the
+        request's data-parallel rank.
+        """
 
         #: A base: a config names one of its subclasses as ``_target_``, never this class.
         __abstract__: ClassVar[bool] = True
@@ -159,31 +205,6 @@ class DataLoader:
                 if self.persistent_workers:
                     yield "persistent_workers", "needs num_workers > 0 (num_workers is 0); set it to false"
 
-        def build(
-            self,
-            tokenizer: Any,
-            dp_rank: int,
-            dp_world_size: int,
-            *,
-            seq_len: int,
-            micro_batch_size: int,
-            seed: int,
-            ignore_index: int = -100,
-            process_group: "ProcessGroup | None" = None,
-            vision: Any = None,
-            image_token_id: int | None = None,
-        ) -> Any:
-            """The iterable of batches for one data-parallel rank (implemented by subclasses).
-
-            ``seq_len``, ``micro_batch_size`` and ``seed`` come from the ``training`` section (``seed`` is
-            used when the dataset sets none); ``ignore_index`` marks labels the loss skips. Every member of
-            ``process_group`` (collective call) tokenizes only its share of the documents and receives the
-            rest from the others; the batches are the same as without a group. A vision-language model's
-            trainer passes its vision arguments (``vision``, e.g. ``Qwen3_5VisionArgs``: the patch
-            geometry) and ``image_token_id``, which image data needs to lay out patches and placeholders.
-            """
-            raise NotImplementedError(f"{type(self).__qualname__} cannot build a data loader; use a subclass")
-
 
 class TextDataLoader(DataLoader):
     """Loads tokenized text for causal language modelling from a nested ``dataset`` section."""
@@ -211,51 +232,25 @@ class TextDataLoader(DataLoader):
             for path, message in self.dataset.unread_seed(self.shuffle):
                 yield f"dataset.{path}", message
 
-        def build(
-            self,
-            tokenizer: Any,
-            dp_rank: int,
-            dp_world_size: int,
-            *,
-            seq_len: int,
-            micro_batch_size: int,
-            seed: int,
-            ignore_index: int = -100,
-            process_group: "ProcessGroup | None" = None,
-            vision: Any = None,
-            image_token_id: int | None = None,
-        ) -> "ResumableLoader":
-            """Batches ``{input_ids, labels}`` of ``[micro_batch_size, seq_len]`` for rank ``dp_rank``.
+        def build(self, request: LoaderRequest) -> "ResumableLoader":
+            """Batches ``{input_ids, labels}`` of ``[micro_batch_size, seq_len]`` for ``request.dp_rank``.
 
-            The ``shapes`` source adds ``pixel_values`` and ``grid_thw`` and needs ``vision`` (the model's
-            vision arguments) and ``image_token_id``; the other sources ignore both.
+            The ``shapes`` source adds ``pixel_values`` and ``grid_thw`` and needs the request's ``vision``
+            and ``image_token_id``; the other sources ignore both.
 
             Iterates forever (epoch after epoch, reshuffled); ``state_dict`` / ``load_state_dict`` save
-            and restore the position. With ``process_group`` (a collective call on every member: the whole
-            world, or the data-parallel group) each member tokenizes only its share of the documents.
-            Reading, shared tokenizing, packing and sharding rules are documented in
-            ``hyper_parallel.runtime.dataloader``; the samples of an optimizer step do not depend on the
-            data-parallel size for the same global batch.
+            and restore the position. With a ``process_group`` (a collective call on every member) each
+            member tokenizes only its share of the documents. Reading, shared tokenizing, packing and
+            sharding rules are documented in the private modules of this package; the samples of an
+            optimizer step do not depend on the data-parallel size for the same global batch.
             """
-            from hyper_parallel.runtime.dataloader import build_loader
+            from hyper_parallel.components.dataloader._loader import build_loader
 
             return build_loader(
                 self.dataset,
-                tokenizer,
-                dp_rank=dp_rank,
-                dp_world_size=dp_world_size,
-                seq_len=seq_len,
-                micro_batch_size=micro_batch_size,
-                seed=seed,
+                request,
                 shuffle=self.shuffle,
                 drop_last=self.drop_last,
                 infinite=True,
-                ignore_index=ignore_index,
-                num_workers=self.num_workers,
-                pin_memory=self.pin_memory,
-                prefetch_factor=self.prefetch_factor,
-                persistent_workers=self.persistent_workers,
-                process_group=process_group,
-                vision=vision,
-                image_token_id=image_token_id,
+                workers=self,
             )

@@ -1,6 +1,6 @@
 """Synthetic captioned images for vision-language training: the ``shapes`` dataset source.
 
-Imported lazily by ``hyper_parallel.runtime.dataloader``; this module imports torch.
+Imported lazily by ``_samples`` (the ``shapes`` source); this module imports torch.
 
 Each image is a plain dark background split into a 3 x 3 grid of cells, with one filled shape (circle,
 square, triangle, diamond or cross) in one colour (red, green, blue, yellow, purple or orange) in one

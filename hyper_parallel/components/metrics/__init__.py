@@ -4,13 +4,15 @@ Holds how often training metrics (loss, throughput, memory) are logged and where
 backends are created at run time; TensorBoard and friends are never imported here.
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 import attrs
 
+from hyper_parallel.config.base import ConfigBase
+
 if TYPE_CHECKING:
-    from hyper_parallel.runtime.metrics import MetricsProcessor
+    from hyper_parallel.components.metrics._runtime import MetricsProcessor
 
 __all__ = ["Metrics", "MetricsLogger"]
 
@@ -18,10 +20,15 @@ _nonempty: Callable[[Any, Any, Any], Any] = attrs.validators.min_len(1)
 
 
 class Metrics:
-    """Base of metric processors: holds ``Config`` for the root ``metrics`` field."""
+    """Base of metric processors: holds ``Config`` for the root ``metrics`` field.
+
+    A namespace, not an object the trainer builds: it gives the Config its dotted name
+    (``Metrics.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
+    subclass both, ``Impl(Metrics)`` with ``Impl.Config(Metrics.Config)``.
+    """
 
     @attrs.frozen(kw_only=True)
-    class Config:
+    class Config(ConfigBase):
         """Options shared by every metrics processor."""
 
         #: A base: a config names one of its subclasses as ``_target_``, never this class.
@@ -36,19 +43,6 @@ class Metrics:
             default=True,
             metadata={"help": "Only rank 0 writes metrics; false writes one stream per rank."},
         )
-
-        def cross_check(self) -> Iterator[tuple[str, str]]:
-            """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
-            yield from ()
-
-        def build(self, rank: int = 0, *, stream: TextIO | None = None, max_steps: int | None = None) -> Any:
-            """The metrics processor of global rank ``rank`` (implemented by subclasses).
-
-            ``max_steps`` (the run's length) lets the processor show progress and an estimated end time.
-            """
-            raise NotImplementedError(
-                f"{type(self).__qualname__} cannot build a metrics processor; use a subclass"
-            )
 
 
 class MetricsLogger(Metrics):
@@ -90,6 +84,6 @@ class MetricsLogger(Metrics):
             Only rank 0 writes when ``rank0_only``; otherwise each rank writes its own streams (the JSONL
             file and TensorBoard folder get a ``rank<r>`` suffix).
             """
-            from hyper_parallel.runtime.metrics import MetricsProcessor
+            from hyper_parallel.components.metrics._runtime import MetricsProcessor
 
             return MetricsProcessor(self, rank=rank, stream=stream, max_steps=max_steps)

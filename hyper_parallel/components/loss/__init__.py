@@ -3,22 +3,28 @@
 The ``Config`` describes the training objective; the loss callable itself is created at run time.
 """
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import attrs
 
+from hyper_parallel.config.base import ConfigBase
+
 if TYPE_CHECKING:
-    from hyper_parallel.runtime.loss import CausalLMLossFn
+    from hyper_parallel.components.loss._runtime import CausalLMLossFn
 
 __all__ = ["CausalLMLoss", "Loss"]
 
 
 class Loss:
-    """Base of losses: holds ``Config`` for the root ``loss`` field."""
+    """Base of losses: holds ``Config`` for the root ``loss`` field.
+
+    A namespace, not an object the trainer builds: it gives the Config its dotted name
+    (``Loss.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
+    subclass both, ``Impl(Loss)`` with ``Impl.Config(Loss.Config)``.
+    """
 
     @attrs.frozen(kw_only=True)
-    class Config:
+    class Config(ConfigBase):
         """Options shared by every loss."""
 
         #: A base: a config names one of its subclasses as ``_target_``, never this class.
@@ -31,14 +37,6 @@ class Loss:
                 "'sum': token losses summed over the global batch and divided by its counted tokens."
             },
         )
-
-        def cross_check(self) -> Iterator[tuple[str, str]]:
-            """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
-            yield from ()
-
-        def build(self) -> Any:
-            """The loss callable ``loss(logits, labels)`` (implemented by subclasses)."""
-            raise NotImplementedError(f"{type(self).__qualname__} cannot build a loss; use a subclass")
 
 
 class CausalLMLoss(Loss):
@@ -67,6 +65,6 @@ class CausalLMLoss(Loss):
 
         def build(self) -> "CausalLMLossFn":
             """``loss(logits, labels)``: shifted next-token cross entropy reduced over counted tokens."""
-            from hyper_parallel.runtime.loss import build_causal_lm_loss
+            from hyper_parallel.components.loss._runtime import build_causal_lm_loss
 
             return build_causal_lm_loss(self)

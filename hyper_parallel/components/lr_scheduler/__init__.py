@@ -4,24 +4,30 @@ Schedules are described in optimizer steps. Checks that need ``training.max_step
 longer than the whole run) live in ``TrainerConfig.cross_check``, which sees both groups.
 """
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import attrs
 
+from hyper_parallel.config.base import ConfigBase
+
 if TYPE_CHECKING:
     import torch
 
-    from hyper_parallel.runtime.lr_scheduler import WarmupDecayLR
+    from hyper_parallel.components.lr_scheduler._runtime import WarmupDecayLR
 
 __all__ = ["LRScheduler", "WarmupDecay"]
 
 
 class LRScheduler:
-    """Base of learning-rate schedulers: holds ``Config`` for the root ``lr_scheduler`` field."""
+    """Base of learning-rate schedulers: holds ``Config`` for the root ``lr_scheduler`` field.
+
+    A namespace, not an object the trainer builds: it gives the Config its dotted name
+    (``LRScheduler.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
+    subclass both, ``Impl(LRScheduler)`` with ``Impl.Config(LRScheduler.Config)``.
+    """
 
     @attrs.frozen(kw_only=True)
-    class Config:
+    class Config(ConfigBase):
         """The linear warmup every schedule starts with."""
 
         #: A base: a config names one of its subclasses as ``_target_``, never this class.
@@ -32,16 +38,6 @@ class LRScheduler:
             validator=attrs.validators.ge(0),
             metadata={"help": "Steps of linear warmup from near 0 to the peak learning rate; 0 disables it."},
         )
-
-        def cross_check(self) -> Iterator[tuple[str, str]]:
-            """Yield ``(field path, message)`` for inconsistent settings; warmup alone has none."""
-            yield from ()
-
-        def build(
-            self, optimizer: "torch.optim.Optimizer", training_steps: int
-        ) -> "torch.optim.lr_scheduler.LRScheduler":
-            """A torch scheduler of ``optimizer`` over ``training_steps`` steps (subclasses implement it)."""
-            raise NotImplementedError(f"{type(self).__qualname__} cannot build a scheduler; use a subclass")
 
 
 class WarmupDecay(LRScheduler):
@@ -82,8 +78,8 @@ class WarmupDecay(LRScheduler):
 
             Call ``step()`` once after each optimizer step. Its ``state_dict`` is the position alone, so
             a resumed run follows the schedule of its current config from the saved step; the closed
-            form is documented in ``hyper_parallel.runtime.lr_scheduler``.
+            form is documented in ``hyper_parallel.components.lr_scheduler._runtime``.
             """
-            from hyper_parallel.runtime.lr_scheduler import build_warmup_decay
+            from hyper_parallel.components.lr_scheduler._runtime import build_warmup_decay
 
             return build_warmup_decay(self, optimizer, training_steps)

@@ -12,22 +12,28 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from hyper_parallel._checks import minus_one_or_at_least
-from hyper_parallel.components.dataloader import DatasetConfig
+from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest
+from hyper_parallel.config.base import ConfigBase
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-    from hyper_parallel.runtime.dataloader import ResumableLoader
-    from hyper_parallel.runtime.validator import LossValidatorRuntime
+    from hyper_parallel.components.dataloader._loader import ResumableLoader
+    from hyper_parallel.components.validator._runtime import LossValidatorRuntime
 
 __all__ = ["LossValidator", "Validator"]
 
 
 class Validator:
-    """Base of validators: holds ``Config`` for the root ``validator`` field."""
+    """Base of validators: holds ``Config`` for the root ``validator`` field.
+
+    A namespace, not an object the trainer builds: it gives the Config its dotted name
+    (``Validator.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
+    subclass both, ``Impl(Validator)`` with ``Impl.Config(Validator.Config)``.
+    """
 
     @attrs.frozen(kw_only=True)
-    class Config:
+    class Config(ConfigBase):
         """When and how long to validate."""
 
         #: A base: a config names one of its subclasses as ``_target_``, never this class.
@@ -50,21 +56,6 @@ class Validator:
                 "samples, shared among data-parallel ranks); -1 uses the whole validation set."
             },
         )
-
-        def cross_check(self) -> Iterator[tuple[str, str]]:
-            """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
-            yield from ()
-
-        def build(
-            self, dataloader: Iterable[Any], loss: Any, *, process_group: "ProcessGroup | None" = None
-        ) -> Any:
-            """An object whose ``validate(model, step)`` evaluates ``loss`` on ``dataloader``.
-
-            ``dataloader`` holds this rank's share of the validation set; results are summed over
-            ``process_group`` (the data-parallel group: ranks holding different samples; None: this
-            process only). Implemented by subclasses.
-            """
-            raise NotImplementedError(f"{type(self).__qualname__} cannot build a validator; use a subclass")
 
 
 class LossValidator(Validator):
@@ -101,46 +92,28 @@ class LossValidator(Validator):
             over ``process_group``, which must be the data-parallel group (not the whole world: ranks
             of a tensor-parallel group hold the same samples); None keeps them local.
             """
-            from hyper_parallel.runtime.validator import LossValidatorRuntime
+            from hyper_parallel.components.validator._runtime import LossValidatorRuntime
 
             return LossValidatorRuntime(self, dataloader, loss, process_group=process_group)
 
-        def build_dataloader(
-            self,
-            tokenizer: Any,
-            dp_rank: int,
-            dp_world_size: int,
-            *,
-            seq_len: int,
-            micro_batch_size: int,
-            seed: int,
-            ignore_index: int = -100,
-            process_group: "ProcessGroup | None" = None,
-        ) -> "ResumableLoader":
-            """Rank ``dp_rank``'s share of the validation set: one pass, in file order.
+        def build_dataloader(self, request: LoaderRequest) -> "ResumableLoader":
+            """Rank ``request.dp_rank``'s share of the validation set: one pass, in file order.
 
             The set is the first ``steps * micro_batch_size`` samples of ``dataset`` (all with ``steps``
-            -1), where ``micro_batch_size`` is this section's, else training's. Its samples are dealt
-            round-robin over the ``dp_world_size`` ranks; every rank gets the same number of batches (a
-            short or filler batch whose labels are all ``ignore_index`` where its share runs out), so
-            a sharded model's forward runs in step. ``process_group`` shares the tokenizing as in
-            ``DataLoader.Config.build``.
+            -1), where ``micro_batch_size`` is this section's, else the request's (training's). Its samples
+            are dealt round-robin over the ``dp_world_size`` ranks; every rank gets the same number of
+            batches (a short or filler batch whose labels are all ``ignore_index`` where its share runs
+            out), so a sharded model's forward runs in step. The request's ``process_group`` shares the
+            tokenizing as in ``DataLoader.Config.build``.
             """
-            from hyper_parallel.runtime.dataloader import build_loader
+            from hyper_parallel.components.dataloader._loader import build_loader
 
-            batch = self.micro_batch_size or micro_batch_size
+            batch = self.micro_batch_size or request.micro_batch_size
             return build_loader(
                 self.dataset,
-                tokenizer,
-                dp_rank=dp_rank,
-                dp_world_size=dp_world_size,
-                seq_len=seq_len,
-                micro_batch_size=batch,
-                seed=seed,
+                attrs.evolve(request, micro_batch_size=batch),
                 shuffle=False,
                 drop_last=False,
                 infinite=False,
-                ignore_index=ignore_index,
                 max_samples=None if self.steps == -1 else self.steps * batch,
-                process_group=process_group,
             )

@@ -9,8 +9,9 @@ states, the trainer's state and the step) that resumes the run exactly, except t
 whose newest checkpoint is an export at step N is finished (the manager's ``load()`` returns N); if
 ``training.max_steps`` was raised past N, the newest full checkpoint before N is resumed, and with none
 ``load()`` raises ``CheckpointNotResumableError``. Keep ``last_save_model_only: false`` for runs that may
-be extended. Half-written checkpoints are never loaded. The layout and protocol are documented in
-``hyper_parallel.runtime.checkpoint``.
+be extended. Half-written checkpoints are never loaded. The layout and protocol are documented in this
+package's private modules (``_layout``: the folder; ``_state``: what is saved; ``_manager``: the save and
+load protocol).
 """
 
 from collections.abc import Iterator
@@ -18,8 +19,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
+from hyper_parallel.config.base import ConfigBase
+
 if TYPE_CHECKING:
-    from hyper_parallel.runtime.checkpoint import CheckpointManager
+    from hyper_parallel.components.checkpoint._manager import CheckpointManager
 
 from hyper_parallel._checks import minus_one_or_at_least
 
@@ -38,10 +41,15 @@ class CheckpointNotResumableError(ValueError):
 
 
 class Checkpoint:
-    """Base of checkpointers: holds ``Config`` for the root ``checkpoint`` field."""
+    """Base of checkpointers: holds ``Config`` for the root ``checkpoint`` field.
+
+    A namespace, not an object the trainer builds: it gives the Config its dotted name
+    (``Checkpoint.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
+    subclass both, ``Impl(Checkpoint)`` with ``Impl.Config(Checkpoint.Config)``.
+    """
 
     @attrs.frozen(kw_only=True)
-    class Config:
+    class Config(ConfigBase):
         """Save and load options shared by every checkpoint format."""
 
         #: A base: a config names one of its subclasses as ``_target_``, never this class.
@@ -125,22 +133,6 @@ class Checkpoint:
                     "last_save_model_only to true or export_dtype to 'float32'",
                 )
 
-        def build(
-            self,
-            model: Any,
-            optimizer: Any = None,
-            lr_scheduler: Any = None,
-            dataloader: Any = None,
-            *,
-            train_state: Any = None,
-            max_steps: int | None = None,
-            run_config: Any = None,
-        ) -> Any:
-            """The checkpoint manager of this training state (implemented by subclasses)."""
-            raise NotImplementedError(
-                f"{type(self).__qualname__} cannot build a checkpointer; use a subclass"
-            )
-
 
 class DCPCheckpoint(Checkpoint):
     """Sharded checkpoints in the torch.distributed.checkpoint (DCP) format."""
@@ -180,21 +172,20 @@ class DCPCheckpoint(Checkpoint):
             *,
             train_state: Any = None,
             max_steps: int | None = None,
-            run_config: Any = None,
+            run_config_yaml: str | None = None,
         ) -> "CheckpointManager":
             """A manager saving and restoring these objects with torch.distributed.checkpoint.
 
             ``train_state`` is the trainer's own stateful (``state_dict() -> dict``, JSON-serialisable and
             rank-local, and ``load_state_dict(dict)``); ``max_steps`` is ``training.max_steps``, which tells
-            a finished run from one extended past its weights-only export; ``run_config`` (the resolved
-            ``TrainerConfig``) is written as ``config.yaml`` into every checkpoint, for
-            ``hyper_parallel.export``. Call it on every rank (with
-            torch.distributed it creates the manager's process group). ``load()`` resumes,
-            ``maybe_save(step, last_step=...)`` saves every ``interval`` steps, ``close()`` finishes an
-            asynchronous save; the layout and publish protocol are documented in
-            ``hyper_parallel.runtime.checkpoint``.
+            a finished run from one extended past its weights-only export; ``run_config_yaml`` (the run's
+            resolved config as YAML, which the trainer dumps) is written as ``config.yaml`` into every
+            checkpoint, for ``hyper_parallel.export``. Call it on every rank (with torch.distributed it
+            creates the manager's process group). ``load()`` resumes, ``maybe_save(step, last_step=...)``
+            saves every ``interval`` steps, ``close()`` finishes an asynchronous save; the layout and
+            publish protocol are documented in the private modules of this package.
             """
-            from hyper_parallel.runtime.checkpoint import CheckpointManager
+            from hyper_parallel.components.checkpoint._manager import CheckpointManager
 
             return CheckpointManager(
                 self,
@@ -204,5 +195,5 @@ class DCPCheckpoint(Checkpoint):
                 dataloader=dataloader,
                 train_state=train_state,
                 max_steps=max_steps,
-                run_config=run_config,
+                run_config_yaml=run_config_yaml,
             )

@@ -10,12 +10,14 @@ reading anything, what the trainer's cross-checks need to know before a run star
 """
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import attrs
 
+from hyper_parallel.config.base import ConfigBase
+
 if TYPE_CHECKING:
-    from hyper_parallel.runtime.tokenizer import ByteLevelTokenizer, HFTokenizer
+    from hyper_parallel.components.tokenizer._runtime import ByteLevelTokenizer, HFTokenizer
 
 __all__ = ["ByteTokenizer", "HuggingFaceTokenizer", "Tokenizer"]
 
@@ -23,10 +25,15 @@ _optional_nonempty = attrs.validators.optional(attrs.validators.min_len(1))
 
 
 class Tokenizer:
-    """Base of tokenizers: holds ``Config`` for the root ``tokenizer`` field."""
+    """Base of tokenizers: holds ``Config`` for the root ``tokenizer`` field.
+
+    A namespace, not an object the trainer builds: it gives the Config its dotted name
+    (``Tokenizer.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
+    subclass both, ``Impl(Tokenizer)`` with ``Impl.Config(Tokenizer.Config)``.
+    """
 
     @attrs.frozen(kw_only=True)
-    class Config:
+    class Config(ConfigBase):
         """Options every tokenizer understands."""
 
         #: A base: a config names one of its subclasses as ``_target_``, never this class.
@@ -48,10 +55,6 @@ class Tokenizer:
             metadata={"help": "Append the end-of-sequence token to every encoded document."},
         )
 
-        def cross_check(self) -> Iterator[tuple[str, str]]:
-            """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
-            yield from ()
-
         def vocab_size(self) -> int | None:
             """Number of token ids when the config alone fixes it; None when only the files know."""
             return None
@@ -59,10 +62,6 @@ class Tokenizer:
         def needs_files(self) -> bool:
             """Whether ``build`` reads tokenizer files (from ``path``, or the model's ``weights_path``)."""
             return True
-
-        def build(self, weights_path: str | None = None) -> Any:
-            """The tokenizer at ``path`` (or ``weights_path`` when null); subclasses implement it."""
-            raise NotImplementedError(f"{type(self).__qualname__} cannot build a tokenizer; use a subclass")
 
 
 class HuggingFaceTokenizer(Tokenizer):
@@ -122,7 +121,7 @@ class HuggingFaceTokenizer(Tokenizer):
             ``model_max_length`` (this config's, else the file's) bounds the training ``seq_len``;
             ``padding_side`` is where unpacked samples are padded.
             """
-            from hyper_parallel.runtime.tokenizer import build_hf_tokenizer
+            from hyper_parallel.components.tokenizer._runtime import build_hf_tokenizer
 
             return build_hf_tokenizer(self, weights_path)
 
@@ -157,6 +156,6 @@ class ByteTokenizer(Tokenizer):
 
         def build(self, weights_path: str | None = None) -> "ByteLevelTokenizer":
             """The byte tokenizer; ``weights_path`` is ignored (nothing is read)."""
-            from hyper_parallel.runtime.tokenizer import ByteLevelTokenizer
+            from hyper_parallel.components.tokenizer._runtime import ByteLevelTokenizer
 
             return ByteLevelTokenizer(add_bos=self.add_bos, add_eos=self.add_eos)

@@ -5,23 +5,29 @@ profiler waits, warms up and records ``active`` steps. The profiler itself is cr
 """
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
 from hyper_parallel._checks import quote, said
+from hyper_parallel.config.base import ConfigBase
 
 if TYPE_CHECKING:
-    from hyper_parallel.runtime.profiler import NullProfiler, TorchProfilerContext
+    from hyper_parallel.components.profiler._runtime import NullProfiler, TorchProfilerContext
 
 __all__ = ["Profiler", "TorchProfiler"]
 
 
 class Profiler:
-    """Base of profilers: holds ``Config`` for the root ``profiler`` field."""
+    """Base of profilers: holds ``Config`` for the root ``profiler`` field.
+
+    A namespace, not an object the trainer builds: it gives the Config its dotted name
+    (``Profiler.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
+    subclass both, ``Impl(Profiler)`` with ``Impl.Config(Profiler.Config)``.
+    """
 
     @attrs.frozen(kw_only=True)
-    class Config:
+    class Config(ConfigBase):
         """Options shared by every profiler."""
 
         #: A base: a config names one of its subclasses as ``_target_``, never this class.
@@ -41,14 +47,6 @@ class Profiler:
             validator=attrs.validators.min_len(1),
             metadata={"help": "Directory receiving the trace files."},
         )
-
-        def cross_check(self) -> Iterator[tuple[str, str]]:
-            """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
-            yield from ()
-
-        def build(self, rank: int = 0) -> Any:
-            """The profiler context manager of global rank ``rank`` (implemented by subclasses)."""
-            raise NotImplementedError(f"{type(self).__qualname__} cannot build a profiler; use a subclass")
 
 
 class TorchProfiler(Profiler):
@@ -111,7 +109,7 @@ class TorchProfiler(Profiler):
 
         def build(self, rank: int = 0) -> "TorchProfilerContext | NullProfiler":
             """``with profiler: ... profiler.step()``; a no-op object (torch not imported) when disabled."""
-            from hyper_parallel.runtime.profiler import NullProfiler, TorchProfilerContext
+            from hyper_parallel.components.profiler._runtime import NullProfiler, TorchProfilerContext
 
             if not self.enable:
                 return NullProfiler()

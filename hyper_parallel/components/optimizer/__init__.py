@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
+from hyper_parallel.config.base import ConfigBase
+
 if TYPE_CHECKING:
     import torch
 
@@ -17,10 +19,15 @@ __all__ = ["SGD", "AdamW", "Optimizer"]
 
 
 class Optimizer:
-    """Base of optimizers: holds ``Config`` for the root ``optimizer`` field."""
+    """Base of optimizers: holds ``Config`` for the root ``optimizer`` field.
+
+    A namespace, not an object the trainer builds: it gives the Config its dotted name
+    (``Optimizer.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
+    subclass both, ``Impl(Optimizer)`` with ``Impl.Config(Optimizer.Config)``.
+    """
 
     @attrs.frozen(kw_only=True)
-    class Config:
+    class Config(ConfigBase):
         """Learning rate and weight-decay options shared by every optimizer."""
 
         #: A base: a config names one of its subclasses as ``_target_``, never this class.
@@ -54,17 +61,9 @@ class Optimizer:
             metadata={"help": "Extra parameter-name substrings exempt from weight decay."},
         )
 
-        def cross_check(self) -> Iterator[tuple[str, str]]:
-            """Yield ``(field path, message)`` for inconsistent settings; the shared options have none."""
-            yield from ()
-
-        def build(self, model: Any) -> "torch.optim.Optimizer":
-            """The torch optimizer over ``model``'s trainable parameters (implemented by subclasses)."""
-            raise NotImplementedError(f"{type(self).__qualname__} cannot build an optimizer; use a subclass")
-
         def param_groups(self, model: Any) -> list[dict[str, Any]]:
             """The ``decay`` and ``no_decay`` parameter groups of ``model`` under these options."""
-            from hyper_parallel.runtime.optimizer import param_groups
+            from hyper_parallel.components.optimizer._runtime import param_groups
 
             return param_groups(self, model)
 
@@ -109,7 +108,7 @@ class AdamW(Optimizer):
 
         def build(self, model: Any) -> "torch.optim.AdamW":
             """``torch.optim.AdamW`` with every option here; no_decay flags pick the exempt parameters."""
-            from hyper_parallel.runtime.optimizer import build_adamw
+            from hyper_parallel.components.optimizer._runtime import build_adamw
 
             return build_adamw(self, model)
 
@@ -147,6 +146,6 @@ class SGD(Optimizer):
 
         def build(self, model: Any) -> "torch.optim.SGD":
             """``torch.optim.SGD`` with every option here (weight decay is applied as an L2 term)."""
-            from hyper_parallel.runtime.optimizer import build_sgd
+            from hyper_parallel.components.optimizer._runtime import build_sgd
 
             return build_sgd(self, model)

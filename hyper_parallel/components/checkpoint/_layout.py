@@ -1,0 +1,80 @@
+"""The on-disk layout of a checkpoint folder: step folder names, discovery, atomic publish and pruning.
+
+Part of ``Checkpoint``; file operations only (no torch, no collectives), run by rank 0. ``folder/step-<N>/``
+holds one DCP checkpoint. A save writes into ``folder/.step-<N>.partial``; DCP's coordinator writes
+``.metadata`` only after every rank has written its data, and rank 0 then renames the folder to
+``step-<N>``. Only ``step-<N>`` folders holding ``.metadata`` count as complete: a kill mid-save leaves a
+``.partial`` folder (or, from older layouts, a ``step-<N>`` folder without ``.metadata``); neither is ever
+loaded, and rank 0 removes both when the manager starts.
+
+Every published ``step-<N>`` folder also holds ``config.yaml`` (``CONFIG_FILE``), the resolved config of
+the run that saved it, as the trainer dumped it, which ``hyper_parallel.export`` reads to rebuild the
+model's Hugging Face layout.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+
+__all__ = ["CONFIG_FILE", "complete_steps", "partial_folder", "publish", "remove_incomplete", "step_folder"]
+
+#: The resolved config a checkpoint was saved with, as YAML, in every ``step-<N>`` folder (when known).
+CONFIG_FILE = "config.yaml"
+
+_STEP_DIR = re.compile(r"step-(\d+)")
+_PARTIAL_DIR = re.compile(r"\.step-(\d+)\.partial")
+
+_log = logging.getLogger(__name__)
+
+
+def step_folder(folder: Path, step: int) -> Path:
+    """Where the published checkpoint of ``step`` lives."""
+    return folder / f"step-{step}"
+
+
+def partial_folder(folder: Path, step: int) -> Path:
+    """Where the checkpoint of ``step`` is written before it is published."""
+    return folder / f".step-{step}.partial"
+
+
+def complete_steps(folder: str | Path) -> list[int]:
+    """Steps with a complete (published) checkpoint in ``folder``, oldest first."""
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    steps = []
+    for child in root.iterdir():
+        match = _STEP_DIR.fullmatch(child.name)
+        if match and (child / ".metadata").is_file():
+            steps.append(int(match.group(1)))
+    return sorted(steps)
+
+
+def remove_incomplete(folder: Path) -> None:
+    """Delete ``.step-N.partial`` folders and ``step-N`` folders without ``.metadata`` (half-written)."""
+    if not folder.is_dir():
+        return
+    for child in folder.iterdir():
+        step_dir = _STEP_DIR.fullmatch(child.name) and not (child / ".metadata").is_file()
+        if child.is_dir() and (step_dir or _PARTIAL_DIR.fullmatch(child.name)):
+            _log.warning("removing incomplete checkpoint folder %s", child)
+            shutil.rmtree(child, ignore_errors=True)
+
+
+def publish(partial: Path, final: Path, *, keep_latest_k: int, config_yaml: str | None) -> None:
+    """Rename a finished save (``.metadata`` written) to its step folder, then keep the newest ``k``.
+
+    ``config_yaml`` (the run's config) is written into it first; ``keep_latest_k`` 0 keeps every step.
+    """
+    if config_yaml is not None:
+        (partial / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(partial, final)
+    if keep_latest_k > 0:
+        for old in complete_steps(final.parent)[:-keep_latest_k]:
+            shutil.rmtree(step_folder(final.parent, old), ignore_errors=True)

@@ -1,0 +1,341 @@
+"""The checkpoint manager over torch DCP: when to save, the save and load protocol (part of ``Checkpoint``).
+
+Built by ``DCPCheckpoint.Config.build``; this module imports torch. The folder layout and its publish
+protocol are in ``_layout``, what a checkpoint holds (full or weights-only export, resharding) in ``_state``.
+
+``load()`` resumes from full checkpoints only. When the checkpoint it picks (the newest, or ``load_step``)
+is an export at step ``N``: with ``N >= max_steps`` (or ``max_steps`` unknown) the run is finished and
+``N`` is returned with nothing loaded; when ``max_steps`` was raised past ``N``, the newest full
+checkpoint before ``N`` is resumed (a warning says so), and with none left (or ``load_step`` naming the
+export) ``CheckpointNotResumableError`` says what to change.
+
+Process groups: with torch.distributed initialised the manager creates one gloo group of all ranks and
+runs every DCP collective and barrier on it, never on the default group. An ``async`` save stages the state
+in host memory (training goes on at once) and writes it from a background thread whose collectives stay on
+that group, so they cannot interleave with FSDP's collectives on the default group. Its completion on rank
+0 means every rank has written and ``.metadata`` exists, so rank 0 publishes it (rename and prune, file
+operations only) as soon as it sees it done: polled after each step by ``maybe_save``, and waited for by
+the next save, ``load``, ``wait`` and ``close``; no collective runs from the training thread while a save
+is in flight. ``async_with_pinned_mem`` stages through pinned host memory on CUDA and is plain ``async`` on
+a CPU-only machine (there is no device-to-host copy to speed up).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+
+from hyper_parallel.components.checkpoint import CheckpointNotResumableError
+from hyper_parallel.components.checkpoint._layout import (
+    complete_steps,
+    partial_folder,
+    publish,
+    remove_incomplete,
+    step_folder,
+)
+from hyper_parallel.components.checkpoint._state import Stateful, TrainingState, is_full, saved_keys
+
+if TYPE_CHECKING:
+    from hyper_parallel.components.checkpoint import DCPCheckpoint
+
+__all__ = ["CheckpointManager"]
+
+_log = logging.getLogger(__name__)
+
+_SINGLE_PROCESS = (
+    r"torch\.distributed is disabled, unavailable or uninitialized, assuming the intent is to "
+    r"(save|load) in a single process"
+)
+# Without a process group DCP runs as a single process, which is the intent, yet it warns on every save
+# and load. Synchronous calls silence it locally (_single_process_ok); the background thread of an
+# asynchronous save is out of reach of catch_warnings, hence this narrow process-wide filter.
+warnings.filterwarnings("ignore", message=_SINGLE_PROCESS, category=UserWarning)
+
+
+@contextlib.contextmanager
+def _single_process_ok() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_SINGLE_PROCESS, category=UserWarning)
+        yield
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _rank() -> int:
+    return dist.get_rank() if _distributed() else 0
+
+
+class _InFlight:
+    """An asynchronous save: its future and where it is published once finished."""
+
+    def __init__(self, future: Any, partial: Path, final: Path) -> None:
+        # A staged save returns an AsyncSaveResponse whose upload_completion is the write.
+        self.future: Future[Any] = getattr(future, "upload_completion", future)
+        self.partial, self.final = partial, final
+
+
+class CheckpointManager:
+    """Saves and restores training state; see the module docstrings for the layout and guarantees.
+
+    The trainer calls ``load()`` once after building everything, ``maybe_save(step, last_step=...)``
+    after every optimizer step, ``save(step)`` to save outside the interval (for example on SIGTERM),
+    and ``close()`` before exiting (it finishes and publishes a save still in flight). ``run_config_yaml``
+    (the run's config as YAML, which the trainer dumps) is written into every published checkpoint.
+    """
+
+    def __init__(
+        self,
+        cfg: DCPCheckpoint.Config | Any,
+        *,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        lr_scheduler: Any = None,
+        dataloader: Any = None,
+        train_state: Stateful | None = None,
+        max_steps: int | None = None,
+        run_config_yaml: str | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.run_config_yaml = run_config_yaml
+        self.folder = Path(cfg.folder)
+        self.state = TrainingState(
+            model=model,
+            optimizer=optimizer,
+            lr_scheduler=lr_scheduler,
+            dataloader=dataloader,
+            train_state=train_state,
+            rank=_rank(),
+        )
+        self.max_steps = max_steps
+        self._in_flight: _InFlight | None = None
+        self._saved: tuple[int, bool] | None = None  # (step, model_only) of this manager's newest save
+        self._stager: Any = None
+        # Every rank builds the manager with the same config, so every rank creates the group (a
+        # collective) or none does.
+        uses_files = cfg.enable or cfg.initial_load_path is not None
+        self._group: Any = dist.new_group(backend="gloo") if uses_files and _distributed() else None
+        if cfg.enable:
+            if _rank() == 0:
+                remove_incomplete(self.folder)
+            self._barrier()
+
+    # -- helpers --------------------------------------------------------------------------------------
+    def _barrier(self) -> None:
+        if self._group is not None:
+            dist.barrier(group=self._group)
+
+    def _dcp_kwargs(self) -> dict[str, Any]:
+        if self._group is None:
+            return {"no_dist": True}
+        return {"process_group": self._group}
+
+    # -- when -----------------------------------------------------------------------------------------
+    def should_save(self, step: int, *, last_step: bool = False) -> bool:
+        """Whether ``maybe_save`` saves at ``step`` (1-based count of optimizer steps done)."""
+        if not self.cfg.enable:
+            return False
+        if last_step or step % self.cfg.interval == 0:
+            return True
+        return step == 1 and bool(getattr(self.cfg, "enable_first_step_checkpoint", False))
+
+    def maybe_save(self, step: int, *, last_step: bool = False) -> bool:
+        """Save at ``step`` if the interval (or the last or first step) says so; True when it saved.
+
+        Also publishes an asynchronous save that has finished since the last call (without waiting).
+        The save at ``last_step`` is the weights-only export when ``last_save_model_only`` is set.
+        """
+        self._poll()
+        if not self.should_save(step, last_step=last_step):
+            return False
+        self.save(step, model_only=last_step and self.cfg.last_save_model_only)
+        return True
+
+    # -- save -----------------------------------------------------------------------------------------
+    def save(self, step: int, *, model_only: bool = False) -> Path:
+        """Write the checkpoint of ``step``, published as ``folder/step-<step>``; returns that path.
+
+        ``model_only`` writes the weights-only export (cast to ``export_dtype``), which is never resumed.
+        With ``async_mode`` a full save returns once the state is staged; it is published when finished
+        (call ``close()`` before exiting). Otherwise the checkpoint is published on every rank on return.
+        Saving the step this manager has just saved the same way again (a SIGTERM right after an
+        interval save) writes nothing.
+        """
+        final = step_folder(self.folder, step)
+        if self._saved == (step, model_only):
+            return final
+        self.wait()
+        partial = partial_folder(self.folder, step)
+        state = self.state.export(self.cfg.export_dtype) if model_only else self.state.full(step)
+        mode = getattr(self.cfg, "async_mode", "disabled")
+        if mode != "disabled" and not model_only:
+            future = dcp_async_save(
+                state,
+                checkpoint_id=str(partial),
+                async_stager=self._pinned_stager(mode),
+                **self._dcp_kwargs(),
+            )
+            self._in_flight = _InFlight(future, partial, final)
+        else:
+            with _single_process_ok():
+                dcp_save(state, checkpoint_id=str(partial), **self._dcp_kwargs())
+            self._publish(partial, final)
+            self._barrier()
+        self._saved = (step, model_only)
+        return final
+
+    def _pinned_stager(self, mode: str) -> Any:
+        """A stager through pinned host memory for 'async_with_pinned_mem' on CUDA, else None (default)."""
+        if mode != "async_with_pinned_mem" or not torch.cuda.is_available():
+            return None
+        if self._stager is None:
+            from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+            self._stager = DefaultStager(
+                StagingOptions(
+                    use_pinned_memory=True,
+                    use_shared_memory=False,
+                    use_async_staging=False,
+                    use_non_blocking_copy=False,
+                )
+            )
+        return self._stager
+
+    def _poll(self) -> None:
+        """Publish the save in flight if it has finished; never blocks."""
+        if self._in_flight is not None and self._in_flight.future.done():
+            self._finish_in_flight()
+
+    def _finish_in_flight(self) -> None:
+        in_flight, self._in_flight = self._in_flight, None
+        assert in_flight is not None
+        in_flight.future.result()  # re-raises a failed write; the partial folder is then never published
+        self._publish(in_flight.partial, in_flight.final)
+
+    def wait(self) -> None:
+        """Block until an asynchronous save in flight is written, and publish it (no-op otherwise)."""
+        if self._in_flight is not None:
+            self._finish_in_flight()
+
+    def _publish(self, partial: Path, final: Path) -> None:
+        """Rank 0 publishes a finished save (every rank has written: ``.metadata`` exists) and prunes."""
+        if _rank() == 0:
+            publish(partial, final, keep_latest_k=self.cfg.keep_latest_k, config_yaml=self.run_config_yaml)
+
+    def close(self) -> None:
+        """Finish and publish any save in flight (on every rank when this returns); free the stager."""
+        self.wait()
+        self._barrier()
+        if self._stager is not None:
+            self._stager.close()
+            self._stager = None
+
+    # -- load -----------------------------------------------------------------------------------------
+    def latest_step(self) -> int | None:
+        """The newest complete checkpoint's step in ``folder`` (full or export), or None."""
+        steps = complete_steps(self.folder)
+        return steps[-1] if steps else None
+
+    def load(self) -> int:
+        """Restore the training state at startup; returns the step to continue after (0: from scratch).
+
+        With ``enable``, picks ``load_step`` or else the newest complete checkpoint in ``folder``:
+
+        - a full checkpoint: restores every part not in ``exclude_from_loading``, returns its step;
+        - a weights-only export at step N: returns N and loads nothing when the run is finished
+          (``max_steps`` is None or <= N); when ``max_steps`` was raised past N, resumes the newest full
+          checkpoint before N, or raises ``CheckpointNotResumableError`` if there is none (or if
+          ``load_step`` names the export).
+
+        With no checkpoint in ``folder`` (or without ``enable``), ``initial_load_path`` (if set) is loaded:
+        the model alone with ``initial_load_model_only`` (returns 0), else the full state (returns its
+        step). Raises ``FileNotFoundError`` when ``load_step`` or ``initial_load_path`` names no complete
+        checkpoint.
+        """
+        self.wait()
+        steps = complete_steps(self.folder) if self.cfg.enable else []
+        if self.cfg.enable and self.cfg.load_step >= 0:
+            if self.cfg.load_step not in steps:
+                raise FileNotFoundError(
+                    f"checkpoint.load_step: no complete checkpoint for step {self.cfg.load_step} in "
+                    f"{str(self.folder)!r} (complete: {steps})"
+                )
+            return self._resume(self.cfg.load_step, steps, explicit=True)
+        if steps:
+            return self._resume(steps[-1], steps, explicit=False)
+        if self.cfg.initial_load_path is None:
+            return 0
+        return self._load_initial(Path(self.cfg.initial_load_path))
+
+    def _resume(self, step: int, steps: list[int], *, explicit: bool) -> int:
+        path = step_folder(self.folder, step)
+        keys = saved_keys(path)
+        if is_full(keys):
+            return self._load_full(path, keys)
+        if self.max_steps is None or step >= self.max_steps:
+            return step  # the run finished with this export
+        if not explicit:
+            for earlier in reversed([s for s in steps if s < step]):
+                earlier_path = step_folder(self.folder, earlier)
+                earlier_keys = saved_keys(earlier_path)
+                if is_full(earlier_keys):
+                    _log.warning(
+                        "step %d in %s is a weights-only export and training.max_steps is now %d: "
+                        "resuming from the full checkpoint of step %d",
+                        step,
+                        self.folder,
+                        self.max_steps,
+                        earlier,
+                    )
+                    return self._load_full(earlier_path, earlier_keys)
+        raise CheckpointNotResumableError(
+            f"checkpoint.folder {str(self.folder)!r}: step {step} is a weights-only export (the final save "
+            f"with checkpoint.last_save_model_only: true) and training.max_steps is now {self.max_steps}; "
+            "it holds no optimizer, scheduler or data state, so training cannot resume from it"
+            + ("" if explicit else " and no earlier full checkpoint remains")
+            + ". Set checkpoint.load_step to a full checkpoint, or start a new run from these weights with "
+            f"checkpoint.initial_load_path: {str(path)!r} and another checkpoint.folder; set "
+            "checkpoint.last_save_model_only: false to keep final checkpoints resumable."
+        )
+
+    def _load_initial(self, path: Path) -> int:
+        if not (path / ".metadata").is_file():
+            raise FileNotFoundError(
+                f"checkpoint.initial_load_path {str(path)!r} is not a complete DCP checkpoint"
+            )
+        keys = saved_keys(path)
+        if self.cfg.initial_load_model_only:
+            self._load_model(path, keys)
+            return 0
+        if not is_full(keys):
+            raise CheckpointNotResumableError(
+                f"checkpoint.initial_load_path {str(path)!r} is a weights-only export: it holds no "
+                "optimizer, scheduler or data state; set checkpoint.initial_load_model_only: true"
+            )
+        return self._load_full(path, keys)
+
+    def _load_model(self, path: Path, keys: set[str]) -> None:
+        if not any(key.startswith("model.") for key in keys):
+            raise ValueError(f"checkpoint {str(path)!r} holds no model state")
+        state = self.state.model_state()
+        with _single_process_ok():
+            dcp_load(state, checkpoint_id=str(path), **self._dcp_kwargs())
+        self.state.restore_model(state)
+
+    def _load_full(self, path: Path, keys: set[str]) -> int:
+        state = self.state.placeholders(self.state.wanted(path, keys, self.cfg.exclude_from_loading))
+        with _single_process_ok():
+            dcp_load(state, checkpoint_id=str(path), **self._dcp_kwargs())
+        return self.state.restore(path, state)

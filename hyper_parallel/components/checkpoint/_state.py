@@ -1,0 +1,233 @@
+"""What a checkpoint holds: the state dicts saved and restored, by part (part of ``Checkpoint``).
+
+Two kinds of checkpoint:
+
+- **full** (every save but the final one with ``last_save_model_only``): ``model`` and ``optimizer``
+  (tensors, through ``torch.distributed.checkpoint.state_dict`` so sharded models work), ``lr_scheduler``
+  (its position, JSON), ``step`` (JSON), and per rank ``r``, as JSON: ``dataloader.rank<r>`` (data
+  position), ``rng.rank<r>`` (Python ``random``, torch CPU and, when CUDA is in use, the current CUDA
+  device's generator) and ``train_state.rank<r>`` (the trainer's own stateful). Resuming from one
+  continues the run exactly.
+- **weights-only export** (the final save with ``last_save_model_only``): ``model`` alone, cast to
+  ``export_dtype``. It is for other tools and for ``initial_load_path``; it is never resumed, because
+  resuming it would replay data with fresh optimizer state and a restarted warmup.
+
+Resharding: model and optimizer state are saved by fully qualified name (optimizer state keyed by
+parameter FQN), so DCP reads them into any layout (FSDP2, tensor parallelism, one process) whatever layout
+saved them. Per-rank parts are read from this rank's entry, else from rank 0's (a run resumed on more
+processes than saved it); the data loader translates a position saved under another data-parallel size
+(see its ``load_state_dict``) and a position it cannot continue identically stops the resume with
+``CheckpointNotResumableError``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from hyper_parallel.components.checkpoint import CheckpointNotResumableError
+
+__all__ = ["Stateful", "TrainingState", "is_full", "saved_keys"]
+
+_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+_PER_RANK = ("dataloader", "rng", "train_state")
+
+
+class Stateful(Protocol):
+    """What the trainer passes as ``train_state``: rank-local, JSON-serialisable state."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+def saved_keys(path: Path) -> set[str]:
+    """The state-dict keys the checkpoint at ``path`` holds (read from its ``.metadata``)."""
+    return set(FileSystemReader(str(path)).read_metadata().state_dict_metadata)
+
+
+def is_full(keys: set[str]) -> bool:
+    """Whether a checkpoint's keys are those of a full (resumable) checkpoint, not a weights-only export."""
+    return "step" in keys
+
+
+def _saved_rank(part: str, keys: set[str], rank: int) -> str | None:
+    """The entry of a per-rank ``part`` this process restores: its own rank's, else rank 0's, else None."""
+    for entry in (f"rank{rank}", "rank0"):
+        if f"{part}.{entry}" in keys:
+            return entry
+    return None
+
+
+def _only_entry(loaded: dict[str, Any]) -> Any:
+    """The JSON value of the one per-rank entry a load asked for."""
+    (text,) = loaded.values()
+    return json.loads(text)
+
+
+# -- random number generators ---------------------------------------------------------------------------
+def _bytes_text(state: torch.Tensor) -> str:
+    return base64.b64encode(bytes(state.tolist())).decode("ascii")
+
+
+def _text_bytes(text: str) -> torch.Tensor:
+    return torch.tensor(list(base64.b64decode(text)), dtype=torch.uint8)
+
+
+def _rng_state() -> dict[str, Any]:
+    """This process's generator states as JSON: Python ``random``, torch CPU, the current CUDA device."""
+    version, internal, gauss = random.getstate()
+    state: dict[str, Any] = {
+        "python": [version, list(internal), gauss],
+        "torch": _bytes_text(torch.get_rng_state()),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        state["cuda"] = _bytes_text(torch.cuda.get_rng_state())
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(_text_bytes(state["torch"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(_text_bytes(state["cuda"]))
+
+
+class TrainingState:
+    """The objects a checkpoint saves and restores, and their state dicts by part.
+
+    ``model`` is required; ``optimizer``, ``lr_scheduler``, ``dataloader`` and ``train_state`` are saved
+    when given. ``rank`` names this process's per-rank entries.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        lr_scheduler: Any = None,
+        dataloader: Any = None,
+        train_state: Stateful | None = None,
+        rank: int = 0,
+    ) -> None:
+        self.model, self.optimizer = model, optimizer
+        self.lr_scheduler, self.dataloader, self.train_state = lr_scheduler, dataloader, train_state
+        self.rank = rank
+
+    def model_state(self) -> dict[str, Any]:
+        """``{"model": ...}``: the model's state dict by fully qualified name (sharded or not)."""
+        return {"model": get_model_state_dict(self.model)}
+
+    def full(self, step: int) -> dict[str, Any]:
+        """Everything a full checkpoint of ``step`` holds (see the module docstring)."""
+        rank = f"rank{self.rank}"
+        state = self.model_state()
+        if self.optimizer is not None:
+            state["optimizer"] = get_optimizer_state_dict(self.model, self.optimizer)
+        if self.lr_scheduler is not None:
+            state["lr_scheduler"] = json.dumps(self.lr_scheduler.state_dict())
+        if self.dataloader is not None:
+            state["dataloader"] = {rank: json.dumps(self.dataloader.state_dict())}
+        state["rng"] = {rank: json.dumps(_rng_state())}
+        if self.train_state is not None:
+            state["train_state"] = {rank: json.dumps(self.train_state.state_dict())}
+        state["step"] = json.dumps(step)
+        return state
+
+    def export(self, dtype: str) -> dict[str, Any]:
+        """The weights-only export: the model's floating-point tensors cast to ``dtype``."""
+        cast = _DTYPES[dtype]
+        model = self.model_state()["model"]
+        return {
+            "model": {
+                k: v.to(cast) if torch.is_tensor(v) and v.is_floating_point() else v for k, v in model.items()
+            }
+        }
+
+    def wanted(self, path: Path, keys: set[str], exclude: tuple[str, ...]) -> dict[str, Any]:
+        """Placeholders of the parts to restore from the full checkpoint at ``path``; refuses missing ones.
+
+        Parts in ``exclude`` (and parts this state has no object for) are left out. A per-rank part is read
+        from this rank's entry, or from rank 0's when the checkpoint was saved by fewer processes (a resume
+        on another layout): every rank is at the same step and data position then, and the trainer seeds
+        every rank alike.
+        """
+        owners: dict[str, Any] = {
+            "optimizer": self.optimizer,
+            "lr_scheduler": self.lr_scheduler,
+            "dataloader": self.dataloader,
+            "rng": True,
+            "train_state": self.train_state,
+        }
+        wanted: dict[str, Any] = {}
+        for part, owner in owners.items():
+            if owner is None or part in exclude:
+                continue
+            if part in _PER_RANK:
+                entry = _saved_rank(part, keys, self.rank)
+                present = entry is not None
+                wanted_value: Any = {entry: ""}
+            elif part == "optimizer":
+                present = any(key.startswith("optimizer.") for key in keys)
+                wanted_value = None
+            else:
+                present = part in keys
+                wanted_value = ""
+            if not present:
+                raise ValueError(
+                    f"checkpoint {str(path)!r} holds no {part!r} state; add {part!r} to "
+                    "checkpoint.exclude_from_loading to start it fresh"
+                )
+            wanted[part] = wanted_value
+        return wanted
+
+    def placeholders(self, wanted: dict[str, Any]) -> dict[str, Any]:
+        """The state dict DCP loads into for the ``wanted`` parts (the model always, the step)."""
+        state = self.model_state()
+        if "optimizer" in wanted:
+            state["optimizer"] = get_optimizer_state_dict(self.model, self.optimizer)  # type: ignore[arg-type]
+        state.update({part: value for part, value in wanted.items() if part != "optimizer"})
+        state["step"] = ""
+        return state
+
+    def restore_model(self, state: dict[str, Any]) -> None:
+        """Load the model part of a loaded state dict (every key must match)."""
+        set_model_state_dict(self.model, state["model"], options=StateDictOptions(strict=True))
+
+    def restore(self, path: Path, state: dict[str, Any]) -> int:
+        """Load every part of a loaded full state dict into its object; returns the saved step."""
+        self.restore_model(state)
+        if "optimizer" in state:
+            set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])  # type: ignore[arg-type]
+        if self.lr_scheduler is not None:
+            if "lr_scheduler" in state:
+                self.lr_scheduler.load_state_dict(json.loads(state["lr_scheduler"]))
+            if self.optimizer is not None:  # the scheduler's lr, not the one saved with the optimizer
+                for group, lr in zip(
+                    self.optimizer.param_groups, self.lr_scheduler.get_last_lr(), strict=True
+                ):
+                    group["lr"] = lr
+        if "dataloader" in state:
+            try:
+                self.dataloader.load_state_dict(_only_entry(state["dataloader"]))
+            except ValueError as exc:  # a data position this run cannot continue (another layout, data)
+                raise CheckpointNotResumableError(f"checkpoint {str(path)!r}: {exc}") from None
+        if "train_state" in state:
+            self.train_state.load_state_dict(_only_entry(state["train_state"]))  # type: ignore[union-attr]
+        if "rng" in state:
+            _set_rng_state(_only_entry(state["rng"]))
+        return int(json.loads(state["step"]))

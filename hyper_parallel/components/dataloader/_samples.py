@@ -1,0 +1,287 @@
+"""Samples from token streams: packed or padded documents, synthetic windows, captioned images.
+
+Part of ``DataLoader``. With ``pack_sequences`` every document ends with EOS and the documents are
+concatenated and cut into windows of ``seq_len`` tokens (the incomplete tail is dropped); a packed sample
+also carries ``document_ids`` when ``document_masking`` is on. Otherwise each document is one sample, cut
+or padded with the pad id on the tokenizer's ``padding_side`` (padded labels are ``ignore_index``).
+``labels`` is aligned with ``input_ids`` (the loss shifts). ``max_samples`` keeps the first samples.
+
+- ``synthetic``: ``synthetic_num_samples`` windows of uniform random token ids (reproducible per index).
+- ``shapes``: ``synthetic_num_samples`` captioned images of coloured shapes for vision-language models
+  (``_images``; reproducible per index, drawn when a batch is loaded). Sample ``i`` is
+  ``[bos] + [image_token_id] * merged_tokens + caption + [eos]`` (bos/eos as the tokenizer adds them),
+  cut or right-padded to ``seq_len``, with labels ``ignore_index`` on the image placeholders and the
+  padding, plus ``pixel_values`` (the image's patch rows) and ``grid_thw`` (``[1, h, w]``). Every image has
+  the same size, so a batch of ``B`` samples is ``input_ids``/``labels`` ``[B, seq_len]``,
+  ``pixel_values`` ``[B * patches, patch_dim]`` (concatenated in sample order) and ``grid_thw``
+  ``[B, 3]``. It needs the model's vision arguments and image token id; ``process_group`` is not used
+  (the 270 captions are encoded by every rank).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.utils.data
+
+from hyper_parallel.components.dataloader._sources import read_documents
+from hyper_parallel.components.dataloader._tokenizing import encode, tokenize
+
+if TYPE_CHECKING:
+    from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest
+    from hyper_parallel.components.dataloader._images import ShapeImages
+
+__all__ = ["Samples", "WithFiller", "build_samples", "collate_fn"]
+
+
+class Samples(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    """Map-style samples ``{input_ids, labels}`` of ``seq_len`` tokens."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+
+class _PackedSamples(Samples):
+    def __init__(self, stream: torch.Tensor, seq_len: int, count: int, eos: int | None) -> None:
+        self.stream, self.seq_len, self.count, self.eos = stream, seq_len, count, eos
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        window = self.stream[index * self.seq_len : (index + 1) * self.seq_len].long()
+        sample = {"input_ids": window, "labels": window.clone()}
+        if self.eos is not None:
+            # A document ends with its EOS: the document of token t counts the EOS tokens before t.
+            ends = (window == self.eos).long()
+            sample["document_ids"] = ends.cumsum(0) - ends
+        return sample
+
+
+class _PaddedSamples(Samples):
+    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor) -> None:
+        self.inputs, self.labels = inputs, labels
+
+    def __len__(self) -> int:
+        return int(self.inputs.size(0))
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.inputs[index].long(), "labels": self.labels[index].long()}
+
+
+class _SyntheticSamples(Samples):
+    def __init__(self, count: int, seq_len: int, vocab_size: int, seed: int) -> None:
+        self.count, self.seq_len, self.vocab_size, self.seed = count, seq_len, vocab_size, seed
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        ids = torch.randint(0, self.vocab_size, (self.seq_len,), generator=gen)
+        return {"input_ids": ids, "labels": ids.clone()}
+
+
+class _ShapesSamples(Samples):
+    """Captioned shape images (``_images``), drawn when a sample is loaded."""
+
+    def __init__(
+        self,
+        images: ShapeImages,
+        captions: dict[str, tuple[list[int], list[int]]],
+        *,
+        count: int,
+        seq_len: int,
+        image_token_id: int,
+        pad_id: int,
+        ignore_index: int,
+    ) -> None:
+        self.images, self.captions, self.count, self.seq_len = images, captions, count, seq_len
+        self.image_token_id, self.pad_id, self.ignore_index = image_token_id, pad_id, ignore_index
+        self.grid_thw = torch.tensor(images.grid_thw, dtype=torch.int64)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        caption, image = self.images.draw(index)
+        head, body = self.captions[caption]
+        ids = [*head, *[self.image_token_id] * self.images.merged_tokens, *body][: self.seq_len]
+        fill = self.seq_len - len(ids)
+        input_ids = torch.tensor(ids + [self.pad_id] * fill, dtype=torch.int64)
+        labels = input_ids.clone()
+        labels[input_ids == self.image_token_id] = self.ignore_index
+        labels[len(ids) :] = self.ignore_index
+        return {
+            "input_ids": input_ids,
+            "labels": labels,
+            "pixel_values": self.images.patches(image),
+            "grid_thw": self.grid_thw.clone(),
+        }
+
+
+def _collate_images(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Stack the samples' tensors, except ``pixel_values``: each sample's patch rows, concatenated."""
+    return {
+        key: (torch.cat if key == "pixel_values" else torch.stack)([sample[key] for sample in samples])
+        for key in samples[0]
+    }
+
+
+def _shapes(
+    tokenizer: Any,
+    *,
+    vision: Any,
+    image_token_id: int | None,
+    seq_len: int,
+    seed: int,
+    count: int,
+    ignore_index: int,
+) -> _ShapesSamples:
+    if vision is None or image_token_id is None:
+        raise ValueError(
+            "the shapes source needs a vision-language model: build the data loader with the model's vision "
+            "arguments (vision=) and image placeholder id (image_token_id=)"
+        )
+    from hyper_parallel.components.dataloader._images import ShapeImages
+
+    images = ShapeImages(vision, seed)
+    names = ShapeImages.captions()
+    bos = getattr(tokenizer, "bos_id", None)
+    pad = getattr(tokenizer, "pad_id", None)
+    if pad is None:
+        pad = getattr(tokenizer, "eos_id", None)
+    captions: dict[str, tuple[list[int], list[int]]] = {}
+    for name, ids in zip(names, encode(tokenizer, names), strict=True):
+        if image_token_id in ids or image_token_id == pad:
+            raise ValueError(
+                "the tokenizer encodes or pads the shapes captions with the image token id "
+                f"{image_token_id}: set the model's image_token_id to an id the tokenizer never produces"
+            )
+        head = ids[:1] if bos is not None and ids[:1] == [bos] else []
+        captions[name] = (head, ids[len(head) :])
+    shortest = max(len(head) for head, _ in captions.values()) + images.merged_tokens + 1
+    if seq_len < shortest:
+        raise ValueError(
+            f"training.seq_len {seq_len} is too short for the shapes source: an image takes "
+            f"{images.merged_tokens} tokens, so seq_len must be at least {shortest}"
+        )
+    return _ShapesSamples(
+        images,
+        captions,
+        count=count,
+        seq_len=seq_len,
+        image_token_id=image_token_id,
+        pad_id=0 if pad is None else pad,
+        ignore_index=ignore_index,
+    )
+
+
+class WithFiller(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    """``samples``, plus index ``FILLER``: sample 0 with every label ``ignore_index`` (counts no token)."""
+
+    FILLER = -1
+
+    def __init__(self, samples: Samples, ignore_index: int) -> None:
+        self.samples, self.ignore_index = samples, ignore_index
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if index != self.FILLER:
+            return self.samples[index]
+        sample = self.samples[0]
+        return {**sample, "labels": torch.full_like(sample["labels"], self.ignore_index)}
+
+
+def _packed(
+    docs: Iterator[list[int]], eos: int, seq_len: int, max_samples: int | None, document_masking: bool
+) -> Samples:
+    pieces: list[torch.Tensor] = []
+    total = 0
+    limit = None if max_samples is None else max_samples * seq_len
+    for ids in docs:
+        if not ids or ids[-1] != eos:
+            ids = [*ids, eos]
+        pieces.append(torch.tensor(ids, dtype=torch.int64))
+        total += len(ids)
+        if limit is not None and total >= limit:
+            break
+    stream = torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.int64)
+    count = stream.numel() // seq_len
+    if max_samples is not None:
+        count = min(count, max_samples)
+    return _PackedSamples(stream, seq_len, count, eos if document_masking else None)
+
+
+def _padded(
+    docs: Iterator[list[int]], tokenizer: Any, seq_len: int, max_samples: int | None, ignore_index: int
+) -> Samples:
+    pad = getattr(tokenizer, "pad_id", None)
+    if pad is None:
+        raise ValueError("padding documents (pack_sequences: false) needs a tokenizer with a pad token")
+    left = getattr(tokenizer, "padding_side", "right") == "left"
+    inputs: list[list[int]] = []
+    labels: list[list[int]] = []
+    for ids in docs:
+        ids = ids[:seq_len]
+        fill = seq_len - len(ids)
+        inputs.append([pad] * fill + ids if left else ids + [pad] * fill)
+        labels.append([ignore_index] * fill + ids if left else ids + [ignore_index] * fill)
+        if max_samples is not None and len(inputs) >= max_samples:
+            break
+    shape = (len(inputs), seq_len)
+    as_tensor = functools.partial(torch.tensor, dtype=torch.int64)
+    return _PaddedSamples(as_tensor(inputs).reshape(shape), as_tensor(labels).reshape(shape))
+
+
+def collate_fn(samples: Samples) -> Callable[[list[dict[str, torch.Tensor]]], dict[str, torch.Tensor]] | None:
+    """How a batch of ``samples`` is assembled: image patches are concatenated; None stacks every tensor."""
+    return _collate_images if isinstance(samples, _ShapesSamples) else None
+
+
+def build_samples(
+    cfg: DatasetConfig, request: LoaderRequest, *, seed: int, max_samples: int | None
+) -> Samples:
+    """The samples of dataset ``cfg`` for ``request`` (its tokenizer, ``seq_len`` and model layout).
+
+    ``seed`` draws the generated sources; ``max_samples`` (None: all) keeps the first samples. Text
+    documents are read and tokenized here, once, shared over the request's ``process_group``.
+    """
+    tokenizer, seq_len, ignore_index = request.tokenizer, request.seq_len, request.ignore_index
+    if cfg.source == "shapes":
+        count = cfg.synthetic_num_samples
+        return _shapes(
+            tokenizer,
+            vision=request.vision,
+            image_token_id=request.image_token_id,
+            seq_len=seq_len,
+            seed=seed,
+            count=count if max_samples is None else min(count, max_samples),
+            ignore_index=ignore_index,
+        )
+    if cfg.source == "synthetic":
+        vocab = getattr(tokenizer, "vocab_size", None)
+        if not isinstance(vocab, int) or vocab < 1:
+            raise ValueError("the synthetic source needs a tokenizer with a positive vocab_size")
+        count = cfg.synthetic_num_samples
+        return _SyntheticSamples(
+            count if max_samples is None else min(count, max_samples), seq_len, vocab, seed
+        )
+    docs = tokenize(tokenizer, read_documents(cfg), request.process_group)
+    try:
+        if cfg.pack_sequences:
+            eos = getattr(tokenizer, "eos_id", None)
+            if eos is None:
+                raise ValueError("packing documents needs a tokenizer with an eos token")
+            return _packed(docs, eos, seq_len, max_samples, cfg.document_masking)
+        return _padded(docs, tokenizer, seq_len, max_samples, ignore_index)
+    finally:
+        docs.close()  # type: ignore[attr-defined]
