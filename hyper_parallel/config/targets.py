@@ -313,11 +313,11 @@ def _abstract_message(name: str, cls: type, allowed: tuple[str, ...]) -> str:
 
 
 #: Module name segments never imported while discovering targets: launch scripts, and runtime code (which
-#: imports torch: component runtimes, the trainers, their process-group start-up and pipeline stages;
+#: imports torch: component runtimes, the trainers, the distributed techniques of ``parallel``;
 #: the checkpoint export). Config classes and
 #: factories live in the config modules; private modules are skipped too.
 _NOT_CONFIG = frozenset(
-    {"train_lm", "train_vl", "export", "runtime", "base", "llm", "vl", "distributed", "pipeline"}
+    {"train_lm", "train_vl", "export", "runtime", "base", "llm", "vl", "distributed", "pipeline", "parallel"}
 )
 
 

@@ -18,9 +18,9 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hyper_parallel.parallel.parallel_dims import ParallelDims
     from hyper_parallel.trainer.base import NonFiniteError, StepResult, Trainer, TrainingError
     from hyper_parallel.trainer.llm import LLMTrainer
-    from hyper_parallel.trainer.parallel_dims import ParallelDims
     from hyper_parallel.trainer.vl import VLTrainer
 
 __all__ = [
@@ -34,13 +34,13 @@ __all__ = [
 ]
 
 _HOMES = {
-    "LLMTrainer": "llm",
-    "VLTrainer": "vl",
-    "Trainer": "base",
-    "StepResult": "base",
-    "TrainingError": "base",
-    "NonFiniteError": "base",
-    "ParallelDims": "parallel_dims",
+    "LLMTrainer": f"{__name__}.llm",
+    "VLTrainer": f"{__name__}.vl",
+    "Trainer": f"{__name__}.base",
+    "StepResult": f"{__name__}.base",
+    "TrainingError": f"{__name__}.base",
+    "NonFiniteError": f"{__name__}.base",
+    "ParallelDims": "hyper_parallel.parallel.parallel_dims",  # where a rank sits; kept here for old imports
 }
 
 
@@ -48,4 +48,4 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{home}"), name)
+    return getattr(import_module(home), name)
