@@ -59,7 +59,7 @@ def _pair(family: str, overrides: dict[str, Any]) -> tuple[Any, Any, Any]:
         import transformers
 
         from hyper_parallel.models import llama3
-        from hyper_parallel.models.llama3.runtime import Llama3StateDictAdapter
+        from hyper_parallel.models.llama3._runtime import Llama3StateDictAdapter
 
         spec = llama3.create_model_spec("debugmodel", overrides=overrides or None)
         args = spec.args
@@ -82,7 +82,7 @@ def _pair(family: str, overrides: dict[str, Any]) -> tuple[Any, Any, Any]:
         from transformers.models.qwen3_5 import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
         from hyper_parallel.models import qwen3_5
-        from hyper_parallel.models.qwen3_5.runtime import Qwen3_5StateDictAdapter
+        from hyper_parallel.models.qwen3_5._runtime import Qwen3_5StateDictAdapter
 
         spec = qwen3_5.create_model_spec("debugmodel", overrides=overrides or None)
         args = spec.args

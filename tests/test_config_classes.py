@@ -23,8 +23,8 @@ from hyper_parallel.components.profiler import Profiler, TorchProfiler
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer, Tokenizer
 from hyper_parallel.components.validator import LossValidator, Validator
 from hyper_parallel.models import ModelArgs, ModelSpec, llama3, qwen3_5
-from hyper_parallel.models.llama3 import runtime as llama3_runtime
-from hyper_parallel.models.qwen3_5 import runtime as qwen3_5_runtime
+from hyper_parallel.models.llama3 import _runtime as llama3_runtime
+from hyper_parallel.models.qwen3_5 import _runtime as qwen3_5_runtime
 from hyper_parallel.trainer.config import (
     ActivationCheckpointConfig,
     CommConfig,

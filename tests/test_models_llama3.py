@@ -11,7 +11,7 @@ pytest.importorskip("safetensors")
 
 from hyper_parallel.models import llama3  # noqa: E402
 from hyper_parallel.models.llama3 import Llama3Args, RopeScaling  # noqa: E402
-from hyper_parallel.models.llama3.runtime import Llama3StateDictAdapter, load_weights  # noqa: E402
+from hyper_parallel.models.llama3._runtime import Llama3StateDictAdapter, load_weights  # noqa: E402
 
 TINY = Llama3Args(
     dim=64,

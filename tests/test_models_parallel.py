@@ -216,7 +216,7 @@ def _assert_residual_layout(parallelism: ParallelismConfig, outputs: list[Any], 
 
 
 def _check_layout(rank: int, model_name: str, layout: str) -> None:
-    from hyper_parallel.models.loading import build_device_mesh
+    from hyper_parallel.parallel.parallel_dims import ParallelDims
 
     torch.manual_seed(0)
     spec = SPECS[model_name]()
@@ -225,7 +225,7 @@ def _check_layout(rank: int, model_name: str, layout: str) -> None:
     sharded = copy.deepcopy(reference)
     if model_name.startswith("qwen3_5"):
         sharded.tie_weights()
-    mesh = build_device_mesh(parallelism, WORLD, device_type="cpu")
+    mesh = ParallelDims.from_config(parallelism, WORLD).build_mesh("cpu")
     spec.parallelize_fn(sharded, parallelism, mesh, **hooks)
     _assert_sharded(model_name, parallelism, reference, sharded)
     if model_name == "qwen3_5" and parallelism.tp > 1:
@@ -321,11 +321,12 @@ def _fsdp_run(model_name: str, parallelism: ParallelismConfig, training: Trainin
     """One forward/backward of an FSDP2 model; returns what block 0 showed (dtypes, states)."""
     from torch.distributed.tensor import DTensor
 
-    from hyper_parallel.models.loading import build_device_mesh
+    from hyper_parallel.parallel.parallel_dims import ParallelDims
 
     spec = SPECS[model_name]()
     model = spec.build_model_fn(spec.args, device="cpu")
-    spec.parallelize_fn(model, parallelism, build_device_mesh(parallelism, WORLD), training=training)
+    mesh = ParallelDims.from_config(parallelism, WORLD).build_mesh("cpu")
+    spec.parallelize_fn(model, parallelism, mesh, training=training)
     block = _blocks(model)[0]
     seen: list[tuple[Any, Any]] = []
     block.feed_forward.w1.register_forward_pre_hook(
@@ -378,7 +379,7 @@ def test_fsdp_applies_mixed_precision_offload_and_reshard(model_name: str) -> No
 
 
 def test_mesh_must_match_parallelism() -> None:
-    from hyper_parallel.models._torch_runtime import mesh_degrees
+    from hyper_parallel.parallel.parallel_dims import mesh_degrees
 
     with pytest.raises(ValueError, match="does not match"):
         mesh_degrees(ParallelismConfig(dp_shard=1, tp=2), None)

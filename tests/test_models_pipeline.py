@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hyper_parallel.models import llama3  # noqa: E402
-from hyper_parallel.models._pipeline import (  # noqa: E402
+from hyper_parallel.parallel.pipeline import (  # noqa: E402
     merge_stages,
     split_stage,
     stage_indices,

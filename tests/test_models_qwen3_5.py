@@ -13,7 +13,7 @@ pytest.importorskip("transformers.models.qwen3_5")
 
 from hyper_parallel.models import qwen3_5  # noqa: E402
 from hyper_parallel.models.qwen3_5 import Qwen3_5Args  # noqa: E402
-from hyper_parallel.models.qwen3_5.runtime import (  # noqa: E402
+from hyper_parallel.models.qwen3_5._runtime import (  # noqa: E402
     Qwen3_5StateDictAdapter,
     Qwen3_5VLStateDictAdapter,
     load_weights,
@@ -225,7 +225,7 @@ def vl_inputs(args: Any) -> tuple[Any, Any, Any]:
 
 
 def test_vl_model_matches_transformers_both_ways() -> None:
-    from hyper_parallel.models.qwen3_5.runtime import build_vl_model
+    from hyper_parallel.models.qwen3_5._runtime import build_vl_model
 
     reference = hf_vl_model(TINY_VL)
     adapter = Qwen3_5VLStateDictAdapter(TINY_VL)

@@ -10,8 +10,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("transformers.models.qwen3_5")
 
 from hyper_parallel.models import llama3  # noqa: E402
-from hyper_parallel.models.llama3.runtime import Llama3StateDictAdapter  # noqa: E402
-from hyper_parallel.models.qwen3_5.runtime import Qwen3_5StateDictAdapter  # noqa: E402
+from hyper_parallel.models.llama3._runtime import Llama3StateDictAdapter  # noqa: E402
+from hyper_parallel.models.qwen3_5._runtime import Qwen3_5StateDictAdapter  # noqa: E402
 from tests import test_models_llama3 as llama_case  # noqa: E402
 from tests import test_models_qwen3_5 as qwen_case  # noqa: E402
 

@@ -13,7 +13,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 
 import torch.distributed as dist  # noqa: E402
 
-from hyper_parallel.models import loading  # noqa: E402
+from hyper_parallel.models import _weights as loading  # noqa: E402
 from hyper_parallel.models.spec import ModelSpec  # noqa: E402
 from hyper_parallel.trainer.config import ParallelismConfig  # noqa: E402
 from tests.test_models_parallel import (  # noqa: E402
@@ -74,11 +74,11 @@ def _train_two_steps(model: Any, spec: ModelSpec) -> list[Any]:
 
 
 def _check_weights(rank: int, model_name: str, layout: str, folder: str) -> None:
-    from hyper_parallel.models import _torch_runtime
+    from hyper_parallel.parallel.parallel_dims import ParallelDims
 
     spec = SPECS[model_name]()
     parallelism = LAYOUTS[layout]
-    mesh = loading.build_device_mesh(parallelism, WORLD)
+    mesh = ParallelDims.from_config(parallelism, WORLD).build_mesh("cpu")
 
     # 1. Random initialisation is the same whatever the layout.
     expected = _full_state(loading.materialize(_meta(spec, SINGLE, None), spec, device="cpu", seed=SEED))
@@ -90,15 +90,15 @@ def _check_weights(rank: int, model_name: str, layout: str, folder: str) -> None
 
     # 2. Pretrained weights: only rank 0 reads the files; every layout ends with the same weights.
     reads: list[int] = []
-    read = _torch_runtime.read_safetensors_folder
-    _torch_runtime.read_safetensors_folder = lambda path: reads.append(rank) or read(path)  # type: ignore[assignment]
+    read = loading.read_safetensors_folder
+    loading.read_safetensors_folder = lambda path: reads.append(rank) or read(path)  # type: ignore[assignment]
     try:
         pretrained = attrs.evolve(spec, weights_path=folder)
         reference = loading.load_pretrained(_meta(spec, SINGLE, None), pretrained)
         reads.clear()
         model = loading.load_pretrained(_meta(spec, parallelism, mesh), pretrained)
     finally:
-        _torch_runtime.read_safetensors_folder = read  # type: ignore[assignment]
+        loading.read_safetensors_folder = read  # type: ignore[assignment]
     assert reads == ([0] if rank == 0 else [])
     got, expected = _full_state(model), _full_state(reference)
     for name, tensor in expected.items():

@@ -56,7 +56,7 @@ def _worker(out_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from hyper_parallel.models._torch_runtime import build_device_mesh
+    from hyper_parallel.parallel.parallel_dims import ParallelDims
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -67,7 +67,9 @@ def _worker(out_dir: str) -> None:
             spec = SPECS[model_name]()
             parallelism = LAYOUTS[layout]
             model = spec.build_model_fn(spec.args, device="cpu")
-            spec.parallelize_fn(model, parallelism, build_device_mesh(parallelism, WORLD, device_type="cpu"))
+            spec.parallelize_fn(
+                model, parallelism, ParallelDims.from_config(parallelism, WORLD).build_mesh("cpu")
+            )
             text = getattr(spec.args, "text", spec.args)
             ids = torch.randint(0, text.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)

@@ -821,7 +821,7 @@ def test_nested_target_is_an_error(raw: dict[str, Any], path: str) -> None:
 
 def test_resolving_calls_no_runtime_hook(monkeypatch: pytest.MonkeyPatch) -> None:
     import hyper_parallel.models.qwen3_5 as qwen
-    import hyper_parallel.models.qwen3_5.runtime as runtime
+    import hyper_parallel.models.qwen3_5._runtime as runtime
 
     called: list[str] = []
 

@@ -89,7 +89,7 @@ def test_training_without_torch_says_how_to_install_it(monkeypatch: pytest.Monke
 
 def test_nccl_flight_recorder_follows_comm_and_other_backends_have_none() -> None:
     pytest.importorskip("torch")
-    from hyper_parallel.trainer.distributed import flight_recorder_env
+    from hyper_parallel.parallel.process_group import flight_recorder_env
 
     comm = tiny_config("llama3", {"comm.trace_buf_size": "500", "comm.save_traces_folder": "fr"}).comm
     assert flight_recorder_env(comm, "nccl") == {

@@ -1,12 +1,28 @@
-"""Model descriptions: ``ModelSpec`` and the ``ModelArgs`` base class.
+"""Model descriptions: ``ModelSpec`` and the ``ModelArgs`` base class; the weights of a built model.
 
 Built-in model packages (``hyper_parallel.models.llama3``, ``hyper_parallel.models.qwen3_5``) expose a
 ``create_model_spec`` factory that the root ``model`` group names as its ``_target_``. At run time,
-``hyper_parallel.models.loading`` builds the device mesh, materialises a parallelized model with
-layout-independent random weights, or loads Hugging Face weights into it. None of them is imported
-here, so importing this package stays cheap.
+``materialize`` fills a parallelized (meta) model with layout-independent random weights, ``initialize``
+does so in place, and ``load_pretrained`` loads Hugging Face weights into it (rank 0 reads, the others
+receive their shards). They live in a private torch module and are loaded on first access, so importing
+this package stays cheap. The device mesh comes from ``hyper_parallel.parallel``.
 """
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from hyper_parallel.models.spec import ModelArgs, ModelSpec
 
-__all__ = ["ModelArgs", "ModelSpec"]
+if TYPE_CHECKING:
+    from hyper_parallel.models._weights import initialize, load_pretrained, materialize
+
+__all__ = ["ModelArgs", "ModelSpec", "initialize", "load_pretrained", "materialize"]
+
+#: Run-time names, each loaded from the private torch module ``_weights`` on first access.
+_LAZY = frozenset({"initialize", "load_pretrained", "materialize"})
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}._weights"), name)

@@ -20,10 +20,10 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hyper_parallel.parallel.parallel_dims import ParallelDims
     from hyper_parallel.trainer._llm import LLMTrainer
     from hyper_parallel.trainer._trainer import NonFiniteError, StepResult, Trainer, TrainingError
     from hyper_parallel.trainer._vl import VLTrainer
-    from hyper_parallel.trainer.parallel_dims import ParallelDims
 
 __all__ = [
     "LLMTrainer",
@@ -36,13 +36,13 @@ __all__ = [
 ]
 
 _HOMES = {
-    "LLMTrainer": "_llm",
-    "VLTrainer": "_vl",
-    "Trainer": "_trainer",
-    "StepResult": "_trainer",
-    "TrainingError": "_trainer",
-    "NonFiniteError": "_trainer",
-    "ParallelDims": "parallel_dims",
+    "LLMTrainer": f"{__name__}._llm",
+    "VLTrainer": f"{__name__}._vl",
+    "Trainer": f"{__name__}._trainer",
+    "StepResult": f"{__name__}._trainer",
+    "TrainingError": f"{__name__}._trainer",
+    "NonFiniteError": f"{__name__}._trainer",
+    "ParallelDims": "hyper_parallel.parallel.parallel_dims",  # where a rank sits; kept here for old imports
 }
 
 
@@ -50,4 +50,4 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{home}"), name)
+    return getattr(import_module(home), name)

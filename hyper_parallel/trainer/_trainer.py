@@ -8,7 +8,7 @@ Build order (the trainer owns it; users never wire components by hand):
    (TP/SP, activation checkpointing, ``torch.compile``, FSDP2 with the mixed-precision policy and CPU
    offload), then materialised on the device: pretrained weights from ``model.weights_path`` through the
    state-dict adapter, or initialised from the seed (the same full weights for every layout); under
-   pipeline parallelism (``parallelism.pp`` > 1) each rank builds only its stages (``trainer.pipeline``);
+   pipeline parallelism (``parallelism.pp`` > 1) each rank builds only its stages (``parallel.pipeline``);
 4. optimizer, lr scheduler, loss (compiled when ``compile.components`` lists it);
 5. tokenizer, then the data loader of this rank's data-parallel coordinates;
 6. checkpoint manager, which resumes model, optimizer, scheduler, data position, RNG and step;
@@ -44,18 +44,19 @@ from torch.distributed.fsdp import FSDPModule
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 from hyper_parallel.components.dataloader import LoaderRequest
 from hyper_parallel.config import dump_config
-from hyper_parallel.trainer import rules
-from hyper_parallel.trainer.config import TrainerConfig
-from hyper_parallel.trainer.distributed import (
+from hyper_parallel.parallel.parallel_dims import ParallelDims
+from hyper_parallel.parallel.process_group import (
     DistributedEnv,
     init_distributed,
     set_collective_timeout,
     shutdown,
 )
-from hyper_parallel.trainer.parallel_dims import ParallelDims
+from hyper_parallel.trainer import rules
+from hyper_parallel.trainer.config import TrainerConfig
 
 if TYPE_CHECKING:
-    from hyper_parallel.trainer.pipeline import Pipeline
+    from hyper_parallel.parallel.pipeline import Pipeline
+    from hyper_parallel.trainer.config import ParallelismConfig
 
 __all__ = ["NonFiniteError", "StepResult", "Trainer", "TrainingError"]
 
@@ -148,7 +149,7 @@ class Trainer:
         self.dp_rank = self.dims.dp_rank(self.env.rank)
         self.accumulation_steps = training.gradient_accumulation_steps(self.dims.dp_size)
 
-        # 3. model (under pipeline parallelism: this rank's stages, see ``trainer.pipeline``)
+        # 3. model (under pipeline parallelism: this rank's stages, see ``parallel.pipeline``)
         self.pipeline: Pipeline | None = None
         self._parameter_count: int | None = None
         self.model = self._build_model()
@@ -214,36 +215,55 @@ class Trainer:
 
     # -- building --------------------------------------------------------------------------------------
     def _build_model(self) -> torch.nn.Module:
-        from hyper_parallel.models.loading import initialize, load_pretrained, materialize
-
         cfg = self.config
-        if self.dims.pp > 1:
-            from hyper_parallel.trainer.pipeline import build_pipeline
+        spec = cfg.model
+        init_device = "meta" if cfg.training.init_device == "meta" else str(self.device)
+        model: torch.nn.Module = spec.build_model_fn(spec.args, device=init_device)
+        if self.dims.pp > 1:  # the whole model is only copied from: each stage is cut from it
+            from hyper_parallel.parallel.pipeline import build_pipeline
 
             assert self.mesh is not None
-            self.pipeline, self._parameter_count = build_pipeline(cfg, self.mesh, self.device, self.seed)
+            self._parameter_count = sum(p.numel() for p in model.parameters())
+            dtypes = {name: p.dtype for name, p in model.named_parameters(remove_duplicate=False)}
+            self.pipeline = build_pipeline(
+                model,
+                cfg.parallelism,
+                self.mesh,
+                self.device,
+                lambda stage, parallelism: self._prepare_model(stage, parallelism, expected=dtypes),
+            )
             return self.pipeline.model
+        model = self._prepare_model(model, cfg.parallelism)
+        if model_device(model) != self.device:
+            model.to(self.device)
+        model.train()
+        return model
+
+    def _prepare_model(
+        self,
+        model: torch.nn.Module,
+        parallelism: ParallelismConfig,
+        expected: Mapping[str, torch.dtype] | None = None,
+    ) -> torch.nn.Module:
+        """The model's ``parallelize_fn``, then its weights (``expected``: those of the whole model)."""
+        from hyper_parallel.models import initialize, load_pretrained, materialize
+
+        cfg = self.config
         spec, training = cfg.model, cfg.training
-        on_meta = training.init_device == "meta"
-        init_device = "meta" if on_meta else str(self.device)
-        model: torch.nn.Module = spec.build_model_fn(spec.args, device=init_device)
         model = spec.parallelize_fn(
             model,
-            cfg.parallelism,
+            parallelism,
             self.mesh,
             training=training,
             activation_checkpoint=cfg.activation_checkpoint,
             compile=cfg.compile,
         )
-        if spec.weights_path is not None:
-            load_pretrained(model, spec, device=self.device)  # allocates a meta model first
-        elif on_meta:
+        if spec.weights_path is not None:  # allocates a meta model first
+            load_pretrained(model, spec, device=self.device, expected=expected)
+        elif training.init_device == "meta":
             materialize(model, spec, device=self.device, seed=self.seed)
         else:  # the same weights as from meta: each parameter drawn from (seed, its name)
             initialize(model, spec, seed=self.seed)
-        if model_device(model) != self.device:
-            model.to(self.device)
-        model.train()
         return model
 
     def _build_validator(self) -> Any:
@@ -320,7 +340,7 @@ class Trainer:
         loss_value = self._all_reduce(loss_sum, dist.ReduceOp.SUM).item() / self.dims.dp_size
         max_norm = self.config.training.max_grad_norm
         if self.pipeline is not None:
-            from hyper_parallel.trainer.pipeline import clip_grad_norm
+            from hyper_parallel.parallel.pipeline import clip_grad_norm
 
             grad_norm = clip_grad_norm(
                 self.model.parameters(), max_norm if max_norm is not None else math.inf, self.pipeline.group

@@ -7,13 +7,13 @@ never touches the filesystem (``weights_path`` is checked when the weights are l
 from typing import Literal
 
 from hyper_parallel.models._factory import create_spec
-from hyper_parallel.models.llama3.args import LLAMA3_FLAVORS, Llama3Args, RopeScaling
-from hyper_parallel.models.llama3.runtime import (
+from hyper_parallel.models.llama3._runtime import (
     Llama3StateDictAdapter,
     build_model,
     init_parameter,
     parallelize,
 )
+from hyper_parallel.models.llama3.args import LLAMA3_FLAVORS, Llama3Args, RopeScaling
 from hyper_parallel.models.spec import ModelSpec
 
 __all__ = ["LLAMA3_FLAVORS", "Llama3Args", "Llama3Flavor", "RopeScaling", "create_model_spec"]

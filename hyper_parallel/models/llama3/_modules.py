@@ -1,4 +1,4 @@
-"""Llama 3 decoder in plain PyTorch (imported lazily by ``runtime``; never at config-resolution time).
+"""Llama 3 decoder in plain PyTorch (imported lazily by ``_runtime``; never at config-resolution time).
 
 Layout and parameter names follow Meta's reference implementation: ``tok_embeddings``, ``layers.<i>``
 with ``attention.{wq,wk,wv,wo}``, ``attention_norm``, ``feed_forward.{w1,w2,w3}``, ``ffn_norm``, then
@@ -168,7 +168,7 @@ class Llama3Model(nn.Module):
         and RoPE positions restart at each, as if each document ran alone; ``None`` treats each row as
         one sequence.
 
-        A pipeline stage (see ``hyper_parallel.models._pipeline``) lacks what it does not own: without
+        A pipeline stage (see ``hyper_parallel.parallel.pipeline``) lacks what it does not own: without
         ``tok_embeddings`` the input is the residual stream (batch, seq, dim) of the previous stage, and
         without ``norm``/``output`` the residual stream is returned instead of logits.
         """

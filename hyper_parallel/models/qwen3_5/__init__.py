@@ -8,14 +8,7 @@ never touch the filesystem (``weights_path`` is checked when the weights are loa
 from typing import Literal
 
 from hyper_parallel.models._factory import create_spec
-from hyper_parallel.models.qwen3_5.args import (
-    QWEN3_5_FLAVORS,
-    QWEN3_5_VL_FLAVORS,
-    Qwen3_5Args,
-    Qwen3_5VisionArgs,
-    Qwen3_5VLArgs,
-)
-from hyper_parallel.models.qwen3_5.runtime import (
+from hyper_parallel.models.qwen3_5._runtime import (
     Qwen3_5StateDictAdapter,
     Qwen3_5VLStateDictAdapter,
     build_model,
@@ -24,6 +17,13 @@ from hyper_parallel.models.qwen3_5.runtime import (
     init_vl_parameter,
     parallelize,
     parallelize_vl,
+)
+from hyper_parallel.models.qwen3_5.args import (
+    QWEN3_5_FLAVORS,
+    QWEN3_5_VL_FLAVORS,
+    Qwen3_5Args,
+    Qwen3_5VisionArgs,
+    Qwen3_5VLArgs,
 )
 from hyper_parallel.models.spec import ModelSpec
 

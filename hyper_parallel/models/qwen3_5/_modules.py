@@ -1,4 +1,4 @@
-"""Qwen 3.5 hybrid language model in plain PyTorch (imported lazily by ``runtime``).
+"""Qwen 3.5 hybrid language model in plain PyTorch (imported lazily by ``_runtime``).
 
 Every ``full_attention_interval``-th block uses gated full attention (sigmoid output gate, per-head
 zero-centred RMSNorm on queries and keys, partial rotary embedding in the half-split layout); the other

@@ -17,9 +17,9 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from hyper_parallel.models._torch_runtime import parallelize_model
 from hyper_parallel.models.qwen3_5._modules import Qwen3_5Model
 from hyper_parallel.models.qwen3_5._vl import Qwen3_5VLModel
+from hyper_parallel.parallel.parallelize import parallelize_model
 
 if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
     from hyper_parallel.trainer.config import (

@@ -1,40 +1,99 @@
-"""Putting weights into a built (and usually parallelized) model: device meshes, initialisation, loading.
+"""Putting weights into a built (and usually parallelized) model: initialisation and loading.
 
 The trainer's order is ``spec.build_model_fn(args, device="meta")`` -> ``spec.parallelize_fn(...)`` ->
 ``materialize(model, spec, device=..., seed=...)`` (random weights) or ``load_pretrained(model, spec)``
 (a Hugging Face safetensors folder). Both work on plain, meta, FSDP2 and tensor-parallel models and keep
-tied weights tied. torch is imported inside the functions, so importing this module stays cheap.
+tied weights tied. ``load_weights`` is the one-process loader behind the models' ``load_weights`` hooks.
+
+Private and torch-importing: reached through the lazy names of ``hyper_parallel.models`` and the models'
+hooks, so resolving a config never loads torch. The device mesh comes from
+``hyper_parallel.parallel.parallel_dims.ParallelDims.build_mesh``.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+from torch import nn
+
+from hyper_parallel.parallel.ties import restore_ties, tie_groups
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    import torch
-    from torch import nn
-    from torch.distributed.device_mesh import DeviceMesh
-
     from hyper_parallel.models.spec import ModelSpec
-    from hyper_parallel.trainer.config import ParallelismConfig
 
-__all__ = ["build_device_mesh", "initialize", "load_pretrained", "materialize", "parameter_seed"]
+__all__ = [
+    "StateDictAdapter",
+    "initialize",
+    "load_pretrained",
+    "load_weights",
+    "materialize",
+    "parameter_seed",
+    "read_safetensors_folder",
+]
 
 
-def build_device_mesh(
-    parallelism: ParallelismConfig, world_size: int, device_type: str = "cpu"
-) -> DeviceMesh:
-    """The device mesh ``parallelize_fn`` expects: one named dimension per degree of ``parallelism`` > 1.
+class StateDictAdapter(Protocol):
+    """What ``load_weights`` needs from a model's state-dict adapter."""
 
-    Dimension names, outermost first: ``pp``, ``dp_replicate``, ``dp_shard``, ``cp``, ``tp`` (``dp_shard``
-    alone when every degree is 1). The default process group must be initialised (e.g. under torchrun).
+    def from_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]: ...
+
+    def to_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]: ...
+
+
+def read_safetensors_folder(weights_path: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of the ``*.safetensors`` files in a local folder (sharded or not), on the CPU."""
+    from safetensors.torch import load_file
+
+    folder = Path(weights_path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"weights_path {str(folder)!r} is not a directory")
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map: Mapping[str, str] = json.loads(index.read_text())["weight_map"]
+        files = sorted({folder / name for name in weight_map.values()})
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors file in weights_path {str(folder)!r}")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        tensors.update(load_file(str(file), device="cpu"))
+    return tensors
+
+
+def _has_dtensor(model: nn.Module) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def load_weights(model: nn.Module, weights_path: str | Path, adapter: StateDictAdapter) -> nn.Module:
+    """Load a Hugging Face safetensors checkpoint from ``weights_path`` into ``model`` via ``adapter``.
+
+    Works on a plain module (CPU, or meta: parameters are then assigned) and on a parallelized one
+    (DTensor parameters receive their shard of the full tensors). Missing or unexpected names raise.
     """
-    from hyper_parallel.models._torch_runtime import build_device_mesh as build
+    state_dict = adapter.from_hf(read_safetensors_folder(weights_path))
+    if _has_dtensor(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    return build(parallelism, world_size, device_type)
+        set_model_state_dict(model, state_dict, options=StateDictOptions(full_state_dict=True, strict=True))
+        return model
+    on_meta = any(p.is_meta for p in model.parameters())
+    if on_meta:
+        dtypes = {name: p.dtype for name, p in model.named_parameters(remove_duplicate=False)}
+        state_dict = {k: v.to(dtypes[k]) if k in dtypes else v for k, v in state_dict.items()}
+    model.load_state_dict(state_dict, strict=True, assign=on_meta)
+    if on_meta:
+        tie = getattr(model, "tie_weights", None)
+        if callable(tie):
+            tie()
+    return model
 
 
 def parameter_seed(seed: int, name: str) -> int:
@@ -45,8 +104,6 @@ def parameter_seed(seed: int, name: str) -> int:
 
 def _to_empty(model: nn.Module, device: str | torch.device) -> None:
     """``model.to_empty(device=...)`` that keeps tied parameters tied (plain ``to_empty`` unties them)."""
-    from hyper_parallel.models._torch_runtime import restore_ties, tie_groups
-
     aliases = tie_groups(model)
     model.to_empty(device=device)
     restore_ties(model, aliases)
@@ -61,7 +118,6 @@ def initialize(model: nn.Module, spec: ModelSpec, *, seed: int) -> nn.Module:
     the same weights for the same seed. Specs without ``init_fn`` fall back to ``model.init_weights()``
     after ``torch.manual_seed(seed)`` (correct on one process, not layout-independent).
     """
-    import torch
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     if spec.init_fn is None:
@@ -118,10 +174,7 @@ def load_pretrained(
     the files are checked against the whole model, rank 0 sends every tensor, and each stage keeps those
     it holds.
     """
-    import torch
     from torch.distributed.tensor import DTensor
-
-    from hyper_parallel.models._torch_runtime import read_safetensors_folder, restore_ties, tie_groups
 
     if spec.weights_path is None:
         raise ValueError(f"model.weights_path is not set for {spec.name} {spec.flavor}: nothing to load")

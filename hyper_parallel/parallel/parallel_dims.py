@@ -1,9 +1,12 @@
-"""Where a rank sits in the parallel layout, and the device mesh that realises it.
+"""Where a rank sits in the parallel layout, and the one builder of the device mesh that realises it.
 
-``ParallelDims`` is plain arithmetic over ``ParallelismConfig`` and the world size (no torch), so the
-launch script, the trainer and tests agree on one answer to "which data-parallel shard does rank r read?".
-Ranks are laid out row-major over the mesh dimensions ``pp, dp_replicate, dp_shard, cp, tp`` (outermost
-first, the order TorchTitan uses): tensor-parallel peers are neighbouring ranks, so they share a node.
+``ParallelDims`` is plain arithmetic over ``ParallelismConfig`` and the world size (no torch at import),
+so the launch script, the trainer and tests agree on one answer to "which data-parallel shard does rank r
+read?". Ranks are laid out row-major over the mesh dimensions ``pp, dp_replicate, dp_shard, cp, tp``
+(outermost first, the order TorchTitan uses): tensor-parallel peers are neighbouring ranks, so they share
+a node. ``ParallelDims.build_mesh`` is the only function of the project that creates a device mesh: the
+trainer, the models' tests and the layout checks all run on the same mesh (with the same flattened
+dimensions); ``mesh_degrees`` reads a mesh back and checks it against a ``ParallelismConfig``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ if TYPE_CHECKING:
 
     from hyper_parallel.trainer.config import ParallelismConfig
 
-__all__ = ["MESH_DIM_NAMES", "ParallelDims"]
+__all__ = ["MESH_DIM_NAMES", "ParallelDims", "mesh_degrees"]
 
 #: Mesh dimension names, outermost first.
 MESH_DIM_NAMES: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
@@ -81,7 +84,12 @@ class ParallelDims:
         return " x ".join(parts) if parts else "single process"
 
     def build_mesh(self, device_type: str) -> DeviceMesh | None:
-        """The device mesh of this layout on an initialised process group; None for a single rank."""
+        """The device mesh of this layout on an initialised process group; None for a single rank.
+
+        One named dimension per degree above 1 (``dp_shard`` alone when there is none), outermost first;
+        the dimensions a parameter can be split on (``dp_shard``, ``cp``, ``tp``) are also flattened into
+        one when more than one of them is used.
+        """
         if self.world_size == 1:
             return None
         from torch.distributed.device_mesh import init_device_mesh
@@ -106,3 +114,29 @@ class ParallelDims:
         if len(names) == 1:
             return mesh[names[0]].get_group()
         return mesh[names]._flatten("dp").get_group()
+
+
+def mesh_degrees(parallelism: ParallelismConfig, device_mesh: DeviceMesh | None) -> dict[str, int]:
+    """Degrees per mesh dimension name (1 where the mesh lacks it), checked against ``parallelism``.
+
+    ``None`` is the mesh of one process. ``ValueError`` when the mesh has a dimension of another name or
+    does not realise ``parallelism``; ``NotImplementedError`` for context parallelism (not supported yet).
+    """
+    names = tuple(device_mesh.mesh_dim_names or ()) if device_mesh is not None else ()
+    unknown = [name for name in names if name not in MESH_DIM_NAMES]
+    if unknown:
+        raise ValueError(f"device mesh dimension(s) {unknown} are not among {list(MESH_DIM_NAMES)}")
+    sizes = {name: device_mesh.size(i) for i, name in enumerate(names)} if device_mesh else {}
+    degrees = {name: sizes.get(name, 1) for name in MESH_DIM_NAMES}
+    world = math.prod(degrees.values())
+    issues = parallelism.world_size_issues(world)
+    if issues:
+        details = "; ".join(f"parallelism.{path}: {message}" for path, message in issues)
+        raise ValueError(f"device mesh {sizes or '(none)'} does not match parallelism: {details}")
+    expected = parallelism.resolved_degrees(world)
+    wrong = [f"{n}={expected[n]} (mesh: {degrees[n]})" for n in MESH_DIM_NAMES if expected[n] != degrees[n]]
+    if wrong:
+        raise ValueError("device mesh does not match parallelism degrees: " + ", ".join(wrong))
+    if degrees["cp"] > 1:
+        raise NotImplementedError("parallelism.cp > 1 is not supported by the built-in models yet")
+    return degrees

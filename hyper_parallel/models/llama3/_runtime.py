@@ -1,7 +1,7 @@
 """Runtime hooks of Llama 3 referenced by its ``ModelSpec``: build, parallelize, state-dict adapter.
 
 torch is never imported at module level: each hook imports the private torch modules (``_modules``,
-``_parallel``, ``hyper_parallel.models._torch_runtime``) from inside its body, so resolving a config
+``_parallel``, ``hyper_parallel.models._weights``) from inside its body, so resolving a config
 stays cheap. The state-dict adapter only reshapes tensors through their own methods and needs no import.
 """
 
@@ -47,7 +47,7 @@ def parallelize(
     """Parallelize a Llama 3 module in place for ``parallelism`` on ``device_mesh``.
 
     The order, arguments and guarantees (parameter names never change) are those of the shared pipeline,
-    ``hyper_parallel.models._torch_runtime.parallelize_model``. Returns ``model``.
+    ``hyper_parallel.parallel.parallelize.parallelize_model``. Returns ``model``.
 
     Tensor parallelism splits heads and the feed-forward hidden size (Megatron style); with
     ``parallelism.sequence_parallel`` the norms and the residual stream are sharded along the sequence.
@@ -70,7 +70,7 @@ def init_parameter(args: Llama3Args, name: str, tensor: Any, generator: Any) -> 
 
     The distributions of ``Llama3Model.init_weights``: unit-normal embeddings, truncated-normal
     projections (std 0.02; depth-scaled for ``wo``, ``w2`` and ``w3``), unit norms, and an output scaled
-    by ``dim ** -0.5``. Used by ``hyper_parallel.models.loading.initialize`` one parameter at a time.
+    by ``dim ** -0.5``. Used by ``hyper_parallel.models.initialize`` one parameter at a time.
     """
     from torch import nn
 
@@ -94,11 +94,11 @@ def init_parameter(args: Llama3Args, name: str, tensor: Any, generator: Any) -> 
 def load_weights(model: Any, weights_path: str, adapter: "Llama3StateDictAdapter | None" = None) -> Any:
     """Load the Hugging Face safetensors checkpoint in the local folder ``weights_path`` into ``model``.
 
-    Every process reads the files; under a process group prefer ``hyper_parallel.models.loading.
+    Every process reads the files; under a process group prefer ``hyper_parallel.models.
     load_pretrained``, where rank 0 alone reads and broadcasts.
     """
     require_torch("Llama 3", "load_weights")
-    from hyper_parallel.models._torch_runtime import load_weights as _load
+    from hyper_parallel.models._weights import load_weights as _load
 
     return _load(model, weights_path, adapter or Llama3StateDictAdapter(model.args, weights_path))
 

@@ -1,7 +1,7 @@
 """Runtime hooks of Qwen 3.5 referenced by its ``ModelSpec``: build, parallelize, state-dict adapters.
 
 torch is never imported at module level: each hook imports the private torch modules (``_modules``,
-``_parallel``, ``hyper_parallel.models._torch_runtime``) from inside its body. The state-dict adapters
+``_parallel``, ``hyper_parallel.models._weights``) from inside its body. The state-dict adapters
 only rename, reshape and split tensors through their own methods; ``to_hf`` imports torch in its body
 to concatenate the Gated DeltaNet q/k/v parts back into Hugging Face's fused tensors.
 
@@ -62,7 +62,7 @@ def parallelize(
     """Parallelize a Qwen 3.5 language model in place for ``parallelism`` on ``device_mesh``.
 
     The order, arguments and guarantees (parameter names never change) are those of the shared pipeline,
-    ``hyper_parallel.models._torch_runtime.parallelize_model``. Returns ``model``.
+    ``hyper_parallel.parallel.parallelize.parallelize_model``. Returns ``model``.
 
     Tensor parallelism splits the heads of the full-attention and the Gated DeltaNet blocks (a rank holds
     the key heads its value heads use) and the feed-forward networks; embeddings and the output (which may
@@ -137,11 +137,11 @@ def init_vl_parameter(args: Qwen3_5VLArgs, name: str, tensor: Any, generator: An
 def load_weights(model: Any, weights_path: str, adapter: "Qwen3_5StateDictAdapter | None" = None) -> Any:
     """Load the Hugging Face safetensors checkpoint in the local folder ``weights_path`` into ``model``.
 
-    Every process reads the files; under a process group prefer ``hyper_parallel.models.loading.
+    Every process reads the files; under a process group prefer ``hyper_parallel.models.
     load_pretrained``, where rank 0 alone reads and broadcasts.
     """
     require_torch("Qwen 3.5", "load_weights")
-    from hyper_parallel.models._torch_runtime import load_weights as _load
+    from hyper_parallel.models._weights import load_weights as _load
 
     if adapter is None:
         vl = isinstance(model.args, Qwen3_5VLArgs)
