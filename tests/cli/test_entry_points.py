@@ -12,6 +12,8 @@ import yaml
 
 from hyper_parallel.config import load_config, resolve_root
 
+pytestmark = pytest.mark.multiprocess
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 MINIMAL = "configs/qwen3_5.yaml"

@@ -20,6 +20,8 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 
 from tests.support.processes import torchrun  # noqa: E402
 
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(600)]
+
 K, N = 4, 5
 TIMEOUT = 240
 

@@ -26,6 +26,8 @@ from hyper_parallel.components.validator import LossValidator  # noqa: E402
 from tests.support.components import TinyLM, document  # noqa: E402
 from tests.support.processes import torchrun  # noqa: E402
 
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(600)]
+
 DOCS = 41  # odd: the two ranks encode 21 and 20 documents
 SEQ = 8
 GLOBAL_BATCH = 4

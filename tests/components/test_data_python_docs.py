@@ -51,6 +51,7 @@ def test_documents_are_named_non_empty_docstrings() -> None:
     assert len(set(names)) == len(names)
 
 
+@pytest.mark.multiprocess
 def test_documents_are_the_same_in_a_fresh_process_without_network() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(

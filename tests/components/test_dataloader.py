@@ -137,7 +137,7 @@ def test_resume_sees_exactly_the_remaining_batches(tok: Any, corpus: Path, worke
 PERSISTENT = {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 2}
 
 
-@pytest.mark.parametrize("workers", [{}, PERSISTENT])
+@pytest.mark.parametrize("workers", [{}, pytest.param(PERSISTENT, marks=pytest.mark.multiprocess)])
 def test_position_survives_a_new_iterator(tok: Any, corpus: Path, workers: dict[str, Any]) -> None:
     loader = build(loader_cfg(corpus, **workers), tok)
     expected = list(islice(build(loader_cfg(corpus), tok), 2 * len(loader) + 3))

@@ -23,6 +23,7 @@ print(type(prof).__name__, "torch" in sys.modules)
 """
 
 
+@pytest.mark.multiprocess
 def test_disabled_profiler_is_a_no_op_without_torch(tmp_path: Path) -> None:
     shadow = tmp_path / "shadow"
     (shadow / "torch").mkdir(parents=True)

@@ -841,6 +841,7 @@ def test_state_dict_adapters_rename_without_torch() -> None:
 # --- import cost and shipped YAML -----------------------------------------------------------------
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize(
     "module",
     ["hyper_parallel.trainer.config", "hyper_parallel.models.llama3", "hyper_parallel.models.qwen3_5"],

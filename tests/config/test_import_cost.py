@@ -35,6 +35,7 @@ print(json.dumps({"status": status, "heavy": heavy, "out": out.getvalue(), "err"
 """
 
 
+@pytest.mark.multiprocess
 def test_dry_run_imports_neither_torch_nor_numpy(tmp_path: Path) -> None:
     for name in ("torch", "numpy"):  # importable stand-ins: any import of them lands in sys.modules
         (tmp_path / name).mkdir()
@@ -68,6 +69,7 @@ print(json.dumps({"groups": len(schema["properties"]), "heavy": heavy}))
 """
 
 
+@pytest.mark.multiprocess
 def test_the_schema_imports_neither_torch_nor_numpy(tmp_path: Path) -> None:
     # Target discovery walks the packages: runtime modules (trainers, pipeline stages, export) stay unread.
     for name in ("torch", "numpy"):

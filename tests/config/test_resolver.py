@@ -857,6 +857,7 @@ def test_resolving_calls_no_runtime_hook(monkeypatch: pytest.MonkeyPatch) -> Non
     assert called == []  # ... and never called
 
 
+@pytest.mark.multiprocess
 def test_resolving_imports_no_torch_numpy_or_trainer(tmp_path: Path) -> None:
     # Shadow packages: if anything imports torch or numpy, it lands in sys.modules even where they are
     # not installed, so the check below cannot pass vacuously.

@@ -143,12 +143,14 @@ def run_schema(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.multiprocess
 def test_the_schema_command_takes_allow_target() -> None:
     done = run_schema("--allow-target", "tests.support.fake_targets")
     assert done.returncode == 0, done.stderr
     assert "tests.support.fake_targets.RecordingOptimizerConfig" in done.stdout
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("prefix", ["*", "", ".", ".tests", "tests..fake"])
 def test_the_schema_command_refuses_a_prefix_that_is_not_a_module_name(prefix: str) -> None:
     done = run_schema("--allow-target", prefix)

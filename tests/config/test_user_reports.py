@@ -321,6 +321,7 @@ def _check(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
+@pytest.mark.multiprocess
 def test_check_reads_standard_input_for_a_dash() -> None:
     code, out, _ = _check("-", stdin=FULL.read_text(encoding="utf-8"))
     assert (code, out.splitlines()[0]) == (0, "<stdin>: ok")
@@ -332,6 +333,7 @@ def test_check_reads_standard_input_for_a_dash() -> None:
     )
 
 
+@pytest.mark.multiprocess
 def test_check_takes_the_world_size() -> None:
     code, out, _ = _check("--world-size", "3", "configs/qwen3_5_full.yaml")
     assert code == 1
@@ -339,6 +341,7 @@ def test_check_takes_the_world_size() -> None:
     assert _check("--world-size=2", "configs/qwen3_5_full.yaml")[0] == 0
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize(
     ("args", "error"),
     [
@@ -357,6 +360,7 @@ def test_check_never_reads_an_option_as_a_file(args: list[str], error: str) -> N
     assert (code, out, err.splitlines()[0]) == (2, "", error)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("prefix", ["*", "", ".", ".hyper_parallel", "a-b"])
 def test_an_allowed_target_prefix_must_be_a_module_name(prefix: str) -> None:
     # a bad option: exit 2 before any file is read, like the other option errors
@@ -386,6 +390,7 @@ POINTLESS_ISSUES = [
 ]
 
 
+@pytest.mark.multiprocess
 def test_check_prints_warnings_and_passes_unless_strict() -> None:
     code, out, _ = _check("-", stdin=POINTLESS)
     assert code == 0

@@ -199,6 +199,8 @@ def _check_layout(rank: int, model_name: str, layout: str) -> None:
     _assert_residual_layout(parallelism, residual, local.shape[1])
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("model_name", list(SPECS))
 def test_parallelize_matches_unsharded(model_name: str, layout: str) -> None:
@@ -207,6 +209,8 @@ def test_parallelize_matches_unsharded(model_name: str, layout: str) -> None:
 
 # Qwen 3.5 under TP is not compiled here: dynamo does not see through the `to_local` lookup of the
 # Gated DeltaNet's sharded parameters in _modules.py (conv1d then gets a DTensor).
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     ("model_name", "layout"),
     [
@@ -277,6 +281,8 @@ def _check_fsdp_policies(rank: int, model_name: str) -> None:
     assert (grad_dtype, placements) == (torch.float32, (Shard(0),))
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("model_name", ["llama3", "qwen3_5"])
 def test_fsdp_applies_mixed_precision_offload_and_reshard(model_name: str) -> None:
     spawn(_check_fsdp_policies, model_name, nprocs=WORLD)

@@ -125,6 +125,8 @@ def _save_hf_folder(spec: ModelSpec, folder: Path) -> None:
     save_file({k: v.detach().clone().contiguous() for k, v in hf.items()}, str(folder / "model.safetensors"))
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("model_name", list(SPECS))
 def test_weights_match_across_layouts(model_name: str, layout: str, tmp_path: Path) -> None:

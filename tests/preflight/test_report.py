@@ -237,6 +237,7 @@ print(json.dumps({"status": status, "heavy": heavy, "new": new, "out": out.getva
 """
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("config", ["llama3_8b.yaml", "qwen3_5_vl.yaml"])
 def test_the_preflight_imports_no_torch_and_only_its_own_modules(tmp_path: Path, config: str) -> None:
     for name in ("torch", "numpy"):  # importable stand-ins: any import of them lands in sys.modules

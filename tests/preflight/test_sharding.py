@@ -110,6 +110,8 @@ def _config(spec: ModelSpec, parallelism: ParallelismConfig) -> TrainerConfig:
     )
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize(("model_name", "layout"), CASES)
 def test_sharded_bytes_equal_the_local_shards_of_a_two_process_run(
     held: Path, model_name: str, layout: str

@@ -69,11 +69,12 @@ class _Run:
     """One started process with its output in unnamed temporary files (no pipe to fill up and block on)."""
 
     def __init__(self, command: Sequence[str], cwd: Path | None) -> None:
+        self.command = list(command)
         # closed by result(), once the process has ended and its output was read
         self.stdout = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         self.stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            list(command),
+            self.command,
             stdout=self.stdout,
             stderr=self.stderr,
             text=True,
@@ -104,7 +105,7 @@ def _finish(runs: list[_Run], timeout: float) -> list[subprocess.CompletedProces
                     _stop(other.proc)
                 late = run.result()
                 pytest.fail(
-                    f"{' '.join(map(str, run.proc.args))} did not finish within {timeout} s:\n"
+                    f"{' '.join(run.command)} did not finish within {timeout} s:\n"
                     f"{late.stdout[-3000:]}\n{late.stderr[-6000:]}"
                 )
     finally:
@@ -184,11 +185,11 @@ def spawn(body: Callable[..., None], *args: Any, nprocs: int) -> None:
     fresh temporary folder. A failing rank raises here with its traceback and the others are stopped; so
     are all of them if the wait is interrupted (by pytest-timeout, say).
     """
-    import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import start_processes
 
     with tempfile.TemporaryDirectory(prefix="gloo-") as folder:
         init_method = (Path(folder) / "store").as_uri()
-        context = mp.start_processes(
+        context = start_processes(  # type: ignore[no-untyped-call]
             _run_in_group,
             args=(init_method, nprocs, body, *args),
             nprocs=nprocs,

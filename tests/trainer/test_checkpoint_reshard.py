@@ -25,6 +25,8 @@ from hyper_parallel.trainer import LLMTrainer  # noqa: E402
 from tests.support.processes import torchrun  # noqa: E402
 from tests.support.trainer import ROOT, WORKER, as_flags, tiny_config, tiny_overrides  # noqa: E402
 
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(900)]
+
 CHECKPOINTS = {
     "checkpoint.enable": "true",
     "checkpoint.interval": "2",

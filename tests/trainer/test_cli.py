@@ -16,6 +16,8 @@ pytest.importorskip("torch")
 from tests.support.processes import clean_env
 from tests.support.trainer import ROOT, as_flags, debug_config_path, tiny_overrides
 
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(900)]
+
 
 def launch(*args: str, prog: str = "train_lm", timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

@@ -119,6 +119,8 @@ def test_dtype_casts_a_float32_checkpoint(tmp_path: Path) -> None:
     assert transformers.AutoModelForCausalLM.from_pretrained(out).dtype == torch.float16
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     "layout",
     [{"parallelism.dp_shard": "2"}, {"parallelism.dp_shard": "1", "parallelism.tp": "2"}],
@@ -141,6 +143,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
 def test_the_command_line_exports_and_says_where(trained: Path, tmp_path: Path) -> None:
     done = subprocess.run(
         [
@@ -163,6 +167,8 @@ def test_the_command_line_exports_and_says_where(trained: Path, tmp_path: Path) 
     assert _dtypes(tmp_path / "hf") == {torch.bfloat16}
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
 def test_the_command_line_refuses_a_missing_folder_with_one_line_and_exit_2(tmp_path: Path) -> None:
     missing = tmp_path / "nope"
     done = subprocess.run(

@@ -99,6 +99,8 @@ def _assert_hsdp(ranks: list[dict[str, Any]]) -> None:
     assert digests[0]["tok_embeddings.weight"] != digests[1]["tok_embeddings.weight"]  # different halves
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("model", ["llama3"])  # Qwen 3.5 under DDP runs in the layout grid
 def test_ddp_matches_one_process_and_keeps_replicas_identical(model: str, tmp_path: Path) -> None:
     ranks = _train(2, model, tmp_path / "ddp", DDP)
@@ -108,6 +110,8 @@ def test_ddp_matches_one_process_and_keeps_replicas_identical(model: str, tmp_pa
     _assert_held(ranks[0]["params"], ["dp_replicate"], ["Replicate()"], 1)  # whole, on the replicate mesh
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
 def test_hsdp_matches_one_process_and_shards_within_replicas(model: str, tmp_path: Path) -> None:
     ranks = _train(4, model, tmp_path / "hsdp", HSDP)
@@ -115,6 +119,8 @@ def test_hsdp_matches_one_process_and_shards_within_replicas(model: str, tmp_pat
     _assert_hsdp(ranks)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
 def test_tp_times_fsdp_matches_one_process_and_shards_on_both_dims(model: str, tmp_path: Path) -> None:
     ranks = _train(4, model, tmp_path / "tp_fsdp", {**TP_FSDP, **NO_SP[model]})
@@ -133,6 +139,8 @@ def test_tp_times_fsdp_matches_one_process_and_shards_on_both_dims(model: str, t
     assert digests[0]["norm.weight"] != digests[2]["norm.weight"]
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(900)
 def test_hsdp_checkpoint_resumes_with_the_uninterrupted_losses(tmp_path: Path) -> None:
     """A 4-step HSDP run saves at steps 2 and 4; step 4 lost, a relaunch resumes at 2 and repeats 3 and 4."""
     folder = tmp_path / "ckpt"
@@ -171,6 +179,8 @@ def test_replicated_layouts_of_the_grid_pass_the_dry_run(case: Any) -> None:
         load_config(debug_config_path(case.model), grid_overrides(case), world_size=case.world)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
 def test_two_nodes_of_two_processes_train_hsdp_through_a_c10d_rendezvous(tmp_path: Path) -> None:
     """Two torchrun agents ("nodes") meet at one c10d endpoint, as on two machines, and train HSDP 2 x 2."""
     out = tmp_path / "nodes"

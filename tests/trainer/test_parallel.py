@@ -32,6 +32,8 @@ from tests.support.trainer import (  # noqa: E402
     tiny_overrides,
 )
 
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(600)]
+
 LAYOUTS = {
     "dp_shard2": {"parallelism.dp_shard": "2"},
     "tp2": {"parallelism.dp_shard": "1", "parallelism.tp": "2"},
@@ -117,6 +119,7 @@ def test_train_lm_under_torchrun_trains_and_only_rank_zero_prints(tmp_path: Path
     assert [json.loads(line)["step"] for line in jsonl.read_text().splitlines()] == [1, 2, 3, 4]
 
 
+@pytest.mark.timeout(900)
 def test_async_checkpoints_under_fsdp_finish_and_resume(tmp_path: Path) -> None:
     folder = tmp_path / "ckpt"
     overrides = tiny_overrides(
@@ -148,6 +151,7 @@ def _dry_run_verdict(case: Any) -> str:
     return "ran"
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("world", [2, 4])
 def test_dry_run_and_runtime_agree_on_every_layout_of_the_grid(world: int, tmp_path: Path) -> None:
     out = tmp_path / "verdicts.json"

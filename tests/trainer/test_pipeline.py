@@ -74,6 +74,8 @@ CASES = {
 }
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("schedule", list(CASES))
 def test_pipeline_matches_one_process_and_each_rank_holds_its_stages(schedule: str, tmp_path: Path) -> None:
     model, stages, blocks = CASES[schedule]
@@ -93,6 +95,8 @@ def test_pipeline_matches_one_process_and_each_rank_holds_its_stages(schedule: s
         assert not any(p["dtensor"] for p in report["params"].values())  # pp alone shards nothing else
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
 def test_pp_microbatches_sets_the_schedule_micro_batches(tmp_path: Path) -> None:
     batch = {"training.micro_batch_size": "4"}  # one micro-batch of 4 sequences per step
     ranks = _run(2, {**PIPE, **batch, "parallelism.pp_microbatches": "4"}, tmp_path)
@@ -105,6 +109,8 @@ def test_pp_microbatches_sets_the_schedule_micro_batches(tmp_path: Path) -> None
     assert [_calls(c) for c in default[0]["stages"].values()] == [[2] * 8]  # null: pp = 2 micro-batches of 2
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
 def test_pipeline_with_fsdp_on_four_processes(tmp_path: Path) -> None:
     ranks = _run(4, {"parallelism.dp_shard": "2", "parallelism.pp": "2"}, tmp_path)
     losses, norms, _ = _single_process({})
@@ -124,6 +130,8 @@ def test_pipeline_with_fsdp_on_four_processes(tmp_path: Path) -> None:
             assert held["local"][0] == -(-held["global"][0] // 2), name
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
 def test_pretrained_weights_reach_every_stage(tmp_path: Path) -> None:
     """Rank 0 reads the Hugging Face folder of the whole model; each stage keeps its own tensors."""
     pytest.importorskip("transformers")
@@ -158,6 +166,8 @@ def _resume_to_step_6(folder: Path) -> list[float]:
         trainer.close()
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(900)
 def test_a_pipeline_checkpoint_resumes_in_one_process(tmp_path: Path) -> None:
     """Saved by two pipeline stages (names of the whole model), resumed by one process: steps 5 and 6 are
     those of a one-process run resumed from its own step-4 checkpoint (the schedule depends on max_steps,
