@@ -243,6 +243,7 @@ def test_a_runtime_module_of_the_project_is_refused_saying_what_can_be_named(
     ]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize(("target", "message"), RUNTIME_TARGETS)
 def test_a_dry_run_naming_a_runtime_module_imports_no_torch(
     target: str, message: str, tmp_path: Path

@@ -26,7 +26,7 @@ import pytest
 
 from hyper_parallel.trainer.config import TARGET_PACKAGES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "hyper_parallel"
 
 #: The modules that bind the generic machinery to ``TrainerConfig`` (rule a's documented exception).
