@@ -1,0 +1,1 @@
+"""Each component kind: its Config, and the torch runtime its ``build()`` returns (one and two processes)."""

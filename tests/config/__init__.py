@@ -1,0 +1,1 @@
+"""The generic config machinery: YAML in and out, the resolver, overrides, type rules, messages."""

@@ -1,0 +1,138 @@
+"""Start-up and warm-path costs that can be checked without timing anything.
+
+The dry-run path must not import torch or numpy (checked in a fresh process, with shadow packages so an
+import is seen even where they are not installed), and a second resolve must reuse what the first one
+built: no target is imported again and no structuring function or converter hook is compiled again.
+"""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from hyper_parallel.config import converter, resolve_root
+from hyper_parallel.config import types as type_rules
+from hyper_parallel.config.recipes import recipe_of
+from hyper_parallel.config.yaml_load import load_yaml_file
+from hyper_parallel.trainer.config import TrainerConfig
+
+REPO = Path(__file__).resolve().parents[2]
+FULL = REPO / "configs" / "qwen3_5_full.yaml"
+
+_PROBE = """
+import io, json, sys
+from hyper_parallel.launch import main
+out, err = io.StringIO(), io.StringIO()
+status = main(["--config-file", sys.argv[1], "--dry-run"], out=out, err=err)
+heavy = sorted(name for name in ("torch", "numpy") if name in sys.modules)
+print(json.dumps({"status": status, "heavy": heavy, "out": out.getvalue(), "err": err.getvalue()}))
+"""
+
+
+@pytest.mark.multiprocess
+def test_dry_run_imports_neither_torch_nor_numpy(tmp_path: Path) -> None:
+    for name in ("torch", "numpy"):  # importable stand-ins: any import of them lands in sys.modules
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    env.pop("WORLD_SIZE", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(FULL)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["status"] == 0, report["err"]
+    assert "all checks passed" in report["out"]
+    assert report["heavy"] == []
+
+
+_SCHEMA_PROBE = """
+import json, sys
+from hyper_parallel.config import converter
+from hyper_parallel.config.schema import json_schema
+from hyper_parallel.trainer.config import TrainerConfig
+schema = json_schema(converter, TrainerConfig)
+heavy = sorted(name for name in ("torch", "numpy") if name in sys.modules)
+print(json.dumps({"groups": len(schema["properties"]), "heavy": heavy}))
+"""
+
+
+@pytest.mark.multiprocess
+def test_the_schema_imports_neither_torch_nor_numpy(tmp_path: Path) -> None:
+    # Target discovery walks the packages: runtime modules (trainers, pipeline stages, export) stay unread.
+    for name in ("torch", "numpy"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    done = subprocess.run(
+        [sys.executable, "-c", _SCHEMA_PROBE],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"groups": 16, "heavy": []}
+
+
+@pytest.fixture
+def raw() -> Any:
+    document, _ = load_yaml_file(FULL)
+    return document
+
+
+def _group_classes(cfg: TrainerConfig) -> list[type]:
+    """Runtime classes of the Config-class groups (factory-built groups have no structuring function)."""
+    return [
+        type(getattr(cfg, f.name))
+        for f in attrs.fields(TrainerConfig)
+        if recipe_of(getattr(cfg, f.name)) is None
+    ]
+
+
+def test_second_resolve_imports_no_target(raw: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = resolve_root(raw)
+    calls: list[str] = []
+    real = importlib.import_module
+
+    def counting(name: str, package: str | None = None) -> Any:
+        calls.append(name)
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", counting)
+    second = resolve_root(raw)
+    assert second == first
+    assert calls == []
+
+
+def test_second_resolve_reuses_compiled_hooks(raw: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = resolve_root(raw)
+    classes = _group_classes(first)
+    assert len(classes) >= 10
+    hooks = {cls: converter.get_structure_hook(cls) for cls in classes}
+    root_hook = converter.get_structure_hook(TrainerConfig)
+
+    def no_new_hooks(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"a structure hook was generated again: {args[0]!r}")
+
+    monkeypatch.setattr(type_rules, "make_dict_structure_fn", no_new_hooks)
+    second = resolve_root(raw)
+    assert second == first
+    assert _group_classes(second) == classes
+    for cls, fn in hooks.items():
+        assert converter.get_structure_hook(cls) is fn, cls
+    assert converter.get_structure_hook(TrainerConfig) is root_hook

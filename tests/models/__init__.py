@@ -1,0 +1,1 @@
+"""The model runtimes: builds, parity with transformers, weight loading, the fast kernels."""

@@ -1,0 +1,74 @@
+"""Targets that only tests may name (allowed with ``allowed_targets=("tests.support.fake_targets",)``).
+
+They record being called, lie about what they return, or are the wrong kind of object, so tests can prove
+what the resolver does before and instead of calling a target.
+"""
+
+import abc
+import os
+from typing import Any
+
+import attrs
+
+from hyper_parallel.components.optimizer import Optimizer
+from hyper_parallel.models import ModelSpec
+from hyper_parallel.models.qwen3_5 import create_model_spec
+
+CALLS: list[str] = []
+
+
+def recording_model_spec(flavor: str = "debugmodel") -> ModelSpec:
+    """A model factory that records each call."""
+    CALLS.append("recording_model_spec")
+    return create_model_spec(flavor=flavor)  # type: ignore[arg-type]
+
+
+def lying_model_spec() -> ModelSpec:
+    """Declares ModelSpec but returns something else."""
+    return "not a spec"  # type: ignore[return-value]
+
+
+def wrong_annotation() -> int:
+    """Declares a return type that is not a ModelSpec; must never be called."""
+    CALLS.append("wrong_annotation")
+    return 1
+
+
+def unannotated(flavor="debugmodel"):  # type: ignore[no-untyped-def]
+    """No annotations: refused before the call."""
+    CALLS.append("unannotated")
+    return create_model_spec()
+
+
+def failing_model_spec(flavor: str) -> ModelSpec:
+    """Raises from inside: reported as the group's problem, not a traceback."""
+    raise ValueError(f"no such checkpoint layout for {flavor!r}")
+
+
+@attrs.frozen(kw_only=True)
+class RecordingOptimizerConfig(Optimizer.Config):
+    """An optimizer Config that records construction."""
+
+    def __attrs_post_init__(self) -> None:
+        CALLS.append("RecordingOptimizerConfig")
+
+
+class NotAConfig:
+    """A plain class: not an attrs Config."""
+
+
+INSTANCE = NotAConfig()
+reexported_system = os.system
+
+
+def make_optimizer(lr: float, extra: Any = None) -> Optimizer.Config:  # pragma: no cover - never allowed
+    return Optimizer.Config(lr=lr)
+
+
+@attrs.frozen(kw_only=True)
+class AbstractOptimizerConfig(Optimizer.Config, abc.ABC):
+    """An ``abc`` base with an abstract method: not a target, though it does not declare ``__abstract__``."""
+
+    @abc.abstractmethod
+    def schedule_name(self) -> str:
+        """Implemented by subclasses."""

@@ -1,0 +1,148 @@
+"""Run under torchrun by the multi-process trainer tests; each rank writes what it saw as JSON.
+
+``trainer_worker.py train MODEL OUT [PATH=VALUE ...]`` trains the tiny debug config of MODEL with the
+overrides and writes ``OUT.rank<r>.json``: per-step losses and grad norms, how every parameter is held
+(DTensor placements, local and global shapes), a digest of its local values after training and how
+the residual stream leaves the first block's ``ffn_norm``. ``trainer_worker.py grid WORLD OUT`` runs every
+layout of ``GRID`` for this world size through the runtime (resolver checks bypassed) and writes the verdicts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from hyper_parallel.trainer import LLMTrainer
+from tests.support.trainer import GRID, grid_config, tiny_config
+
+
+def _params(trainer: LLMTrainer) -> dict[str, Any]:
+    held: dict[str, Any] = {}
+    for name, param in trainer.model.named_parameters():
+        if isinstance(param, DTensor):
+            held[name] = {
+                "dtensor": True,
+                "mesh": list(param.device_mesh.mesh_dim_names or ()),
+                "placements": [repr(p) for p in param.placements],
+                "local": list(param.to_local().shape),
+                "global": list(param.shape),
+            }
+        else:
+            held[name] = {"dtensor": False, "local": list(param.shape), "global": list(param.shape)}
+    return held
+
+
+def _watch_residual_norm(trainer: LLMTrainer) -> dict[str, Any]:
+    """Fill, at the first forward, how the first block's ``ffn_norm`` output (residual stream) is held."""
+    seen: dict[str, Any] = {}
+
+    def record(module: torch.nn.Module, args: Any, output: torch.Tensor) -> None:
+        if seen:
+            return
+        local = output.to_local() if isinstance(output, DTensor) else output
+        seen["dtensor"] = isinstance(output, DTensor)
+        seen["placements"] = [repr(p) for p in output.placements] if isinstance(output, DTensor) else []
+        seen["local"] = list(local.shape)
+
+    try:
+        norm = trainer.model.get_submodule("layers.0.ffn_norm")
+    except AttributeError:  # a later pipeline stage does not hold the first block
+        return seen
+    norm.register_forward_hook(record)
+    return seen
+
+
+def _digests(trainer: LLMTrainer) -> dict[str, str]:
+    """SHA-256 of every parameter's local tensor: equal on two ranks only if they hold the same values."""
+    digests = {}
+    for name, param in trainer.model.named_parameters():
+        local = param.to_local() if isinstance(param, DTensor) else param
+        digests[name] = hashlib.sha256(local.detach().contiguous().numpy().tobytes()).hexdigest()
+    return digests
+
+
+def _timeout_seconds() -> float:
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    return float(backend.options._timeout.total_seconds())
+
+
+def _watch_stages(trainer: LLMTrainer) -> dict[str, list[int]]:
+    """Pipeline stage index -> batch size of every forward call it will run (empty without pipelining)."""
+    stages: dict[str, list[int]] = {}
+    if trainer.pipeline is None:
+        return stages
+    for stage_id, part in zip(trainer.pipeline.stage_ids, trainer.pipeline.parts, strict=True):
+        calls = stages.setdefault(str(stage_id), [])
+        part.register_forward_pre_hook(lambda module, args, calls=calls: calls.append(args[0].shape[0]))
+    return stages
+
+
+def train(model: str, out: str, pairs: list[str]) -> None:
+    overrides = dict(pair.split("=", 1) for pair in pairs)
+    trainer = LLMTrainer(tiny_config(model, overrides))
+    held = _params(trainer)
+    residual = _watch_residual_norm(trainer)
+    stages = _watch_stages(trainer)
+    timeouts = [_timeout_seconds()]
+    results = trainer.train()
+    timeouts.append(_timeout_seconds())
+    digests = _digests(trainer)
+    rank = trainer.env.rank
+    trainer.close()
+    Path(f"{out}.rank{rank}.json").write_text(
+        json.dumps(
+            {
+                "losses": [r.loss for r in results],
+                "grad_norms": [r.grad_norm for r in results],
+                "params": held,
+                "residual_norm_output": residual,
+                "digests": digests,
+                "dp_rank": trainer.dp_rank,
+                "resumed_from": trainer.resumed_from,
+                "timeouts": timeouts,
+                "stages": stages,
+            }
+        )
+    )
+
+
+def grid(world: int, out: str) -> None:
+    verdicts: dict[str, str] = {}
+    for case in GRID:
+        if case.world != world:
+            continue
+        try:
+            trainer = LLMTrainer(grid_config(case))
+            trainer.train()
+            trainer.close(destroy_process_group=False)
+            verdicts[case.name] = "ran"
+        except Exception as exc:  # the verdict is what matters; the reason is kept for the report
+            verdicts[case.name] = f"rejected: {type(exc).__name__}: {exc}".splitlines()[0]
+            if "--trace" in sys.argv:
+                traceback.print_exc()
+        dist.barrier()
+    if dist.get_rank() == 0:
+        Path(out).write_text(json.dumps(verdicts, indent=1))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "train":
+        train(sys.argv[2], sys.argv[3], sys.argv[4:])
+    else:
+        grid(int(sys.argv[2]), sys.argv[3])
+    # gloo threads may outlive the destroyed group; finalising the interpreter with them can abort
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -1,0 +1,1 @@
+"""The trainers and their root config: rules at resolve time, one process, torchrun layouts, export."""

@@ -1,0 +1,251 @@
+"""``hyper_parallel.export``: checkpoints become Hugging Face folders that transformers loads to our logits.
+
+Tiny Llama 3 and Qwen 3.5 models train for 2 steps on the CPU with checkpoints on; the exported folder is
+loaded with ``AutoModelForCausalLM.from_pretrained`` and must give the trained model's logits (fp32, 1e-4),
+whether the checkpoint is the final weights-only export or a full one, one file or shards with an index,
+saved by one process or by FSDP2 or tensor parallelism on two.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+from hyper_parallel.export import ExportError, export_checkpoint, main, parse_size  # noqa: E402
+from hyper_parallel.trainer import LLMTrainer  # noqa: E402
+from tests.support.processes import clean_env, torchrun  # noqa: E402
+from tests.support.trainer import ROOT, WORKER, tiny_config  # noqa: E402
+
+RUN = {"training.max_steps": "2", "checkpoint.enable": "true"}
+
+
+def _train(model: str, folder: Path, **overrides: str) -> Any:
+    """Train the tiny ``model`` for 2 steps with checkpoints in ``folder``; the trained module (eval)."""
+    trainer = LLMTrainer(tiny_config(model, {**RUN, "checkpoint.folder": str(folder), **overrides}))
+    try:
+        trainer.train()
+        return trainer.model.eval()
+    finally:
+        trainer.close()
+
+
+def _tokens() -> Any:
+    return torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(3))
+
+
+def _logits_gap(ours: Any, folder: Path) -> float:
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    ids = _tokens()
+    with torch.no_grad():
+        return float((ours(ids) - hf(ids).logits).abs().max())
+
+
+KINDS = {
+    "final-export": {},  # last_save_model_only (the default): the final save holds the weights only
+    "full": {"checkpoint.last_save_model_only": "false"},
+}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
+def test_an_export_loads_in_transformers_with_the_trained_logits(
+    model: str, kind: str, tmp_path: Path
+) -> None:
+    ours = _train(model, tmp_path / "ckpt", **KINDS[kind])
+    step = tmp_path / "ckpt" / "step-2"
+    assert (step / "config.yaml").is_file()  # the resolved config saved beside the weights
+    out = export_checkpoint(tmp_path / "ckpt", tmp_path / "hf")  # the folder: its newest step
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["dtype"] == "float32"
+    assert _logits_gap(ours, out) <= 1e-4
+
+
+def test_tied_embeddings_are_written_once_and_tied_on_load(tmp_path: Path) -> None:
+    ours = _train("qwen3_5", tmp_path / "ckpt", **{"model.overrides.tie_word_embeddings": "true"})
+    out = export_checkpoint(tmp_path / "ckpt" / "step-2", tmp_path / "hf")
+    assert "lm_head.weight" not in safetensors_torch.load_file(str(out / "model.safetensors"))
+    assert json.loads((out / "config.json").read_text())["tie_word_embeddings"] is True
+    assert _logits_gap(ours, out) <= 1e-4
+
+
+def test_above_the_max_shard_size_the_weights_are_sharded_with_an_index(tmp_path: Path) -> None:
+    ours = _train("llama3", tmp_path / "ckpt")
+    out = export_checkpoint(tmp_path / "ckpt", tmp_path / "hf", max_shard_size="100KB")
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    files = sorted(p.name for p in out.glob("*.safetensors"))
+    assert len(files) > 2
+    assert files == [f"model-{i:05d}-of-{len(files):05d}.safetensors" for i in range(1, len(files) + 1)]
+    shards = {name: safetensors_torch.load_file(str(out / name)) for name in files}
+    assert sorted(index["weight_map"].values()) == sorted(n for n, s in shards.items() for _ in s)
+    for name, tensors in shards.items():
+        sizes = [t.numel() * t.element_size() for t in tensors.values()]
+        assert sum(sizes) <= 100_000 or len(sizes) == 1, name  # only a tensor above the limit is alone
+    assert index["metadata"]["total_size"] == sum(
+        t.numel() * t.element_size() for s in shards.values() for t in s.values()
+    )
+    assert _logits_gap(ours, out) <= 1e-4
+
+
+def _dtypes(folder: Path) -> set[Any]:
+    return {t.dtype for t in safetensors_torch.load_file(str(folder / "model.safetensors")).values()}
+
+
+def test_export_dtype_bfloat16_writes_bfloat16_weights(tmp_path: Path) -> None:
+    ours = _train("llama3", tmp_path / "ckpt", **{"checkpoint.export_dtype": "bfloat16"})
+    out = export_checkpoint(tmp_path / "ckpt", tmp_path / "hf")  # kept as the final export saved them
+    assert _dtypes(out) == {torch.bfloat16}
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out)
+    assert hf.dtype == torch.bfloat16
+    assert torch.equal(hf.model.embed_tokens.weight, ours.tok_embeddings.weight.to(torch.bfloat16))
+    back = export_checkpoint(tmp_path / "ckpt", tmp_path / "fp32", dtype="float32")
+    assert _dtypes(back) == {torch.float32}
+
+
+def test_dtype_casts_a_float32_checkpoint(tmp_path: Path) -> None:
+    _train("qwen3_5", tmp_path / "ckpt")
+    out = export_checkpoint(tmp_path / "ckpt", tmp_path / "hf", dtype="float16")
+    assert _dtypes(out) == {torch.float16}
+    assert transformers.AutoModelForCausalLM.from_pretrained(out).dtype == torch.float16
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "layout",
+    [{"parallelism.dp_shard": "2"}, {"parallelism.dp_shard": "1", "parallelism.tp": "2"}],
+    ids=["dp_shard2", "tp2"],
+)
+def test_a_checkpoint_saved_by_two_processes_exports(layout: dict[str, str], tmp_path: Path) -> None:
+    overrides = {**RUN, "checkpoint.folder": str(tmp_path / "ckpt"), **layout}
+    pairs = [f"{k}={v}" for k, v in overrides.items()]
+    done = torchrun(2, WORKER, "train", "llama3", str(tmp_path / "r"), *pairs)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours = _train("llama3", tmp_path / "one")  # one process trains the same weights (same losses, 1e-5)
+    out = export_checkpoint(tmp_path / "ckpt", tmp_path / "hf")
+    assert _logits_gap(ours, out) <= 1e-4
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("trained") / "ckpt"
+    _train("llama3", folder)
+    return folder
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_the_command_line_exports_and_says_where(trained: Path, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hyper_parallel.export",
+            str(trained),
+            str(tmp_path / "hf"),
+            "--dtype",
+            "bfloat16",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean_env(),
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"exported {trained} to {tmp_path / 'hf'}: config.json, model.safetensors\n"
+    assert _dtypes(tmp_path / "hf") == {torch.bfloat16}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_the_command_line_refuses_a_missing_folder_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    done = subprocess.run(
+        [sys.executable, "-m", "hyper_parallel.export", str(missing), str(tmp_path / "hf")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean_env(),
+        cwd=ROOT,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"export: {str(missing)!r}: no such folder\n"
+
+
+def _errors(trained: Path, tmp_path: Path) -> list[tuple[list[str], str]]:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("")
+    no_config = tmp_path / "old" / "step-2"
+    no_config.mkdir(parents=True)
+    for item in (trained / "step-2").iterdir():
+        if item.name != "config.yaml":
+            (no_config / item.name).write_bytes(item.read_bytes())
+    out = str(tmp_path / "hf")
+    return [
+        (
+            [str(tmp_path / "empty"), out],
+            f"{str(tmp_path / 'empty')!r} is not a checkpoint: it holds neither a DCP '.metadata' file nor a "
+            "complete step-<N> folder",
+        ),
+        (
+            [str(trained), out, "--dtype", "float8"],
+            "dtype: unknown dtype 'float8'; choose one of float32, bfloat16, float16",
+        ),
+        (
+            [str(trained), out, "--max-shard-size", "5 parsecs"],
+            "max_shard_size: cannot read '5 parsecs' as a size; write bytes or a number with a unit (KB, MB, "
+            "GB, TB, KiB, MiB, GiB, TiB), e.g. '5GB'",
+        ),
+        (
+            [str(trained), str(tmp_path / "taken")],
+            f"{str(tmp_path / 'taken')!r} exists and is not an empty folder; choose a new output folder",
+        ),
+        (
+            [str(no_config), out],
+            f"{str(no_config)!r} holds no config.yaml (saved by an older version): pass the run's config "
+            "with --config-file (config= in Python)",
+        ),
+        (
+            [str(no_config), out, "--config-file", str(tmp_path / "none.yaml")],
+            f"config file {str(tmp_path / 'none.yaml')!r} does not exist",
+        ),
+    ]
+
+
+def test_input_errors_are_one_line_and_exit_2(trained: Path, tmp_path: Path, capsys: Any) -> None:
+    for argv, message in _errors(trained, tmp_path):
+        assert main(argv) == 2, argv
+        captured = capsys.readouterr()
+        assert (captured.out, captured.err) == ("", f"export: {message}\n"), argv
+    assert not (tmp_path / "hf").exists()
+
+
+def test_an_old_checkpoint_exports_with_the_config_given(trained: Path, tmp_path: Path) -> None:
+    config = tiny_config("llama3", RUN)
+    out = export_checkpoint(trained / "step-2", tmp_path / "hf", config=config)
+    assert (out / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(
+    ("size", "expected"),
+    [(123, 123), ("5GB", 5 * 10**9), ("1.5 MiB", 3 * 2**19), ("100", 100), ("2kb", 2000)],
+)
+def test_sizes_read_like_hugging_face_sizes(size: Any, expected: int) -> None:
+    assert parse_size(size) == expected
+
+
+def test_a_zero_size_is_refused() -> None:
+    with pytest.raises(ExportError, match=r"max_shard_size: must be at least 1 byte, got '0KB'"):
+        parse_size("0KB")

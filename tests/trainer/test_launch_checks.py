@@ -1,0 +1,177 @@
+"""What the launch checks before building anything: this machine's devices, the files a config names, comm,
+and what the trainer it feeds needs."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from hyper_parallel.config import ConfigError, load_config
+from hyper_parallel.launch import main
+from hyper_parallel.trainer import machine
+from hyper_parallel.trainer.machine import machine_issues
+from tests.support.trainer import tiny_config
+
+
+@pytest.mark.parametrize(
+    ("overrides", "path", "message"),
+    [
+        (
+            {"training.init_device": "cuda"},
+            "training.init_device",
+            "'cuda' needs an NVIDIA GPU, and this machine has none; use 'meta' (allocates on the training "
+            "device after sharding) or 'cpu'",
+        ),
+        (
+            {"training.init_device": "npu"},
+            "training.init_device",
+            "'npu' needs an Ascend NPU, and this machine has none; use 'meta' (allocates on the training "
+            "device after sharding) or 'cpu'",
+        ),
+        (
+            {"comm.backend": "nccl"},
+            "comm.backend",
+            "'nccl' needs an NVIDIA GPU, and this machine has none; use null to pick gloo automatically",
+        ),
+        (
+            {"comm.backend": "hccl"},
+            "comm.backend",
+            "'hccl' needs an Ascend NPU, and this machine has none; use null to pick gloo automatically",
+        ),
+    ],
+)
+def test_devices_and_backends_this_machine_lacks_are_refused(
+    overrides: dict[str, str], path: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(machine, "accelerator", lambda: "cpu")
+    assert machine_issues(tiny_config("llama3", overrides), training=False) == [(path, message)]
+
+
+def test_gloo_and_cpu_run_anywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(machine, "accelerator", lambda: "cpu")
+    monkeypatch.setattr(machine, "_torch_installed", lambda: True)
+    cfg = tiny_config("llama3", {"comm.backend": "gloo", "training.init_device": "cpu"})
+    assert machine_issues(cfg, training=True) == []
+
+
+def test_files_the_run_reads_must_exist_when_training_not_when_checking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(machine, "_torch_installed", lambda: True)
+    cfg = tiny_config(
+        "llama3",
+        {
+            "model.weights_path": str(tmp_path / "weights"),
+            "dataloader.dataset.source": "jsonl",
+            "dataloader.dataset.paths": f"[{tmp_path / 'train.jsonl'}]",
+            "checkpoint.enable": "true",
+            "checkpoint.initial_load_path": str(tmp_path / "ckpt"),
+        },
+    )
+    assert machine_issues(cfg, training=False) == []
+    assert machine_issues(cfg, training=True) == [
+        ("model.weights_path", f"{str(tmp_path / 'weights')!r} is not a directory on this machine"),
+        ("dataloader.dataset.paths[0]", f"{str(tmp_path / 'train.jsonl')!r} does not exist on this machine"),
+        ("checkpoint.initial_load_path", f"{str(tmp_path / 'ckpt')!r} is not a directory on this machine"),
+    ]
+
+
+def test_training_without_torch_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(machine, "_torch_installed", lambda: False)
+    assert machine_issues(tiny_config("llama3"), training=True) == [
+        ("", "training needs PyTorch, which is not installed: python -m pip install -e '.[torch]'")
+    ]
+    assert machine_issues(tiny_config("llama3"), training=False) == []
+
+
+def test_nccl_flight_recorder_follows_comm_and_other_backends_have_none() -> None:
+    pytest.importorskip("torch")
+    from hyper_parallel.parallel.process_group import flight_recorder_env
+
+    comm = tiny_config("llama3", {"comm.trace_buf_size": "500", "comm.save_traces_folder": "fr"}).comm
+    assert flight_recorder_env(comm, "nccl") == {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "500",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "fr/rank_",
+    }
+    off = tiny_config("llama3", {"comm.trace_buf_size": "0"}).comm
+    assert flight_recorder_env(off, "nccl") == {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}
+    assert flight_recorder_env(comm, "gloo") == {}
+
+
+# -- the trainer a config feeds: one rule, checked by the resolver and by the trainer ---------------------
+
+VL_DEBUG = "configs/qwen3_5_vl_debug.yaml"
+NO_VISION = (
+    "needs a vision-language model, but 'qwen3_5' has no vision tower; use a VL factory such as "
+    "hyper_parallel.models.qwen3_5.create_vl_model_spec, or"
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "trainer", "issue"),
+    [
+        (
+            "configs/qwen3_5.yaml",
+            "vl",
+            ("configs/qwen3_5.yaml:2:3", "model", f"VLTrainer {NO_VISION} LLMTrainer"),
+        ),
+        (
+            VL_DEBUG,
+            "lm",
+            (
+                f"{VL_DEBUG}:21:13",
+                "dataloader.dataset.source",
+                "'shapes' is image-caption data, which LLMTrainer cannot feed; use VLTrainer",
+            ),
+        ),
+    ],
+)
+def test_load_config_checks_the_rules_of_the_trainer_it_feeds(
+    path: str, trainer: Literal["lm", "vl"], issue: tuple[str, str, str]
+) -> None:
+    assert load_config(path)  # any trainer: nothing to refuse
+    with pytest.raises(ConfigError) as info:
+        load_config(path, trainer=trainer)
+    assert [(i.location, i.path, i.message) for i in info.value.issues] == [issue]
+
+
+@pytest.mark.parametrize(
+    ("prog", "path", "line"),
+    [
+        (
+            "train_vl",
+            "configs/qwen3_5.yaml",
+            f"configs/qwen3_5.yaml:2:3: model: train_vl {NO_VISION} train_lm",
+        ),
+        (
+            "train_lm",
+            VL_DEBUG,
+            f"{VL_DEBUG}:21:13: dataloader.dataset.source: 'shapes' is image-caption data, which train_lm "
+            "cannot feed; use train_vl",
+        ),
+    ],
+)
+def test_the_launch_commands_name_themselves_in_the_same_rule(prog: str, path: str, line: str) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["--config-file", path, "--dry-run"], prog=prog, out=out, err=err) == 2
+    assert err.getvalue().splitlines()[0] == line
+
+
+def test_a_trainer_refuses_a_config_built_in_python_by_the_same_rule() -> None:
+    from hyper_parallel.trainer import LLMTrainer, TrainingError, VLTrainer
+
+    text_model = load_config("configs/qwen3_5.yaml")
+    with pytest.raises(TrainingError) as refused:
+        VLTrainer(text_model)  # refused before anything is built
+    assert str(refused.value) == f"model: VLTrainer {NO_VISION} LLMTrainer"
+    images = load_config(VL_DEBUG)
+    with pytest.raises(TrainingError) as refused:
+        LLMTrainer(images)
+    assert str(refused.value) == (
+        "dataloader.dataset.source: 'shapes' is image-caption data, which LLMTrainer cannot feed; "
+        "use VLTrainer"
+    )

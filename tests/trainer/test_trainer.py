@@ -1,0 +1,330 @@
+"""LLMTrainer in one process: the train step's arithmetic, resume, debug switches, metrics."""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hyper_parallel.components.dataloader import LoaderRequest  # noqa: E402
+from hyper_parallel.trainer import (  # noqa: E402
+    LLMTrainer,
+    NonFiniteError,
+    StepResult,
+    TrainingError,
+    VLTrainer,
+)
+from tests.support.trainer import tiny_config  # noqa: E402
+
+
+def train(
+    overrides: dict[str, Any] | None = None, model: str = "llama3"
+) -> tuple[LLMTrainer, list[StepResult]]:
+    trainer = LLMTrainer(tiny_config(model, overrides))
+    try:
+        return trainer, trainer.train()
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
+def test_trainer_builds_from_the_config_alone_and_trains_every_step(model: str) -> None:
+    trainer, results = train(model=model)
+    assert [r.step for r in results] == [1, 2, 3, 4]
+    assert all(math.isfinite(r.loss) and r.loss > 0 for r in results)
+    assert all(math.isfinite(r.grad_norm) for r in results)
+    assert trainer.step == 4
+    assert trainer.accumulation_steps == 2  # global 4 = micro 2 x accumulation 2 x dp 1
+    assert results[0].tokens == 4 * 32
+
+
+def test_gradient_accumulation_matches_one_micro_batch_holding_the_whole_global_batch() -> None:
+    _, one = train({"training.micro_batch_size": "4"})
+    _, accumulated = train({"training.micro_batch_size": "1"})
+    assert [r.loss for r in accumulated] == pytest.approx([r.loss for r in one], abs=1e-5)
+    assert [r.grad_norm for r in accumulated] == pytest.approx([r.grad_norm for r in one], rel=1e-4)
+
+
+def test_sum_reduction_weights_every_token_equally_across_micro_batches() -> None:
+    # Unpacked documents padded to seq_len count different numbers of tokens per micro-batch: the token-
+    # weighted loss ('sum') then differs from the mean of micro-batch means ('mean') and equals the loss of
+    # the whole global batch computed at once.
+    docs = {
+        "dataloader.dataset.source": "python_docs",
+        "dataloader.dataset.pack_sequences": "false",
+        "training.seq_len": "512",
+    }
+    _, mean_of_means = train({**docs, "training.max_steps": "1"})
+    _, weighted = train({**docs, "training.max_steps": "1", "loss.reduction": "sum"})
+    _, whole = train(
+        {**docs, "training.max_steps": "1", "loss.reduction": "sum", "training.micro_batch_size": "4"}
+    )
+    assert weighted[0].loss == pytest.approx(whole[0].loss, abs=1e-5)
+    assert weighted[0].loss != pytest.approx(mean_of_means[0].loss, abs=1e-4)
+
+
+def test_max_grad_norm_clips_and_null_only_measures() -> None:
+    sgd = {"optimizer._target_": "hyper_parallel.components.optimizer.SGD.Config", "optimizer.lr": "2.0"}
+    _, clipped = train({**sgd, "training.max_grad_norm": "0.001", "training.max_steps": "2"})
+    _, free = train({**sgd, "training.max_grad_norm": "null", "training.max_steps": "2"})
+    assert clipped[0].grad_norm == pytest.approx(free[0].grad_norm, rel=1e-5)  # reported before clipping
+    assert free[1].loss < clipped[1].loss - 1e-3  # the clipped update was tiny, the free one helped
+
+
+def test_resume_continues_with_bitwise_equal_losses(tmp_path: Path) -> None:
+    checkpointing = {"checkpoint.enable": "true", "checkpoint.folder": str(tmp_path / "ckpt")}
+    straight = {"training.max_steps": "6", "dataloader.dataset.source": "python_docs"}
+    _, expected = train(straight)
+    first = LLMTrainer(tiny_config("llama3", {**straight, **checkpointing}))
+    for _ in range(3):
+        first.train_step()
+    first.checkpointer.save(first.step)
+    first.close()
+    second = LLMTrainer(tiny_config("llama3", {**straight, **checkpointing}))
+    try:
+        assert second.step == 3
+        resumed = second.train()
+    finally:
+        second.close()
+    assert [r.step for r in resumed] == [4, 5, 6]
+    assert [r.loss for r in resumed] == [r.loss for r in expected[3:]]  # bitwise
+    assert [r.grad_norm for r in resumed] == [r.grad_norm for r in expected[3:]]
+
+
+def test_a_finished_run_trains_nothing_when_launched_again(tmp_path: Path, capsys: Any) -> None:
+    checkpointing = {"checkpoint.enable": "true", "checkpoint.folder": str(tmp_path / "ckpt")}
+    train({**checkpointing, "training.max_steps": "2"})
+    _, results = train({**checkpointing, "training.max_steps": "2"})
+    assert results == []
+    assert "nothing to train: already at step 2 of 2" in capsys.readouterr().out
+
+
+def test_check_nan_inf_stops_with_a_message_naming_the_step() -> None:
+    exploding = {
+        "debug.check_nan_inf": "true",
+        "optimizer._target_": "hyper_parallel.components.optimizer.SGD.Config",
+        "optimizer.lr": "1e30",
+        "training.max_grad_norm": "null",
+        "training.max_steps": "10",
+    }
+    with pytest.raises(NonFiniteError) as caught:
+        train(exploding)
+    assert re.fullmatch(
+        r"step \d+: the (loss|gradient norm) is (nan|inf) \(debug\.check_nan_inf\); lower optimizer\.lr, "
+        r"enable training\.max_grad_norm, or set debug\.detect_anomaly to find the operation",
+        str(caught.value),
+    )
+    assert caught.value.step >= 1
+
+
+def test_debug_switches_reach_torch() -> None:
+    try:
+        trainer = LLMTrainer(
+            tiny_config(
+                "llama3",
+                {
+                    "debug.deterministic": "true",
+                    "debug.deterministic_warn_only": "true",
+                    "debug.detect_anomaly": "true",
+                    "debug.seed": "7",
+                },
+            )
+        )
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.is_anomaly_enabled()
+        assert trainer.seed == 7
+        trainer.close()
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.autograd.set_detect_anomaly(False)
+
+
+def test_debug_seed_replaces_training_seed_for_weights_and_data() -> None:
+    _, by_debug = train({"debug.seed": "5", "training.max_steps": "1"})
+    _, by_training = train({"training.seed": "5", "training.max_steps": "1"})
+    _, other = train({"training.seed": "6", "training.max_steps": "1"})
+    assert by_debug[0].loss == by_training[0].loss
+    assert by_debug[0].loss != other[0].loss
+
+
+def test_gc_freq_turns_off_automatic_collection_and_collects_every_n_steps() -> None:
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        train({"training.gc_freq": "2", "training.max_steps": "4"})
+    finally:
+        gc.callbacks.remove(count)
+    assert collections.count(1) == 2  # steps 2 and 4; automatic young-generation passes were off
+    assert gc.isenabled()
+
+
+def test_print_config_prints_the_resolved_config_on_rank_zero(capsys: Any) -> None:
+    train({"debug.print_config": "true", "training.max_steps": "1"})
+    out = capsys.readouterr().out
+    assert "_target_: hyper_parallel.trainer.config.DebugConfig" in out
+    assert "print_config: true" in out
+
+
+def test_bfloat16_without_fsdp_computes_under_autocast() -> None:
+    trainer = LLMTrainer(tiny_config("llama3", {"training.mixed_precision_param": "bfloat16"}))
+    seen: list[Any] = []
+    projection = trainer.model.layers["0"].attention.wq
+    handle = projection.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    trainer.train_step()
+    handle.remove()
+    trainer.close()
+    assert seen == [torch.bfloat16] * 2  # two micro-batches
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # master weights
+
+
+def test_compiling_the_loss_uses_the_configured_backend() -> None:
+    trainer, results = train(
+        {"compile.enable": "true", "compile.components": "[loss]", "compile.backend": "eager"}
+    )
+    assert type(trainer._sum_and_count).__name__ != "method"
+    assert len(results) == 4
+
+
+def test_validation_runs_every_freq_steps_and_is_logged(tmp_path: Path) -> None:
+    jsonl = tmp_path / "metrics.jsonl"
+    train(
+        {
+            "validator.enable": "true",
+            "validator.freq": "2",
+            "validator.steps": "2",
+            "validator.dataset.source": "synthetic",
+            "validator.dataset.synthetic_num_samples": "16",
+            "metrics.enable_jsonl": "true",
+            "metrics.jsonl_path": str(jsonl),
+            "metrics.log_freq": "1",
+        }
+    )
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    validation = [r for r in records if "validation/loss" in r]
+    assert [r["step"] for r in validation] == [2, 4]
+    assert all(math.isfinite(r["validation/loss"]) for r in validation)
+    logged = [r for r in records if "loss" in r]
+    assert [r["step"] for r in logged] == [1, 2, 3, 4]
+    assert {"step", "loss", "lr", "grad_norm", "tokens_per_second", "step_time", "eta_seconds"} <= set(
+        logged[0]
+    )
+
+
+def test_vl_trainer_refuses_a_text_only_model() -> None:
+    with pytest.raises(TrainingError, match="VLTrainer needs a vision-language model, but 'llama3'"):
+        VLTrainer(tiny_config("llama3"))
+
+
+@pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
+def test_training_starts_from_save_pretrained_weights_with_the_loss_transformers_computes(
+    model: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("safetensors")
+    if model == "llama3":
+        from tests.support.llama3_reference import hf_model
+    else:
+        from tests.support.qwen3_5_reference import hf_model
+    one_batch = {
+        "training.max_steps": "1",
+        "training.micro_batch_size": "4",
+        "dataloader.dataset.source": "python_docs",
+        "dataloader.dataset.document_masking": "false",  # transformers' forward sees the packed row whole
+    }
+    reference = hf_model(tiny_config(model, one_batch).model.args)
+    reference.save_pretrained(tmp_path)
+    cfg = tiny_config(model, {**one_batch, "model.weights_path": str(tmp_path)})
+    trainer = LLMTrainer(cfg)
+    t = cfg.training
+    loader = cfg.dataloader.build(
+        LoaderRequest(
+            trainer.tokenizer,
+            0,
+            1,
+            seq_len=t.seq_len,
+            micro_batch_size=t.micro_batch_size,
+            seed=trainer.seed,
+        )
+    )
+    batch = next(iter(loader))
+    with torch.no_grad():
+        expected = float(reference(input_ids=batch["input_ids"], labels=batch["labels"]).loss)
+    result = trainer.train_step()
+    trainer.close()
+    assert result.loss == pytest.approx(expected, abs=1e-4)
+
+
+def test_init_device_cpu_and_meta_start_from_the_same_weights() -> None:
+    _, on_meta = train({"training.init_device": "meta", "training.max_steps": "2"})
+    _, on_cpu = train({"training.init_device": "cpu", "training.max_steps": "2"})
+    assert [r.loss for r in on_cpu] == pytest.approx([r.loss for r in on_meta], abs=1e-6)
+
+
+def test_profiler_traces_the_steps_of_its_schedule(tmp_path: Path) -> None:
+    train(
+        {
+            "profiler.enable": "true",
+            "profiler.profile_freq": "2",
+            "profiler.warmup": "1",
+            "profiler.active": "1",
+            "profiler.save_traces_folder": str(tmp_path),
+        }
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iteration_2", "iteration_4"]
+
+
+def test_compile_mode_and_fullgraph_reach_torch_compile_for_blocks_and_loss(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[dict[str, Any]] = []
+
+    def recording_compile(fn: Any, **options: Any) -> Any:
+        calls.append(options)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    train(
+        {
+            "compile.enable": "true",
+            "compile.components": "[model, loss]",
+            "compile.backend": "aot_eager",
+            "compile.mode": "max-autotune-no-cudagraphs",
+            "compile.fullgraph": "true",
+            "training.max_steps": "1",
+        }
+    )
+    expected = {"backend": "aot_eager", "mode": "max-autotune-no-cudagraphs", "fullgraph": True}
+    assert calls == [expected] * 3  # two blocks of the tiny model, then the loss
+
+
+def test_packed_documents_are_kept_apart_unless_document_masking_is_off() -> None:
+    docs = {"dataloader.dataset.source": "python_docs", "training.max_steps": "1", "training.seq_len": "256"}
+    trainer = LLMTrainer(tiny_config("llama3", docs))
+    batch = next(iter(trainer.dataloader))
+    eos = (batch["input_ids"] == trainer.tokenizer.eos_id).long()
+    assert eos.sum() > 0  # several documents share a row
+    assert torch.equal(batch["document_ids"], eos.cumsum(1) - eos)  # a document ends with its EOS
+    seen: list[Any] = []
+    handle = trainer.model.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append(kwargs.get("document_ids")), with_kwargs=True
+    )
+    masked = trainer.train_step().loss
+    handle.remove()
+    trainer.close()
+    assert seen
+    assert all(ids is not None for ids in seen)
+    _, unmasked = train({**docs, "dataloader.dataset.document_masking": "false"})
+    assert masked != pytest.approx(unmasked[0].loss, abs=1e-6)
