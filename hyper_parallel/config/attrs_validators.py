@@ -8,7 +8,7 @@ This module is the only place that knows those classes: :func:`shape_of` reads a
 a :class:`~hyper_parallel._checks.RuleViolation`, the structured error our own validators raise. The
 JSON schema (:func:`hyper_parallel.config.types.constrain_schema`) and the messages
 (:mod:`hyper_parallel.config.validation`) are both built from these, never from attrs' message text.
-``tests/test_attrs_adapter.py`` pins what this reads, so an attrs release that changes it fails there.
+``tests/config/test_attrs_adapter.py`` pins what this reads, so an attrs release that changes it fails there.
 """
 
 from typing import Any, Literal, NamedTuple

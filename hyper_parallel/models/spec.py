@@ -11,17 +11,15 @@ from typing import Any, ClassVar
 import attrs
 
 from hyper_parallel._checks import RuleTypeViolation
+from hyper_parallel.config.base import ConfigBase
 
 __all__ = ["ModelArgs", "ModelSpec"]
 
 
 @attrs.frozen(kw_only=True)
-class ModelArgs:
-    """Base of every model's architecture arguments (``Llama3Args``, ``Qwen3_5Args`` ...)."""
-
-    def cross_check(self) -> Iterator[tuple[str, str]]:
-        """Yield ``(field path, message)`` for inconsistent dimensions; subclasses add their checks."""
-        yield from ()
+class ModelArgs(ConfigBase):
+    """Base of every model's architecture arguments (``Llama3Args``, ``Qwen3_5Args`` ...); subclasses add
+    their dimension checks in ``cross_check``."""
 
     def num_layers(self) -> int | None:
         """Number of transformer blocks (used by cross-group checks); ``None`` when not applicable."""

@@ -24,6 +24,7 @@ from hyper_parallel.components.optimizer import AdamW, Optimizer
 from hyper_parallel.components.profiler import Profiler, TorchProfiler
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer, Tokenizer
 from hyper_parallel.components.validator import LossValidator, Validator
+from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.models import ModelSpec
 from hyper_parallel.trainer import rules
 
@@ -49,7 +50,7 @@ _optional_pos: Callable[[Any, Any, Any], Any] = attrs.validators.optional(attrs.
 
 
 @attrs.frozen(kw_only=True)
-class TrainingConfig:
+class TrainingConfig(ConfigBase):
     """The training loop: length, batch geometry, precision and initialization."""
 
     max_steps: int = attrs.field(
@@ -153,7 +154,7 @@ def _not_yet(name: str, value: int) -> str:
 
 
 @attrs.frozen(kw_only=True)
-class ParallelismConfig:
+class ParallelismConfig(ConfigBase):
     """Parallel degrees and strategies; dp_replicate * dp_shard * cp * tp * pp equals the world size."""
 
     dp_replicate: int = attrs.field(
@@ -303,7 +304,7 @@ def _selective_option(instance: object, attribute: "attrs.Attribute[Any]", value
 
 
 @attrs.frozen(kw_only=True)
-class ActivationCheckpointConfig:
+class ActivationCheckpointConfig(ConfigBase):
     """Activation checkpointing (recomputation in backward) to trade compute for memory."""
 
     mode: Literal["none", "full", "selective"] = attrs.field(
@@ -330,13 +331,9 @@ class ActivationCheckpointConfig:
         metadata={"help": "Stop recomputation as soon as the needed activations are regenerated."},
     )
 
-    def cross_check(self) -> Iterator[tuple[str, str]]:
-        """Yield ``(field path, message)`` for inconsistent settings; the options are independent."""
-        yield from ()
-
 
 @attrs.frozen(kw_only=True)
-class DebugConfig:
+class DebugConfig(ConfigBase):
     """Determinism and numerical checks for debugging (all off by default)."""
 
     seed: int | None = attrs.field(
@@ -379,7 +376,7 @@ class DebugConfig:
 
 
 @attrs.frozen(kw_only=True)
-class CompileConfig:
+class CompileConfig(ConfigBase):
     """torch.compile of the model and/or the loss."""
 
     enable: bool = attrs.field(default=False, metadata={"help": "Compile the components listed below."})
@@ -409,7 +406,7 @@ class CompileConfig:
 
 
 @attrs.frozen(kw_only=True)
-class CommConfig:
+class CommConfig(ConfigBase):
     """Collective-communication backend and timeouts."""
 
     backend: Literal["nccl", "hccl", "gloo"] | None = attrs.field(
@@ -437,13 +434,9 @@ class CommConfig:
         metadata={"help": "Directory receiving flight-recorder dumps after a timeout."},
     )
 
-    def cross_check(self) -> Iterator[tuple[str, str]]:
-        """Yield ``(field path, message)`` for inconsistent settings; the options are independent."""
-        yield from ()
-
 
 @attrs.frozen(kw_only=True)
-class TrainerConfig:
+class TrainerConfig(ConfigBase):
     """The whole training configuration: one field per root YAML group (RFC table 5.1)."""
 
     model: ModelSpec = attrs.field(

@@ -2,7 +2,7 @@
 
 Counts follow ``_modules.py`` and ``_parallel.py`` tensor by tensor: parameter shapes and their TP split,
 the tensors autograd saves for backward in each block (checked against ``saved_tensors_hooks`` in
-``tests/test_preflight_activations.py``) and the matmul/attention FLOPs (checked against
+``tests/preflight/test_activations.py``) and the matmul/attention FLOPs (checked against
 ``FlopCounterMode``). ``P`` below is the byte width of the compute dtype; norms and RoPE run in fp32
 (RoPE as complex64 rotations); attention is SDPA, which reads grouped key/value heads unrepeated.
 """

@@ -353,7 +353,7 @@ QWEN3_5_FLAVORS: dict[str, Qwen3_5Args] = {
         linear_num_value_heads=32,
         tie_word_embeddings=True,
     ),
-    # Matches the architecture defaults of transformers 5.24 (tests/test_models_qwen3_5.py checks it).
+    # Matches the architecture defaults of transformers 5.24 (tests/models/test_qwen3_5.py checks it).
     "9B": Qwen3_5Args(
         dim=4096,
         n_layers=32,

@@ -2,7 +2,7 @@
 
 Counts follow ``_modules.py``, ``_vision.py`` and ``_parallel.py`` tensor by tensor: parameter shapes and
 their TP split, the tensors autograd saves for backward in each block (checked against
-``saved_tensors_hooks`` in ``tests/test_preflight_activations.py``) and the matmul/attention/convolution
+``saved_tensors_hooks`` in ``tests/preflight/test_activations.py``) and the matmul/attention/convolution
 FLOPs (checked against ``FlopCounterMode``). ``P`` is the byte width of the compute dtype; norms, the
 gates of Gated DeltaNet and its recurrence run in fp32.
 
