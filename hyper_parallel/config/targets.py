@@ -232,8 +232,12 @@ def _walk(parts: list[str]) -> object:
     """The object dotted ``parts`` reach through the modules imported now (no module ``__getattr__`` is
     run), or ``_MISSING``."""
     obj = sys.modules.get(parts[0], _MISSING)
-    for part in parts[1:]:
-        obj = vars(obj).get(part, _MISSING) if inspect.ismodule(obj) else getattr(obj, part, _MISSING)
+    for part in parts[1:]:  # on every warm resolve of every group: builtins only
+        obj = (
+            obj.__dict__.get(part, _MISSING)
+            if isinstance(obj, types.ModuleType)
+            else getattr(obj, part, _MISSING)
+        )
     return obj
 
 
