@@ -188,6 +188,28 @@ def test_a_diverging_run_exits_1_naming_the_first_non_finite_step_and_keeps_its_
         resumed.close()
 
 
+def test_pretrained_weights_holding_nan_are_refused_at_load_naming_the_file_and_tensor(
+    tmp_path: Path,
+) -> None:
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    poisoned = {
+        "model.norm.weight": torch.ones(64),
+        "model.embed_tokens.weight": torch.tensor([[0.5, math.nan]]),
+    }
+    safetensors_torch.save_file(poisoned, str(weights / "model.safetensors"))
+    out, err = io.StringIO(), io.StringIO()
+    flags = as_flags(tiny_overrides("llama3", **{"model.weights_path": str(weights)}))
+    status = main(["--config-file", str(debug_config_path("llama3")), *flags], out=out, err=err)
+    assert status == 2
+    assert err.getvalue().splitlines()[-1] == (
+        f"{weights / 'model.safetensors'}: tensor 'model.embed_tokens.weight' holds nan; these weights "
+        "cannot be trained from"
+    )
+    assert "Traceback" not in err.getvalue()
+
+
 def test_debug_switches_reach_torch() -> None:
     try:
         trainer = LLMTrainer(
