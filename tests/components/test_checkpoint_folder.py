@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -154,3 +155,12 @@ def test_a_checkpoint_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "ckpt").write_text("x")
     with pytest.raises(CheckpointFolderError, match="exists and is not a directory"):
         manager(tmp_path / "ckpt")
+
+
+def test_a_folder_refusal_survives_the_pickling_that_sends_it_to_every_rank(tmp_path: Path) -> None:
+    (tmp_path / "ckpt").write_text("x")
+    with pytest.raises(CheckpointFolderError) as caught:
+        manager(tmp_path / "ckpt")
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert type(copy) is CheckpointFolderError
+    assert str(copy) == str(caught.value)
