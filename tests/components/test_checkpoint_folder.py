@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from tests.support.trainer import ROOT, as_flags, debug_config_path, tiny_overri
 LINK_ADVICE = "a checkpoint folder holds only real files and folders, so it is never followed: remove it"
 
 
-def manager(folder: Path) -> object:
+def manager(folder: Path) -> Any:
     return DCPCheckpoint.Config(enable=True, folder=str(folder)).build(torch.nn.Linear(2, 2))
 
 
@@ -90,9 +91,9 @@ def test_a_folder_is_locked_for_as_long_as_its_manager_is_open(tmp_path: Path) -
     folder = tmp_path / "ckpt"
     first = manager(folder)
     assert (folder / ".lock").read_text().split()[0] == str(os.getpid())
-    first.close()  # type: ignore[attr-defined]
+    first.close()
     assert not (folder / ".lock").exists()
-    manager(folder).close()  # type: ignore[attr-defined]
+    manager(folder).close()
 
 
 def test_a_planted_partial_symlink_is_refused_and_the_target_outside_is_untouched(
@@ -117,14 +118,14 @@ def test_a_partial_symlink_planted_during_the_run_is_refused_at_the_save_and_the
 ) -> None:
     folder = tmp_path / "ckpt"
     run = manager(folder)
-    run.save(1)  # type: ignore[attr-defined]
+    run.save(1)
     before = snapshot(elsewhere)
     (folder / ".step-2.partial").symlink_to(elsewhere)
     with pytest.raises(CheckpointFolderError, match=r"'\.step-2\.partial' is a symbolic link"):
-        run.save(2)  # type: ignore[attr-defined]
+        run.save(2)
     assert snapshot(elsewhere) == before
     assert sorted(p.name for p in folder.iterdir()) == [".lock", ".step-2.partial", "step-1"]
-    run.close()  # type: ignore[attr-defined]
+    run.close()
 
 
 def test_a_step_folder_that_is_a_symlink_is_refused(tmp_path: Path, elsewhere: Path) -> None:

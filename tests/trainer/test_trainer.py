@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hyper_parallel.components.dataloader import LoaderRequest  # noqa: E402
+from hyper_parallel.launch import main  # noqa: E402
 from hyper_parallel.trainer import (  # noqa: E402
     LLMTrainer,
     NonFiniteError,
@@ -22,7 +23,6 @@ from hyper_parallel.trainer import (  # noqa: E402
     TrainingError,
     VLTrainer,
 )
-from hyper_parallel.launch import main  # noqa: E402
 from tests.support.trainer import as_flags, debug_config_path, tiny_config, tiny_overrides  # noqa: E402
 
 
@@ -137,7 +137,8 @@ NAN_AT_STEP_2 = (
 def test_nan_trains_on_only_when_check_nan_inf_is_turned_off() -> None:
     _, results = train({**DIVERGING, "debug.check_nan_inf": "false"})
     assert [r.step for r in results] == list(range(1, 9))
-    assert math.isfinite(results[0].loss) and math.isfinite(results[0].grad_norm)
+    assert math.isfinite(results[0].loss)
+    assert math.isfinite(results[0].grad_norm)
     assert all(math.isnan(r.loss) and math.isnan(r.grad_norm) for r in results[1:])
 
 
@@ -183,7 +184,8 @@ def test_a_diverging_run_exits_1_naming_the_first_non_finite_step_and_keeps_its_
         assert resumed.step == 1
         assert all(bool(torch.isfinite(p).all()) for p in resumed.model.parameters())
         moments = [v for state in resumed.optimizer.state.values() for v in state.values()]
-        assert moments and all(bool(torch.isfinite(v).all()) for v in moments)
+        assert moments
+        assert all(bool(torch.isfinite(v).all()) for v in moments)
     finally:
         resumed.close()
 
