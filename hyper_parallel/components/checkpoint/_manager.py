@@ -98,6 +98,9 @@ class CheckpointManager:
     after every optimizer step, ``save(step)`` to save outside the interval (for example on SIGTERM),
     and ``close()`` before exiting (it finishes and publishes a save still in flight). ``run_config_yaml``
     (the run's config as YAML, which the trainer dumps) is written into every published checkpoint.
+    With ``enable``, rank 0 locks the folder from construction to ``close()`` (``_layout.lock_folder``): a
+    folder another process holds, or a symbolic link among its entries, raises ``CheckpointFolderError``
+    on every rank.
     """
 
     def __init__(
