@@ -14,7 +14,8 @@ state-dict adapter renames the weights to Hugging Face's layout and writes ``con
 the floating-point weights (default: as saved, so a final export keeps its ``export_dtype``).
 
 Errors a user can cause raise ``ExportError`` with a one-line message; the command prints it and exits 2.
-``OUT`` must not exist or be empty; it is written as ``.OUT.partial`` and renamed when complete.
+``OUT`` must not exist or be an empty folder, and must not be a symbolic link (checked before anything is
+read or written); it is written as ``.OUT.partial`` (created exclusively) and renamed when complete.
 """
 
 from __future__ import annotations
@@ -95,8 +96,7 @@ def export_checkpoint(
         raise ExportError(f"dtype: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     limit = parse_size(max_shard_size)
     out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ExportError(f"{str(out)!r} exists and is not an empty folder; choose a new output folder")
+    _check_output(out)
     step = _step_folder(Path(checkpoint))
     cfg = _run_config(step, config)
     adapter = cfg.model.state_dict_adapter(cfg.model.args)
@@ -183,6 +183,25 @@ def _read_model(step: Path) -> dict[str, torch.Tensor]:
     return model
 
 
+def _partial(out: Path) -> Path:
+    return out.parent / f".{out.name}.partial"
+
+
+def _check_output(out: Path) -> None:
+    """Refuse an output that is a symbolic link (or whose partial folder is) or a non-empty folder.
+
+    Checked with ``lstat`` before anything is read or written: the export never writes through a link.
+    """
+    for path in (out, _partial(out)):
+        if path.is_symlink():
+            raise ExportError(
+                f"{str(path)!r} is a symbolic link; the export never writes through one: remove it or "
+                "choose a new output folder"
+            )
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f"{str(out)!r} exists and is not an empty folder; choose a new output folder")
+
+
 def _shards(tensors: dict[str, torch.Tensor], limit: int) -> list[dict[str, torch.Tensor]]:
     """Consecutive groups of tensors of at most ``limit`` bytes (a bigger tensor is a shard alone)."""
     shards: list[dict[str, torch.Tensor]] = [{}]
@@ -200,9 +219,12 @@ def _shards(tensors: dict[str, torch.Tensor], limit: int) -> list[dict[str, torc
 def _write(out: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any], limit: int) -> None:
     from safetensors.torch import save_file
 
-    partial = out.parent / f".{out.name}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    partial = _partial(out)
+    _check_output(out)  # again, just before writing
+    if partial.is_dir():  # a stale real folder of an interrupted export (links were refused above)
+        shutil.rmtree(partial)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.mkdir()  # exclusive: fails if anything took its place
     shards = _shards({k: v.detach().contiguous() for k, v in tensors.items()}, limit)
     metadata = {"format": "pt"}  # transformers refuses safetensors files without it
     if len(shards) == 1:

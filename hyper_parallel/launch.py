@@ -288,6 +288,10 @@ def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:
         trainer = trainer_class(cfg, stream=out)
         _ran_process_group = trainer.env.world_size > 1
         trainer.train()
+    except ConfigError as exc:  # a file the config names, found wrong once the run started: FILE: problem
+        if _is_rank0():
+            err.write(f"{exc}\n")
+        return EXIT_INPUT_ERROR
     except TrainingError as exc:
         if _is_rank0():
             err.write(f"training stopped: {exc}\n")

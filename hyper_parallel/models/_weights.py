@@ -62,8 +62,25 @@ def read_safetensors_folder(weights_path: str | Path) -> dict[str, torch.Tensor]
         raise FileNotFoundError(f"no *.safetensors file in weights_path {str(folder)!r}")
     tensors: dict[str, torch.Tensor] = {}
     for file in files:
-        tensors.update(load_file(str(file), device="cpu"))
+        loaded = load_file(str(file), device="cpu")
+        _refuse_non_finite(file, loaded)
+        tensors.update(loaded)
     return tensors
+
+
+def _refuse_non_finite(file: Path, tensors: Mapping[str, torch.Tensor]) -> None:
+    """A ``ConfigError`` (an input error, ``FILE: tensor NAME holds nan``) naming the first tensor of ``file``
+    holding NaN or infinite values; training from it could only produce NaN."""
+    from hyper_parallel.config.errors import ConfigError, Issue
+
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point() or bool(torch.isfinite(tensor).all()):
+            continue
+        kinds = [
+            kind for kind, found in (("nan", tensor.isnan()), ("inf", tensor.isinf())) if bool(found.any())
+        ]
+        message = f"tensor {name!r} holds {' and '.join(kinds)}; these weights cannot be trained from"
+        raise ConfigError([Issue("", message, str(file))])
 
 
 def _has_dtensor(model: nn.Module) -> bool:
@@ -185,16 +202,28 @@ def load_pretrained(
     import torch.distributed as dist
 
     state_dict: dict[str, Any] = {}
+    problem: Exception | None = None
     if not distributed or dist.get_rank() == 0:
         dtypes = (
             dict(expected)
             if expected is not None
             else {name: p.dtype for name, p in model.named_parameters(remove_duplicate=False)}
         )
-        adapter = spec.state_dict_adapter(spec.args, spec.weights_path)
-        loaded = adapter.from_hf(read_safetensors_folder(spec.weights_path))
-        _check_names(loaded, dtypes)
-        state_dict = {k: v.to(dtypes[k]) for k, v in loaded.items()}
+        try:
+            adapter = spec.state_dict_adapter(spec.args, spec.weights_path)
+            loaded = adapter.from_hf(read_safetensors_folder(spec.weights_path))
+            _check_names(loaded, dtypes)
+        except Exception as exc:
+            if not distributed:
+                raise
+            problem = exc
+        else:
+            state_dict = {k: v.to(dtypes[k]) for k, v in loaded.items()}
+    if distributed:  # the other ranks would wait for the broadcast of weights rank 0 refused
+        shared: list[Exception | None] = [problem]
+        dist.broadcast_object_list(shared, src=0)
+        if shared[0] is not None:
+            raise shared[0]
     has_dtensor = any(isinstance(p, DTensor) for p in model.parameters())
     if distributed or has_dtensor:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict

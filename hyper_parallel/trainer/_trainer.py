@@ -68,7 +68,7 @@ class TrainingError(RuntimeError):
 
 
 class NonFiniteError(TrainingError):
-    """``debug.check_nan_inf`` found a NaN or infinite loss or gradient norm."""
+    """``debug.check_nan_inf`` found a NaN or infinite loss or gradient norm; ``step`` is the first such."""
 
     def __init__(self, step: int, what: str, value: float) -> None:
         super().__init__(
@@ -125,6 +125,7 @@ class Trainer:
         self.config = config
         self._stream = stream if stream is not None else sys.stdout
         self._stop_signal: int | None = None
+        self._first_nonfinite: torch.Tensor | None = None  # see _watch_finite
         training, debug = config.training, config.debug
         self.seed = debug.seed if debug.seed is not None else training.seed
 
@@ -337,7 +338,8 @@ class Trainer:
             loss_sum += loss.detach().float()
         if self.pipeline is not None:
             loss_sum = self._pipeline_steps(batches, token_weighted, global_tokens)
-        loss_value = self._all_reduce(loss_sum, dist.ReduceOp.SUM).item() / self.dims.dp_size
+        loss_tensor = self._all_reduce(loss_sum, dist.ReduceOp.SUM)
+        loss_value = loss_tensor.item() / self.dims.dp_size
         max_norm = self.config.training.max_grad_norm
         if self.pipeline is not None:
             from hyper_parallel.parallel.pipeline import clip_grad_norm
@@ -353,9 +355,7 @@ class Trainer:
             )
         norm_value = float(_full(grad_norm))
         if self.config.debug.check_nan_inf:
-            for what, value in (("the loss", loss_value), ("the gradient norm", norm_value)):
-                if not math.isfinite(value):
-                    raise NonFiniteError(step, what, value)
+            self._watch_finite(step, loss_tensor, _full(grad_norm))
         lr = float(self.optimizer.param_groups[0]["lr"])
         self.optimizer.step()
         self.lr_scheduler.step()
@@ -363,6 +363,45 @@ class Trainer:
         tokens = int(sum(b["input_ids"].numel() for b in batches))
         self.train_state.tokens_seen += tokens
         return StepResult(step, loss_value, norm_value, lr, tokens)
+
+    # -- finite or stop --------------------------------------------------------------------------------
+    def _watch_finite(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        """Remember, on the device, the first step whose loss or gradient norm is not finite.
+
+        No host sync: ``_first_nonfinite`` holds ``[step, 0 (the loss) or 1 (the gradient norm), value]``
+        of the first such step, step 0 while every value was finite; :meth:`_check_finite` reads it on
+        logged steps and before every save. Both values are global (identical on every rank), so every
+        rank stops at the same step.
+        """
+        loss = loss.detach().to(torch.float64).reshape(())
+        norm = grad_norm.detach().to(device=loss.device, dtype=torch.float64).reshape(())
+        loss_bad = ~torch.isfinite(loss)
+        bad = loss_bad | ~torch.isfinite(norm)
+        found = torch.stack(
+            (torch.full_like(loss, step), (~loss_bad).to(torch.float64), torch.where(loss_bad, loss, norm))
+        )
+        first = self._first_nonfinite
+        if first is None:
+            first = torch.zeros(3, dtype=torch.float64, device=loss.device)
+        self._first_nonfinite = torch.where(bad & (first[0] == 0), found, first)
+
+    def _check_finite(self) -> None:
+        """Raise :class:`NonFiniteError` naming the first non-finite step seen (one read of the device)."""
+        if self._first_nonfinite is None:
+            return
+        step, what, value = self._first_nonfinite.tolist()
+        if step:
+            raise NonFiniteError(int(step), "the loss" if what == 0 else "the gradient norm", value)
+
+    def _must_check_finite(self, last_step: bool) -> bool:
+        """Whether the loop reads the non-finite flag now: logged steps, the last step, before a save."""
+        if not self.config.debug.check_nan_inf:
+            return False
+        return (
+            last_step
+            or self.step % self.config.metrics.log_freq == 0
+            or self.checkpointer.should_save(self.step, last_step=last_step)
+        )
 
     def _pipeline_steps(
         self, batches: list[Mapping[str, torch.Tensor]], token_weighted: bool, global_tokens: float
@@ -390,7 +429,9 @@ class Trainer:
 
         SIGTERM or SIGINT finishes the current step, saves a checkpoint (when enabled) and returns early;
         ``stopped_by_signal`` then names the signal. A run whose checkpoint is already at ``max_steps``
-        trains nothing.
+        trains nothing. With ``debug.check_nan_inf``, a non-finite loss or gradient norm raises
+        :class:`NonFiniteError` (naming its first step) on the next logged step (``metrics.log_freq``), the
+        last step or before the next save, whichever comes first: nothing after it is saved.
         """
         cfg = self.config
         max_steps = cfg.training.max_steps
@@ -420,6 +461,8 @@ class Trainer:
                         step_time=time.perf_counter() - started,
                     )
                     profiler.step()
+                    if self._must_check_finite(self.step == max_steps):
+                        self._check_finite()  # never validate, save or prune after a non-finite step
                     if self.validator is not None and self.validator.should_validate(self.step):
                         self.metrics.log_validation(self.step, self.validator.validate(self.model, self.step))
                     if gc_freq is not None and self.step % gc_freq == 0:
@@ -474,6 +517,8 @@ class Trainer:
         return bool(flag.item())
 
     def _save_on_signal(self) -> None:
+        if self.config.debug.check_nan_inf:
+            self._check_finite()
         saved = self.config.checkpoint.enable
         if saved:
             self.checkpointer.save(self.step)

@@ -358,8 +358,12 @@ class DebugConfig(ConfigBase):
         metadata={"help": "Enable autograd anomaly detection (very slow; finds the op producing NaN)."},
     )
     check_nan_inf: bool = attrs.field(
-        default=False,
-        metadata={"help": "Check the loss and gradient norm for NaN/Inf every step and stop on the first."},
+        default=True,
+        metadata={
+            "help": "Stop (exit 1) when the loss or gradient norm turns NaN/Inf, naming the first such step; "
+            "checked on the device every step and read on logged steps and before every save, so a "
+            "non-finite state is never saved and never prunes a finite checkpoint."
+        },
     )
     print_config: bool = attrs.field(
         default=False,

@@ -73,7 +73,7 @@ def test_save_resume_gives_identical_next_batches_and_losses(tmp: Path) -> None:
     whole = Run(tmp, cfg(tmp, interval=4, keep_latest_k=0))
     _, head_losses = whole.train(1, 4)
     tail_batches, tail_losses = whole.train(5, STEPS)
-    assert sorted(p.name for p in (tmp / "ckpt").iterdir()) == ["step-4", "step-8"]
+    assert sorted(p.name for p in (tmp / "ckpt").iterdir()) == [".lock", "step-4", "step-8"]  # run is open
 
     resumed = Run(tmp, cfg(tmp, load_step=4), model_seed=123)  # different init: the load must fix it
     assert resumed.ckpt.load() == 4
@@ -124,7 +124,7 @@ def test_a_failed_save_is_never_published(tmp: Path, monkeypatch: pytest.MonkeyP
     run.train(1, 2)
 
     def crash(state: Any, checkpoint_id: str, **kwargs: Any) -> None:
-        Path(checkpoint_id).mkdir(parents=True)
+        Path(checkpoint_id).mkdir(parents=True, exist_ok=True)  # as DCP does: the manager created it
         (Path(checkpoint_id) / "__0_0.distcp").write_bytes(b"partial")
         raise OSError("disk full")
 

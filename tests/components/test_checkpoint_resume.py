@@ -283,7 +283,7 @@ def test_half_written_checkpoints_are_removed_at_start_and_never_loaded(tmp: Pat
     (folder / "step-9" / "__0_0.distcp").write_bytes(b"half")
     (folder / "notes").mkdir()
     fresh = Run(tmp, cfg(tmp), max_steps=8, seed=5)  # building the manager cleans up
-    assert sorted(p.name for p in folder.iterdir()) == ["notes", "step-2", "step-4"]
+    assert sorted(p.name for p in folder.iterdir()) == [".lock", "notes", "step-2", "step-4"]  # runs open
     assert fresh.start() == 4
 
 

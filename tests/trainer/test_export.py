@@ -249,3 +249,43 @@ def test_sizes_read_like_hugging_face_sizes(size: Any, expected: int) -> None:
 def test_a_zero_size_is_refused() -> None:
     with pytest.raises(ExportError, match=r"max_shard_size: must be at least 1 byte, got '0KB'"):
         parse_size("0KB")
+
+
+def test_an_output_that_is_a_symlink_is_refused_before_anything_is_written(
+    trained: Path, tmp_path: Path, capsys: Any
+) -> None:
+    target = tmp_path / "target"
+    target.mkdir()  # empty: following the link would pass the emptiness check and write there
+    (tmp_path / "hf").symlink_to(target)
+    assert main([str(trained), str(tmp_path / "hf")]) == 2
+    assert capsys.readouterr().err == (
+        f"export: {str(tmp_path / 'hf')!r} is a symbolic link; the export never writes through one: remove "
+        "it or choose a new output folder\n"
+    )
+    assert list(target.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "target"]
+
+
+def test_a_planted_partial_symlink_of_the_output_is_refused_and_its_target_untouched(
+    trained: Path, tmp_path: Path, capsys: Any
+) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text("{}\n")
+    (tmp_path / ".hf.partial").symlink_to(target)
+    assert main([str(trained), str(tmp_path / "hf")]) == 2
+    assert f"{str(tmp_path / '.hf.partial')!r} is a symbolic link" in capsys.readouterr().err
+    assert sorted(p.name for p in target.iterdir()) == ["config.json"]
+    assert (target / "config.json").read_text() == "{}\n"
+    assert not (tmp_path / "hf").exists()
+
+
+def test_a_non_empty_output_folder_is_refused_and_left_as_it_was(trained: Path, tmp_path: Path) -> None:
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "config.json").write_text("theirs\n")
+    with pytest.raises(ExportError, match="exists and is not an empty folder"):
+        export_checkpoint(trained, out)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json"]
+    assert (out / "config.json").read_text() == "theirs\n"
+    assert not (tmp_path / ".hf.partial").exists()

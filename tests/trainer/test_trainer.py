@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import io
 import json
 import math
 import re
@@ -14,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hyper_parallel.components.dataloader import LoaderRequest  # noqa: E402
+from hyper_parallel.launch import main  # noqa: E402
 from hyper_parallel.trainer import (  # noqa: E402
     LLMTrainer,
     NonFiniteError,
@@ -21,7 +23,7 @@ from hyper_parallel.trainer import (  # noqa: E402
     TrainingError,
     VLTrainer,
 )
-from tests.support.trainer import tiny_config  # noqa: E402
+from tests.support.trainer import as_flags, debug_config_path, tiny_config, tiny_overrides  # noqa: E402
 
 
 def train(
@@ -122,6 +124,92 @@ def test_check_nan_inf_stops_with_a_message_naming_the_step() -> None:
         str(caught.value),
     )
     assert caught.value.step >= 1
+
+
+#: AdamW at lr 1e10 on the tiny llama3 run: step 1 is finite, every later loss and gradient norm is NaN.
+DIVERGING = {"optimizer.lr": "1e10", "training.max_steps": "8"}
+NAN_AT_STEP_2 = (
+    "step 2: the loss is nan (debug.check_nan_inf); lower optimizer.lr, enable training.max_grad_norm, or "
+    "set debug.detect_anomaly to find the operation"
+)
+
+
+def test_nan_trains_on_only_when_check_nan_inf_is_turned_off() -> None:
+    _, results = train({**DIVERGING, "debug.check_nan_inf": "false"})
+    assert [r.step for r in results] == list(range(1, 9))
+    assert math.isfinite(results[0].loss)
+    assert math.isfinite(results[0].grad_norm)
+    assert all(math.isnan(r.loss) and math.isnan(r.grad_norm) for r in results[1:])
+
+
+def test_check_nan_inf_is_on_by_default_and_read_on_logged_steps_naming_the_first_non_finite_step() -> None:
+    assert tiny_config().debug.check_nan_inf
+    trainer = LLMTrainer(tiny_config("llama3", {**DIVERGING, "metrics.log_freq": "4"}))
+    try:
+        with pytest.raises(NonFiniteError) as caught:
+            trainer.train()
+    finally:
+        trainer.close()
+    assert str(caught.value) == NAN_AT_STEP_2
+    assert caught.value.step == 2
+    assert trainer.step == 4  # the device-side flag is read on the next logged step, not every step
+
+
+def test_a_diverging_run_exits_1_naming_the_first_non_finite_step_and_keeps_its_finite_checkpoint(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "ckpt"
+    checkpointing = {
+        "checkpoint.enable": "true",
+        "checkpoint.folder": str(folder),
+        "checkpoint.interval": "1",
+        "checkpoint.keep_latest_k": "1",  # would prune the finite step 1 if NaN step 2 were saved
+    }
+    out, err = io.StringIO(), io.StringIO()
+    status = main(
+        [
+            "--config-file",
+            str(debug_config_path("llama3")),
+            *as_flags(tiny_overrides("llama3", **DIVERGING, **checkpointing)),
+        ],
+        out=out,
+        err=err,
+    )
+    assert status == 1
+    assert f"training stopped: {NAN_AT_STEP_2}\n" in err.getvalue()
+    assert "done" not in out.getvalue()
+    assert sorted(p.name for p in folder.iterdir() if p.name != ".lock") == ["step-1"]
+    resumed = LLMTrainer(tiny_config("llama3", {**checkpointing, "training.max_steps": "2"}))
+    try:
+        assert resumed.step == 1
+        assert all(bool(torch.isfinite(p).all()) for p in resumed.model.parameters())
+        moments = [v for state in resumed.optimizer.state.values() for v in state.values()]
+        assert moments
+        assert all(bool(torch.isfinite(v).all()) for v in moments)
+    finally:
+        resumed.close()
+
+
+def test_pretrained_weights_holding_nan_are_refused_at_load_naming_the_file_and_tensor(
+    tmp_path: Path,
+) -> None:
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    poisoned = {
+        "model.norm.weight": torch.ones(64),
+        "model.embed_tokens.weight": torch.tensor([[0.5, math.nan]]),
+    }
+    safetensors_torch.save_file(poisoned, str(weights / "model.safetensors"))
+    out, err = io.StringIO(), io.StringIO()
+    flags = as_flags(tiny_overrides("llama3", **{"model.weights_path": str(weights)}))
+    status = main(["--config-file", str(debug_config_path("llama3")), *flags], out=out, err=err)
+    assert status == 2
+    assert err.getvalue().splitlines()[-1] == (
+        f"{weights / 'model.safetensors'}: tensor 'model.embed_tokens.weight' holds nan; these weights "
+        "cannot be trained from"
+    )
+    assert "Traceback" not in err.getvalue()
 
 
 def test_debug_switches_reach_torch() -> None:

@@ -10,25 +10,176 @@ loaded, and rank 0 removes both when the manager starts.
 Every published ``step-<N>`` folder also holds ``config.yaml`` (``CONFIG_FILE``), the resolved config of
 the run that saved it, as the trainer dumped it, which ``hyper_parallel.export`` reads to rebuild the
 model's Hugging Face layout.
+
+One run per folder: the run's rank 0 holds ``folder/.lock`` (``LOCK_FILE``, ``fcntl.flock``, the holder's PID
+and host written inside) from start to ``close()``; a second launch on the folder is refused at start
+naming that PID. Rank 0 alone locks because rank 0 alone creates, publishes and prunes step folders (a
+lock per node would make the nodes of one job refuse each other on a shared file system). Entries are
+``lstat``-ed, never followed: a symbolic link named like a step, partial or lock entry is refused naming
+it; a partial folder is created with ``os.mkdir`` (never through an existing entry) after a stale real
+folder of that name is removed. The folder itself may be a symbolic link (it is the configured path).
+These refusals are input errors (:class:`CheckpointFolderError`, a ``ConfigError``: exit status 2).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import logging
 import os
 import re
 import shutil
+import socket
+import stat
+import weakref
 from pathlib import Path
 
-__all__ = ["CONFIG_FILE", "complete_steps", "partial_folder", "publish", "remove_incomplete", "step_folder"]
+from hyper_parallel.config.errors import ConfigError, Issue
+
+__all__ = [
+    "CONFIG_FILE",
+    "LOCK_FILE",
+    "CheckpointFolderError",
+    "FolderLock",
+    "complete_steps",
+    "lock_folder",
+    "make_partial",
+    "partial_folder",
+    "publish",
+    "remove_incomplete",
+    "step_folder",
+]
 
 #: The resolved config a checkpoint was saved with, as YAML, in every ``step-<N>`` folder (when known).
 CONFIG_FILE = "config.yaml"
+#: The lock file of the run that uses the folder (holds ``"<pid> <host>"``).
+LOCK_FILE = ".lock"
+_FIELD = "checkpoint.folder"
 
 _STEP_DIR = re.compile(r"step-(\d+)")
 _PARTIAL_DIR = re.compile(r"\.step-(\d+)\.partial")
 
 _log = logging.getLogger(__name__)
+
+
+class CheckpointFolderError(ConfigError):
+    """The checkpoint folder cannot be used: another run holds it, or an entry is a symbolic link.
+
+    An input error (exit status 2); its one issue reads ``ENTRY: checkpoint.folder: PROBLEM``.
+    """
+
+
+def _folder_error(where: Path | str, message: str) -> CheckpointFolderError:
+    return CheckpointFolderError([Issue(_FIELD, message, str(where))])
+
+
+class _Held:
+    """One locked lock file of this process, shared by every manager of that folder in it."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path, self.fd, self.users = path, fd, 0
+
+
+#: Lock files this process holds, by the real path of their folder: managers of one folder built in one
+#: process (a resumed run in a test, a trainer rebuilt in a notebook) share the lock; other processes are
+#: refused.
+_HELD: dict[str, _Held] = {}
+
+
+def _release(key: str) -> None:
+    held = _HELD.get(key)
+    if held is None:
+        return
+    held.users -= 1
+    if held.users > 0:
+        return
+    del _HELD[key]
+    with contextlib.suppress(OSError):  # removed while still locked: a waiting launch sees another file
+        if os.lstat(held.path).st_ino == os.fstat(held.fd).st_ino:
+            os.unlink(held.path)
+    os.close(held.fd)
+
+
+class FolderLock:
+    """This run's hold on a checkpoint folder's ``LOCK_FILE`` (``fcntl.flock``), until :meth:`release`.
+
+    The last release in this process removes the lock file and unlocks; collecting the object releases
+    it too, and the kernel drops the lock when the process ends (a killed run leaves a stale file that
+    the next launch takes over).
+    """
+
+    def __init__(self, key: str) -> None:
+        _HELD[key].users += 1
+        self.path = _HELD[key].path
+        self._finalizer = weakref.finalize(self, _release, key)
+
+    def release(self) -> None:
+        """Give up this hold (idempotent)."""
+        self._finalizer()
+
+
+def _refuse_link(entry: Path) -> None:
+    """Refuse ``entry`` when it is a symbolic link (``lstat``: never followed)."""
+    try:
+        mode = entry.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise _folder_error(
+            entry,
+            f"{entry.name!r} is a symbolic link (to {os.readlink(entry)!r}); a checkpoint folder holds only "
+            "real files and folders, so it is never followed: remove it",
+        )
+
+
+def lock_folder(folder: Path) -> FolderLock:
+    """Create ``folder`` if needed and lock it for this run; refuses a folder another process holds.
+
+    The lock file is opened without following a symbolic link; the holder's PID and host are written
+    into it, and a refused launch names them.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise _folder_error(folder, f"{str(folder)!r} exists and is not a directory") from None
+    key = os.path.realpath(folder)
+    if key not in _HELD:
+        path = folder / LOCK_FILE
+        _HELD[key] = _Held(path, _acquire(folder, path))
+    return FolderLock(key)
+
+
+def _acquire(folder: Path, path: Path) -> int:
+    """The descriptor of ``path``, created if needed and exclusively locked, with this PID written."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                _refuse_link(path)
+            raise _folder_error(path, f"cannot open the lock file: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 256).decode("utf-8", "replace").split()
+            os.close(fd)
+            who = "a process" if not holder else f"PID {holder[0]}" + "".join(f" on {h}" for h in holder[1:2])
+            raise _folder_error(
+                folder,
+                f"in use by another run: {who} holds {str(path)!r}; wait for it to end or use another "
+                "checkpoint.folder",
+            ) from None
+        try:
+            same = os.lstat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:  # not a file its holder removed between our open and our lock: ours now
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+    return fd
 
 
 def step_folder(folder: Path, step: int) -> Path:
@@ -41,28 +192,62 @@ def partial_folder(folder: Path, step: int) -> Path:
     return folder / f".step-{step}.partial"
 
 
+def _entries(root: Path) -> list[Path]:
+    """The step, partial and lock entries of ``root``; refuses any of them that is a symbolic link."""
+    entries = []
+    for child in root.iterdir():
+        if _STEP_DIR.fullmatch(child.name) or _PARTIAL_DIR.fullmatch(child.name) or child.name == LOCK_FILE:
+            _refuse_link(child)
+            entries.append(child)
+    return entries
+
+
 def complete_steps(folder: str | Path) -> list[int]:
-    """Steps with a complete (published) checkpoint in ``folder``, oldest first."""
+    """Steps with a complete (published) checkpoint in ``folder``, oldest first.
+
+    Raises :class:`CheckpointFolderError` when a step, partial or lock entry is a symbolic link.
+    """
     root = Path(folder)
     if not root.is_dir():
         return []
     steps = []
-    for child in root.iterdir():
+    for child in _entries(root):
         match = _STEP_DIR.fullmatch(child.name)
-        if match and (child / ".metadata").is_file():
+        if match and child.is_dir() and (child / ".metadata").is_file():
             steps.append(int(match.group(1)))
     return sorted(steps)
 
 
 def remove_incomplete(folder: Path) -> None:
-    """Delete ``.step-N.partial`` folders and ``step-N`` folders without ``.metadata`` (half-written)."""
+    """Delete ``.step-N.partial`` folders and ``step-N`` folders without ``.metadata`` (half-written).
+
+    Refuses symbolic links among the entries first (:class:`CheckpointFolderError`); removes real folders.
+    """
     if not folder.is_dir():
         return
-    for child in folder.iterdir():
+    for child in _entries(folder):
         step_dir = _STEP_DIR.fullmatch(child.name) and not (child / ".metadata").is_file()
         if child.is_dir() and (step_dir or _PARTIAL_DIR.fullmatch(child.name)):
             _log.warning("removing incomplete checkpoint folder %s", child)
             shutil.rmtree(child, ignore_errors=True)
+
+
+def make_partial(folder: Path, step: int) -> Path:
+    """Create the partial folder of ``step`` exclusively and return it.
+
+    A stale real folder of that name (a failed save of the same step) is removed first; a symbolic link
+    is refused (:class:`CheckpointFolderError`), never followed or removed.
+    """
+    partial = partial_folder(folder, step)
+    _refuse_link(partial)
+    if partial.is_dir():
+        shutil.rmtree(partial)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(partial)
+    except FileExistsError:  # not a folder, or created under us: this run does not own the folder
+        raise _folder_error(partial, f"{partial.name!r} exists and is not this save's folder") from None
+    return partial
 
 
 def publish(partial: Path, final: Path, *, keep_latest_k: int, config_yaml: str | None) -> None:
@@ -70,6 +255,8 @@ def publish(partial: Path, final: Path, *, keep_latest_k: int, config_yaml: str 
 
     ``config_yaml`` (the run's config) is written into it first; ``keep_latest_k`` 0 keeps every step.
     """
+    _refuse_link(partial)
+    _refuse_link(final)
     if config_yaml is not None:
         (partial / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
     if final.exists():

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +38,11 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 from hyper_parallel.components.checkpoint._layout import (
+    CheckpointFolderError,
+    FolderLock,
     complete_steps,
+    lock_folder,
+    make_partial,
     partial_folder,
     publish,
     remove_incomplete,
@@ -94,6 +98,9 @@ class CheckpointManager:
     after every optimizer step, ``save(step)`` to save outside the interval (for example on SIGTERM),
     and ``close()`` before exiting (it finishes and publishes a save still in flight). ``run_config_yaml``
     (the run's config as YAML, which the trainer dumps) is written into every published checkpoint.
+    With ``enable``, rank 0 locks the folder from construction to ``close()`` (``_layout.lock_folder``): a
+    folder another process holds, or a symbolic link among its entries, raises ``CheckpointFolderError``
+    on every rank.
     """
 
     def __init__(
@@ -127,15 +134,35 @@ class CheckpointManager:
         # collective) or none does.
         uses_files = cfg.enable or cfg.initial_load_path is not None
         self._group: Any = dist.new_group(backend="gloo") if uses_files and _distributed() else None
+        self._lock: FolderLock | None = None
         if cfg.enable:
-            if _rank() == 0:
-                remove_incomplete(self.folder)
-            self._barrier()
+            self._on_rank0(self._start)
+
+    def _start(self) -> None:
+        """Rank 0: lock the folder for this run, then remove what a killed save left."""
+        self._lock = lock_folder(self.folder)
+        remove_incomplete(self.folder)
 
     # -- helpers --------------------------------------------------------------------------------------
     def _barrier(self) -> None:
         if self._group is not None:
             dist.barrier(group=self._group)
+
+    def _on_rank0(self, work: Callable[[], object]) -> None:
+        """Run ``work()`` on rank 0; every rank returns after it, or raises its ``CheckpointFolderError``."""
+        problem: CheckpointFolderError | None = None
+        if _rank() == 0:
+            try:
+                work()
+            except CheckpointFolderError as exc:
+                if self._group is None:
+                    raise
+                problem = exc
+        if self._group is not None:  # also the barrier: the others wait for rank 0's outcome
+            shared: list[CheckpointFolderError | None] = [problem]
+            dist.broadcast_object_list(shared, src=0, group=self._group)
+            if shared[0] is not None:
+                raise shared[0]
 
     def _dcp_kwargs(self) -> dict[str, Any]:
         if self._group is None:
@@ -178,6 +205,7 @@ class CheckpointManager:
             return final
         self.wait()
         partial = partial_folder(self.folder, step)
+        self._on_rank0(lambda: make_partial(self.folder, step))  # created exclusively, before any rank writes
         state = self.state.export(self.cfg.export_dtype) if model_only else self.state.full(step)
         mode = getattr(self.cfg, "async_mode", "disabled")
         if mode != "disabled" and not model_only:
@@ -191,8 +219,7 @@ class CheckpointManager:
         else:
             with _single_process_ok():
                 dcp_save(state, checkpoint_id=str(partial), **self._dcp_kwargs())
-            self._publish(partial, final)
-            self._barrier()
+            self._on_rank0(lambda: self._publish(partial, final))
         self._saved = (step, model_only)
         return final
 
@@ -241,6 +268,9 @@ class CheckpointManager:
         if self._stager is not None:
             self._stager.close()
             self._stager = None
+        if self._lock is not None:  # the folder is free for the next run
+            self._lock.release()
+            self._lock = None
 
     # -- load -----------------------------------------------------------------------------------------
     def latest_step(self) -> int | None:
