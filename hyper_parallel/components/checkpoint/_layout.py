@@ -9,7 +9,9 @@ loaded, and rank 0 removes both when the manager starts.
 
 Every published ``step-<N>`` folder also holds ``config.yaml`` (``CONFIG_FILE``), the resolved config of
 the run that saved it, as the trainer dumped it, which ``hyper_parallel.export`` reads to rebuild the
-model's Hugging Face layout.
+model's Hugging Face layout, and, written last before the rename, ``checksums.json`` (``_manifest``): the
+size and SHA-256 of every other file, verified before any load. A complete folder that fails that check is
+skipped by the loaders, never deleted here.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import os
 import re
 import shutil
 from pathlib import Path
+
+from hyper_parallel.components.checkpoint._manifest import write_manifest
 
 __all__ = ["CONFIG_FILE", "complete_steps", "partial_folder", "publish", "remove_incomplete", "step_folder"]
 
@@ -68,10 +72,12 @@ def remove_incomplete(folder: Path) -> None:
 def publish(partial: Path, final: Path, *, keep_latest_k: int, config_yaml: str | None) -> None:
     """Rename a finished save (``.metadata`` written) to its step folder, then keep the newest ``k``.
 
-    ``config_yaml`` (the run's config) is written into it first; ``keep_latest_k`` 0 keeps every step.
+    ``config_yaml`` (the run's config) is written into it first, then the checksum manifest;
+    ``keep_latest_k`` 0 keeps every step.
     """
     if config_yaml is not None:
         (partial / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
+    write_manifest(partial)
     if final.exists():
         shutil.rmtree(final)
     os.replace(partial, final)
