@@ -305,3 +305,15 @@ def test_every_step_corrupt_stops_the_launch_with_exit_1_and_one_line(tmp_path: 
     assert f"; step 1: {meta[1]}: 0 bytes, " in err.getvalue()
     assert err.getvalue().count("\n") == 1
     assert "Traceback" not in err.getvalue() + out.getvalue()
+
+
+def test_a_damaged_newer_step_never_prunes_the_intact_ones(
+    tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (step_dir(tmp, 4) / SHARD).unlink()
+    run = Run(tmp, keep_latest_k=1)
+    with caplog.at_level(logging.WARNING, logger=MANAGER_LOG):
+        assert run.ckpt.load() == 2
+    run.ckpt.save(3)
+    assert sorted(p.name for p in (tmp / "ckpt").iterdir()) == ["step-3", "step-4"]  # step 2 pruned, not 3
+    assert resumed_after(tmp, caplog) == 3

@@ -73,7 +73,9 @@ def publish(partial: Path, final: Path, *, keep_latest_k: int, config_yaml: str 
     """Rename a finished save (``.metadata`` written) to its step folder, then keep the newest ``k``.
 
     ``config_yaml`` (the run's config) is written into it first, then the checksum manifest;
-    ``keep_latest_k`` 0 keeps every step.
+    ``keep_latest_k`` 0 keeps every step. Only steps up to the one published count and are pruned: a
+    newer step left from before a resume (one skipped as damaged, or past ``load_step``) is never why an
+    intact older step is deleted; it is replaced when the run saves that step again.
     """
     if config_yaml is not None:
         (partial / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
@@ -82,5 +84,7 @@ def publish(partial: Path, final: Path, *, keep_latest_k: int, config_yaml: str 
         shutil.rmtree(final)
     os.replace(partial, final)
     if keep_latest_k > 0:
-        for old in complete_steps(final.parent)[:-keep_latest_k]:
+        published = int(_STEP_DIR.fullmatch(final.name).group(1))  # type: ignore[union-attr]
+        reached = [step for step in complete_steps(final.parent) if step <= published]
+        for old in reached[:-keep_latest_k]:
             shutil.rmtree(step_folder(final.parent, old), ignore_errors=True)
