@@ -13,6 +13,11 @@ run saved beside the weights (``step-<N>/config.yaml``) unless ``config`` / ``--
 state-dict adapter renames the weights to Hugging Face's layout and writes ``config.json``. ``dtype`` casts
 the floating-point weights (default: as saved, so a final export keeps its ``export_dtype``).
 
+The checkpoint is read as data (``components.checkpoint._safe_read``): its files are checked against the
+checksum manifest saved with them, ``.metadata`` is unpickled by a loader that admits only DCP's metadata
+classes, and a damaged or refused checkpoint is an ``ExportError`` naming the file; given a
+``checkpoint.folder``, a damaged newest step is skipped with a warning for the newest intact one.
+
 Errors a user can cause raise ``ExportError`` with a one-line message; the command prints it and exits 2.
 ``OUT`` must not exist or be an empty folder, and must not be a symbolic link (checked before anything is
 read or written); it is written as ``.OUT.partial`` (created exclusively) and renamed when complete.
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import shutil
 import sys
@@ -52,6 +58,7 @@ _UNITS = {
     "tib": 2**40,
 }
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+_log = logging.getLogger(__name__)
 _SINGLE_PROCESS = r"torch\.distributed is (disabled, )?(unavailable or uninitialized|unavailable)"
 
 
@@ -97,7 +104,7 @@ def export_checkpoint(
     limit = parse_size(max_shard_size)
     out = Path(out_dir)
     _check_output(out)
-    step = _step_folder(Path(checkpoint))
+    step, metadata = _step_folder(Path(checkpoint))
     cfg = _run_config(step, config)
     adapter = cfg.model.state_dict_adapter(cfg.model.args)
     try:
@@ -105,7 +112,7 @@ def export_checkpoint(
     except (AttributeError, NotImplementedError, ValueError) as exc:
         detail = str(exc) if not isinstance(exc, AttributeError) else "its adapter writes no config.json"
         raise ExportError(f"model {cfg.model.name} {cfg.model.flavor}: {detail}") from None
-    weights = _read_model(step)
+    weights = _read_model(step, metadata)
     if dtype is not None:
         import torch
 
@@ -125,21 +132,39 @@ def export_checkpoint(
     return out
 
 
-def _step_folder(path: Path) -> Path:
-    """The ``step-<N>`` folder to export: ``path`` itself, or the newest complete step inside it."""
+def _step_folder(path: Path) -> tuple[Path, Any]:
+    """The ``step-<N>`` folder to export and its DCP metadata: ``path`` itself, or its newest intact step."""
     from hyper_parallel.components.checkpoint._layout import complete_steps
+    from hyper_parallel.components.checkpoint._safe_read import UnreadableCheckpointError, inspect
 
     if not path.is_dir():
         raise ExportError(f"{str(path)!r}: no such folder")
     if (path / ".metadata").is_file():
-        return path
-    steps = complete_steps(path)
-    if not steps:
-        raise ExportError(
-            f"{str(path)!r} is not a checkpoint: it holds neither a DCP '.metadata' file nor a complete "
-            "step-<N> folder"
-        )
-    return path / f"step-{steps[-1]}"
+        candidates = [path]
+    else:
+        candidates = [path / f"step-{step}" for step in reversed(complete_steps(path))]
+        if not candidates:
+            raise ExportError(
+                f"{str(path)!r} is not a checkpoint: it holds neither a DCP '.metadata' file nor a complete "
+                "step-<N> folder"
+            )
+    problems = []
+    for candidate in candidates:
+        try:
+            inspection = inspect(candidate)
+        except (UnreadableCheckpointError, OSError) as exc:
+            if len(candidates) > 1:
+                _log.warning("skipping the damaged checkpoint %s: %s", candidate.name, exc)
+            problems.append(str(exc))
+            continue
+        if not inspection.verified:
+            _log.warning(
+                "%s holds no checksums.json (saved by an older version): exporting it unverified", candidate
+            )
+        return candidate, inspection.metadata
+    if len(candidates) == 1:
+        raise ExportError(f"{str(candidates[0])!r} is damaged: {problems[0]}")
+    raise ExportError(f"{str(path)!r}: no intact checkpoint to export ({'; '.join(problems)})")
 
 
 def _run_config(step: Path, config: str | Path | TrainerConfig | None) -> TrainerConfig:
@@ -162,24 +187,42 @@ def _run_config(step: Path, config: str | Path | TrainerConfig | None) -> Traine
         raise ExportError(f"{str(path)!r} does not resolve: {exc.issues[0]}") from None
 
 
-def _read_model(step: Path) -> dict[str, torch.Tensor]:
+def _read_model(step: Path, metadata: Any) -> dict[str, torch.Tensor]:
     """The full (unsharded) model tensors of a DCP checkpoint, by name, read in this process."""
     import torch
-    from torch.distributed.checkpoint.filesystem import FileSystemReader
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from torch.distributed.checkpoint.state_dict_loader import load
 
-    metadata = FileSystemReader(str(step)).read_metadata().state_dict_metadata
+    from hyper_parallel.components.checkpoint._safe_read import (
+        SafePlanner,
+        SafeReader,
+        UnreadableCheckpointError,
+    )
+
     model = {
         key.removeprefix("model."): torch.empty(meta.size, dtype=meta.properties.dtype)
-        for key, meta in metadata.items()
+        for key, meta in metadata.state_dict_metadata.items()
         if key.startswith("model.") and isinstance(meta, TensorStorageMetadata)
     }
     if not model:
         raise ExportError(f"{str(step)!r} holds no model weights")
+    reader = SafeReader(str(step))
     with warnings.catch_warnings():  # one process reading on purpose: DCP's warning says nothing new
         warnings.filterwarnings("ignore", message=_SINGLE_PROCESS, category=UserWarning)
-        load({"model": model}, checkpoint_id=str(step), no_dist=True)
+        try:
+            load(
+                {"model": model},
+                checkpoint_id=str(step),
+                storage_reader=reader,
+                planner=SafePlanner(reader),
+                no_dist=True,
+            )
+        except CheckpointException as exc:
+            for failure, _trace in exc.failures.values():
+                if isinstance(failure, UnreadableCheckpointError):
+                    raise ExportError(str(failure)) from None
+            raise
     return model
 
 

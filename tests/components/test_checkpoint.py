@@ -186,13 +186,19 @@ def test_initial_load_path_and_model_only_export(tmp: Path) -> None:
 def test_saved_side_state_is_plain_json(tmp: Path) -> None:
     run = Run(tmp, cfg(tmp, interval=1))
     run.train(1, 1)
-    state = {"step": "", "lr_scheduler": "", "dataloader": {"rank0": ""}, "rng": {"rank0": ""}}
+    path = tmp / "ckpt" / "step-1"
+    meta = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    keys = ("step", "lr_scheduler", "dataloader.rank0", "rng.rank0")
+    for key in keys:  # tensors of UTF-8 JSON: DCP stores them as data, never as pickled objects
+        assert meta[key].properties.dtype == torch.uint8, key
+    state = {key: torch.empty(meta[key].size, dtype=torch.uint8) for key in keys}
     with pytest.warns(UserWarning, match="single process"):
-        dcp.load(state, checkpoint_id=str(tmp / "ckpt" / "step-1"))
-    assert json.loads(state["step"]) == 1
-    assert json.loads(state["lr_scheduler"]) == {"step": 1}
-    assert json.loads(state["dataloader"]["rank0"])["batch_index"] == 1
-    assert set(json.loads(state["rng"]["rank0"])) == {"python", "torch"}
+        dcp.load(state, checkpoint_id=str(path))
+    text = {key: json.loads(bytes(state[key].tolist()).decode("utf-8")) for key in keys}
+    assert text["step"] == 1
+    assert text["lr_scheduler"] == {"step": 1}
+    assert text["dataloader.rank0"]["batch_index"] == 1
+    assert set(text["rng.rank0"]) == {"python", "torch"}
 
 
 def test_base_config_names_the_class(tmp: Path) -> None:

@@ -9,9 +9,16 @@ states, the trainer's state and the step) that resumes the run exactly, except t
 whose newest checkpoint is an export at step N is finished (the manager's ``load()`` returns N); if
 ``training.max_steps`` was raised past N, the newest full checkpoint before N is resumed, and with none
 ``load()`` raises ``CheckpointNotResumableError``. Keep ``last_save_model_only: false`` for runs that may
-be extended. Half-written checkpoints are never loaded. The layout and protocol are documented in this
-package's private modules (``_layout``: the folder; ``_state``: what is saved; ``_manager``: the save and
-load protocol).
+be extended. Half-written checkpoints are never loaded.
+
+Checkpoints are data: each step folder holds a ``checksums.json`` (size and SHA-256 of every file), checked
+before a load; a step that fails it, or whose ``.metadata`` or shards are missing, empty or truncated, is
+skipped with a warning for the newest intact one, and with none intact ``load()`` raises
+``CheckpointNotResumableError``. Nothing in a folder is unpickled but DCP's metadata classes (by a
+restricted unpickler) and tensors and plain values (by torch's ``weights_only`` loader). The layout and
+protocol are documented in this package's private modules (``_layout``: the folder; ``_manifest``: the
+checksums; ``_safe_read``: reading without running code; ``_state``: what is saved; ``_manager``: the save
+and load protocol).
 """
 
 from collections.abc import Iterator
@@ -35,8 +42,9 @@ class CheckpointNotResumableError(ValueError):
     """This run cannot continue the checkpoint it resumes from.
 
     Raised by the checkpoint manager's ``load()`` when the checkpoint is a weights-only export (or holds
-    only weights) and the run is not over, or when its data position cannot be continued by this run
-    (other data, or a data-parallel layout that would read other batches); the message says what to change.
+    only weights) and the run is not over, when its data position cannot be continued by this run
+    (other data, or a data-parallel layout that would read other batches), or when no checkpoint to load
+    is intact or one holds content that is refused; the message says what to change.
     """
 
 

@@ -9,7 +9,9 @@ loaded, and rank 0 removes both when the manager starts.
 
 Every published ``step-<N>`` folder also holds ``config.yaml`` (``CONFIG_FILE``), the resolved config of
 the run that saved it, as the trainer dumped it, which ``hyper_parallel.export`` reads to rebuild the
-model's Hugging Face layout.
+model's Hugging Face layout, and, written last before the rename, ``checksums.json`` (``_manifest``): the
+size and SHA-256 of every other file, verified before any load. A complete folder that fails that check is
+skipped by the loaders, never deleted here.
 
 One run per folder: the run's rank 0 holds ``folder/.lock`` (``LOCK_FILE``, ``fcntl.flock``, the holder's PID
 and host written inside) from start to ``close()``; a second launch on the folder is refused at start
@@ -35,6 +37,7 @@ import stat
 import weakref
 from pathlib import Path
 
+from hyper_parallel.components.checkpoint._manifest import write_manifest
 from hyper_parallel.config.errors import ConfigError, Issue
 
 __all__ = [
@@ -253,15 +256,21 @@ def make_partial(folder: Path, step: int) -> Path:
 def publish(partial: Path, final: Path, *, keep_latest_k: int, config_yaml: str | None) -> None:
     """Rename a finished save (``.metadata`` written) to its step folder, then keep the newest ``k``.
 
-    ``config_yaml`` (the run's config) is written into it first; ``keep_latest_k`` 0 keeps every step.
+    ``config_yaml`` (the run's config) is written into it first, then the checksum manifest;
+    ``keep_latest_k`` 0 keeps every step. Only steps up to the one published count and are pruned: a
+    newer step left from before a resume (one skipped as damaged, or past ``load_step``) is never why an
+    intact older step is deleted; it is replaced when the run saves that step again.
     """
     _refuse_link(partial)
     _refuse_link(final)
     if config_yaml is not None:
         (partial / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
+    write_manifest(partial)
     if final.exists():
         shutil.rmtree(final)
     os.replace(partial, final)
     if keep_latest_k > 0:
-        for old in complete_steps(final.parent)[:-keep_latest_k]:
+        published = int(_STEP_DIR.fullmatch(final.name).group(1))  # type: ignore[union-attr]
+        reached = [step for step in complete_steps(final.parent) if step <= published]
+        for old in reached[:-keep_latest_k]:
             shutil.rmtree(step_folder(final.parent, old), ignore_errors=True)

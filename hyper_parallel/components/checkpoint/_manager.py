@@ -9,6 +9,16 @@ is an export at step ``N``: with ``N >= max_steps`` (or ``max_steps`` unknown) t
 checkpoint before ``N`` is resumed (a warning says so), and with none left (or ``load_step`` naming the
 export) ``CheckpointNotResumableError`` says what to change.
 
+Integrity: before loading a checkpoint every rank inspects it (``_safe_read.inspect``: its files against
+the checksum manifest, ``.metadata`` through the restricted unpickler, every byte range inside a file;
+rank 0 computes the digests, the other ranks check sizes) and the ranks agree on the result on the
+manager's group. A checkpoint that fails is skipped with a warning naming the file and the step, and the
+newest intact one is resumed; with none intact ``load()`` raises ``CheckpointNotResumableError`` naming
+each step's problem (the trainer exits 1 with it). A ``load_step`` or ``initial_load_path`` that fails
+raises it at once. A checkpoint saved before manifests existed is loaded with a warning that its contents
+are not verified. Everything is read through ``SafeReader`` and ``SafePlanner``: nothing in the folder is
+unpickled but DCP's metadata classes and tensors.
+
 Process groups: with torch.distributed initialised the manager creates one gloo group of all ranks and
 runs every DCP collective and barrier on it, never on the default group. An ``async`` save stages the state
 in host memory (training goes on at once) and writes it from a background thread whose collectives stay on
@@ -32,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
@@ -48,7 +59,14 @@ from hyper_parallel.components.checkpoint._layout import (
     remove_incomplete,
     step_folder,
 )
-from hyper_parallel.components.checkpoint._state import Stateful, TrainingState, is_full, saved_keys
+from hyper_parallel.components.checkpoint._safe_read import (
+    Inspection,
+    SafePlanner,
+    SafeReader,
+    UnreadableCheckpointError,
+    inspect,
+)
+from hyper_parallel.components.checkpoint._state import Stateful, TrainingState, is_full
 
 if TYPE_CHECKING:
     from hyper_parallel.components.checkpoint import DCPCheckpoint
@@ -281,18 +299,20 @@ class CheckpointManager:
     def load(self) -> int:
         """Restore the training state at startup; returns the step to continue after (0: from scratch).
 
-        With ``enable``, picks ``load_step`` or else the newest complete checkpoint in ``folder``:
+        With ``enable``, picks ``load_step`` or else the newest complete and intact checkpoint in
+        ``folder`` (one that fails its inspection is skipped with a warning naming the file):
 
         - a full checkpoint: restores every part not in ``exclude_from_loading``, returns its step;
         - a weights-only export at step N: returns N and loads nothing when the run is finished
           (``max_steps`` is None or <= N); when ``max_steps`` was raised past N, resumes the newest full
-          checkpoint before N, or raises ``CheckpointNotResumableError`` if there is none (or if
+          intact checkpoint before N, or raises ``CheckpointNotResumableError`` if there is none (or if
           ``load_step`` names the export).
 
         With no checkpoint in ``folder`` (or without ``enable``), ``initial_load_path`` (if set) is loaded:
         the model alone with ``initial_load_model_only`` (returns 0), else the full state (returns its
         step). Raises ``FileNotFoundError`` when ``load_step`` or ``initial_load_path`` names no complete
-        checkpoint.
+        checkpoint, and ``CheckpointNotResumableError`` when every complete checkpoint in ``folder``, the
+        ``load_step`` one or ``initial_load_path`` fails its inspection or holds content that is refused.
         """
         self.wait()
         steps = complete_steps(self.folder) if self.cfg.enable else []
@@ -302,25 +322,70 @@ class CheckpointManager:
                     f"checkpoint.load_step: no complete checkpoint for step {self.cfg.load_step} in "
                     f"{str(self.folder)!r} (complete: {steps})"
                 )
-            return self._resume(self.cfg.load_step, steps, explicit=True)
+            path = step_folder(self.folder, self.cfg.load_step)
+            inspection, problem = self._inspect(path)
+            if inspection is None:
+                raise CheckpointNotResumableError(
+                    f"checkpoint.load_step {self.cfg.load_step}: the checkpoint is damaged: {problem}"
+                )
+            return self._resume(self.cfg.load_step, inspection, steps, explicit=True)
         if steps:
-            return self._resume(steps[-1], steps, explicit=False)
+            problems: list[str] = []
+            for step in reversed(steps):
+                inspection = self._intact(step, problems)
+                if inspection is not None:
+                    return self._resume(step, inspection, steps, explicit=False)
+            raise CheckpointNotResumableError(
+                f"checkpoint.folder {str(self.folder)!r}: no intact checkpoint to resume ("
+                + "; ".join(problems)
+                + "); move the damaged step folders away to start from scratch or from "
+                "checkpoint.initial_load_path"
+            )
         if self.cfg.initial_load_path is None:
             return 0
         return self._load_initial(Path(self.cfg.initial_load_path))
 
-    def _resume(self, step: int, steps: list[int], *, explicit: bool) -> int:
+    def _inspect(self, path: Path) -> tuple[Inspection | None, str]:
+        """``inspect`` on every rank (rank 0 hashes): the inspection if all passed, else the problem."""
+        try:
+            inspection: Inspection | None = inspect(path, digests=_rank() == 0)
+            problem = ""
+        except (UnreadableCheckpointError, OSError) as exc:
+            inspection, problem = None, str(exc)
+        if self._group is not None:
+            passed = torch.tensor([0 if inspection is None else 1], dtype=torch.int64)
+            dist.all_reduce(passed, op=dist.ReduceOp.MIN, group=self._group)
+            if inspection is not None and not int(passed.item()):
+                inspection, problem = None, f"{path}: failed its inspection on another rank"
+        if inspection is not None and not inspection.verified:
+            _log.warning(
+                "checkpoint %s holds no checksums.json (saved by an older version): loading it without "
+                "verifying its contents",
+                path,
+            )
+        return inspection, problem
+
+    def _intact(self, step: int, problems: list[str]) -> Inspection | None:
+        """The inspection of ``step`` in ``folder`` if intact; else None, a warning and ``problems`` noted."""
+        inspection, problem = self._inspect(step_folder(self.folder, step))
+        if inspection is None:
+            _log.warning("skipping the checkpoint of step %d: %s", step, problem)
+            problems.append(f"step {step}: {problem}")
+        return inspection
+
+    def _resume(self, step: int, inspection: Inspection, steps: list[int], *, explicit: bool) -> int:
         path = step_folder(self.folder, step)
-        keys = saved_keys(path)
-        if is_full(keys):
-            return self._load_full(path, keys)
+        if is_full(set(inspection.metadata.state_dict_metadata)):
+            return self._load_full(path, inspection)
         if self.max_steps is None or step >= self.max_steps:
             return step  # the run finished with this export
         if not explicit:
+            problems: list[str] = []
             for earlier in reversed([s for s in steps if s < step]):
-                earlier_path = step_folder(self.folder, earlier)
-                earlier_keys = saved_keys(earlier_path)
-                if is_full(earlier_keys):
+                earlier_inspection = self._intact(earlier, problems)
+                if earlier_inspection is not None and is_full(
+                    set(earlier_inspection.metadata.state_dict_metadata)
+                ):
                     _log.warning(
                         "step %d in %s is a weights-only export and training.max_steps is now %d: "
                         "resuming from the full checkpoint of step %d",
@@ -329,7 +394,7 @@ class CheckpointManager:
                         self.max_steps,
                         earlier,
                     )
-                    return self._load_full(earlier_path, earlier_keys)
+                    return self._load_full(step_folder(self.folder, earlier), earlier_inspection)
         raise CheckpointNotResumableError(
             f"checkpoint.folder {str(self.folder)!r}: step {step} is a weights-only export (the final save "
             f"with checkpoint.last_save_model_only: true) and training.max_steps is now {self.max_steps}; "
@@ -345,7 +410,12 @@ class CheckpointManager:
             raise FileNotFoundError(
                 f"checkpoint.initial_load_path {str(path)!r} is not a complete DCP checkpoint"
             )
-        keys = saved_keys(path)
+        inspection, problem = self._inspect(path)
+        if inspection is None:
+            raise CheckpointNotResumableError(
+                f"checkpoint.initial_load_path {str(path)!r} is damaged: {problem}"
+            )
+        keys = set(inspection.metadata.state_dict_metadata)
         if self.cfg.initial_load_model_only:
             self._load_model(path, keys)
             return 0
@@ -354,18 +424,37 @@ class CheckpointManager:
                 f"checkpoint.initial_load_path {str(path)!r} is a weights-only export: it holds no "
                 "optimizer, scheduler or data state; set checkpoint.initial_load_model_only: true"
             )
-        return self._load_full(path, keys)
+        return self._load_full(path, inspection)
+
+    def _read(self, state: dict[str, Any], path: Path) -> None:
+        """``dcp.load`` of ``state`` from ``path`` through the safe reader and planner."""
+        reader = SafeReader(str(path))
+        try:
+            with _single_process_ok():
+                dcp_load(
+                    state,
+                    checkpoint_id=str(path),
+                    storage_reader=reader,
+                    planner=SafePlanner(reader),
+                    **self._dcp_kwargs(),
+                )
+        except CheckpointException as exc:
+            for failure, _trace in exc.failures.values():
+                if isinstance(failure, UnreadableCheckpointError):
+                    raise CheckpointNotResumableError(str(failure)) from None
+            raise
+        except UnreadableCheckpointError as exc:
+            raise CheckpointNotResumableError(str(exc)) from None
 
     def _load_model(self, path: Path, keys: set[str]) -> None:
         if not any(key.startswith("model.") for key in keys):
             raise ValueError(f"checkpoint {str(path)!r} holds no model state")
         state = self.state.model_state()
-        with _single_process_ok():
-            dcp_load(state, checkpoint_id=str(path), **self._dcp_kwargs())
+        self._read(state, path)
         self.state.restore_model(state)
 
-    def _load_full(self, path: Path, keys: set[str]) -> int:
-        state = self.state.placeholders(self.state.wanted(path, keys, self.cfg.exclude_from_loading))
-        with _single_process_ok():
-            dcp_load(state, checkpoint_id=str(path), **self._dcp_kwargs())
+    def _load_full(self, path: Path, inspection: Inspection) -> int:
+        items = inspection.metadata.state_dict_metadata
+        state = self.state.placeholders(self.state.wanted(path, items, self.cfg.exclude_from_loading), items)
+        self._read(state, path)
         return self.state.restore(path, state)

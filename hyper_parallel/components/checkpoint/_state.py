@@ -4,13 +4,18 @@ Two kinds of checkpoint:
 
 - **full** (every save but the final one with ``last_save_model_only``): ``model`` and ``optimizer``
   (tensors, through ``torch.distributed.checkpoint.state_dict`` so sharded models work), ``lr_scheduler``
-  (its position, JSON), ``step`` (JSON), and per rank ``r``, as JSON: ``dataloader.rank<r>`` (data
-  position), ``rng.rank<r>`` (Python ``random``, torch CPU and, when CUDA is in use, the current CUDA
-  device's generator) and ``train_state.rank<r>`` (the trainer's own stateful). Resuming from one
-  continues the run exactly.
+  (its position), ``step``, and per rank ``r``: ``dataloader.rank<r>`` (data position), ``rng.rank<r>``
+  (Python ``random``, torch CPU and, when CUDA is in use, the current CUDA device's generator, the torch
+  states as base64) and ``train_state.rank<r>`` (the trainer's own stateful). Resuming from one continues
+  the run exactly.
 - **weights-only export** (the final save with ``last_save_model_only``): ``model`` alone, cast to
   ``export_dtype``. It is for other tools and for ``initial_load_path``; it is never resumed, because
   resuming it would replay data with fresh optimizer state and a restarted warmup.
+
+Everything but the model and optimizer tensors is JSON, saved as a 1-D ``uint8`` tensor of its UTF-8
+text: DCP stores tensors as data, while any other object would be pickled and read back with
+``torch.load(weights_only=False)``. Checkpoints of earlier versions hold these parts as pickled JSON
+strings; ``_safe_read`` reads those with torch's restricted loader, as strings only.
 
 Resharding: model and optimizer state are saved by fully qualified name (optimizer state keyed by
 parameter FQN), so DCP reads them into any layout (FSDP2, tensor parallelism, one process) whatever layout
@@ -25,11 +30,12 @@ from __future__ import annotations
 import base64
 import json
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.metadata import STORAGE_TYPES, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -40,7 +46,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 
-__all__ = ["Stateful", "TrainingState", "is_full", "saved_keys"]
+__all__ = ["Stateful", "TrainingState", "decode_json", "encode_json", "is_full"]
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 _PER_RANK = ("dataloader", "rng", "train_state")
@@ -54,9 +60,23 @@ class Stateful(Protocol):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
 
 
-def saved_keys(path: Path) -> set[str]:
-    """The state-dict keys the checkpoint at ``path`` holds (read from its ``.metadata``)."""
-    return set(FileSystemReader(str(path)).read_metadata().state_dict_metadata)
+def encode_json(value: Any) -> torch.Tensor:
+    """``value`` as JSON in a 1-D ``uint8`` tensor (how every non-tensor part is saved)."""
+    return torch.frombuffer(bytearray(json.dumps(value).encode("utf-8")), dtype=torch.uint8)
+
+
+def decode_json(saved: torch.Tensor | str) -> Any:
+    """The JSON value of a saved part: a ``uint8`` tensor of UTF-8 text, or (older checkpoints) a string."""
+    if isinstance(saved, str):
+        return json.loads(saved)
+    return json.loads(saved.numpy().tobytes().decode("utf-8"))
+
+
+def _placeholder(item: STORAGE_TYPES) -> torch.Tensor | str:
+    """What DCP loads a saved JSON part into: a tensor of its saved size, or a string (older layout)."""
+    if isinstance(item, TensorStorageMetadata):
+        return torch.empty(item.size, dtype=item.properties.dtype)
+    return ""
 
 
 def is_full(keys: set[str]) -> bool:
@@ -74,8 +94,8 @@ def _saved_rank(part: str, keys: set[str], rank: int) -> str | None:
 
 def _only_entry(loaded: dict[str, Any]) -> Any:
     """The JSON value of the one per-rank entry a load asked for."""
-    (text,) = loaded.values()
-    return json.loads(text)
+    (saved,) = loaded.values()
+    return decode_json(saved)
 
 
 # -- random number generators ---------------------------------------------------------------------------
@@ -139,13 +159,13 @@ class TrainingState:
         if self.optimizer is not None:
             state["optimizer"] = get_optimizer_state_dict(self.model, self.optimizer)
         if self.lr_scheduler is not None:
-            state["lr_scheduler"] = json.dumps(self.lr_scheduler.state_dict())
+            state["lr_scheduler"] = encode_json(self.lr_scheduler.state_dict())
         if self.dataloader is not None:
-            state["dataloader"] = {rank: json.dumps(self.dataloader.state_dict())}
-        state["rng"] = {rank: json.dumps(_rng_state())}
+            state["dataloader"] = {rank: encode_json(self.dataloader.state_dict())}
+        state["rng"] = {rank: encode_json(_rng_state())}
         if self.train_state is not None:
-            state["train_state"] = {rank: json.dumps(self.train_state.state_dict())}
-        state["step"] = json.dumps(step)
+            state["train_state"] = {rank: encode_json(self.train_state.state_dict())}
+        state["step"] = encode_json(step)
         return state
 
     def export(self, dtype: str) -> dict[str, Any]:
@@ -158,9 +178,12 @@ class TrainingState:
             }
         }
 
-    def wanted(self, path: Path, keys: set[str], exclude: tuple[str, ...]) -> dict[str, Any]:
+    def wanted(
+        self, path: Path, items: Mapping[str, STORAGE_TYPES], exclude: tuple[str, ...]
+    ) -> dict[str, Any]:
         """Placeholders of the parts to restore from the full checkpoint at ``path``; refuses missing ones.
 
+        ``items`` is the checkpoint's ``state_dict_metadata`` (what each saved key is, and its size).
         Parts in ``exclude`` (and parts this state has no object for) are left out. A per-rank part is read
         from this rank's entry, or from rank 0's when the checkpoint was saved by fewer processes (a resume
         on another layout): every rank is at the same step and data position then, and the trainer seeds
@@ -173,6 +196,7 @@ class TrainingState:
             "rng": True,
             "train_state": self.train_state,
         }
+        keys = set(items)
         wanted: dict[str, Any] = {}
         for part, owner in owners.items():
             if owner is None or part in exclude:
@@ -180,13 +204,13 @@ class TrainingState:
             if part in _PER_RANK:
                 entry = _saved_rank(part, keys, self.rank)
                 present = entry is not None
-                wanted_value: Any = {entry: ""}
+                wanted_value: Any = {entry: _placeholder(items[f"{part}.{entry}"])} if present else None
             elif part == "optimizer":
                 present = any(key.startswith("optimizer.") for key in keys)
                 wanted_value = None
             else:
                 present = part in keys
-                wanted_value = ""
+                wanted_value = _placeholder(items[part]) if present else None
             if not present:
                 raise ValueError(
                     f"checkpoint {str(path)!r} holds no {part!r} state; add {part!r} to "
@@ -195,13 +219,13 @@ class TrainingState:
             wanted[part] = wanted_value
         return wanted
 
-    def placeholders(self, wanted: dict[str, Any]) -> dict[str, Any]:
+    def placeholders(self, wanted: dict[str, Any], items: Mapping[str, STORAGE_TYPES]) -> dict[str, Any]:
         """The state dict DCP loads into for the ``wanted`` parts (the model always, the step)."""
         state = self.model_state()
         if "optimizer" in wanted:
             state["optimizer"] = get_optimizer_state_dict(self.model, self.optimizer)  # type: ignore[arg-type]
         state.update({part: value for part, value in wanted.items() if part != "optimizer"})
-        state["step"] = ""
+        state["step"] = _placeholder(items["step"])
         return state
 
     def restore_model(self, state: dict[str, Any]) -> None:
@@ -215,7 +239,7 @@ class TrainingState:
             set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])  # type: ignore[arg-type]
         if self.lr_scheduler is not None:
             if "lr_scheduler" in state:
-                self.lr_scheduler.load_state_dict(json.loads(state["lr_scheduler"]))
+                self.lr_scheduler.load_state_dict(decode_json(state["lr_scheduler"]))
             if self.optimizer is not None:  # the scheduler's lr, not the one saved with the optimizer
                 for group, lr in zip(
                     self.optimizer.param_groups, self.lr_scheduler.get_last_lr(), strict=True
@@ -230,4 +254,4 @@ class TrainingState:
             self.train_state.load_state_dict(_only_entry(state["train_state"]))  # type: ignore[union-attr]
         if "rng" in state:
             _set_rng_state(_only_entry(state["rng"]))
-        return int(json.loads(state["step"]))
+        return int(decode_json(state["step"]))

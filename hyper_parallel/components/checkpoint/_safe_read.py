@@ -1,0 +1,215 @@
+"""Reading a checkpoint folder without running code from it (part of ``Checkpoint``).
+
+A checkpoint folder is data, yet torch DCP reads its ``.metadata`` with ``pickle.load`` and its non-tensor
+items with ``torch.load(weights_only=False)``: a crafted folder would run code in a resume, through
+``initial_load_path`` or in ``hyper_parallel.export``. Everything here reads them with loaders that
+cannot:
+
+- ``.metadata`` through ``_MetadataUnpickler``, whose ``find_class`` admits only the classes DCP's
+  ``Metadata`` is built from (its dataclasses and enum, ``torch.Size``, the dtypes and layouts, the path
+  its writer records) and refuses any other global with ``RefusedContentError`` naming the file and the
+  global;
+- non-tensor items through ``torch.load(weights_only=True)`` (torch's restricted unpickler), kept only
+  when they are plain values (numbers, strings, lists and dicts of them): the optimizer's
+  ``param_groups`` hyperparameters, and in checkpoints of earlier versions the JSON parts as strings
+  (this version saves those as ``uint8`` tensors of UTF-8 JSON, see ``_state``). Tensor data DCP
+  already reads with ``weights_only=True``.
+
+``SafeReader`` (a ``FileSystemReader``) and ``SafePlanner`` (a ``DefaultLoadPlanner``) are passed to
+``dcp.load`` as ``storage_reader`` and ``planner`` by every reader of checkpoints in this package, after
+``inspect(folder)``: the checksum manifest's files must exist with their sizes and digests (``_manifest``),
+``.metadata`` must be non-empty and unpickle through the restricted loader, and every byte range it points
+at must lie inside an existing file of the folder. A checkpoint saved before manifests existed is inspected
+the same way without digests (``Inspection.verified`` is False: the caller warns).
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import ReadItem
+
+from hyper_parallel.components.checkpoint._manifest import UnreadableCheckpointError, verify_files
+
+__all__ = [
+    "Inspection",
+    "RefusedContentError",
+    "SafePlanner",
+    "SafeReader",
+    "UnreadableCheckpointError",
+    "inspect",
+    "read_metadata",
+]
+
+_DCP_METADATA = "torch.distributed.checkpoint.metadata"
+_DCP_FILESYSTEM = "torch.distributed.checkpoint.filesystem"
+
+#: The globals a DCP ``.metadata`` pickle may name, by module (torch 2.13's Metadata and what it holds).
+_ALLOWED: dict[str, frozenset[str]] = {
+    _DCP_METADATA: frozenset(
+        {
+            "Metadata",
+            "StorageMeta",
+            "TensorStorageMetadata",
+            "BytesStorageMetadata",
+            "TensorProperties",
+            "ChunkStorageMetadata",
+            "MetadataIndex",
+            "_MEM_FORMAT_ENCODING",
+        }
+    ),
+    _DCP_FILESYSTEM: frozenset({"_StorageInfo", "_StoragePrefix"}),
+    "torch": frozenset({"Size"}),  # and every torch.dtype, checked by value in find_class
+    "torch.serialization": frozenset({"_get_layout"}),  # how a torch.layout pickles (a lookup by name)
+    "pathlib": frozenset({"PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"}),
+    "collections": frozenset({"OrderedDict"}),
+}
+
+
+class RefusedContentError(UnreadableCheckpointError):
+    """A checkpoint file holds something other than data this package reads (a pickled global, an object)."""
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles a DCP ``Metadata`` and nothing else (see ``_ALLOWED``)."""
+
+    def __init__(self, file: io.BufferedIOBase, path: Path) -> None:
+        super().__init__(file)
+        self._path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        if name in _ALLOWED.get(module, ()):
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise RefusedContentError(
+            f"{self._path}: refused to unpickle global {module}.{name}: a checkpoint's .metadata may "
+            "only hold torch.distributed.checkpoint metadata"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise RefusedContentError(f"{self._path}: refused a persistent id in a checkpoint's .metadata")
+
+
+def read_metadata(path: Path) -> Metadata:
+    """The DCP ``Metadata`` of the file ``path``, read with the restricted unpickler.
+
+    Raises ``RefusedContentError`` for a global outside DCP's metadata classes, and
+    ``UnreadableCheckpointError`` naming the file when it is empty, truncated or not a DCP metadata pickle.
+    """
+    with open(path, "rb") as stream:
+        try:
+            metadata = _MetadataUnpickler(stream, path).load()  # type: ignore[arg-type]
+        except RefusedContentError:
+            raise
+        except Exception as exc:  # EOFError, UnpicklingError, ... from an empty or truncated file
+            raise UnreadableCheckpointError(
+                f"{path}: not a readable DCP .metadata file ({type(exc).__name__}: {exc})"
+            ) from None
+    if not isinstance(metadata, Metadata):
+        raise UnreadableCheckpointError(
+            f"{path}: not a DCP .metadata file (it holds a {type(metadata).__name__})"
+        )
+    return metadata
+
+
+class SafeReader(FileSystemReader):
+    """A ``FileSystemReader`` whose ``read_metadata`` runs no code from the folder (``read_metadata``)."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        metadata = read_metadata(Path(self._get_metadata_path(kwargs.get("rank"))))
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        assert metadata.storage_meta is not None
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is plain data: None, a bool, number or string, or lists, tuples, dicts of them."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, (str, int)) and _plain(v) for k, v in value.items())
+    return False
+
+
+class SafePlanner(DefaultLoadPlanner):
+    """A ``DefaultLoadPlanner`` reading non-tensor items with torch's restricted loader, as plain data only.
+
+    Such items are the optimizer's hyperparameters (``param_groups``: numbers, flags, parameter names)
+    and, in checkpoints of earlier versions, the JSON parts as strings.
+    """
+
+    def __init__(self, reader: SafeReader) -> None:
+        super().__init__()
+        self._reader = reader
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        fqn = read_item.dest_index.fqn
+        file = Path(self._reader.path) / self._reader.storage_data[read_item.storage_index].relative_path
+        try:
+            loaded = torch.load(value, weights_only=True)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise RefusedContentError(f"{file}: refused item {fqn!r}: {first}") from None
+        if not _plain(loaded):
+            raise RefusedContentError(
+                f"{file}: refused item {fqn!r}: a {type(loaded).__name__}, where a checkpoint holds plain "
+                "values (numbers, strings, lists and dicts of them)"
+            )
+        if self.flatten_state_dict:  # what DefaultLoadPlanner.load_bytes does with what it unpickled
+            set_element(self.original_state_dict, self.mappings[fqn], loaded)
+        else:
+            self.state_dict[fqn] = loaded
+
+
+@attrs.frozen
+class Inspection:
+    """A checkpoint that passed ``inspect``: its DCP metadata, and whether a manifest verified its files."""
+
+    metadata: Metadata
+    verified: bool
+
+
+def inspect(folder: Path, *, digests: bool = True) -> Inspection:
+    """Check ``folder`` before loading it; raises ``UnreadableCheckpointError`` naming the first bad file.
+
+    ``digests`` False checks sizes but skips hashing (ranks other than 0 do, rank 0 hashes for them).
+    """
+    verified = verify_files(folder, digests=digests)
+    meta_path = folder / ".metadata"
+    if not meta_path.is_file():
+        raise UnreadableCheckpointError(f"{meta_path}: missing")
+    if meta_path.stat().st_size == 0:
+        raise UnreadableCheckpointError(f"{meta_path}: empty")
+    metadata = read_metadata(meta_path)
+    sizes: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        relative = getattr(info, "relative_path", None)
+        if not isinstance(relative, str):
+            continue
+        if not relative or "/" in relative or "\\" in relative or relative in (".", ".."):
+            raise UnreadableCheckpointError(f"{meta_path}: names a file outside its folder: {relative!r}")
+        if relative not in sizes:
+            shard = folder / relative
+            if not shard.is_file():
+                raise UnreadableCheckpointError(f"{shard}: missing (named by .metadata)")
+            sizes[relative] = shard.stat().st_size
+        if int(info.offset) + int(info.length) > sizes[relative]:
+            raise UnreadableCheckpointError(
+                f"{folder / relative}: truncated ({sizes[relative]} bytes, .metadata reads up to "
+                f"{int(info.offset) + int(info.length)})"
+            )
+    return Inspection(metadata=metadata, verified=verified)
