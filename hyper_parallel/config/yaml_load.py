@@ -11,8 +11,11 @@ Why this module exists instead of ``yaml.safe_load``:
   :class:`SourceMap` of key and value positions on the way.
 * Hostile or broken input must end in one :class:`~hyper_parallel.config.errors.ConfigError` with a
   position, never in a PyYAML traceback, a constructed Python object, a hang or a memory blow-up: only the
-  standard scalar/collection tags are accepted, alias expansion is budgeted (:data:`MAX_NODES`), nesting is
-  limited (:data:`MAX_DEPTH`) and the input size is checked before parsing (:data:`MAX_BYTES`).
+  standard scalar/collection tags are accepted, the input size is checked before parsing
+  (:data:`MAX_BYTES`), nesting is limited (:data:`MAX_DEPTH`) and the document as built, every alias
+  expanded, is budgeted in nodes (:data:`MAX_NODES`) and in characters of text (:data:`MAX_CHARS`).  Both
+  budgets are charged while the values are built, so a "billion laughs" document, or a few aliases of one
+  long string, is refused before the memory is spent.
 
 Plain (unquoted) scalars are resolved by the YAML 1.2 core schema, strictly:
 
@@ -39,6 +42,8 @@ Environment variables, and nothing else, are interpolated into scalars when the 
   ``default`` (which runs to the closing ``}``).  Substitution is textual and happens before a plain
   scalar is read, so ``max_steps: ${env:STEPS,100}`` is the integer 100 and ``'${env:STEPS,100}'`` (quoted)
   the string ``"100"``; a value read from the environment is never interpolated again.
+* Interpolation runs once per node: every alias of an anchored scalar reuses its result (and a problem in
+  it is reported once, at the anchor).
 * Any other ``${...}`` (``${DATA_DIR}``, ``${oc.env:X}``, ``${training.seq_len}``) is an error saying that
   interpolation is not supported, so a Hydra/OmegaConf reference is never taken as a literal path.
 * ``$${`` is a literal ``${``; a scalar tagged ``!!str`` is taken verbatim (the dumper tags strings that
@@ -60,6 +65,7 @@ from hyper_parallel.config.errors import ConfigError, Issue, echo, format_path
 
 __all__ = [
     "MAX_BYTES",
+    "MAX_CHARS",
     "MAX_DEPTH",
     "MAX_NODES",
     "Mark",
@@ -79,6 +85,10 @@ MAX_DEPTH = 64
 #: Most nodes (scalars, mappings, sequences, keys included) a document may expand to; an alias counts as
 #: the full size of what it refers to, so a "billion laughs" document fails fast with bounded memory.
 MAX_NODES = 100_000
+#: Most characters of text (mapping keys and scalars, after ``${env:...}`` interpolation) a document may
+#: expand to, an alias counting as the full text of what it refers to.  Equal to :data:`MAX_BYTES`: a file
+#: without aliases holds no more text than its size, so only expansion can reach it.
+MAX_CHARS = MAX_BYTES
 
 Path = tuple[str | int, ...]
 
@@ -403,7 +413,18 @@ class PartialDocument(ConfigError):
 class _Builder:
     """Builds Python values from a composed node tree, filling a SourceMap and collecting issues."""
 
-    __slots__ = ("active", "count", "file", "issues", "keys", "partial", "smap", "values")
+    __slots__ = (
+        "active",
+        "chars",
+        "count",
+        "expanded",
+        "file",
+        "issues",
+        "keys",
+        "partial",
+        "smap",
+        "values",
+    )
 
     def __init__(self, smap: SourceMap) -> None:
         self.smap = smap
@@ -413,8 +434,12 @@ class _Builder:
         self.issues: list[Issue] = []
         #: Problems after which the document is still worth checking (see :class:`PartialDocument`).
         self.partial: list[Issue] = []
-        self.count = 0
+        self.count = 0  # nodes built so far, against MAX_NODES (an alias adds all the nodes it copies)
+        self.chars = 0  # characters of keys and scalars built so far, against MAX_CHARS (likewise)
         self.active: set[int] = set()  # ids of collection nodes being built: an alias to one is recursive
+        #: id of each scalar node holding ``${`` -> its interpolated text (``None`` after a reported problem),
+        #: so that its aliases reuse it.  The node tree outlives the builder, so the ids stay unique.
+        self.expanded: dict[int, str | None] = {}
 
     def mark(self, node: yaml.Node) -> Mark:
         return _yaml_mark(self.file, node.start_mark)
@@ -424,6 +449,15 @@ class _Builder:
 
     def abort(self, path: Path, message: str, node: yaml.Node) -> _Abort:
         return _Abort(_issue(path, message, self.mark(node)))
+
+    def charge(self, text: str, path: Path, node: yaml.Node) -> None:
+        """Count ``text`` against :data:`MAX_CHARS`; refuse the document once it is spent."""
+        self.chars += len(text)
+        if self.chars > MAX_CHARS:
+            message = (
+                f"document expands to more than {MAX_CHARS} characters of text (MAX_CHARS); check its aliases"
+            )
+            raise self.abort(path, message, node)
 
     def build(self, node: yaml.Node, path: Path) -> object:
         self.count += 1
@@ -464,14 +498,16 @@ class _Builder:
     def scalar(self, node: yaml.ScalarNode, tag: str, path: Path) -> object:
         text: str = node.value
         if "${" in text and tag != _STR:
-            text, problems = _interpolate(text)
-            if problems:
-                plain = not node.style and node.start_mark.line == node.end_mark.line
-                start = node.start_mark
-                for offset, message in problems:
-                    column = start.column + 1 + (offset if plain else 0)
-                    self.issues.append(_issue(path, message, Mark(self.file, start.line + 1, column)))
+            ident = id(node)
+            if ident in self.expanded:  # an alias of a node already interpolated
+                done = self.expanded[ident]
+            else:
+                done = self.expanded[ident] = self.interpolate(node, text, path)
+            if done is None:
+                self.charge(text, path, node)
                 return None
+            text = done
+        self.charge(text, path, node)
         if tag == _PLAIN:
             try:
                 return _resolve_plain(text)
@@ -508,6 +544,18 @@ class _Builder:
         self.add(path, self.tag_message(tag, "scalar"), node)
         return None
 
+    def interpolate(self, node: yaml.ScalarNode, text: str, path: Path) -> str | None:
+        """``text`` interpolated, or ``None`` after recording its problems (located at the references)."""
+        text, problems = _interpolate(text)
+        if not problems:
+            return text
+        plain = not node.style and node.start_mark.line == node.end_mark.line
+        start = node.start_mark
+        for offset, message in problems:
+            column = start.column + 1 + (offset if plain else 0)
+            self.issues.append(_issue(path, message, Mark(self.file, start.line + 1, column)))
+        return None
+
     def mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, object]:
         result: dict[str, object] = {}
         seen: dict[str, yaml.Mark] = {}
@@ -534,6 +582,7 @@ class _Builder:
             self.add(path, f"a {kind} cannot be a mapping key; keys must be strings", node)
             return None
         text: str = node.value
+        self.charge(text, path, node)
         tag = node.tag
         if tag in (_QUOTED, _STR):
             return text
