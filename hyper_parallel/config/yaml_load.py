@@ -106,6 +106,9 @@ _PLAIN = "\x00plain"
 #: Internal tag for an untagged quoted or block scalar: a string, with ``${env:...}`` interpolated.
 _QUOTED = "\x00quoted"
 _ALLOWED_TAGS = "!!str, !!int, !!float, !!bool, !!null, !!map, !!seq"
+#: The node classes, bound once: the composer and the builder test them for every node.
+_ScalarNode = yaml.ScalarNode
+_MappingNode = yaml.MappingNode
 
 _NULLS = frozenset({"", "~", "null", "Null", "NULL"})
 _BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
@@ -219,11 +222,11 @@ class _Composer(_BaseLoader):  # type: ignore[valid-type,misc]
         self.hp_count += 1
         if self.hp_count > MAX_NODES:
             raise _TooManyNodesError
-        if kind is yaml.ScalarNode:
+        if kind is _ScalarNode:
             # implicit = (plain, quoted): untagged plain scalars follow the schema, the rest are strings
             # (quoted or block; unlike an explicit !!str, they are interpolated).
             return _PLAIN if implicit[0] else _QUOTED  # type: ignore[index]
-        return _MAP if kind is yaml.MappingNode else _SEQ
+        return _MAP if kind is _MappingNode else _SEQ
 
 
 class _TooManyNodesError(Exception):
@@ -450,14 +453,13 @@ class _Builder:
     def abort(self, path: Path, message: str, node: yaml.Node) -> _Abort:
         return _Abort(_issue(path, message, self.mark(node)))
 
-    def charge(self, text: str, path: Path, node: yaml.Node) -> None:
-        """Count ``text`` against :data:`MAX_CHARS`; refuse the document once it is spent."""
-        self.chars += len(text)
-        if self.chars > MAX_CHARS:
-            message = (
-                f"document expands to more than {MAX_CHARS} characters of text (MAX_CHARS); check its aliases"
-            )
-            raise self.abort(path, message, node)
+    def too_much_text(self, path: Path, node: yaml.Node) -> _Abort:
+        """The refusal once :attr:`chars` passes :data:`MAX_CHARS` (the check is inline where text is
+        counted: it runs for every key and value)."""
+        message = (
+            f"document expands to more than {MAX_CHARS} characters of text (MAX_CHARS); check its aliases"
+        )
+        return self.abort(path, message, node)
 
     def build(self, node: yaml.Node, path: Path) -> object:
         self.count += 1
@@ -466,9 +468,9 @@ class _Builder:
             raise self.abort(path, message, node)
         self.values[path] = node.start_mark
         tag = node.tag
-        if isinstance(node, yaml.ScalarNode):
+        if isinstance(node, _ScalarNode):
             return self.scalar(node, tag, path)
-        if isinstance(node, yaml.MappingNode):
+        if isinstance(node, _MappingNode):
             kind, expected = "mapping", _MAP
         else:
             kind, expected = "sequence", _SEQ
@@ -484,7 +486,7 @@ class _Builder:
             raise self.abort(path, message, node)
         self.active.add(ident)
         try:
-            if isinstance(node, yaml.MappingNode):
+            if isinstance(node, _MappingNode):
                 return self.mapping(node, path)
             return [self.build(item, (*path, index)) for index, item in enumerate(node.value)]
         finally:
@@ -503,11 +505,12 @@ class _Builder:
                 done = self.expanded[ident]
             else:
                 done = self.expanded[ident] = self.interpolate(node, text, path)
-            if done is None:
-                self.charge(text, path, node)
+            if done is None:  # its problems are recorded, once however many aliases it has
                 return None
             text = done
-        self.charge(text, path, node)
+        self.chars += len(text)
+        if self.chars > MAX_CHARS:
+            raise self.too_much_text(path, node)
         if tag == _PLAIN:
             try:
                 return _resolve_plain(text)
@@ -558,31 +561,31 @@ class _Builder:
 
     def mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, object]:
         result: dict[str, object] = {}
-        seen: dict[str, yaml.Mark] = {}
+        keys = self.keys
         for key_node, value_node in node.value:
             self.count += 1
             key = self.key(key_node, path)
             if key is None:
                 continue
-            first = seen.get(key)
             child = (*path, key)
-            if first is not None:
-                message = f"duplicate key {echo(key)} (first defined at line {first.line + 1})"
+            if key in result:  # a path is built once, so ``keys`` holds where the first one is
+                message = f"duplicate key {echo(key)} (first defined at line {keys[child].line + 1})"
                 self.partial.append(_issue(child, message, self.mark(key_node)))
                 continue
-            seen[key] = key_node.start_mark
-            self.keys[child] = key_node.start_mark
+            keys[child] = key_node.start_mark
             result[key] = self.build(value_node, child)
         return result
 
     def key(self, node: yaml.Node, path: Path) -> str | None:
         """The key's string, or ``None`` after recording why it is not acceptable."""
-        if not isinstance(node, yaml.ScalarNode):
-            kind = "mapping" if isinstance(node, yaml.MappingNode) else "sequence"
+        if not isinstance(node, _ScalarNode):
+            kind = "mapping" if isinstance(node, _MappingNode) else "sequence"
             self.add(path, f"a {kind} cannot be a mapping key; keys must be strings", node)
             return None
         text: str = node.value
-        self.charge(text, path, node)
+        self.chars += len(text)
+        if self.chars > MAX_CHARS:
+            raise self.too_much_text(path, node)
         tag = node.tag
         if tag in (_QUOTED, _STR):
             return text
