@@ -549,13 +549,15 @@ class _Builder:
 
     def interpolate(self, node: yaml.ScalarNode, text: str, path: Path) -> str | None:
         """``text`` interpolated, or ``None`` after recording its problems (located at the references)."""
-        text, problems = _interpolate(text)
+        value, problems = _interpolate(text)
         if not problems:
-            return text
-        plain = not node.style and node.start_mark.line == node.end_mark.line
-        start = node.start_mark
+            return value
+        start, end = node.start_mark, node.end_mark
+        # A one-line plain scalar is its text verbatim and ends at ``end`` (its start mark is that of an
+        # anchor or tag before it): locate each reference.  Anything else is located at its start.
+        first = end.column - len(text) if not node.style and start.line == end.line else None
         for offset, message in problems:
-            column = start.column + 1 + (offset if plain else 0)
+            column = start.column + 1 if first is None else first + offset + 1
             self.issues.append(_issue(path, message, Mark(self.file, start.line + 1, column)))
         return None
 
