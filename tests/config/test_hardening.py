@@ -572,8 +572,10 @@ def mapping_fan_out(keys: int = 100, size: int = 10_000, count: int = 1000) -> s
     return f"m: &m {{{body}}}\nl: [" + ", ".join(["*m"] * count) + "]\n"
 
 
-#: (document, location of the refusal after ``FILE:``, path, message).  Each was a MemoryError traceback or
-#: the OOM killer (the interpolated ones) or a document of gigabytes handed to the resolver.
+#: (document, location of the refusal after ``FILE:``, path, message).  The location is the anchored node
+#: whose copy passes the budget (an alias has no node of its own), the path that of the copy.  Before
+#: interpolation ran once per node and MAX_CHARS existed, the interpolated and ``$${`` ones ended in a
+#: MemoryError traceback (or the OOM killer) and the others were refused later or not at all.
 ALIAS_BOMBS = [
     pytest.param(fan_out(BIG), "1:4", "l[3]", CHARS, id="alias-of-a-long-plain-string"),
     pytest.param(
@@ -595,7 +597,9 @@ ALIAS_BOMBS = [
         NODES,
         id="billion-laughs-interpolated",
     ),
-    pytest.param(mapping_fan_out(), "1:190136", "l[3].k19", CHARS, id="aliases-of-a-big-mapping"),
+    pytest.param(
+        mapping_fan_out(), "1:190136", "l[3].k19", CHARS, id="aliases-of-a-big-mapping"
+    ),  # k19's value
 ]
 
 
@@ -663,8 +667,8 @@ def test_alias_bombs_exit_2_fast_under_a_3_gib_address_space(
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == f"{file}:{where}: {path}: {message}\n1 problem found; nothing was started.\n"
-    # Interpreter start and imports included (~0.25 s on an idle machine): the unfixed loader spent 7.5 s
-    # of CPU before its MemoryError under this cap.  Wall time allows for a loaded 2-core machine.
+    # Interpreter start and imports included (~0.25 s on an idle machine); the unfixed loader took 7.5 s to
+    # end in a MemoryError under this cap.  The wall-time bound allows for a loaded 2-core machine.
     assert cpu < FAST
     assert wall < WALL
 
@@ -680,8 +684,7 @@ def test_a_mapping_merged_many_times_is_refused_without_being_expanded(tmp_path:
     lines = err.splitlines()
     merges = [line for line in lines if line.endswith(MERGE)]
     assert len(merges) == 10_000
-    column = len("  m: [") + 1
-    assert merges[0] == f"{path}:3:{column + 1}: x.m[0]: {MERGE}"
+    assert merges[0] == f"{path}:3:{len('  m: [{') + 1}: x.m[0]: {MERGE}"  # at the first '<<'
     assert lines[-1] == f"{len(lines) - 1} problems found; nothing was started."
 
 
