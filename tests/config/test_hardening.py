@@ -597,9 +597,8 @@ ALIAS_BOMBS = [
         NODES,
         id="billion-laughs-interpolated",
     ),
-    pytest.param(
-        mapping_fan_out(), "1:190136", "l[3].k19", CHARS, id="aliases-of-a-big-mapping"
-    ),  # k19's value
+    # located at the value of k19 in the anchored mapping
+    pytest.param(mapping_fan_out(), "1:190136", "l[3].k19", CHARS, id="aliases-of-a-big-mapping"),
 ]
 
 
