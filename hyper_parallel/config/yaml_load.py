@@ -11,8 +11,11 @@ Why this module exists instead of ``yaml.safe_load``:
   :class:`SourceMap` of key and value positions on the way.
 * Hostile or broken input must end in one :class:`~hyper_parallel.config.errors.ConfigError` with a
   position, never in a PyYAML traceback, a constructed Python object, a hang or a memory blow-up: only the
-  standard scalar/collection tags are accepted, alias expansion is budgeted (:data:`MAX_NODES`), nesting is
-  limited (:data:`MAX_DEPTH`) and the input size is checked before parsing (:data:`MAX_BYTES`).
+  standard scalar/collection tags are accepted, the input size is checked before parsing
+  (:data:`MAX_BYTES`), nesting is limited (:data:`MAX_DEPTH`) and the document as built, every alias
+  expanded, is budgeted in nodes (:data:`MAX_NODES`) and in characters of text (:data:`MAX_CHARS`).  Both
+  budgets are charged while the values are built, so a "billion laughs" document, or a few aliases of one
+  long string, is refused before the memory is spent.
 
 Plain (unquoted) scalars are resolved by the YAML 1.2 core schema, strictly:
 
@@ -39,6 +42,8 @@ Environment variables, and nothing else, are interpolated into scalars when the 
   ``default`` (which runs to the closing ``}``).  Substitution is textual and happens before a plain
   scalar is read, so ``max_steps: ${env:STEPS,100}`` is the integer 100 and ``'${env:STEPS,100}'`` (quoted)
   the string ``"100"``; a value read from the environment is never interpolated again.
+* Interpolation runs once per node: every alias of an anchored scalar reuses its result (and a problem in
+  it is reported once, at the anchor).
 * Any other ``${...}`` (``${DATA_DIR}``, ``${oc.env:X}``, ``${training.seq_len}``) is an error saying that
   interpolation is not supported, so a Hydra/OmegaConf reference is never taken as a literal path.
 * ``$${`` is a literal ``${``; a scalar tagged ``!!str`` is taken verbatim (the dumper tags strings that
@@ -60,6 +65,7 @@ from hyper_parallel.config.errors import ConfigError, Issue, echo, format_path
 
 __all__ = [
     "MAX_BYTES",
+    "MAX_CHARS",
     "MAX_DEPTH",
     "MAX_NODES",
     "Mark",
@@ -79,6 +85,10 @@ MAX_DEPTH = 64
 #: Most nodes (scalars, mappings, sequences, keys included) a document may expand to; an alias counts as
 #: the full size of what it refers to, so a "billion laughs" document fails fast with bounded memory.
 MAX_NODES = 100_000
+#: Most characters of text (mapping keys and scalars, after ``${env:...}`` interpolation) a document may
+#: expand to, an alias counting as the full text of what it refers to.  Equal to :data:`MAX_BYTES`: a file
+#: without aliases holds no more text than its size, so only expansion can reach it.
+MAX_CHARS = MAX_BYTES
 
 Path = tuple[str | int, ...]
 
@@ -96,6 +106,9 @@ _PLAIN = "\x00plain"
 #: Internal tag for an untagged quoted or block scalar: a string, with ``${env:...}`` interpolated.
 _QUOTED = "\x00quoted"
 _ALLOWED_TAGS = "!!str, !!int, !!float, !!bool, !!null, !!map, !!seq"
+#: The node classes, bound once: the composer and the builder test them for every node.
+_ScalarNode = yaml.ScalarNode
+_MappingNode = yaml.MappingNode
 
 _NULLS = frozenset({"", "~", "null", "Null", "NULL"})
 _BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
@@ -209,11 +222,11 @@ class _Composer(_BaseLoader):  # type: ignore[valid-type,misc]
         self.hp_count += 1
         if self.hp_count > MAX_NODES:
             raise _TooManyNodesError
-        if kind is yaml.ScalarNode:
+        if kind is _ScalarNode:
             # implicit = (plain, quoted): untagged plain scalars follow the schema, the rest are strings
             # (quoted or block; unlike an explicit !!str, they are interpolated).
             return _PLAIN if implicit[0] else _QUOTED  # type: ignore[index]
-        return _MAP if kind is yaml.MappingNode else _SEQ
+        return _MAP if kind is _MappingNode else _SEQ
 
 
 class _TooManyNodesError(Exception):
@@ -403,7 +416,18 @@ class PartialDocument(ConfigError):
 class _Builder:
     """Builds Python values from a composed node tree, filling a SourceMap and collecting issues."""
 
-    __slots__ = ("active", "count", "file", "issues", "keys", "partial", "smap", "values")
+    __slots__ = (
+        "active",
+        "chars",
+        "count",
+        "expanded",
+        "file",
+        "issues",
+        "keys",
+        "partial",
+        "smap",
+        "values",
+    )
 
     def __init__(self, smap: SourceMap) -> None:
         self.smap = smap
@@ -413,8 +437,12 @@ class _Builder:
         self.issues: list[Issue] = []
         #: Problems after which the document is still worth checking (see :class:`PartialDocument`).
         self.partial: list[Issue] = []
-        self.count = 0
+        self.count = 0  # nodes built so far, against MAX_NODES (an alias adds all the nodes it copies)
+        self.chars = 0  # characters of keys and scalars built so far, against MAX_CHARS (likewise)
         self.active: set[int] = set()  # ids of collection nodes being built: an alias to one is recursive
+        #: id of each scalar node holding ``${`` -> its interpolated text (``None`` after a reported problem),
+        #: so that its aliases reuse it.  The node tree outlives the builder, so the ids stay unique.
+        self.expanded: dict[int, str | None] = {}
 
     def mark(self, node: yaml.Node) -> Mark:
         return _yaml_mark(self.file, node.start_mark)
@@ -425,6 +453,14 @@ class _Builder:
     def abort(self, path: Path, message: str, node: yaml.Node) -> _Abort:
         return _Abort(_issue(path, message, self.mark(node)))
 
+    def too_much_text(self, path: Path, node: yaml.Node) -> _Abort:
+        """The refusal once :attr:`chars` passes :data:`MAX_CHARS` (the check is inline where text is
+        counted: it runs for every key and value)."""
+        message = (
+            f"document expands to more than {MAX_CHARS} characters of text (MAX_CHARS); check its aliases"
+        )
+        return self.abort(path, message, node)
+
     def build(self, node: yaml.Node, path: Path) -> object:
         self.count += 1
         if self.count > MAX_NODES:
@@ -432,9 +468,9 @@ class _Builder:
             raise self.abort(path, message, node)
         self.values[path] = node.start_mark
         tag = node.tag
-        if isinstance(node, yaml.ScalarNode):
+        if isinstance(node, _ScalarNode):
             return self.scalar(node, tag, path)
-        if isinstance(node, yaml.MappingNode):
+        if isinstance(node, _MappingNode):
             kind, expected = "mapping", _MAP
         else:
             kind, expected = "sequence", _SEQ
@@ -450,7 +486,7 @@ class _Builder:
             raise self.abort(path, message, node)
         self.active.add(ident)
         try:
-            if isinstance(node, yaml.MappingNode):
+            if isinstance(node, _MappingNode):
                 return self.mapping(node, path)
             return [self.build(item, (*path, index)) for index, item in enumerate(node.value)]
         finally:
@@ -464,14 +500,17 @@ class _Builder:
     def scalar(self, node: yaml.ScalarNode, tag: str, path: Path) -> object:
         text: str = node.value
         if "${" in text and tag != _STR:
-            text, problems = _interpolate(text)
-            if problems:
-                plain = not node.style and node.start_mark.line == node.end_mark.line
-                start = node.start_mark
-                for offset, message in problems:
-                    column = start.column + 1 + (offset if plain else 0)
-                    self.issues.append(_issue(path, message, Mark(self.file, start.line + 1, column)))
+            ident = id(node)
+            if ident in self.expanded:  # an alias of a node already interpolated
+                done = self.expanded[ident]
+            else:
+                done = self.expanded[ident] = self.interpolate(node, text, path)
+            if done is None:  # its problems are recorded, once however many aliases it has
                 return None
+            text = done
+        self.chars += len(text)
+        if self.chars > MAX_CHARS:
+            raise self.too_much_text(path, node)
         if tag == _PLAIN:
             try:
                 return _resolve_plain(text)
@@ -508,32 +547,47 @@ class _Builder:
         self.add(path, self.tag_message(tag, "scalar"), node)
         return None
 
+    def interpolate(self, node: yaml.ScalarNode, text: str, path: Path) -> str | None:
+        """``text`` interpolated, or ``None`` after recording its problems (located at the references)."""
+        value, problems = _interpolate(text)
+        if not problems:
+            return value
+        start, end = node.start_mark, node.end_mark
+        # A one-line plain scalar is its text verbatim and ends at ``end`` (its start mark is that of an
+        # anchor or tag before it): locate each reference.  Anything else is located at its start.
+        first = end.column - len(text) if not node.style and start.line == end.line else None
+        for offset, message in problems:
+            column = start.column + 1 if first is None else first + offset + 1
+            self.issues.append(_issue(path, message, Mark(self.file, start.line + 1, column)))
+        return None
+
     def mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, object]:
         result: dict[str, object] = {}
-        seen: dict[str, yaml.Mark] = {}
+        keys = self.keys
         for key_node, value_node in node.value:
             self.count += 1
             key = self.key(key_node, path)
             if key is None:
                 continue
-            first = seen.get(key)
             child = (*path, key)
-            if first is not None:
-                message = f"duplicate key {echo(key)} (first defined at line {first.line + 1})"
+            if key in result:  # a path is built once, so ``keys`` holds where the first one is
+                message = f"duplicate key {echo(key)} (first defined at line {keys[child].line + 1})"
                 self.partial.append(_issue(child, message, self.mark(key_node)))
                 continue
-            seen[key] = key_node.start_mark
-            self.keys[child] = key_node.start_mark
+            keys[child] = key_node.start_mark
             result[key] = self.build(value_node, child)
         return result
 
     def key(self, node: yaml.Node, path: Path) -> str | None:
         """The key's string, or ``None`` after recording why it is not acceptable."""
-        if not isinstance(node, yaml.ScalarNode):
-            kind = "mapping" if isinstance(node, yaml.MappingNode) else "sequence"
+        if not isinstance(node, _ScalarNode):
+            kind = "mapping" if isinstance(node, _MappingNode) else "sequence"
             self.add(path, f"a {kind} cannot be a mapping key; keys must be strings", node)
             return None
         text: str = node.value
+        self.chars += len(text)
+        if self.chars > MAX_CHARS:
+            raise self.too_much_text(path, node)
         tag = node.tag
         if tag in (_QUOTED, _STR):
             return text

@@ -7,7 +7,7 @@ import yaml
 from hyper_parallel.config import ConfigError, apply_overrides, dump_config, load_config
 from hyper_parallel.config.manager import load_config_text
 from hyper_parallel.config.yaml_dump import dump_yaml
-from hyper_parallel.config.yaml_load import expand_env, parse_yaml
+from hyper_parallel.config.yaml_load import MAX_CHARS, expand_env, parse_yaml
 
 LITERAL = "$${ writes a literal '${'"
 ONLY_ENV = "only ${env:NAME} and ${env:NAME,default} are read (from the environment)"
@@ -97,6 +97,21 @@ def test_anything_else_is_refused_where_it_is(text: str, location: str, message:
     assert got_message.startswith(message)
 
 
+@pytest.mark.parametrize(
+    ("text", "location"),
+    [
+        ("x: &a ${env:HP_UNSET}", "f.yaml:1:7"),
+        ("x: !!int ${env:HP_UNSET}", "f.yaml:1:10"),
+        ("x: &a !!str a\ny: &b !!int a${X}b # c", "f.yaml:2:14"),
+        ("x:\n- &a a${X}", "f.yaml:2:7"),
+    ],
+)
+def test_a_reference_after_an_anchor_or_tag_is_located_at_itself(text: str, location: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_yaml(text, "f.yaml")
+    assert [i.location for i in info.value.issues] == [location]
+
+
 def test_every_bad_reference_of_a_file_is_reported() -> None:
     with pytest.raises(ConfigError) as info:
         parse_yaml("a: ${A}\nb:\n  c: x${env:HP_UNSET}y ${B}\n", "f.yaml")
@@ -104,6 +119,58 @@ def test_every_bad_reference_of_a_file_is_reported() -> None:
         ("f.yaml:1:4", "a"),
         ("f.yaml:3:7", "b.c"),
         ("f.yaml:3:24", "b.c"),
+    ]
+
+
+# -- once per node: aliases reuse the interpolated value -----------------------------------------------------
+
+
+def test_aliases_of_an_interpolated_scalar_share_its_one_value() -> None:
+    value, smap = parse_yaml("a: &p ${env:HP_DATA}/train.jsonl\nb: *p\nc: [*p, *p]\n", "f.yaml")
+    assert value == {"a": "/data/train.jsonl", "b": "/data/train.jsonl", "c": ["/data/train.jsonl"] * 2}
+    assert value["b"] is value["a"]  # type: ignore[index]
+    assert all(v is value["a"] for v in value["c"])  # type: ignore[index]
+    assert str(smap.value(("c", 1))) == "f.yaml:1:4"  # the anchored node
+
+
+@pytest.mark.parametrize(
+    ("anchored", "expected"),
+    [
+        ("${env:HP_UNSET,/fallback}", "/fallback"),
+        ("${env:HP_STEPS,7}", 250),
+        ("'${env:HP_STEPS,7}'", "250"),
+        ("$${HP_DATA}", "${HP_DATA}"),
+        ("!!str ${env:HP_DATA}", "${env:HP_DATA}"),
+    ],
+)
+def test_an_anchored_reference_reads_the_same_through_every_alias(anchored: str, expected: object) -> None:
+    value, _ = parse_yaml(f"a: &x {anchored}\nb: [*x, *x]\nc: {{d: *x}}\n")
+    assert value == {"a": expected, "b": [expected, expected], "c": {"d": expected}}
+
+
+def test_a_bad_reference_in_an_anchored_scalar_is_reported_once_at_the_anchor() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_yaml("a: &x ${env:HP_UNSET}/a\nb: *x\nc: [*x, *x]\n", "f.yaml")
+    assert [(i.location, i.path, i.message) for i in info.value.issues] == [
+        (
+            "f.yaml:1:7",
+            "a",
+            "environment variable HP_UNSET is not set ('${env:HP_UNSET}'); "
+            "set it, or give a default: '${env:HP_UNSET,DEFAULT}'",
+        )
+    ]
+
+
+def test_interpolated_text_counts_against_the_text_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HP_BIG", "a" * 1_000_000)
+    with pytest.raises(ConfigError) as info:
+        parse_yaml("x:\n" + "- ${env:HP_BIG}\n" * 5, "f.yaml")
+    assert [(i.location, i.path, i.message) for i in info.value.issues] == [
+        (
+            "f.yaml:6:3",
+            "x[4]",
+            f"document expands to more than {MAX_CHARS} characters of text (MAX_CHARS); check its aliases",
+        )
     ]
 
 

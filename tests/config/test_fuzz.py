@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from hyper_parallel.config import ConfigError, apply_overrides, dump_config, load_config, resolve_root
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
+from hyper_parallel.config.yaml_load import MAX_CHARS, MAX_NODES, parse_yaml
 from hyper_parallel.launch import main
 from hyper_parallel.trainer.config import TrainerConfig
 
@@ -40,7 +41,7 @@ PER_INPUT = 2.0
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (ALLOWED_TARGETS_ENV, "RANK", "WORLD_SIZE"):
+    for name in (ALLOWED_TARGETS_ENV, "RANK", "WORLD_SIZE", UNSET):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -148,6 +149,70 @@ def test_random_yaml_text_loads_or_fails_cleanly(text: str | bytes) -> None:
     else:
         path.write_text(text, encoding="utf-8", errors="surrogatepass")
     outcome(load_config, path)
+
+
+# -- random alias bombs: refused exactly when what they expand to passes a budget ---------------------------
+
+#: Never set, so ``${env:UNSET,DEFAULT}`` reads its default.
+UNSET = "HP_TEST_FUZZ_UNSET"
+#: How a leaf of ``n`` characters is written, and how many characters it reads back as.
+LEAF_STYLES = {
+    "plain": (lambda n: "a" * n if n else "a", lambda n: max(n, 1)),
+    "quoted": (lambda n: '"' + "a" * n + '"', lambda n: n),
+    "!!str": (lambda n: "!!str " + "a" * n if n else '!!str ""', lambda n: n),
+    "env-default": (lambda n: f"${{env:{UNSET},{'a' * n}}}" if n else f"'${{env:{UNSET},}}'", lambda n: n),
+    "dollar-brace": (lambda n: "$${" + "a" * n, lambda n: n + 2),
+}
+
+
+@st.composite
+def alias_bombs(draw: st.DrawFn) -> tuple[str, int, int]:
+    """A document ``l0: &l0 LEAF``, ``lI: &lI [*l(I-1), ...]`` (or a mapping ``{kJ: *l(I-1)}``), with the
+    number of nodes and of characters it expands to."""
+    size = draw(st.sampled_from([0, 1, 50, 10_000, 300_000, 1_300_000]) | st.integers(0, 1_500_000))
+    write, read = LEAF_STYLES[draw(st.sampled_from(sorted(LEAF_STYLES)))]
+    levels, fan = draw(st.integers(1, 8)), draw(st.integers(1, 30))
+    mapping = draw(st.booleans())
+    lines = [f"l0: &l0 {write(size)}"]
+    nodes, chars = 1, read(size)  # of the level just written
+    total_nodes, total_chars = 1 + 1 + nodes, len("l0") + chars  # the root mapping, key l0 and its value
+    for level in range(1, levels + 1):
+        if mapping:
+            body = ", ".join(f"k{j}: *l{level - 1}" for j in range(fan))
+            lines.append(f"l{level}: &l{level} {{{body}}}")
+            nodes, chars = 1 + fan * (1 + nodes), fan * chars + sum(len(f"k{j}") for j in range(fan))
+        else:
+            lines.append(f"l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * fan) + "]")
+            nodes, chars = 1 + fan * nodes, fan * chars
+        total_nodes += 1 + nodes
+        total_chars += len(f"l{level}") + chars
+    return "\n".join(lines) + "\n", total_nodes, total_chars
+
+
+@settings(max_examples=max(1, settings().max_examples // 3))
+@given(alias_bombs())
+def test_random_alias_bombs_are_refused_exactly_when_they_pass_a_budget(bomb: tuple[str, int, int]) -> None:
+    import time
+
+    text, nodes, chars = bomb
+    start = time.process_time()
+    if nodes <= MAX_NODES and chars <= MAX_CHARS:
+        parse_yaml(text, "bomb.yaml")
+    else:
+        with pytest.raises(ConfigError) as info:
+            parse_yaml(text, "bomb.yaml")
+        (issue,) = info.value.issues
+        passed = {  # each refusal, and whether the document really passes that budget
+            f"document expands to more than {MAX_NODES} nodes (MAX_NODES); check its aliases": nodes
+            > MAX_NODES,
+            f"document expands to more than {MAX_CHARS} characters of text (MAX_CHARS); check its aliases": (
+                chars > MAX_CHARS
+            ),
+        }
+        assert passed.get(issue.message) is True, issue
+        assert issue.location is not None
+        assert issue.location.startswith("bomb.yaml:")
+    assert time.process_time() - start < PER_INPUT
 
 
 # -- random mutations of every shipped config --------------------------------------------------------------

@@ -7,6 +7,8 @@ and ``launch.main``.
 
 import io
 import os
+import resource
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -21,8 +23,9 @@ import tests.support.fake_targets as fake
 from hyper_parallel.config import ConfigError, apply_overrides, load_config, manager, resolve_root
 from hyper_parallel.config.errors import MAX_MESSAGE, MAX_PATH
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
-from hyper_parallel.config.yaml_load import MAX_BYTES, MAX_DEPTH, MAX_NODES
+from hyper_parallel.config.yaml_load import MAX_BYTES, MAX_CHARS, MAX_DEPTH, MAX_NODES
 from hyper_parallel.launch import main
+from tests.support.processes import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = ROOT / "configs" / "qwen3_5.yaml"
@@ -45,6 +48,8 @@ OPT_HEAD = (
 #: Bound for any single hostile document (the issue says "well under a second"), in CPU time so that a
 #: loaded CI machine does not fail it.
 FAST = 1.0
+#: Wall-clock bound for a whole launch (interpreter start included) on a hostile document.
+WALL = 5.0
 
 
 @pytest.fixture(autouse=True)
@@ -535,8 +540,91 @@ def test_hostile_documents_through_the_launch_script(
     assert err.endswith("nothing was started.\n")
 
 
-def test_billion_laughs_uses_bounded_memory(tmp_path: Path) -> None:
-    path = write(tmp_path, LAUGHS)
+# -- alias amplification: the budgets charge what a document expands to ------------------------------------
+
+#: Never set here, so ``${env:UNSET,DEFAULT}`` interpolates to its default.
+UNSET = "HP_TEST_BOMB_UNSET"
+CHARS = f"document expands to more than {MAX_CHARS} characters of text (MAX_CHARS); check its aliases"
+NODES = f"document expands to more than {MAX_NODES} nodes (MAX_NODES); check its aliases"
+MERGE = "merge keys ('<<') are YAML 1.1 and not supported; write the keys out or alias the whole mapping"
+BIG = "a" * 1_000_000
+#: The leaf of the classic bomb: the file is 1.3 MB and would expand to 1.3e14 characters.
+LEAF = "a" * 1_300_000
+#: The address space a launch may use on the hostile documents (the unfixed loader asked for ~100 GB).
+ADDRESS_SPACE = 3 * 1024**3
+
+
+def fan_out(anchored: str, count: int = 75_000) -> str:
+    """``s`` anchored to ``anchored`` and a list of ``count`` aliases of it: 1.3 MB for a 1 MB string."""
+    return f"s: &s {anchored}\nl: [" + ", ".join(["*s"] * count) + "]\n"
+
+
+def laughs(leaf: str, levels: int = 8) -> str:
+    """The classic bomb: ``l0`` is ``leaf`` and every next level a list of ten aliases of the one before."""
+    lines = [f"l0: &l0 {leaf}"]
+    lines += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def mapping_fan_out(keys: int = 100, size: int = 10_000, count: int = 1000) -> str:
+    """A 1 MB mapping anchored as ``m`` and a list of ``count`` aliases of it."""
+    body = ", ".join(f"k{i}: {'a' * size}" for i in range(keys))
+    return f"m: &m {{{body}}}\nl: [" + ", ".join(["*m"] * count) + "]\n"
+
+
+#: (document, location of the refusal after ``FILE:``, path, message).  The location is the anchored node
+#: whose copy passes the budget (an alias has no node of its own), the path that of the copy.  Before
+#: interpolation ran once per node and MAX_CHARS existed, the interpolated and ``$${`` ones ended in a
+#: MemoryError traceback (or the OOM killer) and the others were refused later or not at all.
+ALIAS_BOMBS = [
+    pytest.param(fan_out(BIG), "1:4", "l[3]", CHARS, id="alias-of-a-long-plain-string"),
+    pytest.param(
+        fan_out(f'"${{env:{UNSET},{BIG}}}"'), "1:4", "l[3]", CHARS, id="alias-of-an-interpolated-string"
+    ),
+    pytest.param(fan_out(f'"$${{{BIG}"'), "1:4", "l[3]", CHARS, id="alias-of-a-literal-dollar-brace"),
+    pytest.param(
+        laughs(f'"${{env:{UNSET},{LEAF}}}"'),
+        "1:5",
+        "l1[2]",
+        CHARS,
+        id="nested-lists-of-interpolated-aliases",
+    ),
+    pytest.param(laughs(f"$${{{LEAF}"), "1:5", "l1[2]", CHARS, id="nested-lists-of-dollar-brace-aliases"),
+    pytest.param(
+        laughs(f'"${{env:{UNSET},lol}}"', levels=9),
+        "1:5",
+        "l5[7][8][8][8][2]",
+        NODES,
+        id="billion-laughs-interpolated",
+    ),
+    # located at the value of k19 in the anchored mapping
+    pytest.param(mapping_fan_out(), "1:190136", "l[3].k19", CHARS, id="aliases-of-a-big-mapping"),
+]
+
+
+@pytest.mark.parametrize(("text", "where", "path", "message"), ALIAS_BOMBS)
+def test_alias_bombs_are_refused_naming_the_budget(
+    text: str, where: str, path: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(UNSET, raising=False)
+    file = write(tmp_path, text)
+    start = time.process_time()
+    with pytest.raises(ConfigError) as info:
+        load_config(file)
+    assert time.process_time() - start < FAST
+    assert [(i.location, i.path, i.message) for i in info.value.issues] == [
+        (f"{file}:{where}", path, message)
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [LAUGHS, *(p.values[0] for p in ALIAS_BOMBS)],
+    ids=["billion-laughs", *(p.id for p in ALIAS_BOMBS)],
+)
+def test_alias_bombs_use_bounded_memory(text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(UNSET, raising=False)
+    path = write(tmp_path, text)
     tracemalloc.start()
     try:
         with pytest.raises(ConfigError):
@@ -545,6 +633,58 @@ def test_billion_laughs_uses_bounded_memory(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     assert peak < 64 * 1024 * 1024
+
+
+def _capped() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("text", "where", "path", "message"), ALIAS_BOMBS)
+def test_alias_bombs_exit_2_fast_under_a_3_gib_address_space(
+    text: str, where: str, path: str, message: str, tmp_path: Path
+) -> None:
+    file = write(tmp_path, text, "bomb.yaml")
+    env = clean_env(PYTHONPATH=str(ROOT))
+    for name in (UNSET, ALLOWED_TARGETS_ENV):
+        env.pop(name, None)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "hyper_parallel.train_lm", "--config-file", str(file), "--dry-run"],
+        cwd=ROOT,
+        env=env,
+        preexec_fn=_capped,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"{file}:{where}: {path}: {message}\n1 problem found; nothing was started.\n"
+    # Interpreter start and imports included (~0.25 s on an idle machine); the unfixed loader took 7.5 s to
+    # end in a MemoryError under this cap.  The wall-time bound allows for a loaded 2-core machine.
+    assert cpu < FAST
+    assert wall < WALL
+
+
+def test_a_mapping_merged_many_times_is_refused_without_being_expanded(tmp_path: Path) -> None:
+    body = ", ".join(f"k{i}: {'a' * 1000}" for i in range(100))
+    text = f"x:\n  b: &b {{{body}}}\n  m: [" + ", ".join(["{<<: *b}"] * 10_000) + "]\n"
+    path = write(tmp_path, text)
+    start = time.process_time()
+    code, out, err = run("--config-file", str(path), "--dry-run")
+    assert time.process_time() - start < FAST
+    assert (code, out) == (2, "")
+    lines = err.splitlines()
+    merges = [line for line in lines if line.endswith(MERGE)]
+    assert len(merges) == 10_000
+    assert merges[0] == f"{path}:3:{len('  m: [{') + 1}: x.m[0]: {MERGE}"  # at the first '<<'
+    assert lines[-1] == f"{len(lines) - 1} problems found; nothing was started."
 
 
 @pytest.mark.parametrize("extra", [1, 1024 * 1024])

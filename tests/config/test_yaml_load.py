@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hyper_parallel.config.errors import ConfigError, Issue
 from hyper_parallel.config.yaml_load import (
     MAX_BYTES,
+    MAX_CHARS,
     MAX_DEPTH,
     MAX_NODES,
     Mark,
@@ -334,6 +335,51 @@ def test_too_many_literal_nodes_refused_while_composing() -> None:
     assert time.process_time() - start < (2.0 if yaml.__with_libyaml__ else 10.0)
     assert issue.location == "f.yaml:1:1"
     assert f"more than {MAX_NODES} nodes" in issue.message
+
+
+CHARS = f"document expands to more than {MAX_CHARS} characters of text (MAX_CHARS); check its aliases"
+
+
+def test_text_budget_equals_the_size_limit() -> None:
+    # A file without aliases holds no more text than its size: only expansion can spend MAX_CHARS.
+    assert MAX_CHARS == MAX_BYTES == 4 * 1024 * 1024
+
+
+def test_a_file_at_the_size_limit_without_aliases_is_within_the_text_budget() -> None:
+    text = "a: " + "x" * (MAX_BYTES - 4) + "\n"
+    value, _ = parse_yaml(text)
+    assert len(value["a"]) == MAX_BYTES - 4  # type: ignore[index]
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_an_alias_costs_the_text_it_expands_to(extra: int) -> None:
+    # Keys 'a' and 'b' (2 characters) and the string twice: exactly MAX_CHARS, then one more.
+    size = (MAX_CHARS - 2) // 2
+    text = f"a: &x {'x' * size}\nb: *x{' ' * extra}\n"
+    if extra == 0:
+        value, smap = parse_yaml(text)
+        assert value["b"] is value["a"]  # type: ignore[index]
+        assert smap.value(("b",)) == Mark("<string>", 1, 4)
+        return
+    issue = one_issue(f"a: &x {'x' * (size + 1)}\nb: *x\n")
+    assert (issue.location, issue.path, issue.message) == ("f.yaml:1:4", "b", CHARS)
+
+
+def test_aliases_of_a_mapping_cost_its_keys_and_values_each_time() -> None:
+    value = "v" * 100_000
+    body = ", ".join(f"k{i}: {value}" for i in range(10))  # 1,000,020 characters per copy
+    issue = one_issue(f"m: &m {{{body}}}\nl: [*m, *m, *m, *m]\n")
+    # m, then three copies: 4,000,082 characters; the fourth copy's k1 passes the budget.
+    assert (issue.path, issue.message) == ("l[3].k1", CHARS)
+    assert issue.location == f"f.yaml:1:{len('m: &m {k0: ') + len(value) + len(', k1: ') + 1}"
+
+
+def test_an_alias_bomb_of_long_strings_is_refused_before_it_is_built() -> None:
+    text = f"s: &s {'a' * 1_000_000}\nl: [" + ", ".join(["*s"] * 75_000) + "]\n"
+    start = time.process_time()
+    issue = one_issue(text)
+    assert time.process_time() - start < 1.0
+    assert (issue.location, issue.path, issue.message) == ("f.yaml:1:4", "l[3]", CHARS)
 
 
 @pytest.mark.parametrize(
