@@ -10,7 +10,9 @@ checkpoint before ``N`` is resumed (a warning says so), and with none left (or `
 export) ``CheckpointNotResumableError`` says what to change.
 
 Process groups: with torch.distributed initialised the manager creates one gloo group of all ranks and
-runs every DCP collective and barrier on it, never on the default group. An ``async`` save stages the state
+runs every DCP collective and barrier on it, never on the default group. The group is bounded like every
+other (``comm.init_timeout_seconds``, then ``comm.train_timeout_seconds`` from the first step: see
+``parallel.process_group``), and ``close(abandon=True)``, the error path, runs no collective at all. An ``async`` save stages the state
 in host memory (training goes on at once) and writes it from a background thread whose collectives stay on
 that group, so they cannot interleave with FSDP's collectives on the default group. Its completion on rank
 0 means every rank has written and ``.metadata`` exists, so rank 0 publishes it (rename and prune, file
@@ -45,6 +47,7 @@ from hyper_parallel.components.checkpoint._layout import (
     step_folder,
 )
 from hyper_parallel.components.checkpoint._state import Stateful, TrainingState, is_full, saved_keys
+from hyper_parallel.parallel.process_group import new_group
 
 if TYPE_CHECKING:
     from hyper_parallel.components.checkpoint import DCPCheckpoint
@@ -126,7 +129,7 @@ class CheckpointManager:
         # Every rank builds the manager with the same config, so every rank creates the group (a
         # collective) or none does.
         uses_files = cfg.enable or cfg.initial_load_path is not None
-        self._group: Any = dist.new_group(backend="gloo") if uses_files and _distributed() else None
+        self._group: Any = new_group(backend="gloo") if uses_files and _distributed() else None
         if cfg.enable:
             if _rank() == 0:
                 remove_incomplete(self.folder)
@@ -234,8 +237,17 @@ class CheckpointManager:
         if _rank() == 0:
             publish(partial, final, keep_latest_k=self.cfg.keep_latest_k, config_yaml=self.run_config_yaml)
 
-    def close(self) -> None:
-        """Finish and publish any save in flight (on every rank when this returns); free the stager."""
+    def close(self, *, abandon: bool = False) -> None:
+        """Finish and publish any save in flight (on every rank when this returns); free the stager.
+
+        ``abandon`` is the error path (another rank may have stopped): no barrier and no wait for a save
+        in flight, which is never published (its partial folder is removed at the next start, the newest
+        published checkpoint stays the one to resume). Its background write ends within the group's
+        timeout at the latest.
+        """
+        if abandon:
+            self._in_flight = None
+            return
         self.wait()
         self._barrier()
         if self._stager is not None:
