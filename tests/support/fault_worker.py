@@ -32,13 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 _WATCHER = """
 import os, signal, sys, time
 stopped, watched = int(sys.argv[1]), int(sys.argv[2])
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun's SIGTERM to the stopped rank reaches it too
 def alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rpartition(")")[2].split()[0] != "Z"
     except OSError:
         return False
-deadline = time.monotonic() + 300
+deadline = time.monotonic() + 150
 while alive(watched) and time.monotonic() < deadline:
     time.sleep(0.1)
 os.kill(stopped, signal.SIGKILL)

@@ -54,6 +54,7 @@ def _run_stopped(tmp_path: Path, stop_at: str, **extra: str) -> None:
     done = torchrun(2, *command, timeout=120)
     ended = time.time()
     stopped = float(Path(f"{report}.stopped").read_text())
+    print(f"{stop_at}: the job ended {ended - stopped:.1f} s after the stop")
     assert done.returncode != 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert f"Timed out waiting {TRAIN_TIMEOUT * 1000}ms" in done.stderr
     assert ended - stopped < TRAIN_TIMEOUT + MARGIN, (ended - stopped, done.stderr[-4000:])
@@ -92,7 +93,7 @@ def _shortened_timeouts(rank: int) -> None:
     set_collective_timeout(2)
     dist.barrier()
     if rank == 1:
-        time.sleep(7)  # rank 0 meanwhile waits 2 s in each collective, then gives up
+        time.sleep(5)  # rank 0 meanwhile waits 2 s in each collective, then gives up
     else:
         for collective in (
             lambda: dist.barrier(group=group),
