@@ -147,8 +147,7 @@ def new_group(*, backend: str | None = None, ranks: list[int] | None = None) -> 
     Torch gives a new group its backend's default (30 minutes for gloo), not the default group's timeout;
     every group made here follows ``comm`` instead, and ``set_collective_timeout`` shortens it later.
     """
-    group = dist.new_group(ranks=ranks, timeout=_timeout, backend=backend)
-    assert group is not None
+    group: dist.ProcessGroup = dist.new_group(ranks=ranks, timeout=_timeout, backend=backend)
     return group
 
 

@@ -1,7 +1,7 @@
 """Ranks agree or stop: the resolved config and the checkpoint step each rank sees, compared at start-up.
 
-Every rank resolves its own config (``${env:RANK}`` in a file, per-node environments) and reads its own view of
-the checkpoint folder (node-local disks), so nothing guarantees they match; ranks that differ would wait on
+Every rank resolves its own config (``${env:RANK}`` in a file, per-node environments) and reads its own view
+of the checkpoint folder (node-local disks), so nothing guarantees they match; ranks that differ would wait on
 each other's collectives until a timeout, or diverge silently (another seed). Right after the process group
 starts, the ranks gather a SHA-256 of their dumped config (a fixed 32-byte tensor); only when the digests
 differ do they gather the YAML itself (length-prefixed bytes, read back with ``yaml.safe_load``: nothing is
@@ -53,7 +53,8 @@ def step_disagreement(latest_step: int | None, folder: str) -> str | None:
     if len(set(seen)) == 1:
         return None
     views = ", ".join(
-        f"rank {rank}: {'no checkpoint' if step is None else f'step {step}'}" for rank, step in enumerate(seen)
+        f"rank {rank}: {'no checkpoint' if step is None else f'step {step}'}"
+        for rank, step in enumerate(seen)
     )
     return (
         f"checkpoint.folder {folder!r}: the ranks see different newest checkpoints ({views}); every rank "

@@ -10,9 +10,7 @@ checkpoint before ``N`` is resumed (a warning says so), and with none left (or `
 export) ``CheckpointNotResumableError`` says what to change.
 
 Process groups: with torch.distributed initialised the manager creates one gloo group of all ranks and
-runs every DCP collective and barrier on it, never on the default group. The group is bounded like every
-other (``comm.init_timeout_seconds``, then ``comm.train_timeout_seconds`` from the first step: see
-``parallel.process_group``), and ``close(abandon=True)``, the error path, runs no collective at all. An ``async`` save stages the state
+runs every DCP collective and barrier on it, never on the default group. An ``async`` save stages the state
 in host memory (training goes on at once) and writes it from a background thread whose collectives stay on
 that group, so they cannot interleave with FSDP's collectives on the default group. Its completion on rank
 0 means every rank has written and ``.metadata`` exists, so rank 0 publishes it (rename and prune, file
@@ -20,6 +18,10 @@ operations only) as soon as it sees it done: polled after each step by ``maybe_s
 the next save, ``load``, ``wait`` and ``close``; no collective runs from the training thread while a save
 is in flight. ``async_with_pinned_mem`` stages through pinned host memory on CUDA and is plain ``async`` on
 a CPU-only machine (there is no device-to-host copy to speed up).
+
+The group is bounded like every other (``comm.init_timeout_seconds``, then ``comm.train_timeout_seconds``
+from the first step: see ``parallel.process_group``), and ``close(abandon=True)``, the error path, runs no
+collective and waits for no save.
 """
 
 from __future__ import annotations
