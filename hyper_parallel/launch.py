@@ -284,6 +284,8 @@ def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:
     global _ran_process_group
     trainer_class = VLTrainer if _TRAINERS.get(prog) == "vl" else LLMTrainer
     trainer = None
+    # torchrun's ranks start a process group in the trainer; one failing to build still leaves by os._exit
+    _ran_process_group = (_world_size(_Args(), []) or 1) > 1
     try:
         trainer = trainer_class(cfg, stream=out)
         _ran_process_group = trainer.env.world_size > 1
@@ -295,7 +297,8 @@ def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:
     except TrainingError as exc:
         if _is_rank0():
             err.write(f"training stopped: {exc}\n")
-        return EXIT_TRAINING_ERROR
+        # ranks that disagree (RanksDisagreeError) are an input error: exit 2
+        return int(getattr(exc, "exit_status", EXIT_TRAINING_ERROR))
     finally:
         if trainer is not None:
             trainer.close()

@@ -3,10 +3,17 @@
 torchrun (``--nproc-per-node``, ``--nnodes``, rendezvous) is the launcher; this module only reads what it
 exports (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``) and starts the default
 process group. A plain ``python -m hyper_parallel.train_lm`` is one rank and starts no process group.
+
+Nothing waits forever: every group the project creates (the default one, the mesh's, the checkpoint
+manager's, any other made through ``new_group`` here) is bounded by ``comm.init_timeout_seconds`` until
+the first step and by ``comm.train_timeout_seconds`` after it (``set_collective_timeout``); torch's own
+default for a new group (30 minutes) never applies. ``shutdown(wait=False)`` is the error path: no
+barrier, no collective, so a rank that failed never waits for one that stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -22,15 +29,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DistributedEnv",
+    "all_gather_bytes",
+    "collective_timeout",
     "default_backend",
     "flight_recorder_env",
     "init_distributed",
+    "new_group",
     "set_collective_timeout",
     "shutdown",
 ]
 
 #: Backend picked for each device type when ``comm.backend`` is null.
 _DEFAULT_BACKEND = {"cuda": "nccl", "npu": "hccl", "cpu": "gloo"}
+
+#: The bound of every collective now (``init_distributed``, then ``set_collective_timeout``); None: no group.
+_timeout: timedelta | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -89,12 +102,16 @@ def init_distributed(comm: CommConfig) -> DistributedEnv:
         os.environ.setdefault(name, value)  # a value the user exported wins
     if backend == "nccl" and comm.trace_buf_size:
         os.makedirs(comm.save_traces_folder, exist_ok=True)
+    global _timeout
+    _timeout = timedelta(seconds=comm.init_timeout_seconds)
     if not dist.is_initialized():
         dist.init_process_group(
             backend=backend,
-            timeout=timedelta(seconds=comm.init_timeout_seconds),
+            timeout=_timeout,
             device_id=device if device_type != "cpu" else None,
         )
+    else:  # started by the caller (a test, a notebook): bound it the same way
+        set_collective_timeout(comm.init_timeout_seconds)
     return DistributedEnv(
         rank=dist.get_rank(),
         local_rank=local_rank,
@@ -119,25 +136,97 @@ def flight_recorder_env(comm: CommConfig, backend: str) -> dict[str, str]:
     return env
 
 
-def set_collective_timeout(seconds: int, mesh: DeviceMesh | None = None) -> None:
-    """Bound later collectives of the default group and of ``mesh``'s groups by ``seconds``.
+def collective_timeout() -> timedelta | None:
+    """The bound of a collective started now (None before ``init_distributed`` started a group)."""
+    return _timeout
 
-    No-op without a process group. PyTorch has no public setter; TorchTitan uses this same hook to
-    shorten the timeouts once start-up is over.
+
+def new_group(*, backend: str | None = None, ranks: list[int] | None = None) -> dist.ProcessGroup:
+    """``torch.distributed.new_group`` bounded by the current ``collective_timeout`` (a collective itself).
+
+    Torch gives a new group its backend's default (30 minutes for gloo), not the default group's timeout;
+    every group made here follows ``comm`` instead, and ``set_collective_timeout`` shortens it later.
+    """
+    group: dist.ProcessGroup = dist.new_group(ranks=ranks, timeout=_timeout, backend=backend)
+    return group
+
+
+def set_collective_timeout(seconds: int, mesh: DeviceMesh | None = None) -> None:
+    """Bound later collectives of every process group of this process (and later groups) by ``seconds``.
+
+    That covers the default group, ``mesh``'s groups and every other group made since start-up (the
+    checkpoint manager's). No-op without a process group. PyTorch has no public setter; TorchTitan uses
+    this same hook to shorten the timeouts once start-up is over. ``mesh`` is accepted for its groups'
+    sake; they are among every group already.
     """
     if not dist.is_initialized():
         return
-    from torch.distributed.distributed_c10d import _set_pg_timeout
+    from torch.distributed.distributed_c10d import _set_pg_timeout, _world
 
-    timeout = timedelta(seconds=seconds)
-    _set_pg_timeout(timeout, None)
+    global _timeout
+    _timeout = timedelta(seconds=seconds)
+    groups = list(_world.pg_map)
     if mesh is not None:
-        for name in mesh.mesh_dim_names or ():
-            _set_pg_timeout(timeout, mesh.get_group(name))
+        groups += [mesh.get_group(name) for name in mesh.mesh_dim_names or ()]
+    seen: set[int] = set()
+    for group in groups:
+        if id(group) in seen or dist.get_rank(group) < 0:  # not a member: nothing of it runs here
+            continue
+        seen.add(id(group))
+        _set_pg_timeout(_timeout, group)
 
 
-def shutdown() -> None:
-    """Destroy the default process group, waiting for every rank (clean exit, no aborted gloo threads)."""
-    if dist.is_initialized():
+def all_gather_bytes(data: bytes, group: dist.ProcessGroup | None = None) -> list[bytes]:
+    """Every rank's ``data``, in rank order: the lengths, then the padded bytes, as ``uint8`` tensors.
+
+    Nothing is unpickled (``all_gather_object`` would unpickle what any rank sends). Without a process
+    group it is ``[data]``. Two collectives on ``group`` (the default group when None), on the CPU for
+    gloo and on the current device otherwise.
+    """
+    if not dist.is_initialized():
+        return [data]
+    device = _collective_device(group)
+    world = dist.get_world_size(group)
+    length = torch.tensor([len(data)], dtype=torch.int64, device=device)
+    lengths = [torch.zeros_like(length) for _ in range(world)]
+    dist.all_gather(lengths, length, group=group)
+    sizes = [int(n.item()) for n in lengths]
+    padded = torch.zeros(max(sizes), dtype=torch.uint8, device=device)
+    if data:
+        padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
+    gathered = [torch.zeros_like(padded) for _ in range(world)]
+    dist.all_gather(gathered, padded, group=group)
+    return [bytes(t[:n].cpu().numpy().tobytes()) for t, n in zip(gathered, sizes, strict=True)]
+
+
+def _collective_device(group: dist.ProcessGroup | None) -> torch.device:
+    backend = dist.get_backend(group)
+    if backend == "gloo":
+        return torch.device("cpu")
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    npu = getattr(torch, "npu", None)
+    return torch.device("npu", npu.current_device()) if npu is not None else torch.device("cpu")
+
+
+def shutdown(*, wait: bool = True) -> None:
+    """Destroy the default process group and every other group.
+
+    ``wait`` (a clean exit) first meets every rank in a barrier, so no rank tears gloo down while another
+    still talks to it. ``wait=False`` (the error path) runs no collective: NCCL groups are aborted (their
+    pending work is dropped), others destroyed at once; a failure to do so is ignored, the process is
+    exiting anyway.
+    """
+    if not dist.is_initialized():
+        return
+    if wait:
         dist.barrier()
         dist.destroy_process_group()
+        return
+    with contextlib.suppress(Exception):
+        if dist.get_backend() == "nccl":
+            from torch.distributed.distributed_c10d import _abort_process_group
+
+            _abort_process_group()
+        else:
+            dist.destroy_process_group()

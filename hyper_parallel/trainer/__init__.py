@@ -22,12 +22,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from hyper_parallel.parallel.parallel_dims import ParallelDims
     from hyper_parallel.trainer._llm import LLMTrainer
-    from hyper_parallel.trainer._trainer import NonFiniteError, StepResult, Trainer, TrainingError
+    from hyper_parallel.trainer._trainer import (
+        NonFiniteError,
+        RanksDisagreeError,
+        StepResult,
+        Trainer,
+        TrainingError,
+    )
     from hyper_parallel.trainer._vl import VLTrainer
 
 __all__ = [
     "LLMTrainer",
     "NonFiniteError",
+    "RanksDisagreeError",
     "ParallelDims",
     "StepResult",
     "Trainer",
@@ -42,6 +49,7 @@ _HOMES = {
     "StepResult": f"{__name__}._trainer",
     "TrainingError": f"{__name__}._trainer",
     "NonFiniteError": f"{__name__}._trainer",
+    "RanksDisagreeError": f"{__name__}._trainer",
     "ParallelDims": "hyper_parallel.parallel.parallel_dims",  # where a rank sits; kept here for old imports
 }
 

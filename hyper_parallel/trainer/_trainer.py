@@ -52,13 +52,14 @@ from hyper_parallel.parallel.process_group import (
     shutdown,
 )
 from hyper_parallel.trainer import rules
+from hyper_parallel.trainer._agreement import config_disagreement, step_disagreement
 from hyper_parallel.trainer.config import TrainerConfig
 
 if TYPE_CHECKING:
     from hyper_parallel.parallel.pipeline import Pipeline
     from hyper_parallel.trainer.config import ParallelismConfig
 
-__all__ = ["NonFiniteError", "StepResult", "Trainer", "TrainingError"]
+__all__ = ["NonFiniteError", "RanksDisagreeError", "StepResult", "Trainer", "TrainingError"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -76,6 +77,15 @@ class NonFiniteError(TrainingError):
             "training.max_grad_norm, or set debug.detect_anomaly to find the operation"
         )
         self.step, self.what, self.value = step, what, value
+
+
+class RanksDisagreeError(TrainingError):
+    """The ranks resolved different configs or see different checkpoints; every rank raises it at once.
+
+    An input error (the files or environment differ between ranks): the command line exits 2.
+    """
+
+    exit_status: ClassVar[int] = 2
 
 
 class StepResult:
@@ -129,8 +139,11 @@ class Trainer:
         training, debug = config.training, config.debug
         self.seed = debug.seed if debug.seed is not None else training.seed
 
-        # 1. processes, device, determinism
+        # 1. processes (which must agree on the config), device, determinism
         self.env: DistributedEnv = init_distributed(config.comm)
+        self._failed = False  # train() raised: close() then waits on no collective
+        self.config_yaml = dump_config(config)
+        _refuse_disagreement(config_disagreement(self.config_yaml))
         self.dims = ParallelDims.from_config(config.parallelism, self.env.world_size)
         if self.dims.world_size != self.env.world_size:
             raise TrainingError(
@@ -146,6 +159,7 @@ class Trainer:
 
         # 2. mesh and this rank's data-parallel coordinates
         self.mesh = self.dims.build_mesh(self.device.type)
+        set_collective_timeout(config.comm.init_timeout_seconds, self.mesh)  # its groups too, until step 1
         self.dp_group = self.dims.dp_group(self.mesh)
         self.dp_rank = self.dims.dp_rank(self.env.rank)
         self.accumulation_steps = training.gradient_accumulation_steps(self.dims.dp_size)
@@ -189,7 +203,6 @@ class Trainer:
         self.dataloader = config.dataloader.build(self.data_request)
 
         # 6. checkpoint and resume (every checkpoint holds the run's config, for export)
-        self.config_yaml = dump_config(config)
         self.train_state = _TrainState()
         self.checkpointer = config.checkpoint.build(
             self.model,
@@ -200,6 +213,10 @@ class Trainer:
             max_steps=training.max_steps,
             run_config_yaml=self.config_yaml,
         )
+        if config.checkpoint.enable:  # every rank must resume the same step (a shared folder)
+            latest = getattr(self.checkpointer, "latest_step", None)
+            if latest is not None:
+                _refuse_disagreement(step_disagreement(latest(), str(config.checkpoint.folder)))
         try:
             self.step = int(self.checkpointer.load())
         except CheckpointNotResumableError as exc:
@@ -472,6 +489,9 @@ class Trainer:
                         break
                     self.checkpointer.maybe_save(self.step, last_step=self.step == max_steps)
             self.checkpointer.close()
+        except BaseException:
+            self._failed = True
+            raise
         finally:
             self._restore_signal_handlers(previous)
             if gc_freq is not None:
@@ -485,11 +505,19 @@ class Trainer:
         return None if self._stop_signal is None else signal.Signals(self._stop_signal).name
 
     def close(self, *, destroy_process_group: bool = True) -> None:
-        """Finish checkpoint writes, close metric files and (by default) the process group."""
-        self.checkpointer.close()
+        """Finish checkpoint writes, close metric files and (by default) the process group.
+
+        After ``train()`` raised, another rank may have stopped, so nothing here waits on a collective: a
+        save in flight is abandoned (never published) and the group is destroyed without a barrier.
+        """
+        failed = self._failed
+        if failed:
+            self.checkpointer.close(abandon=True)
+        else:
+            self.checkpointer.close()
         self.metrics.close()
         if destroy_process_group:
-            shutdown()
+            shutdown(wait=not failed)
 
     # -- signals ---------------------------------------------------------------------------------------
     def _install_signal_handlers(self) -> dict[int, Any]:
@@ -555,6 +583,11 @@ class Trainer:
             self._print(f"nothing to train: already at step {self.step} of {self.config.training.max_steps}")
             return
         self._print(f"done: step {self.step}, final loss {results[-1].loss:.4f}")
+
+
+def _refuse_disagreement(message: str | None) -> None:
+    if message is not None:
+        raise RanksDisagreeError(message)
 
 
 def _refuse(issues: Iterator[tuple[str, str]]) -> None:

@@ -28,6 +28,10 @@ operations only) as soon as it sees it done: polled after each step by ``maybe_s
 the next save, ``load``, ``wait`` and ``close``; no collective runs from the training thread while a save
 is in flight. ``async_with_pinned_mem`` stages through pinned host memory on CUDA and is plain ``async`` on
 a CPU-only machine (there is no device-to-host copy to speed up).
+
+The group is bounded like every other (``comm.init_timeout_seconds``, then ``comm.train_timeout_seconds``
+from the first step: see ``parallel.process_group``), and ``close(abandon=True)``, the error path, runs no
+collective and waits for no save.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ from hyper_parallel.components.checkpoint._safe_read import (
     inspect,
 )
 from hyper_parallel.components.checkpoint._state import Stateful, TrainingState, is_full
+from hyper_parallel.parallel.process_group import new_group
 
 if TYPE_CHECKING:
     from hyper_parallel.components.checkpoint import DCPCheckpoint
@@ -151,7 +156,7 @@ class CheckpointManager:
         # Every rank builds the manager with the same config, so every rank creates the group (a
         # collective) or none does.
         uses_files = cfg.enable or cfg.initial_load_path is not None
-        self._group: Any = dist.new_group(backend="gloo") if uses_files and _distributed() else None
+        self._group: Any = new_group(backend="gloo") if uses_files and _distributed() else None
         self._lock: FolderLock | None = None
         if cfg.enable:
             self._on_rank0(self._start)
@@ -279,14 +284,23 @@ class CheckpointManager:
         if _rank() == 0:
             publish(partial, final, keep_latest_k=self.cfg.keep_latest_k, config_yaml=self.run_config_yaml)
 
-    def close(self) -> None:
-        """Finish and publish any save in flight (on every rank when this returns); free the stager."""
-        self.wait()
-        self._barrier()
-        if self._stager is not None:
-            self._stager.close()
-            self._stager = None
-        if self._lock is not None:  # the folder is free for the next run
+    def close(self, *, abandon: bool = False) -> None:
+        """Finish and publish any save in flight (on every rank when this returns); free the stager.
+
+        ``abandon`` is the error path (another rank may have stopped): no barrier and no wait for a save
+        in flight, which is never published (its partial folder is removed at the next start, the newest
+        published checkpoint stays the one to resume). Its background write ends within the group's
+        timeout at the latest.
+        """
+        if abandon:
+            self._in_flight = None
+        else:
+            self.wait()
+            self._barrier()
+            if self._stager is not None:
+                self._stager.close()
+                self._stager = None
+        if self._lock is not None:  # the folder is free for the next run, on the error path too
             self._lock.release()
             self._lock = None
 
