@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 __all__ = [
     "LLMTrainer",
     "NonFiniteError",
-    "RanksDisagreeError",
     "ParallelDims",
+    "RanksDisagreeError",
     "StepResult",
     "Trainer",
     "TrainingError",
