@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import os
 import random
 import signal
 import sys
@@ -444,8 +445,9 @@ class Trainer:
     def train(self) -> list[StepResult]:
         """Train from the current step to ``training.max_steps``; returns this run's step results.
 
-        SIGTERM or SIGINT finishes the current step, saves a checkpoint (when enabled) and returns early;
-        ``stopped_by_signal`` then names the signal. A run whose checkpoint is already at ``max_steps``
+        SIGTERM or SIGINT finishes the current step, saves a checkpoint (when enabled, before any validation
+        due at that step) and returns early; ``stopped_by_signal`` then names the signal. A second SIGINT
+        exits the process at once with status 130. A run whose checkpoint is already at ``max_steps``
         trains nothing. With ``debug.check_nan_inf``, a non-finite loss or gradient norm raises
         :class:`NonFiniteError` (naming its first step) on the next logged step (``metrics.log_freq``), the
         last step or before the next save, whichever comes first: nothing after it is saved.
@@ -480,13 +482,15 @@ class Trainer:
                     profiler.step()
                     if self._must_check_finite(self.step == max_steps):
                         self._check_finite()  # never validate, save or prune after a non-finite step
+                    # Before validation: a stop signal saves within one step plus the save, never after a
+                    # whole validation pass (a scheduler's grace period is often 30 s).
+                    if self._should_stop():
+                        self._save_on_signal()
+                        break
                     if self.validator is not None and self.validator.should_validate(self.step):
                         self.metrics.log_validation(self.step, self.validator.validate(self.model, self.step))
                     if gc_freq is not None and self.step % gc_freq == 0:
                         gc.collect(1)
-                    if self._should_stop():
-                        self._save_on_signal()
-                        break
                     self.checkpointer.maybe_save(self.step, last_step=self.step == max_steps)
             self.checkpointer.close()
         except BaseException:
@@ -522,6 +526,15 @@ class Trainer:
     # -- signals ---------------------------------------------------------------------------------------
     def _install_signal_handlers(self) -> dict[int, Any]:
         def handler(signum: int, frame: FrameType | None) -> None:
+            if signum == signal.SIGINT and self._stop_signal is not None:
+                # A second Ctrl-C: the person wants out now, even mid-save. A save cut short is never
+                # published (its partial folder is removed at the next start), so resuming stays safe.
+                sys.stderr.write(
+                    "SIGINT again: exiting now; a checkpoint being saved is incomplete and the next start "
+                    "ignores it\n"
+                )
+                sys.stderr.flush()
+                os._exit(130)
             self._stop_signal = signum
 
         previous: dict[int, Any] = {}

@@ -6,7 +6,9 @@ import gc
 import io
 import json
 import math
+import os
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -416,3 +418,63 @@ def test_packed_documents_are_kept_apart_unless_document_masking_is_off() -> Non
     assert all(ids is not None for ids in seen)
     _, unmasked = train({**docs, "dataloader.dataset.document_masking": "false"})
     assert masked != pytest.approx(unmasked[0].loss, abs=1e-6)
+
+
+def test_a_stop_signal_saves_before_the_validation_due_at_that_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trainer = LLMTrainer(
+        tiny_config(
+            "llama3",
+            {
+                "validator.enable": "true",
+                "validator.freq": "1",
+                "validator.steps": "1",
+                "validator.dataset.source": "synthetic",
+                "validator.dataset.synthetic_num_samples": "16",
+                "checkpoint.enable": "true",
+                "checkpoint.folder": str(tmp_path / "ckpt"),
+            },
+        )
+    )
+    validated: list[int] = []
+    monkeypatch.setattr(trainer.validator, "validate", lambda model, step: validated.append(step) or {})
+    step_once = trainer.train_step
+
+    def step_then_sigterm() -> StepResult:
+        result = step_once()
+        signal.raise_signal(signal.SIGTERM)
+        return result
+
+    monkeypatch.setattr(trainer, "train_step", step_then_sigterm)
+    try:
+        results = trainer.train()
+    finally:
+        trainer.close()
+    assert [r.step for r in results] == [1]
+    assert trainer.stopped_by_signal == "SIGTERM"
+    assert validated == []  # the save did not wait for a validation pass
+    assert (tmp_path / "ckpt" / "step-1").is_dir()
+
+
+def test_a_second_sigint_exits_at_once_with_130(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    trainer = LLMTrainer(tiny_config("llama3"))
+    exits: list[int] = []
+
+    def exit_now(status: int) -> None:
+        exits.append(status)
+        raise SystemExit(status)
+
+    monkeypatch.setattr(os, "_exit", exit_now)
+    previous = trainer._install_signal_handlers()
+    try:
+        signal.raise_signal(signal.SIGINT)  # the first asks to stop after the step
+        assert trainer.stopped_by_signal == "SIGINT"
+        assert exits == []
+        with pytest.raises(SystemExit):
+            signal.raise_signal(signal.SIGINT)  # the second does not wait
+    finally:
+        trainer._restore_signal_handlers(previous)
+        trainer.close()
+    assert exits == [130]
+    assert "SIGINT again: exiting now; a checkpoint being saved is incomplete" in capsys.readouterr().err
