@@ -31,13 +31,18 @@ def launch(*args: str, prog: str = "train_lm", timeout: float = 600) -> subproce
 
 
 @pytest.mark.parametrize(
-    ("prog", "model"), [("train_lm", "llama3"), ("train_lm", "qwen3_5"), ("train_vl", "qwen3_5_vl")]
+    ("prog", "model", "steps"),
+    # Llama 3 runs as README's Quickstart does (60 steps); the Qwen 3.5 configs show the same fall in 30
+    # steps (to about 0.44x and 0.05x of the first loss), which keeps the suite inside its time budget.
+    [("train_lm", "llama3", 60), ("train_lm", "qwen3_5", 30), ("train_vl", "qwen3_5_vl", 30)],
 )
-def test_shipped_debug_config_learns_on_the_cpu(prog: str, model: str, tmp_path: Path) -> None:
+def test_shipped_debug_config_learns_on_the_cpu(prog: str, model: str, steps: int, tmp_path: Path) -> None:
     jsonl = tmp_path / "metrics.jsonl"
+    shortened = [] if steps == 60 else ["--training.max_steps", str(steps)]
     done = launch(
         "--config-file",
         str(debug_config_path(model)),
+        *shortened,
         "--metrics.log_freq",
         "1",
         "--metrics.jsonl_path",
@@ -46,11 +51,11 @@ def test_shipped_debug_config_learns_on_the_cpu(prog: str, model: str, tmp_path:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     losses = [json.loads(line)["loss"] for line in jsonl.read_text().splitlines()]
-    assert len(losses) == 60
-    last_quarter = losses[-15:]
+    assert len(losses) == steps
+    last_quarter = losses[-(steps // 4) :]
     assert sum(last_quarter) / len(last_quarter) <= 0.8 * losses[0], losses
-    assert re.search(rf"\[{model}_debug\] step 60/60  loss \d+\.\d+", done.stdout)
-    assert "done: step 60, final loss" in done.stdout
+    assert re.search(rf"\[{model}_debug\] step {steps}/{steps}  loss \d+\.\d+", done.stdout)
+    assert f"done: step {steps}, final loss" in done.stdout
 
     png = tmp_path / "curves.png"
     plotted = subprocess.run(
