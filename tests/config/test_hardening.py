@@ -26,6 +26,7 @@ from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
 from hyper_parallel.config.yaml_load import MAX_BYTES, MAX_CHARS, MAX_DEPTH, MAX_NODES
 from hyper_parallel.launch import main
 from tests.support.processes import clean_env
+from tests.support.stand_ins import DRY_RUN_PROBE, run_without_torch
 
 ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = ROOT / "configs" / "qwen3_5.yaml"
@@ -218,15 +219,6 @@ RUNTIME_TARGETS = [
     ),
 ]
 
-_DRY_RUN_PROBE = """
-import io, json, sys
-from hyper_parallel.launch import main
-out, err = io.StringIO(), io.StringIO()
-status = main(["--config-file", sys.argv[1], "--dry-run"], out=out, err=err)
-heavy = sorted(name for name in ("torch", "numpy") if name in sys.modules)
-print(json.dumps({"status": status, "heavy": heavy, "err": err.getvalue()}))
-"""
-
 
 def _target_location(path: Path, target: str) -> str:
     """``FILE:LINE:COL`` of ``target`` as the value of a ``_target_`` key in the file at ``path``."""
@@ -253,27 +245,8 @@ def test_a_runtime_module_of_the_project_is_refused_saying_what_can_be_named(
 def test_a_dry_run_naming_a_runtime_module_imports_no_torch(
     target: str, message: str, tmp_path: Path
 ) -> None:
-    import json
-    import subprocess
-
-    shadow = tmp_path / "shadow"
-    for name in ("torch", "numpy"):  # importable stand-ins: any import of them lands in sys.modules
-        (shadow / name).mkdir(parents=True)
-        (shadow / name / "__init__.py").write_text("")
     path = minimal_with_optimizer(tmp_path, target)
-    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", ALLOWED_TARGETS_ENV)}
-    env["PYTHONPATH"] = os.pathsep.join([str(shadow), str(ROOT)])
-    done = subprocess.run(
-        [sys.executable, "-c", _DRY_RUN_PROBE, str(path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_without_torch(tmp_path, DRY_RUN_PROBE, str(path))
     assert (report["status"], report["heavy"]) == (2, [])
     assert f"{_target_location(path, target)}: optimizer._target_: {message}\n" in report["err"]
 

@@ -6,10 +6,6 @@ built: no target is imported again and no structuring function or converter hook
 """
 
 import importlib
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,38 +17,15 @@ from hyper_parallel.config import types as type_rules
 from hyper_parallel.config.recipes import recipe_of
 from hyper_parallel.config.yaml_load import load_yaml_file
 from hyper_parallel.trainer.config import TrainerConfig
+from tests.support.stand_ins import DRY_RUN_PROBE, run_without_torch
 
 REPO = Path(__file__).resolve().parents[2]
 FULL = REPO / "configs" / "qwen3_5_full.yaml"
 
-_PROBE = """
-import io, json, sys
-from hyper_parallel.launch import main
-out, err = io.StringIO(), io.StringIO()
-status = main(["--config-file", sys.argv[1], "--dry-run"], out=out, err=err)
-heavy = sorted(name for name in ("torch", "numpy") if name in sys.modules)
-print(json.dumps({"status": status, "heavy": heavy, "out": out.getvalue(), "err": err.getvalue()}))
-"""
-
 
 @pytest.mark.multiprocess
 def test_dry_run_imports_neither_torch_nor_numpy(tmp_path: Path) -> None:
-    for name in ("torch", "numpy"):  # importable stand-ins: any import of them lands in sys.modules
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text("")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
-    env.pop("WORLD_SIZE", None)
-    done = subprocess.run(
-        [sys.executable, "-c", _PROBE, str(FULL)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_without_torch(tmp_path, DRY_RUN_PROBE, str(FULL))
     assert report["status"] == 0, report["err"]
     assert "all checks passed" in report["out"]
     assert report["heavy"] == []
@@ -63,6 +36,7 @@ import json, sys
 from hyper_parallel.config import converter
 from hyper_parallel.config.schema import json_schema
 from hyper_parallel.trainer.config import TrainerConfig
+from tests.support.stand_ins import DRY_RUN_PROBE, run_without_torch
 schema = json_schema(converter, TrainerConfig)
 heavy = sorted(name for name in ("torch", "numpy") if name in sys.modules)
 print(json.dumps({"groups": len(schema["properties"]), "heavy": heavy}))
@@ -72,21 +46,7 @@ print(json.dumps({"groups": len(schema["properties"]), "heavy": heavy}))
 @pytest.mark.multiprocess
 def test_the_schema_imports_neither_torch_nor_numpy(tmp_path: Path) -> None:
     # Target discovery walks the packages: runtime modules (trainers, pipeline stages, export) stay unread.
-    for name in ("torch", "numpy"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text("")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
-    done = subprocess.run(
-        [sys.executable, "-c", _SCHEMA_PROBE],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"groups": 16, "heavy": []}
+    assert run_without_torch(tmp_path, _SCHEMA_PROBE) == {"groups": 16, "heavy": []}
 
 
 @pytest.fixture
