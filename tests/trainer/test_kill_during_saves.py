@@ -47,8 +47,7 @@ WAIT = 120.0
 class Relauncher:
     """The relauncher process: ``launch(args)`` forks a ``train_lm`` run; ``next()`` reads its reports."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+    def __init__(self) -> None:
         env = clean_env(PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
         self.proc = subprocess.Popen(
             [sys.executable, RELAUNCHER],
@@ -77,9 +76,10 @@ class Relauncher:
         assert line != "eof", "the relauncher ended"
         return line
 
-    def launch(self, args: list[str], fault: str | None = None) -> tuple[int, Path, Path]:
+    def launch(self, args: list[str], logs: Path, fault: str | None = None) -> tuple[int, Path, Path]:
+        """Fork a launch of ``train_lm ARGS`` (its output in ``logs``); its PID and output files."""
         self.count += 1
-        out, err = self.folder / f"launch{self.count}.out", self.folder / f"launch{self.count}.err"
+        out, err = logs / f"launch{self.count}.out", logs / f"launch{self.count}.err"
         assert self.proc.stdin is not None
         request = {"args": args, "out": str(out), "err": str(err), "fault": fault}
         self.proc.stdin.write(json.dumps(request) + "\n")
@@ -108,9 +108,10 @@ class Relauncher:
                 continue
 
 
-@pytest.fixture
-def relauncher(tmp_path: Path) -> Iterator[Relauncher]:
-    runner = Relauncher(tmp_path)
+@pytest.fixture(scope="module")
+def relauncher() -> Iterator[Relauncher]:
+    """One relauncher for the module's tests (it costs one interpreter's imports)."""
+    runner = Relauncher()
     try:
         yield runner
     finally:
@@ -163,7 +164,7 @@ def test_kill_9_at_random_points_of_saves_resumes_the_newest_complete_step_every
     expected = 0  # the step the next launch must resume
     for kill in range(1, kills + 1):
         where = f"kill {kill} of {kills} (seed {seed})"
-        pid, out, err = relauncher.launch(command)
+        pid, out, err = relauncher.launch(command, tmp_path)
         target, begun, seen = rng.randint(1, 3), 0, []
         while begun < target:
             line = relauncher.next()
@@ -185,7 +186,7 @@ def test_kill_9_at_random_points_of_saves_resumes_the_newest_complete_step_every
         expected = _published(folder)
         # the save cut short published its step or not; nothing older than the step before it is resumed
         assert expected in (cut - 1, cut), f"{where}: killed in the save of step {cut}, newest {expected}"
-    _, out, err = relauncher.launch(command)
+    _, out, err = relauncher.launch(command, tmp_path)
     status, _ = relauncher.until_exit()
     assert status == 0, err.read_text()[-3000:]
     assert _resumed(out) == expected
@@ -202,7 +203,7 @@ def test_a_second_sigint_during_a_save_exits_130_and_the_next_start_ignores_the_
 ) -> None:
     folder = tmp_path / "ckpt"
     command = _command(folder, max_steps=3)
-    _, out, err = relauncher.launch(command, fault="sigint-twice-in-save")
+    _, out, err = relauncher.launch(command, tmp_path, fault="sigint-twice-in-save")
     status, reports = relauncher.until_exit()
     assert status == 130, err.read_text()[-3000:]
     assert reports == ["save-begins 1"]  # it ended inside the first save
@@ -210,7 +211,7 @@ def test_a_second_sigint_during_a_save_exits_130_and_the_next_start_ignores_the_
         "SIGINT again: exiting now; a checkpoint being saved is incomplete and the next start ignores it\n"
     )
     assert sorted(p.name for p in folder.iterdir()) == [".lock", ".step-1.partial"]
-    _, out, err = relauncher.launch(command)
+    _, out, err = relauncher.launch(command, tmp_path)
     status, _ = relauncher.until_exit()
     assert status == 0, err.read_text()[-3000:]
     assert _resumed(out) == 0  # the half-written step 1 was not taken for a checkpoint
