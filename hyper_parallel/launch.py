@@ -289,19 +289,20 @@ def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:
     try:
         trainer = trainer_class(cfg, stream=out)
         _ran_process_group = trainer.env.world_size > 1
-        trainer.train()
+        try:
+            trainer.train()
+        finally:
+            trainer.close()  # inside the try: its final barrier may time out too (CollectiveError)
     except ConfigError as exc:  # a file the config names, found wrong once the run started: FILE: problem
         if _is_rank0():
             err.write(f"{exc}\n")
         return EXIT_INPUT_ERROR
     except TrainingError as exc:
-        if _is_rank0():
+        # a collective cut short by a stalled rank (CollectiveError) is told by each rank that saw it
+        if _is_rank0() or getattr(exc, "every_rank", False):
             err.write(f"training stopped: {exc}\n")
         # ranks that disagree (RanksDisagreeError) are an input error: exit 2
         return int(getattr(exc, "exit_status", EXIT_TRAINING_ERROR))
-    finally:
-        if trainer is not None:
-            trainer.close()
     stopped = trainer.stopped_by_signal
     return 128 + int(signal.Signals[stopped]) if stopped else 0
 

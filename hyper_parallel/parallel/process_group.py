@@ -8,13 +8,16 @@ Nothing waits forever: every group the project creates (the default one, the mes
 manager's, any other made through ``new_group`` here) is bounded by ``comm.init_timeout_seconds`` until
 the first step and by ``comm.train_timeout_seconds`` after it (``set_collective_timeout``); torch's own
 default for a new group (30 minutes) never applies. ``shutdown(wait=False)`` is the error path: no
-barrier, no collective, so a rank that failed never waits for one that stopped.
+barrier, no collective, so a rank that failed never waits for one that stopped. ``peer_failure`` tells such
+an ending (a collective timed out, or lost its connection to a rank that died) from any other error, so the
+trainer can say so in one line instead of a backend traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -29,12 +32,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DistributedEnv",
+    "PeerFailure",
     "all_gather_bytes",
     "collective_timeout",
     "default_backend",
     "flight_recorder_env",
     "init_distributed",
     "new_group",
+    "peer_failure",
     "set_collective_timeout",
     "shutdown",
 ]
@@ -207,6 +212,60 @@ def _collective_device(group: dist.ProcessGroup | None) -> torch.device:
         return torch.device("cuda", torch.cuda.current_device())
     npu = getattr(torch, "npu", None)
     return torch.device("npu", npu.current_device()) if npu is not None else torch.device("cpu")
+
+
+#: What the backends say when a collective ended because another rank stopped or stalled: gloo's and
+#: NCCL's timeouts, then a peer's connection dropped (the rank died, or torchrun stopped it).
+_TIMED_OUT = re.compile(r"Timed out waiting \d+ms|Watchdog caught collective operation timeout")
+_PEER_LOST = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|NCCL communicator was aborted"
+    r"|remote process exited or there was a network error",
+    re.I,
+)
+#: The module whose public functions are the collectives a traceback names.
+_C10D = os.path.join("torch", "distributed", "distributed_c10d.py")
+
+
+@attrs.frozen(kw_only=True)
+class PeerFailure:
+    """A collective that ended because another rank stopped or stalled (see :func:`peer_failure`)."""
+
+    #: The ``torch.distributed`` function the project (or DCP, FSDP) called, e.g. ``all_reduce``;
+    #: ``a collective`` when the traceback names none (an FSDP all-gather waited on in C++).
+    collective: str
+    #: True: it waited the whole timeout; False: the connection to another rank was lost first.
+    timed_out: bool
+
+
+def peer_failure(exc: BaseException) -> PeerFailure | None:
+    """What ``exc`` says of a collective cut short by another rank, or None for any other error.
+
+    Looks through ``exc``, its causes and contexts (DCP and FSDP re-raise): a gloo or NCCL timeout, or a
+    connection to a peer that closed. The collective is the outermost ``torch.distributed`` call in the
+    traceback (``gather_object``, not the ``all_gather`` it runs inside).
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, RuntimeError):
+            text = str(current)
+            timed_out = bool(_TIMED_OUT.search(text))
+            if timed_out or _PEER_LOST.search(text):
+                return PeerFailure(collective=_collective_name(exc, current), timed_out=timed_out)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _collective_name(*excs: BaseException) -> str:
+    for exc in excs:
+        tb = exc.__traceback__
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if code.co_filename.endswith(_C10D) and not code.co_name.startswith("_"):
+                return code.co_name
+            tb = tb.tb_next
+    return "a collective"
 
 
 def shutdown(*, wait: bool = True) -> None:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from hyper_parallel.parallel.parallel_dims import ParallelDims
     from hyper_parallel.trainer._llm import LLMTrainer
     from hyper_parallel.trainer._trainer import (
+        CollectiveError,
         NonFiniteError,
         RanksDisagreeError,
         StepResult,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from hyper_parallel.trainer._vl import VLTrainer
 
 __all__ = [
+    "CollectiveError",
     "LLMTrainer",
     "NonFiniteError",
     "ParallelDims",
@@ -50,6 +52,7 @@ _HOMES = {
     "TrainingError": f"{__name__}._trainer",
     "NonFiniteError": f"{__name__}._trainer",
     "RanksDisagreeError": f"{__name__}._trainer",
+    "CollectiveError": f"{__name__}._trainer",
     "ParallelDims": "hyper_parallel.parallel.parallel_dims",  # where a rank sits; kept here for old imports
 }
 

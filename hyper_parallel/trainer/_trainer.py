@@ -49,6 +49,7 @@ from hyper_parallel.parallel.parallel_dims import ParallelDims
 from hyper_parallel.parallel.process_group import (
     DistributedEnv,
     init_distributed,
+    peer_failure,
     set_collective_timeout,
     shutdown,
 )
@@ -60,7 +61,14 @@ if TYPE_CHECKING:
     from hyper_parallel.parallel.pipeline import Pipeline
     from hyper_parallel.trainer.config import ParallelismConfig
 
-__all__ = ["NonFiniteError", "RanksDisagreeError", "StepResult", "Trainer", "TrainingError"]
+__all__ = [
+    "CollectiveError",
+    "NonFiniteError",
+    "RanksDisagreeError",
+    "StepResult",
+    "Trainer",
+    "TrainingError",
+]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -87,6 +95,17 @@ class RanksDisagreeError(TrainingError):
     """
 
     exit_status: ClassVar[int] = 2
+
+
+class CollectiveError(TrainingError):
+    """A collective timed out or lost its peer: another rank stopped or is stalled.
+
+    Raised on each rank that saw it, naming the rank, the phase (``step 3``, ``validation at step 2``, the
+    checkpoint save of a step, ``start-up (...)``), the collective and the ``comm`` timeout in force. Every
+    such rank prints its own line (the stalled rank may be rank 0), then exits 1.
+    """
+
+    every_rank: ClassVar[bool] = True
 
 
 class StepResult:
@@ -131,9 +150,22 @@ class Trainer:
     kind: ClassVar[rules.TrainerKind | None] = None
 
     def __init__(self, config: TrainerConfig, *, stream: TextIO | None = None) -> None:
+        self.config = config
+        #: What the trainer is doing now, named by a :class:`CollectiveError` if a collective fails in it.
+        self.phase = "start-up"
+        self._timeout_field = "init_timeout_seconds"  # the comm field bounding collectives now
+        try:
+            self._build(config, stream)
+        except RuntimeError as exc:
+            error = self._peer_error(exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    def _build(self, config: TrainerConfig, stream: TextIO | None) -> None:
+        """Everything, in the order of the module docstring (``phase`` names the part under way)."""
         # The resolver's rules again, for configs built in Python (the same functions, never a copy).
         _refuse(rules.trainer_issues(config, self.kind, rules.TRAINER_CLASSES))
-        self.config = config
         self._stream = stream if stream is not None else sys.stdout
         self._stop_signal: int | None = None
         self._first_nonfinite: torch.Tensor | None = None  # see _watch_finite
@@ -144,6 +176,7 @@ class Trainer:
         self.env: DistributedEnv = init_distributed(config.comm)
         self._failed = False  # train() raised: close() then waits on no collective
         self.config_yaml = dump_config(config)
+        self.phase = "start-up (the ranks comparing their configs)"
         _refuse_disagreement(config_disagreement(self.config_yaml))
         self.dims = ParallelDims.from_config(config.parallelism, self.env.world_size)
         if self.dims.world_size != self.env.world_size:
@@ -159,6 +192,7 @@ class Trainer:
         torch.autograd.set_detect_anomaly(debug.detect_anomaly)
 
         # 2. mesh and this rank's data-parallel coordinates
+        self.phase = "start-up (the device mesh)"
         self.mesh = self.dims.build_mesh(self.device.type)
         set_collective_timeout(config.comm.init_timeout_seconds, self.mesh)  # its groups too, until step 1
         self.dp_group = self.dims.dp_group(self.mesh)
@@ -168,6 +202,7 @@ class Trainer:
         # 3. model (under pipeline parallelism: this rank's stages, see ``parallel.pipeline``)
         self.pipeline: Pipeline | None = None
         self._parameter_count: int | None = None
+        self.phase = "start-up (the model and its weights)"
         self.model = self._build_model()
         self.fsdp = self.pipeline.fsdp if self.pipeline is not None else isinstance(self.model, FSDPModule)
         self._autocast_dtype = _DTYPES[training.mixed_precision_param]
@@ -189,6 +224,7 @@ class Trainer:
             self.pipeline.sum_and_count = self._sum_and_count
 
         # 5. data
+        self.phase = "start-up (the data)"
         self.tokenizer = config.tokenizer.build(config.model.weights_path)
         self.data_request = LoaderRequest(
             self.tokenizer,
@@ -204,6 +240,7 @@ class Trainer:
         self.dataloader = config.dataloader.build(self.data_request)
 
         # 6. checkpoint and resume (every checkpoint holds the run's config, for export)
+        self.phase = "start-up (the checkpoint folder and the resume)"
         self.train_state = _TrainState()
         self.checkpointer = config.checkpoint.build(
             self.model,
@@ -231,6 +268,7 @@ class Trainer:
         self._data: Iterator[Mapping[str, torch.Tensor]] | None = None
         if debug.print_config:
             self._print(self.config_yaml.rstrip("\n"))
+        self.phase = "start-up"
 
     # -- building --------------------------------------------------------------------------------------
     def _build_model(self) -> torch.nn.Module:
@@ -445,12 +483,14 @@ class Trainer:
     def train(self) -> list[StepResult]:
         """Train from the current step to ``training.max_steps``; returns this run's step results.
 
-        SIGTERM or SIGINT finishes the current step, saves a checkpoint (when enabled, before any validation
-        due at that step) and returns early; ``stopped_by_signal`` then names the signal. A second SIGINT
-        exits the process at once with status 130. A run whose checkpoint is already at ``max_steps``
-        trains nothing. With ``debug.check_nan_inf``, a non-finite loss or gradient norm raises
-        :class:`NonFiniteError` (naming its first step) on the next logged step (``metrics.log_freq``), the
-        last step or before the next save, whichever comes first: nothing after it is saved.
+        SIGTERM or SIGINT finishes the current step (or the current batch of a validation pass, which
+        then reports nothing), saves a checkpoint (when enabled) and returns early; ``stopped_by_signal``
+        then names the signal. A second SIGINT exits the process at once with status 130. A collective
+        cut short by another rank (a timeout, a lost connection) raises :class:`CollectiveError`. A run
+        whose checkpoint is already at ``max_steps`` trains nothing. With ``debug.check_nan_inf``, a
+        non-finite loss or gradient norm raises :class:`NonFiniteError` (naming its first step) on the next
+        logged step (``metrics.log_freq``), the last step or before the next save, whichever comes first:
+        nothing after it is saved.
         """
         cfg = self.config
         max_steps = cfg.training.max_steps
@@ -466,10 +506,12 @@ class Trainer:
             with self.profiler as profiler:
                 while self.step < max_steps:
                     started = time.perf_counter()
+                    self.phase = f"step {self.step + 1}"
                     result = self.train_step()
                     results.append(result)
                     if first:
                         set_collective_timeout(cfg.comm.train_timeout_seconds, self.mesh)
+                        self._timeout_field = "train_timeout_seconds"
                         first = False
                     self.metrics.record(
                         result.step,
@@ -482,20 +524,31 @@ class Trainer:
                     profiler.step()
                     if self._must_check_finite(self.step == max_steps):
                         self._check_finite()  # never validate, save or prune after a non-finite step
-                    # Before validation: a stop signal saves within one step plus the save, never after a
-                    # whole validation pass (a scheduler's grace period is often 30 s).
+                    # Before validation and between its batches: a stop signal saves within one step (or
+                    # one validation batch) plus the save (a scheduler's grace period is often 30 s).
+                    self.phase = f"the stop-signal check after step {self.step}"
                     if self._should_stop():
                         self._save_on_signal()
                         break
                     if self.validator is not None and self.validator.should_validate(self.step):
-                        self.metrics.log_validation(self.step, self.validator.validate(self.model, self.step))
+                        self.phase = f"validation at step {self.step}"
+                        report = self.validator.validate(self.model, self.step, stop=self._should_stop)
+                        if report is None:  # cut short by a stop signal: nothing to log
+                            self._save_on_signal()
+                            break
+                        self.metrics.log_validation(self.step, report)
                     if gc_freq is not None and self.step % gc_freq == 0:
                         gc.collect(1)
+                    self.phase = f"the checkpoint save of step {self.step}"
                     self.checkpointer.maybe_save(self.step, last_step=self.step == max_steps)
+            self.phase = "the last checkpoint save"
             self.checkpointer.close()
-        except BaseException:
+        except BaseException as exc:
             self._failed = True
-            raise
+            error = self._peer_error(exc)
+            if error is None:
+                raise
+            raise error from exc
         finally:
             self._restore_signal_handlers(previous)
             if gc_freq is not None:
@@ -518,10 +571,31 @@ class Trainer:
         if failed:
             self.checkpointer.close(abandon=True)
         else:
+            self.phase = "the last checkpoint save"
             self.checkpointer.close()
         self.metrics.close()
         if destroy_process_group:
-            shutdown(wait=not failed)
+            self.phase = "the final barrier"
+            try:
+                shutdown(wait=not failed)
+            except RuntimeError as exc:
+                error = self._peer_error(exc)
+                if error is None:
+                    raise
+                raise error from exc
+
+    def _peer_error(self, exc: BaseException) -> CollectiveError | None:
+        """``exc`` as a one-line :class:`CollectiveError` when another rank cut a collective short."""
+        failure = None if isinstance(exc, TrainingError) else peer_failure(exc)
+        if failure is None:
+            return None
+        rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0") or 0)
+        field = self._timeout_field
+        what = "timed out" if failure.timed_out else "lost its connection to another rank"
+        return CollectiveError(
+            f"rank {rank}: {self.phase}: {failure.collective} {what} "
+            f"(comm.{field} = {getattr(self.config.comm, field)}): another rank stopped or is stalled"
+        )
 
     # -- signals ---------------------------------------------------------------------------------------
     def _install_signal_handlers(self) -> dict[int, Any]:
@@ -562,6 +636,7 @@ class Trainer:
             self._check_finite()
         saved = self.config.checkpoint.enable
         if saved:
+            self.phase = f"the checkpoint save of step {self.step} ({self.stopped_by_signal})"
             self.checkpointer.save(self.step)
         self._print(
             f"{self.stopped_by_signal}: stopped after step {self.step}; "

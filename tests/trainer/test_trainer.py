@@ -478,3 +478,82 @@ def test_a_second_sigint_exits_at_once_with_130(monkeypatch: pytest.MonkeyPatch,
         trainer.close()
     assert exits == [130]
     assert "SIGINT again: exiting now; a checkpoint being saved is incomplete" in capsys.readouterr().err
+
+
+def test_sigterm_during_a_long_validation_pass_saves_after_the_batch_and_exits_143(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hyper_parallel.components.validator._runtime import LossValidatorRuntime
+
+    folder = tmp_path / "ckpt"
+    overrides = tiny_overrides(
+        "llama3",
+        **{
+            "validator.enable": "true",
+            "validator.freq": "1",
+            "validator.steps": "-1",  # the whole set: 32 batches of 2
+            "validator.dataset.source": "synthetic",
+            "validator.dataset.synthetic_num_samples": "64",
+            "checkpoint.enable": "true",
+            "checkpoint.folder": str(folder),
+            "checkpoint.interval": "100000",
+        },
+    )
+    batches: list[int] = []
+    sum_and_count = LossValidatorRuntime._sum_and_count
+
+    def count_then_signal(self: Any, logits: Any, labels: Any) -> Any:
+        batches.append(len(batches) + 1)
+        if len(batches) == 2:  # the pass has begun: the signal arrives during its second batch
+            signal.raise_signal(signal.SIGTERM)
+        return sum_and_count(self, logits, labels)
+
+    monkeypatch.setattr(LossValidatorRuntime, "_sum_and_count", count_then_signal)
+    out, err = io.StringIO(), io.StringIO()
+    status = main(["--config-file", str(debug_config_path("llama3")), *as_flags(overrides)], out=out, err=err)
+    assert status == 143, err.getvalue()[-3000:]
+    assert batches == [1, 2]  # not the 32 of the pass
+    assert "SIGTERM: stopped after step 1; checkpoint saved, relaunch the same command" in out.getvalue()
+    assert sorted(p.name for p in folder.iterdir() if p.name != ".lock") == ["step-1"]
+    assert "Traceback" not in err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("raised", "message"),
+    [
+        (
+            "[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:35563. This is typically "
+            "caused by a remote worker crashing.",
+            "rank 0: step 1: a collective lost its connection to another rank (comm.init_timeout_seconds = "
+            "300): another rank stopped or is stalled",
+        ),
+        (
+            "[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 300000ms for recv operation",
+            "rank 0: step 1: a collective timed out (comm.init_timeout_seconds = 300): another rank stopped "
+            "or is stalled",
+        ),
+    ],
+    ids=["connection-closed", "timed-out"],
+)
+def test_a_collective_cut_short_by_another_rank_is_one_line_and_exit_1(
+    raised: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def peer_lost(self: Any) -> StepResult:
+        raise RuntimeError(raised)
+
+    monkeypatch.setattr(LLMTrainer, "train_step", peer_lost)
+    out, err = io.StringIO(), io.StringIO()
+    flags = as_flags(tiny_overrides("llama3"))
+    status = main(["--config-file", str(debug_config_path("llama3")), *flags], out=out, err=err)
+    assert status == 1
+    assert err.getvalue().splitlines()[-1] == f"training stopped: {message}"
+
+
+def test_an_unrelated_runtime_error_is_not_taken_for_a_stalled_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    def data_stalls(self: Any) -> StepResult:
+        raise RuntimeError("DataLoader worker (pid 12) timed out after 5 seconds")
+
+    monkeypatch.setattr(LLMTrainer, "train_step", data_stalls)
+    with pytest.raises(RuntimeError, match="DataLoader worker") as raised:
+        main(["--config-file", str(debug_config_path("llama3")), *as_flags(tiny_overrides("llama3"))])
+    assert not isinstance(raised.value, TrainingError)

@@ -84,7 +84,10 @@ class LossValidator(Validator):
         def build(
             self, dataloader: Iterable[Any], loss: Any, *, process_group: "ProcessGroup | None" = None
         ) -> "LossValidatorRuntime":
-            """``validate(model, step)`` → ``{"loss", "perplexity", ...}``, token-weighted, no grads.
+            """``validate(model, step, stop=None)`` → ``{"loss", "perplexity", ...}``, token-weighted.
+
+            ``stop`` (the trainer's stop-signal check) is asked after each batch; a pass it cuts short
+            returns None, so a SIGTERM during a long validation is answered within one batch.
 
             ``dataloader`` yields this rank's ``{input_ids, labels}`` batches (``build_dataloader`` makes
             one holding this rank's share of the validation set); at most ``steps`` of them are run.

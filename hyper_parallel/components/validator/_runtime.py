@@ -6,7 +6,7 @@ Imported only from ``Validator.Config.build``; this module imports torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -39,7 +39,9 @@ class LossValidatorRuntime:
     the result does not depend on how the samples were dealt. ``perplexity`` is ``exp(loss)``;
     ``tokens`` is the total over the group, ``batches`` this rank's count. The model's training mode is
     restored afterwards; a loader with ``state_dict`` restarts from the position it had when the validator was
-    built, so every validation sees the same batches.
+    built, so every validation sees the same batches. ``stop`` (the trainer's stop-signal check, a collective
+    that every rank runs after the same batch) is asked after each batch: a pass it cuts short reports
+    nothing, so a SIGTERM during a long validation waits for one batch, not the whole pass.
     """
 
     def __init__(
@@ -70,8 +72,13 @@ class LossValidatorRuntime:
         return self.loss(logits, labels).detach().double() * weight, weight
 
     @torch.no_grad()
-    def validate(self, model: torch.nn.Module, step: int) -> dict[str, float]:
-        """``{"loss", "perplexity", "tokens", "batches"}`` over the validation batches."""
+    def validate(
+        self, model: torch.nn.Module, step: int, *, stop: Callable[[], bool] | None = None
+    ) -> dict[str, float] | None:
+        """``{"loss", "perplexity", "tokens", "batches"}`` over the validation batches.
+
+        None when ``stop()`` returned true after a batch: the pass was cut short and reports nothing.
+        """
         if self._start is not None:
             self.dataloader.load_state_dict(self._start)  # type: ignore[attr-defined]
         was_training = model.training
@@ -92,6 +99,8 @@ class LossValidatorRuntime:
                 total += batch_total.to(device)
                 count += batch_count.to(device)
                 batches += 1
+                if stop is not None and stop():
+                    return None  # every rank asked the same question after the same batch
         finally:
             model.train(was_training)
         sums = torch.stack([total, count])
