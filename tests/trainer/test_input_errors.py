@@ -7,8 +7,10 @@ is built (first records, tokenizer, weights folder) is refused there, so most ca
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +256,59 @@ def test_a_bad_file_exits_2_naming_it(fault: str, tmp_path: Path) -> None:
     overrides, message = CASES[fault](tmp_path)
     status, err = launch(overrides)
     assert (status, err) == (2, message + "\n")
+
+
+# -- checkpoints -------------------------------------------------------------------------------------------
+def _checkpointing(folder: Path, steps: int) -> dict[str, str]:
+    return {
+        "checkpoint.enable": "true",
+        "checkpoint.folder": str(folder),
+        "checkpoint.interval": "1",
+        "checkpoint.last_save_model_only": "false",
+        "training.max_steps": str(steps),
+        "metrics.log_freq": "1",
+    }
+
+
+def test_a_resume_with_another_model_shape_exits_2_naming_the_tensors(tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    assert launch(_checkpointing(folder, 1)) == (0, "")
+    status, err = launch({**_checkpointing(folder, 2), "model.overrides.n_layers": "3"})
+    assert (status, err) == (
+        2,
+        f"{folder / 'step-1'}: saved with another model shape: it lacks layers.2.attention_norm.weight, "
+        "layers.2.attention.wq.weight, layers.2.attention.wk.weight, layers.2.attention.wv.weight, "
+        "layers.2.attention.wo.weight, layers.2.ffn_norm.weight and 3 more; resume with the model arguments "
+        "it was saved with (its config.yaml), or use another checkpoint.folder\n",
+    )
+
+
+def test_a_full_disk_during_a_save_exits_2_naming_enospc_and_keeps_the_previous_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.distributed.checkpoint import filesystem
+
+    write_item = filesystem._write_item
+
+    def fill_the_disk_at_step_2(transforms: Any, stream: Any, *args: Any) -> Any:
+        if ".step-2.partial" in str(getattr(stream, "name", "")):
+            stream.write(b"\0" * 64)  # a partial file, as a real full disk leaves
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write_item(transforms, stream, *args)
+
+    monkeypatch.setattr(filesystem, "_write_item", fill_the_disk_at_step_2)
+    folder = tmp_path / "ckpt"
+    status, err = launch(_checkpointing(folder, 2))
+    assert (status, err) == (
+        2,
+        f"{folder}: no space left on the device (ENOSPC) while saving step 2: its partial folder was removed "
+        "and the newest complete checkpoint, step 1, is kept; free space, lower checkpoint.keep_latest_k or "
+        "move checkpoint.folder, then relaunch to resume\n",
+    )
+    assert sorted(p.name for p in folder.iterdir()) == ["step-1"]  # no partial folder, no lock left
+    assert sorted(p.name for p in (folder / "step-1").iterdir()) == [
+        ".metadata",
+        "__0_0.distcp",
+        "checksums.json",
+        "config.yaml",
+    ]

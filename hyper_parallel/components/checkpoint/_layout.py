@@ -46,6 +46,7 @@ __all__ = [
     "CheckpointFolderError",
     "FolderLock",
     "complete_steps",
+    "discard_partial",
     "lock_folder",
     "make_partial",
     "partial_folder",
@@ -233,6 +234,12 @@ def remove_incomplete(folder: Path) -> None:
         if child.is_dir() and (step_dir or _PARTIAL_DIR.fullmatch(child.name)):
             _log.warning("removing incomplete checkpoint folder %s", child)
             shutil.rmtree(child, ignore_errors=True)
+
+
+def discard_partial(partial: Path) -> None:
+    """Remove the partial folder of a save that failed (a real folder only; a link is left alone)."""
+    if not partial.is_symlink() and partial.is_dir():
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def make_partial(folder: Path, step: int) -> Path:
