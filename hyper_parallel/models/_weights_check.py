@@ -278,14 +278,17 @@ def _check_config_json(spec: ModelSpec, adapter: Any, file: Path) -> None:
         return
     what = f"{spec.name} {spec.flavor}"
     issues = []
+    fitting = _fitting_flavors(type(adapter), flat)
+    if fitting:
+        names = " or ".join(repr(name) for name in fitting)
+        plain = " without model.overrides" if spec.flavor in fitting else ""
+        issues.append(
+            Issue("", f"model.flavor {names}{plain} fits this config.json; it differs in:", str(file))
+        )
     for key in differing:
         hint = _override_hint(type(adapter), spec.args, key, flat[key])
         message = f"{key} is {flat[key]!r} here, {what} has {ours[key]!r}{hint}"
         issues.append(Issue("", message, str(file)))
-    fitting = _fitting_flavors(type(adapter), flat)
-    if fitting:
-        names = " or ".join(repr(name) for name in fitting)
-        issues.append(Issue("", f"model.flavor {names} fits this config.json", str(file)))
     raise InputFileError(issues)
 
 

@@ -229,6 +229,29 @@ def _config_json_of_another_model(tmp: Path) -> tuple[dict[str, str], str]:
     return _weights(folder), message
 
 
+def _config_json_of_another_flavor(tmp: Path) -> tuple[dict[str, str], str]:
+    from hyper_parallel.models.llama3 import LLAMA3_FLAVORS
+    from hyper_parallel.models.llama3._runtime import Llama3StateDictAdapter
+
+    folder = write_hf_weights(tmp / "w")
+    file = folder / "config.json"
+    file.write_text(json.dumps(Llama3StateDictAdapter(LLAMA3_FLAVORS["8B"]).hf_config()))
+    fields = [
+        "model.flavor '8B' fits this config.json; it differs in:",
+        "vocab_size is 128256 here, llama3 debugmodel has 512; model.overrides.vocab_size: 128256 fits",
+        "hidden_size is 4096 here, llama3 debugmodel has 64; model.overrides.dim: 4096 fits",
+        "intermediate_size is 14336 here, llama3 debugmodel has 192; model.overrides.multiple_of: 14336 fits",
+        "num_hidden_layers is 32 here, llama3 debugmodel has 2; model.overrides.n_layers: 32 fits",
+        "num_attention_heads is 32 here, llama3 debugmodel has 4; model.overrides.n_heads: 32 fits",
+        "num_key_value_heads is 8 here, llama3 debugmodel has 2; model.overrides.n_kv_heads: 8 fits",
+        "head_dim is 128 here, llama3 debugmodel has 16",
+        "max_position_embeddings is 131072 here, llama3 debugmodel has 2048; model.overrides.max_seq_len: "
+        "131072 fits",
+        "rope_type is 'llama3' here, llama3 debugmodel has 'default'",
+    ]
+    return _weights(folder), "\n".join(f"{file}: {line}" for line in fields)
+
+
 CASES = {
     "record_without_the_text_field": _record_without_the_text_field,
     "empty_data": _empty_data,
@@ -248,6 +271,7 @@ CASES = {
     "tensor_of_another_shape": _tensor_of_another_shape,
     "tensor_missing": _tensor_missing,
     "config_json_of_another_model": _config_json_of_another_model,
+    "config_json_of_another_flavor": _config_json_of_another_flavor,
 }
 
 
@@ -268,6 +292,15 @@ def _checkpointing(folder: Path, steps: int) -> dict[str, str]:
         "training.max_steps": str(steps),
         "metrics.log_freq": "1",
     }
+
+
+def test_a_model_vocabulary_smaller_than_the_byte_tokenizers_is_refused_at_dry_run() -> None:
+    status, err = launch({"model.overrides.vocab_size": "100"}, dry_run=True)
+    assert (status, err) == (
+        2,
+        "--model.overrides.vocab_size: the model embeds 100 token ids but the tokenizer produces 259; set "
+        "model.overrides.vocab_size to at least 259\n1 problem found; nothing was started.\n",
+    )
 
 
 def test_a_resume_with_another_model_shape_exits_2_naming_the_tensors(tmp_path: Path) -> None:
