@@ -11,6 +11,7 @@ import errno
 import io
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ pytest.importorskip("safetensors.torch")
 
 from hyper_parallel.launch import main  # noqa: E402
 from tests.support.components import train_tokenizer  # noqa: E402
+from tests.support.processes import torchrun  # noqa: E402
 from tests.support.trainer import as_flags, debug_config_path, tiny_overrides, write_hf_weights  # noqa: E402
 
 HF_TOKENIZER = "hyper_parallel.components.tokenizer.HuggingFaceTokenizer.Config"
@@ -345,3 +347,21 @@ def test_a_full_disk_during_a_save_exits_2_naming_enospc_and_keeps_the_previous_
         "checksums.json",
         "config.yaml",
     ]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_bad_record_under_torchrun_exits_2_on_every_rank_and_is_printed_once(tmp_path: Path) -> None:
+    overrides, message = _record_without_the_text_field(tmp_path)
+    flags = as_flags(
+        tiny_overrides("llama3", **{"metrics.log_freq": "4", "parallelism.dp_shard": "2", **overrides})
+    )
+    done = torchrun(
+        2, "-m", "hyper_parallel.train_lm", "--config-file", str(debug_config_path("llama3")), *flags
+    )
+    assert done.returncode != 0
+    assert done.stderr.count(message) == 1, done.stderr[-3000:]
+    failed = dict(re.findall(r"rank\s*: (\d) \(local_rank: \d\)\s*exitcode\s*: (\d+)", done.stderr))
+    assert failed == {"0": "2", "1": "2"}, done.stderr[-3000:]
+    # torchrun's agent prints its own traceback of the failed workers; none is a worker's (none of ours)
+    assert "hyper_parallel/" not in done.stderr.replace(str(tmp_path), "")
