@@ -7,7 +7,7 @@ the build (exit status 1); here each is read just far enough to know it fits, an
 - the datasets of the data loader and the validator: every path exists, the first record of each
   ``jsonl`` file is a JSON object with the text field, the data is not empty (``DatasetConfig.check_files``);
 - ``model.weights_path``: ``config.json`` against the model's arguments, the safetensors headers, and the
-  tensors' names, shapes and dtypes against the model (``models._weights_check``), on rank 0 only (the
+  tensors' names, shapes and dtypes against the model (``models.check_weights``), on rank 0 only (the
   only rank that reads weights), its verdict shared with the others;
 - the tokenizer, built here (before the model): its files, its size against the model's embedding table
   (``rules.vocabulary_issues``, the resolver's rule with the loaded size) and its EOS when packing.
@@ -40,7 +40,7 @@ def check_files(config: TrainerConfig) -> None:
             check()
     spec = config.model
     if spec.weights_path is not None:
-        from hyper_parallel.models._weights_check import check_weights
+        from hyper_parallel.models import check_weights
 
         _on_rank0(lambda: check_weights(spec))
 
@@ -70,10 +70,10 @@ def build_tokenizer(config: TrainerConfig) -> Any:
     """The run's tokenizer, refused when the model cannot embed its ids or packing lacks its EOS."""
     tokenizer = config.tokenizer.build(config.model.weights_path)
     where = getattr(tokenizer, "source", None) or "tokenizer"
-    issues = [
-        Issue("", message, where)
-        for _path, message in rules.vocabulary_issues(config, int(tokenizer.vocab_size))
-    ]
+    vocab = getattr(tokenizer, "vocab_size", None)
+    issues = []
+    if isinstance(vocab, int):
+        issues += [Issue("", message, where) for _path, message in rules.vocabulary_issues(config, vocab)]
     dataset = getattr(config.dataloader, "dataset", None)
     source = getattr(dataset, "source", None)
     if (
