@@ -316,6 +316,14 @@ def test_a_resume_with_another_model_shape_exits_2_naming_the_tensors(tmp_path: 
         "layers.2.attention.wo.weight, layers.2.ffn_norm.weight and 3 more; resume with the model arguments "
         "it was saved with (its config.yaml), or use another checkpoint.folder\n",
     )
+    initial = {"checkpoint.initial_load_path": str(folder / "step-1"), "model.overrides.dim": "32"}
+    status, err = launch({**_checkpointing(tmp_path / "new", 2), **initial})
+    assert status == 2
+    assert err.startswith(f"{folder / 'step-1'}: saved with another model shape: tok_embeddings.weight is ")
+    assert err.endswith(
+        "; 15 more tensors differ; resume with the model arguments it was saved with (its "
+        "config.yaml), or use another checkpoint.initial_load_path\n"
+    )
 
 
 def test_a_full_disk_during_a_save_exits_2_naming_enospc_and_keeps_the_previous_checkpoint(
