@@ -4,6 +4,9 @@
 resolved into one checked ``TrainerConfig`` before anything is built. An input error prints every issue as
 ``FILE:LINE:COL: PATH: MESSAGE`` and exits 2 (under torchrun only rank 0 prints; every rank exits 2).
 Otherwise the config goes to ``LLMTrainer`` (``train_lm``) or ``VLTrainer`` (``train_vl``), which trains.
+A file the config names that turns out wrong once the run reads it (data, tokenizer, weights, a checkpoint
+of another model, a full disk) is an input error too: the trainer raises an ``InputFileError`` where it
+reads the file, printed here once as ``FILE: problem`` (rank 0), exit status 2, no traceback.
 """
 
 import os

@@ -6,6 +6,7 @@ one error per run.
 """
 
 from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 import attrs
 
@@ -16,6 +17,7 @@ __all__ = [
     "TOP_LEVEL",
     "ConfigError",
     "ConfigWarning",
+    "InputFileError",
     "Issue",
     "did_you_mean",
     "format_path",
@@ -195,6 +197,26 @@ class ConfigError(ValueError):
 
     def __reduce__(self) -> tuple[type["ConfigError"], tuple[tuple[Issue, ...]]]:
         return (type(self), (self.issues,))
+
+
+_E = TypeVar("_E", bound="InputFileError")
+
+
+class InputFileError(ConfigError):
+    """A file the config names is wrong, found once the run reads it: data, tokenizer, weights, a
+    checkpoint, the disk it is written to.
+
+    Raised where the file is read, so the message can name it (``FILE: problem``, ``FILE:LINE: problem``);
+    caught once by the launch command line, printed like the config errors and exit status 2, never a
+    traceback. It is a :class:`ConfigError` (the same printing, the same pickling through a process
+    group's collectives); :meth:`at` makes the usual one-issue error.
+    """
+
+    @classmethod
+    def at(cls: type[_E], where: object, message: str, path: str = "") -> _E:
+        """One problem of the file (or ``FILE:LINE``) ``where``; ``path`` is the config field that named it,
+        when the message reads better with it (``FILE: checkpoint.folder: problem``)."""
+        return cls([Issue(path, message, str(where))])
 
 
 class ConfigWarning(UserWarning):

@@ -4,8 +4,10 @@ Built-in model packages (``hyper_parallel.models.llama3``, ``hyper_parallel.mode
 ``create_model_spec`` factory that the root ``model`` group names as its ``_target_``. At run time,
 ``materialize`` fills a parallelized (meta) model with layout-independent random weights, ``initialize``
 does so in place, and ``load_pretrained`` loads Hugging Face weights into it (rank 0 reads, the others
-receive their shards). They live in a private torch module and are loaded on first access, so importing
-this package stays cheap. The device mesh comes from ``hyper_parallel.parallel``.
+receive their shards); ``check_weights`` checks a weights folder against a spec's model before anything
+is built (``config.json``, safetensors headers, names, shapes and dtypes). They live in private torch
+modules and are loaded on first access, so importing this package stays cheap. The device mesh comes
+from ``hyper_parallel.parallel``.
 """
 
 from importlib import import_module
@@ -15,14 +17,20 @@ from hyper_parallel.models.spec import ModelArgs, ModelSpec
 
 if TYPE_CHECKING:
     from hyper_parallel.models._weights import initialize, load_pretrained, materialize
+    from hyper_parallel.models._weights_check import check_weights
 
-__all__ = ["ModelArgs", "ModelSpec", "initialize", "load_pretrained", "materialize"]
+__all__ = ["ModelArgs", "ModelSpec", "check_weights", "initialize", "load_pretrained", "materialize"]
 
-#: Run-time names, each loaded from the private torch module ``_weights`` on first access.
-_LAZY = frozenset({"initialize", "load_pretrained", "materialize"})
+#: Run-time names, each loaded on first access from the private torch module that defines it.
+_LAZY = {
+    "initialize": "_weights",
+    "load_pretrained": "_weights",
+    "materialize": "_weights",
+    "check_weights": "_weights_check",
+}
 
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}._weights"), name)
+    return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)

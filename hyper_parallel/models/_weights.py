@@ -13,7 +13,6 @@ hooks, so resolving a config never loads torch. The device mesh comes from
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -46,22 +45,18 @@ class StateDictAdapter(Protocol):
 
 
 def read_safetensors_folder(weights_path: str | Path) -> dict[str, torch.Tensor]:
-    """All tensors of the ``*.safetensors`` files in a local folder (sharded or not), on the CPU."""
+    """All tensors of the ``*.safetensors`` files in a local folder (sharded or not), on the CPU.
+
+    Each file's header is checked before its tensors are read (``_weights_check.read_header``: bounded,
+    offsets inside the file), so a hostile file is refused before anything is allocated for it.
+    """
     from safetensors.torch import load_file
 
-    folder = Path(weights_path)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"weights_path {str(folder)!r} is not a directory")
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map: Mapping[str, str] = json.loads(index.read_text())["weight_map"]
-        files = sorted({folder / name for name in weight_map.values()})
-    else:
-        files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"no *.safetensors file in weights_path {str(folder)!r}")
+    from hyper_parallel.models._weights_check import read_header, weight_files
+
     tensors: dict[str, torch.Tensor] = {}
-    for file in files:
+    for file in weight_files(Path(weights_path)):
+        read_header(file)
         loaded = load_file(str(file), device="cpu")
         _refuse_non_finite(file, loaded)
         tensors.update(loaded)
@@ -69,9 +64,9 @@ def read_safetensors_folder(weights_path: str | Path) -> dict[str, torch.Tensor]
 
 
 def _refuse_non_finite(file: Path, tensors: Mapping[str, torch.Tensor]) -> None:
-    """A ``ConfigError`` (an input error, ``FILE: tensor NAME holds nan``) naming the first tensor of ``file``
-    holding NaN or infinite values; training from it could only produce NaN."""
-    from hyper_parallel.config.errors import ConfigError, Issue
+    """An ``InputFileError`` (``FILE: tensor NAME holds nan``, exit status 2) naming the first tensor of
+    ``file`` holding NaN or infinite values; training from it could only produce NaN."""
+    from hyper_parallel.config.errors import InputFileError
 
     for name, tensor in tensors.items():
         if not tensor.is_floating_point() or bool(torch.isfinite(tensor).all()):
@@ -80,7 +75,7 @@ def _refuse_non_finite(file: Path, tensors: Mapping[str, torch.Tensor]) -> None:
             kind for kind, found in (("nan", tensor.isnan()), ("inf", tensor.isinf())) if bool(found.any())
         ]
         message = f"tensor {name!r} holds {' and '.join(kinds)}; these weights cannot be trained from"
-        raise ConfigError([Issue("", message, str(file))])
+        raise InputFileError.at(file, message)
 
 
 def _has_dtensor(model: nn.Module) -> bool:
@@ -213,6 +208,7 @@ def load_pretrained(
             adapter = spec.state_dict_adapter(spec.args, spec.weights_path)
             loaded = adapter.from_hf(read_safetensors_folder(spec.weights_path))
             _check_names(loaded, dtypes)
+            _check_kinds(loaded, dtypes)
         except Exception as exc:
             if not distributed:
                 raise
@@ -247,3 +243,10 @@ def _check_names(loaded: dict[str, Any], expected: dict[str, Any]) -> None:
         raise KeyError(
             f"checkpoint does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
         )
+
+
+def _check_kinds(loaded: Mapping[str, torch.Tensor], expected: Mapping[str, torch.dtype]) -> None:
+    """Refuse an integer (or boolean) tensor for a floating-point parameter: it is never cast silently."""
+    for name, tensor in loaded.items():
+        if expected[name].is_floating_point and not tensor.is_floating_point():
+            raise TypeError(f"tensor {name!r} holds {tensor.dtype} values: weights must be floating point")

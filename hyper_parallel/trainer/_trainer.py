@@ -10,7 +10,8 @@ Build order (the trainer owns it; users never wire components by hand):
    state-dict adapter, or initialised from the seed (the same full weights for every layout); under
    pipeline parallelism (``parallelism.pp`` > 1) each rank builds only its stages (``parallel.pipeline``);
 4. optimizer, lr scheduler, loss (compiled when ``compile.components`` lists it);
-5. tokenizer, then the data loader of this rank's data-parallel coordinates;
+5. the data loader of this rank's data-parallel coordinates (the tokenizer is loaded before the model,
+   when the files the config names are checked: see ``_inputs``);
 6. checkpoint manager, which resumes model, optimizer, scheduler, data position, RNG and step;
 7. metrics, profiler, validator.
 
@@ -55,6 +56,7 @@ from hyper_parallel.parallel.process_group import (
 )
 from hyper_parallel.trainer import rules
 from hyper_parallel.trainer._agreement import config_disagreement, step_disagreement
+from hyper_parallel.trainer._inputs import build_tokenizer, check_files
 from hyper_parallel.trainer.config import TrainerConfig
 
 if TYPE_CHECKING:
@@ -199,6 +201,12 @@ class Trainer:
         self.dp_rank = self.dims.dp_rank(self.env.rank)
         self.accumulation_steps = training.gradient_accumulation_steps(self.dims.dp_size)
 
+        # The files the config names, before anything is built: data, weights, then the tokenizer
+        # (loaded here: the model's vocabulary must hold its ids). A bad one is an InputFileError, exit 2.
+        self.phase = "start-up (the files the config names)"
+        check_files(config)
+        self.tokenizer = build_tokenizer(config)
+
         # 3. model (under pipeline parallelism: this rank's stages, see ``parallel.pipeline``)
         self.pipeline: Pipeline | None = None
         self._parameter_count: int | None = None
@@ -225,7 +233,6 @@ class Trainer:
 
         # 5. data
         self.phase = "start-up (the data)"
-        self.tokenizer = config.tokenizer.build(config.model.weights_path)
         self.data_request = LoaderRequest(
             self.tokenizer,
             self.dp_rank,

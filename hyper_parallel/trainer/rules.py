@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the root config module imports this one
 
 __all__ = [
     "COMMANDS",
+    "TEXT_SOURCES",
     "TRAINER_CLASSES",
     "TrainerKind",
     "batch_issues",
@@ -30,6 +31,7 @@ __all__ = [
     "pipeline_issues",
     "sequence_parallel_issues",
     "trainer_issues",
+    "vocabulary_issues",
     "warnings",
     "world_size_issues",
 ]
@@ -43,7 +45,7 @@ COMMANDS: Mapping[TrainerKind, str] = {"lm": "train_lm", "vl": "train_vl"}
 TRAINER_CLASSES: Mapping[TrainerKind, str] = {"lm": "LLMTrainer", "vl": "VLTrainer"}
 
 #: Dataset sources made of text documents (packing separates them with EOS).
-_TEXT_SOURCES = ("jsonl", "text", "python_docs")
+TEXT_SOURCES = ("jsonl", "text", "python_docs")
 #: Accelerator each device-specific backend runs on.
 _BACKEND_DEVICE = {"nccl": "cuda", "hccl": "npu"}
 #: Pipeline schedules that run their micro-batches in rounds of ``pp`` (their count must split into rounds).
@@ -91,7 +93,7 @@ def _tokenizer_issues(cfg: "TrainerConfig") -> Issues:
         )
     source = _data_source(cfg)
     dataset = getattr(cfg.dataloader, "dataset", None)
-    if not tokenizer.add_eos and source in _TEXT_SOURCES and getattr(dataset, "pack_sequences", False):
+    if not tokenizer.add_eos and source in TEXT_SOURCES and getattr(dataset, "pack_sequences", False):
         yield (
             "tokenizer.add_eos",
             "false has no effect while dataloader.dataset.pack_sequences is true: packed documents "
@@ -101,7 +103,18 @@ def _tokenizer_issues(cfg: "TrainerConfig") -> Issues:
     model_vocab = cfg.model.args.vocabulary_size()
     if source == "shapes":
         yield from _image_data_issues(cfg, vocab, model_vocab)
-    if vocab is not None and model_vocab is not None and vocab > model_vocab:
+    if vocab is not None:
+        yield from vocabulary_issues(cfg, vocab)
+
+
+def vocabulary_issues(cfg: "TrainerConfig", vocab: int) -> Issues:
+    """The model's embedding table must hold every id of a tokenizer of ``vocab`` ids.
+
+    At resolve time for tokenizers whose size the config fixes (``ByteTokenizer``); the trainer asks again
+    with the loaded tokenizer's size, before the model is built.
+    """
+    model_vocab = cfg.model.args.vocabulary_size()
+    if model_vocab is not None and vocab > model_vocab:
         nested = "text." if hasattr(cfg.model.args, "text") else ""  # vision-language arguments
         yield (
             f"model.overrides.{nested}vocab_size",

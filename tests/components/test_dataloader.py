@@ -257,7 +257,7 @@ def test_errors(tok: Any, corpus: Path, tmp_path: Path) -> None:
     bad.write_text('{"text": "dog"}\n{"body": "cat"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2: no string field 'text'"):
         build(loader_cfg(bad), tok)
-    with pytest.raises(FileNotFoundError, match="neither a file nor a directory"):
+    with pytest.raises(ValueError, match=r"missing\.jsonl: dataset path is neither a file nor a directory"):
         build(loader_cfg(tmp_path / "missing.jsonl"), tok)
 
 

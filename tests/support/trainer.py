@@ -5,8 +5,9 @@
 
 from __future__ import annotations
 
+import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "grid_overrides",
     "tiny_config",
     "tiny_overrides",
+    "write_hf_weights",
 ]
 
 #: The torchrun worker of the multi-process trainer tests (see its docstring for what each rank reports).
@@ -190,3 +192,22 @@ def grid_overrides(case: Layout) -> dict[str, str]:
     }
     flags.update({f"training.{k}": str(v) for k, v in case.training.items()})
     return {**tiny_overrides(case.model), "training.max_steps": "1", **flags}
+
+
+def write_hf_weights(folder: Path, change: Callable[[dict[str, Any]], None] | None = None) -> Path:
+    """The tiny Llama 3's initial weights in Hugging Face's layout, as ``folder/model.safetensors`` beside
+    its ``config.json``; ``change`` edits the state dict (names to tensors) before it is written."""
+    from safetensors.torch import save_file
+
+    from hyper_parallel.models.llama3._runtime import Llama3StateDictAdapter
+
+    spec = tiny_config("llama3").model
+    model = spec.build_model_fn(spec.args, device="cpu")
+    adapter = Llama3StateDictAdapter(spec.args)
+    hf = adapter.to_hf({k: v.detach().clone() for k, v in model.state_dict().items()})
+    if change is not None:
+        change(hf)
+    folder.mkdir(parents=True)
+    save_file(hf, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(adapter.hf_config()))
+    return folder

@@ -25,7 +25,13 @@ from hyper_parallel.trainer import (  # noqa: E402
     TrainingError,
     VLTrainer,
 )
-from tests.support.trainer import as_flags, debug_config_path, tiny_config, tiny_overrides  # noqa: E402
+from tests.support.trainer import (  # noqa: E402
+    as_flags,
+    debug_config_path,
+    tiny_config,
+    tiny_overrides,
+    write_hf_weights,
+)
 
 
 def train(
@@ -195,14 +201,12 @@ def test_a_diverging_run_exits_1_naming_the_first_non_finite_step_and_keeps_its_
 def test_pretrained_weights_holding_nan_are_refused_at_load_naming_the_file_and_tensor(
     tmp_path: Path,
 ) -> None:
-    safetensors_torch = pytest.importorskip("safetensors.torch")
-    weights = tmp_path / "weights"
-    weights.mkdir()
-    poisoned = {
-        "model.norm.weight": torch.ones(64),
-        "model.embed_tokens.weight": torch.tensor([[0.5, math.nan]]),
-    }
-    safetensors_torch.save_file(poisoned, str(weights / "model.safetensors"))
+    pytest.importorskip("safetensors.torch")
+
+    def poison(hf: dict[str, Any]) -> None:
+        hf["model.embed_tokens.weight"][0, 1] = math.nan
+
+    weights = write_hf_weights(tmp_path / "weights", poison)
     out, err = io.StringIO(), io.StringIO()
     flags = as_flags(tiny_overrides("llama3", **{"model.weights_path": str(weights)}))
     status = main(["--config-file", str(debug_config_path("llama3")), *flags], out=out, err=err)

@@ -20,7 +20,7 @@ lock per node would make the nodes of one job refuse each other on a shared file
 ``lstat``-ed, never followed: a symbolic link named like a step, partial or lock entry is refused naming
 it; a partial folder is created with ``os.mkdir`` (never through an existing entry) after a stale real
 folder of that name is removed. The folder itself may be a symbolic link (it is the configured path).
-These refusals are input errors (:class:`CheckpointFolderError`, a ``ConfigError``: exit status 2).
+These refusals are input errors (:class:`CheckpointFolderError`, an ``InputFileError``: exit status 2).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import weakref
 from pathlib import Path
 
 from hyper_parallel.components.checkpoint._manifest import write_manifest
-from hyper_parallel.config.errors import ConfigError, Issue
+from hyper_parallel.config.errors import InputFileError
 
 __all__ = [
     "CONFIG_FILE",
@@ -46,6 +46,7 @@ __all__ = [
     "CheckpointFolderError",
     "FolderLock",
     "complete_steps",
+    "discard_partial",
     "lock_folder",
     "make_partial",
     "partial_folder",
@@ -66,7 +67,7 @@ _PARTIAL_DIR = re.compile(r"\.step-(\d+)\.partial")
 _log = logging.getLogger(__name__)
 
 
-class CheckpointFolderError(ConfigError):
+class CheckpointFolderError(InputFileError):
     """The checkpoint folder cannot be used: another run holds it, or an entry is a symbolic link.
 
     An input error (exit status 2); its one issue reads ``ENTRY: checkpoint.folder: PROBLEM``.
@@ -74,7 +75,7 @@ class CheckpointFolderError(ConfigError):
 
 
 def _folder_error(where: Path | str, message: str) -> CheckpointFolderError:
-    return CheckpointFolderError([Issue(_FIELD, message, str(where))])
+    return CheckpointFolderError.at(where, message, _FIELD)
 
 
 class _Held:
@@ -233,6 +234,12 @@ def remove_incomplete(folder: Path) -> None:
         if child.is_dir() and (step_dir or _PARTIAL_DIR.fullmatch(child.name)):
             _log.warning("removing incomplete checkpoint folder %s", child)
             shutil.rmtree(child, ignore_errors=True)
+
+
+def discard_partial(partial: Path) -> None:
+    """Remove the partial folder of a save that failed (a real folder only; a link is left alone)."""
+    if not partial.is_symlink() and partial.is_dir():
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def make_partial(folder: Path, step: int) -> Path:

@@ -37,6 +37,7 @@ collective and waits for no save.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import warnings
 from collections.abc import Callable, Iterator
@@ -53,9 +54,11 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 from hyper_parallel.components.checkpoint._layout import (
+    CONFIG_FILE,
     CheckpointFolderError,
     FolderLock,
     complete_steps,
+    discard_partial,
     lock_folder,
     make_partial,
     partial_folder,
@@ -70,7 +73,13 @@ from hyper_parallel.components.checkpoint._safe_read import (
     UnreadableCheckpointError,
     inspect,
 )
-from hyper_parallel.components.checkpoint._state import Stateful, TrainingState, is_full
+from hyper_parallel.components.checkpoint._state import (
+    Stateful,
+    TrainingState,
+    is_full,
+    model_shape_differences,
+)
+from hyper_parallel.config.errors import InputFileError
 from hyper_parallel.parallel.process_group import new_group
 
 if TYPE_CHECKING:
@@ -240,8 +249,12 @@ class CheckpointManager:
             )
             self._in_flight = _InFlight(future, partial, final)
         else:
-            with _single_process_ok():
-                dcp_save(state, checkpoint_id=str(partial), **self._dcp_kwargs())
+            try:
+                with _single_process_ok():
+                    dcp_save(state, checkpoint_id=str(partial), **self._dcp_kwargs())
+            except (Exception, CheckpointException) as exc:  # DCP's is a BaseException
+                self._refuse_disk_full(exc, partial, step)
+                raise
             self._on_rank0(lambda: self._publish(partial, final))
         self._saved = (step, model_only)
         return final
@@ -271,7 +284,11 @@ class CheckpointManager:
     def _finish_in_flight(self) -> None:
         in_flight, self._in_flight = self._in_flight, None
         assert in_flight is not None
-        in_flight.future.result()  # re-raises a failed write; the partial folder is then never published
+        try:
+            in_flight.future.result()  # re-raises a failed write; the partial folder is then never published
+        except (Exception, CheckpointException) as exc:  # DCP's is a BaseException
+            self._refuse_disk_full(exc, in_flight.partial, _step_of(in_flight.final))
+            raise
         self._publish(in_flight.partial, in_flight.final)
 
     def wait(self) -> None:
@@ -282,7 +299,34 @@ class CheckpointManager:
     def _publish(self, partial: Path, final: Path) -> None:
         """Rank 0 publishes a finished save (every rank has written: ``.metadata`` exists) and prunes."""
         if _rank() == 0:
-            publish(partial, final, keep_latest_k=self.cfg.keep_latest_k, config_yaml=self.run_config_yaml)
+            try:
+                publish(
+                    partial, final, keep_latest_k=self.cfg.keep_latest_k, config_yaml=self.run_config_yaml
+                )
+            except OSError as exc:
+                self._refuse_disk_full(exc, partial, _step_of(final))
+                raise
+
+    def _refuse_disk_full(self, exc: BaseException, partial: Path, step: int) -> None:
+        """When ``exc`` is a full disk: remove the save's partial folder (rank 0) and raise an
+        ``InputFileError`` naming ENOSPC and the folder; the previous checkpoints stay as they were.
+
+        Nothing here waits on another rank (the error path): each rank whose write failed raises.
+        """
+        if not _disk_full(exc):
+            return
+        if _rank() == 0:
+            discard_partial(partial)
+        steps = complete_steps(self.folder)
+        kept = (
+            f"the newest complete checkpoint, step {steps[-1]}, is kept" if steps else "no checkpoint is kept"
+        )
+        raise InputFileError.at(
+            self.folder,
+            f"no space left on the device (ENOSPC) while saving step {step}: its partial folder was "
+            f"removed and {kept}; free space, lower checkpoint.keep_latest_k or move checkpoint.folder, then "
+            "relaunch to resume",
+        ) from None
 
     def close(self, *, abandon: bool = False) -> None:
         """Finish and publish any save in flight (on every rank when this returns); free the stager.
@@ -431,7 +475,7 @@ class CheckpointManager:
             )
         keys = set(inspection.metadata.state_dict_metadata)
         if self.cfg.initial_load_model_only:
-            self._load_model(path, keys)
+            self._load_model(path, inspection)
             return 0
         if not is_full(keys):
             raise CheckpointNotResumableError(
@@ -460,15 +504,60 @@ class CheckpointManager:
         except UnreadableCheckpointError as exc:
             raise CheckpointNotResumableError(str(exc)) from None
 
-    def _load_model(self, path: Path, keys: set[str]) -> None:
-        if not any(key.startswith("model.") for key in keys):
+    def _load_model(self, path: Path, inspection: Inspection) -> None:
+        items = inspection.metadata.state_dict_metadata
+        if not any(key.startswith("model.") for key in items):
             raise ValueError(f"checkpoint {str(path)!r} holds no model state")
         state = self.state.model_state()
+        _refuse_another_shape(path, state["model"], items, "checkpoint.initial_load_path")
         self._read(state, path)
         self.state.restore_model(state)
 
     def _load_full(self, path: Path, inspection: Inspection) -> int:
         items = inspection.metadata.state_dict_metadata
         state = self.state.placeholders(self.state.wanted(path, items, self.cfg.exclude_from_loading), items)
+        field = "checkpoint.folder" if path.parent == self.folder else "checkpoint.initial_load_path"
+        _refuse_another_shape(path, state["model"], items, field)
         self._read(state, path)
         return self.state.restore(path, state)
+
+
+def _step_of(final: Path) -> int:
+    """N of a ``step-N`` folder."""
+    return int(final.name.rpartition("-")[2])
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """Whether ``exc``, or a failure it carries (a cause, DCP's per-rank failures), is ENOSPC.
+
+    torch's writers do not always keep the ``OSError``: the zip writer's "enforce fail" names it in text.
+    """
+    pending, seen = [exc], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
+            return True
+        if not isinstance(current, CheckpointException) and "No space left on device" in str(current):
+            return True
+        if isinstance(current, CheckpointException):
+            pending.extend(failure for failure, _trace in current.failures.values())
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return False
+
+
+def _refuse_another_shape(path: Path, model: dict[str, Any], items: Any, field: str) -> None:
+    """An ``InputFileError`` naming the tensors when the checkpoint at ``path`` holds another model.
+
+    Checked before DCP reads anything (its own "Missing key" or size-mismatch errors name no remedy);
+    every rank sees the same metadata, so every rank refuses it.
+    """
+    differences = model_shape_differences(model, items)
+    if differences:
+        raise InputFileError.at(
+            path,
+            f"saved with another model shape: {'; '.join(differences)}; resume with the model arguments it "
+            f"was saved with (its {CONFIG_FILE}), or use another {field}",
+        )

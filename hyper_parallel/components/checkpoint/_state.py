@@ -46,7 +46,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 
-__all__ = ["Stateful", "TrainingState", "decode_json", "encode_json", "is_full"]
+__all__ = ["Stateful", "TrainingState", "decode_json", "encode_json", "is_full", "model_shape_differences"]
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 _PER_RANK = ("dataloader", "rng", "train_state")
@@ -77,6 +77,45 @@ def _placeholder(item: STORAGE_TYPES) -> torch.Tensor | str:
     if isinstance(item, TensorStorageMetadata):
         return torch.empty(item.size, dtype=item.properties.dtype)
     return ""
+
+
+#: Differing tensors a message names (a model of another depth differs in every layer).
+_SHOWN = 6
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(names[:_SHOWN])
+    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+
+
+def model_shape_differences(model: Mapping[str, Any], items: Mapping[str, STORAGE_TYPES]) -> list[str]:
+    """How the model's tensors (``model``: its state dict) differ from those a checkpoint saved.
+
+    ``items`` is the checkpoint's ``state_dict_metadata``; sizes are global (a sharded ``DTensor``'s
+    full shape), so a checkpoint of another layout of the same model shows no difference. Each entry names
+    tensors (by the model's names): sizes that differ, tensors the checkpoint lacks, tensors only it holds.
+    """
+    ours = {name: list(value.shape) for name, value in model.items() if torch.is_tensor(value)}
+    saved = {
+        key.removeprefix("model."): list(item.size)
+        for key, item in items.items()
+        if key.startswith("model.") and isinstance(item, TensorStorageMetadata)
+    }
+    found: list[str] = []
+    missing = [name for name in ours if name not in saved]
+    if missing:
+        found.append(f"it lacks {_listed(missing)}")
+    extra = sorted(name for name in saved if name not in ours)
+    if extra:
+        found.append(f"it holds {_listed(extra)}, which the model has not")
+    found += [
+        f"{name} is {saved[name]} there, {shape} here"
+        for name, shape in ours.items()
+        if name in saved and saved[name] != shape
+    ]
+    if len(found) > _SHOWN:
+        found = [*found[:_SHOWN], f"{len(found) - _SHOWN} more tensors differ"]
+    return found
 
 
 def is_full(keys: set[str]) -> bool:

@@ -113,6 +113,14 @@ class DatasetConfig:
                 "seq_len); leave it out",
             )
 
+    def check_files(self) -> None:
+        """Refuse, before anything is built, files that cannot be read as configured: a missing path, a
+        folder without files of the source, an empty dataset, or a first ``jsonl`` record that is not a
+        JSON object with ``text_field`` (an ``InputFileError``, ``FILE:LINE: problem``, exit status 2)."""
+        from hyper_parallel.components.dataloader._sources import check_files
+
+        check_files(self)
+
     def unread_seed(self, shuffle: bool) -> Iterator[tuple[str, str]]:
         """``("seed", message)`` when ``seed`` is set but nothing reads it: no shuffle, no generated data."""
         if self.seed is not None and not shuffle and self.source not in _GENERATED_SOURCES:

@@ -34,11 +34,16 @@ import torch
 import torch.utils.data
 
 from hyper_parallel.components.dataloader._samples import Samples, WithFiller, build_samples, collate_fn
+from hyper_parallel.config.errors import InputFileError
 
 if TYPE_CHECKING:
     from hyper_parallel.components.dataloader import DataLoader, DatasetConfig, LoaderRequest
 
 __all__ = ["ResumableLoader", "build_loader"]
+
+
+class _TooFewSamples(ValueError):
+    """The samples do not fill one batch per data-parallel rank (a small or nearly empty dataset)."""
 
 
 class _BatchSampler:
@@ -97,7 +102,7 @@ class ResumableLoader:
             full, rest = divmod(len(samples) // dp_world_size, micro_batch_size)
             self.batches_per_epoch = full + (1 if rest and not drop_last else 0)
         if self.batches_per_epoch == 0:
-            raise ValueError(
+            raise _TooFewSamples(
                 f"the dataset has {len(samples)} samples: too few for one batch of {micro_batch_size} on "
                 f"each of {dp_world_size} data-parallel ranks"
             )
@@ -247,6 +252,17 @@ def build_loader(
     caps = [cap for cap in (dataset.max_samples, max_samples) if cap is not None]
     seed = dataset.seed if dataset.seed is not None else request.seed
     samples = build_samples(dataset, request, seed=seed, max_samples=min(caps) if caps else None)
-    return ResumableLoader(
-        samples, request, seed=seed, shuffle=shuffle, drop_last=drop_last, infinite=infinite, workers=workers
-    )
+    try:
+        return ResumableLoader(
+            samples,
+            request,
+            seed=seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            infinite=infinite,
+            workers=workers,
+        )
+    except _TooFewSamples as exc:
+        if not dataset.paths:
+            raise
+        raise InputFileError.at(", ".join(dataset.paths), str(exc)) from None

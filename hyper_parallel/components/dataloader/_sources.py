@@ -6,7 +6,9 @@
   450 KB of English prose and code in some 1,600 documents, on every machine, without files or network.
 
 A path may be a file or a directory (searched recursively, sorted: ``*.jsonl`` for ``jsonl``, ``*.txt``
-for ``text``; hidden files and folders are skipped).
+for ``text``; hidden files and folders are skipped). A file that is missing, not UTF-8, or (``jsonl``) holds a
+line that is not a JSON object with the text field is an ``InputFileError`` (``FILE:LINE: problem``, exit
+status 2); ``check_files`` looks at the first record of each file before anything is built.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from typing import TYPE_CHECKING
 # ``python_docs()`` would depend on whether the caller had imported torch yet.
 import torch  # noqa: F401
 
+from hyper_parallel.config.errors import InputFileError, Issue
+
 if TYPE_CHECKING:
     from hyper_parallel.components.dataloader import DatasetConfig
 
-__all__ = ["python_docs", "read_documents"]
+__all__ = ["check_files", "python_docs", "read_documents"]
 
 _SUFFIX = {"jsonl": ".jsonl", "text": ".txt"}
 
@@ -47,10 +51,75 @@ def _files(paths: Sequence[str], source: str) -> list[Path]:
         elif path.is_file():
             found.append(path)
         else:
-            raise FileNotFoundError(f"dataset path {raw!r} is neither a file nor a directory")
+            raise InputFileError.at(raw, "dataset path is neither a file nor a directory")
     if not found:
-        raise FileNotFoundError(f"no {_SUFFIX[source]} file under {list(paths)!r}")
+        raise InputFileError(
+            Issue("", f"no {_SUFFIX[source]} file under it (hidden files and folders are skipped)", raw)
+            for raw in paths
+        )
     return found
+
+
+def _text(data: bytes, where: Path | str) -> str:
+    """``data`` decoded as UTF-8, or an ``InputFileError`` at ``where`` naming the line and column."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        message = f"not UTF-8 text: byte 0x{data[exc.start]:02x} at column {column}"
+        raise InputFileError.at(f"{where}:{line}" if isinstance(where, Path) else where, message) from None
+
+
+def _records(file: Path, text_field: str) -> Iterator[str]:
+    """The documents of one ``jsonl`` file; a bad line is an ``InputFileError`` at ``FILE:LINE``."""
+    with file.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            line = _text(raw, f"{file}:{number}")
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                message = f"not a JSON object: {exc.msg} at column {exc.colno}"
+                raise InputFileError.at(f"{file}:{number}", message) from None
+            if not isinstance(record, dict):
+                raise InputFileError.at(f"{file}:{number}", "not a JSON object")
+            if not isinstance(record.get(text_field), str):
+                keys = ", ".join(repr(k) for k in sorted(record)[:8]) or "none"
+                message = (
+                    f"no string field {text_field!r} (the record's keys: {keys}); set "
+                    "dataloader.dataset.text_field to the key holding the text"
+                )
+                raise InputFileError.at(f"{file}:{number}", message)
+            yield record[text_field]
+
+
+def check_files(cfg: DatasetConfig) -> None:
+    """Refuse, before anything is built, a dataset whose files cannot be read as configured.
+
+    Every path must exist (a folder must hold files of the source's suffix), the first record of each
+    ``jsonl`` file must be a JSON object with the text field, and the dataset must hold a document: an
+    ``InputFileError`` naming the file (``FILE:LINE``) otherwise. Later records are checked as they are
+    read, with the same messages.
+    """
+    if cfg.source not in _SUFFIX:
+        return
+    files = _files(cfg.paths, cfg.source)
+    if cfg.source == "text":
+        if all(file.stat().st_size == 0 for file in files):
+            raise InputFileError(Issue("", "empty: no text to train on", str(file)) for file in files)
+        return
+    empty: list[Path] = []
+    for file in files:
+        records = _records(file, cfg.text_field)
+        try:
+            if next(records, None) is None:
+                empty.append(file)
+        finally:
+            records.close()  # type: ignore[attr-defined]
+    if len(empty) == len(files):
+        raise InputFileError(Issue("", "empty: no JSON record to train on", str(file)) for file in empty)
 
 
 # Pure-library modules whose import only defines names (no threads, no I/O, no GUI, no easter eggs),
@@ -125,22 +194,15 @@ def python_docs() -> tuple[str, ...]:
 
 
 def read_documents(cfg: DatasetConfig) -> Iterator[str]:
-    """The documents of a ``jsonl``, ``text`` or ``python_docs`` dataset, in file (or listed) order."""
+    """The documents of a ``jsonl``, ``text`` or ``python_docs`` dataset, in file (or listed) order.
+
+    A file that cannot be read as configured raises an ``InputFileError`` naming it (``FILE:LINE``).
+    """
     if cfg.source == "python_docs":
         yield from python_docs()
         return
     for file in _files(cfg.paths, cfg.source):
         if cfg.source == "text":
-            yield file.read_text(encoding="utf-8")
-            continue
-        with file.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{file}:{number}: not a JSON object: {exc.msg}") from None
-                if not isinstance(record, dict) or not isinstance(record.get(cfg.text_field), str):
-                    raise ValueError(f"{file}:{number}: no string field {cfg.text_field!r}")
-                yield record[cfg.text_field]
+            yield _text(file.read_bytes(), file)
+        else:
+            yield from _records(file, cfg.text_field)

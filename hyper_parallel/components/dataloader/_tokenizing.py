@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch.distributed as dist
 
+from hyper_parallel.config.errors import InputFileError
+
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
@@ -40,7 +42,7 @@ class _Share(NamedTuple):
     documents: int  # read in this round by this member (all members must agree)
     ids: bytes  # array("q") of the encoded documents' tokens, concatenated
     lengths: bytes  # array("q") of their lengths
-    error: str | None
+    error: str | InputFileError | None  # a bad file, raised on every member as it is
 
 
 def _share(tokenizer: Any, documents: Iterator[str], rank: int, size: int) -> _Share:
@@ -48,6 +50,8 @@ def _share(tokenizer: Any, documents: Iterator[str], rank: int, size: int) -> _S
     try:
         chunk = list(itertools.islice(documents, size * _TOKENIZE_CHUNK))
         encoded = encode(tokenizer, chunk[rank::size])
+    except InputFileError as exc:  # FILE: problem, the same on every member
+        return _Share(0, b"", b"", exc)
     except Exception as exc:  # every member must learn of it, or the others wait forever
         return _Share(0, b"", b"", f"{type(exc).__name__}: {exc}")
     ids = array.array("q", (token for doc in encoded for token in doc))
@@ -79,6 +83,8 @@ def tokenize(tokenizer: Any, documents: Iterator[str], group: ProcessGroup | Non
         shares: list[Any] = [None] * size
         dist.all_gather_object(shares, _share(tokenizer, documents, rank, size), group=group)
         for member, share in enumerate(shares):
+            if isinstance(share.error, InputFileError):
+                raise share.error
             if share.error is not None:
                 raise ValueError(f"rank {member} of the data group could not read or tokenize: {share.error}")
         counts = [share.documents for share in shares]

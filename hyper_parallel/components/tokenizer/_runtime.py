@@ -4,7 +4,8 @@ Imported only from ``Tokenizer.Config.build``. Both tokenizers share one interfa
 ``encode`` / ``encode_batch`` add bos/eos as configured, ``decode``, ``pad``, ``vocab_size`` and the
 special ids, which is all the data loader and the trainer use. ``HFTokenizer`` needs the ``tokenizers``
 library (part of the ``torch`` extra) and files on disk: nothing is fetched from a hub. ``ByteLevelTokenizer``
-needs neither.
+needs neither. A tokenizer file that is missing or unreadable, or a special token it lacks, is an
+``InputFileError`` naming the file (exit status 2).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from hyper_parallel.config.errors import InputFileError
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer as _RustTokenizer
@@ -143,11 +146,16 @@ class HFTokenizer(TokenizerRuntime):
         add_eos: bool,
         padding_side: str = "right",
         model_max_length: int | None = None,
+        source: str | None = None,
+        configured: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(
             add_bos=add_bos, add_eos=add_eos, padding_side=padding_side, model_max_length=model_max_length
         )
         self._tok = tokenizer
+        #: The ``tokenizer.json`` read (None: built in Python); errors about the tokenizer name it.
+        self.source = source
+        self._configured = configured  # special tokens the config set (the others: tokenizer_config.json)
         self.bos_token, self.bos_id = bos_token, self._id_of(bos_token, "bos_token")
         self.eos_token, self.eos_id = eos_token, self._id_of(eos_token, "eos_token")
         if pad_token is None:
@@ -159,7 +167,11 @@ class HFTokenizer(TokenizerRuntime):
             return None
         token_id = self._tok.token_to_id(token)
         if token_id is None:
-            raise ValueError(f"{what} {token!r} is not in the tokenizer's vocabulary")
+            message = f"{what} {token!r} is not in the tokenizer's vocabulary"
+            if self.source is None:
+                raise ValueError(message)
+            named = f"tokenizer.{what}" if what in self._configured else "its tokenizer_config.json"
+            raise InputFileError.at(self.source, f"{message} (named by {named})")
         return int(token_id)
 
     @property
@@ -180,7 +192,7 @@ def _locate(path: str) -> tuple[Path, Path | None]:
     where = Path(path)
     file = where / "tokenizer.json" if where.is_dir() else where
     if not file.is_file():
-        raise FileNotFoundError(f"no tokenizer file at {str(file)!r} (expected a local tokenizer.json)")
+        raise InputFileError.at(file, "no tokenizer file here (expected a local tokenizer.json)")
     config = file.parent / "tokenizer_config.json"
     return file, config if config.is_file() else None
 
@@ -195,12 +207,27 @@ def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | Non
     file, config_file = _locate(path)
     saved: dict[str, Any] = {}
     if config_file is not None:
-        saved = json.loads(config_file.read_text(encoding="utf-8"))
+        try:
+            saved = json.loads(config_file.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputFileError.at(config_file, f"not a JSON file: {exc}") from None
+        if not isinstance(saved, dict):
+            raise InputFileError.at(config_file, "not a JSON object")
     max_length = cfg.model_max_length
     if max_length is None and isinstance(saved.get("model_max_length"), int):
         max_length = saved["model_max_length"]
+    try:
+        rust = RustTokenizer.from_file(str(file))
+    except Exception as exc:  # the library raises a bare Exception for any unreadable file
+        reason = str(exc).strip() or type(exc).__name__
+        raise InputFileError.at(
+            file, f"not a tokenizer file the tokenizers library reads: {reason}"
+        ) from None
+    configured = frozenset(
+        name for name in ("bos_token", "eos_token", "pad_token") if getattr(cfg, name) is not None
+    )
     return HFTokenizer(
-        RustTokenizer.from_file(str(file)),
+        rust,
         bos_token=cfg.bos_token or _token_text(saved.get("bos_token")),
         eos_token=cfg.eos_token or _token_text(saved.get("eos_token")),
         pad_token=cfg.pad_token or _token_text(saved.get("pad_token")),
@@ -208,4 +235,6 @@ def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | Non
         add_eos=cfg.add_eos,
         padding_side=cfg.padding_side,
         model_max_length=max_length,
+        source=str(file),
+        configured=configured,
     )

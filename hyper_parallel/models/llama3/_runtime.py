@@ -7,10 +7,11 @@ stays cheap. The state-dict adapter only reshapes tensors through their own meth
 
 import math
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hyper_parallel.models._factory import require_torch
-from hyper_parallel.models.llama3.args import Llama3Args
+from hyper_parallel.models.llama3.args import LLAMA3_FLAVORS, Llama3Args
 
 if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
     from hyper_parallel.trainer.config import (
@@ -143,6 +144,9 @@ class Llama3StateDictAdapter:
     Names are mapped one to one; the rows of the query and key projections are permuted between HF's
     half-split rotary layout and the interleaved layout of this model. Unknown names raise ``KeyError``.
     """
+
+    #: The flavors a weights folder's ``config.json`` is matched against (``model.flavor`` hints).
+    flavors: ClassVar[Mapping[str, Llama3Args]] = LLAMA3_FLAVORS
 
     def __init__(self, args: Llama3Args, weights_path: str | None = None) -> None:
         self.args = args

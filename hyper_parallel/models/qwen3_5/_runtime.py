@@ -10,10 +10,11 @@ The vision-language model covers images; videos (timestamped frames) are not sup
 
 import math
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hyper_parallel.models._factory import require_torch
-from hyper_parallel.models.qwen3_5.args import Qwen3_5Args, Qwen3_5VLArgs
+from hyper_parallel.models.qwen3_5.args import QWEN3_5_FLAVORS, Qwen3_5Args, Qwen3_5VLArgs
 
 if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
     from hyper_parallel.trainer.config import (
@@ -242,6 +243,8 @@ class Qwen3_5StateDictAdapter:
 
     model = "Qwen 3.5"
     hf_prefix = "model."
+    #: The flavors a weights folder's ``config.json`` is matched against (``model.flavor`` hints).
+    flavors: ClassVar[Mapping[str, Any]] = QWEN3_5_FLAVORS
 
     def __init__(self, args: ModelArgsLike, weights_path: str | None = None) -> None:
         self.args = args

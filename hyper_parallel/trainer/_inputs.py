@@ -1,0 +1,94 @@
+"""The files a config names, checked at launch before anything is built.
+
+A bad data file, tokenizer or weights folder used to surface minutes later as a traceback from deep inside
+the build (exit status 1); here each is read just far enough to know it fits, and refused as an
+``InputFileError`` (``FILE: problem``, exit status 2) while nothing is allocated yet:
+
+- the datasets of the data loader and the validator: every path exists, the first record of each
+  ``jsonl`` file is a JSON object with the text field, the data is not empty (``DatasetConfig.check_files``);
+- ``model.weights_path``: ``config.json`` against the model's arguments, the safetensors headers, and the
+  tensors' names, shapes and dtypes against the model (``models.check_weights``), on rank 0 only (the
+  only rank that reads weights), its verdict shared with the others;
+- the tokenizer, built here (before the model): its files, its size against the model's embedding table
+  (``rules.vocabulary_issues``, the resolver's rule with the loaded size) and its EOS when packing.
+
+Every rank runs the data and tokenizer checks on the same files, so every rank raises the same error, and
+the launch command line prints it once (rank 0).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch.distributed as dist
+
+from hyper_parallel.config.errors import InputFileError, Issue
+from hyper_parallel.trainer import rules
+
+if TYPE_CHECKING:
+    from hyper_parallel.trainer.config import TrainerConfig
+
+__all__ = ["build_tokenizer", "check_files"]
+
+
+def check_files(config: TrainerConfig) -> None:
+    """Refuse the data and weights files ``config`` names when they cannot feed its run."""
+    sections = [config.dataloader, config.validator if config.validator.enable else None]
+    for section in sections:
+        check = getattr(getattr(section, "dataset", None), "check_files", None)
+        if callable(check):
+            check()
+    spec = config.model
+    if spec.weights_path is not None:
+        from hyper_parallel.models import check_weights
+
+        _on_rank0(lambda: check_weights(spec))
+
+
+def _on_rank0(check: Any) -> None:
+    """Run ``check()`` on rank 0 (every rank when there is no process group); every rank raises its error."""
+    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    if not distributed:
+        check()
+        return
+    found: list[object] = [None]
+    if dist.get_rank() == 0:
+        try:
+            check()
+        except InputFileError as exc:
+            found[0] = exc
+        except Exception as exc:  # the others would wait for a verdict that never comes
+            found[0] = f"{type(exc).__name__}: {exc}"
+    dist.broadcast_object_list(found, src=0)
+    if isinstance(found[0], InputFileError):
+        raise found[0]
+    if found[0] is not None:
+        raise RuntimeError(f"rank 0 could not check model.weights_path: {found[0]}")
+
+
+def build_tokenizer(config: TrainerConfig) -> Any:
+    """The run's tokenizer, refused when the model cannot embed its ids or packing lacks its EOS."""
+    tokenizer = config.tokenizer.build(config.model.weights_path)
+    where = getattr(tokenizer, "source", None) or "tokenizer"
+    vocab = getattr(tokenizer, "vocab_size", None)
+    issues = []
+    if isinstance(vocab, int):
+        issues += [Issue("", message, where) for _path, message in rules.vocabulary_issues(config, vocab)]
+    dataset = getattr(config.dataloader, "dataset", None)
+    source = getattr(dataset, "source", None)
+    if (
+        source in rules.TEXT_SOURCES
+        and getattr(dataset, "pack_sequences", False)
+        and tokenizer.eos_id is None
+    ):
+        issues.append(
+            Issue(
+                "",
+                "has no eos token, which dataloader.dataset.pack_sequences needs to separate documents; set "
+                "tokenizer.eos_token to one of its tokens, or pack_sequences to false",
+                where,
+            )
+        )
+    if issues:
+        raise InputFileError(issues)
+    return tokenizer
