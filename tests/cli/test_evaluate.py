@@ -117,3 +117,18 @@ def test_input_errors_exit_2_with_one_line(
     assert "--dry-run is not an option of evaluate" in capsys.readouterr().err
     assert main(["--checkpoint"]) == 2
     assert "--checkpoint needs a value" in capsys.readouterr().err
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_two_ranks_evaluate_to_the_same_figures(run: tuple[Path, dict[str, Any]]) -> None:
+    from tests.support.processes import torchrun
+
+    folder, logged = run
+    config = str(folder / "step-2" / "config.yaml")
+    flags = ["--checkpoint", str(folder / "step-2"), "--json", "--parallelism.dp_shard", "2"]
+    done = torchrun(2, "-m", "hyper_parallel.evaluate", "--config-file", config, *flags)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = json.loads(done.stdout)  # rank 0 alone prints, one line
+    assert printed["tokens"] == int(logged["validation/tokens"])  # the set dealt over two ranks
+    assert math.isclose(printed["loss"], logged["validation/loss"], rel_tol=1e-6)

@@ -71,10 +71,10 @@ def test_a_checkpoint_and_its_export_continue_the_prompt_alike(run: tuple[Path, 
 
 def test_sampling_repeats_with_a_seed(run: tuple[Path, Path], capsys: Any) -> None:
     checkpoint, exported = run
-    flags = ["--prompt", PROMPT, "--max-new-tokens", "16", "--temperature", "1.0", "--top-p", "0.9"]
+    flags = ["--prompt", PROMPT, "--max-new-tokens", "10", "--temperature", "1.0", "--top-p", "0.9"]
     first = _generate(capsys, str(checkpoint), *flags, "--seed", "7")[1]
     assert _generate(capsys, str(exported), *flags, "--seed", "7")[1] == first
-    assert {_generate(capsys, str(checkpoint), *flags, "--seed", str(s))[1] for s in (1, 2, 3)} != {first}
+    assert _generate(capsys, str(checkpoint), *flags, "--seed", "8")[1] != first
 
 
 def test_input_errors_are_one_line_and_exit_2(run: tuple[Path, Path], tmp_path: Path, capsys: Any) -> None:
