@@ -37,7 +37,7 @@ HF_MODEL_TYPES: dict[str, Callable[[], tuple[Callable[..., ModelSpec], Mapping[s
 def spec_from_hf_config(config: Mapping[str, Any], weights_path: str | None = None) -> ModelSpec:
     """The spec of the model ``config`` (a parsed ``config.json``) describes, loading ``weights_path``.
 
-    Its flavor is the name of the table flavor with exactly these arguments, else ``"config.json"``.
+    Its flavor is the name of the table flavor that writes the same ``config.json``, else ``"config.json"``.
     Raises ``ValueError`` (one line) for an unknown ``model_type`` or arguments this model cannot express.
     """
     model_type = config.get("model_type")
@@ -51,5 +51,7 @@ def spec_from_hf_config(config: Mapping[str, Any], weights_path: str | None = No
     except (KeyError, TypeError, ValueError) as exc:
         detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
         raise ValueError(f"model_type {model_type!r}: {detail}") from None
-    flavor = next((name for name, known in flavors.items() if known == args), "config.json")
-    return attrs.evolve(template, args=args, flavor=flavor, weights_path=weights_path)
+    adapter = template.state_dict_adapter
+    written = adapter(args).hf_config()  # what the config says, in the form a flavor's export writes it
+    flavor = next((name for name, known in flavors.items() if adapter(known).hf_config() == written), None)
+    return attrs.evolve(template, args=args, flavor=flavor or "config.json", weights_path=weights_path)
