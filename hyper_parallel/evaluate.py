@@ -149,8 +149,7 @@ def evaluate(
         store = attrs.evolve(store, initial_load_path=str(step), initial_load_model_only=True)
     evaluated = attrs.evolve(
         cfg,
-        # the trainer enables a validator only for a run it will call at `freq`: here it is called once
-        validator=attrs.evolve(cfg.validator, enable=True),
+        validator=attrs.evolve(cfg.validator, enable=True),  # built; called once below, whatever freq says
         checkpoint=attrs.evolve(store, enable=False),  # reads initial_load_path alone; never saves
         metrics=type(cfg.metrics)(),  # the defaults write no file
         profiler=type(cfg.profiler)(),
@@ -225,7 +224,7 @@ def _run(cfg: TrainerConfig, checkpoint: str | None, as_json: bool, out: TextIO,
 
     try:
         results = evaluate(cfg, checkpoint=checkpoint, stream=err)
-    except EvaluateError as exc:
+    except (EvaluateError, OSError) as exc:  # OSError: a checkpoint.initial_load_path that is not there
         if is_rank0():
             err.write(f"evaluate: {exc}\n")
         return EXIT_INPUT_ERROR

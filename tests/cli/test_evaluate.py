@@ -117,6 +117,12 @@ def test_input_errors_exit_2_with_one_line(
     assert "--dry-run is not an option of evaluate" in capsys.readouterr().err
     assert main(["--checkpoint"]) == 2
     assert "--checkpoint needs a value" in capsys.readouterr().err
+    no_start = ["--checkpoint.enable", "false", "--checkpoint.initial_load_path", str(missing)]
+    assert main(["--config-file", config, *no_start]) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"evaluate: checkpoint.initial_load_path {str(missing)!r} is not a complete DCP checkpoint\n",
+    )
 
 
 @pytest.mark.multiprocess
