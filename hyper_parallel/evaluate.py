@@ -39,6 +39,7 @@ from hyper_parallel.launch import (
     parse_arguments,
     report_issues,
 )
+from hyper_parallel.trainer.machine import machine_issues
 
 if TYPE_CHECKING:
     from hyper_parallel.trainer.config import TrainerConfig
@@ -209,6 +210,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     except ConfigError as exc:
         return report_issues(exc.issues, err)
     cfg = loaded.config
+    machine = machine_issues(cfg, training=True)  # what train_lm refuses on this machine, refused alike
+    if machine:
+        return report_issues([Issue(path, message, args.config_file) for path, message in machine], err)
     if not cfg.validator.enable and ("validator",) not in loaded.given:
         message = (
             "names no validation data to evaluate: add a validator section with its dataset (enable may "
