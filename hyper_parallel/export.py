@@ -5,7 +5,11 @@
 checkpoint on one process, whatever layout saved them (one process, FSDP2, tensor parallelism), and write
 ``OUT/config.json`` plus ``OUT/model.safetensors``, or, above ``max_shard_size``,
 ``model-0000i-of-0000n.safetensors`` shards with ``model.safetensors.index.json``: the layout
-``AutoModelForCausalLM.from_pretrained(OUT)`` reads.
+``AutoModelForCausalLM.from_pretrained(OUT)`` reads. The run's tokenizer is written beside the weights
+(``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``; the byte tokenizer as an
+equivalent ``tokenizer.json``, see ``components.tokenizer._export``), so
+``AutoTokenizer.from_pretrained(OUT)`` and ``python -m hyper_parallel.generate OUT`` need the folder
+alone. Every file's mode follows the umask.
 
 ``CKPT`` is a ``step-<N>`` folder (a full checkpoint or the final weights-only export) or a
 ``checkpoint.folder``, whose newest complete step is exported. The model comes from the resolved config the
@@ -41,7 +45,15 @@ if TYPE_CHECKING:
 
     from hyper_parallel.trainer.config import TrainerConfig
 
-__all__ = ["DTYPES", "ExportError", "export_checkpoint", "main", "parse_size"]
+__all__ = [
+    "DTYPES",
+    "ExportError",
+    "export_checkpoint",
+    "locate_step",
+    "main",
+    "parse_size",
+    "read_checkpoint",
+]
 
 #: The dtypes ``dtype`` / ``--dtype`` accept.
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
@@ -104,7 +116,7 @@ def export_checkpoint(
     limit = parse_size(max_shard_size)
     out = Path(out_dir)
     _check_output(out)
-    step, metadata = _step_folder(Path(checkpoint))
+    step, metadata = locate_step(Path(checkpoint))
     cfg = _run_config(step, config)
     adapter = cfg.model.state_dict_adapter(cfg.model.args)
     try:
@@ -112,6 +124,7 @@ def export_checkpoint(
     except (AttributeError, NotImplementedError, ValueError) as exc:
         detail = str(exc) if not isinstance(exc, AttributeError) else "its adapter writes no config.json"
         raise ExportError(f"model {cfg.model.name} {cfg.model.flavor}: {detail}") from None
+    tokenizer = _tokenizer_files(cfg)
     weights = _read_model(step, metadata)
     if dtype is not None:
         import torch
@@ -128,11 +141,34 @@ def export_checkpoint(
         hf.pop("lm_head.weight", None)  # Hugging Face ties it to the embeddings on load
     floating = [t.dtype for t in hf.values() if t.is_floating_point()]
     hf_config["dtype"] = str(floating[0]).removeprefix("torch.") if floating else "float32"
-    _write(out, hf, hf_config, limit)
+    _write(out, hf, hf_config, limit, tokenizer)
     return out
 
 
-def _step_folder(path: Path) -> tuple[Path, Any]:
+def read_checkpoint(
+    checkpoint: str | Path, config: str | Path | TrainerConfig | None = None
+) -> tuple[Path, TrainerConfig, dict[str, torch.Tensor]]:
+    """The step folder, the run's config and the full model weights (our names) of ``checkpoint``.
+
+    ``checkpoint`` and ``config`` are as in :func:`export_checkpoint` (a step folder or its parent, whose
+    newest intact step is read; the config saved beside the weights unless one is given). Read safely in
+    this process; raises ``ExportError`` (one line) for anything the caller can fix.
+    """
+    step, metadata = locate_step(Path(checkpoint))
+    cfg = _run_config(step, config)
+    return step, cfg, _read_model(step, metadata)
+
+
+def _tokenizer_files(cfg: TrainerConfig) -> dict[str, bytes]:
+    from hyper_parallel.components.tokenizer._export import tokenizer_files
+
+    try:
+        return tokenizer_files(cfg.tokenizer, cfg.model.weights_path)
+    except (NotImplementedError, ValueError) as exc:
+        raise ExportError(str(exc)) from None
+
+
+def locate_step(path: Path) -> tuple[Path, Any]:
     """The ``step-<N>`` folder to export and its DCP metadata: ``path`` itself, or its newest intact step."""
     from hyper_parallel.components.checkpoint._layout import complete_steps
     from hyper_parallel.components.checkpoint._safe_read import UnreadableCheckpointError, inspect
@@ -259,7 +295,14 @@ def _shards(tensors: dict[str, torch.Tensor], limit: int) -> list[dict[str, torc
     return shards
 
 
-def _write(out: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any], limit: int) -> None:
+def _write(
+    out: Path,
+    tensors: dict[str, torch.Tensor],
+    config: dict[str, Any],
+    limit: int,
+    extra: dict[str, bytes],
+) -> None:
+    """Write the folder as ``.OUT.partial``, then rename it; ``extra`` maps more file names to contents."""
     from safetensors.torch import save_file
 
     partial = _partial(out)
@@ -268,6 +311,11 @@ def _write(out: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any], 
         shutil.rmtree(partial)
     partial.parent.mkdir(parents=True, exist_ok=True)
     partial.mkdir()  # exclusive: fails if anything took its place
+    # safetensors creates its files 0600; every file gets the mode open() would give it (the umask's),
+    # read from a file created the ordinary way rather than by changing the process-wide umask.
+    probe = partial / "config.json"
+    probe.write_text(json.dumps(config, indent=2) + "\n")
+    mode = probe.stat().st_mode & 0o777
     shards = _shards({k: v.detach().contiguous() for k, v in tensors.items()}, limit)
     metadata = {"format": "pt"}  # transformers refuses safetensors files without it
     if len(shards) == 1:
@@ -281,7 +329,10 @@ def _write(out: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any], 
         total = sum(t.numel() * t.element_size() for t in tensors.values())
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         (partial / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-    (partial / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    for name, content in extra.items():
+        (partial / name).write_bytes(content)
+    for file in partial.iterdir():
+        file.chmod(mode)
     if out.exists():
         out.rmdir()  # checked empty above
     partial.rename(out)

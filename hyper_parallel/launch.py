@@ -28,7 +28,16 @@ if TYPE_CHECKING:
     from hyper_parallel.preflight import Device
     from hyper_parallel.trainer.rules import TrainerKind
 
-__all__ = ["EXIT_INPUT_ERROR", "EXIT_TRAINING_ERROR", "exit_process", "main"]
+__all__ = [
+    "EXIT_INPUT_ERROR",
+    "EXIT_TRAINING_ERROR",
+    "exit_process",
+    "is_rank0",
+    "main",
+    "parse_arguments",
+    "report_issues",
+    "warn_issues",
+]
 
 #: Whether this process trained in a process group (see ``exit_process``).
 _ran_process_group = False
@@ -178,6 +187,11 @@ def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
     return args, issues
 
 
+def parse_arguments(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
+    """The launch options and overrides of ``argv`` and the problems found (for commands sharing them)."""
+    return _parse(argv)
+
+
 def _world_size(args: _Args, issues: list[Issue]) -> int | None:
     text, origin = args.world_size, "--world-size"
     if text is None:
@@ -194,6 +208,21 @@ def _world_size(args: _Args, issues: list[Issue]) -> int | None:
 def _is_rank0() -> bool:
     rank = os.environ.get("RANK", "0")
     return rank.strip() in ("", "0")
+
+
+def is_rank0() -> bool:
+    """Whether this process is rank 0 of a torchrun launch (or not under torchrun at all)."""
+    return _is_rank0()
+
+
+def warn_issues(issues: Sequence[Issue], err: TextIO) -> None:
+    """Print the config's warnings on rank 0, as a launch does."""
+    _warn(issues, err)
+
+
+def report_issues(issues: Sequence[Issue], err: TextIO) -> int:
+    """Print input errors on rank 0 as a launch does; returns ``EXIT_INPUT_ERROR``."""
+    return _report(issues, err)
 
 
 def _warn(issues: Sequence[Issue], err: TextIO) -> None:

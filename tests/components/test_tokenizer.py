@@ -125,3 +125,48 @@ def test_vocab_size_and_needs_files_are_known_without_reading(
 ) -> None:
     assert cfg.vocab_size() == vocab
     assert cfg.needs_files() is needs_files
+
+
+def test_a_hugging_face_tokenizer_exports_its_files_with_the_config_overrides(folder: Path) -> None:
+    import json
+
+    from hyper_parallel.components.tokenizer._export import tokenizer_files
+
+    cfg = HuggingFaceTokenizer.Config(path=str(folder), eos_token="<pad>", model_max_length=64)
+    files = tokenizer_files(cfg, None)
+    assert sorted(files) == ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
+    assert files["tokenizer.json"] == (folder / "tokenizer.json").read_bytes()
+    config = json.loads(files["tokenizer_config.json"])
+    assert config == {
+        "bos_token": "<s>",
+        "eos_token": "<pad>",
+        "pad_token": "<pad>",
+        "model_max_length": 64,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    assert json.loads(files["special_tokens_map.json"]) == {
+        "bos_token": "<s>",
+        "eos_token": "<pad>",
+        "pad_token": "<pad>",
+    }
+    out = folder.parent / "exported"
+    out.mkdir()
+    for name, content in files.items():
+        (out / name).write_bytes(content)
+    again = HuggingFaceTokenizer.Config(path=str(out)).build()  # the folder alone encodes as configured
+    built = cfg.build()
+    assert (again.bos_id, again.eos_id, again.pad_id, again.model_max_length) == (
+        built.bos_id,
+        built.eos_id,
+        built.pad_id,
+        64,
+    )
+    assert again.encode("the lazy dog") == built.encode("the lazy dog")
+
+
+def test_exporting_a_missing_hugging_face_tokenizer_names_the_path(tmp_path: Path) -> None:
+    from hyper_parallel.components.tokenizer._export import tokenizer_files
+
+    missing = tmp_path / "gone"
+    with pytest.raises(ValueError, match=f"tokenizer {str(missing)!r}: no tokenizer file at"):
+        tokenizer_files(HuggingFaceTokenizer.Config(path=str(missing)), None)

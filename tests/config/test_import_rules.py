@@ -42,6 +42,8 @@ ENTRY_POINTS = frozenset(
         "hyper_parallel.train_lm",
         "hyper_parallel.train_vl",
         "hyper_parallel.export",
+        "hyper_parallel.generate",
+        "hyper_parallel.evaluate",
         "hyper_parallel.config.__main__",
     }
 )

@@ -49,6 +49,15 @@ def _logits_gap(ours: Any, folder: Path) -> float:
         return float((ours(ids) - hf(ids).logits).abs().max())
 
 
+#: What an export of a one-file model writes: the weights, their config, the tokenizer's files.
+FILES = [
+    "config.json",
+    "model.safetensors",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+]
+
 KINDS = {
     "final-export": {},  # last_save_model_only (the default): the final save holds the weights only
     "full": {"checkpoint.last_save_model_only": "false"},
@@ -64,7 +73,7 @@ def test_an_export_loads_in_transformers_with_the_trained_logits(
     step = tmp_path / "ckpt" / "step-2"
     assert (step / "config.yaml").is_file()  # the resolved config saved beside the weights
     out = export_checkpoint(tmp_path / "ckpt", tmp_path / "hf")  # the folder: its newest step
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == FILES
     config = json.loads((out / "config.json").read_text())
     assert config["dtype"] == "float32"
     assert _logits_gap(ours, out) <= 1e-4
@@ -163,7 +172,7 @@ def test_the_command_line_exports_and_says_where(trained: Path, tmp_path: Path) 
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout == f"exported {trained} to {tmp_path / 'hf'}: config.json, model.safetensors\n"
+    assert done.stdout == f"exported {trained} to {tmp_path / 'hf'}: {', '.join(FILES)}\n"
     assert _dtypes(tmp_path / "hf") == {torch.bfloat16}
 
 
@@ -289,3 +298,54 @@ def test_a_non_empty_output_folder_is_refused_and_left_as_it_was(trained: Path, 
     assert sorted(p.name for p in out.iterdir()) == ["config.json"]
     assert (out / "config.json").read_text() == "theirs\n"
     assert not (tmp_path / ".hf.partial").exists()
+
+
+def _umask(mask: int) -> int:
+    import os
+
+    return os.umask(mask)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_every_exported_file_has_the_mode_the_umask_gives(mask: int, trained: Path, tmp_path: Path) -> None:
+    previous = _umask(mask)
+    try:
+        out = export_checkpoint(trained, tmp_path / "hf")
+    finally:
+        _umask(previous)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert modes == dict.fromkeys(FILES, 0o666 & ~mask)  # model.safetensors was 0600 whatever the umask
+
+
+def _utf8_text_with_every_byte() -> str:
+    """Characters whose UTF-8 encodings hold every byte valid UTF-8 can hold (all but C0, C1, F5-FF)."""
+    chars = [chr(c) for c in range(0x800)]  # 00-7F, then leads C2-DF with every continuation 80-BF
+    chars += [chr(c) for c in (0x800, *range(0x1000, 0x10000, 0x1000))]  # leads E0-EF (ED: U+D000)
+    chars += [chr(c) for c in (0x10000, 0x40000, 0x80000, 0xC0000, 0x100000)]  # leads F0-F4
+    return "".join(chars)
+
+
+def test_the_byte_tokenizer_exports_as_an_equivalent_tokenizer_json(trained: Path, tmp_path: Path) -> None:
+    from hyper_parallel.components.tokenizer import ByteTokenizer, HuggingFaceTokenizer
+
+    out = export_checkpoint(trained, tmp_path / "hf")
+    ours = ByteTokenizer.Config().build()
+    theirs = HuggingFaceTokenizer.Config(path=str(out)).build()  # what generate reads from the folder
+    auto = transformers.AutoTokenizer.from_pretrained(out)
+    text = _utf8_text_with_every_byte()
+    covered = set(text.encode("utf-8"))
+    assert covered == set(range(256)) - {0xC0, 0xC1, *range(0xF5, 0x100)}
+    for sample in (text, "<s> and </s> and <pad> are text here", "", "  two  spaces\n\ttab"):
+        assert theirs.encode(sample) == ours.encode(sample), sample
+        expected = ours.encode(sample, add_eos=False)
+        assert auto(sample)["input_ids"] == expected, sample  # BOS added, EOS not: a prompt
+        assert auto.decode(expected) == ours.decode(expected)
+    specials = {"<s>": 256, "</s>": 257, "<pad>": 258}
+    assert {t: auto.convert_tokens_to_ids(t) for t in specials} == specials
+    assert (auto.bos_token, auto.eos_token, auto.pad_token) == ("<s>", "</s>", "<pad>")
+    assert (theirs.bos_id, theirs.eos_id, theirs.pad_id, theirs.vocab_size) == (256, 257, 258, 259)
+    every_id = list(range(259))
+    for ids in ([[i] for i in every_id], [every_id, every_id[::-1], [0xE6, 0x97, 0xA5, 0x80, 0xFF, 256]]):
+        for sequence in ids:
+            assert theirs.decode(sequence) == ours.decode(sequence), sequence
+            assert auto.decode(sequence) == ours.decode(sequence), sequence

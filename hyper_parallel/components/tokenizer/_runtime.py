@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
 
-__all__ = ["ByteLevelTokenizer", "HFTokenizer", "TokenizerRuntime", "build_hf_tokenizer"]
+__all__ = ["ByteLevelTokenizer", "HFTokenizer", "TokenizerRuntime", "build_hf_tokenizer", "locate_tokenizer"]
 
 
 class TokenizerRuntime:
@@ -187,7 +187,7 @@ class HFTokenizer(TokenizerRuntime):
         return str(self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
 
 
-def _locate(path: str) -> tuple[Path, Path | None]:
+def locate_tokenizer(path: str) -> tuple[Path, Path | None]:
     """``tokenizer.json`` and the optional ``tokenizer_config.json`` beside it, from a file or folder."""
     where = Path(path)
     file = where / "tokenizer.json" if where.is_dir() else where
@@ -204,7 +204,7 @@ def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | Non
     path = cfg.path if cfg.path is not None else weights_path
     if path is None:
         raise ValueError("tokenizer.path is null and the model has no weights_path to load a tokenizer from")
-    file, config_file = _locate(path)
+    file, config_file = locate_tokenizer(path)
     saved: dict[str, Any] = {}
     if config_file is not None:
         try:
@@ -223,6 +223,9 @@ def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | Non
         raise InputFileError.at(
             file, f"not a tokenizer file the tokenizers library reads: {reason}"
         ) from None
+    # transformers' switch (our byte tokenizer's export sets it): a special token's text in the input is
+    # encoded as text, not as the special id.
+    rust.encode_special_tokens = saved.get("split_special_tokens") is True
     configured = frozenset(
         name for name in ("bos_token", "eos_token", "pad_token") if getattr(cfg, name) is not None
     )

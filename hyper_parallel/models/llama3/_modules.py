@@ -7,11 +7,15 @@ state-dict adapter permutes the query/key rows of Hugging Face checkpoints (half
 
 Packed sequences: ``forward(tokens, document_ids=...)`` keeps the documents of a row apart exactly as if
 each ran alone (attention masked to the document, RoPE positions restarting at every document).
+
+Decoding: ``forward(tokens, cache=InferenceCache(...))`` runs only the new tokens and keeps every block's
+keys and values in the cache (``hyper_parallel.models._inference``); without a cache nothing changes.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +23,9 @@ from torch import nn
 
 from hyper_parallel.models._layers import Documents, FeedForward, documents_from_ids, rms_norm
 from hyper_parallel.models.llama3.args import Llama3Args, RopeScaling
+
+if TYPE_CHECKING:
+    from hyper_parallel.models._inference import InferenceCache, LayerCache
 
 __all__ = ["Llama3Model", "build_llama3", "rope_inverse_frequencies"]
 
@@ -91,21 +98,34 @@ class Attention(nn.Module):
         self.wv = nn.Linear(args.dim, self.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(self.n_heads * self.head_dim, args.dim, bias=False)
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``mask`` (batch, 1, seq, seq), True where a query may attend a key; None: plain causal."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        cache: LayerCache | None = None,
+    ) -> torch.Tensor:
+        """``mask`` (batch, 1, seq, seq), True where a query may attend a key; None: plain causal.
+
+        With ``cache``, ``x`` holds the new tokens only: their keys and values join the cached ones.
+        """
         batch, seq, _ = x.shape
         # -1 heads: under tensor parallelism each rank holds a slice of the heads.
         q = self.wq(x).view(batch, seq, -1, self.head_dim)
         k = self.wk(x).view(batch, seq, -1, self.head_dim)
         v = self.wv(x).view(batch, seq, -1, self.head_dim)
         q, k = apply_interleaved_rope(q, rope), apply_interleaved_rope(k, rope)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        is_causal = mask is None
+        if cache is not None:
+            k, v, mask, is_causal = cache.attend(k, v)
         out = F.scaled_dot_product_attention(
-            q.transpose(1, 2),
-            k.transpose(1, 2),
-            v.transpose(1, 2),
+            q,
+            k,
+            v,
             attn_mask=mask,
-            is_causal=mask is None,
-            enable_gqa=q.shape[2] != k.shape[2],  # no copies of the key/value heads
+            is_causal=is_causal,
+            enable_gqa=q.shape[1] != k.shape[1],  # no copies of the key/value heads
         )
         result: torch.Tensor = self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
         return result
@@ -122,10 +142,14 @@ class TransformerBlock(nn.Module):
         self.feed_forward = FeedForward(args.dim, args.ffn_hidden_dim)
 
     def forward(
-        self, x: torch.Tensor, rope: torch.Tensor, documents: Documents | None = None
+        self,
+        x: torch.Tensor,
+        rope: torch.Tensor,
+        documents: Documents | None = None,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
         mask = None if documents is None else documents.mask
-        h: torch.Tensor = x + self.attention(self.attention_norm(x), rope, mask=mask)
+        h: torch.Tensor = x + self.attention(self.attention_norm(x), rope, mask=mask, cache=cache)
         out: torch.Tensor = h + self.feed_forward(self.ffn_norm(h))
         return out
 
@@ -160,7 +184,12 @@ class Llama3Model(nn.Module):
             positions = torch.arange(seq_len, device=device)
         return _rope_rotations(inv_freq, positions)
 
-    def forward(self, tokens: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        document_ids: torch.Tensor | None = None,
+        cache: InferenceCache | None = None,
+    ) -> torch.Tensor:
         """Logits (batch, seq, vocab) of ``tokens`` (batch, seq).
 
         ``document_ids`` (batch, seq): the document of every token when several are packed in a row
@@ -171,7 +200,12 @@ class Llama3Model(nn.Module):
         A pipeline stage (see ``hyper_parallel.parallel.pipeline``) lacks what it does not own: without
         ``tok_embeddings`` the input is the residual stream (batch, seq, dim) of the previous stage, and
         without ``norm``/``output`` the residual stream is returned instead of logits.
+
+        ``cache`` (decoding): ``tokens`` follow the ``cache.position`` tokens the cache holds; only they
+        are computed, and the cache keeps their keys and values.
         """
+        if cache is not None:
+            return self._decode(tokens, cache)
         if self.tok_embeddings is not None:
             h: torch.Tensor = self.tok_embeddings(tokens)
             seq_len = tokens.shape[1]
@@ -187,6 +221,19 @@ class Llama3Model(nn.Module):
         if self.output is not None:
             h = self.output(h)
         return h
+
+    def _decode(self, tokens: torch.Tensor, cache: InferenceCache) -> torch.Tensor:
+        """Logits of ``tokens`` at positions ``cache.position`` on (the RoPE rows of the whole sequence)."""
+        if self.tok_embeddings is None or self.norm is None or self.output is None:
+            raise ValueError("decoding with a cache needs the whole model, not a pipeline stage")
+        start, seq = cache.position, tokens.shape[1]
+        h: torch.Tensor = self.tok_embeddings(tokens)
+        rope = self.rope(start + seq, h.device)[start:]
+        for name, layer in self.layers.items():
+            h = layer(h, rope, cache=cache.layer(name))
+        cache.advance(seq)
+        logits: torch.Tensor = self.output(self.norm(h))
+        return logits
 
     @torch.no_grad()
     def init_weights(self, std: float = 0.02) -> None:

@@ -199,6 +199,59 @@ class Llama3StateDictAdapter:
             raise KeyError(f"unexpected names in the Llama 3 state dict: {unknown[:5]}")
         return out
 
+    @staticmethod
+    def args_from_hf_config(config: dict[str, Any]) -> Llama3Args:
+        """The arguments of the model a Hugging Face ``LlamaForCausalLM`` ``config.json`` describes.
+
+        The inverse of :meth:`hf_config` (RoPE under ``rope_parameters``, or the older top-level
+        ``rope_theta`` / ``rope_scaling``). The feed-forward size is given as is (``multiple_of`` set to
+        ``intermediate_size``). Raises ``ValueError`` for what this model cannot express (tied
+        embeddings, biases, another RoPE type, a head size other than ``hidden_size / heads``).
+        """
+        from hyper_parallel.models.llama3.args import RopeScaling
+
+        if config.get("tie_word_embeddings"):
+            raise ValueError("tie_word_embeddings: Llama 3 here has an untied output projection")
+        if config.get("attention_bias") or config.get("mlp_bias"):
+            raise ValueError("attention_bias / mlp_bias: Llama 3 here has no biases")
+        rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+        theta = float(rope.get("rope_theta", config.get("rope_theta", 500_000.0)))
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        scaling = None
+        if kind == "llama3":
+            scaling = RopeScaling(
+                factor=float(rope["factor"]),
+                low_freq_factor=float(rope["low_freq_factor"]),
+                high_freq_factor=float(rope["high_freq_factor"]),
+                original_max_position_embeddings=int(rope["original_max_position_embeddings"]),
+            )
+        elif kind != "default":
+            raise ValueError(f"rope_type {kind!r} is not supported (only 'default' and 'llama3')")
+        dim, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+        head_dim = config.get("head_dim")
+        if head_dim is not None and int(head_dim) * heads != dim:
+            raise ValueError(f"head_dim {head_dim} x {heads} heads != hidden_size {dim}: not supported")
+        hidden = int(config["intermediate_size"])
+        base = int(2 * 4 * dim / 3)  # rounded up to a multiple of `hidden` itself, it is `hidden`
+        args = Llama3Args(
+            dim=dim,
+            n_layers=int(config["num_hidden_layers"]),
+            n_heads=heads,
+            n_kv_heads=int(config.get("num_key_value_heads") or heads),
+            vocab_size=int(config["vocab_size"]),
+            multiple_of=hidden,
+            ffn_dim_multiplier=None if base <= hidden else hidden / base,
+            norm_eps=float(config.get("rms_norm_eps", 1e-5)),
+            rope_theta=theta,
+            rope_scaling=scaling,
+            max_seq_len=int(config.get("max_position_embeddings", 8192)),
+        )
+        if args.ffn_hidden_dim != hidden:
+            raise ValueError(f"intermediate_size {hidden} cannot be expressed (got {args.ffn_hidden_dim})")
+        for path, message in args.cross_check():
+            raise ValueError(f"{path}: {message}")
+        return args
+
     def hf_config(self) -> dict[str, Any]:
         """The ``config.json`` of the ``LlamaForCausalLM`` that ``to_hf``'s state dict loads into.
 

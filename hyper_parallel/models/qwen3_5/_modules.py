@@ -11,6 +11,10 @@ Packed sequences: ``forward(tokens, document_ids=...)`` keeps the documents of a
 each ran alone: attention is masked to the document, RoPE positions restart at every document, and the
 Gated DeltaNet convolution and state restart at its first token.
 
+Decoding: ``forward(tokens, cache=InferenceCache(...))`` runs only the new tokens; attention blocks keep
+their keys and values in the cache, Gated DeltaNet blocks the last inputs of their convolution and their
+recurrent state (``hyper_parallel.models._inference``). Without a cache nothing changes.
+
 Parameter names: ``tok_embeddings``, ``layers.<i>.{attention_norm, ffn_norm, feed_forward.{w1,w2,w3}}``,
 full-attention blocks ``layers.<i>.attention.{wq, wk, wv, wo, q_norm, k_norm}`` (``wq`` yields query
 and gate interleaved per head), linear blocks ``layers.<i>.linear_attn.{in_proj_q, in_proj_k,
@@ -22,6 +26,7 @@ in_proj_v, in_proj_z, in_proj_b, in_proj_a, conv_q, conv_k, conv_v, dt_bias, A_l
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +35,9 @@ from torch import nn
 from hyper_parallel.models._layers import Documents, FeedForward, documents_from_ids, rms_norm
 from hyper_parallel.models.qwen3_5._gated_delta import gated_delta_rule, recurrent_gated_delta_rule
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args
+
+if TYPE_CHECKING:
+    from hyper_parallel.models._inference import InferenceCache, LayerCache
 
 #: Frequencies given to the (time, height, width) axes of M-RoPE, interleaved; the released value.
 MROPE_SECTIONS = (11, 11, 10)
@@ -104,9 +112,16 @@ class GatedAttention(nn.Module):
         self.k_norm = ZeroCenteredRMSNorm(args.head_dim, args.norm_eps)
 
     def forward(
-        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        mask: torch.Tensor | None = None,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
-        """``mask`` (batch, 1, seq, seq), True where a query may attend a key; None: plain causal."""
+        """``mask`` (batch, 1, seq, seq), True where a query may attend a key; None: plain causal.
+
+        With ``cache``, ``x`` holds the new tokens only: their keys and values join the cached ones.
+        """
         batch, seq, _ = x.shape
         # -1 heads: under tensor parallelism each rank holds a slice of the heads.
         query, gate = self.wq(x).view(batch, seq, -1, 2 * self.head_dim).chunk(2, dim=-1)
@@ -118,12 +133,15 @@ class GatedAttention(nn.Module):
         if cos.dim() == 3:  # per-sample positions (batch, seq, rotary): broadcast over heads
             cos, sin = cos[:, None], sin[:, None]
         q, k = apply_partial_rope(q, cos, sin), apply_partial_rope(k, cos, sin)
+        is_causal = mask is None
+        if cache is not None:
+            k, v, mask, is_causal = cache.attend(k, v)
         out = F.scaled_dot_product_attention(
             q,
             k,
             v,
             attn_mask=mask,
-            is_causal=mask is None,
+            is_causal=is_causal,
             enable_gqa=q.shape[1] != k.shape[1],  # no copies of the key/value heads
         )
         out = out.transpose(1, 2).reshape(batch, seq, -1)
@@ -157,6 +175,18 @@ def _causal_conv(x: torch.Tensor, weight: torch.Tensor, resets: torch.Tensor | N
         earlier = F.pad(x[..., :-shift], (shift, 0))
         out = out + earlier * weight[:, kernel - 1 - shift, None] * same_doc
     return F.silu(out)
+
+
+def _cached_conv(x: torch.Tensor, weight: torch.Tensor, cache: LayerCache) -> torch.Tensor:
+    """:func:`_causal_conv` of new inputs ``x`` that follow the ones ``cache.conv`` keeps (zeros at first).
+
+    Keeps the last ``kernel - 1`` inputs for the next call.
+    """
+    reach = weight.shape[-1] - 1
+    past = cache.conv if cache.conv is not None else x.new_zeros((*x.shape[:2], reach))
+    window = torch.cat((past, x), dim=-1)
+    cache.conv = window[..., window.shape[-1] - reach :]
+    return F.silu(F.conv1d(window, weight.unsqueeze(1), groups=weight.shape[0]))
 
 
 class GatedDeltaNet(nn.Module):
@@ -193,15 +223,24 @@ class GatedDeltaNet(nn.Module):
         self.norm = GatedRMSNorm(self.head_v_dim, args.norm_eps)
         self.out_proj = nn.Linear(self.value_dim, args.dim, bias=False)
 
-    def forward(self, x: torch.Tensor, resets: torch.Tensor | None = None) -> torch.Tensor:
-        """``resets`` (batch, seq) bool: True at the first token of a packed document (state restarts)."""
+    def forward(
+        self, x: torch.Tensor, resets: torch.Tensor | None = None, cache: LayerCache | None = None
+    ) -> torch.Tensor:
+        """``resets`` (batch, seq) bool: True at the first token of a packed document (state restarts).
+
+        With ``cache``, ``x`` holds the new tokens only: the convolution continues from the inputs the
+        cache keeps and the recurrence from its state, and both are updated.
+        """
         # One convolution over q, k and v: the transposed projections are concatenated by channel
         # (the one copy the channels-first convolution needs anyway), then split again as views.
         projected = (self.in_proj_q(x), self.in_proj_k(x), self.in_proj_v(x))
         channels = [p.shape[-1] for p in projected]  # rank-local under tensor parallelism
         mixed = torch.cat([p.transpose(1, 2) for p in projected], dim=1)
         weight = torch.cat((_local(self.conv_q), _local(self.conv_k), _local(self.conv_v)))
-        q, k, v = torch.split(_causal_conv(mixed, weight, resets).transpose(1, 2), channels, dim=-1)
+        convolved = (
+            _causal_conv(mixed, weight, resets) if cache is None else _cached_conv(mixed, weight, cache)
+        )
+        q, k, v = torch.split(convolved.transpose(1, 2), channels, dim=-1)
         # -1 heads: under tensor parallelism each rank holds a slice of the key and value heads.
         q = torch.unflatten(q, -1, (-1, self.head_k_dim))
         k = torch.unflatten(k, -1, (-1, self.head_k_dim))
@@ -209,7 +248,12 @@ class GatedDeltaNet(nn.Module):
         beta = torch.sigmoid(self.in_proj_b(x))
         decay_rate = -_local(self.A_log).float().exp()
         log_decay = decay_rate * F.softplus(self.in_proj_a(x).float() + _local(self.dt_bias))
-        out, _ = gated_delta_rule(q, k, v, log_decay, beta, chunk_size=self.chunk_size, resets=resets)
+        initial = None if cache is None else cache.state
+        out, state = gated_delta_rule(
+            q, k, v, log_decay, beta, chunk_size=self.chunk_size, initial_state=initial, resets=resets
+        )
+        if cache is not None:
+            cache.state = state
         z = torch.unflatten(self.in_proj_z(x), -1, (-1, self.head_v_dim))
         result: torch.Tensor = self.out_proj(self.norm(out, z).flatten(2))
         return result
@@ -245,13 +289,16 @@ class HybridBlock(nn.Module):
         x: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor],
         documents: Documents | None = None,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
         normed = self.attention_norm(x)
         if self.attention is not None:
-            mixed = self.attention(normed, rope, mask=None if documents is None else documents.mask)
+            mask = None if documents is None else documents.mask
+            mixed = self.attention(normed, rope, mask=mask, cache=cache)
         else:
             assert self.linear_attn is not None
-            mixed = self.linear_attn(normed, resets=None if documents is None else documents.resets)
+            resets = None if documents is None else documents.resets
+            mixed = self.linear_attn(normed, resets=resets, cache=cache)
         h: torch.Tensor = x + mixed
         out: torch.Tensor = h + self.feed_forward(self.ffn_norm(h))
         return out
@@ -325,14 +372,36 @@ class Qwen3_5Model(nn.Module):
         logits: torch.Tensor = self.output(self.norm(h))
         return logits
 
-    def forward(self, tokens: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        document_ids: torch.Tensor | None = None,
+        cache: InferenceCache | None = None,
+    ) -> torch.Tensor:
         """Logits (batch, seq, vocab) of ``tokens`` (batch, seq).
 
         ``document_ids`` (batch, seq): the document of every token when several are packed in a row
         (a new document starts wherever the id changes). Tokens then see only their own document, as if
         each document ran alone; ``None`` treats each row as one sequence.
+
+        ``cache`` (decoding): ``tokens`` follow the ``cache.position`` tokens the cache holds; only they
+        are computed, and the cache keeps what the next call needs.
         """
+        if cache is not None:
+            return self._decode(tokens, cache)
         return self.forward_embeddings(self.embed(tokens), document_ids=document_ids)
+
+    def _decode(self, tokens: torch.Tensor, cache: InferenceCache) -> torch.Tensor:
+        """Logits of ``tokens`` at positions ``cache.position`` on (the RoPE rows of the whole sequence)."""
+        start, seq = cache.position, tokens.shape[1]
+        h = self.embed(tokens)
+        cos, sin = self.rope(start + seq, h.device)
+        rope = (cos[start:], sin[start:])
+        for index, layer in enumerate(self.layers):
+            h = layer(h, rope, cache=cache.layer(str(index)))
+        cache.advance(seq)
+        logits: torch.Tensor = self.output(self.norm(h))
+        return logits
 
     @torch.no_grad()
     def init_weights(self, std: float = 0.02) -> None:

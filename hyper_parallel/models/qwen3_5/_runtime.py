@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import attrs
+
 from hyper_parallel.models._factory import require_torch
 from hyper_parallel.models.qwen3_5.args import QWEN3_5_FLAVORS, Qwen3_5Args, Qwen3_5VLArgs
 
@@ -346,6 +348,64 @@ class Qwen3_5StateDictAdapter:
                 tensor = torch.cat([parts[0], parts[1], parts[2]], dim=0)
                 out[name] = tensor.unsqueeze(1) if name.endswith("conv1d.weight") else tensor
         return out
+
+    @staticmethod
+    def args_from_hf_config(config: dict[str, Any]) -> Qwen3_5Args:
+        """The arguments of the model a Hugging Face ``Qwen3_5ForCausalLM`` ``config.json`` describes.
+
+        The inverse of :meth:`hf_config`. ``layer_types`` must repeat one full-attention block every
+        ``n`` blocks (``full_attention_interval``); ``linear_chunk_size`` (not a Hugging Face key) is read
+        when present. Raises ``ValueError`` for what this model cannot express.
+        """
+        if config.get("attention_bias"):
+            raise ValueError("attention_bias: Qwen 3.5 here has no attention biases")
+        if config.get("attn_output_gate", True) is not True:
+            raise ValueError("attn_output_gate: the exported Qwen 3.5 attention is always gated")
+        rope = dict(config.get("rope_parameters") or {})
+        if rope.get("rope_type", "default") != "default":
+            raise ValueError(f"rope_type {rope.get('rope_type')!r} is not supported (only 'default')")
+        n_layers = int(config["num_hidden_layers"])
+        types = list(config.get("layer_types") or [])
+        interval = next(
+            (
+                n
+                for n in range(1, n_layers + 1)
+                if types
+                == ["full_attention" if (i + 1) % n == 0 else "linear_attention" for i in range(n_layers)]
+            ),
+            None,
+        )
+        if interval is None:
+            raise ValueError(
+                "layer_types: not one full-attention block every n blocks, which is all this model builds"
+            )
+        chunk_default = int(attrs.fields_dict(Qwen3_5Args)["linear_chunk_size"].default or 64)
+        args = Qwen3_5Args(
+            dim=int(config["hidden_size"]),
+            n_layers=n_layers,
+            ffn_hidden_dim=int(config["intermediate_size"]),
+            vocab_size=int(config["vocab_size"]),
+            n_heads=int(config["num_attention_heads"]),
+            n_kv_heads=int(config["num_key_value_heads"]),
+            head_dim=int(config["head_dim"]),
+            partial_rotary_factor=float(
+                rope.get("partial_rotary_factor", config.get("partial_rotary_factor", 0.25))
+            ),
+            rope_theta=float(rope.get("rope_theta", config.get("rope_theta", 10_000_000.0))),
+            full_attention_interval=interval,
+            linear_num_key_heads=int(config["linear_num_key_heads"]),
+            linear_num_value_heads=int(config["linear_num_value_heads"]),
+            linear_key_head_dim=int(config["linear_key_head_dim"]),
+            linear_value_head_dim=int(config["linear_value_head_dim"]),
+            linear_conv_kernel_dim=int(config.get("linear_conv_kernel_dim", 4)),
+            linear_chunk_size=int(config.get("linear_chunk_size") or chunk_default),
+            norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+            max_seq_len=int(config.get("max_position_embeddings", 262_144)),
+        )
+        for path, message in args.cross_check():
+            raise ValueError(f"{path}: {message}")
+        return args
 
     def hf_config(self) -> dict[str, Any]:
         """The ``config.json`` of the ``Qwen3_5ForCausalLM`` that ``to_hf``'s state dict loads into.

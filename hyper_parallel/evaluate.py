@@ -1,0 +1,259 @@
+"""Held-out loss of a trained model: ``python -m hyper_parallel.evaluate --config-file C``.
+
+``[--checkpoint PATH] [--GROUP.FIELD VALUE ...] [--json] [--allow-target PREFIX] [--strict]``
+
+The validator's data (the config's ``validator`` section; it need not be enabled) goes through the model once
+and the command prints the tokens counted, the mean loss and the perplexity: ``tokens N  loss X  perplexity
+Y`` on one line, or with ``--json`` one JSON object with ``tokens``, ``loss`` and ``perplexity``. Under
+torchrun each rank evaluates its share and rank 0 prints.
+
+The figures are the validator's own: the trainer is built from the config exactly as for training (the same
+layout, model, weights loading, validation loader and ``LossValidator.validate``), so evaluating the
+checkpoint of step ``k`` gives what the validation record of step ``k`` logged during training. The
+weights are those of ``--checkpoint`` (a ``step-<N>`` folder, or a ``checkpoint.folder`` whose newest intact
+step is used), else the newest intact step of the config's ``checkpoint.folder`` when checkpointing is
+enabled, else what training would start from (``model.weights_path``, ``checkpoint.initial_load_path``, or
+the seed's initialisation). Evaluation writes nothing: no checkpoint, metrics file, TensorBoard event or
+profile; ``training.max_steps`` is not read.
+
+Input errors (the config, an override, a checkpoint that is missing or damaged, no validation data) print
+one line per problem and exit 2, as ``train_lm`` does. torch is imported only once the config resolved.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from hyper_parallel.config import ConfigError, Issue
+from hyper_parallel.config.manager import load_config_report
+from hyper_parallel.launch import (
+    EXIT_INPUT_ERROR,
+    EXIT_TRAINING_ERROR,
+    is_rank0,
+    parse_arguments,
+    report_issues,
+)
+from hyper_parallel.trainer.machine import machine_issues
+
+if TYPE_CHECKING:
+    from hyper_parallel.trainer.config import TrainerConfig
+
+__all__ = ["EvaluateError", "evaluate", "main"]
+
+_USAGE = """usage: python -m hyper_parallel.evaluate --config-file FILE [--checkpoint PATH]
+       [--GROUP.FIELD VALUE ...] [--json] [--strict] [--allow-target PREFIX]
+
+Run the validator's data (the config's validator section) through the model once and print the tokens,
+the mean loss and the perplexity. Under torchrun, each rank evaluates its share (torchrun --nproc-per-node 2
+-m hyper_parallel.evaluate --config-file FILE ...).
+
+options:
+  --config-file FILE     the run's YAML config (the one it trained with)
+  --checkpoint PATH      a step-<N> folder, or a checkpoint.folder for its newest intact step (default: the
+                         config's checkpoint.folder when checkpointing is enabled)
+  --GROUP.FIELD VALUE    override one field, as for train_lm (e.g. --validator.steps 8)
+  --json                 print one JSON object {"tokens": ..., "loss": ..., "perplexity": ...}
+  --strict               refuse settings that make the run pointless (warnings) like errors, exit 2
+  --allow-target PREFIX  also allow _target_ under this module prefix (repeatable)
+  -h, --help             this text
+
+exit status: 0 evaluated, 2 input error, 1 an error the message explains
+"""
+
+#: Launch options that mean nothing here.
+_NOT_HERE = {
+    "dry_run": "--dry-run",
+    "print_config": "--print-config",
+    "dump_config": "--dump-config",
+    "device_memory": "--device-memory",
+    "world_size": "--world-size",
+}
+
+
+class EvaluateError(ValueError):
+    """A checkpoint or config evaluation cannot use; the message is one line."""
+
+
+def _own_options(argv: Sequence[str]) -> tuple[str | None, bool, list[str], list[Issue]]:
+    """``--checkpoint PATH`` and ``--json`` taken out of ``argv``; the rest is the launch's."""
+    checkpoint: str | None = None
+    as_json = False
+    rest: list[str] = []
+    issues: list[Issue] = []
+    tokens = list(argv)
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        name, eq, value = token.partition("=")
+        if name == "--json":
+            if eq:
+                issues.append(Issue("", "--json takes no value", "--json"))
+            as_json = True
+        elif name == "--checkpoint":
+            if not eq:
+                if i >= len(tokens) or tokens[i].startswith("--"):
+                    issues.append(Issue("", "--checkpoint needs a value", "--checkpoint"))
+                    continue
+                value = tokens[i]
+                i += 1
+            if checkpoint is not None:
+                issues.append(Issue("", "--checkpoint given twice; give it once", "--checkpoint"))
+            checkpoint = value
+        else:
+            rest.append(token)
+    return checkpoint, as_json, rest, issues
+
+
+def _weights_step(cfg: TrainerConfig, checkpoint: str | None) -> Path | None:
+    """The step folder whose model weights are evaluated (None: what training would start from)."""
+    from hyper_parallel.components.checkpoint._layout import complete_steps
+    from hyper_parallel.export import ExportError, locate_step
+
+    if checkpoint is None:
+        folder = Path(cfg.checkpoint.folder)
+        if not cfg.checkpoint.enable or not folder.is_dir() or not complete_steps(folder):
+            return None
+        checkpoint = str(folder)
+    try:
+        step, _ = locate_step(Path(checkpoint))
+    except ExportError as exc:
+        raise EvaluateError(str(exc)) from None
+    return step
+
+
+def evaluate(
+    cfg: TrainerConfig, *, checkpoint: str | Path | None = None, stream: TextIO | None = None
+) -> dict[str, float]:
+    """``{"tokens", "loss", "perplexity", "batches"}`` of the validator's data through the model, once.
+
+    ``cfg`` is the run's config; its ``validator`` section says what to evaluate (enabled or not).
+    ``checkpoint`` and the weights otherwise used are as in the module docstring; whatever the trainer
+    prints (``debug.print_config``) goes to ``stream`` (default stderr). Call it on every rank
+    of a torchrun launch. Raises ``EvaluateError`` for a checkpoint that cannot be used, and the
+    trainer's errors (``ConfigError`` for a bad file the config names, ``TrainingError``) as training does.
+    """
+    import attrs
+
+    from hyper_parallel.trainer import LLMTrainer
+
+    stream = stream if stream is not None else sys.stderr
+    step = _weights_step(cfg, None if checkpoint is None else str(checkpoint))
+    store = cfg.checkpoint
+    if step is not None:
+        store = attrs.evolve(store, initial_load_path=str(step), initial_load_model_only=True)
+    evaluated = attrs.evolve(
+        cfg,
+        validator=attrs.evolve(cfg.validator, enable=True),  # built; called once below, whatever freq says
+        checkpoint=attrs.evolve(store, enable=False),  # reads initial_load_path alone; never saves
+        metrics=type(cfg.metrics)(),  # the defaults write no file
+        profiler=type(cfg.profiler)(),
+    )
+    trainer = LLMTrainer(evaluated, stream=stream)
+    try:
+        results: dict[str, float] = trainer.validator.validate(trainer.model, trainer.step)
+    finally:
+        trainer.close()
+    return results
+
+
+def _line(results: dict[str, float], as_json: bool) -> str:
+    tokens = int(results["tokens"])
+    loss, perplexity = results["loss"], results["perplexity"]
+    if as_json:
+        shown = perplexity if math.isfinite(perplexity) else None  # JSON has no Infinity
+        return json.dumps({"tokens": tokens, "loss": loss, "perplexity": shown})
+    return f"tokens {tokens}  loss {loss:.4f}  perplexity {perplexity:.4f}"
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """The command line; returns the exit status (0 evaluated, 2 an input error, 1 a training error)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    checkpoint, as_json, rest, issues = _own_options(list(sys.argv[1:] if argv is None else argv))
+    args, more = parse_arguments(rest)
+    issues += more
+    if args.help:
+        out.write(_USAGE)
+        return 0
+    issues += [
+        Issue("", f"{flag} is not an option of evaluate", flag)
+        for key, flag in _NOT_HERE.items()
+        if getattr(args, key)
+    ]
+    if args.config_file is None and not issues:
+        issues.append(Issue("", "--config-file FILE is required", "command line"))
+    if issues:
+        return report_issues(issues, err)
+    assert args.config_file is not None
+    world_size = os.environ.get("WORLD_SIZE", "1").strip()
+    if not world_size.isascii() or not world_size.isdigit() or len(world_size) > 9 or int(world_size) < 1:
+        return report_issues(
+            [Issue("", f"world size must be a positive integer, got {world_size!r}", "$WORLD_SIZE")], err
+        )
+    try:
+        loaded = load_config_report(
+            args.config_file,
+            args.overrides,
+            allowed_targets=args.allow_target,
+            world_size=int(world_size),
+            strict=args.strict,
+            command_line=True,
+            trainer="lm",
+        )
+    except ConfigError as exc:
+        return report_issues(exc.issues, err)
+    cfg = loaded.config
+    machine = machine_issues(cfg, training=True)  # what train_lm refuses on this machine, refused alike
+    if machine:
+        return report_issues([Issue(path, message, args.config_file) for path, message in machine], err)
+    if not cfg.validator.enable and ("validator",) not in loaded.given:
+        message = (
+            "names no validation data to evaluate: add a validator section with its dataset (enable may "
+            "stay false), or override it, e.g. --validator.dataset.source python_docs --validator.steps 8"
+        )
+        return report_issues([Issue("validator", message, args.config_file)], err)
+    # The config's warnings are about training (steps, logging, schedule), which evaluation does not run.
+    return _run(cfg, checkpoint, as_json, out, err)
+
+
+def _run(cfg: TrainerConfig, checkpoint: str | None, as_json: bool, out: TextIO, err: TextIO) -> int:
+    from hyper_parallel.trainer import TrainingError
+
+    try:
+        results = evaluate(cfg, checkpoint=checkpoint, stream=err)
+    except (EvaluateError, OSError) as exc:  # OSError: a checkpoint.initial_load_path that is not there
+        if is_rank0():
+            err.write(f"evaluate: {exc}\n")
+        return EXIT_INPUT_ERROR
+    except ConfigError as exc:
+        if is_rank0():
+            err.write(f"{exc}\n")
+        return EXIT_INPUT_ERROR
+    except (TrainingError, ValueError) as exc:
+        if is_rank0():
+            err.write(f"evaluate: {exc}\n")
+        return int(getattr(exc, "exit_status", EXIT_TRAINING_ERROR))
+    if is_rank0():
+        out.write(_line(results, as_json) + "\n")
+        out.flush()
+    return 0
+
+
+def _exit(status: int) -> None:
+    """Exit; after a multi-process run without finalising the interpreter (see ``launch.exit_process``)."""
+    if os.environ.get("WORLD_SIZE", "1").strip() in ("", "1"):
+        sys.exit(status)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    _exit(main())

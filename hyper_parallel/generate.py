@@ -1,0 +1,243 @@
+"""Continue a prompt with a trained model: ``python -m hyper_parallel.generate PATH --prompt TEXT``.
+
+``[--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--config-file C] [--device D]``
+
+``PATH`` is a checkpoint (a ``step-<N>`` folder, or a ``checkpoint.folder`` whose newest intact step is read,
+exactly as ``hyper_parallel.export`` reads it: checksums checked, nothing unpickled but DCP's metadata) or a
+Hugging Face folder the export wrote (``config.json``, the safetensors weights and the tokenizer files). The
+model is built by this project in one process, from the run's config (``config.yaml`` beside the weights,
+or ``--config-file``) or from ``config.json``; a checkpoint and its export therefore hold the same weights
+and give the same text.
+
+Only the prompt and its continuation go to stdout (one text, then a newline); what was loaded goes to
+stderr. ``--temperature 0`` (the default) decodes greedily; above it, tokens are drawn from the top
+``--top-p`` of the distribution with a generator seeded by ``--seed``, so a seed repeats the text.
+Decoding keeps a cache (keys and values of the attention blocks, the recurrent state of the Gated DeltaNet
+blocks), so each new token costs one token's forward. Generation stops at the end-of-sequence token.
+
+An input error (no such folder, not a checkpoint, an unreadable config or tokenizer, an option out of
+range) prints ``generate: PATH: problem`` on one line and exits 2. torch is imported only after the
+command line is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from hyper_parallel.components.tokenizer._runtime import TokenizerRuntime
+
+__all__ = ["GenerateError", "Loaded", "generate_text", "load_model", "main"]
+
+#: Exit status of an input error (as every command of the project).
+EXIT_INPUT_ERROR = 2
+
+
+class GenerateError(ValueError):
+    """A folder, file or option generation cannot use; the message is one line."""
+
+
+class Loaded:
+    """A model ready to decode: the module (eval mode), its tokenizer, and what was read (for stderr)."""
+
+    def __init__(self, model: nn.Module, tokenizer: TokenizerRuntime, max_length: int | None, what: str):
+        self.model, self.tokenizer, self.max_length, self.what = model, tokenizer, max_length, what
+
+
+def _is_hf_folder(path: Path) -> bool:
+    return (path / "config.json").is_file() and (
+        (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file()
+    )
+
+
+def load_model(path: str | Path, *, config: str | Path | None = None, device: str = "cpu") -> Loaded:
+    """The model and tokenizer of a checkpoint or an exported folder ``path`` (see the module docstring)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise GenerateError(f"{str(folder)!r}: no such folder")
+    if _is_hf_folder(folder):
+        if config is not None:
+            raise GenerateError(
+                f"--config-file: {str(folder)!r} is a Hugging Face folder; its config.json is read"
+            )
+        return _load_hf_folder(folder, device)
+    return _load_checkpoint(folder, config, device)
+
+
+def _meta_model(spec: Any) -> nn.Module:
+    model: nn.Module = spec.build_model_fn(spec.args, device="meta")
+    return model
+
+
+def _assign(model: nn.Module, weights: dict[str, Any], where: str, device: str) -> nn.Module:
+    """Put ``weights`` (our names) into the meta ``model``; every parameter must be given (ties aside)."""
+    import inspect
+
+    if "cache" not in inspect.signature(model.forward).parameters:
+        raise GenerateError(f"{where}: {type(model).__name__} cannot decode text (text models only)")
+    try:
+        result = model.load_state_dict(weights, strict=False, assign=True)
+    except RuntimeError as exc:  # shapes of another model
+        first = str(exc).strip().splitlines()[-1].strip()
+        raise GenerateError(f"{where}: the weights do not match the model: {first}") from None
+    tie = getattr(model, "tie_weights", None)
+    if callable(tie):
+        tie()
+    missing = [name for name, p in model.named_parameters() if p.is_meta]
+    if result.unexpected_keys or missing:
+        raise GenerateError(
+            f"{where}: the weights do not match the model (missing {missing[:3]}, unexpected "
+            f"{list(result.unexpected_keys)[:3]})"
+        )
+    return model.to(device).eval()
+
+
+def _load_checkpoint(folder: Path, config: str | Path | None, device: str) -> Loaded:
+    from hyper_parallel.export import ExportError, read_checkpoint
+
+    try:
+        step, cfg, weights = read_checkpoint(folder, config)
+    except ExportError as exc:
+        raise GenerateError(str(exc)) from None
+    spec = cfg.model
+    model = _assign(_meta_model(spec), weights, str(step), device)
+    try:
+        tokenizer = cfg.tokenizer.build(spec.weights_path)
+    except (OSError, ValueError) as exc:
+        raise GenerateError(f"{str(step)!r}: the run's tokenizer cannot be loaded: {exc}") from None
+    what = f"{step} ({spec.name} {spec.flavor})"
+    return Loaded(model, tokenizer, spec.args.max_sequence_length(), what)
+
+
+def _load_hf_folder(folder: Path, device: str) -> Loaded:
+    from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
+    from hyper_parallel.models._hf_config import spec_from_hf_config
+    from hyper_parallel.models._weights import read_safetensors_folder
+
+    config_file = folder / "config.json"
+    try:
+        hf_config = json.loads(config_file.read_text(encoding="utf-8"))
+        if not isinstance(hf_config, dict):
+            raise ValueError("not a JSON object")
+        spec = spec_from_hf_config(hf_config, str(folder))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise GenerateError(f"{str(config_file)!r}: {exc}") from None
+    try:
+        weights = spec.state_dict_adapter(spec.args, str(folder)).from_hf(read_safetensors_folder(folder))
+    except (OSError, KeyError, ValueError) as exc:
+        raise GenerateError(f"{str(folder)!r}: the weights cannot be read: {exc}") from None
+    model = _assign(_meta_model(spec), weights, str(folder), device)
+    add_bos = True
+    tokenizer_config = folder / "tokenizer_config.json"
+    try:
+        if tokenizer_config.is_file():
+            saved = json.loads(tokenizer_config.read_text(encoding="utf-8"))
+            add_bos = not isinstance(saved, dict) or saved.get("add_bos_token", True) is not False
+        tokenizer = HuggingFaceTokenizer.Config(path=str(folder), add_bos=add_bos).build()
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise GenerateError(f"{str(folder)!r}: the tokenizer cannot be loaded: {exc}") from None
+    return Loaded(model, tokenizer, spec.args.max_sequence_length(), f"{folder} ({spec.name} {spec.flavor})")
+
+
+def generate_text(
+    loaded: Loaded,
+    prompt: str,
+    *,
+    max_new_tokens: int = 64,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+) -> str:
+    """The continuation of ``prompt`` (text after it, without the end-of-sequence token)."""
+    from hyper_parallel.models._inference import generate_ids
+
+    tokenizer = loaded.tokenizer
+    ids = tokenizer.encode(prompt, add_eos=False)
+    if not ids:
+        raise GenerateError("--prompt: encodes to no tokens; give some text")
+    if loaded.max_length is not None and len(ids) + max_new_tokens > loaded.max_length:
+        raise GenerateError(
+            f"--max-new-tokens: the prompt's {len(ids)} tokens and {max_new_tokens} new ones exceed the "
+            f"model's {loaded.max_length} positions"
+        )
+    stop = () if tokenizer.eos_id is None else (tokenizer.eos_id,)
+    new = generate_ids(
+        loaded.model,
+        ids,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        stop_ids=stop,
+        vocab_size=tokenizer.vocab_size,
+    )
+    if new and new[-1] in stop:
+        new = new[:-1]
+    # Decoded together with the prompt, so a tokenizer that joins words (spaces, merged bytes) joins them
+    # across the boundary as it would in one text; the prompt's own decoding is then cut off.
+    head = tokenizer.decode(ids, skip_special_tokens=True)
+    whole = tokenizer.decode(ids + new, skip_special_tokens=True)
+    return whole[len(head) :] if whole.startswith(head) else tokenizer.decode(new, skip_special_tokens=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m hyper_parallel.generate",
+        description="Continue a prompt with a checkpoint (a step-<N> folder, or checkpoint.folder for its "
+        "newest step) or an exported Hugging Face folder; prints the prompt and its continuation.",
+    )
+    parser.add_argument("path", help="step-<N> folder, checkpoint.folder, or an exported folder")
+    parser.add_argument("--prompt", required=True, help="text to continue")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="most tokens to add (default 64)")
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, help="0 decodes greedily (default); above, sampling"
+    )
+    parser.add_argument("--top-p", type=float, default=1.0, help="sample from this top mass, in (0, 1]")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    parser.add_argument("--config-file", help="the run's config, when the checkpoint holds no config.yaml")
+    parser.add_argument("--device", default="cpu", help="torch device to decode on (default cpu)")
+    return parser
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    if args.max_new_tokens < 1:
+        raise GenerateError(f"--max-new-tokens: must be >= 1, got {args.max_new_tokens}")
+    if not args.temperature >= 0:  # also NaN
+        raise GenerateError(f"--temperature: must be >= 0, got {args.temperature}")
+    if not 0 < args.top_p <= 1:
+        raise GenerateError(f"--top-p: must be in (0, 1], got {args.top_p}")
+    if args.seed < 0:
+        raise GenerateError(f"--seed: must be >= 0, got {args.seed}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit status (0 generated, 2 an input error printed on one line)."""
+    args = _parser().parse_args(argv)
+    try:
+        _check_options(args)
+        loaded = load_model(args.path, config=args.config_file, device=args.device)
+        print(f"generate: {loaded.what}", file=sys.stderr)
+        text = generate_text(
+            loaded,
+            args.prompt,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            seed=args.seed,
+        )
+    except GenerateError as exc:
+        print(f"generate: {exc}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    sys.stdout.write(args.prompt + text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

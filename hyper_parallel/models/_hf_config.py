@@ -1,0 +1,57 @@
+"""The ``ModelSpec`` of a Hugging Face ``config.json``: which built-in model reads a folder of weights.
+
+A folder the export wrote (or any Hugging Face folder of a model we build) holds no config of ours; its
+``model_type`` names the family and the family's state-dict adapter turns the rest back into our arguments
+(``args_from_hf_config``, the inverse of ``hf_config``). Torch-free.
+"""
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from hyper_parallel.models.spec import ModelSpec
+
+__all__ = ["HF_MODEL_TYPES", "spec_from_hf_config"]
+
+
+def _llama3() -> tuple[Callable[..., ModelSpec], Mapping[str, Any]]:
+    from hyper_parallel.models.llama3 import LLAMA3_FLAVORS, create_model_spec
+
+    return create_model_spec, LLAMA3_FLAVORS
+
+
+def _qwen3_5() -> tuple[Callable[..., ModelSpec], Mapping[str, Any]]:
+    from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS, create_model_spec
+
+    return create_model_spec, QWEN3_5_FLAVORS
+
+
+#: ``model_type`` of ``config.json`` -> the family's factory and flavor table.
+HF_MODEL_TYPES: dict[str, Callable[[], tuple[Callable[..., ModelSpec], Mapping[str, Any]]]] = {
+    "llama": _llama3,
+    "qwen3_5_text": _qwen3_5,
+}
+
+
+def spec_from_hf_config(config: Mapping[str, Any], weights_path: str | None = None) -> ModelSpec:
+    """The spec of the model ``config`` (a parsed ``config.json``) describes, loading ``weights_path``.
+
+    Its flavor is the name of the table flavor that writes the same ``config.json``, else ``"config.json"``.
+    Raises ``ValueError`` (one line) for an unknown ``model_type`` or arguments this model cannot express.
+    """
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type not in HF_MODEL_TYPES:
+        known = ", ".join(repr(name) for name in HF_MODEL_TYPES)
+        raise ValueError(f"model_type {model_type!r} is not a model this project builds (known: {known})")
+    factory, flavors = HF_MODEL_TYPES[model_type]()
+    template = factory()
+    try:
+        args = getattr(template.state_dict_adapter, "args_from_hf_config")(dict(config))  # noqa: B009
+    except (KeyError, TypeError, ValueError) as exc:
+        detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ValueError(f"model_type {model_type!r}: {detail}") from None
+    adapter = template.state_dict_adapter
+    written = adapter(args).hf_config()  # what the config says, in the form a flavor's export writes it
+    flavor = next((name for name, known in flavors.items() if adapter(known).hf_config() == written), None)
+    return attrs.evolve(template, args=args, flavor=flavor or "config.json", weights_path=weights_path)

@@ -1,0 +1,140 @@
+"""``python -m hyper_parallel.evaluate``: a checkpoint's held-out loss is the validation training logged.
+
+A tiny Llama 3 trains 3 steps validating at step 2 and saving a checkpoint there (one run for the module);
+evaluating that checkpoint must print the tokens, loss and perplexity of the validation record of step 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hyper_parallel.evaluate import evaluate, main  # noqa: E402
+from hyper_parallel.trainer import LLMTrainer  # noqa: E402
+from tests.support.trainer import debug_config_path, tiny_config  # noqa: E402
+
+VALIDATION = {
+    "validator.enable": "true",
+    "validator.freq": "2",
+    "validator.steps": "3",
+    "validator.dataset.source": "synthetic",
+    "validator.dataset.synthetic_num_samples": "64",
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Any:
+    """A tiny model on a busy CPU: threads only contend."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint folder of the run, and its logged validation record of step 2."""
+    root = tmp_path_factory.mktemp("evaluate")
+    overrides = {
+        **VALIDATION,
+        "training.max_steps": "3",
+        "checkpoint.enable": "true",
+        "checkpoint.interval": "2",
+        "checkpoint.folder": str(root / "ckpt"),
+        "metrics.enable_jsonl": "true",
+        "metrics.jsonl_path": str(root / "metrics.jsonl"),
+    }
+    trainer = LLMTrainer(tiny_config("llama3", overrides))
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    records = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    (logged,) = [r for r in records if "validation/loss" in r]
+    assert logged["step"] == 2
+    return root / "ckpt", logged
+
+
+def test_a_checkpoint_evaluates_to_the_validation_logged_at_its_step(
+    run: tuple[Path, dict[str, Any]],
+) -> None:
+    folder, logged = run
+    results = evaluate(tiny_config("llama3", VALIDATION), checkpoint=folder / "step-2")
+    assert results["loss"] == logged["validation/loss"]
+    assert results["perplexity"] == logged["validation/perplexity"]
+    assert results["tokens"] == logged["validation/tokens"]
+    newest = evaluate(tiny_config("llama3", VALIDATION), checkpoint=folder)  # the folder: its newest step
+    assert newest["loss"] != results["loss"]  # step 3's final export: a step later
+
+
+def test_the_command_line_prints_tokens_loss_and_perplexity(
+    run: tuple[Path, dict[str, Any]], capsys: Any
+) -> None:
+    folder, logged = run
+    config = str(folder / "step-2" / "config.yaml")  # the run's config, as saved beside the weights
+    assert main(["--config-file", config, "--checkpoint", str(folder / "step-2"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""  # the config's training warnings are not evaluation's
+    expected = {
+        "tokens": int(logged["validation/tokens"]),
+        "loss": logged["validation/loss"],
+        "perplexity": logged["validation/perplexity"],
+    }
+    assert json.loads(out) == expected
+    assert out.count("\n") == 1
+    assert main(["--config-file", config, "--checkpoint", str(folder / "step-2")]) == 0
+    line = capsys.readouterr().out
+    assert line == (
+        f"tokens {expected['tokens']}  loss {expected['loss']:.4f}  perplexity {expected['perplexity']:.4f}\n"
+    )
+    assert math.isclose(math.exp(expected["loss"]), expected["perplexity"])
+
+
+def test_input_errors_exit_2_with_one_line(
+    run: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: Any
+) -> None:
+    folder, _ = run
+    config = str(folder / "step-2" / "config.yaml")
+    missing = tmp_path / "nope"
+    assert main(["--config-file", config, "--checkpoint", str(missing)]) == 2
+    assert capsys.readouterr() == ("", f"evaluate: {str(missing)!r}: no such folder\n")
+    debug = str(debug_config_path("llama3"))  # trains without validation data
+    assert main(["--config-file", debug]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines()[0] == (
+        f"{debug}: validator: names no validation data to evaluate: add a validator section with its "
+        "dataset (enable may stay false), or override it, e.g. --validator.dataset.source python_docs "
+        "--validator.steps 8"
+    )
+    assert main(["--config-file", config, "--dry-run"]) == 2
+    assert "--dry-run is not an option of evaluate" in capsys.readouterr().err
+    assert main(["--checkpoint"]) == 2
+    assert "--checkpoint needs a value" in capsys.readouterr().err
+    no_start = ["--checkpoint.enable", "false", "--checkpoint.initial_load_path", str(missing)]
+    assert main(["--config-file", config, *no_start]) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"evaluate: checkpoint.initial_load_path {str(missing)!r} is not a complete DCP checkpoint\n",
+    )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_two_ranks_evaluate_to_the_same_figures(run: tuple[Path, dict[str, Any]]) -> None:
+    from tests.support.processes import torchrun
+
+    folder, logged = run
+    config = str(folder / "step-2" / "config.yaml")
+    flags = ["--checkpoint", str(folder / "step-2"), "--json", "--parallelism.dp_shard", "2"]
+    done = torchrun(2, "-m", "hyper_parallel.evaluate", "--config-file", config, *flags)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = json.loads(done.stdout)  # rank 0 alone prints, one line
+    assert printed["tokens"] == int(logged["validation/tokens"])  # the set dealt over two ranks
+    assert math.isclose(printed["loss"], logged["validation/loss"], rel_tol=1e-6)
