@@ -4,10 +4,10 @@ The root class (``TrainerConfig``) declares the groups; this module keeps no lis
 facts (group names, field types, default targets) are computed once, when the root is registered on the
 converter. Structuring checks and imports each group's ``_target_``, checks the arguments against the
 target's fields or signature, and only then constructs or calls it; every problem in every group is
-collected, and no factory is called while the document still has an unknown root field (its other groups
-are checked all the same). Unstructuring writes
-each group's runtime class (never the declared base, which would lose a subclass's fields), or the factory
-and the arguments it was called with.
+collected, and no target is called while the document still has an unknown root field (its other groups
+are checked by names and types all the same; validators and cross-group rules run once the root is clean).
+Unstructuring writes each group's runtime class (never the declared base, which would lose a subclass's
+fields), or the factory and the arguments it was called with.
 """
 
 import typing
@@ -26,7 +26,13 @@ from hyper_parallel.config.targets import (
     load_target,
     qualified_name,
 )
-from hyper_parallel.config.types import attrs_hook, attrs_unstructure, class_fields, describe_value
+from hyper_parallel.config.types import (
+    attrs_hook,
+    attrs_unstructure,
+    check_shape,
+    class_fields,
+    describe_value,
+)
 from hyper_parallel.config.validation import (
     Invalid,
     Path,
@@ -84,6 +90,7 @@ def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
 
 
 _INVALID: Any = object()
+_TARGET_ONLY = frozenset({TARGET_KEY})
 
 
 class Resolved(typing.NamedTuple):
@@ -110,15 +117,16 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
             else:
                 message = f"root field names must be strings, got {describe_value(key)}"
             problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
-    # While the document names a group that does not exist, every other group is still checked (Config
-    # classes structured, factory arguments checked), but no factory is called.
+    # While the document names a group that does not exist, every other group is still checked by names
+    # and types (RFC 9.2), but no target is called: no factory, no Config class constructed.
     call = not problems
     options = current_options()
     allowed = facts.allowed(options.allowed)
     groups: dict[str, Any] = {}
     for name, node in raw.items():
         if isinstance(node, Resolved):
-            groups[facts.fields[name].alias or name] = node.value
+            if name in facts.types and _check_resolved(facts, name, node.value, problems):
+                groups[facts.fields[name].alias or name] = node.value
         elif name in facts.types and _check_group_shape(name, node, problems):
             value = _resolve_group(conv, facts, (name,), node, allowed, problems, call)
             if value is not _INVALID:
@@ -199,6 +207,16 @@ def field_owners(
     return owners
 
 
+def _check_resolved(facts: RootFacts, name: str, value: object, problems: list[Problem]) -> bool:
+    """Whether an already resolved ``value`` is of group ``name``'s type; records a problem if not."""
+    field_type = facts.types[name]
+    if isinstance(field_type, type) and not isinstance(value, field_type):
+        got = "null" if value is None else f"a {type(value).__qualname__}"
+        problems.append(Problem((name,), f"expected an instance of {field_type.__qualname__}, got {got}"))
+        return False
+    return True
+
+
 def _check_group_shape(name: str, node: object, problems: list[Problem]) -> bool:
     """Whether ``node`` is a mapping with a ``_target_``; records a problem if not."""
     if type(node) is not dict and not isinstance(node, Mapping):
@@ -237,6 +255,9 @@ def _resolve_group(
     if target.is_factory:
         args = {k: v for k, v in node.items() if k != TARGET_KEY}
         return _call_factory(conv, path, field_type, target, args, problems, call)
+    if not call:  # names and types only: no Config class is constructed, none of its code runs
+        problems.extend(check_shape(conv, target.obj, node, path, _TARGET_ONLY))
+        return _INVALID
     hook = conv.group_hooks.get(target.obj)
     if hook is None:
         hook = conv.group_hooks[target.obj] = attrs_hook(target.obj, conv, frozenset({TARGET_KEY}))
@@ -272,6 +293,9 @@ def _call_factory(
     for name, value in args.items():
         if name in target.params:
             tp = target.params[name]
+            if not call:
+                problems.extend(check_shape(conv, tp, value, (*path, name)))
+                continue
             try:
                 kwargs[name] = conv.get_structure_hook(tp)(value, tp)
             except Exception as exc:

@@ -57,6 +57,7 @@ __all__ = [
     "problems_of",
     "rebase",
     "to_config_error",
+    "unknown_key",
     "validator_message",
 ]
 
@@ -133,7 +134,7 @@ def problems_of(exc: BaseException, path: Path = ()) -> list[Problem]:
     if isinstance(exc, Problems):
         return [Problem((*path, *p.path), rebase(p.message, path), p.anchor) for p in exc.problems]
     if isinstance(exc, ForbiddenExtraKeysError):
-        return [_unknown_key(path, key, exc.cl) for key in sorted(exc.extra_fields, key=repr)]
+        return [unknown_key(path, key, exc.cl) for key in sorted(exc.extra_fields, key=repr)]
     if isinstance(exc, BaseValidationError):
         out: list[Problem] = []
         for sub in exc.exceptions:
@@ -153,7 +154,8 @@ def rebase(message: str, path: Path) -> str:
     return rebased(message, format_path(path)) if path and isinstance(message, Said) else message
 
 
-def _unknown_key(path: Path, key: object, cls: type) -> Problem:
+def unknown_key(path: Path, key: object, cls: type) -> Problem:
+    """The problem of key ``key`` that attrs class ``cls`` (at ``path``) has no field for."""
     if key == TARGET_KEY:
         return nested_target((*path, key))
     if not isinstance(key, str):

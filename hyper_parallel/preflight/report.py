@@ -48,7 +48,7 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
     shown = [f"{k} {deg[k]}" for k in ("dp_replicate", "dp_shard", "cp", "tp", "pp") if deg[k] > 1]
     ranks = f"{est.layout.world_size} rank{'s' if est.layout.world_size != 1 else ''}"
     if not est.world_size_known:
-        ranks += " (world size not given: -1 degrees taken as 1)"
+        ranks += " (world size not given: each auto degree (-1) counted as 1)"
     layout = " x ".join(shown) if shown else "no parallelism"
     lines = [
         f"preflight: {est.model}, {ranks}, {layout}, {est.compute_dtype} compute, {est.optimizer}",

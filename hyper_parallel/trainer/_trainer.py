@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 
+from hyper_parallel._checks import counted
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 from hyper_parallel.components.dataloader import LoaderRequest
 from hyper_parallel.config import dump_config
@@ -588,7 +589,7 @@ class Trainer:
             f"parameters; {self.env.world_size} rank(s) [{self.dims.describe()}] on {self.device.type} "
             f"({backend}); global batch {training.global_batch_size} = micro {training.micro_batch_size} "
             f"x accumulation {self.accumulation_steps} x dp {self.dims.dp_size}; seq_len {training.seq_len}; "
-            f"{training.max_steps} steps{resumed}"
+            f"{counted(training.max_steps, 'step')}{resumed}"
         )
 
     def _farewell(self, results: list[StepResult]) -> None:

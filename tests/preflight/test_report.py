@@ -73,7 +73,7 @@ def test_the_report_is_printed_on_rank_0_only(monkeypatch: pytest.MonkeyPatch) -
 def test_without_a_world_size_auto_degrees_count_as_one() -> None:
     _, out, _ = _launch("--dry-run")
     assert _report(out)[0] == (
-        "preflight: llama3 8B, 8 ranks (world size not given: -1 degrees taken as 1), tp 8, "
+        "preflight: llama3 8B, 8 ranks (world size not given: each auto degree (-1) counted as 1), tp 8, "
         "bfloat16 compute, AdamW"
     )
 
