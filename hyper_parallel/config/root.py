@@ -18,7 +18,15 @@ import attrs
 
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.options import current_options
-from hyper_parallel.config.recipes import Given, Recipe, carries_recipe, recipe_of, remember, remember_given
+from hyper_parallel.config.recipes import (
+    Given,
+    Recipe,
+    carries_recipe,
+    recipe_of,
+    remember,
+    remember_given,
+    undecorated,
+)
 from hyper_parallel.config.targets import (
     TARGET_KEY,
     Target,
@@ -47,7 +55,17 @@ from hyper_parallel.config.validation import (
 if typing.TYPE_CHECKING:  # the converter module imports this one
     from hyper_parallel.config.conversion import ConfigConverter
 
-__all__ = ["Resolved", "RootFacts", "root_facts", "structure_root", "unstructure_group", "unstructure_root"]
+__all__ = [
+    "Resolved",
+    "RootFacts",
+    "check_groups",
+    "elsewhere",
+    "made_from_hint",
+    "root_facts",
+    "structure_root",
+    "unstructure_group",
+    "unstructure_root",
+]
 
 
 class RootFacts(typing.NamedTuple):
@@ -136,11 +154,39 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
             problems.append(Problem((name,), f"missing required root group {name!r}", "parent"))
     if problems:
         raise Problems("invalid config", [_in_wrong_group(conv, facts, raw, p) for p in problems])
-    root = construct(facts.cls, groups)
+    root = construct(facts.cls, groups, options.root_checks)
     # What the document gave in each group, for a later '_target_' switch (see recipes.Given).
     given = {k: frozenset(v) for k, v in raw.items() if type(v) is dict or isinstance(v, Mapping)}
     remember_given(root, Given(given, None, options.locate))
     return root
+
+
+def check_groups(conv: "ConfigConverter", facts: RootFacts, root: object) -> list[Problem]:
+    """What the resolver would find in each group of ``root``, a root built in Python: a value of the wrong
+    type; for a Config group, every field's type, validator and its ``cross_check`` (the group is written
+    out and structured again, its ``_target_`` not looked up: Python code may build any class); for a
+    factory's value (a ``ModelSpec``), its own ``cross_check``. The root's cross-group rules are not run."""
+    problems: list[Problem] = []
+    if not isinstance(root, facts.cls):
+        got = "null" if root is None else f"a {type(root).__qualname__}"
+        return [Problem((), f"expected a {facts.cls.__qualname__}, got {got}")]
+    for name in facts.types:
+        value = getattr(root, name)
+        if not _check_resolved(facts, name, value, problems):
+            continue
+        cls = type(value)
+        if attrs.has(cls) and not carries_recipe(value):
+            hook = conv.group_hooks.get(cls)
+            if hook is None:
+                hook = conv.group_hooks[cls] = attrs_hook(cls, conv, _TARGET_ONLY)
+            try:
+                hook(conv.get_unstructure_hook(cls)(value), cls)
+            except Exception as exc:
+                problems.extend(problems_of(exc, (name,)))
+        else:
+            for found in cross_check_errors(value):
+                problems.extend(problems_of(found, (name,)))
+    return problems
 
 
 def _in_wrong_group(
@@ -153,15 +199,32 @@ def _in_wrong_group(
         and len(path) == 2
         and isinstance(path[1], str)
         and problem.message.startswith("unknown ")
-        and "did you mean" not in problem.message
+        and "; 'args' is made" not in problem.message
     ):
         return problem
-    owners = [g for g in field_owners(conv, facts, path[1], raw) if g != path[0]]
-    if not owners:
-        return problem
-    return problem._replace(
-        message=f"{problem.message}; it is a field of {owners[0]!r} ({owners[0]}.{path[1]})"
-    )
+    message = str(problem.message)
+    guessed = "; did you mean" in message
+    found = elsewhere(conv, facts, path[1], raw, str(path[0]), guessed)
+    if guessed and found:
+        return problem._replace(message=message[:-1] + found)
+    return problem._replace(message=message + found) if found else problem
+
+
+def elsewhere(
+    conv: "ConfigConverter",
+    facts: RootFacts,
+    name: str,
+    tree: Mapping[str, Any] | None,
+    group: str,
+    guessed: bool,
+) -> str:
+    """Where field ``name``, given in ``group`` which has none, belongs: ``; it is a field of 'optimizer'
+    (optimizer.lr)``; after a did-you-mean (``guessed``), only when one other group has it exactly:
+    ``, or lr_scheduler.warmup_steps?`` (to replace the guess's ``?``). Empty when no other group has it."""
+    owners = [g for g in field_owners(conv, facts, name, tree) if g != group]
+    if guessed:
+        return f", or {owners[0]}.{name}?" if len(owners) == 1 else ""
+    return f"; it is a field of {owners[0]!r} ({owners[0]}.{name})" if owners else ""
 
 
 #: Root keys of other tools, and what to do instead.
@@ -197,7 +260,14 @@ def field_owners(
     allowed = facts.allowed(current_options().allowed)
     for group, tp in facts.types.items():
         node = tree.get(group) if tree is not None else None
-        target_name = node.get(TARGET_KEY) if isinstance(node, Mapping) else facts.default_targets.get(group)
+        target_name: object
+        if isinstance(node, Resolved):  # a group overrides left as it was: its own target
+            recipe = recipe_of(node.value)
+            target_name = recipe.target if recipe is not None else qualified_name(type(node.value))
+        elif isinstance(node, Mapping):
+            target_name = node.get(TARGET_KEY)
+        else:
+            target_name = facts.default_targets.get(group)
         try:
             target = load_target(target_name, tp, allowed, conv.checked_targets, packages=facts.packages)
         except TargetError:
@@ -284,6 +354,10 @@ def _call_factory(
         if key not in target.params:
             shown = key if isinstance(key, str) and key != TARGET_KEY else echo(key)
             hint = did_you_mean(key, target.params) if isinstance(key, str) else ""
+            if not hint and isinstance(key, str):
+                value = args[key]
+                inner = next(iter(value), None) if isinstance(value, Mapping) else None
+                hint = made_from_hint(field_type, key, path, inner if isinstance(inner, str) else None)
             problems.append(
                 Problem((*path, shown), f"unknown parameter {echo(key)} of {short}(){hint}", "key")
             )
@@ -303,7 +377,7 @@ def _call_factory(
     if len(problems) > before or not call:
         return _INVALID
     try:
-        result = target.obj(**kwargs)
+        result = undecorated(target.obj)(**kwargs)  # the call is recorded below, with its locations
     except Problems as exc:  # the factory's own checks, each at its own argument
         problems.extend(problems_of(exc, path))
         return _INVALID
@@ -326,6 +400,19 @@ def _call_factory(
     given = {n: locate(Problem((*path, n), "", "key")) if locate is not None else None for n in kwargs}
     remember(result, Recipe(target.name, explicit, target.obj, given))
     return result
+
+
+def made_from_hint(result_type: Any, name: str, path: Path, inner: str | None) -> str:
+    """For a factory parameter ``name`` that is not one but a field of what the factory returns
+    (``model.args``), the parameter the field is made from (its ``made_from`` metadata):
+    ``; 'args' is made by the factory from 'overrides': set model.overrides.n_layers`` (``inner`` is the
+    key below ``name`` the user gave, if any). Empty when the field has no such parameter."""
+    field = attrs.fields_dict(result_type).get(name) if attrs.has(result_type) else None
+    made_from = field.metadata.get("made_from") if field is not None else None
+    if not isinstance(made_from, str):
+        return ""
+    where = ".".join(str(p) for p in (*path, made_from, inner or "<name>"))
+    return f"; {name!r} is made by the factory from {made_from!r}: set {where}"
 
 
 def _raised_at(exc: BaseException) -> str:
@@ -369,14 +456,18 @@ def unstructure_group(conv: "ConfigConverter", name: str, value: Any, problems: 
             except Exception as exc:
                 problems.extend(problems_of(exc, (name, key)))
         return body
-    if carries_recipe(value):  # made by factories, but this one was built in Python: no call to write
+    if carries_recipe(value):  # made by factories, but this one was built by hand: no call to write
         kind = type(value).__qualname__
+        objects = [f.name for f in attrs.fields(type(value)) if f.init and callable(getattr(value, f.name))]
+        named = ", ".join(objects[:-1]) + f" and {objects[-1]}" if len(objects) > 1 else "".join(objects)
+        held = f": a file cannot hold its {named} (Python objects)" if objects else ""
         problems.append(
             Problem(
                 (name,),
-                f"this {kind} was built in Python, not by a '_target_' factory, so it cannot be written "
-                "to a config file or made again with overrides; build it through its factory "
-                "(a config naming it in '_target_')",
+                f"this {kind} was built without a factory ({kind}(...) or attrs.evolve), so it cannot be "
+                f"written to a config file or made again with overrides{held}; make it with a factory "
+                f"declared to return {kind} (a config names it in '_target_'; called in Python, a factory "
+                "decorated with hyper_parallel.config.recipes.records_call records the call)",
                 "key",
             )
         )

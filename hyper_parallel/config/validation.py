@@ -390,8 +390,8 @@ def class_error(
     return ClassValidationError(f"While structuring {cls.__qualname__}", [*kept, *found], cls)
 
 
-def construct(cls: type, kwargs: Mapping[str, Any]) -> Any:
-    """``cls(**kwargs)`` from checked values, then its ``cross_check``; every failure in one
+def construct(cls: type, kwargs: Mapping[str, Any], check: bool = True) -> Any:
+    """``cls(**kwargs)`` from checked values, then (if ``check``) its ``cross_check``; every failure in one
     ``ClassValidationError`` (attrs stops at the first validator that fails, without a path)."""
     try:
         obj = cls(**kwargs)
@@ -401,7 +401,7 @@ def construct(cls: type, kwargs: Mapping[str, Any]) -> Any:
             detail = validator_message(exc) if isinstance(exc, (ValueError, TypeError)) else repr(exc)
             found = [Invalid(f"{cls.__qualname__}: {detail}")]
         raise ClassValidationError(f"While structuring {cls.__qualname__}", found, cls) from None
-    found = cross_check_errors(obj)
+    found = cross_check_errors(obj) if check else []
     if found:
         raise ClassValidationError(f"While checking {cls.__qualname__}", found, cls)
     return obj

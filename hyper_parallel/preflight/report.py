@@ -3,7 +3,7 @@
 from hyper_parallel.preflight.devices import Device
 from hyper_parallel.preflight.estimate import Estimate
 
-__all__ = ["format_report", "human_bytes", "human_count", "human_flops"]
+__all__ = ["exact_count", "format_report", "human_bytes", "human_count", "human_flops"]
 
 _KIND_ORDER = ("embedding", "attention", "gated_deltanet", "mlp", "norm", "output", "vision")
 
@@ -26,6 +26,11 @@ def human_count(n: float) -> str:
     """``8.03 B``-style decimal counts (K, M, B, T)."""
     value, unit = _scaled(n, 1000, ("", "K", "M", "B", "T"))
     return f"{value:.0f}" if not unit else f"{value:.2f} {unit}"
+
+
+def exact_count(n: int) -> str:
+    """``8.03 B (8,030,261,248)``: the rounded count and, where rounding hides digits, the exact one."""
+    return human_count(n) if n < 1000 else f"{human_count(n)} ({n:,})"
 
 
 def human_flops(n: float) -> str:
@@ -52,9 +57,9 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
     layout = " x ".join(shown) if shown else "no parallelism"
     lines = [
         f"preflight: {est.model}, {ranks}, {layout}, {est.compute_dtype} compute, {est.optimizer}",
-        f"  parameters  {human_count(est.params_total)}: "
+        f"  parameters  {exact_count(est.params_total)}: "
         + ", ".join(
-            f"{kind.replace('_', ' ')} {human_count(est.params_by_kind[kind])}"
+            f"{kind.replace('_', ' ')} {exact_count(est.params_by_kind[kind])}"
             for kind in _KIND_ORDER
             if kind in est.params_by_kind
         ),

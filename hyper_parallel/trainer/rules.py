@@ -325,8 +325,10 @@ def world_size_issues(cfg: "TrainerConfig", world_size: int) -> list[tuple[str, 
     issues.extend(sequence_parallel_issues(cfg, degrees["tp"]))
     if par.pp == -1:  # explicit degrees were checked by cross_group_issues
         issues.extend(i for i in pipeline_issues(cfg, degrees["pp"]) if i not in issues)
-    # The batch rule as cross_group_issues runs it, now with every degree known (named with the ranks).
-    issues.extend(batch_issues(cfg, degrees["dp_replicate"], degrees["dp_shard"], world_size))
+    # The batch rule as cross_group_issues runs it, now with every degree known (named with the ranks);
+    # with both data-parallel degrees explicit, cross_group_issues has already run it.
+    if par.dp_replicate == -1 or par.dp_shard == -1:
+        issues.extend(batch_issues(cfg, degrees["dp_replicate"], degrees["dp_shard"], world_size))
     return issues
 
 

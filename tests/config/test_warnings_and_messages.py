@@ -522,3 +522,53 @@ def _sched(**fields: Any) -> Any:
     from hyper_parallel.components.lr_scheduler import WarmupDecay
 
     return WarmupDecay.Config(**fields)
+
+
+# --- the file's hints are the command line's ---------------------------------------------------------------
+
+MADE_FROM = "; 'args' is made by the factory from 'overrides': set model.overrides.n_layers"
+
+
+@pytest.mark.parametrize(
+    ("group", "body", "flag", "file_message", "flag_message"),
+    [
+        pytest.param(
+            "training",
+            "  lr: 0.1\n",
+            "training.lr",
+            "unknown field 'lr' for TrainingConfig; it is a field of 'optimizer' (optimizer.lr)",
+            "no field 'lr' under 'training'; it is a field of 'optimizer' (optimizer.lr)",
+            id="field-of-another-group",
+        ),
+        pytest.param(
+            "training",
+            "  warmup_steps: 3\n",
+            "training.warmup_steps",
+            "unknown field 'warmup_steps' for TrainingConfig; did you mean 'max_steps', or "
+            "lr_scheduler.warmup_steps?",
+            "no field 'warmup_steps' under 'training'; did you mean 'max_steps', or "
+            "lr_scheduler.warmup_steps?",
+            id="close-name-and-another-group",
+        ),
+        pytest.param(
+            "model",
+            "  args:\n    n_layers: 4\n",
+            "model.args.n_layers",
+            f"unknown parameter 'args' of create_model_spec(){MADE_FROM}",
+            f"no field 'args' under 'model'{MADE_FROM}",
+            id="model-args-are-overrides",
+        ),
+    ],
+)
+def test_a_file_gets_the_hint_the_command_line_gets(
+    tmp_path: Path, group: str, body: str, flag: str, file_message: str, flag_message: str
+) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(text(body) if group == "model" else text(f"{group}:\n  _target_: {TRAINING}\n{body}"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    issue_path = "model.args" if group == "model" else flag
+    assert [(i.path, i.message) for i in info.value.issues] == [(issue_path, file_message)]
+    with pytest.raises(ConfigError) as info:
+        load_config_report(REPO / "configs/qwen3_5_debug.yaml", {flag: "1"}, command_line=True)
+    assert [(i.location, i.message) for i in info.value.issues] == [(f"--{flag}", flag_message)]
