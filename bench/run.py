@@ -233,7 +233,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if value is None:
             checks.append({"target": label, "value": None, "limit": limit, "passed": None})
             continue
-        checks.append({"target": label, "value": value, "limit": limit, "passed": value <= limit})
+        checks.append(
+            {"target": label, "value": value, "limit": limit, "passed": value <= limit, "unit": unit}
+        )
     return {
         "config": config,
         "quick": args.quick,
@@ -272,7 +274,7 @@ def render(results: dict[str, Any]) -> str:
         if c["value"] is None:
             lines.append(f"| {c['target']} | n/a | {c['limit']} | SKIPPED |")
             continue
-        unit = " us" if c["target"].startswith("warm resolve") else "x"
+        unit = " us" if c.get("unit") == "us" else "x"
         shown = f"{c['value']:.2f}" if c["value"] >= 0.1 else f"{c['value']:.4f}"
         lines.append(
             f"| {c['target']} | {shown}{unit} | {c['limit']:g}{unit} | {'PASS' if c['passed'] else 'FAIL'} |"
