@@ -46,13 +46,14 @@ from hyper_parallel.config.yaml_load import parse_yaml
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = "configs/qwen3_5_full.yaml"
 
-#: Targets of issue 5: (name, ratio key or absolute key, limit, how it reads).
+#: Targets of issue 24 (ratios from one run hold on a shared, noisy machine; absolute figures do not):
+#: (name, ratio key or absolute key, limit, how it reads).
 TARGETS = [
-    ("warm resolve <= 300 us", "resolve", 300.0, "us"),
-    ("overrides(10) <= 2x resolve", "overrides(10)/resolve", 2.0, "x"),
-    ("cold dry-run <= 1.3x import floor", "cold dry-run/import floor", 1.3, "x"),
+    ("warm resolve <= 2x pydantic", "ours/pydantic", 2.0, "x"),
+    ("overrides(10) <= 1.5x resolve", "overrides(10)/resolve", 1.5, "x"),
+    ("dump <= 10x resolve", "dump/resolve", 10.0, "x"),
+    ("cold dry-run <= 1.6x import floor", "cold dry-run/import floor", 1.6, "x"),
     ("warm >= 10x faster than Hydra", "ours/hydra", 0.1, "x"),
-    ("warm within 3x of pydantic", "ours/pydantic", 3.0, "x"),
 ]
 
 
@@ -216,6 +217,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "overrides(1)/resolve": med["overrides(1)"] / med["resolve"],
         "overrides(10)/resolve": med["overrides(10)"] / med["resolve"],
         "overrides(100)/resolve": med["overrides(100)"] / med["resolve"],
+        "dump/resolve": med["dump"] / med["resolve"],
         "dump+reload/resolve": med["dump+reload"] / med["resolve"],
         "parse (locations)/CSafeLoader": med["parse (locations)"] / med["yaml CSafeLoader"],
         "cold dry-run/import floor": med["cold dry-run"] / med["cold import floor"],
@@ -231,7 +233,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if value is None:
             checks.append({"target": label, "value": None, "limit": limit, "passed": None})
             continue
-        checks.append({"target": label, "value": value, "limit": limit, "passed": value <= limit})
+        checks.append(
+            {"target": label, "value": value, "limit": limit, "passed": value <= limit, "unit": unit}
+        )
     return {
         "config": config,
         "quick": args.quick,
@@ -270,7 +274,7 @@ def render(results: dict[str, Any]) -> str:
         if c["value"] is None:
             lines.append(f"| {c['target']} | n/a | {c['limit']} | SKIPPED |")
             continue
-        unit = " us" if c["target"].startswith("warm resolve") else "x"
+        unit = " us" if c.get("unit") == "us" else "x"
         shown = f"{c['value']:.2f}" if c["value"] >= 0.1 else f"{c['value']:.4f}"
         lines.append(
             f"| {c['target']} | {shown}{unit} | {c['limit']:g}{unit} | {'PASS' if c['passed'] else 'FAIL'} |"

@@ -20,6 +20,7 @@ __all__ = [
     "RuleTypeViolation",
     "RuleViolation",
     "Said",
+    "counted",
     "minus_one_or_at_least",
     "positive_or_auto",
     "quote",
@@ -165,3 +166,8 @@ def said(*parts: "str | Quote") -> Said:
     """A message of ``parts``: ``said("must be <= ", quote("training.max_steps", 10), ", got 200")`` reads
     ``must be <= training.max_steps (10), got 200`` and knows which field it quoted."""
     return Said(tuple(parts))
+
+
+def counted(n: int, noun: str) -> str:
+    """``n`` with ``noun`` in the number it takes: ``1 step``, ``3 steps``, ``0 steps``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 from hyper_parallel.config.errors import ConfigError, ConfigWarning, Issue
 
 if TYPE_CHECKING:
-    from hyper_parallel.config.manager import apply_overrides, dump_config, load_config, write_config
+    from hyper_parallel.config.manager import (
+        apply_overrides,
+        dump_config,
+        load_config,
+        validate,
+        write_config,
+    )
     from hyper_parallel.config.resolver import converter, resolve_root
 
 __all__ = [
@@ -27,6 +33,7 @@ __all__ = [
     "dump_config",
     "load_config",
     "resolve_root",
+    "validate",
     "write_config",
 ]
 
@@ -34,6 +41,7 @@ _LAZY = {
     "apply_overrides": "manager",
     "dump_config": "manager",
     "load_config": "manager",
+    "validate": "manager",
     "write_config": "manager",
     "converter": "resolver",
     "resolve_root": "resolver",

@@ -38,6 +38,11 @@ class FieldInfo(typing.NamedTuple):
     value: Any
     #: One line of help.
     help: str
+    #: What the value is when nothing sets it (a factory's override key: the flavor's value), where that
+    #: is known and differs from the current value (then :attr:`has_default`).
+    default: Any = None
+    #: Whether :attr:`default` is set.
+    has_default: bool = False
 
 
 def factory_param_help(fn: Any) -> dict[str, str]:
@@ -84,6 +89,37 @@ def _walk_attrs(obj: Any, prefix: str) -> Iterator[FieldInfo]:
             yield FieldInfo(path, f.type, value, f.metadata.get("help", ""))
 
 
+def _made_from(value: Any, recipe: Any, group: str) -> Iterator[FieldInfo]:
+    """The keys of each factory parameter that a field of the factory's result is made from (``args``
+    from ``overrides``: ``model.overrides.n_layers``), with the value the factory gives each when the
+    parameter is left out (the flavor's), where the current value differs from it."""
+    for f in attrs.fields(type(value)):
+        made_from = f.metadata.get("made_from")
+        if made_from not in recipe.args or not attrs.has(type(getattr(value, f.name))):
+            continue
+        try:  # the factory again, without the parameter: what each key is when not overridden
+            plain: Any = getattr(recipe.factory(**{**recipe.args, made_from: None}), f.name)
+        except Exception:
+            plain = None
+        for info in _walk_attrs(getattr(value, f.name), f"{group}.{made_from}"):
+            default = _at(plain, info.path.split(".")[2:]) if plain is not None else _MISSING
+            if default is not _MISSING and default != info.value:
+                yield info._replace(default=default, has_default=True)
+            else:
+                yield info
+
+
+_MISSING: Any = object()
+
+
+def _at(obj: Any, parts: list[str]) -> Any:
+    for part in parts:
+        obj = getattr(obj, part, _MISSING)
+        if obj is _MISSING:
+            break
+    return obj
+
+
 def iter_fields(root: Any) -> Iterator[FieldInfo]:
     """Every overridable field of a resolved root config, ``_target_`` of each group first."""
     for f in attrs.fields(type(root)):
@@ -97,6 +133,7 @@ def iter_fields(root: Any) -> Iterator[FieldInfo]:
             helps = factory_param_help(recipe.factory)
             for name, current in recipe.args.items():
                 yield FieldInfo(f"{f.name}.{name}", hints[name], current, helps.get(name, ""))
+            yield from _made_from(value, recipe, f.name)
             continue
         yield FieldInfo(
             f"{f.name}.{TARGET_KEY}",
@@ -143,7 +180,8 @@ def config_help(root: Any, *, converter: ConfigConverter | None = None) -> str:
     lines = ["overridable fields of this config (--PATH VALUE):", ""]
     for info in iter_fields(root):
         kind = "str" if info.path.endswith(TARGET_KEY) else describe_type(info.type)
-        lines.append(f"  --{info.path}  ({kind}; current: {_inline(info.value, conv)})")
+        default = f", default: {_inline(info.default, conv)}" if info.has_default else ""
+        lines.append(f"  --{info.path}  ({kind}; current: {_inline(info.value, conv)}{default})")
         if info.help:
             lines.append(f"      {info.help}")
     return "\n".join(lines) + "\n"

@@ -17,10 +17,25 @@ import attrs
 import yaml
 
 from hyper_parallel._checks import Quote, Said
-from hyper_parallel.config.errors import ConfigError, ConfigWarning, Issue, echo, format_path, override_origin
+from hyper_parallel.config.errors import (
+    ConfigError,
+    ConfigWarning,
+    Issue,
+    echo,
+    format_path,
+    override_origin,
+    split_path,
+)
 from hyper_parallel.config.options import current_options, resolve_options
 from hyper_parallel.config.resolver import converter
-from hyper_parallel.config.validation import Locate, Path, Problem, to_config_error
+from hyper_parallel.config.validation import (
+    Locate,
+    Path,
+    Problem,
+    cross_check_errors,
+    problems_of,
+    to_config_error,
+)
 from hyper_parallel.config.yaml_load import PartialDocument, SourceMap, load_yaml_file, parse_yaml
 from hyper_parallel.trainer import rules
 from hyper_parallel.trainer.config import TrainerConfig
@@ -37,6 +52,7 @@ __all__ = [
     "load_config",
     "load_config_report",
     "load_config_text",
+    "validate",
     "write_config",
 ]
 
@@ -152,7 +168,8 @@ def load_config_report(
     locate = _locator(parsed, sources)
     found = list(early)
     cfg: TrainerConfig | None = None
-    with resolve_options(allowed_targets=allowed_targets, locate=_file_locator(sources)):
+    # The root's rules run below with the world size and the trainer's, so all of them report in one pass.
+    with resolve_options(allowed_targets=allowed_targets, locate=_file_locator(sources), root_checks=False):
         try:
             cfg = converter.structure(raw, TrainerConfig)
         except ConfigError as exc:
@@ -166,10 +183,8 @@ def load_config_report(
                 cfg = None
     warned: list[Issue] = []
     if cfg is not None:
-        if world_size is not None:
-            found += _issues(rules.world_size_issues(cfg, world_size), locate)
         names = rules.COMMANDS if command_line else rules.TRAINER_CLASSES
-        found += _issues(rules.trainer_issues(cfg, trainer, names), locate)
+        found += _root_issues(cfg, world_size, trainer, names, locate)
         warned = _issues(rules.warnings(cfg), locate)
     if strict:
         found, warned = [*found, *warned], []
@@ -208,9 +223,57 @@ def apply_overrides(
     return result
 
 
-def _issues(pairs: Iterable[tuple[str, str]], locate: Locate) -> list[Issue]:
+def validate(
+    cfg: TrainerConfig,
+    *,
+    world_size: int | None = None,
+    strict: bool = False,
+    trainer: TrainerKind | None = None,
+) -> tuple[Issue, ...]:
+    """Check a config built in Python as the resolver checks a file: raise the :class:`ConfigError` that
+    resolving the same config would raise, every issue at once; return its warnings (with ``strict=True``
+    they are errors, and nothing is returned).
+
+    Each group is checked (types, validators, the group's own checks), then, once every group is sound,
+    the rules that span groups, with ``world_size`` (the parallel degrees must fit it) and ``trainer``
+    (``"lm"`` for ``LLMTrainer``, ``"vl"`` for ``VLTrainer``) when given. Nothing is located: the values
+    were set in Python.
+    """
+    from hyper_parallel.config.root import check_groups
+
+    problems = check_groups(converter, converter.root_facts(TrainerConfig), cfg)
+    if problems:
+        raise to_config_error(problems, None)
+    found = _root_issues(cfg, world_size, trainer, rules.TRAINER_CLASSES, None)
+    warned = _issues(rules.warnings(cfg), None)
+    if strict:
+        found, warned = [*found, *warned], []
+    if found:
+        raise ConfigError(found)
+    return tuple(warned)
+
+
+def _root_issues(
+    cfg: TrainerConfig,
+    world_size: int | None,
+    trainer: TrainerKind | None,
+    names: Mapping[TrainerKind, str],
+    locate: Locate | None,
+) -> list[Issue]:
+    """Every rule that spans groups, in one pass: the root's ``cross_check``, the rules of ``world_size``
+    ranks (when known) and of the ``trainer`` (an issue two rules find is reported once)."""
+    problems = [p for exc in cross_check_errors(cfg) for p in problems_of(exc)]
+    pairs: list[tuple[str, str]] = []
+    if world_size is not None:
+        pairs += rules.world_size_issues(cfg, world_size)
+    pairs += rules.trainer_issues(cfg, trainer, names)
+    problems += [Problem(split_path(field), message) for field, message in pairs]
+    return list(to_config_error(problems, locate).issues) if problems else []
+
+
+def _issues(pairs: Iterable[tuple[str, str]], locate: Locate | None) -> list[Issue]:
     """Root-relative ``(dotted path, message)`` pairs as located issues."""
-    problems = [Problem(tuple(field.split(".")), message) for field, message in pairs]
+    problems = [Problem(split_path(field), message) for field, message in pairs]
     return list(to_config_error(problems, locate).issues) if problems else []
 
 

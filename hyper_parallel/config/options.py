@@ -23,6 +23,10 @@ class ResolveOptions(typing.NamedTuple):
     allowed: tuple[str, ...]
     #: Maps a problem to its source location.
     locate: Locate | None = None
+    #: Whether the root's own ``cross_check`` runs when the root is built; a caller that runs the root's
+    #: rules itself afterwards, with more of them (the world size, the trainer), turns it off so that every
+    #: rule reports in one pass.
+    root_checks: bool = True
 
 
 _OPTIONS: contextvars.ContextVar[ResolveOptions | None] = contextvars.ContextVar(
@@ -32,7 +36,10 @@ _OPTIONS: contextvars.ContextVar[ResolveOptions | None] = contextvars.ContextVar
 
 @contextlib.contextmanager
 def resolve_options(
-    *, allowed_targets: Iterable[str] | None = None, locate: Locate | None = None
+    *,
+    allowed_targets: Iterable[str] | None = None,
+    locate: Locate | None = None,
+    root_checks: bool | None = None,
 ) -> Iterator[ResolveOptions]:
     """Set the allowed target prefixes and the source locator for resolves in this context.
 
@@ -44,7 +51,9 @@ def resolve_options(
         allowed = outer.allowed
     else:
         allowed = allowed_prefixes(allowed_targets)
-    options = ResolveOptions(allowed, locate or (outer.locate if outer else None))
+    if root_checks is None:
+        root_checks = outer.root_checks if outer is not None else True
+    options = ResolveOptions(allowed, locate or (outer.locate if outer else None), root_checks)
     token = _OPTIONS.set(options)
     try:
         yield options

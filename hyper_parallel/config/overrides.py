@@ -19,6 +19,7 @@ values are those that differ from the class default: attrs cannot tell a default
 explicitly, so such a value is taken as the default and the new class's default replaces it.
 """
 
+import contextlib
 import functools
 import re
 import typing
@@ -32,7 +33,8 @@ from hyper_parallel.config.recipes import Given, given_of, recipe_of, remember_g
 from hyper_parallel.config.root import (
     Resolved,
     RootFacts,
-    field_owners,
+    elsewhere,
+    made_from_hint,
     unknown_root_field,
     unstructure_group,
 )
@@ -193,17 +195,25 @@ class OverridePatch:
         restructures to the same config. A group that cannot be written (a ``ModelSpec`` built in Python)
         is carried over as it is while no override names it; an override of it is reported.
         """
-        try:
-            full = self.conv.unstructure(cfg)
-        except ConfigError:
-            full = None  # some group cannot be written: each is written on its own below
+        self._old = given = given_of(cfg)
+        # A config this layer resolved keeps every group no override names as it is: the resolve checked
+        # it, the restructure takes it unchanged (a factory is not called again) and runs the cross-group
+        # rules. A config built in Python (no record) is written out whole, so every check runs again.
+        touched = {o.path[0] for o in self.overrides} if given is not None else None
+        full = None
+        if touched is None:  # if some group cannot be written, each is written on its own below
+            with contextlib.suppress(ConfigError):
+                full = self.conv.unstructure(cfg)
         # An override inside a value ('optimizer.betas[0]') patches the whole current value.
         inside = {o.path[:2] for o in self._values if len(o.path) > 2}
         reshaped = {o.path[0] for o in (*self._removals, *self._switches)}
-        self._old = given = given_of(cfg)
         tree: dict[str, Any] = {}
         for group in self.facts.types:
             value = getattr(cfg, group)
+            if touched is not None and group not in touched:
+                tree[group] = Resolved(value)
+                self._set_names[group] = self._names_set(group, value, given)
+                continue
             body = full[group] if full is not None else self._group_body(group, value)
             if body is None:
                 tree[group] = Resolved(value)
@@ -227,6 +237,17 @@ class OverridePatch:
                 body = {k: v for k, v in body.items() if k in keep}
             tree[group] = body
         return tree
+
+    def _names_set(self, group: str, value: Any, given: Given | None) -> frozenset[str] | None:
+        """What the user set in an untouched group (None: set in Python, not recorded)."""
+        recipe = recipe_of(value)
+        if recipe is not None:
+            self._origins.update(((group, n), where) for n, where in recipe.given.items())
+            return frozenset(recipe.given)
+        if given is not None and group not in given.unrecorded:
+            return given.names.get(group, frozenset())
+        self._unrecorded.add(group)
+        return None
 
     def _group_body(self, group: str, value: Any) -> dict[str, Any] | None:
         """``value`` written as root group ``group``, or None if it cannot be (reported if overridden)."""
@@ -456,9 +477,12 @@ class OverridePatch:
             child = step(seg)
             if child is NO_CHILD:
                 hint = did_you_mean(seg, names) if isinstance(seg, str) else ""
-                if not hint and isinstance(seg, str) and len(here) == 2:  # '--training.lr': lr is elsewhere
-                    owners = field_owners(self.conv, self.facts, seg, self._tree)
-                    hint = f"; it is a field of {owners[0]!r} ({owners[0]}.{seg})" if owners else ""
+                if isinstance(seg, str) and len(here) == 2 and isinstance(here[0], str):  # '--training.lr'
+                    found = elsewhere(self.conv, self.facts, seg, self._tree, here[0], bool(hint))
+                    hint = (hint[:-1] + found if hint else found) if found else hint
+                    if not hint:  # '--model.args.n_layers': model.overrides
+                        inner = rest[1] if len(rest) > 1 and isinstance(rest[1], str) else None
+                        hint = made_from_hint(self.facts.types[here[0]], seg, here[:1], inner)
                 where = ".".join(str(p) for p in here[:-1])
                 self.problems.append(Problem(here, f"no field {echo(seg)} under {where!r}{hint}", "key"))
                 return NO_CHILD

@@ -4,10 +4,10 @@ The root class (``TrainerConfig``) declares the groups; this module keeps no lis
 facts (group names, field types, default targets) are computed once, when the root is registered on the
 converter. Structuring checks and imports each group's ``_target_``, checks the arguments against the
 target's fields or signature, and only then constructs or calls it; every problem in every group is
-collected, and no factory is called while the document still has an unknown root field (its other groups
-are checked all the same). Unstructuring writes
-each group's runtime class (never the declared base, which would lose a subclass's fields), or the factory
-and the arguments it was called with.
+collected, and no target is called while the document still has an unknown root field (its other groups
+are checked by names and types all the same; validators and cross-group rules run once the root is clean).
+Unstructuring writes each group's runtime class (never the declared base, which would lose a subclass's
+fields), or the factory and the arguments it was called with.
 """
 
 import typing
@@ -18,7 +18,15 @@ import attrs
 
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.options import current_options
-from hyper_parallel.config.recipes import Given, Recipe, carries_recipe, recipe_of, remember, remember_given
+from hyper_parallel.config.recipes import (
+    Given,
+    Recipe,
+    carries_recipe,
+    recipe_of,
+    remember,
+    remember_given,
+    undecorated,
+)
 from hyper_parallel.config.targets import (
     TARGET_KEY,
     Target,
@@ -26,7 +34,13 @@ from hyper_parallel.config.targets import (
     load_target,
     qualified_name,
 )
-from hyper_parallel.config.types import attrs_hook, attrs_unstructure, class_fields, describe_value
+from hyper_parallel.config.types import (
+    attrs_hook,
+    attrs_unstructure,
+    check_shape,
+    class_fields,
+    describe_value,
+)
 from hyper_parallel.config.validation import (
     Invalid,
     Path,
@@ -41,7 +55,17 @@ from hyper_parallel.config.validation import (
 if typing.TYPE_CHECKING:  # the converter module imports this one
     from hyper_parallel.config.conversion import ConfigConverter
 
-__all__ = ["Resolved", "RootFacts", "root_facts", "structure_root", "unstructure_group", "unstructure_root"]
+__all__ = [
+    "Resolved",
+    "RootFacts",
+    "check_groups",
+    "elsewhere",
+    "made_from_hint",
+    "root_facts",
+    "structure_root",
+    "unstructure_group",
+    "unstructure_root",
+]
 
 
 class RootFacts(typing.NamedTuple):
@@ -84,6 +108,7 @@ def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
 
 
 _INVALID: Any = object()
+_TARGET_ONLY = frozenset({TARGET_KEY})
 
 
 class Resolved(typing.NamedTuple):
@@ -110,15 +135,16 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
             else:
                 message = f"root field names must be strings, got {describe_value(key)}"
             problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
-    # While the document names a group that does not exist, every other group is still checked (Config
-    # classes structured, factory arguments checked), but no factory is called.
+    # While the document names a group that does not exist, every other group is still checked by names
+    # and types (RFC 9.2), but no target is called: no factory, no Config class constructed.
     call = not problems
     options = current_options()
     allowed = facts.allowed(options.allowed)
     groups: dict[str, Any] = {}
     for name, node in raw.items():
         if isinstance(node, Resolved):
-            groups[facts.fields[name].alias or name] = node.value
+            if name in facts.types and _check_resolved(facts, name, node.value, problems):
+                groups[facts.fields[name].alias or name] = node.value
         elif name in facts.types and _check_group_shape(name, node, problems):
             value = _resolve_group(conv, facts, (name,), node, allowed, problems, call)
             if value is not _INVALID:
@@ -128,11 +154,39 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
             problems.append(Problem((name,), f"missing required root group {name!r}", "parent"))
     if problems:
         raise Problems("invalid config", [_in_wrong_group(conv, facts, raw, p) for p in problems])
-    root = construct(facts.cls, groups)
+    root = construct(facts.cls, groups, options.root_checks)
     # What the document gave in each group, for a later '_target_' switch (see recipes.Given).
     given = {k: frozenset(v) for k, v in raw.items() if type(v) is dict or isinstance(v, Mapping)}
     remember_given(root, Given(given, None, options.locate))
     return root
+
+
+def check_groups(conv: "ConfigConverter", facts: RootFacts, root: object) -> list[Problem]:
+    """What the resolver would find in each group of ``root``, a root built in Python: a value of the wrong
+    type; for a Config group, every field's type, validator and its ``cross_check`` (the group is written
+    out and structured again, its ``_target_`` not looked up: Python code may build any class); for a
+    factory's value (a ``ModelSpec``), its own ``cross_check``. The root's cross-group rules are not run."""
+    problems: list[Problem] = []
+    if not isinstance(root, facts.cls):
+        got = "null" if root is None else f"a {type(root).__qualname__}"
+        return [Problem((), f"expected a {facts.cls.__qualname__}, got {got}")]
+    for name in facts.types:
+        value = getattr(root, name)
+        if not _check_resolved(facts, name, value, problems):
+            continue
+        cls = type(value)
+        if attrs.has(cls) and not carries_recipe(value):
+            hook = conv.group_hooks.get(cls)
+            if hook is None:
+                hook = conv.group_hooks[cls] = attrs_hook(cls, conv, _TARGET_ONLY)
+            try:
+                hook(conv.get_unstructure_hook(cls)(value), cls)
+            except Exception as exc:
+                problems.extend(problems_of(exc, (name,)))
+        else:
+            for found in cross_check_errors(value):
+                problems.extend(problems_of(found, (name,)))
+    return problems
 
 
 def _in_wrong_group(
@@ -145,15 +199,32 @@ def _in_wrong_group(
         and len(path) == 2
         and isinstance(path[1], str)
         and problem.message.startswith("unknown ")
-        and "did you mean" not in problem.message
+        and "; 'args' is made" not in problem.message
     ):
         return problem
-    owners = [g for g in field_owners(conv, facts, path[1], raw) if g != path[0]]
-    if not owners:
-        return problem
-    return problem._replace(
-        message=f"{problem.message}; it is a field of {owners[0]!r} ({owners[0]}.{path[1]})"
-    )
+    message = str(problem.message)
+    guessed = "; did you mean" in message
+    found = elsewhere(conv, facts, path[1], raw, str(path[0]), guessed)
+    if guessed and found:
+        return problem._replace(message=message[:-1] + found)
+    return problem._replace(message=message + found) if found else problem
+
+
+def elsewhere(
+    conv: "ConfigConverter",
+    facts: RootFacts,
+    name: str,
+    tree: Mapping[str, Any] | None,
+    group: str,
+    guessed: bool,
+) -> str:
+    """Where field ``name``, given in ``group`` which has none, belongs: ``; it is a field of 'optimizer'
+    (optimizer.lr)``; after a did-you-mean (``guessed``), only when one other group has it exactly:
+    ``, or lr_scheduler.warmup_steps?`` (to replace the guess's ``?``). Empty when no other group has it."""
+    owners = [g for g in field_owners(conv, facts, name, tree) if g != group]
+    if guessed:
+        return f", or {owners[0]}.{name}?" if len(owners) == 1 else ""
+    return f"; it is a field of {owners[0]!r} ({owners[0]}.{name})" if owners else ""
 
 
 #: Root keys of other tools, and what to do instead.
@@ -189,7 +260,14 @@ def field_owners(
     allowed = facts.allowed(current_options().allowed)
     for group, tp in facts.types.items():
         node = tree.get(group) if tree is not None else None
-        target_name = node.get(TARGET_KEY) if isinstance(node, Mapping) else facts.default_targets.get(group)
+        target_name: object
+        if isinstance(node, Resolved):  # a group overrides left as it was: its own target
+            recipe = recipe_of(node.value)
+            target_name = recipe.target if recipe is not None else qualified_name(type(node.value))
+        elif isinstance(node, Mapping):
+            target_name = node.get(TARGET_KEY)
+        else:
+            target_name = facts.default_targets.get(group)
         try:
             target = load_target(target_name, tp, allowed, conv.checked_targets, packages=facts.packages)
         except TargetError:
@@ -197,6 +275,16 @@ def field_owners(
         if name in (target.params if target.is_factory else class_fields(target.obj)):
             owners.append(group)
     return owners
+
+
+def _check_resolved(facts: RootFacts, name: str, value: object, problems: list[Problem]) -> bool:
+    """Whether an already resolved ``value`` is of group ``name``'s type; records a problem if not."""
+    field_type = facts.types[name]
+    if isinstance(field_type, type) and not isinstance(value, field_type):
+        got = "null" if value is None else f"a {type(value).__qualname__}"
+        problems.append(Problem((name,), f"expected an instance of {field_type.__qualname__}, got {got}"))
+        return False
+    return True
 
 
 def _check_group_shape(name: str, node: object, problems: list[Problem]) -> bool:
@@ -237,6 +325,9 @@ def _resolve_group(
     if target.is_factory:
         args = {k: v for k, v in node.items() if k != TARGET_KEY}
         return _call_factory(conv, path, field_type, target, args, problems, call)
+    if not call:  # names and types only: no Config class is constructed, none of its code runs
+        problems.extend(check_shape(conv, target.obj, node, path, _TARGET_ONLY))
+        return _INVALID
     hook = conv.group_hooks.get(target.obj)
     if hook is None:
         hook = conv.group_hooks[target.obj] = attrs_hook(target.obj, conv, frozenset({TARGET_KEY}))
@@ -263,6 +354,10 @@ def _call_factory(
         if key not in target.params:
             shown = key if isinstance(key, str) and key != TARGET_KEY else echo(key)
             hint = did_you_mean(key, target.params) if isinstance(key, str) else ""
+            if not hint and isinstance(key, str):
+                value = args[key]
+                inner = next(iter(value), None) if isinstance(value, Mapping) else None
+                hint = made_from_hint(field_type, key, path, inner if isinstance(inner, str) else None)
             problems.append(
                 Problem((*path, shown), f"unknown parameter {echo(key)} of {short}(){hint}", "key")
             )
@@ -272,6 +367,9 @@ def _call_factory(
     for name, value in args.items():
         if name in target.params:
             tp = target.params[name]
+            if not call:
+                problems.extend(check_shape(conv, tp, value, (*path, name)))
+                continue
             try:
                 kwargs[name] = conv.get_structure_hook(tp)(value, tp)
             except Exception as exc:
@@ -279,7 +377,7 @@ def _call_factory(
     if len(problems) > before or not call:
         return _INVALID
     try:
-        result = target.obj(**kwargs)
+        result = undecorated(target.obj)(**kwargs)  # the call is recorded below, with its locations
     except Problems as exc:  # the factory's own checks, each at its own argument
         problems.extend(problems_of(exc, path))
         return _INVALID
@@ -302,6 +400,19 @@ def _call_factory(
     given = {n: locate(Problem((*path, n), "", "key")) if locate is not None else None for n in kwargs}
     remember(result, Recipe(target.name, explicit, target.obj, given))
     return result
+
+
+def made_from_hint(result_type: Any, name: str, path: Path, inner: str | None) -> str:
+    """For a factory parameter ``name`` that is not one but a field of what the factory returns
+    (``model.args``), the parameter the field is made from (its ``made_from`` metadata):
+    ``; 'args' is made by the factory from 'overrides': set model.overrides.n_layers`` (``inner`` is the
+    key below ``name`` the user gave, if any). Empty when the field has no such parameter."""
+    field = attrs.fields_dict(result_type).get(name) if attrs.has(result_type) else None
+    made_from = field.metadata.get("made_from") if field is not None else None
+    if not isinstance(made_from, str):
+        return ""
+    where = ".".join(str(p) for p in (*path, made_from, inner or "<name>"))
+    return f"; {name!r} is made by the factory from {made_from!r}: set {where}"
 
 
 def _raised_at(exc: BaseException) -> str:
@@ -345,14 +456,18 @@ def unstructure_group(conv: "ConfigConverter", name: str, value: Any, problems: 
             except Exception as exc:
                 problems.extend(problems_of(exc, (name, key)))
         return body
-    if carries_recipe(value):  # made by factories, but this one was built in Python: no call to write
+    if carries_recipe(value):  # made by factories, but this one was built by hand: no call to write
         kind = type(value).__qualname__
+        objects = [f.name for f in attrs.fields(type(value)) if f.init and callable(getattr(value, f.name))]
+        named = ", ".join(objects[:-1]) + f" and {objects[-1]}" if len(objects) > 1 else "".join(objects)
+        held = f": a file cannot hold its {named} (Python objects)" if objects else ""
         problems.append(
             Problem(
                 (name,),
-                f"this {kind} was built in Python, not by a '_target_' factory, so it cannot be written "
-                "to a config file or made again with overrides; build it through its factory "
-                "(a config naming it in '_target_')",
+                f"this {kind} was built without a factory ({kind}(...) or attrs.evolve), so it cannot be "
+                f"written to a config file or made again with overrides{held}; make it with a factory "
+                f"declared to return {kind} (a config names it in '_target_'; called in Python, a factory "
+                "decorated with hyper_parallel.config.recipes.records_call records the call)",
                 "key",
             )
         )

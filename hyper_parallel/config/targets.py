@@ -195,7 +195,7 @@ def _submodule(name: str, module: types.ModuleType, part: str, allowed: tuple[st
 #: cached, and a hit is used only while the dotted name still reaches the same object through the imported
 #: modules, so a re-bound or re-imported target is checked again. Keeps a warm resolve from re-importing and
 #: re-inspecting every target (``typing.get_type_hints`` and ``inspect.signature`` of each factory).
-CheckedTargets = dict[tuple[str, type, tuple[str, ...]], tuple[Target, list[str]]]
+CheckedTargets = dict[tuple[str, type, tuple[str, ...]], tuple[Target, "_Anchor"]]
 _MISSING = object()
 
 
@@ -221,24 +221,32 @@ def load_target(
         return _load_target(name, field_type, allowed, packages)
     key = (name, field_type, allowed)
     hit = checked.get(key)
-    if hit is not None and _walk(hit[1]) is hit[0].obj:
-        return hit[0]
+    if hit is not None:
+        module_name, module, rest = hit[1]
+        if rest and sys.modules.get(module_name) is module:
+            # The module's own dict (no module __getattr__ is run), then the class's Config if named.
+            obj: object = vars(module).get(rest[0], _MISSING)
+            for part in rest[1:]:
+                obj = getattr(obj, part, _MISSING)
+            if obj is hit[0].obj:
+                return hit[0]
     target = _load_target(name, field_type, allowed, packages)
-    checked[key] = (target, name.split("."))
+    checked[key] = (target, _anchor(name.split(".")))
     return target
 
 
-def _walk(parts: list[str]) -> object:
-    """The object dotted ``parts`` reach through the modules imported now (no module ``__getattr__`` is
-    run), or ``_MISSING``."""
-    obj = sys.modules.get(parts[0], _MISSING)
-    for part in parts[1:]:  # on every warm resolve of every group: builtins only
-        obj = (
-            obj.__dict__.get(part, _MISSING)
-            if isinstance(obj, types.ModuleType)
-            else getattr(obj, part, _MISSING)
-        )
-    return obj
+#: Where a checked target hangs: the deepest imported module on its dotted name, that module, and the
+#: attributes below it.
+_Anchor = tuple[str, object, tuple[str, ...]]
+
+
+def _anchor(parts: list[str]) -> _Anchor:
+    for end in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:end])
+        module = sys.modules.get(name)
+        if module is not None:
+            return name, module, tuple(parts[end:])
+    return "", _MISSING, ()
 
 
 def check_target_name(name: str, allowed: tuple[str, ...], packages: tuple[str, ...] = ()) -> None:

@@ -32,6 +32,8 @@ from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.targets import TARGET_KEY
 from hyper_parallel.config.validation import (
     Invalid,
+    Path,
+    Problem,
     Problems,
     at_attribute,
     at_index,
@@ -39,6 +41,8 @@ from hyper_parallel.config.validation import (
     cross_check_errors,
     field_default,
     nested_target,
+    problems_of,
+    unknown_key,
 )
 
 __all__ = [
@@ -47,6 +51,7 @@ __all__ = [
     "Rule",
     "attrs_hook",
     "attrs_unstructure",
+    "check_shape",
     "child_names",
     "child_type",
     "choice_hint",
@@ -803,6 +808,57 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
         return obj
 
     return structure_attrs
+
+
+def _holds_attrs(tp: Any) -> bool:
+    """Whether annotation ``tp`` is, or contains, an attrs class (whose structuring would construct it)."""
+    return (isinstance(tp, type) and attrs.has(tp)) or any(_holds_attrs(a) for a in typing.get_args(tp))
+
+
+def check_shape(
+    conv: cattrs.Converter, tp: Any, value: Any, path: Path, also: frozenset[str] = frozenset()
+) -> list[Problem]:
+    """The problems of structuring ``value`` as ``tp`` found by names and types alone, constructing nothing.
+
+    A document that cannot be resolved (an unknown root field) has its groups checked this way: every
+    unknown or missing name and every value of the wrong type is reported, but no Config class is built, so
+    no ``__init__`` or validator of the document's targets runs. Scalars and other leaves are checked by
+    their structure hooks, which build no attrs instance. ``also`` names keys an attrs mapping may hold
+    besides its fields (a root group's ``_target_``).
+    """
+    bare, nullable = strip_optional(tp)
+    if nullable and value is None:
+        return []
+    if isinstance(bare, type) and attrs.has(bare):
+        if type(value) is not dict and not isinstance(value, Mapping):
+            return [Problem(path, f"expected a mapping for {bare.__qualname__}, got {describe_value(value)}")]
+        fields = {f.name: f for f in attrs.fields(attrs.resolve_types(bare)) if f.init}
+        found = [unknown_key(path, k, bare) for k in value if k not in fields and k not in also]
+        for name, f in fields.items():
+            if name in value:
+                found += check_shape(conv, f.type, value[name], (*path, name))
+            elif f.default is attrs.NOTHING:
+                found.append(Problem((*path, name), f"missing required field {name!r}", "parent"))
+        return found
+    if _holds_attrs(bare):
+        origin, args = typing.get_origin(bare), typing.get_args(bare)
+        items = isinstance(value, (list, tuple))
+        if items and origin in (list, Sequence) and len(args) == 1:
+            return [p for i, v in enumerate(value) for p in check_shape(conv, args[0], v, (*path, i))]
+        if items and origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            return [p for i, v in enumerate(value) for p in check_shape(conv, args[0], v, (*path, i))]
+        if (
+            origin in (dict, Mapping)
+            and len(args) == 2
+            and isinstance(value, Mapping)
+            and not _holds_attrs(args[0])
+        ):
+            return [p for k, v in value.items() for p in check_shape(conv, args[1], v, (*path, k))]
+    try:
+        conv.get_structure_hook(tp)(value, tp)
+    except Exception as exc:
+        return problems_of(exc, path)
+    return []
 
 
 def class_fields(cls: type) -> dict[str, Any]:

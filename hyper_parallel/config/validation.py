@@ -57,6 +57,7 @@ __all__ = [
     "problems_of",
     "rebase",
     "to_config_error",
+    "unknown_key",
     "validator_message",
 ]
 
@@ -133,7 +134,7 @@ def problems_of(exc: BaseException, path: Path = ()) -> list[Problem]:
     if isinstance(exc, Problems):
         return [Problem((*path, *p.path), rebase(p.message, path), p.anchor) for p in exc.problems]
     if isinstance(exc, ForbiddenExtraKeysError):
-        return [_unknown_key(path, key, exc.cl) for key in sorted(exc.extra_fields, key=repr)]
+        return [unknown_key(path, key, exc.cl) for key in sorted(exc.extra_fields, key=repr)]
     if isinstance(exc, BaseValidationError):
         out: list[Problem] = []
         for sub in exc.exceptions:
@@ -153,7 +154,8 @@ def rebase(message: str, path: Path) -> str:
     return rebased(message, format_path(path)) if path and isinstance(message, Said) else message
 
 
-def _unknown_key(path: Path, key: object, cls: type) -> Problem:
+def unknown_key(path: Path, key: object, cls: type) -> Problem:
+    """The problem of key ``key`` that attrs class ``cls`` (at ``path``) has no field for."""
     if key == TARGET_KEY:
         return nested_target((*path, key))
     if not isinstance(key, str):
@@ -388,8 +390,8 @@ def class_error(
     return ClassValidationError(f"While structuring {cls.__qualname__}", [*kept, *found], cls)
 
 
-def construct(cls: type, kwargs: Mapping[str, Any]) -> Any:
-    """``cls(**kwargs)`` from checked values, then its ``cross_check``; every failure in one
+def construct(cls: type, kwargs: Mapping[str, Any], check: bool = True) -> Any:
+    """``cls(**kwargs)`` from checked values, then (if ``check``) its ``cross_check``; every failure in one
     ``ClassValidationError`` (attrs stops at the first validator that fails, without a path)."""
     try:
         obj = cls(**kwargs)
@@ -399,7 +401,7 @@ def construct(cls: type, kwargs: Mapping[str, Any]) -> Any:
             detail = validator_message(exc) if isinstance(exc, (ValueError, TypeError)) else repr(exc)
             found = [Invalid(f"{cls.__qualname__}: {detail}")]
         raise ClassValidationError(f"While structuring {cls.__qualname__}", found, cls) from None
-    found = cross_check_errors(obj)
+    found = cross_check_errors(obj) if check else []
     if found:
         raise ClassValidationError(f"While checking {cls.__qualname__}", found, cls)
     return obj

@@ -293,6 +293,15 @@ def _clip(text: str) -> str:
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
 
 
+def _tab_indent(text: str, line: int, column: int) -> bool:
+    """Whether the indentation of ``line`` (0-based) up to ``column`` holds a tab."""
+    lines = text.splitlines()
+    if not 0 <= line < len(lines):
+        return False
+    indent = lines[line][: len(lines[line]) - len(lines[line].lstrip(" \t"))]
+    return "\t" in indent[: column + 1]
+
+
 def _yaml_error(exc: yaml.YAMLError, file: str, text: str) -> ConfigError:
     """Translate a PyYAML parse/compose error into a positioned ConfigError."""
     problem = getattr(exc, "problem", None)
@@ -305,6 +314,8 @@ def _yaml_error(exc: yaml.YAMLError, file: str, text: str) -> ConfigError:
         message = "duplicate anchor: this anchor name is already defined earlier in the file"
     elif isinstance(problem, str) and problem.startswith("found undefined alias"):
         message = "undefined alias: no anchor with this name is defined before it"
+    elif raw is not None and _tab_indent(text, raw.line, raw.column):
+        message = "a tab in the indentation: YAML indents with spaces only; replace the tab with spaces"
     elif problem is not None:
         message = f"invalid YAML: {problem}" + (f" ({context})" if context else "")
         if "exceeded maximum nesting depth" in problem:

@@ -67,11 +67,18 @@ class ModelSpec:
         metadata={"help": "Model family name, e.g. 'llama3' or 'qwen3_5'."},
     )
     flavor: str = attrs.field(
+        default="custom",
         validator=attrs.validators.min_len(1),
         metadata={"help": "Size or variant within the family, e.g. '8B' or 'debugmodel'."},
     )
+    # A spec written by hand (RFC 5.4: name and hooks only) gets the base arguments, which state no limit.
     args: ModelArgs = attrs.field(
-        metadata={"help": "Typed architecture arguments of this flavor (after overrides)."},
+        factory=ModelArgs,
+        # "made_from": the factory parameter a config sets these through (a hint for 'model.args.X').
+        metadata={
+            "help": "Typed architecture arguments of this flavor (after overrides).",
+            "made_from": "overrides",
+        },
     )
     weights_path: str | None = attrs.field(
         default=None,
@@ -104,6 +111,16 @@ class ModelSpec:
         repr=False,
         metadata={"help": "The factory call that made this spec (set by the config layer; not compared)."},
     )
+
+    def title(self) -> str:
+        """``qwen3_5 debugmodel + n_layers=6, dim=512``: the family, the flavor and the arguments its factory
+        was asked to override (what the flavor's name alone would misstate)."""
+        made = getattr(self.recipe, "args", None)
+        overrides = made.get("overrides") if isinstance(made, Mapping) else None
+        shown = f"{self.name} {self.flavor}"
+        if isinstance(overrides, Mapping) and overrides:
+            shown += " + " + ", ".join(f"{key}={value}" for key, value in overrides.items())
+        return shown
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` for inconsistent model arguments, under ``args.``."""

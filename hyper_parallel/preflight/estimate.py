@@ -167,7 +167,7 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         "logits": tokens * acts.vocab * (p + 4),
     }
     return Estimate(
-        model=f"{cfg.model.name} {cfg.model.flavor}",
+        model=cfg.model.title(),
         layout=layout,
         world_size_known=world_size_known,
         seq=training.seq_len,

@@ -3,7 +3,7 @@
 from hyper_parallel.preflight.devices import Device
 from hyper_parallel.preflight.estimate import Estimate
 
-__all__ = ["format_report", "human_bytes", "human_count", "human_flops"]
+__all__ = ["exact_count", "format_report", "human_bytes", "human_count", "human_flops"]
 
 _KIND_ORDER = ("embedding", "attention", "gated_deltanet", "mlp", "norm", "output", "vision")
 
@@ -28,6 +28,11 @@ def human_count(n: float) -> str:
     return f"{value:.0f}" if not unit else f"{value:.2f} {unit}"
 
 
+def exact_count(n: int) -> str:
+    """``8.03 B (8,030,261,248)``: the rounded count and, where rounding hides digits, the exact one."""
+    return human_count(n) if n < 1000 else f"{human_count(n)} ({n:,})"
+
+
 def human_flops(n: float) -> str:
     """``48.6 GFLOP``-style decimal FLOPs."""
     value, unit = _scaled(n, 1000, ("", "K", "M", "G", "T", "P", "E", "Z"))
@@ -48,13 +53,13 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
     shown = [f"{k} {deg[k]}" for k in ("dp_replicate", "dp_shard", "cp", "tp", "pp") if deg[k] > 1]
     ranks = f"{est.layout.world_size} rank{'s' if est.layout.world_size != 1 else ''}"
     if not est.world_size_known:
-        ranks += " (world size not given: -1 degrees taken as 1)"
+        ranks += " (world size not given: each auto degree (-1) counted as 1)"
     layout = " x ".join(shown) if shown else "no parallelism"
     lines = [
         f"preflight: {est.model}, {ranks}, {layout}, {est.compute_dtype} compute, {est.optimizer}",
-        f"  parameters  {human_count(est.params_total)}: "
+        f"  parameters  {exact_count(est.params_total)}: "
         + ", ".join(
-            f"{kind.replace('_', ' ')} {human_count(est.params_by_kind[kind])}"
+            f"{kind.replace('_', ' ')} {exact_count(est.params_by_kind[kind])}"
             for kind in _KIND_ORDER
             if kind in est.params_by_kind
         ),

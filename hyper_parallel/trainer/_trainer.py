@@ -43,9 +43,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 
+from hyper_parallel._checks import counted
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 from hyper_parallel.components.dataloader import LoaderRequest
-from hyper_parallel.config import dump_config
+from hyper_parallel.config import dump_config, validate
 from hyper_parallel.parallel.parallel_dims import ParallelDims
 from hyper_parallel.parallel.process_group import (
     DistributedEnv,
@@ -168,6 +169,7 @@ class Trainer:
         """Everything, in the order of the module docstring (``phase`` names the part under way)."""
         # The resolver's rules again, for configs built in Python (the same functions, never a copy).
         _refuse(rules.trainer_issues(config, self.kind, rules.TRAINER_CLASSES))
+        validate(config)  # every check a file meets, in one ConfigError (warnings are the launcher's to show)
         self._stream = stream if stream is not None else sys.stdout
         self._stop_signal: int | None = None
         self._first_nonfinite: torch.Tensor | None = None  # see _watch_finite
@@ -666,11 +668,11 @@ class Trainer:
         backend = self.env.backend or "no process group"
         resumed = f", resuming at step {self.step}" if self.step else ""
         self._print(
-            f"hyper_parallel: {cfg.model.name} {cfg.model.flavor}, {self.parameter_count() / 1e6:.2f}M "
+            f"hyper_parallel: {cfg.model.title()}, {self.parameter_count() / 1e6:.2f}M "
             f"parameters; {self.env.world_size} rank(s) [{self.dims.describe()}] on {self.device.type} "
             f"({backend}); global batch {training.global_batch_size} = micro {training.micro_batch_size} "
             f"x accumulation {self.accumulation_steps} x dp {self.dims.dp_size}; seq_len {training.seq_len}; "
-            f"{training.max_steps} steps{resumed}"
+            f"{counted(training.max_steps, 'step')}{resumed}"
         )
 
     def _farewell(self, results: list[StepResult]) -> None:

@@ -14,7 +14,7 @@ Importing this module imports attrs and the component Config modules only: never
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 
-from hyper_parallel._checks import quote, said
+from hyper_parallel._checks import counted, quote, said
 from hyper_parallel.components.lr_scheduler import WarmupDecay
 
 if TYPE_CHECKING:  # the root config module imports this one
@@ -181,9 +181,15 @@ def _activation_checkpoint_issues(cfg: "TrainerConfig") -> Issues:
     ):
         yield (
             "activation_checkpoint.selective_option",
-            f"checkpoints every {option}th block but the model has only {n_layers} blocks, so nothing "
-            "would be checkpointed",
+            f"checkpoints every {_ordinal(option)} block but the model has only "
+            f"{counted(n_layers, 'block')}, so nothing would be checkpointed",
         )
+
+
+def _ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``22nd``."""
+    tens = n % 100 in (11, 12, 13)
+    return f"{n}{'th' if tens else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def _backend_issues(cfg: "TrainerConfig") -> Issues:
@@ -253,13 +259,16 @@ def pipeline_issues(cfg: "TrainerConfig", pp: int) -> Issues:
     n_layers = cfg.model.args.num_layers()
     if n_layers is not None and n_layers < pp * per_rank:
         if per_rank == 1:
-            yield "parallelism.pp", f"must be <= the model's {n_layers} layers, got {pp} stages"
+            yield (
+                "parallelism.pp",
+                f"must be <= the model's {counted(n_layers, 'layer')}, got {counted(pp, 'stage')}",
+            )
         else:
             yield (
                 "parallelism.pp_schedule",
                 f"{schedule} holds {per_rank} stages per pipeline rank, so pp = {pp} needs "
-                f"{pp * per_rank} stages of at least one layer, but the model has {n_layers} layers; "
-                "use 1F1B or GPipe, or a smaller pp",
+                f"{pp * per_rank} stages of at least one layer, but the model has "
+                f"{counted(n_layers, 'layer')}; use 1F1B or GPipe, or a smaller pp",
             )
     count = par.pipeline_microbatches(pp)
     micro = cfg.training.micro_batch_size
@@ -297,8 +306,8 @@ def pipeline_issues(cfg: "TrainerConfig", pp: int) -> Issues:
         yield (
             "parallelism.pp_microbatches",
             said(
-                f"{schedule} runs the micro-batches in {rounds} rounds (pp_microbatches // pp), so it "
-                f"must be a multiple of {rounds}, got {count}; a multiple of ",
+                f"{schedule} runs the micro-batches in {counted(rounds, 'round')} (pp_microbatches // pp), "
+                f"so it must be a multiple of {rounds}, got {count}; a multiple of ",
                 quote("parallelism.pp", pp, "pp"),
                 " always works",
             ),
@@ -329,8 +338,10 @@ def world_size_issues(cfg: "TrainerConfig", world_size: int) -> list[tuple[str, 
     issues.extend(sequence_parallel_issues(cfg, degrees["tp"]))
     if par.pp == -1:  # explicit degrees were checked by cross_group_issues
         issues.extend(i for i in pipeline_issues(cfg, degrees["pp"]) if i not in issues)
-    # The batch rule as cross_group_issues runs it, now with every degree known (named with the ranks).
-    issues.extend(batch_issues(cfg, degrees["dp_replicate"], degrees["dp_shard"], world_size))
+    # The batch rule as cross_group_issues runs it, now with every degree known (named with the ranks);
+    # with both data-parallel degrees explicit, cross_group_issues has already run it.
+    if par.dp_replicate == -1 or par.dp_shard == -1:
+        issues.extend(batch_issues(cfg, degrees["dp_replicate"], degrees["dp_shard"], world_size))
     return issues
 
 
@@ -383,9 +394,9 @@ def warnings(cfg: "TrainerConfig") -> Issues:
                 "lr_scheduler.decay_ratio",
                 said(
                     quote("lr_scheduler.warmup_steps", sched.warmup_steps, "warmup_steps"),
-                    f" plus the decay phase ({decay} steps = decay_ratio x {max_steps}) exceeds ",
+                    f" plus the decay phase ({counted(decay, 'step')} = decay_ratio x {max_steps}) exceeds ",
                     quote("training.max_steps", max_steps),
-                    f"; the decay is shortened to {max_steps - sched.warmup_steps} steps",
+                    f"; the decay is shortened to {counted(max_steps - sched.warmup_steps, 'step')}",
                 ),
             )
     if cfg.validator.enable and cfg.validator.freq > max_steps:

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from hyper_parallel.config.errors import InputFileError
+
 pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
@@ -168,6 +170,6 @@ def test_exporting_a_missing_hugging_face_tokenizer_names_the_path(tmp_path: Pat
     from hyper_parallel.components.tokenizer._export import tokenizer_files
 
     missing = tmp_path / "gone"
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(InputFileError) as caught:
         tokenizer_files(HuggingFaceTokenizer.Config(path=str(missing)), None)
     assert str(caught.value) == f"{missing}: no tokenizer file here (expected a local tokenizer.json)"

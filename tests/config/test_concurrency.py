@@ -22,6 +22,7 @@ THREADS = 8
 ROUNDS = 8
 RECORDER = "tests.support.import_recorder.RecorderOptimizerConfig"
 SGD = "hyper_parallel.components.optimizer.SGD.Config"
+BYTES = "hyper_parallel.components.tokenizer.ByteTokenizer.Config"
 
 
 def _jobs() -> dict[str, Callable[[], Any]]:
@@ -104,16 +105,18 @@ def test_allowlist_and_locations_do_not_leak_between_threads(tmp_path: Path) -> 
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  _target_: hyper_parallel.models.qwen3_5.create_model_spec\n  flavor: 9T\n")
     raw = {"model": {"_target_": "hyper_parallel.models.qwen3_5.create_model_spec"}}
-    raw = {**raw, "optimizer": {"_target_": RECORDER}}
+    raw = {**raw, "optimizer": {"_target_": RECORDER}, "tokenizer": {"_target_": BYTES}}
     errors: list[str] = []
+    resolved = [0] * THREADS
     barrier = threading.Barrier(THREADS)
 
-    def allowed() -> None:
+    def allowed(index: int) -> None:
         barrier.wait()
         for _ in range(50):
             resolve_root(raw, allowed_targets=("tests",))
+            resolved[index] += 1
 
-    def refused() -> None:
+    def refused(index: int) -> None:
         barrier.wait()
         for _ in range(50):
             try:
@@ -124,7 +127,7 @@ def test_allowlist_and_locations_do_not_leak_between_threads(tmp_path: Path) -> 
             else:
                 errors.append("resolved without the allowlist")
 
-    def located() -> None:
+    def located(index: int) -> None:
         barrier.wait()
         for _ in range(50):
             try:
@@ -134,9 +137,11 @@ def test_allowlist_and_locations_do_not_leak_between_threads(tmp_path: Path) -> 
                     errors.append(str(exc))
 
     kinds = [allowed, refused, located, refused, allowed, located, refused, allowed]
-    threads = [threading.Thread(target=k) for k in kinds]
+    threads = [threading.Thread(target=k, args=(i,)) for i, k in enumerate(kinds)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=120)
     assert errors == []
+    # Every "allowed" thread resolved all 50 times (a thread that raised would not have).
+    assert resolved == [50 if k is allowed else 0 for k in kinds]

@@ -228,18 +228,31 @@ def test_only_model_is_required() -> None:
 # -- the root document ---------------------------------------------------------------------------------
 
 
-def test_unknown_root_field_calls_no_factory_but_structures_config_classes() -> None:
+def test_unknown_root_field_calls_no_target_but_checks_every_group_by_names_and_types() -> None:
     raw = {
-        "model": {"_target_": "tests.support.fake_targets.recording_model_spec"},
+        "model": {"_target_": "tests.support.fake_targets.recording_model_spec", "flavor": 3},
         "tokenizer": BYTES,
-        "optimizer": {"_target_": "tests.support.fake_targets.RecordingOptimizerConfig"},
+        "optimizer": {"_target_": "tests.support.fake_targets.RecordingOptimizerConfig", "lr": "x"},
+        "training": {"_target_": TRAINING, "max_stepz": 3, "seq_len": -4},
+        "dataloader": {"_target_": DATALOADER, "dataset": {"sourc": "jsonl"}},
         "optimzer": {"_target_": ADAMW},
     }
-    assert issues(raw, TESTS) == [("optimzer", "unknown root field 'optimzer'; did you mean 'optimizer'?")]
-    assert fake.CALLS == ["RecordingOptimizerConfig"]  # a Config class is structured, the factory not called
-    fake.CALLS.clear()
+    assert issues(raw, TESTS) == [
+        ("dataloader.dataset.sourc", "unknown field 'sourc' for DatasetConfig; did you mean 'source'?"),
+        ("model.flavor", "expected a string, got the integer 3"),
+        ("optimizer.lr", "expected a number, got the string 'x'"),
+        ("optimzer", "unknown root field 'optimzer'; did you mean 'optimizer'?"),
+        ("training.max_stepz", "unknown field 'max_stepz' for TrainingConfig; did you mean 'max_steps'?"),
+    ]
+    # No target was called (no factory, no Config class constructed), and the validators of the groups
+    # (training.seq_len > 0) wait until the root is clean.
+    assert fake.CALLS == []
     # The same targets are called when the document is sound: the recording is real.
     del raw["optimzer"]
+    raw["model"] = {"_target_": "tests.support.fake_targets.recording_model_spec"}
+    raw["optimizer"] = {"_target_": "tests.support.fake_targets.RecordingOptimizerConfig"}
+    raw["training"] = {"_target_": TRAINING}
+    raw["dataloader"] = {"_target_": DATALOADER}
     resolve_root(raw, allowed_targets=TESTS)
     assert sorted(fake.CALLS) == ["RecordingOptimizerConfig", "recording_model_spec"]
 
@@ -935,3 +948,16 @@ def test_error_is_a_value_error_and_pickles_with_its_issues() -> None:
     assert copy.issues == error.issues
     assert copy.issues == (Issue("optimzer", "unknown root field 'optimzer'; did you mean 'optimizer'?"),)
     assert str(copy) == str(error)
+
+
+def test_an_already_resolved_group_is_checked_for_its_type_like_any_other() -> None:
+    from hyper_parallel.config.root import Resolved
+
+    raw = {"model": Resolved(resolve_root(doc()).model), "optimizer": Resolved(CausalLMLoss.Config())}
+    with pytest.raises(ConfigError) as info:
+        converter.structure(raw, TrainerConfig)
+    assert [(i.path, i.message) for i in info.value.issues] == [
+        ("optimizer", "expected an instance of Optimizer.Config, got a CausalLMLoss.Config"),
+    ]
+    raw["optimizer"] = Resolved(SGD.Config(lr=0.5))
+    assert converter.structure(raw, TrainerConfig).optimizer == SGD.Config(lr=0.5)

@@ -251,9 +251,11 @@ def test_a_hand_built_model_spec_does_not_block_overrides_of_other_groups() -> N
     assert new.model is hand_built.model
     assert (new.optimizer.lr, new.training.max_steps) == (0.1, 50)
     message = (
-        "this ModelSpec was built in Python, not by a '_target_' factory, so it cannot be written to a "
-        "config file or made again with overrides; build it through its factory (a config naming it in "
-        "'_target_')"
+        "this ModelSpec was built without a factory (ModelSpec(...) or attrs.evolve), so it cannot be "
+        "written to a config file or made again with overrides: a file cannot hold its build_model_fn, "
+        "parallelize_fn, state_dict_adapter and init_fn (Python objects); make it with a factory "
+        "declared to return ModelSpec (a config names it in '_target_'; called in Python, a factory "
+        "decorated with hyper_parallel.config.recipes.records_call records the call)"
     )
     with pytest.raises(ConfigError) as info:
         dump_config(new)

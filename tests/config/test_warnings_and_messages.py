@@ -219,13 +219,13 @@ def test_errors_and_warnings_caused_by_an_override_say_so(argv: tuple[str, ...],
 # --- point 5: every problem at once -------------------------------------------------------------------------
 
 
-def test_an_unknown_root_field_hides_nothing_and_calls_no_factory(tmp_path: Path) -> None:
+def test_an_unknown_root_field_hides_no_name_or_type_and_calls_no_target(tmp_path: Path) -> None:
     path = tmp_path / "run.yaml"
     path.write_text(
         text(
             "  flavour: 0.8B\n",
             "trainer:\n  max_steps: 10\n",
-            f"optimizer:\n  _target_: {ADAMW}\n  lr: -1.0\n",
+            f"optimizer:\n  _target_: {ADAMW}\n  lr: fast\n",
             f"training:\n  _target_: {TRAINING}\n  seed: -1\n",
         )
     )
@@ -238,8 +238,20 @@ def test_an_unknown_root_field_hides_nothing_and_calls_no_factory(tmp_path: Path
             "unknown parameter 'flavour' of create_model_spec(); did you mean 'flavor'?",
         ),
         (f"{path}:5:1", "trainer", "unknown root field 'trainer'; did you mean 'training'?"),
-        (f"{path}:9:7", "optimizer.lr", "must be > 0.0, got -1.0"),
-        (f"{path}:12:9", "training.seed", "must be >= 0, got -1"),
+        (f"{path}:9:7", "optimizer.lr", "expected a number, got the string 'fast'"),
+    ]
+    # training.seed -1 breaks a validator: validators run once the root is clean (no target is called
+    # while it is not), and then it is reported with the override's problem.
+    path.write_text(path.read_text().replace("trainer:\n  max_steps: 10\n", "").replace("fast", "1.0"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {"optimizer.eps": "0"})
+    assert report(info.value.issues) == [
+        (
+            f"{path}:4:3",
+            "model.flavour",
+            "unknown parameter 'flavour' of create_model_spec(); did you mean 'flavor'?",
+        ),
+        (f"{path}:10:9", "training.seed", "must be >= 0, got -1"),
     ]
 
 
@@ -421,3 +433,142 @@ def summary_lines(*argv: str, config: str = "configs/qwen3_5.yaml") -> dict[str,
 )
 def test_dry_run_summary_shows_what_was_set(argv: tuple[str, ...], group: str, shown: str) -> None:
     assert summary_lines(*argv)[group] == shown
+
+
+# --- small wordings: numbers agree with their nouns, counts are integers -----------------------------------
+
+
+def _rule_messages(**groups: Any) -> list[str]:
+    from hyper_parallel.components.metrics import MetricsLogger
+    from hyper_parallel.components.tokenizer import ByteTokenizer
+    from hyper_parallel.models.qwen3_5 import create_model_spec
+    from hyper_parallel.trainer import rules
+    from hyper_parallel.trainer.config import TrainerConfig
+
+    groups = {"tokenizer": ByteTokenizer.Config(), "metrics": MetricsLogger.Config(log_freq=1), **groups}
+    cfg = TrainerConfig(
+        model=create_model_spec(flavor="debugmodel", overrides={"n_layers": 1, "full_attention_interval": 1}),
+        **groups,
+    )
+    return [m for _, m in (*rules.cross_group_issues(cfg), *rules.warnings(cfg))]
+
+
+def _validation_line(values: dict[str, Any]) -> str:
+    from hyper_parallel.components.metrics import MetricsLogger
+    from hyper_parallel.components.metrics._runtime import MetricsProcessor
+
+    stream = io.StringIO()
+    logger = MetricsProcessor(MetricsLogger.Config(run_name="r"), rank=0, stream=stream)
+    logger.log_validation(4, values)
+    logger.close()
+    return stream.getvalue().strip()
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        pytest.param(lambda: _counted(1, "step"), "1 step", id="one-step"),
+        pytest.param(lambda: _counted(0, "step"), "0 steps", id="no-steps"),
+        pytest.param(
+            lambda: _rule_messages(
+                training=_section("TrainingConfig", max_steps=4),
+                lr_scheduler=_sched(warmup_steps=3, decay_ratio=0.5),
+            ),
+            [
+                "warmup_steps (3) plus the decay phase (2 steps = decay_ratio x 4) exceeds "
+                "training.max_steps (4); the decay is shortened to 1 step"
+            ],
+            id="decay-of-one-step",
+        ),
+        pytest.param(
+            lambda: _rule_messages(
+                activation_checkpoint=_section(
+                    "ActivationCheckpointConfig", mode="selective", selective_option=2
+                )
+            ),
+            ["checkpoints every 2nd block but the model has only 1 block, so nothing would be checkpointed"],
+            id="one-block",
+        ),
+        pytest.param(
+            lambda: _rule_messages(parallelism=_section("ParallelismConfig", pp=2))[0],
+            "must be <= the model's 1 layer, got 2 stages",
+            id="one-layer",
+        ),
+        pytest.param(
+            lambda: _validation_line({"loss": 2.0, "perplexity": 7.389, "tokens": 378, "batches": 1}),
+            "[r] step      4  validation/loss 2.0000  validation/perplexity 7.3890  validation/tokens 378  "
+            "validation/batches 1",
+            id="counts-are-integers",
+        ),
+    ],
+)
+def test_small_wordings(words: Any, expected: object) -> None:
+    assert words() == expected
+
+
+def _counted(n: int, noun: str) -> str:
+    from hyper_parallel._checks import counted
+
+    return counted(n, noun)
+
+
+def _section(name: str, **fields: Any) -> Any:
+    import hyper_parallel.trainer.config as root
+
+    return getattr(root, name)(**fields)
+
+
+def _sched(**fields: Any) -> Any:
+    from hyper_parallel.components.lr_scheduler import WarmupDecay
+
+    return WarmupDecay.Config(**fields)
+
+
+# --- the file's hints are the command line's ---------------------------------------------------------------
+
+MADE_FROM = "; 'args' is made by the factory from 'overrides': set model.overrides.n_layers"
+
+
+@pytest.mark.parametrize(
+    ("group", "body", "flag", "file_message", "flag_message"),
+    [
+        pytest.param(
+            "training",
+            "  lr: 0.1\n",
+            "training.lr",
+            "unknown field 'lr' for TrainingConfig; it is a field of 'optimizer' (optimizer.lr)",
+            "no field 'lr' under 'training'; it is a field of 'optimizer' (optimizer.lr)",
+            id="field-of-another-group",
+        ),
+        pytest.param(
+            "training",
+            "  warmup_steps: 3\n",
+            "training.warmup_steps",
+            "unknown field 'warmup_steps' for TrainingConfig; did you mean 'max_steps', or "
+            "lr_scheduler.warmup_steps?",
+            "no field 'warmup_steps' under 'training'; did you mean 'max_steps', or "
+            "lr_scheduler.warmup_steps?",
+            id="close-name-and-another-group",
+        ),
+        pytest.param(
+            "model",
+            "  args:\n    n_layers: 4\n",
+            "model.args.n_layers",
+            f"unknown parameter 'args' of create_model_spec(){MADE_FROM}",
+            f"no field 'args' under 'model'{MADE_FROM}",
+            id="model-args-are-overrides",
+        ),
+    ],
+)
+def test_a_file_gets_the_hint_the_command_line_gets(
+    tmp_path: Path, group: str, body: str, flag: str, file_message: str, flag_message: str
+) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(text(body) if group == "model" else text(f"{group}:\n  _target_: {TRAINING}\n{body}"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    issue_path = "model.args" if group == "model" else flag
+    assert [(i.path, i.message) for i in info.value.issues] == [(issue_path, file_message)]
+    with pytest.raises(ConfigError) as info:
+        load_config_report(REPO / "configs/qwen3_5_debug.yaml", {flag: "1"}, command_line=True)
+    assert [(i.location, i.message) for i in info.value.issues] == [(f"--{flag}", flag_message)]

@@ -218,3 +218,41 @@ trees = st.recursive(
 @given(trees)
 def test_round_trip_property(data: object) -> None:
     round_trips(data)
+
+
+_SCALAR_TEXT = st.sampled_from(
+    [
+        "",
+        "null",
+        "1e-4",
+        "- a",
+        "a: b",
+        "#x",
+        "${env:X}",
+        "yes",
+        "0o17",
+        "~",
+        "'",
+        '"',
+        "a\nb",
+        "\u2028",
+        " x",
+    ]
+)
+_LEAVES = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8) | _SCALAR_TEXT
+_TREES = st.recursive(
+    _LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=5) | st.sampled_from(["a", "null", "1", "- x"]), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.dictionaries(st.text(max_size=5), _TREES, min_size=1, max_size=4))
+def test_the_direct_writer_writes_what_pyyaml_writes(tree: dict[str, Any]) -> None:
+    from hyper_parallel.config.yaml_dump import _pyyaml
+
+    assert dump_yaml(tree) == _pyyaml(tree)

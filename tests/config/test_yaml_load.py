@@ -526,7 +526,6 @@ def test_empty_document(text: str) -> None:
         ("a: [1, 2\nb: 3\n", "f.yaml:2:2", "did not find expected ',' or ']'"),
         ("a: 1\n  b: 2\n", "f.yaml:2:4", "mapping values are not allowed"),
         ("a: 'open\n", "f.yaml:2:1", "found unexpected end of stream"),
-        ("a:\n\tb: 1\n", "f.yaml:2:1", "found character that cannot start any token"),
         ("- a\nb: 1\n", "f.yaml:2:1", "did not find expected '-' indicator"),
     ],
 )
@@ -729,3 +728,24 @@ def test_huge_integer_in_file_is_config_error() -> None:
     issue = one_issue("a: " + "9" * 5000)
     assert issue.path == "a"
     assert "too long" in issue.message
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        pytest.param("a:\n\tb: 1\n", "f.yaml:2:1", id="tab-indents-a-key"),
+        pytest.param("a:\n  b: 1\n\tc: 2\n", "f.yaml:3:1", id="tab-after-spaces-lines"),
+        pytest.param("a:\n  b: 1\n \tc: 2\n", "f.yaml:3:2", id="tab-after-a-space"),
+        pytest.param("a:\n  - 1\n\t- 2\n", "f.yaml:3:1", id="tab-indents-an-item"),
+    ],
+)
+def test_a_tab_in_the_indentation_is_named(text: str, where: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_yaml(text, "f.yaml")
+    assert [(i.location, i.message) for i in info.value.issues] == [
+        (where, "a tab in the indentation: YAML indents with spaces only; replace the tab with spaces")
+    ]
+
+
+def test_a_tab_after_a_key_is_whitespace() -> None:
+    assert parse_yaml("a:\n  b:\t1\n", "f.yaml")[0] == {"a": {"b": 1}}

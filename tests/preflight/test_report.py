@@ -48,8 +48,8 @@ def test_dry_run_prints_the_report_after_the_summary() -> None:
     assert out.index("all checks passed") < out.index("preflight:")
     assert _report(out) == [
         "preflight: llama3 8B, 64 ranks, dp_shard 8 x tp 8, bfloat16 compute, AdamW",
-        "  parameters  8.03 B: embedding 525.34 M, attention 1.34 B, mlp 5.64 B, norm 266.24 K, "
-        "output 525.34 M",
+        "  parameters  8.03 B (8,030,261,248): embedding 525.34 M (525,336,576), attention 1.34 B "
+        "(1,342,177,280), mlp 5.64 B (5,637,144,576), norm 266.24 K (266,240), output 525.34 M (525,336,576)",
         "  memory per rank (rank 0)",
         "    parameters     478.8 MiB   float32 master, shard of dp_shard 8 x tp 8",
         "    gradients      478.8 MiB   float32",
@@ -73,7 +73,7 @@ def test_the_report_is_printed_on_rank_0_only(monkeypatch: pytest.MonkeyPatch) -
 def test_without_a_world_size_auto_degrees_count_as_one() -> None:
     _, out, _ = _launch("--dry-run")
     assert _report(out)[0] == (
-        "preflight: llama3 8B, 8 ranks (world size not given: -1 degrees taken as 1), tp 8, "
+        "preflight: llama3 8B, 8 ranks (world size not given: each auto degree (-1) counted as 1), tp 8, "
         "bfloat16 compute, AdamW"
     )
 

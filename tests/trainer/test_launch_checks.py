@@ -175,3 +175,28 @@ def test_a_trainer_refuses_a_config_built_in_python_by_the_same_rule() -> None:
         "dataloader.dataset.source: 'shapes' is image-caption data, which LLMTrainer cannot feed; "
         "use VLTrainer"
     )
+
+
+def test_the_trainer_validates_a_config_built_in_python_before_building_anything() -> None:
+    from hyper_parallel.components.tokenizer import ByteTokenizer
+    from hyper_parallel.config import ConfigError
+    from hyper_parallel.models.qwen3_5 import create_model_spec
+    from hyper_parallel.trainer import LLMTrainer
+    from hyper_parallel.trainer.config import ParallelismConfig, TrainerConfig
+
+    cfg = TrainerConfig(
+        model=create_model_spec(flavor="debugmodel"),
+        tokenizer=ByteTokenizer.Config(),
+        parallelism=ParallelismConfig(cp=2),
+    )
+    with pytest.raises(ConfigError) as info:
+        LLMTrainer(cfg)
+    assert [(i.path, i.message) for i in info.value.issues] == [
+        (
+            "parallelism.cp",
+            "context parallelism is not supported yet: PyTorch's ring attention covers only "
+            "the CUDA flash, memory-efficient and cuDNN attention kernels, not CPU attention with gloo, so "
+            "this release cannot test it; use 1, and for long sequences use tp with sequence_parallel and "
+            "activation_checkpoint, got 2",
+        )
+    ]

@@ -197,8 +197,14 @@ class MetricsProcessor:
         """Write validation results (``{"loss": ..., "perplexity": ...}``) under ``validation/``."""
         if not self.active:
             return
-        record = {"step": step, **{f"validation/{k}": float(v) for k, v in values.items()}}
-        shown = "  ".join(f"{k} {v:.4f}" for k, v in record.items() if k != "step")
+        # Counts (tokens, batches) stay integers: ``tokens 378``, not ``tokens 378.0000``.
+        record = {
+            "step": step,
+            **{f"validation/{k}": v if type(v) is int else float(v) for k, v in values.items()},
+        }
+        shown = "  ".join(
+            f"{k} {v}" if type(v) is int else f"{k} {v:.4f}" for k, v in record.items() if k != "step"
+        )
         print(f"[{self.run_name}] step {step:>6}  {shown}", file=self._stream, flush=True)
         if self._jsonl is not None:
             self._jsonl.write(json.dumps(record) + "\n")

@@ -113,6 +113,6 @@ class LossValidatorRuntime:
         return {
             "loss": mean,
             "perplexity": math.exp(mean) if mean < 700 else math.inf,
-            "tokens": tokens,
-            "batches": float(batches),
+            "tokens": int(tokens),
+            "batches": batches,
         }

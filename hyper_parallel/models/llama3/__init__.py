@@ -6,6 +6,7 @@ never touches the filesystem (``weights_path`` is checked when the weights are l
 
 from typing import Literal
 
+from hyper_parallel.config.recipes import records_call
 from hyper_parallel.models._factory import create_spec
 from hyper_parallel.models.llama3._runtime import (
     Llama3StateDictAdapter,
@@ -22,6 +23,7 @@ __all__ = ["LLAMA3_FLAVORS", "Llama3Args", "Llama3Flavor", "RopeScaling", "creat
 Llama3Flavor = Literal["debugmodel", "8B", "70B", "405B"]
 
 
+@records_call
 def create_model_spec(
     flavor: Llama3Flavor = "8B",
     weights_path: str | None = None,

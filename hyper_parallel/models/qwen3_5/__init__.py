@@ -7,6 +7,7 @@ never touch the filesystem (``weights_path`` is checked when the weights are loa
 
 from typing import Literal
 
+from hyper_parallel.config.recipes import records_call
 from hyper_parallel.models._factory import create_spec
 from hyper_parallel.models.qwen3_5._runtime import (
     Qwen3_5StateDictAdapter,
@@ -42,6 +43,7 @@ __all__ = [
 Qwen3_5Flavor = Literal["debugmodel", "0.8B", "2B", "4B", "9B"]
 
 
+@records_call
 def create_model_spec(
     flavor: Qwen3_5Flavor = "0.8B",
     weights_path: str | None = None,
@@ -69,6 +71,7 @@ def create_model_spec(
     )
 
 
+@records_call
 def create_vl_model_spec(
     flavor: Qwen3_5Flavor = "0.8B",
     weights_path: str | None = None,
