@@ -103,6 +103,14 @@ class TrainingConfig(ConfigBase):
         default=False,
         metadata={"help": "Keep sharded parameters, gradients and optimizer state in host memory."},
     )
+    signal_check_freq: int = attrs.field(
+        default=10,
+        validator=_pos,
+        metadata={
+            "help": "Under torchrun, ranks compare stop signals every this many steps (and on logged, "
+            "validation and checkpoint steps); each comparison waits for the device."
+        },
+    )
 
     def gradient_accumulation_steps(self, dp_degree: int = 1) -> int:
         """Micro-batches per optimizer step on each rank, with ``dp_degree`` data-parallel ranks."""

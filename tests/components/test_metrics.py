@@ -64,6 +64,32 @@ def test_jsonl_appends_across_runs(tmp_path: Path) -> None:
     assert [json.loads(x)["step"] for x in (tmp_path / "m.jsonl").read_text().splitlines()] == [1, 2]
 
 
+def test_every_record_names_its_launch_and_a_resumed_launch_marks_the_step(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    cfg = MetricsLogger.Config(log_freq=1, enable_jsonl=True, jsonl_path=str(path), run_name="r")
+    first, _, _ = processor(cfg)
+    first.record(1, loss=1.0, lr=0.1)
+    first.record(2, loss=1.0, lr=0.1)
+    first.close()
+    from hyper_parallel.components.metrics._runtime import MetricsProcessor
+
+    second = MetricsProcessor(cfg, stream=io.StringIO(), resumed_from=1)
+    second.record(2, loss=0.5, lr=0.1)
+    second.log_validation(2, {"loss": 0.7})
+    second.close()
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert first.run_id != second.run_id
+    assert first.run_id.startswith("r-")
+    assert [(r["run_id"], r["step"], r.get("event")) for r in records] == [
+        (first.run_id, 1, None),
+        (first.run_id, 2, None),
+        (second.run_id, 1, "resumed"),
+        (second.run_id, 2, None),
+        (second.run_id, 2, None),
+    ]
+    assert records[-1]["validation/loss"] == 0.7
+
+
 def test_only_rank_zero_writes_by_default(tmp_path: Path) -> None:
     cfg = MetricsLogger.Config(log_freq=1, enable_jsonl=True, jsonl_path=str(tmp_path / "m.jsonl"))
     proc, out, _ = processor(cfg, rank=1)
@@ -93,6 +119,7 @@ def test_validation_results(tmp_path: Path) -> None:
     proc.log_validation(10, {"loss": 2.0, "perplexity": 7.389})
     proc.close()
     assert json.loads((tmp_path / "m.jsonl").read_text()) == {
+        "run_id": proc.run_id,
         "step": 10,
         "validation/loss": 2.0,
         "validation/perplexity": 7.389,

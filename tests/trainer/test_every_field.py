@@ -113,6 +113,7 @@ WIRED: dict[str, str] = {
     "training.init_device": "trainer/test_trainer.py::test_init_device_cpu_and_meta_start_from_the_same_weights",
     "training.gc_freq": "trainer/test_trainer.py::test_gc_freq_turns_off_automatic_collection_and_collects_every_n_steps",
     "training.enable_cpu_offload": "parallel/test_parallelize.py::test_fsdp_applies_mixed_precision_offload_and_reshard",
+    "training.signal_check_freq": "trainer/test_host_sync.py::test_stop_flags_are_compared_every_signal_check_freq_steps",
     # parallelism
     "parallelism.dp_replicate": "trainer/test_layouts.py::test_hsdp_matches_one_process_and_shards_within_replicas",
     "parallelism.dp_shard": "trainer/test_parallel.py::test_two_processes_match_one_and_really_shard",

@@ -91,12 +91,19 @@ def test_resume_continues_with_bitwise_equal_losses(tmp_path: Path) -> None:
         first.train_step()
     first.checkpointer.save(first.step)
     first.close()
-    second = LLMTrainer(tiny_config("llama3", {**straight, **checkpointing}))
+    jsonl = tmp_path / "metrics.jsonl"
+    logged = {"metrics.enable_jsonl": "true", "metrics.jsonl_path": str(jsonl), "metrics.log_freq": "3"}
+    second = LLMTrainer(tiny_config("llama3", {**straight, **checkpointing, **logged}))
     try:
         assert second.step == 3
         resumed = second.train()
     finally:
         second.close()
+    marks = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [(m["run_id"], m["step"], m.get("event")) for m in marks] == [
+        (second.metrics.run_id, 3, "resumed"),
+        (second.metrics.run_id, 6, None),
+    ]
     assert [r.step for r in resumed] == [4, 5, 6]
     assert [r.loss for r in resumed] == [r.loss for r in expected[3:]]  # bitwise
     assert [r.grad_norm for r in resumed] == [r.grad_norm for r in expected[3:]]

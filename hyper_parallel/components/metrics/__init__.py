@@ -63,7 +63,10 @@ class MetricsLogger(Metrics):
         )
         enable_jsonl: bool = attrs.field(
             default=False,
-            metadata={"help": "Append one JSON object per logged step to jsonl_path."},
+            metadata={
+                "help": "Append one JSON object per logged step to jsonl_path, each naming this launch's "
+                "run_id."
+            },
         )
         jsonl_path: str = attrs.field(
             default="metrics.jsonl",
@@ -77,13 +80,21 @@ class MetricsLogger(Metrics):
         )
 
         def build(
-            self, rank: int = 0, *, stream: TextIO | None = None, max_steps: int | None = None
+            self,
+            rank: int = 0,
+            *,
+            stream: TextIO | None = None,
+            max_steps: int | None = None,
+            resumed_from: int | None = None,
         ) -> "MetricsProcessor":
             """A processor writing every ``log_freq`` steps to ``stream`` (stdout), JSONL and TensorBoard.
 
             Only rank 0 writes when ``rank0_only``; otherwise each rank writes its own streams (the JSONL
-            file and TensorBoard folder get a ``rank<r>`` suffix).
+            file and TensorBoard folder get a ``rank<r>`` suffix). ``resumed_from``: the checkpoint step this
+            launch resumed, marked in the JSON-lines file.
             """
             from hyper_parallel.components.metrics._runtime import MetricsProcessor
 
-            return MetricsProcessor(self, rank=rank, stream=stream, max_steps=max_steps)
+            return MetricsProcessor(
+                self, rank=rank, stream=stream, max_steps=max_steps, resumed_from=resumed_from
+            )

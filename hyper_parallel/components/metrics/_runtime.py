@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, SupportsFloat, TextIO
 
 if TYPE_CHECKING:
     from hyper_parallel.components.metrics import MetricsLogger
@@ -54,6 +55,11 @@ class MetricsProcessor:
     on logging steps it returns the record written (``loss`` is the mean since the last record,
     ``tokens_per_second`` counts the tokens of this rank since then, ``memory_gib`` is the peak), else
     None. A processor on a rank that does not log (``rank0_only`` and rank > 0) writes nothing.
+
+    Every JSON-lines record carries ``run_id``, new at each launch (the run name and a random suffix), so
+    launches appending to one file stay apart; a launch that resumed a checkpoint at step S first writes
+    ``{"run_id": ..., "step": S, "event": "resumed"}``, from which ``python -m hyper_parallel.plot`` draws the
+    resumed run as the continuation of the one before it (its records win for steps after S).
     """
 
     def __init__(
@@ -64,19 +70,21 @@ class MetricsProcessor:
         stream: TextIO | None = None,
         clock: Any = time.perf_counter,
         max_steps: int | None = None,
+        resumed_from: int | None = None,
     ) -> None:
         self.cfg = cfg
         self.rank = rank
         self.max_steps = max_steps
         self.active = rank == 0 or not cfg.rank0_only
         self.run_name = cfg.run_name or datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.run_id = f"{self.run_name}-{secrets.token_hex(3)}"
         self._stream = stream if stream is not None else sys.stdout
         self._clock = clock
         self._last_time = clock()
         self._start_time = self._last_time
         self._start_step: int | None = None
         self._tokens = 0
-        self._losses: list[float] = []
+        self._losses: list[SupportsFloat] = []
         self._step_times: list[float] = []
         self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
         self._bar_shown = False
@@ -89,6 +97,8 @@ class MetricsProcessor:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._jsonl = path.open("a", encoding="utf-8")
             self.jsonl_path: Path | None = path
+            if resumed_from:
+                self._append({"step": resumed_from, "event": "resumed"})
         else:
             self.jsonl_path = None
         if cfg.enable_tensorboard:
@@ -110,9 +120,9 @@ class MetricsProcessor:
         self,
         step: int,
         *,
-        loss: float,
+        loss: SupportsFloat,
         lr: float,
-        grad_norm: float | None = None,
+        grad_norm: SupportsFloat | None = None,
         num_tokens: int = 0,
         step_time: float | None = None,
         **extra: float,
@@ -123,21 +133,24 @@ class MetricsProcessor:
         record); with ``max_steps`` known the record carries the estimated time to the end, ``eta_seconds``.
         On a terminal, steps between records advance a progress bar instead of printing.
         """
+        if not self.active:  # holds nothing: device values would pile up unread
+            return None
         if self._start_step is None:
             self._start_step = step - 1
         self._tokens += num_tokens
-        self._losses.append(float(loss))
+        self._losses.append(loss)  # read on logged steps only: a device value waits for the device
         if step_time is not None:
             self._step_times.append(float(step_time))
         if not self.should_log(step):
-            if self.active and self._tty and self.max_steps:
+            if self._tty and self.max_steps:
                 self._progress(step)
             return None
         now = self._clock()
         elapsed = max(now - self._last_time, 1e-9)
         record: dict[str, Any] = {
+            "run_id": self.run_id,
             "step": step,
-            "loss": sum(self._losses) / len(self._losses),
+            "loss": sum(float(x) for x in self._losses) / len(self._losses),
             "lr": float(lr),
             "grad_norm": None if grad_norm is None else float(grad_norm),
             "tokens_per_second": self._tokens / elapsed,
@@ -181,32 +194,39 @@ class MetricsProcessor:
         return f"[{self.run_name}] " + "  ".join(parts)
 
     def _write(self, record: dict[str, Any]) -> None:
-        if self._bar_shown:
-            self._stream.write("\r\x1b[2K")
-            self._bar_shown = False
+        self._clear_bar()
         print(self._line(record), file=self._stream, flush=True)
-        if self._jsonl is not None:
-            self._jsonl.write(json.dumps(record) + "\n")
-            self._jsonl.flush()
+        self._append(record)
         if self._tb is not None:
             for key, value in record.items():
-                if key != "step" and value is not None:
+                if key not in ("step", "run_id") and value is not None:
                     self._tb.add_scalar(key, value, record["step"])
 
     def log_validation(self, step: int, values: dict[str, float]) -> None:
         """Write validation results (``{"loss": ..., "perplexity": ...}``) under ``validation/``."""
         if not self.active:
             return
-        record = {"step": step, **{f"validation/{k}": float(v) for k, v in values.items()}}
-        shown = "  ".join(f"{k} {v:.4f}" for k, v in record.items() if k != "step")
+        scalars = {f"validation/{k}": float(v) for k, v in values.items()}
+        shown = "  ".join(f"{k} {v:.4f}" for k, v in scalars.items())
+        self._clear_bar()
         print(f"[{self.run_name}] step {step:>6}  {shown}", file=self._stream, flush=True)
-        if self._jsonl is not None:
-            self._jsonl.write(json.dumps(record) + "\n")
-            self._jsonl.flush()
+        self._append({"run_id": self.run_id, "step": step, **scalars})
         if self._tb is not None:
-            for key, value in record.items():
-                if key != "step":
-                    self._tb.add_scalar(key, value, step)
+            for key, value in scalars.items():
+                self._tb.add_scalar(key, value, step)
+
+    def _append(self, record: dict[str, Any]) -> None:
+        """One JSON-lines record (``run_id`` first), flushed so a killed run keeps what it logged."""
+        if self._jsonl is not None:
+            self._jsonl.write(json.dumps({"run_id": self.run_id, **record}) + "\n")
+            self._jsonl.flush()
+
+    def _clear_bar(self) -> None:
+        """Erase the progress bar so the next line starts clean."""
+        if self._bar_shown:
+            self._stream.write("\r\x1b[2K")
+            self._stream.flush()
+            self._bar_shown = False
 
     def close(self) -> None:
         """Close the files."""
