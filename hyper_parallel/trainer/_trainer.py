@@ -265,8 +265,14 @@ class Trainer:
         self.resumed_from = self.step
 
         # 7. metrics, profiler, validator
+        self.flops_per_step = self._flops_per_step()
+        self.peak_flops, self._peak_source = self._peak_flops()
         self.metrics = config.metrics.build(
-            self.env.rank, stream=self._stream, max_steps=training.max_steps, resumed_from=self.step or None
+            self.env.rank,
+            stream=self._stream,
+            max_steps=training.max_steps,
+            resumed_from=self.step or None,
+            peak_flops=self.peak_flops,
         )
         self.profiler = config.profiler.build(self.env.rank)
         self.validator = self._build_validator()
@@ -337,6 +343,39 @@ class Trainer:
         # The validator feeds the model tokens only, so its request carries no image layout.
         loader = build_loader(attrs.evolve(self.data_request, vision=None, image_token_id=None))
         return cfg.validator.build(loader, self.loss_fn, process_group=self.dp_group)
+
+    def _flops_per_step(self) -> float | None:
+        """Model FLOPs of one optimizer step on this rank: the preflight's count per token, never recounted.
+
+        The whole step's tokens times the FLOPs per token (forward and backward, no recomputation), shared
+        evenly by the ranks (data, tensor and pipeline parallelism each divide the work); None when the
+        model's arguments offer no cost model.
+        """
+        from hyper_parallel.preflight.estimate import model_costs
+
+        costs = model_costs(self.config)
+        if costs is None:
+            return None
+        training = self.config.training
+        per_token = costs.flops_per_token(training.seq_len)
+        return float(per_token) * training.global_batch_size * training.seq_len / self.env.world_size
+
+    def _peak_flops(self) -> tuple[float | None, str]:
+        """The device's dense peak FLOP/s in the compute dtype, and where the figure comes from."""
+        from hyper_parallel.preflight.devices import peak_flops
+
+        training = self.config.training
+        if training.peak_tflops is not None:
+            return training.peak_tflops * 1e12, "training.peak_tflops"
+        kind = self.device.type
+        if kind == "cpu":
+            return None, "a CPU has no table peak; training.peak_tflops gives one"
+        module = getattr(torch, kind, None)
+        name = str(module.get_device_name(self.device)) if module is not None else kind
+        peak = peak_flops(name, training.mixed_precision_param)
+        if peak is None:
+            return None, f"{name} is not in the preflight's device table; training.peak_tflops gives it"
+        return peak, f"{name}, {training.mixed_precision_param}"
 
     @staticmethod
     def _world_group() -> Any:
@@ -520,6 +559,7 @@ class Trainer:
                         lr=result.lr,
                         grad_norm=result.grad_norm_value,
                         num_tokens=result.tokens,
+                        flops=self.flops_per_step,
                         step_time=time.perf_counter() - started,
                     )
                     profiler.step()
@@ -651,6 +691,12 @@ class Trainer:
             f"({backend}); global batch {training.global_batch_size} = micro {training.micro_batch_size} "
             f"x accumulation {self.accumulation_steps} x dp {self.dims.dp_size}; seq_len {training.seq_len}; "
             f"{training.max_steps} steps{resumed}"
+        )
+        peak = self.peak_flops
+        self._print(
+            f"hyper_parallel: mfu against {peak / 1e12:.4g} TFLOP/s per device ({self._peak_source})"
+            if peak is not None
+            else f"hyper_parallel: mfu not computed ({self._peak_source})"
         )
 
     def _farewell(self, results: list[StepResult]) -> None:

@@ -103,6 +103,14 @@ class TrainingConfig(ConfigBase):
         default=False,
         metadata={"help": "Keep sharded parameters, gradients and optimizer state in host memory."},
     )
+    peak_tflops: float | None = attrs.field(
+        default=None,
+        validator=_optional_pos,
+        metadata={
+            "help": "Dense peak TFLOP/s of one device, for the logged MFU; null looks the device up in the "
+            "preflight's table (none for a CPU)."
+        },
+    )
     signal_check_freq: int = attrs.field(
         default=10,
         validator=_pos,

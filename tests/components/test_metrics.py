@@ -90,6 +90,39 @@ def test_every_record_names_its_launch_and_a_resumed_launch_marks_the_step(tmp_p
     assert records[-1]["validation/loss"] == 0.7
 
 
+def test_tflops_and_mfu_from_the_model_flops_of_each_step() -> None:
+    from hyper_parallel.components.metrics._runtime import MetricsProcessor
+
+    clock = Clock()
+    out = io.StringIO()
+    cfg = MetricsLogger.Config(log_freq=2, run_name="r")
+    proc = MetricsProcessor(cfg, stream=out, clock=clock, peak_flops=100e12)
+    clock.now += 2.0
+    proc.record(1, loss=1.0, lr=0.1, flops=30e12)
+    record = proc.record(2, loss=1.0, lr=0.1, flops=50e12)
+    assert record is not None
+    assert (record["tflops"], record["mfu"]) == (pytest.approx(40.0), pytest.approx(40.0))
+    assert "tflops 40  mfu 40.0%" in out.getvalue()
+    unknown, _, _ = processor(MetricsLogger.Config(log_freq=1))
+    record = unknown.record(1, loss=1.0, lr=0.1)
+    assert record is not None
+    assert (record["tflops"], record["mfu"]) == (None, None)
+
+
+def test_peaks_come_from_the_name_the_driver_reports_and_the_compute_dtype() -> None:
+    from hyper_parallel.preflight.devices import peak_flops
+
+    assert peak_flops("NVIDIA H100 80GB HBM3", "bfloat16") == 989.4e12
+    assert peak_flops("NVIDIA H100 PCIe", "float32") == 51.2e12
+    assert peak_flops("NVIDIA A100-SXM4-40GB", "float16") == 312e12
+    assert peak_flops("NVIDIA H200", "bfloat16") == 989.4e12
+    assert peak_flops("NVIDIA B200", "bfloat16") == 2250e12
+    assert peak_flops("NVIDIA B200", "float32") is None  # no published figure in the table
+    assert peak_flops("AMD Instinct MI300X", "bfloat16") == 1307.4e12
+    assert peak_flops("Ascend910B3", "bfloat16") == 313e12
+    assert peak_flops("NVIDIA GeForce RTX 4090", "bfloat16") is None
+
+
 def test_only_rank_zero_writes_by_default(tmp_path: Path) -> None:
     cfg = MetricsLogger.Config(log_freq=1, enable_jsonl=True, jsonl_path=str(tmp_path / "m.jsonl"))
     proc, out, _ = processor(cfg, rank=1)

@@ -318,6 +318,34 @@ def test_validation_runs_every_freq_steps_and_is_logged(tmp_path: Path) -> None:
     assert {"step", "loss", "lr", "grad_norm", "tokens_per_second", "step_time", "eta_seconds"} <= set(
         logged[0]
     )
+    assert all(r["tflops"] > 0 and r["mfu"] is None for r in logged)  # a CPU: no peak to compare with
+
+
+def test_logged_records_carry_tflops_from_the_preflight_count_and_mfu_against_the_peak(
+    tmp_path: Path, capsys: Any
+) -> None:
+    from hyper_parallel.preflight import estimate
+
+    jsonl = tmp_path / "metrics.jsonl"
+    overrides = {
+        "training.peak_tflops": "0.002",
+        "metrics.enable_jsonl": "true",
+        "metrics.jsonl_path": str(jsonl),
+        "metrics.log_freq": "2",
+    }
+    trainer, _ = train(overrides)
+    cost = estimate(tiny_config("llama3", overrides))
+    assert cost is not None
+    assert trainer.flops_per_step == cost.flops_per_token * 4 * 32  # global batch 4 x seq 32, one rank
+    assert trainer.peak_flops == pytest.approx(2e9)
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [r["step"] for r in records] == [2, 4]
+    for record in records:
+        assert record["tflops"] > 0
+        assert record["mfu"] == pytest.approx(100 * record["tflops"] / 0.002)
+    out = capsys.readouterr().out
+    assert "hyper_parallel: mfu against 0.002 TFLOP/s per device (training.peak_tflops)" in out
+    assert re.search(r"step 4/4 .* tflops [0-9.e+-]+  mfu [0-9.]+%", out)
 
 
 def test_vl_trainer_refuses_a_text_only_model() -> None:

@@ -86,15 +86,22 @@ class MetricsLogger(Metrics):
             stream: TextIO | None = None,
             max_steps: int | None = None,
             resumed_from: int | None = None,
+            peak_flops: float | None = None,
         ) -> "MetricsProcessor":
             """A processor writing every ``log_freq`` steps to ``stream`` (stdout), JSONL and TensorBoard.
 
             Only rank 0 writes when ``rank0_only``; otherwise each rank writes its own streams (the JSONL
             file and TensorBoard folder get a ``rank<r>`` suffix). ``resumed_from``: the checkpoint step this
-            launch resumed, marked in the JSON-lines file.
+            launch resumed, marked in the JSON-lines file. ``peak_flops``: one device's dense peak FLOP/s,
+            against which ``mfu`` is given (null without it).
             """
             from hyper_parallel.components.metrics._runtime import MetricsProcessor
 
             return MetricsProcessor(
-                self, rank=rank, stream=stream, max_steps=max_steps, resumed_from=resumed_from
+                self,
+                rank=rank,
+                stream=stream,
+                max_steps=max_steps,
+                resumed_from=resumed_from,
+                peak_flops=peak_flops,
             )

@@ -71,6 +71,7 @@ class MetricsProcessor:
         clock: Any = time.perf_counter,
         max_steps: int | None = None,
         resumed_from: int | None = None,
+        peak_flops: float | None = None,
     ) -> None:
         self.cfg = cfg
         self.rank = rank
@@ -83,7 +84,9 @@ class MetricsProcessor:
         self._last_time = clock()
         self._start_time = self._last_time
         self._start_step: int | None = None
+        self.peak_flops = peak_flops
         self._tokens = 0
+        self._flops: float | None = 0.0
         self._losses: list[SupportsFloat] = []
         self._step_times: list[float] = []
         self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
@@ -124,6 +127,7 @@ class MetricsProcessor:
         lr: float,
         grad_norm: SupportsFloat | None = None,
         num_tokens: int = 0,
+        flops: float | None = None,
         step_time: float | None = None,
         **extra: float,
     ) -> dict[str, Any] | None:
@@ -131,6 +135,8 @@ class MetricsProcessor:
 
         ``step_time`` is this step's wall time in seconds (the record reports the mean since the last
         record); with ``max_steps`` known the record carries the estimated time to the end, ``eta_seconds``.
+        ``flops`` is this rank's model FLOPs in the step: the record gives ``tflops`` (achieved TFLOP/s of
+        this rank since the last record) and ``mfu`` (percent of ``peak_flops``), null when unknown.
         On a terminal, steps between records advance a progress bar instead of printing.
         """
         if not self.active:  # holds nothing: device values would pile up unread
@@ -138,6 +144,7 @@ class MetricsProcessor:
         if self._start_step is None:
             self._start_step = step - 1
         self._tokens += num_tokens
+        self._flops = None if flops is None or self._flops is None else self._flops + flops
         self._losses.append(loss)  # read on logged steps only: a device value waits for the device
         if step_time is not None:
             self._step_times.append(float(step_time))
@@ -154,14 +161,21 @@ class MetricsProcessor:
             "lr": float(lr),
             "grad_norm": None if grad_norm is None else float(grad_norm),
             "tokens_per_second": self._tokens / elapsed,
+            "tflops": None if self._flops is None else self._flops / elapsed / 1e12,
             "step_time": (sum(self._step_times) / len(self._step_times)) if self._step_times else None,
             "memory_gib": _memory_gib(),
             **{k: float(v) for k, v in extra.items()},
         }
+        record["mfu"] = (
+            None
+            if record["tflops"] is None or self.peak_flops is None
+            else 100.0 * record["tflops"] * 1e12 / self.peak_flops
+        )
         if self.max_steps is not None:
             done = step - self._start_step
             record["eta_seconds"] = (now - self._start_time) / max(done, 1) * max(self.max_steps - step, 0)
         self._last_time, self._tokens, self._losses, self._step_times = now, 0, [], []
+        self._flops = 0.0
         self._write(record)
         return record
 
@@ -185,6 +199,8 @@ class MetricsProcessor:
             f"lr {record['lr']:.3e}",
             f"grad_norm {norm}",
             f"tok/s {record['tokens_per_second']:,.0f}",
+            "tflops n/a" if record["tflops"] is None else f"tflops {record['tflops']:.3g}",
+            "mfu n/a" if record["mfu"] is None else f"mfu {record['mfu']:.1f}%",
         ]
         if record.get("step_time") is not None:
             parts.append(f"step_time {record['step_time']:.3f}s")
