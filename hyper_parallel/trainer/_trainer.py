@@ -55,6 +55,7 @@ from hyper_parallel.parallel.process_group import (
 from hyper_parallel.trainer import rules
 from hyper_parallel.trainer._agreement import config_disagreement, step_disagreement
 from hyper_parallel.trainer.config import TrainerConfig
+from hyper_parallel.trainer.machine import intra_op_threads
 
 if TYPE_CHECKING:
     from hyper_parallel.parallel.pipeline import Pipeline
@@ -182,6 +183,8 @@ class Trainer:
         # 1. processes (which must agree on the config), device, determinism
         self.env: DistributedEnv = init_distributed(config.comm)
         self._ranks_must_agree = dist.is_initialized()
+        self.cpu_threads, self._threads_reason = intra_op_threads(training.cpu_threads)
+        torch.set_num_threads(self.cpu_threads)
         self._failed = False  # train() raised: close() then waits on no collective
         self.config_yaml = dump_config(config)
         _refuse_disagreement(config_disagreement(self.config_yaml))
@@ -673,6 +676,9 @@ class Trainer:
     # -- what a person sees ----------------------------------------------------------------------------
     def _print(self, text: str) -> None:
         if self.env.is_main:
+            metrics = getattr(self, "metrics", None)  # built last: earlier lines have no bar to clear
+            if metrics is not None:
+                metrics.clear_progress()
             print(text, file=self._stream, flush=True)
 
     def parameter_count(self) -> int:
@@ -693,10 +699,13 @@ class Trainer:
             f"{training.max_steps} steps{resumed}"
         )
         peak = self.peak_flops
-        self._print(
-            f"hyper_parallel: mfu against {peak / 1e12:.4g} TFLOP/s per device ({self._peak_source})"
+        mfu = (
+            f"mfu against {peak / 1e12:.4g} TFLOP/s per device ({self._peak_source})"
             if peak is not None
-            else f"hyper_parallel: mfu not computed ({self._peak_source})"
+            else f"mfu not computed ({self._peak_source})"
+        )
+        self._print(
+            f"hyper_parallel: {self.cpu_threads} cpu thread(s) per rank ({self._threads_reason}); {mfu}"
         )
 
     def _farewell(self, results: list[StepResult]) -> None:

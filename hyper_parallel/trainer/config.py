@@ -103,6 +103,14 @@ class TrainingConfig(ConfigBase):
         default=False,
         metadata={"help": "Keep sharded parameters, gradients and optimizer state in host memory."},
     )
+    cpu_threads: int | None = attrs.field(
+        default=None,
+        validator=_optional_pos,
+        metadata={
+            "help": "Torch intra-op threads per rank; null: OMP_NUM_THREADS if exported, else the cores "
+            "available to the process divided by the ranks on the node."
+        },
+    )
     peak_tflops: float | None = attrs.field(
         default=None,
         validator=_optional_pos,

@@ -123,6 +123,29 @@ def test_peaks_come_from_the_name_the_driver_reports_and_the_compute_dtype() -> 
     assert peak_flops("NVIDIA GeForce RTX 4090", "bfloat16") is None
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_bar_shows_step_loss_and_eta_and_is_erased_before_a_line() -> None:
+    from hyper_parallel.components.metrics._runtime import MetricsProcessor
+
+    out, clock = Terminal(), Clock()
+    proc = MetricsProcessor(
+        MetricsLogger.Config(log_freq=2, run_name="r"), stream=out, clock=clock, max_steps=4
+    )
+    for step in (1, 2, 3):
+        clock.now += 10.0
+        proc.record(step, loss=float(step), lr=0.1)
+    proc.log_validation(3, {"loss": 1.0})
+    bar, logged, bar_with_loss, validation = out.getvalue().split("\r")[1:]
+    assert bar == "[#######.......................] 1/4  eta 0:00:30\x1b[K"
+    assert logged.startswith("\x1b[2K[r] step 2/4  loss 1.5000")
+    assert bar_with_loss == "[######################........] 3/4  loss 1.5000  eta 0:00:10\x1b[K"
+    assert validation.startswith("\x1b[2K[r] step      3  validation/loss 1.0000")
+
+
 def test_only_rank_zero_writes_by_default(tmp_path: Path) -> None:
     cfg = MetricsLogger.Config(log_freq=1, enable_jsonl=True, jsonl_path=str(tmp_path / "m.jsonl"))
     proc, out, _ = processor(cfg, rank=1)

@@ -114,6 +114,7 @@ WIRED: dict[str, str] = {
     "training.gc_freq": "trainer/test_trainer.py::test_gc_freq_turns_off_automatic_collection_and_collects_every_n_steps",
     "training.enable_cpu_offload": "parallel/test_parallelize.py::test_fsdp_applies_mixed_precision_offload_and_reshard",
     "training.signal_check_freq": "trainer/test_host_sync.py::test_stop_flags_are_compared_every_signal_check_freq_steps",
+    "training.cpu_threads": "trainer/test_trainer.py::test_cpu_threads_are_set_and_named_and_the_bar_is_cleared_before_the_last_line",
     "training.peak_tflops": "trainer/test_trainer.py::test_logged_records_carry_tflops_from_the_preflight_count_and_mfu_against_the_peak",
     # parallelism
     "parallelism.dp_replicate": "trainer/test_layouts.py::test_hsdp_matches_one_process_and_shards_within_replicas",

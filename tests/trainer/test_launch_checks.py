@@ -175,3 +175,14 @@ def test_a_trainer_refuses_a_config_built_in_python_by_the_same_rule() -> None:
         "dataloader.dataset.source: 'shapes' is image-caption data, which LLMTrainer cannot feed; "
         "use VLTrainer"
     )
+
+
+def test_threads_follow_the_field_then_omp_num_threads_then_the_cores_per_local_rank() -> None:
+    intra_op_threads = machine.intra_op_threads
+    assert intra_op_threads(3, {"OMP_NUM_THREADS": "1"}, cores=8) == (3, "training.cpu_threads")
+    assert intra_op_threads(None, {"OMP_NUM_THREADS": "2"}, cores=8) == (2, "OMP_NUM_THREADS")
+    assert intra_op_threads(None, {"LOCAL_WORLD_SIZE": "4"}, cores=8) == (
+        2,
+        "8 cores available to this process / 4 local rank(s)",
+    )
+    assert intra_op_threads(None, {"LOCAL_WORLD_SIZE": "4", "OMP_NUM_THREADS": ""}, cores=2)[0] == 1

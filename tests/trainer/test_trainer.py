@@ -344,8 +344,29 @@ def test_logged_records_carry_tflops_from_the_preflight_count_and_mfu_against_th
         assert record["tflops"] > 0
         assert record["mfu"] == pytest.approx(100 * record["tflops"] / 0.002)
     out = capsys.readouterr().out
-    assert "hyper_parallel: mfu against 0.002 TFLOP/s per device (training.peak_tflops)" in out
+    assert "; mfu against 0.002 TFLOP/s per device (training.peak_tflops)\n" in out
     assert re.search(r"step 4/4 .* tflops [0-9.e+-]+  mfu [0-9.]+%", out)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_cpu_threads_are_set_and_named_and_the_bar_is_cleared_before_the_last_line() -> None:
+    before = torch.get_num_threads()
+    out = Terminal()
+    trainer = LLMTrainer(tiny_config("llama3", {"training.cpu_threads": "1"}), stream=out)
+    try:
+        assert torch.get_num_threads() == 1
+        trainer.train()
+    finally:
+        trainer.close()
+        torch.set_num_threads(before)
+    text = out.getvalue()
+    assert "hyper_parallel: 1 cpu thread(s) per rank (training.cpu_threads); mfu not computed" in text
+    assert re.search(r"\r\[#{22}\.{8}\] 3/4  eta \d:\d\d:\d\d\x1b\[K", text)  # no record yet: no loss
+    assert "\r\x1b[2Kdone: step 4, final loss" in text
 
 
 def test_vl_trainer_refuses_a_text_only_model() -> None:

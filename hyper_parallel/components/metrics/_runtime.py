@@ -91,6 +91,7 @@ class MetricsProcessor:
         self._step_times: list[float] = []
         self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
         self._bar_shown = False
+        self._last_loss: float | None = None
         self._jsonl: TextIO | None = None
         self._tb: Any = None
         if not self.active:
@@ -175,16 +176,25 @@ class MetricsProcessor:
             done = step - self._start_step
             record["eta_seconds"] = (now - self._start_time) / max(done, 1) * max(self.max_steps - step, 0)
         self._last_time, self._tokens, self._losses, self._step_times = now, 0, [], []
+        self._last_loss = record["loss"]
         self._flops = 0.0
         self._write(record)
         return record
 
     def _progress(self, step: int) -> None:
+        """The bar, the step, the loss of the last record (nothing is read from the device) and the ETA."""
         assert self.max_steps is not None
+        assert self._start_step is not None
         width = 30
         filled = width * min(step, self.max_steps) // self.max_steps
         bar = "#" * filled + "." * (width - filled)
-        self._stream.write(f"\r[{bar}] {step}/{self.max_steps}")
+        parts = [f"\r[{bar}] {step}/{self.max_steps}"]
+        if self._last_loss is not None:
+            parts.append(f"loss {self._last_loss:.4f}")
+        done = step - self._start_step
+        remaining = (self._clock() - self._start_time) / max(done, 1) * max(self.max_steps - step, 0)
+        parts.append(f"eta {_duration(remaining)}")
+        self._stream.write("  ".join(parts) + "\x1b[K")  # erase what a longer bar left
         self._stream.flush()
         self._bar_shown = True
 
@@ -236,6 +246,10 @@ class MetricsProcessor:
         if self._jsonl is not None:
             self._jsonl.write(json.dumps({"run_id": self.run_id, **record}) + "\n")
             self._jsonl.flush()
+
+    def clear_progress(self) -> None:
+        """Erase the progress bar (if shown) so that a line printed next starts at the left margin."""
+        self._clear_bar()
 
     def _clear_bar(self) -> None:
         """Erase the progress bar so the next line starts clean."""
