@@ -2,7 +2,8 @@
 
 ``--dry-run`` must refuse what the run would refuse: a config asking for CUDA devices or the NCCL backend
 on a machine without NVIDIA GPUs (or Ascend NPUs and HCCL without them) fails here, in milliseconds,
-instead of on every rank after start-up. Accelerators are recognised by their driver's device files.
+instead of on every rank after start-up. Accelerators are recognised by their driver's device files; a
+metrics logger switched on without its package installed (TensorBoard, W&B) is refused the same way.
 When about to train, the files the config names (weights, tokenizer, data, initial checkpoint) are
 checked too, so a typo in a path stops the launch before any model is built; a dry-run does not read
 them (configs are often checked on a machine other than the one that trains).
@@ -82,6 +83,7 @@ def machine_issues(cfg: TrainerConfig, *, training: bool) -> list[tuple[str, str
                 f"none; use null to pick {'gloo' if here == 'cpu' else backend} automatically",
             )
         )
+    issues.extend(_missing_loggers(cfg))
     if training:
         if not _torch_installed():
             issues.append(
@@ -93,6 +95,27 @@ def machine_issues(cfg: TrainerConfig, *, training: bool) -> list[tuple[str, str
 
 def _torch_installed() -> bool:
     return importlib.util.find_spec("torch") is not None
+
+
+#: Logger switch of the metrics config -> (the package it needs, its name, the extra that installs it).
+_LOGGERS = {
+    "enable_tensorboard": ("tensorboard", "TensorBoard", "tensorboard"),
+    "enable_wandb": ("wandb", "Weights & Biases", "wandb"),
+}
+
+
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported (looked up, never imported: importing wandb takes seconds)."""
+    return importlib.util.find_spec(package) is not None
+
+
+def _missing_loggers(cfg: TrainerConfig) -> Iterator[tuple[str, str]]:
+    for switch, (package, name, extra) in _LOGGERS.items():
+        if getattr(cfg.metrics, switch, False) and not _installed(package):
+            yield (
+                f"metrics.{switch}",
+                f"{name} is not installed: python -m pip install -e '.[{extra}]', or set it to false",
+            )
 
 
 def _named_paths(cfg: TrainerConfig) -> Iterator[tuple[str, str, bool]]:

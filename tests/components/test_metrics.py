@@ -238,3 +238,31 @@ def test_missing_tensorboard_is_a_warning(
 def test_base_config_names_the_class() -> None:
     with pytest.raises(NotImplementedError, match=r"Metrics\.Config"):
         Metrics.Config().build()
+
+
+@pytest.mark.multiprocess  # wandb starts its service process
+@pytest.mark.timeout(120)
+def test_wandb_offline_keeps_the_logged_scalars_in_the_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wandb = pytest.importorskip("wandb")
+    from tests.support.wandb_records import logged_history, run_names
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = MetricsLogger.Config(
+        log_freq=2, enable_wandb=True, wandb_project="p", wandb_folder=str(tmp_path / "w"), run_name="r"
+    )
+    proc, _, _ = processor(cfg)
+    for step in (1, 2, 3, 4):
+        proc.record(step, loss=float(step), lr=0.5, grad_norm=0.25)
+    proc.log_validation(4, {"loss": 9.0})
+    proc.close()
+    wandb.teardown()  # its service writes the run's file behind finish(): wait for it, as at process exit
+    rows = logged_history(tmp_path / "w")
+    assert [(row["_step"], row.get("loss"), row.get("lr"), row.get("grad_norm")) for row in rows] == [
+        (2, 1.5, 0.5, 0.25),
+        (4, 3.5, 0.5, 0.25),
+    ]
+    assert rows[-1]["validation/loss"] == 9.0
+    assert run_names(tmp_path / "w") == [("p", "r")]

@@ -46,7 +46,7 @@ class Metrics:
 
 
 class MetricsLogger(Metrics):
-    """Logs metrics to the console and, optionally, to TensorBoard and a JSON-lines file."""
+    """Logs metrics to the console and, optionally, to TensorBoard, W&B and a JSON-lines file."""
 
     @attrs.frozen(kw_only=True)
     class Config(Metrics.Config):
@@ -72,6 +72,23 @@ class MetricsLogger(Metrics):
             default="metrics.jsonl",
             validator=_nonempty,
             metadata={"help": "File receiving the JSON-lines metrics log."},
+        )
+        enable_wandb: bool = attrs.field(
+            default=False,
+            metadata={
+                "help": "Also log to Weights & Biases (the wandb extra); WANDB_MODE=offline keeps the run "
+                "on disk for a later wandb sync."
+            },
+        )
+        wandb_project: str = attrs.field(
+            default="hyper_parallel",
+            validator=_nonempty,
+            metadata={"help": "W&B project the runs are logged under."},
+        )
+        wandb_folder: str = attrs.field(
+            default="runs",
+            validator=_nonempty,
+            metadata={"help": "Directory under which W&B keeps its files (a wandb/ sub-directory per run)."},
         )
         run_name: str | None = attrs.field(
             default=None,

@@ -1,8 +1,9 @@
 """Runtime of ``hyper_parallel.components.metrics``: the metrics processor.
 
 Imported only from ``Metrics.Config.build``. Console and JSON-lines output need nothing but the standard
-library; TensorBoard is used when ``enable_tensorboard`` is set and ``torch.utils.tensorboard`` imports
-(the ``tensorboard`` package is optional: without it a warning is logged once and the sink is skipped).
+library; TensorBoard (``enable_tensorboard``, through ``torch.utils.tensorboard``) and Weights & Biases
+(``enable_wandb``) are optional extras: ``--dry-run`` refuses a switch whose package is missing, and a
+config built in Python without it gets a warning and no such sink.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class MetricsProcessor:
         self._last_loss: float | None = None
         self._jsonl: TextIO | None = None
         self._tb: Any = None
+        self._wandb: Any = None
         if not self.active:
             return
         if cfg.enable_jsonl:
@@ -115,6 +117,26 @@ class MetricsProcessor:
                 if not cfg.rank0_only:
                     folder = folder / f"rank{rank}"
                 self._tb = SummaryWriter(log_dir=str(folder))
+        if cfg.enable_wandb:
+            self._wandb = self._start_wandb(resumed_from)
+
+    def _start_wandb(self, resumed_from: int | None) -> Any:
+        """A W&B run named like the console's (``WANDB_MODE`` and the other W&B variables apply)."""
+        try:
+            import wandb
+        except ImportError:
+            _log.warning("enable_wandb is set but wandb is not installed; skipping it")
+            return None
+        folder = Path(self.cfg.wandb_folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        name = self.run_name if self.cfg.rank0_only else f"{self.run_name}-rank{self.rank}"
+        return wandb.init(
+            project=self.cfg.wandb_project,
+            name=name,
+            dir=str(folder),
+            config={"run_id": self.run_id, "resumed_from": resumed_from},
+            settings=wandb.Settings(console="off", save_code=False, x_disable_stats=True),
+        )
 
     def should_log(self, step: int) -> bool:
         """Whether ``record`` writes at ``step``."""
@@ -223,10 +245,16 @@ class MetricsProcessor:
         self._clear_bar()
         print(self._line(record), file=self._stream, flush=True)
         self._append(record)
+        self._scalars(record["step"], {k: v for k, v in record.items() if k not in ("step", "run_id")})
+
+    def _scalars(self, step: int, values: dict[str, Any]) -> None:
+        """The numbers of a record to TensorBoard and W&B (nulls left out)."""
+        shown = {key: value for key, value in values.items() if value is not None}
         if self._tb is not None:
-            for key, value in record.items():
-                if key not in ("step", "run_id") and value is not None:
-                    self._tb.add_scalar(key, value, record["step"])
+            for key, value in shown.items():
+                self._tb.add_scalar(key, value, step)
+        if self._wandb is not None:
+            self._wandb.log(shown, step=step)
 
     def log_validation(self, step: int, values: dict[str, float]) -> None:
         """Write validation results (``{"loss": ..., "perplexity": ...}``) under ``validation/``."""
@@ -237,9 +265,7 @@ class MetricsProcessor:
         self._clear_bar()
         print(f"[{self.run_name}] step {step:>6}  {shown}", file=self._stream, flush=True)
         self._append({"run_id": self.run_id, "step": step, **scalars})
-        if self._tb is not None:
-            for key, value in scalars.items():
-                self._tb.add_scalar(key, value, step)
+        self._scalars(step, scalars)
 
     def _append(self, record: dict[str, Any]) -> None:
         """One JSON-lines record (``run_id`` first), flushed so a killed run keeps what it logged."""
@@ -266,3 +292,6 @@ class MetricsProcessor:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
