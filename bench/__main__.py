@@ -1,4 +1,5 @@
-"""``python -m bench``: config layer (bench.run); ``models``: bench.models; ``train``: bench.train."""
+"""``python -m bench``: config layer (bench.run); ``models``: bench.models; ``train``: bench.train;
+``gpu``: bench.gpu."""
 
 import sys
 
@@ -6,6 +7,10 @@ if sys.argv[1:2] == ["models"]:
     from bench.models import main as models_main
 
     sys.exit(models_main(sys.argv[2:]))
+if sys.argv[1:2] == ["gpu"]:
+    from bench.gpu import main as gpu_main
+
+    sys.exit(gpu_main(sys.argv[2:]))
 if sys.argv[1:2] == ["train"]:
     from bench.train import main as train_main
 

@@ -1,8 +1,14 @@
-"""Plot loss and learning-rate curves from a metrics JSON-lines file.
+"""Plot loss and learning-rate curves from metrics JSON-lines files, one line per run.
 
-``python -m hyper_parallel.plot METRICS.jsonl [-o curves.png]`` reads the records written with
-``metrics.enable_jsonl`` (one object per logged step; validation records add ``validation/loss``) and
+``python -m hyper_parallel.plot METRICS.jsonl [MORE.jsonl ...] [-o curves.png]`` reads the records written
+with ``metrics.enable_jsonl`` (one object per logged step; validation records add ``validation/loss``) and
 draws the training loss, the validation loss when present, and the learning rate against the step.
+
+Several launches may append to one file: each record's ``run_id`` says which launch wrote it, and each run
+is drawn as its own line (records written before run ids existed are split where the step goes back). A
+launch that resumed a checkpoint marks it (``"event": "resumed"`` at step S): it continues the run before it
+in the file, whose records after step S (logged after that checkpoint, then lost with the killed process)
+give way to the resumed run's, so every step is drawn once. Several files are overlaid, labelled by file.
 matplotlib is an optional extra: ``python -m pip install -e '.[plot]'``.
 """
 
@@ -12,11 +18,18 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["main", "plot_metrics", "read_metrics"]
+__all__ = ["Run", "main", "plot_metrics", "read_metrics", "split_runs"]
 
-_USAGE = "usage: python -m hyper_parallel.plot METRICS.jsonl [-o OUTPUT.png]\n"
+_USAGE = "usage: python -m hyper_parallel.plot METRICS.jsonl [MORE.jsonl ...] [-o OUTPUT.png]\n"
+
+
+class Run(NamedTuple):
+    """The records of one run (a launch and the launches that resumed it), in the order drawn."""
+
+    label: str
+    records: list[dict[str, Any]]
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
@@ -30,37 +43,108 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{number}: not a JSON object: {exc.msg}") from None
-            if not isinstance(record, dict) or "step" not in record:
-                raise ValueError(f"{path}:{number}: a metrics record needs a 'step'")
+            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+                raise ValueError(f"{path}:{number}: a metrics record needs an integer 'step'")
             records.append(record)
     return records
 
 
+def _launches(records: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Records grouped by launch, in file order: by ``run_id``, else split where the step goes back."""
+    launches: list[tuple[str, list[dict[str, Any]]]] = []
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    legacy: list[dict[str, Any]] | None = None
+    for record in records:
+        run_id = record.get("run_id")
+        if isinstance(run_id, str):
+            if run_id not in by_id:
+                by_id[run_id] = []
+                launches.append((run_id, by_id[run_id]))
+            by_id[run_id].append(record)
+            legacy = None
+            continue
+        training = "loss" in record
+        if legacy is None or (training and record["step"] <= _last_training_step(legacy)):
+            legacy = []
+            launches.append((f"run {len(launches) + 1}", legacy))
+        legacy.append(record)
+    return launches
+
+
+def _last_training_step(records: Sequence[dict[str, Any]]) -> int:
+    steps = [r["step"] for r in records if "loss" in r]
+    return steps[-1] if steps else -1
+
+
+def split_runs(records: Sequence[dict[str, Any]]) -> list[Run]:
+    """The runs of one file: each launch, with a resumed launch joined to the run it continues."""
+    runs: list[Run] = []
+    for label, launch in _launches(records):
+        resumed = [r["step"] for r in launch if r.get("event") == "resumed"]
+        if resumed and runs:
+            at = resumed[0]
+            earlier = runs[-1]
+            kept = [r for r in earlier.records if r["step"] <= at]
+            runs[-1] = Run(f"{earlier.label} + {label}", kept + launch)
+        else:
+            runs.append(Run(label, list(launch)))
+    return runs
+
+
 def _series(records: Sequence[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
-    return [p[0] for p in points], [float(p[1]) for p in points]
+    """Steps and values of ``key``; for a step logged twice, the later record's value."""
+    points: dict[int, float] = {}
+    for record in records:
+        value = record.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            points[record["step"]] = float(value)  # a later record replaces an earlier one
+    ordered = sorted(points.items())
+    return [p[0] for p in ordered], [p[1] for p in ordered]
 
 
-def plot_metrics(records: Sequence[dict[str, Any]], output: str | Path) -> Path:
-    """Draw loss (training and validation) and learning rate against the step into ``output``."""
+def plot_metrics(
+    records: Sequence[dict[str, Any]] | Sequence[tuple[str, Sequence[dict[str, Any]]]], output: str | Path
+) -> Path:
+    """Draw loss (training and validation) and learning rate against the step into ``output``.
+
+    ``records``: one file's records, or ``(name, records)`` pairs of several files (overlaid, each run
+    labelled ``name: run``).
+    """
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
 
-    train_steps, train_loss = _series(records, "loss")
-    if not train_steps:
-        raise ValueError("no training loss in the records (was metrics.enable_jsonl set?)")
+    files: Sequence[tuple[str, Sequence[dict[str, Any]]]] = (
+        records  # type: ignore[assignment]
+        if records and isinstance(records[0], tuple)
+        else [("", records)]  # type: ignore[list-item]
+    )
+    runs = [
+        Run(f"{name}: {run.label}" if name else run.label, run.records)
+        for name, file_records in files
+        for run in split_runs(file_records)
+    ]
     figure, (loss_axes, lr_axes) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    loss_axes.plot(train_steps, train_loss, label="training loss")
-    val_steps, val_loss = _series(records, "validation/loss")
-    if val_steps:
-        loss_axes.plot(val_steps, val_loss, "o-", label="validation loss")
-    loss_axes.set_ylabel("loss")
-    loss_axes.legend()
+    drawn = 0
+    for run in runs:
+        train_steps, train_loss = _series(run.records, "loss")
+        if not train_steps:
+            continue
+        drawn += 1
+        (line,) = loss_axes.plot(train_steps, train_loss, label=f"training loss ({run.label})")
+        val_steps, val_loss = _series(run.records, "validation/loss")
+        if val_steps:
+            shown = f"validation ({run.label})"
+            loss_axes.plot(val_steps, val_loss, "o--", color=line.get_color(), label=shown)
+        lr_steps, lr = _series(run.records, "lr")
+        lr_axes.plot(lr_steps, lr, color=line.get_color(), label=run.label)
+    if not drawn:
+        plt.close(figure)
+        raise ValueError("no training loss in the records (was metrics.enable_jsonl set?)")
+    loss_axes.set_ylabel("loss (mean since the previous log line)")
+    loss_axes.legend(fontsize="small")
     loss_axes.grid(alpha=0.3)
-    lr_steps, lr = _series(records, "lr")
-    lr_axes.plot(lr_steps, lr, color="tab:orange")
     lr_axes.set_ylabel("learning rate")
     lr_axes.set_xlabel("step")
     lr_axes.grid(alpha=0.3)
@@ -82,11 +166,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         output = args[at + 1]
         del args[at : at + 2]
-    if len(args) != 1 or args[0].startswith("-"):
+    if not args or any(a.startswith("-") for a in args):
         sys.stderr.write(_USAGE)
         return 2
     try:
-        written = plot_metrics(read_metrics(args[0]), output)
+        files = [(Path(a).name if len(args) > 1 else "", read_metrics(a)) for a in args]
+        written = plot_metrics(files, output)
     except ImportError:
         sys.stderr.write("plotting needs matplotlib: python -m pip install -e '.[plot]'\n")
         return 2

@@ -151,7 +151,7 @@ class Pipeline:
         self.model = merge_stages(parts)
         self.has_first = 0 in stage_ids
         self.has_last = num_stages - 1 in stage_ids
-        self.loss_weight = 1.0
+        self.loss_weight: float | torch.Tensor = 1.0
         self.sum_and_count: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None
         self.sum_and_count = None
         self.schedule = schedule_factory(self)
@@ -167,7 +167,7 @@ class Pipeline:
         total, _ = self.sum_and_count(logits, labels)
         return total * self.loss_weight
 
-    def step(self, batch: Mapping[str, torch.Tensor], loss_weight: float) -> torch.Tensor:
+    def step(self, batch: Mapping[str, torch.Tensor], loss_weight: float | torch.Tensor) -> torch.Tensor:
         """One pipeline step (forward and backward) over training micro-batch ``batch``.
 
         Returns the weighted loss of the batch on the rank holding the last stage, zero elsewhere.

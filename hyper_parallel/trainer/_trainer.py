@@ -36,7 +36,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from types import FrameType
-from typing import TYPE_CHECKING, Any, ClassVar, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, SupportsFloat, TextIO
 
 import attrs
 import torch
@@ -59,6 +59,7 @@ from hyper_parallel.trainer import rules
 from hyper_parallel.trainer._agreement import config_disagreement, step_disagreement
 from hyper_parallel.trainer._inputs import build_tokenizer, check_files
 from hyper_parallel.trainer.config import TrainerConfig
+from hyper_parallel.trainer.machine import intra_op_threads
 
 if TYPE_CHECKING:
     from hyper_parallel.parallel.pipeline import Pipeline
@@ -111,13 +112,51 @@ class CollectiveError(TrainingError):
     every_rank: ClassVar[bool] = True
 
 
+class Deferred:
+    """A scalar still on the device: ``float()`` of it waits for the device (a host sync), once.
+
+    The step's loss and gradient norm are handed on as ``Deferred`` values so that nothing reads them
+    before a logged step needs them (``metrics.record`` converts only then).
+    """
+
+    __slots__ = ("_divisor", "_tensor", "_value")
+
+    def __init__(self, tensor: torch.Tensor, divisor: int = 1) -> None:
+        self._tensor: torch.Tensor | None = tensor
+        self._divisor = divisor
+        self._value = 0.0
+
+    def __float__(self) -> float:
+        if self._tensor is not None:
+            self._value = self._tensor.item() / self._divisor
+            self._tensor = None
+        return self._value
+
+
 class StepResult:
-    """What one optimizer step produced (global values, identical on every rank)."""
+    """What one optimizer step produced (global values, identical on every rank).
 
-    __slots__ = ("grad_norm", "loss", "lr", "step", "tokens")
+    ``loss_value`` and ``grad_norm_value`` stay on the device until read (see :class:`Deferred`);
+    ``loss`` and ``grad_norm`` read them.
+    """
 
-    def __init__(self, step: int, loss: float, grad_norm: float, lr: float, tokens: int) -> None:
-        self.step, self.loss, self.grad_norm, self.lr, self.tokens = step, loss, grad_norm, lr, tokens
+    __slots__ = ("grad_norm_value", "loss_value", "lr", "step", "tokens")
+
+    def __init__(
+        self, step: int, loss: SupportsFloat, grad_norm: SupportsFloat, lr: float, tokens: int
+    ) -> None:
+        self.step, self.lr, self.tokens = step, lr, tokens
+        self.loss_value, self.grad_norm_value = loss, grad_norm
+
+    @property
+    def loss(self) -> float:
+        """The step's loss (the module docstring says how micro-batches and ranks are weighted)."""
+        return float(self.loss_value)
+
+    @property
+    def grad_norm(self) -> float:
+        """The global gradient L2 norm before clipping."""
+        return float(self.grad_norm_value)
 
     def __repr__(self) -> str:
         return f"StepResult(step={self.step}, loss={self.loss:.6f}, grad_norm={self.grad_norm:.4f})"
@@ -172,12 +211,16 @@ class Trainer:
         validate(config)  # every check a file meets, in one ConfigError (warnings are the launcher's to show)
         self._stream = stream if stream is not None else sys.stdout
         self._stop_signal: int | None = None
+        self._ranks_must_agree = False  # several ranks: stop flags are compared (see _stop_check_due)
         self._first_nonfinite: torch.Tensor | None = None  # see _watch_finite
         training, debug = config.training, config.debug
         self.seed = debug.seed if debug.seed is not None else training.seed
 
         # 1. processes (which must agree on the config), device, determinism
         self.env: DistributedEnv = init_distributed(config.comm)
+        self._ranks_must_agree = dist.is_initialized()
+        self.cpu_threads, self._threads_reason = intra_op_threads(training.cpu_threads)
+        torch.set_num_threads(self.cpu_threads)
         self._failed = False  # train() raised: close() then waits on no collective
         self.config_yaml = dump_config(config)
         self.phase = "start-up (the ranks comparing their configs)"
@@ -271,7 +314,15 @@ class Trainer:
         self.resumed_from = self.step
 
         # 7. metrics, profiler, validator
-        self.metrics = config.metrics.build(self.env.rank, stream=self._stream, max_steps=training.max_steps)
+        self.flops_per_step = self._flops_per_step()
+        self.peak_flops, self._peak_source = self._peak_flops()
+        self.metrics = config.metrics.build(
+            self.env.rank,
+            stream=self._stream,
+            max_steps=training.max_steps,
+            resumed_from=self.step or None,
+            peak_flops=self.peak_flops,
+        )
         self.profiler = config.profiler.build(self.env.rank)
         self.validator = self._build_validator()
         self._data: Iterator[Mapping[str, torch.Tensor]] | None = None
@@ -343,6 +394,39 @@ class Trainer:
         loader = build_loader(attrs.evolve(self.data_request, vision=None, image_token_id=None))
         return cfg.validator.build(loader, self.loss_fn, process_group=self.dp_group)
 
+    def _flops_per_step(self) -> float | None:
+        """Model FLOPs of one optimizer step on this rank: the preflight's count per token, never recounted.
+
+        The whole step's tokens times the FLOPs per token (forward and backward, no recomputation), shared
+        evenly by the ranks (data, tensor and pipeline parallelism each divide the work); None when the
+        model's arguments offer no cost model.
+        """
+        from hyper_parallel.preflight.estimate import model_costs
+
+        costs = model_costs(self.config)
+        if costs is None:
+            return None
+        training = self.config.training
+        per_token = costs.flops_per_token(training.seq_len)
+        return float(per_token) * training.global_batch_size * training.seq_len / self.env.world_size
+
+    def _peak_flops(self) -> tuple[float | None, str]:
+        """The device's dense peak FLOP/s in the compute dtype, and where the figure comes from."""
+        from hyper_parallel.preflight.devices import peak_flops
+
+        training = self.config.training
+        if training.peak_tflops is not None:
+            return training.peak_tflops * 1e12, "training.peak_tflops"
+        kind = self.device.type
+        if kind == "cpu":
+            return None, "a CPU has no table peak; training.peak_tflops gives one"
+        module = getattr(torch, kind, None)
+        name = str(module.get_device_name(self.device)) if module is not None else kind
+        peak = peak_flops(name, training.mixed_precision_param)
+        if peak is None:
+            return None, f"{name} is not in the preflight's device table; training.peak_tflops gives it"
+        return peak, f"{name}, {training.mixed_precision_param}"
+
     @staticmethod
     def _world_group() -> Any:
         """Every rank: they share the work of tokenising the corpus (each needs all of it)."""
@@ -385,7 +469,8 @@ class Trainer:
         local_tokens = torch.zeros((), dtype=torch.float64, device=self.device)
         for batch in batches:
             local_tokens += self.loss_fn.count_tokens(batch["labels"])
-        global_tokens = self._all_reduce(local_tokens).item()
+        # Stays on the device: a token-weighted loss divides by it there (no host sync).
+        global_tokens = self._all_reduce(local_tokens).to(torch.float32).clamp(min=1.0)
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
         for index, batch in enumerate(batches if self.pipeline is None else ()):
@@ -396,7 +481,7 @@ class Trainer:
                 logits = self.forward(batch)
             total, count = self._sum_and_count(logits, batch["labels"])
             if token_weighted:
-                loss = total * self.dims.dp_size / max(global_tokens, 1.0)
+                loss = total * self.dims.dp_size / global_tokens
             else:
                 loss = total / count.clamp(min=1) / len(batches)
             loss.backward()
@@ -404,7 +489,6 @@ class Trainer:
         if self.pipeline is not None:
             loss_sum = self._pipeline_steps(batches, token_weighted, global_tokens)
         loss_tensor = self._all_reduce(loss_sum, dist.ReduceOp.SUM)
-        loss_value = loss_tensor.item() / self.dims.dp_size
         max_norm = self.config.training.max_grad_norm
         if self.pipeline is not None:
             from hyper_parallel.parallel.pipeline import clip_grad_norm
@@ -418,16 +502,16 @@ class Trainer:
                 max_norm if max_norm is not None else math.inf,
                 foreach=True,
             )
-        norm_value = float(_full(grad_norm))
+        norm = _full(grad_norm).detach()  # every rank (a collective under FSDP), read on logged steps only
         if self.config.debug.check_nan_inf:
-            self._watch_finite(step, loss_tensor, _full(grad_norm))
+            self._watch_finite(step, loss_tensor, norm)
         lr = float(self.optimizer.param_groups[0]["lr"])
         self.optimizer.step()
         self.lr_scheduler.step()
         self.step = step
         tokens = int(sum(b["input_ids"].numel() for b in batches))
         self.train_state.tokens_seen += tokens
-        return StepResult(step, loss_value, norm_value, lr, tokens)
+        return StepResult(step, Deferred(loss_tensor, self.dims.dp_size), Deferred(norm), lr, tokens)
 
     # -- finite or stop --------------------------------------------------------------------------------
     def _watch_finite(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
@@ -469,21 +553,22 @@ class Trainer:
         )
 
     def _pipeline_steps(
-        self, batches: list[Mapping[str, torch.Tensor]], token_weighted: bool, global_tokens: float
+        self, batches: list[Mapping[str, torch.Tensor]], token_weighted: bool, global_tokens: torch.Tensor
     ) -> torch.Tensor:
         """One pipeline step per micro-batch; the loss of the step, known on every pipeline rank.
 
         Each micro-batch's loss is weighted as in the unpipelined step: by ``dp / global tokens`` (sum)
-        or ``1 / (its tokens x micro-batches)`` (mean), so gradients and the logged loss are the same.
+        or ``1 / (its tokens x micro-batches)`` (mean), so gradients and the logged loss are the same. The
+        weights stay on the device (no host sync).
         """
         assert self.pipeline is not None
         loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
         for batch in batches:
             if token_weighted:
-                weight = self.dims.dp_size / max(global_tokens, 1.0)
+                weight = self.dims.dp_size / global_tokens
             else:
-                count = float(self.loss_fn.count_tokens(batch["labels"]))
-                weight = 1.0 / max(count, 1.0) / len(batches)
+                count = self.loss_fn.count_tokens(batch["labels"]).to(torch.float32).clamp(min=1.0)
+                weight = 1.0 / count / len(batches)
             with self._autocast():
                 loss_sum += self.pipeline.step(batch, weight)
         return self.pipeline.sum_over_stages(loss_sum)
@@ -524,10 +609,11 @@ class Trainer:
                         first = False
                     self.metrics.record(
                         result.step,
-                        loss=result.loss,
+                        loss=result.loss_value,
                         lr=result.lr,
-                        grad_norm=result.grad_norm,
+                        grad_norm=result.grad_norm_value,
                         num_tokens=result.tokens,
+                        flops=self.flops_per_step,
                         step_time=time.perf_counter() - started,
                     )
                     profiler.step()
@@ -536,7 +622,7 @@ class Trainer:
                     # Before validation and between its batches: a stop signal saves within one step (or
                     # one validation batch) plus the save (a scheduler's grace period is often 30 s).
                     self.phase = f"the stop-signal check after step {self.step}"
-                    if self._should_stop():
+                    if self._stop_check_due(self.step == max_steps) and self._should_stop():
                         self._save_on_signal()
                         break
                     if self.validator is not None and self.validator.should_validate(self.step):
@@ -631,11 +717,30 @@ class Trainer:
         for sig, old in previous.items():
             signal.signal(sig, old)
 
+    def _stop_check_due(self, last_step: bool) -> bool:
+        """Whether the ranks compare stop flags after this step (a collective and a host sync).
+
+        One process reads its own flag every step (free). Several ranks compare on the steps that wait for
+        the device anyway (logged, validation, checkpoint and the last step) and every
+        ``training.signal_check_freq`` steps, so the other steps never stall the device's queue.
+        """
+        if not self._ranks_must_agree:
+            return True
+        step = self.step
+        return (
+            last_step
+            or step % self.config.training.signal_check_freq == 0
+            or step % self.config.metrics.log_freq == 0
+            or self.checkpointer.should_save(step, last_step=last_step)
+            or (self.validator is not None and self.validator.should_validate(step))
+        )
+
     def _should_stop(self) -> bool:
         """Whether any rank received a stop signal (every rank must stop after the same step)."""
+        if not self._ranks_must_agree:  # one process: its own flag, nothing to wait for
+            return self._stop_signal is not None
         flag = torch.tensor([self._stop_signal or 0], dtype=torch.int64, device=self.device)
-        if dist.is_initialized():
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if int(flag.item()) and self._stop_signal is None:
             self._stop_signal = int(flag.item())
         return bool(flag.item())
@@ -655,6 +760,9 @@ class Trainer:
     # -- what a person sees ----------------------------------------------------------------------------
     def _print(self, text: str) -> None:
         if self.env.is_main:
+            metrics = getattr(self, "metrics", None)  # built last: earlier lines have no bar to clear
+            if metrics is not None:
+                metrics.clear_progress()
             print(text, file=self._stream, flush=True)
 
     def parameter_count(self) -> int:
@@ -674,12 +782,24 @@ class Trainer:
             f"x accumulation {self.accumulation_steps} x dp {self.dims.dp_size}; seq_len {training.seq_len}; "
             f"{counted(training.max_steps, 'step')}{resumed}"
         )
+        peak = self.peak_flops
+        mfu = (
+            f"mfu against {peak / 1e12:.4g} TFLOP/s per device ({self._peak_source})"
+            if peak is not None
+            else f"mfu not computed ({self._peak_source})"
+        )
+        self._print(
+            f"hyper_parallel: {self.cpu_threads} cpu thread(s) per rank ({self._threads_reason}); {mfu}"
+        )
 
     def _farewell(self, results: list[StepResult]) -> None:
         if not results:
             self._print(f"nothing to train: already at step {self.step} of {self.config.training.max_steps}")
             return
-        self._print(f"done: step {self.step}, final loss {results[-1].loss:.4f}")
+        self._print(
+            f"done: step {self.step}, final loss {results[-1].loss:.4f} (step {self.step}'s own; the logged "
+            "loss is the mean over the steps since the previous log line)"
+        )
 
 
 def _refuse_disagreement(message: str | None) -> None:

@@ -103,6 +103,30 @@ class TrainingConfig(ConfigBase):
         default=False,
         metadata={"help": "Keep sharded parameters, gradients and optimizer state in host memory."},
     )
+    cpu_threads: int | None = attrs.field(
+        default=None,
+        validator=_optional_pos,
+        metadata={
+            "help": "Torch intra-op threads per rank; null: OMP_NUM_THREADS if exported, else the cores "
+            "available to the process divided by the ranks on the node."
+        },
+    )
+    peak_tflops: float | None = attrs.field(
+        default=None,
+        validator=_optional_pos,
+        metadata={
+            "help": "Dense peak TFLOP/s of one device, for the logged MFU; null looks the device up in the "
+            "preflight's table (none for a CPU)."
+        },
+    )
+    signal_check_freq: int = attrs.field(
+        default=10,
+        validator=_pos,
+        metadata={
+            "help": "Under torchrun, ranks compare stop signals every this many steps (and on logged, "
+            "validation and checkpoint steps); each comparison waits for the device."
+        },
+    )
 
     def gradient_accumulation_steps(self, dp_degree: int = 1) -> int:
         """Micro-batches per optimizer step on each rank, with ``dp_degree`` data-parallel ranks."""

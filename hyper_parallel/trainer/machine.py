@@ -2,7 +2,8 @@
 
 ``--dry-run`` must refuse what the run would refuse: a config asking for CUDA devices or the NCCL backend
 on a machine without NVIDIA GPUs (or Ascend NPUs and HCCL without them) fails here, in milliseconds,
-instead of on every rank after start-up. Accelerators are recognised by their driver's device files.
+instead of on every rank after start-up. Accelerators are recognised by their driver's device files; a
+metrics logger switched on without its package installed (TensorBoard, W&B) is refused the same way.
 When about to train, the files the config names (weights, tokenizer, data, initial checkpoint) are
 checked too, so a typo in a path stops the launch before any model is built; a dry-run does not read
 them (configs are often checked on a machine other than the one that trains).
@@ -12,14 +13,15 @@ from __future__ import annotations
 
 import glob
 import importlib.util
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hyper_parallel.trainer.config import TrainerConfig
 
-__all__ = ["accelerator", "machine_issues"]
+__all__ = ["accelerator", "intra_op_threads", "machine_issues"]
 
 #: Device files each accelerator's driver creates.
 _DEVICE_FILES = {"cuda": ("/dev/nvidia[0-9]*", "/proc/driver/nvidia/gpus/*"), "npu": ("/dev/davinci[0-9]*",)}
@@ -33,6 +35,30 @@ def accelerator() -> str:
         if any(glob.glob(pattern) for pattern in patterns):
             return kind
     return "cpu"
+
+
+def intra_op_threads(
+    configured: int | None, environ: Mapping[str, str] | None = None, cores: int | None = None
+) -> tuple[int, str]:
+    """Threads each rank's torch uses inside one operation, and why (for the banner).
+
+    ``training.cpu_threads`` when set, else ``OMP_NUM_THREADS`` when exported, else the cores this process
+    may run on (its CPU affinity, which containers and schedulers restrict) divided by the ranks on this
+    node (``LOCAL_WORLD_SIZE``): torch's own default counts every core of the machine for every rank, and
+    ranks sharing cores (or a shared machine) then spend most of their time waiting for each other.
+    """
+    env = os.environ if environ is None else environ
+    if configured is not None:
+        return configured, "training.cpu_threads"
+    exported = env.get("OMP_NUM_THREADS", "").strip()
+    if exported.isdigit() and int(exported) > 0:
+        return int(exported), "OMP_NUM_THREADS"
+    if cores is None:
+        affinity = getattr(os, "sched_getaffinity", None)
+        cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    local = env.get("LOCAL_WORLD_SIZE", "1").strip()
+    ranks = int(local) if local.isdigit() and int(local) > 0 else 1
+    return max(1, cores // ranks), f"{cores} cores available to this process / {ranks} local rank(s)"
 
 
 def machine_issues(cfg: TrainerConfig, *, training: bool) -> list[tuple[str, str]]:
@@ -57,6 +83,7 @@ def machine_issues(cfg: TrainerConfig, *, training: bool) -> list[tuple[str, str
                 f"none; use null to pick {'gloo' if here == 'cpu' else backend} automatically",
             )
         )
+    issues.extend(_missing_loggers(cfg))
     if training:
         if not _torch_installed():
             issues.append(
@@ -68,6 +95,27 @@ def machine_issues(cfg: TrainerConfig, *, training: bool) -> list[tuple[str, str
 
 def _torch_installed() -> bool:
     return importlib.util.find_spec("torch") is not None
+
+
+#: Logger switch of the metrics config -> (the package it needs, its name, the extra that installs it).
+_LOGGERS = {
+    "enable_tensorboard": ("tensorboard", "TensorBoard", "tensorboard"),
+    "enable_wandb": ("wandb", "Weights & Biases", "wandb"),
+}
+
+
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported (looked up, never imported: importing wandb takes seconds)."""
+    return importlib.util.find_spec(package) is not None
+
+
+def _missing_loggers(cfg: TrainerConfig) -> Iterator[tuple[str, str]]:
+    for switch, (package, name, extra) in _LOGGERS.items():
+        if getattr(cfg.metrics, switch, False) and not _installed(package):
+            yield (
+                f"metrics.{switch}",
+                f"{name} is not installed: python -m pip install -e '.[{extra}]', or set it to false",
+            )
 
 
 def _named_paths(cfg: TrainerConfig) -> Iterator[tuple[str, str, bool]]:

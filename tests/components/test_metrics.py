@@ -64,6 +64,88 @@ def test_jsonl_appends_across_runs(tmp_path: Path) -> None:
     assert [json.loads(x)["step"] for x in (tmp_path / "m.jsonl").read_text().splitlines()] == [1, 2]
 
 
+def test_every_record_names_its_launch_and_a_resumed_launch_marks_the_step(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    cfg = MetricsLogger.Config(log_freq=1, enable_jsonl=True, jsonl_path=str(path), run_name="r")
+    first, _, _ = processor(cfg)
+    first.record(1, loss=1.0, lr=0.1)
+    first.record(2, loss=1.0, lr=0.1)
+    first.close()
+    from hyper_parallel.components.metrics._runtime import MetricsProcessor
+
+    second = MetricsProcessor(cfg, stream=io.StringIO(), resumed_from=1)
+    second.record(2, loss=0.5, lr=0.1)
+    second.log_validation(2, {"loss": 0.7})
+    second.close()
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert first.run_id != second.run_id
+    assert first.run_id.startswith("r-")
+    assert [(r["run_id"], r["step"], r.get("event")) for r in records] == [
+        (first.run_id, 1, None),
+        (first.run_id, 2, None),
+        (second.run_id, 1, "resumed"),
+        (second.run_id, 2, None),
+        (second.run_id, 2, None),
+    ]
+    assert records[-1]["validation/loss"] == 0.7
+
+
+def test_tflops_and_mfu_from_the_model_flops_of_each_step() -> None:
+    from hyper_parallel.components.metrics._runtime import MetricsProcessor
+
+    clock = Clock()
+    out = io.StringIO()
+    cfg = MetricsLogger.Config(log_freq=2, run_name="r")
+    proc = MetricsProcessor(cfg, stream=out, clock=clock, peak_flops=100e12)
+    clock.now += 2.0
+    proc.record(1, loss=1.0, lr=0.1, flops=30e12)
+    record = proc.record(2, loss=1.0, lr=0.1, flops=50e12)
+    assert record is not None
+    assert (record["tflops"], record["mfu"]) == (pytest.approx(40.0), pytest.approx(40.0))
+    assert "tflops 40  mfu 40.0%" in out.getvalue()
+    unknown, _, _ = processor(MetricsLogger.Config(log_freq=1))
+    record = unknown.record(1, loss=1.0, lr=0.1)
+    assert record is not None
+    assert (record["tflops"], record["mfu"]) == (None, None)
+
+
+def test_peaks_come_from_the_name_the_driver_reports_and_the_compute_dtype() -> None:
+    from hyper_parallel.preflight.devices import peak_flops
+
+    assert peak_flops("NVIDIA H100 80GB HBM3", "bfloat16") == 989.4e12
+    assert peak_flops("NVIDIA H100 PCIe", "float32") == 51.2e12
+    assert peak_flops("NVIDIA A100-SXM4-40GB", "float16") == 312e12
+    assert peak_flops("NVIDIA H200", "bfloat16") == 989.4e12
+    assert peak_flops("NVIDIA B200", "bfloat16") == 2250e12
+    assert peak_flops("NVIDIA B200", "float32") is None  # no published figure in the table
+    assert peak_flops("AMD Instinct MI300X", "bfloat16") == 1307.4e12
+    assert peak_flops("Ascend910B3", "bfloat16") == 313e12
+    assert peak_flops("NVIDIA GeForce RTX 4090", "bfloat16") is None
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_bar_shows_step_loss_and_eta_and_is_erased_before_a_line() -> None:
+    from hyper_parallel.components.metrics._runtime import MetricsProcessor
+
+    out, clock = Terminal(), Clock()
+    proc = MetricsProcessor(
+        MetricsLogger.Config(log_freq=2, run_name="r"), stream=out, clock=clock, max_steps=4
+    )
+    for step in (1, 2, 3):
+        clock.now += 10.0
+        proc.record(step, loss=float(step), lr=0.1)
+    proc.log_validation(3, {"loss": 1.0})
+    bar, logged, bar_with_loss, validation = out.getvalue().split("\r")[1:]
+    assert bar == "[#######.......................] 1/4  eta 0:00:30\x1b[K"
+    assert logged.startswith("\x1b[2K[r] step 2/4  loss 1.5000")
+    assert bar_with_loss == "[######################........] 3/4  loss 1.5000  eta 0:00:10\x1b[K"
+    assert validation.startswith("\x1b[2K[r] step      3  validation/loss 1.0000")
+
+
 def test_only_rank_zero_writes_by_default(tmp_path: Path) -> None:
     cfg = MetricsLogger.Config(log_freq=1, enable_jsonl=True, jsonl_path=str(tmp_path / "m.jsonl"))
     proc, out, _ = processor(cfg, rank=1)
@@ -93,6 +175,7 @@ def test_validation_results(tmp_path: Path) -> None:
     proc.log_validation(10, {"loss": 2.0, "perplexity": 7.389})
     proc.close()
     assert json.loads((tmp_path / "m.jsonl").read_text()) == {
+        "run_id": proc.run_id,
         "step": 10,
         "validation/loss": 2.0,
         "validation/perplexity": 7.389,
@@ -155,3 +238,31 @@ def test_missing_tensorboard_is_a_warning(
 def test_base_config_names_the_class() -> None:
     with pytest.raises(NotImplementedError, match=r"Metrics\.Config"):
         Metrics.Config().build()
+
+
+@pytest.mark.multiprocess  # wandb starts its service process
+@pytest.mark.timeout(120)
+def test_wandb_offline_keeps_the_logged_scalars_in_the_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wandb = pytest.importorskip("wandb")
+    from tests.support.wandb_records import logged_history, run_names
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = MetricsLogger.Config(
+        log_freq=2, enable_wandb=True, wandb_project="p", wandb_folder=str(tmp_path / "w"), run_name="r"
+    )
+    proc, _, _ = processor(cfg)
+    for step in (1, 2, 3, 4):
+        proc.record(step, loss=float(step), lr=0.5, grad_norm=0.25)
+    proc.log_validation(4, {"loss": 9.0})
+    proc.close()
+    wandb.teardown()  # its service writes the run's file behind finish(): wait for it, as at process exit
+    rows = logged_history(tmp_path / "w")
+    assert [(row["_step"], row.get("loss"), row.get("lr"), row.get("grad_norm")) for row in rows] == [
+        (2, 1.5, 0.5, 0.25),
+        (4, 3.5, 0.5, 0.25),
+    ]
+    assert rows[-1]["validation/loss"] == 9.0
+    assert run_names(tmp_path / "w") == [("p", "r")]

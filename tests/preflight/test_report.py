@@ -120,7 +120,7 @@ def test_every_table_device_is_named_by_its_key() -> None:
         (
             "V100",
             "device memory 'V100' is neither a size (e.g. 80GiB, 80GB) nor a known device "
-            "(H100, H200, A100-40GB, A100-80GB, Ascend-910B)",
+            "(H100, H100-PCIe, H200, B200, A100-40GB, A100-80GB, MI300X, Ascend-910B)",
         ),
     ],
 )

@@ -13,7 +13,7 @@ from hyper_parallel.config import ConfigError, load_config
 from hyper_parallel.launch import main
 from hyper_parallel.trainer import machine
 from hyper_parallel.trainer.machine import machine_issues
-from tests.support.trainer import tiny_config
+from tests.support.trainer import debug_config_path, tiny_config
 
 
 @pytest.mark.parametrize(
@@ -200,3 +200,48 @@ def test_the_trainer_validates_a_config_built_in_python_before_building_anything
             "activation_checkpoint, got 2",
         )
     ]
+
+
+def test_threads_follow_the_field_then_omp_num_threads_then_the_cores_per_local_rank() -> None:
+    intra_op_threads = machine.intra_op_threads
+    assert intra_op_threads(3, {"OMP_NUM_THREADS": "1"}, cores=8) == (3, "training.cpu_threads")
+    assert intra_op_threads(None, {"OMP_NUM_THREADS": "2"}, cores=8) == (2, "OMP_NUM_THREADS")
+    assert intra_op_threads(None, {"LOCAL_WORLD_SIZE": "4"}, cores=8) == (
+        2,
+        "8 cores available to this process / 4 local rank(s)",
+    )
+    assert intra_op_threads(None, {"LOCAL_WORLD_SIZE": "4", "OMP_NUM_THREADS": ""}, cores=2)[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("switch", "package", "message"),
+    [
+        (
+            "enable_tensorboard",
+            "tensorboard",
+            "TensorBoard is not installed: python -m pip install -e '.[tensorboard]', or set it to false",
+        ),
+        (
+            "enable_wandb",
+            "wandb",
+            "Weights & Biases is not installed: python -m pip install -e '.[wandb]', or set it to false",
+        ),
+    ],
+)
+def test_a_logger_without_its_package_is_refused_at_dry_run_naming_the_extra(
+    switch: str, package: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looked_up: list[str] = []
+
+    def installed(name: str) -> bool:
+        looked_up.append(name)
+        return name != package
+
+    monkeypatch.setattr(machine, "_installed", installed)
+    out, err = io.StringIO(), io.StringIO()
+    config = str(debug_config_path("llama3"))
+    assert main(["--config-file", config, f"--metrics.{switch}", "true", "--dry-run"], out=out, err=err) == 2
+    assert f"metrics.{switch}: {message}" in err.getvalue()
+    assert package in looked_up
+    monkeypatch.undo()
+    assert machine_issues(tiny_config("llama3"), training=False) == []  # off: nothing is looked up

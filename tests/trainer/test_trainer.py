@@ -97,12 +97,19 @@ def test_resume_continues_with_bitwise_equal_losses(tmp_path: Path) -> None:
         first.train_step()
     first.checkpointer.save(first.step)
     first.close()
-    second = LLMTrainer(tiny_config("llama3", {**straight, **checkpointing}))
+    jsonl = tmp_path / "metrics.jsonl"
+    logged = {"metrics.enable_jsonl": "true", "metrics.jsonl_path": str(jsonl), "metrics.log_freq": "3"}
+    second = LLMTrainer(tiny_config("llama3", {**straight, **checkpointing, **logged}))
     try:
         assert second.step == 3
         resumed = second.train()
     finally:
         second.close()
+    marks = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [(m["run_id"], m["step"], m.get("event")) for m in marks] == [
+        (second.metrics.run_id, 3, "resumed"),
+        (second.metrics.run_id, 6, None),
+    ]
     assert [r.step for r in resumed] == [4, 5, 6]
     assert [r.loss for r in resumed] == [r.loss for r in expected[3:]]  # bitwise
     assert [r.grad_norm for r in resumed] == [r.grad_norm for r in expected[3:]]
@@ -315,6 +322,55 @@ def test_validation_runs_every_freq_steps_and_is_logged(tmp_path: Path) -> None:
     assert {"step", "loss", "lr", "grad_norm", "tokens_per_second", "step_time", "eta_seconds"} <= set(
         logged[0]
     )
+    assert all(r["tflops"] > 0 and r["mfu"] is None for r in logged)  # a CPU: no peak to compare with
+
+
+def test_logged_records_carry_tflops_from_the_preflight_count_and_mfu_against_the_peak(
+    tmp_path: Path, capsys: Any
+) -> None:
+    from hyper_parallel.preflight import estimate
+
+    jsonl = tmp_path / "metrics.jsonl"
+    overrides = {
+        "training.peak_tflops": "0.002",
+        "metrics.enable_jsonl": "true",
+        "metrics.jsonl_path": str(jsonl),
+        "metrics.log_freq": "2",
+    }
+    trainer, _ = train(overrides)
+    cost = estimate(tiny_config("llama3", overrides))
+    assert cost is not None
+    assert trainer.flops_per_step == cost.flops_per_token * 4 * 32  # global batch 4 x seq 32, one rank
+    assert trainer.peak_flops == pytest.approx(2e9)
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [r["step"] for r in records] == [2, 4]
+    for record in records:
+        assert record["tflops"] > 0
+        assert record["mfu"] == pytest.approx(100 * record["tflops"] / 0.002)
+    out = capsys.readouterr().out
+    assert "; mfu against 0.002 TFLOP/s per device (training.peak_tflops)\n" in out
+    assert re.search(r"step 4/4 .* tflops [0-9.e+-]+  mfu [0-9.]+%", out)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_cpu_threads_are_set_and_named_and_the_bar_is_cleared_before_the_last_line() -> None:
+    before = torch.get_num_threads()
+    out = Terminal()
+    trainer = LLMTrainer(tiny_config("llama3", {"training.cpu_threads": "1"}), stream=out)
+    try:
+        assert torch.get_num_threads() == 1
+        trainer.train()
+    finally:
+        trainer.close()
+        torch.set_num_threads(before)
+    text = out.getvalue()
+    assert "hyper_parallel: 1 cpu thread(s) per rank (training.cpu_threads); mfu not computed" in text
+    assert re.search(r"\r\[#{22}\.{8}\] 3/4  eta \d:\d\d:\d\d\x1b\[K", text)  # no record yet: no loss
+    assert "\r\x1b[2Kdone: step 4, final loss" in text
 
 
 def test_vl_trainer_refuses_a_text_only_model() -> None:

@@ -46,7 +46,7 @@ class Metrics:
 
 
 class MetricsLogger(Metrics):
-    """Logs metrics to the console and, optionally, to TensorBoard and a JSON-lines file."""
+    """Logs metrics to the console and, optionally, to TensorBoard, W&B and a JSON-lines file."""
 
     @attrs.frozen(kw_only=True)
     class Config(Metrics.Config):
@@ -63,12 +63,32 @@ class MetricsLogger(Metrics):
         )
         enable_jsonl: bool = attrs.field(
             default=False,
-            metadata={"help": "Append one JSON object per logged step to jsonl_path."},
+            metadata={
+                "help": "Append one JSON object per logged step to jsonl_path, each naming this launch's "
+                "run_id."
+            },
         )
         jsonl_path: str = attrs.field(
             default="metrics.jsonl",
             validator=_nonempty,
             metadata={"help": "File receiving the JSON-lines metrics log."},
+        )
+        enable_wandb: bool = attrs.field(
+            default=False,
+            metadata={
+                "help": "Also log to Weights & Biases (the wandb extra); WANDB_MODE=offline keeps the run "
+                "on disk for a later wandb sync."
+            },
+        )
+        wandb_project: str = attrs.field(
+            default="hyper_parallel",
+            validator=_nonempty,
+            metadata={"help": "W&B project the runs are logged under."},
+        )
+        wandb_folder: str = attrs.field(
+            default="runs",
+            validator=_nonempty,
+            metadata={"help": "Directory under which W&B keeps its files (a wandb/ sub-directory per run)."},
         )
         run_name: str | None = attrs.field(
             default=None,
@@ -77,13 +97,28 @@ class MetricsLogger(Metrics):
         )
 
         def build(
-            self, rank: int = 0, *, stream: TextIO | None = None, max_steps: int | None = None
+            self,
+            rank: int = 0,
+            *,
+            stream: TextIO | None = None,
+            max_steps: int | None = None,
+            resumed_from: int | None = None,
+            peak_flops: float | None = None,
         ) -> "MetricsProcessor":
             """A processor writing every ``log_freq`` steps to ``stream`` (stdout), JSONL and TensorBoard.
 
             Only rank 0 writes when ``rank0_only``; otherwise each rank writes its own streams (the JSONL
-            file and TensorBoard folder get a ``rank<r>`` suffix).
+            file and TensorBoard folder get a ``rank<r>`` suffix). ``resumed_from``: the checkpoint step this
+            launch resumed, marked in the JSON-lines file. ``peak_flops``: one device's dense peak FLOP/s,
+            against which ``mfu`` is given (null without it).
             """
             from hyper_parallel.components.metrics._runtime import MetricsProcessor
 
-            return MetricsProcessor(self, rank=rank, stream=stream, max_steps=max_steps)
+            return MetricsProcessor(
+                self,
+                rank=rank,
+                stream=stream,
+                max_steps=max_steps,
+                resumed_from=resumed_from,
+                peak_flops=peak_flops,
+            )

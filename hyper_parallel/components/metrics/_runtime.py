@@ -1,19 +1,21 @@
 """Runtime of ``hyper_parallel.components.metrics``: the metrics processor.
 
 Imported only from ``Metrics.Config.build``. Console and JSON-lines output need nothing but the standard
-library; TensorBoard is used when ``enable_tensorboard`` is set and ``torch.utils.tensorboard`` imports
-(the ``tensorboard`` package is optional: without it a warning is logged once and the sink is skipped).
+library; TensorBoard (``enable_tensorboard``, through ``torch.utils.tensorboard``) and Weights & Biases
+(``enable_wandb``) are optional extras: ``--dry-run`` refuses a switch whose package is missing, and a
+config built in Python without it gets a warning and no such sink.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import secrets
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, SupportsFloat, TextIO
 
 if TYPE_CHECKING:
     from hyper_parallel.components.metrics import MetricsLogger
@@ -54,6 +56,11 @@ class MetricsProcessor:
     on logging steps it returns the record written (``loss`` is the mean since the last record,
     ``tokens_per_second`` counts the tokens of this rank since then, ``memory_gib`` is the peak), else
     None. A processor on a rank that does not log (``rank0_only`` and rank > 0) writes nothing.
+
+    Every JSON-lines record carries ``run_id``, new at each launch (the run name and a random suffix), so
+    launches appending to one file stay apart; a launch that resumed a checkpoint at step S first writes
+    ``{"run_id": ..., "step": S, "event": "resumed"}``, from which ``python -m hyper_parallel.plot`` draws the
+    resumed run as the continuation of the one before it (its records win for steps after S).
     """
 
     def __init__(
@@ -64,24 +71,31 @@ class MetricsProcessor:
         stream: TextIO | None = None,
         clock: Any = time.perf_counter,
         max_steps: int | None = None,
+        resumed_from: int | None = None,
+        peak_flops: float | None = None,
     ) -> None:
         self.cfg = cfg
         self.rank = rank
         self.max_steps = max_steps
         self.active = rank == 0 or not cfg.rank0_only
         self.run_name = cfg.run_name or datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.run_id = f"{self.run_name}-{secrets.token_hex(3)}"
         self._stream = stream if stream is not None else sys.stdout
         self._clock = clock
         self._last_time = clock()
         self._start_time = self._last_time
         self._start_step: int | None = None
+        self.peak_flops = peak_flops
         self._tokens = 0
-        self._losses: list[float] = []
+        self._flops: float | None = 0.0
+        self._losses: list[SupportsFloat] = []
         self._step_times: list[float] = []
         self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
         self._bar_shown = False
+        self._last_loss: float | None = None
         self._jsonl: TextIO | None = None
         self._tb: Any = None
+        self._wandb: Any = None
         if not self.active:
             return
         if cfg.enable_jsonl:
@@ -89,6 +103,8 @@ class MetricsProcessor:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._jsonl = path.open("a", encoding="utf-8")
             self.jsonl_path: Path | None = path
+            if resumed_from:
+                self._append({"step": resumed_from, "event": "resumed"})
         else:
             self.jsonl_path = None
         if cfg.enable_tensorboard:
@@ -101,6 +117,26 @@ class MetricsProcessor:
                 if not cfg.rank0_only:
                     folder = folder / f"rank{rank}"
                 self._tb = SummaryWriter(log_dir=str(folder))
+        if cfg.enable_wandb:
+            self._wandb = self._start_wandb(resumed_from)
+
+    def _start_wandb(self, resumed_from: int | None) -> Any:
+        """A W&B run named like the console's (``WANDB_MODE`` and the other W&B variables apply)."""
+        try:
+            import wandb
+        except ImportError:
+            _log.warning("enable_wandb is set but wandb is not installed; skipping it")
+            return None
+        folder = Path(self.cfg.wandb_folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        name = self.run_name if self.cfg.rank0_only else f"{self.run_name}-rank{self.rank}"
+        return wandb.init(
+            project=self.cfg.wandb_project,
+            name=name,
+            dir=str(folder),
+            config={"run_id": self.run_id, "resumed_from": resumed_from},
+            settings=wandb.Settings(console="off", save_code=False, x_disable_stats=True),
+        )
 
     def should_log(self, step: int) -> bool:
         """Whether ``record`` writes at ``step``."""
@@ -110,10 +146,11 @@ class MetricsProcessor:
         self,
         step: int,
         *,
-        loss: float,
+        loss: SupportsFloat,
         lr: float,
-        grad_norm: float | None = None,
+        grad_norm: SupportsFloat | None = None,
         num_tokens: int = 0,
+        flops: float | None = None,
         step_time: float | None = None,
         **extra: float,
     ) -> dict[str, Any] | None:
@@ -121,43 +158,65 @@ class MetricsProcessor:
 
         ``step_time`` is this step's wall time in seconds (the record reports the mean since the last
         record); with ``max_steps`` known the record carries the estimated time to the end, ``eta_seconds``.
+        ``flops`` is this rank's model FLOPs in the step: the record gives ``tflops`` (achieved TFLOP/s of
+        this rank since the last record) and ``mfu`` (percent of ``peak_flops``), null when unknown.
         On a terminal, steps between records advance a progress bar instead of printing.
         """
+        if not self.active:  # holds nothing: device values would pile up unread
+            return None
         if self._start_step is None:
             self._start_step = step - 1
         self._tokens += num_tokens
-        self._losses.append(float(loss))
+        self._flops = None if flops is None or self._flops is None else self._flops + flops
+        self._losses.append(loss)  # read on logged steps only: a device value waits for the device
         if step_time is not None:
             self._step_times.append(float(step_time))
         if not self.should_log(step):
-            if self.active and self._tty and self.max_steps:
+            if self._tty and self.max_steps:
                 self._progress(step)
             return None
         now = self._clock()
         elapsed = max(now - self._last_time, 1e-9)
         record: dict[str, Any] = {
+            "run_id": self.run_id,
             "step": step,
-            "loss": sum(self._losses) / len(self._losses),
+            "loss": sum(float(x) for x in self._losses) / len(self._losses),
             "lr": float(lr),
             "grad_norm": None if grad_norm is None else float(grad_norm),
             "tokens_per_second": self._tokens / elapsed,
+            "tflops": None if self._flops is None else self._flops / elapsed / 1e12,
             "step_time": (sum(self._step_times) / len(self._step_times)) if self._step_times else None,
             "memory_gib": _memory_gib(),
             **{k: float(v) for k, v in extra.items()},
         }
+        record["mfu"] = (
+            None
+            if record["tflops"] is None or self.peak_flops is None
+            else 100.0 * record["tflops"] * 1e12 / self.peak_flops
+        )
         if self.max_steps is not None:
             done = step - self._start_step
             record["eta_seconds"] = (now - self._start_time) / max(done, 1) * max(self.max_steps - step, 0)
         self._last_time, self._tokens, self._losses, self._step_times = now, 0, [], []
+        self._last_loss = record["loss"]
+        self._flops = 0.0
         self._write(record)
         return record
 
     def _progress(self, step: int) -> None:
+        """The bar, the step, the loss of the last record (nothing is read from the device) and the ETA."""
         assert self.max_steps is not None
+        assert self._start_step is not None
         width = 30
         filled = width * min(step, self.max_steps) // self.max_steps
         bar = "#" * filled + "." * (width - filled)
-        self._stream.write(f"\r[{bar}] {step}/{self.max_steps}")
+        parts = [f"\r[{bar}] {step}/{self.max_steps}"]
+        if self._last_loss is not None:
+            parts.append(f"loss {self._last_loss:.4f}")
+        done = step - self._start_step
+        remaining = (self._clock() - self._start_time) / max(done, 1) * max(self.max_steps - step, 0)
+        parts.append(f"eta {_duration(remaining)}")
+        self._stream.write("  ".join(parts) + "\x1b[K")  # erase what a longer bar left
         self._stream.flush()
         self._bar_shown = True
 
@@ -172,6 +231,8 @@ class MetricsProcessor:
             f"lr {record['lr']:.3e}",
             f"grad_norm {norm}",
             f"tok/s {record['tokens_per_second']:,.0f}",
+            "tflops n/a" if record["tflops"] is None else f"tflops {record['tflops']:.3g}",
+            "mfu n/a" if record["mfu"] is None else f"mfu {record['mfu']:.1f}%",
         ]
         if record.get("step_time") is not None:
             parts.append(f"step_time {record['step_time']:.3f}s")
@@ -181,38 +242,48 @@ class MetricsProcessor:
         return f"[{self.run_name}] " + "  ".join(parts)
 
     def _write(self, record: dict[str, Any]) -> None:
-        if self._bar_shown:
-            self._stream.write("\r\x1b[2K")
-            self._bar_shown = False
+        self._clear_bar()
         print(self._line(record), file=self._stream, flush=True)
-        if self._jsonl is not None:
-            self._jsonl.write(json.dumps(record) + "\n")
-            self._jsonl.flush()
+        self._append(record)
+        self._scalars(record["step"], {k: v for k, v in record.items() if k not in ("step", "run_id")})
+
+    def _scalars(self, step: int, values: dict[str, Any]) -> None:
+        """The numbers of a record to TensorBoard and W&B (nulls left out)."""
+        shown = {key: value for key, value in values.items() if value is not None}
         if self._tb is not None:
-            for key, value in record.items():
-                if key != "step" and value is not None:
-                    self._tb.add_scalar(key, value, record["step"])
+            for key, value in shown.items():
+                self._tb.add_scalar(key, value, step)
+        if self._wandb is not None:
+            self._wandb.log(shown, step=step)
 
     def log_validation(self, step: int, values: dict[str, float]) -> None:
         """Write validation results (``{"loss": ..., "perplexity": ...}``) under ``validation/``."""
         if not self.active:
             return
         # Counts (tokens, batches) stay integers: ``tokens 378``, not ``tokens 378.0000``.
-        record = {
-            "step": step,
-            **{f"validation/{k}": v if type(v) is int else float(v) for k, v in values.items()},
-        }
-        shown = "  ".join(
-            f"{k} {v}" if type(v) is int else f"{k} {v:.4f}" for k, v in record.items() if k != "step"
-        )
+        scalars = {f"validation/{k}": v if type(v) is int else float(v) for k, v in values.items()}
+        shown = "  ".join(f"{k} {v}" if type(v) is int else f"{k} {v:.4f}" for k, v in scalars.items())
+        self._clear_bar()
         print(f"[{self.run_name}] step {step:>6}  {shown}", file=self._stream, flush=True)
+        self._append({"run_id": self.run_id, "step": step, **scalars})
+        self._scalars(step, scalars)
+
+    def _append(self, record: dict[str, Any]) -> None:
+        """One JSON-lines record (``run_id`` first), flushed so a killed run keeps what it logged."""
         if self._jsonl is not None:
-            self._jsonl.write(json.dumps(record) + "\n")
+            self._jsonl.write(json.dumps({"run_id": self.run_id, **record}) + "\n")
             self._jsonl.flush()
-        if self._tb is not None:
-            for key, value in record.items():
-                if key != "step":
-                    self._tb.add_scalar(key, value, step)
+
+    def clear_progress(self) -> None:
+        """Erase the progress bar (if shown) so that a line printed next starts at the left margin."""
+        self._clear_bar()
+
+    def _clear_bar(self) -> None:
+        """Erase the progress bar so the next line starts clean."""
+        if self._bar_shown:
+            self._stream.write("\r\x1b[2K")
+            self._stream.flush()
+            self._bar_shown = False
 
     def close(self) -> None:
         """Close the files."""
@@ -222,3 +293,6 @@ class MetricsProcessor:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None

@@ -1,0 +1,54 @@
+"""``python -m bench gpu``: its CPU smoke mode runs every measurement path; without a GPU it says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import torch.distributed as dist  # noqa: E402
+
+from bench.gpu import main  # noqa: E402
+
+
+def test_the_tiny_mode_measures_every_row_on_the_cpu_and_writes_json(tmp_path: Path, capsys: Any) -> None:
+    threads = torch.get_num_threads()
+    out = tmp_path / "gpu.json"
+    assert main(["--tiny", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    rows = [(r["model"], r["implementation"], r["gdn"]) for r in results["rows"]]
+    assert rows == [
+        ("llama3 tiny", "ours", "-"),
+        ("llama3 tiny", "transformers", "-"),
+        ("qwen3.5 tiny", "ours", "chunked"),
+        ("qwen3.5 tiny", "transformers", "chunked"),
+    ]
+    for row in results["rows"]:
+        assert row["tokens_per_second"] > 0
+        assert row["tflops"] > 0  # from the preflight's FLOPs per token
+        assert row["mfu"] is None  # a CPU has no peak in the table
+        assert row["preflight_memory_gib"] > 0
+    (kernel,) = results["kernels"]
+    assert kernel["chunked_ms"] > 0
+    assert kernel["fla_ms"] is None
+    printed = capsys.readouterr().out
+    assert printed.startswith("| model ")
+    assert f"wrote {out}" in printed
+    assert not dist.is_initialized()  # its one-rank process group is gone
+    assert torch.get_num_threads() == threads
+
+
+def test_without_a_gpu_it_skips_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["--json", str(tmp_path / "gpu.json")]) == 0
+    assert capsys.readouterr().out == (
+        "bench gpu: skipped, no CUDA device here (python -m bench gpu --tiny runs the CPU smoke mode)\n"
+    )
+    assert not (tmp_path / "gpu.json").exists()
