@@ -51,6 +51,7 @@ from hyper_parallel.parallel.parallel_dims import ParallelDims
 from hyper_parallel.parallel.process_group import (
     DistributedEnv,
     init_distributed,
+    new_group,
     peer_failure,
     set_collective_timeout,
     shutdown,
@@ -242,6 +243,11 @@ class Trainer:
         self.phase = "start-up (the device mesh)"
         self.mesh = self.dims.build_mesh(self.device.type)
         set_collective_timeout(config.comm.init_timeout_seconds, self.mesh)  # its groups too, until step 1
+        # Stop flags are host values compared over gloo (the default group on the CPU): comparing them never
+        # waits for an accelerator's queue, so it can run every step.
+        self._signal_group = (
+            new_group(backend="gloo") if self._ranks_must_agree and self.device.type != "cpu" else None
+        )
         self.dp_group = self.dims.dp_group(self.mesh)
         self.dp_rank = self.dims.dp_rank(self.env.rank)
         self.accumulation_steps = training.gradient_accumulation_steps(self.dims.dp_size)
@@ -718,11 +724,12 @@ class Trainer:
             signal.signal(sig, old)
 
     def _stop_check_due(self, last_step: bool) -> bool:
-        """Whether the ranks compare stop flags after this step (a collective and a host sync).
+        """Whether the ranks compare stop flags after this step (a host-side gloo collective).
 
-        One process reads its own flag every step (free). Several ranks compare on the steps that wait for
-        the device anyway (logged, validation, checkpoint and the last step) and every
-        ``training.signal_check_freq`` steps, so the other steps never stall the device's queue.
+        One process reads its own flag every step (free). Several ranks compare every
+        ``training.signal_check_freq`` steps (default 1: a stop signal saves within one step) and on the
+        logged, validation, checkpoint and last steps. The flags are host values compared over gloo, so a
+        comparison waits for the slowest rank's host, never for a device's queue.
         """
         if not self._ranks_must_agree:
             return True
@@ -739,8 +746,8 @@ class Trainer:
         """Whether any rank received a stop signal (every rank must stop after the same step)."""
         if not self._ranks_must_agree:  # one process: its own flag, nothing to wait for
             return self._stop_signal is not None
-        flag = torch.tensor([self._stop_signal or 0], dtype=torch.int64, device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        flag = torch.tensor([self._stop_signal or 0], dtype=torch.int64)  # on the host: no device sync
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._signal_group)
         if int(flag.item()) and self._stop_signal is None:
             self._stop_signal = int(flag.item())
         return bool(flag.item())

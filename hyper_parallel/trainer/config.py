@@ -120,11 +120,11 @@ class TrainingConfig(ConfigBase):
         },
     )
     signal_check_freq: int = attrs.field(
-        default=10,
+        default=1,
         validator=_pos,
         metadata={
             "help": "Under torchrun, ranks compare stop signals every this many steps (and on logged, "
-            "validation and checkpoint steps); each comparison waits for the device."
+            "validation and checkpoint steps); a host-side gloo all-reduce that never waits for the device."
         },
     )
 

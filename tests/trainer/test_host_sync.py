@@ -1,10 +1,10 @@
 """The train loop waits for the device only on the steps that need a value from it.
 
-On an accelerator every ``.item()``, ``float(tensor)``, ``.tolist()`` or ``.cpu()`` of a device value (and the
-stop-flag all-reduce, which reads its result) stalls the host until the queued work is done, emptying the
-device's queue. These tests count such calls made by the project's code (the data loader, which builds batches
-on the host, is left out) step by step, on the CPU where the same code runs.
-"""
+On an accelerator every ``.item()``, ``float(tensor)``, ``.tolist()`` or ``.cpu()`` of a device value stalls
+the host until the queued work is done, emptying the device's queue. These tests count such calls made by the
+project's code (the data loader, which builds batches on the host, is left out) step by step, on the CPU where
+the same code runs, and the stop-flag all-reduce too (its flag is a host tensor compared over gloo, counted
+so that its schedule is asserted)."""
 
 from __future__ import annotations
 
