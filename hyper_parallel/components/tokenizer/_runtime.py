@@ -35,6 +35,8 @@ class TokenizerRuntime:
     bos_id: int | None
     eos_id: int | None
     pad_id: int | None
+    #: The Jinja chat template of ``tokenizer_config.json``; None when the tokenizer has none.
+    chat_template: str | None = None
 
     def __init__(
         self,
@@ -174,6 +176,13 @@ class HFTokenizer(TokenizerRuntime):
         """Text of ``ids``."""
         return str(self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
 
+    def encode_with_offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Ids of each text without bos/eos, with each token's character span ``(start, end)``."""
+        return [
+            (list(enc.ids), [(int(a), int(b)) for a, b in enc.offsets])
+            for enc in self._tok.encode_batch(texts, add_special_tokens=False)
+        ]
+
 
 def _locate(path: str) -> tuple[Path, Path | None]:
     """``tokenizer.json`` and the optional ``tokenizer_config.json`` beside it, from a file or folder."""
@@ -199,7 +208,7 @@ def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | Non
     max_length = cfg.model_max_length
     if max_length is None and isinstance(saved.get("model_max_length"), int):
         max_length = saved["model_max_length"]
-    return HFTokenizer(
+    built = HFTokenizer(
         RustTokenizer.from_file(str(file)),
         bos_token=cfg.bos_token or _token_text(saved.get("bos_token")),
         eos_token=cfg.eos_token or _token_text(saved.get("eos_token")),
@@ -209,3 +218,7 @@ def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | Non
         padding_side=cfg.padding_side,
         model_max_length=max_length,
     )
+    template = saved.get("chat_template")
+    if isinstance(template, str) and template:
+        built.chat_template = template
+    return built
