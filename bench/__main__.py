@@ -1,4 +1,4 @@
-"""``python -m bench``: config layer (bench.run); ``models``: bench.models; ``train``: bench.train."""
+"""``python -m bench``: config layer (bench.run); ``models``, ``train``, ``data``: bench.<that name>."""
 
 import sys
 
@@ -10,6 +10,11 @@ if sys.argv[1:2] == ["train"]:
     from bench.train import main as train_main
 
     sys.exit(train_main(sys.argv[2:]))
+
+if sys.argv[1:2] == ["data"]:
+    from bench.data import main as data_main
+
+    sys.exit(data_main(sys.argv[2:]))
 
 from bench.run import main
 

@@ -240,8 +240,8 @@ def texts_of(piece: Piece, text_field: str) -> Iterator[str]:
         yield text
 
 
-def chats_of(piece: Piece) -> Iterator[list[dict[str, str]]]:
-    """The conversations of a chat piece: each record's ``messages``, checked."""
+def chats_of(piece: Piece) -> Iterator[tuple[int, list[dict[str, str]]]]:
+    """The conversations of a chat piece: each record's line number and ``messages``, checked."""
     for number, line in _lines(piece):
         record = _record(piece, number, line)
         messages = record.get("messages")
@@ -255,7 +255,7 @@ def chats_of(piece: Piece) -> Iterator[list[dict[str, str]]]:
                 or not isinstance(message.get("content"), str)
             ):
                 raise InputError(f"{where}: messages[{i}] is not an object with string 'role' and 'content'")
-        yield [{"role": m["role"], "content": m["content"]} for m in messages]
+        yield number, [{"role": m["role"], "content": m["content"]} for m in messages]
 
 
 def _parquet_texts(piece: Piece, text_field: str) -> Iterator[str]:
@@ -296,7 +296,7 @@ def encode_pieces(
     for piece in pieces:
         if piece.format == "chat":
             for batch in _batches(chats_of(piece)):
-                for ids, mask in renderer.encode_batch(batch):
+                for ids, mask in _encode_chats(renderer, piece, batch):
                     add = eos is not None and (not ids or ids[-1] != eos)
                     arrays.append(np.asarray([*ids, eos] if add else ids, dtype=dtype))
                     masks.append(np.asarray([*mask, 0] if add else mask, dtype=np.uint8))
@@ -320,6 +320,24 @@ def encode_pieces(
         np.asarray(appended, dtype=np.uint8),
         (np.concatenate(masks) if masks else np.zeros(0, dtype=np.uint8)) if chat else None,
     )
+
+
+def _encode_chats(
+    renderer: Any, piece: Piece, batch: list[tuple[int, list[dict[str, str]]]]
+) -> list[tuple[list[int], list[int]]]:
+    """The renderer's encodings of a batch; a conversation it cannot render is an input error at its line."""
+    try:
+        encoded: list[tuple[list[int], list[int]]] = renderer.encode_batch(
+            [messages for _, messages in batch]
+        )
+    except ValueError:
+        for number, messages in batch:
+            try:
+                renderer.encode_batch([messages])
+            except ValueError as exc:
+                raise InputError(f"{piece.file}:{number}: {exc}") from None
+        raise
+    return encoded
 
 
 def build_tokenizer(config_file: str) -> Any:
@@ -400,11 +418,12 @@ def prepare(
     options = options or PrepareOptions()
     stream = stream if stream is not None else sys.stderr
     tokenizer = build_tokenizer(config_file)
+    template = None
     if options.format == "chat":
         from hyper_parallel.data.chat import ChatRenderer
 
         try:
-            ChatRenderer(tokenizer, options.chat_template)
+            template = ChatRenderer(tokenizer, options.chat_template).template_text
         except ValueError as exc:
             raise InputError(str(exc)) from None
     fingerprint, description = shards.tokenizer_fingerprint(tokenizer)
@@ -454,6 +473,9 @@ def prepare(
         "input_format": options.format,
         "text_field": options.text_field,
         "chat": any(p.format == "chat" for pieces in tasks for p in pieces),
+        "chat_template_sha256": (
+            None if template is None else hashlib.sha256(template.encode("utf-8")).hexdigest()
+        ),
         "inputs": [{k: r[k] for k in ("name", "size", "sha256")} for r in records],
         "shards": ordered,
         "documents": sum(int(e["documents"]) for e in ordered),

@@ -296,6 +296,13 @@ class Trainer:
         loader = build_loader(attrs.evolve(self.data_request, vision=None, image_token_id=None))
         return cfg.validator.build(loader, self.loss_fn, process_group=self.dp_group)
 
+    def _data_tokens(self, step: int) -> dict[str, int] | None:
+        """Tokens each data source has supplied so far, on logging steps (None on the others)."""
+        count = getattr(self.dataloader, "data_tokens", None)
+        if count is None or not self.metrics.should_log(step):
+            return None
+        return dict(count()) or None
+
     @staticmethod
     def _world_group() -> Any:
         """Every rank: they share the work of tokenising the corpus (each needs all of it)."""
@@ -478,6 +485,7 @@ class Trainer:
                         grad_norm=result.grad_norm,
                         num_tokens=result.tokens,
                         step_time=time.perf_counter() - started,
+                        data_tokens=self._data_tokens(result.step),
                     )
                     profiler.step()
                     if self._must_check_finite(self.step == max_steps):

@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -40,6 +41,13 @@ def _duration(seconds: float) -> str:
     """``h:mm:ss`` for an estimated remaining time."""
     total = round(seconds)
     return f"{total // 3600}:{total % 3600 // 60:02d}:{total % 60:02d}"
+
+
+def _mix(data_tokens: Mapping[str, int]) -> str:
+    """``data web 25% code 75%``: each source's share of the tokens supplied so far, by its path."""
+    total = max(sum(data_tokens.values()), 1)
+    shares = " ".join(f"{k} {100 * v / total:.0f}%" for k, v in data_tokens.items())
+    return f"data {shares}"
 
 
 def _per_rank(path: str, rank: int) -> Path:
@@ -115,6 +123,7 @@ class MetricsProcessor:
         grad_norm: float | None = None,
         num_tokens: int = 0,
         step_time: float | None = None,
+        data_tokens: Mapping[str, int] | None = None,
         **extra: float,
     ) -> dict[str, Any] | None:
         """Account for one optimizer step; write and return a record on logging steps.
@@ -145,6 +154,8 @@ class MetricsProcessor:
             "memory_gib": _memory_gib(),
             **{k: float(v) for k, v in extra.items()},
         }
+        if data_tokens:
+            record["data_tokens"] = {str(k): int(v) for k, v in data_tokens.items()}
         if self.max_steps is not None:
             done = step - self._start_step
             record["eta_seconds"] = (now - self._start_time) / max(done, 1) * max(self.max_steps - step, 0)
@@ -178,6 +189,8 @@ class MetricsProcessor:
         parts.append(f"mem {record['memory_gib']:.2f} GiB")
         if "eta_seconds" in record:
             parts.append(f"eta {_duration(record['eta_seconds'])}")
+        if record.get("data_tokens"):
+            parts.append(_mix(record["data_tokens"]))
         return f"[{self.run_name}] " + "  ".join(parts)
 
     def _write(self, record: dict[str, Any]) -> None:
@@ -190,7 +203,10 @@ class MetricsProcessor:
             self._jsonl.flush()
         if self._tb is not None:
             for key, value in record.items():
-                if key != "step" and value is not None:
+                if key == "data_tokens":
+                    for source, count in value.items():
+                        self._tb.add_scalar(f"data_tokens/{source}", count, record["step"])
+                elif key != "step" and value is not None:
                     self._tb.add_scalar(key, value, record["step"])
 
     def log_validation(self, step: int, values: dict[str, float]) -> None:
