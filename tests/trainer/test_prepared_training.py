@@ -10,10 +10,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from hyper_parallel.components.dataloader import LoaderRequest  # noqa: E402
+from hyper_parallel.config import load_config  # noqa: E402
+from hyper_parallel.data import shards  # noqa: E402
 from hyper_parallel.launch import main  # noqa: E402
 from hyper_parallel.trainer import LLMTrainer, StepResult  # noqa: E402
+from tests.support import ROOT  # noqa: E402
 from tests.support.components import write_jsonl  # noqa: E402
-from tests.support.prepared import prepare, tokenizer_config  # noqa: E402
+from tests.support.prepared import prepare, run_prepare, tokenizer_config  # noqa: E402
 from tests.support.trainer import as_flags, debug_config_path, tiny_config, tiny_overrides  # noqa: E402
 
 
@@ -90,3 +94,32 @@ def test_folders_prepared_with_another_tokenizer_are_an_input_error_at_launch(
     assert "add_bos True" in message
     assert "add_bos False" in message
     assert "Traceback" not in err
+
+
+def test_the_shipped_prepared_config_reads_the_folder_its_header_command_prepares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = ROOT / "configs" / "llama3_debug_prepared.yaml"
+    command = " ".join(line.strip(" #\\") for line in config.read_text().splitlines()[2:4]).split()
+    assert command[:4] == ["python", "-m", "hyper_parallel.data", "prepare"]
+    args = [arg.strip("'") for arg in command[3:]]
+    assert args[args.index("--output") + 1] == "runs/prepared/hyper_parallel_src"
+    folder = tmp_path / "src"
+    args[args.index("--output") + 1] = str(folder)
+    monkeypatch.chdir(ROOT)
+    status, _, err = run_prepare(*args)
+    assert status == 0, err
+    paths = json.dumps([str(folder)])
+    cfg = load_config(config, {"dataloader.dataset.paths": paths, "validator.dataset.paths": paths})
+    tokenizer = cfg.tokenizer.build()
+    sources = sorted((ROOT / "hyper_parallel").rglob("*.py"))
+    prepared = shards.open_prepared(folder)
+    assert prepared.documents == len(sources)
+    first = prepared.shards[0]
+    assert first.tokens[: first.offsets[1]].tolist() == tokenizer.encode(sources[0].read_text())
+    request = LoaderRequest(tokenizer, 0, 1, seq_len=cfg.training.seq_len, micro_batch_size=4, seed=0)
+    train = cfg.dataloader.build(request).samples.corpus
+    held = cfg.validator.build_dataloader(request).samples.corpus  # type: ignore[attr-defined]
+    kept = len(sources) - int(len(sources) * 0.05)
+    assert (train.documents, held.first, held.documents) == (kept, kept, len(sources) - kept)
+    assert train.end == held.begin == int(first.offsets[kept])
