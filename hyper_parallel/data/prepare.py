@@ -211,7 +211,7 @@ def _lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
 def _record(piece: Piece, number: int, line: bytes) -> dict[str, Any]:
     where = f"{piece.file}:{number}"
     try:
-        record = json.loads(line)
+        record = json.loads(line.decode("utf-8"))  # a str skips json's encoding detection
     except UnicodeDecodeError:
         raise InputError(f"{where}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
@@ -304,12 +304,12 @@ def encode_pieces(
                     appended.append(int(add))
             continue
         for batch in _batches(texts_of(piece, options.text_field)):
-            for ids in tokenizer.encode_batch(batch):
-                add = eos is not None and (not ids or ids[-1] != eos)
+            for encoded in _encode_arrays(tokenizer, batch, dtype):
+                add = eos is not None and (encoded.size == 0 or encoded[-1] != eos)
                 if add:
-                    ids = [*ids, eos]  # type: ignore[list-item]  # add: eos is an id
-                arrays.append(np.asarray(ids, dtype=dtype))
-                lengths.append(len(ids))
+                    encoded = np.append(encoded, np.asarray([eos], dtype=dtype))
+                arrays.append(encoded)
+                lengths.append(int(encoded.size))
                 appended.append(int(add))
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(np.asarray(lengths, dtype=np.int64), out=offsets[1:])
@@ -320,6 +320,14 @@ def encode_pieces(
         np.asarray(appended, dtype=np.uint8),
         (np.concatenate(masks) if masks else np.zeros(0, dtype=np.uint8)) if chat else None,
     )
+
+
+def _encode_arrays(tokenizer: Any, texts: list[str], dtype: np.dtype[Any]) -> list[np.ndarray[Any, Any]]:
+    """The tokenizer's ``encode_batch`` of ``texts`` as arrays (its own array path when it has one)."""
+    fast = getattr(tokenizer, "encode_batch_arrays", None)
+    if fast is not None:
+        return list(fast(texts, dtype))
+    return [np.asarray(ids, dtype=dtype) for ids in tokenizer.encode_batch(texts)]
 
 
 def _encode_chats(

@@ -1,5 +1,6 @@
 """``dataset.source: tokenized``: prepared folders give the jsonl batches, memory-mapped, checked, blended."""
 
+import pickle
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,24 @@ def test_a_held_out_fraction_never_shares_a_document_with_training(setup: tuple[
     docs = [everything.samples[i]["input_ids"].tolist() for i in range(45)]
     assert [train.samples[i]["input_ids"].tolist() for i in range(36)] == docs[:36]
     assert [held.samples[i]["input_ids"].tolist() for i in range(9)] == docs[36:]
+
+
+def test_a_pickled_corpus_maps_its_files_again_instead_of_copying_them(setup: tuple[Any, Path, Path]) -> None:
+    tok, _, prepared = setup
+    samples = loader("tokenized", (str(prepared),), tok).samples
+    blob = pickle.dumps(samples)
+    again = pickle.loads(blob)
+    for before, after in zip(samples.corpus.shards, again.corpus.shards, strict=True):
+        assert isinstance(after.tokens, np.memmap)
+        assert str(after.tokens.filename) == str(before.tokens.filename)  # mapped again (a copy has none)
+        assert bytes(before.tokens) not in blob
+    assert batches_equal([samples[i] for i in range(len(samples))], [again[i] for i in range(len(again))])
+
+
+def test_a_mixture_position_is_not_resumed_under_other_weights(tmp_path: Path) -> None:
+    tok, paths = mixture(tmp_path, (30, 60))
+    saved = loader("tokenized", paths, tok, weights=(1, 3))
+    list(islice(saved, 2))
+    other = loader("tokenized", paths, tok, weights=(1, 2))
+    with pytest.raises(ValueError, match=r"cannot resume the data position: mixture: saved \d+, now \d+"):
+        other.load_state_dict(saved.state_dict())

@@ -6,8 +6,10 @@ loader needs (tokenizer, data-parallel coordinates, the training shapes, the mod
 record handed to ``DataLoader.Config.build`` and to the validator's loader.
 
 The runtime lives in the private modules beside this one, one job each: ``_sources`` reads documents,
-``_tokenizing`` encodes them (shared over a process group), ``_samples`` turns them into samples (packed,
-padded, synthetic, captioned images from ``_images``), ``_loader`` deals, orders and resumes the batches.
+``_tokenizing`` encodes them (shared over a process group), ``_corpus`` cuts packed or padded samples from
+token arrays (in memory, or memory-mapped by ``_prepared`` from folders ``python -m hyper_parallel.data
+prepare`` wrote), ``_samples`` builds each source's samples (also synthetic, captioned images from
+``_images``), ``_order`` computes the sample order (shuffle, blending), ``_loader`` deals and resumes.
 """
 
 from collections.abc import Iterator

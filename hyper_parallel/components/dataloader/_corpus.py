@@ -63,6 +63,20 @@ class Corpus:
         self.begin = self._document_start(first)
         self.end = self._document_start(first + self.documents)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Memory-mapped arrays travel as their file and layout (a spawned worker maps them again), so
+        pickling a corpus for a data-loader worker never copies it."""
+        state = dict(vars(self))
+        state["shards"] = [
+            {key: _portable(getattr(shard, key)) for key in ("tokens", "offsets", "appended", "mask")}
+            for shard in self.shards
+        ]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["shards"] = [ShardArrays(**{k: _restored(v) for k, v in s.items()}) for s in state["shards"]]
+        vars(self).update(state)
+
     def _document_start(self, doc: int) -> int:
         if doc >= self.doc_starts[-1]:
             return self.token_starts[-1]
@@ -100,6 +114,19 @@ class Corpus:
         start, stop = int(arrays.offsets[local]), int(arrays.offsets[local + 1]) - int(arrays.appended[local])
         mask = None if arrays.mask is None else np.asarray(arrays.mask[start:stop])
         return np.asarray(arrays.tokens[start:stop]), mask
+
+
+def _portable(array: npt.NDArray[Any] | None) -> Any:
+    if isinstance(array, np.memmap) and array.filename is not None:
+        return ("memmap", str(array.filename), array.dtype.str, array.shape, int(array.offset))
+    return array
+
+
+def _restored(value: Any) -> Any:
+    if isinstance(value, tuple) and value[:1] == ("memmap",):
+        _, filename, dtype, shape, offset = value
+        return np.memmap(filename, dtype=np.dtype(dtype), mode="r", shape=shape, offset=offset)
+    return value
 
 
 def corpus_in_memory(

@@ -1,11 +1,13 @@
 """Dealing, ordering and resuming batches: ``ResumableLoader`` and ``build_loader`` (part of ``DataLoader``).
 
-Documents are read (``_sources``), tokenized once at build time (``_tokenizing``) and turned into samples
-kept in memory (``_samples``); this module deals them to the data-parallel ranks and batches them.
-``seq_len`` may not exceed the tokenizer's ``model_max_length``.
+Samples come from ``_samples`` (in-memory sources) or ``_prepared`` (memory-mapped folders), both cut from a
+token corpus by ``_corpus``; this module deals them to the data-parallel ranks and batches them, one
+micro-batch at a time (nothing per sample of the epoch is held). ``seq_len`` may not exceed the tokenizer's
+``model_max_length``.
 
-Order: epoch ``e`` permutes the samples with a generator seeded from ``(seed, e)`` (identity without
-``shuffle``).
+Order: position ``p`` of epoch ``e`` is sample ``order.indices(e, p)`` (``_order``: a computed per-epoch
+shuffle, identity without ``shuffle``; several prepared sources blended by weight, each cycling its own
+epochs).
 
 - Training (``infinite``, or ``drop_last``): the first ``N - N % dp_world_size`` samples of that order are
   dealt round-robin (position ``p`` to rank ``p % dp_world_size``), so every rank sees the same number of
@@ -176,13 +178,16 @@ class ResumableLoader:
         return self._epoch
 
     def _identity(self) -> dict[str, int]:
-        return {
+        identity = {
             "dp_rank": self.dp_rank,
             "dp_world_size": self.dp_world_size,
             "micro_batch_size": self.micro_batch_size,
             "num_samples": len(self.samples),
             "seed": self.seed,
         }
+        if len(self.order.sizes) > 1:  # a mixture: its sources' sizes and weights decide the order too
+            identity["mixture"] = self.order.digest()
+        return identity
 
     def state_dict(self) -> dict[str, int]:
         """The position (epoch, batches consumed in it) and what it depends on; plain ints only."""
@@ -207,9 +212,11 @@ class ResumableLoader:
         batch divides the number of samples) and the position falls on a micro-batch boundary of this
         layout; otherwise it is refused, as is any change of a one-pass (validation) loader.
         """
-        data = ("num_samples", "seed")
         identity = self._identity()
-        mismatched = {key: (state.get(key), identity[key]) for key in data if state.get(key) != identity[key]}
+        data = [key for key in ("num_samples", "seed", "mixture") if key in identity or key in state]
+        mismatched = {
+            key: (state.get(key), identity.get(key)) for key in data if state.get(key) != identity.get(key)
+        }
         if mismatched:
             detail = ", ".join(f"{k}: saved {old!r}, now {new!r}" for k, (old, new) in mismatched.items())
             raise ValueError(f"cannot resume the data position: {detail}")

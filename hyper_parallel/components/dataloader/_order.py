@@ -44,7 +44,7 @@ def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return mixed
 
 
-def _key(*parts: int) -> int:
+def _key(*parts: object) -> int:
     return int.from_bytes(hashlib.sha256(":".join(map(str, parts)).encode()).digest()[:8], "little")
 
 
@@ -92,6 +92,10 @@ class SampleOrder:
         self.units = [int(f * scale) for f in exact]  # integer weights: the merge compares exactly
         self.unit_total = sum(self.units)
         self._perms: dict[tuple[int, int], Permutation] = {}
+
+    def digest(self) -> int:
+        """A 63-bit digest of the sources' sizes and weights: two orders with the same digest are equal."""
+        return _key(*self.sizes, "/", *self.units) >> 1
 
     # -- blending --------------------------------------------------------------------------------------
     def _before(self, source: int, count: int) -> tuple[int, int]:

@@ -79,6 +79,12 @@ class TokenizerRuntime:
         """``encode`` of each text (a Rust tokenizer batches the work)."""
         return [self._with_specials(ids, None, None) for ids in self._ids(texts)]
 
+    def encode_batch_arrays(self, texts: list[str], dtype: Any) -> list[Any]:
+        """``encode_batch`` as numpy arrays of ``dtype`` (what ``prepare`` writes); the same ids."""
+        import numpy as np
+
+        return [np.asarray(ids, dtype=dtype) for ids in self.encode_batch(texts)]
+
     def pad(self, ids: list[int], length: int) -> list[int]:
         """``ids`` cut or padded with ``pad_id`` to ``length``, on ``padding_side``."""
         if self.pad_id is None:
@@ -101,6 +107,22 @@ class ByteLevelTokenizer(TokenizerRuntime):
 
     def _ids(self, texts: list[str]) -> list[list[int]]:
         return [list(text.encode("utf-8")) for text in texts]
+
+    def encode_batch_arrays(self, texts: list[str], dtype: Any) -> list[Any]:
+        """``encode_batch`` as numpy arrays, straight from the UTF-8 bytes (no list of ints in between)."""
+        import numpy as np
+
+        head = [self.bos_id] if self.add_bos else []
+        tail = [self.eos_id] if self.add_eos else []
+        out = []
+        for text in texts:
+            array = np.empty(len(head) + len(text.encode("utf-8")) + len(tail), dtype=dtype)
+            body = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+            array[len(head) : len(head) + body.size] = body
+            array[: len(head)] = head
+            array[len(head) + body.size :] = tail
+            out.append(array)
+        return out
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """Bytes decoded as UTF-8 (invalid sequences become U+FFFD); specials as ``<s>``, ``</s>``, ``<pad>``.
