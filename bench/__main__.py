@@ -1,5 +1,4 @@
-"""``python -m bench``: config layer (bench.run); ``models``: bench.models; ``train``: bench.train;
-``gpu``: bench.gpu."""
+"""``python -m bench``: the config layer (bench.run); models, train, data, gpu: bench.<that name>."""
 
 import sys
 
@@ -15,6 +14,11 @@ if sys.argv[1:2] == ["train"]:
     from bench.train import main as train_main
 
     sys.exit(train_main(sys.argv[2:]))
+
+if sys.argv[1:2] == ["data"]:
+    from bench.data import main as data_main
+
+    sys.exit(data_main(sys.argv[2:]))
 
 from bench.run import main
 

@@ -433,6 +433,13 @@ class Trainer:
             return None, f"{name} is not in the preflight's device table; training.peak_tflops gives it"
         return peak, f"{name}, {training.mixed_precision_param}"
 
+    def _data_tokens(self, step: int) -> dict[str, int] | None:
+        """Tokens each data source has supplied so far, on logging steps (None on the others)."""
+        count = getattr(self.dataloader, "data_tokens", None)
+        if count is None or not self.metrics.should_log(step):
+            return None
+        return dict(count()) or None
+
     @staticmethod
     def _world_group() -> Any:
         """Every rank: they share the work of tokenising the corpus (each needs all of it)."""
@@ -621,6 +628,7 @@ class Trainer:
                         num_tokens=result.tokens,
                         flops=self.flops_per_step,
                         step_time=time.perf_counter() - started,
+                        data_tokens=self._data_tokens(result.step),
                     )
                     profiler.step()
                     if self._must_check_finite(self.step == max_steps):

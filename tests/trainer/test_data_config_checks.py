@@ -130,3 +130,72 @@ def test_settings_the_runtime_would_not_honour_are_refused(
 )
 def test_settings_the_runtime_reads_resolve(group: dict[str, Any]) -> None:
     resolve_root(doc(**group))
+
+
+def tokenized(**dataset: Any) -> dict[str, Any]:
+    return {"dataloader": {"_target_": TEXT, "dataset": {"source": "tokenized", **dataset}}}
+
+
+@pytest.mark.parametrize(
+    ("group", "expected"),
+    [
+        (
+            tokenized(),
+            (
+                "dataloader.dataset.paths",
+                "must list at least one file or directory when source is 'tokenized'",
+            ),
+        ),
+        (
+            tokenized(paths=["/a", "/b"], weights=[1.0]),
+            ("dataloader.dataset.weights", "has 1 value(s) for 2 path(s): give one per path"),
+        ),
+        (
+            tokenized(paths=["/a", "/b"], weights=[1.0, 0]),
+            ("dataloader.dataset.weights", "must all be positive and finite, got [1.0, 0.0]"),
+        ),
+        (
+            tokenized(paths=["/a"], holdout_fraction=1.0),
+            ("dataloader.dataset.holdout_fraction", "must be in [0, 1), got 1.0"),
+        ),
+        (
+            tokenized(paths=["/a"], split="holdout"),
+            ("dataloader.dataset.split", "'holdout' needs holdout_fraction > 0 (the documents it reads)"),
+        ),
+        (
+            {
+                "dataloader": {
+                    "_target_": TEXT,
+                    "dataset": {"source": "jsonl", "paths": ["/a"], "weights": [2]},
+                }
+            },
+            (
+                "dataloader.dataset.weights",
+                "is only read when source is 'tokenized' (source is 'jsonl'); leave it out",
+            ),
+        ),
+        (
+            {"validator": {"_target_": VALIDATOR, "dataset": {"holdout_fraction": 0.1}}},
+            (
+                "validator.dataset.holdout_fraction",
+                "is only read when source is 'tokenized' (source is 'synthetic'); leave it out",
+            ),
+        ),
+        (
+            {"validator": {"_target_": VALIDATOR, "dataset": {"split": "holdout"}}},
+            (
+                "validator.dataset.split",
+                "is only read when source is 'tokenized' (source is 'synthetic'); leave it out",
+            ),
+        ),
+    ],
+)
+def test_mixture_and_holdout_settings_are_checked_without_reading_shards(
+    group: dict[str, Any], expected: tuple[str, str]
+) -> None:
+    assert issues(doc(**group)) == [expected]
+
+
+def test_a_weighted_mixture_with_a_held_out_fraction_resolves() -> None:
+    cfg = resolve_root(doc(**tokenized(paths=["/a", "/b"], weights=[3, 1], holdout_fraction=0.05)))
+    assert cfg.dataloader.dataset.weights == (3.0, 1.0)  # type: ignore[attr-defined]

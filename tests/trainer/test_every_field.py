@@ -73,6 +73,11 @@ WIRED: dict[str, str] = {
     "dataloader.dataset.document_masking": "trainer/test_trainer.py::test_packed_documents_are_kept_apart_unless_document_masking_is_off",
     "dataloader.dataset.max_samples": "components/test_dataloader.py::test_max_samples_and_drop_last",
     "dataloader.dataset.synthetic_num_samples": "components/test_dataloader.py::test_synthetic_source",
+    "dataloader.dataset.weights": "components/test_data_tokenized.py::test_a_mixture_blends_sources_by_weight_in_every_window",
+    "dataloader.dataset.holdout_fraction": (
+        "components/test_data_tokenized.py::test_a_held_out_fraction_never_shares_a_document_with_training"
+    ),
+    "dataloader.dataset.split": "components/test_data_tokenized.py::test_a_held_out_fraction_never_shares_a_document_with_training",
     # optimizer
     "optimizer.lr": "components/test_optimizer.py::test_adamw_honours_every_field",
     "optimizer.weight_decay": "components/test_optimizer.py::test_adamw_step_decays_only_the_decay_group",
@@ -182,6 +187,11 @@ WIRED: dict[str, str] = {
     ),
     "validator.dataset.document_masking": "trainer/test_trainer.py::test_packed_documents_are_kept_apart_unless_document_masking_is_off",
     "validator.dataset.max_samples": "components/test_dataloader.py::test_max_samples_and_drop_last",
+    "validator.dataset.weights": "components/test_data_tokenized.py::test_a_mixture_blends_sources_by_weight_in_every_window",
+    "validator.dataset.holdout_fraction": (
+        "components/test_data_tokenized.py::test_a_held_out_fraction_never_shares_a_document_with_training"
+    ),
+    "validator.dataset.split": "components/test_data_tokenized.py::test_a_held_out_fraction_never_shares_a_document_with_training",
     "validator.dataset.synthetic_num_samples": "trainer/test_trainer.py::test_validation_runs_every_freq_steps_and_is_logged",
     # debug
     "debug.seed": "trainer/test_trainer.py::test_debug_seed_replaces_training_seed_for_weights_and_data",

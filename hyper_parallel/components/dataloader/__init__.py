@@ -6,8 +6,10 @@ loader needs (tokenizer, data-parallel coordinates, the training shapes, the mod
 record handed to ``DataLoader.Config.build`` and to the validator's loader.
 
 The runtime lives in the private modules beside this one, one job each: ``_sources`` reads documents,
-``_tokenizing`` encodes them (shared over a process group), ``_samples`` turns them into samples (packed,
-padded, synthetic, captioned images from ``_images``), ``_loader`` deals, orders and resumes the batches.
+``_tokenizing`` encodes them (shared over a process group), ``_corpus`` cuts packed or padded samples from
+token arrays (in memory, or memory-mapped by ``_prepared`` from folders ``python -m hyper_parallel.data
+prepare`` wrote), ``_samples`` builds each source's samples (also synthetic, captioned images from
+``_images``), ``_order`` computes the sample order (shuffle, blending), ``_loader`` deals and resumes.
 """
 
 from collections.abc import Iterator
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DataLoader", "DatasetConfig", "LoaderRequest", "TextDataLoader"]
 
-_FILE_SOURCES = ("jsonl", "text")
+_FILE_SOURCES = ("jsonl", "text", "tokenized")
 _GENERATED_SOURCES = ("synthetic", "shapes")
 
 
@@ -30,10 +32,11 @@ _GENERATED_SOURCES = ("synthetic", "shapes")
 class DatasetConfig:
     """A nested ``dataset`` section: which text to read and how to turn it into training samples."""
 
-    source: Literal["jsonl", "text", "python_docs", "synthetic", "shapes"] = attrs.field(
+    source: Literal["jsonl", "text", "tokenized", "python_docs", "synthetic", "shapes"] = attrs.field(
         default="synthetic",
         metadata={
             "help": "Data format: 'jsonl' (one JSON object per line), 'text' (plain text files), "
+            "'tokenized' (folders written by python -m hyper_parallel.data prepare, memory-mapped), "
             "'python_docs' (docstrings of the Python standard library: real text, no files), "
             "'synthetic' (random tokens, for smoke tests and benchmarks) or 'shapes' (generated "
             "images of coloured shapes with captions, for vision-language models)."
@@ -45,6 +48,27 @@ class DatasetConfig:
         metadata={
             "help": "Data files or directories to read, in order; must be empty for 'python_docs', "
             "'synthetic' and 'shapes'."
+        },
+    )
+    weights: tuple[float, ...] | None = attrs.field(
+        default=None,
+        metadata={
+            "help": "Share of each prepared folder of paths in the blended samples (one per path, any "
+            "positive scale); null weighs each by its size. Only for source 'tokenized'."
+        },
+    )
+    holdout_fraction: float = attrs.field(
+        default=0.0,
+        metadata={
+            "help": "Fraction of each prepared folder's documents (its last ones) set apart for validation; "
+            "training reads the rest. Only for source 'tokenized'."
+        },
+    )
+    split: Literal["train", "holdout"] = attrs.field(
+        default="train",
+        metadata={
+            "help": "'train' reads the documents before the held-out fraction, 'holdout' only those "
+            "(a validator's dataset with the training paths and holdout_fraction)."
         },
     )
     text_field: str = attrs.field(
@@ -89,6 +113,7 @@ class DatasetConfig:
                 "paths",
                 f"must be empty when source is {self.source!r} (or set source to 'jsonl' or 'text')",
             )
+        yield from self._tokenized_checks()
         defaults = attrs.fields(DatasetConfig)
         if self.source != "jsonl" and self.text_field != defaults.text_field.default:
             yield (
@@ -120,6 +145,29 @@ class DatasetConfig:
         from hyper_parallel.components.dataloader._sources import check_files
 
         check_files(self)
+
+    def _tokenized_checks(self) -> Iterator[tuple[str, str]]:
+        """Mixture and held-out options: only for prepared folders, and consistent with ``paths``."""
+        if self.source != "tokenized":
+            for name in ("weights", "holdout_fraction", "split"):
+                if getattr(self, name) != getattr(attrs.fields(DatasetConfig), name).default:
+                    yield (
+                        name,
+                        f"is only read when source is 'tokenized' (source is {self.source!r}); leave it out",
+                    )
+            return
+        if self.weights is not None:
+            if len(self.weights) != len(self.paths):
+                yield (
+                    "weights",
+                    f"has {len(self.weights)} value(s) for {len(self.paths)} path(s): give one per path",
+                )
+            if any(not w > 0 or w == float("inf") for w in self.weights):
+                yield "weights", f"must all be positive and finite, got {list(self.weights)}"
+        if not 0.0 <= self.holdout_fraction < 1.0:
+            yield "holdout_fraction", f"must be in [0, 1), got {self.holdout_fraction}"
+        if self.split == "holdout" and self.holdout_fraction == 0.0:
+            yield "split", "'holdout' needs holdout_fraction > 0 (the documents it reads)"
 
     def unread_seed(self, shuffle: bool) -> Iterator[tuple[str, str]]:
         """``("seed", message)`` when ``seed`` is set but nothing reads it: no shuffle, no generated data."""

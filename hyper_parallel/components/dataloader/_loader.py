@@ -1,11 +1,13 @@
 """Dealing, ordering and resuming batches: ``ResumableLoader`` and ``build_loader`` (part of ``DataLoader``).
 
-Documents are read (``_sources``), tokenized once at build time (``_tokenizing``) and turned into samples
-kept in memory (``_samples``); this module deals them to the data-parallel ranks and batches them.
-``seq_len`` may not exceed the tokenizer's ``model_max_length``.
+Samples come from ``_samples`` (in-memory sources) or ``_prepared`` (memory-mapped folders), both cut from a
+token corpus by ``_corpus``; this module deals them to the data-parallel ranks and batches them, one
+micro-batch at a time (nothing per sample of the epoch is held). ``seq_len`` may not exceed the tokenizer's
+``model_max_length``.
 
-Order: epoch ``e`` permutes the samples with a generator seeded from ``(seed, e)`` (identity without
-``shuffle``).
+Order: position ``p`` of epoch ``e`` is sample ``order.indices(e, p)`` (``_order``: a computed per-epoch
+shuffle, identity without ``shuffle``; several prepared sources blended by weight, each cycling its own
+epochs).
 
 - Training (``infinite``, or ``drop_last``): the first ``N - N % dp_world_size`` samples of that order are
   dealt round-robin (position ``p`` to rank ``p % dp_world_size``), so every rank sees the same number of
@@ -27,12 +29,15 @@ resumed on another layout trains on the same global batches; ``load_state_dict``
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 import torch.utils.data
 
+from hyper_parallel.components.dataloader._corpus import ConcatSamples
+from hyper_parallel.components.dataloader._order import SampleOrder
 from hyper_parallel.components.dataloader._samples import Samples, WithFiller, build_samples, collate_fn
 from hyper_parallel.config.errors import InputFileError
 
@@ -56,8 +61,8 @@ class _BatchSampler:
         loader = self.loader
         epoch, index = loader._epoch, loader._batch_index
         while True:
-            batches = loader.epoch_batches(epoch)
-            yield from batches[index:]
+            for batch in range(index, loader.batches_per_epoch):
+                yield loader.batch(epoch, batch)
             if not loader.infinite:
                 return
             epoch, index = epoch + 1, 0
@@ -88,8 +93,13 @@ class ResumableLoader:
         drop_last: bool,
         infinite: bool = True,
         workers: DataLoader.Config | None = None,
+        weights: Sequence[float] | None = None,
+        source_names: Sequence[str] = (),
     ) -> None:
         self.samples = samples
+        sizes = [len(s) for s in samples.sources] if isinstance(samples, ConcatSamples) else [len(samples)]
+        self.source_names = tuple(source_names)
+        self.seq_len = request.seq_len
         self.dp_rank, self.dp_world_size = request.dp_rank, request.dp_world_size
         self.micro_batch_size, self.seed = request.micro_batch_size, seed
         self.shuffle, self.drop_last, self.infinite = shuffle, drop_last, infinite
@@ -106,6 +116,7 @@ class ResumableLoader:
                 f"the dataset has {len(samples)} samples: too few for one batch of {micro_batch_size} on "
                 f"each of {dp_world_size} data-parallel ranks"
             )
+        self.order = SampleOrder(sizes, weights, seed=seed, shuffle=shuffle)
         self._epoch = 0
         self._batch_index = 0
         num_workers = 0 if workers is None else workers.num_workers
@@ -122,21 +133,38 @@ class ResumableLoader:
             generator=torch.Generator().manual_seed(seed),
         )
 
+    def batch(self, epoch: int, index: int) -> list[int]:
+        """Sample indices of this rank's micro-batch ``index`` of ``epoch`` (``[-1]``: a filler sample)."""
+        n, world = len(self.samples), self.dp_world_size
+        start = index * self.micro_batch_size
+        positions = self.dp_rank + world * np.arange(start, start + self.micro_batch_size, dtype=np.int64)
+        positions = positions[positions < (n if self.one_pass else n - n % world)]
+        if positions.size == 0:
+            return [WithFiller.FILLER]
+        return [int(i) for i in self.order.indices(epoch, positions)]
+
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         """This rank's micro-batches (sample indices; ``-1`` is a filler sample) of ``epoch``."""
-        n = len(self.samples)
-        if self.shuffle:
-            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-            order = torch.randperm(n, generator=gen).tolist()
-        else:
-            order = list(range(n))
-        size = self.micro_batch_size
-        if self.one_pass:
-            mine = order[self.dp_rank :: self.dp_world_size]
-            batches = [mine[i : i + size] for i in range(0, len(mine), size)]
-            return batches + [[WithFiller.FILLER]] * (self.batches_per_epoch - len(batches))
-        mine = order[self.dp_rank : n - n % self.dp_world_size : self.dp_world_size]
-        return [mine[i : i + size] for i in range(0, size * self.batches_per_epoch, size)]
+        return [self.batch(epoch, index) for index in range(self.batches_per_epoch)]
+
+    def data_tokens(self) -> dict[str, int]:
+        """Tokens each source has supplied to all ranks so far, by name (the position's ``source_names``).
+
+        Counted from the position alone (samples of ``seq_len`` tokens dealt before it), so it is the same
+        on every rank and after a resume.
+        """
+        if not self.source_names:
+            return {}
+        used = self._samples_per_epoch(self.dp_world_size, self.micro_batch_size)
+        step = self.dp_world_size * self.micro_batch_size
+        totals = [0] * len(self.source_names)
+        n = self.order.total
+        ends = [(e * n, e * n + used) for e in range(self._epoch)]
+        ends.append((self._epoch * n, self._epoch * n + min(self._batch_index * step, used)))
+        for first, last in ends:
+            for s, (a, b) in enumerate(zip(self.order.counts(first), self.order.counts(last), strict=True)):
+                totals[s] += b - a
+        return {name: count * self.seq_len for name, count in zip(self.source_names, totals, strict=True)}
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         for batch in self._torch_loader:
@@ -155,13 +183,16 @@ class ResumableLoader:
         return self._epoch
 
     def _identity(self) -> dict[str, int]:
-        return {
+        identity = {
             "dp_rank": self.dp_rank,
             "dp_world_size": self.dp_world_size,
             "micro_batch_size": self.micro_batch_size,
             "num_samples": len(self.samples),
             "seed": self.seed,
         }
+        if len(self.order.sizes) > 1:  # a mixture: its sources' sizes and weights decide the order too
+            identity["mixture"] = self.order.digest()
+        return identity
 
     def state_dict(self) -> dict[str, int]:
         """The position (epoch, batches consumed in it) and what it depends on; plain ints only."""
@@ -186,9 +217,11 @@ class ResumableLoader:
         batch divides the number of samples) and the position falls on a micro-batch boundary of this
         layout; otherwise it is refused, as is any change of a one-pass (validation) loader.
         """
-        data = ("num_samples", "seed")
         identity = self._identity()
-        mismatched = {key: (state.get(key), identity[key]) for key in data if state.get(key) != identity[key]}
+        data = [key for key in ("num_samples", "seed", "mixture") if key in identity or key in state]
+        mismatched = {
+            key: (state.get(key), identity.get(key)) for key in data if state.get(key) != identity.get(key)
+        }
         if mismatched:
             detail = ", ".join(f"{k}: saved {old!r}, now {new!r}" for k, (old, new) in mismatched.items())
             raise ValueError(f"cannot resume the data position: {detail}")
@@ -252,6 +285,7 @@ def build_loader(
     caps = [cap for cap in (dataset.max_samples, max_samples) if cap is not None]
     seed = dataset.seed if dataset.seed is not None else request.seed
     samples = build_samples(dataset, request, seed=seed, max_samples=min(caps) if caps else None)
+    tokenized = dataset.source == "tokenized"
     try:
         return ResumableLoader(
             samples,
@@ -261,6 +295,8 @@ def build_loader(
             drop_last=drop_last,
             infinite=infinite,
             workers=workers,
+            weights=dataset.weights,
+            source_names=dataset.paths if tokenized else (),
         )
     except _TooFewSamples as exc:
         if not dataset.paths:

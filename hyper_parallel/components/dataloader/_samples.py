@@ -20,13 +20,20 @@ or padded with the pad id on the tokenizer's ``padding_side`` (padded labels are
 
 from __future__ import annotations
 
-import functools
+import itertools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.utils.data
 
+from hyper_parallel.components.dataloader._corpus import (
+    Corpus,
+    PackedSamples,
+    PaddedSamples,
+    Samples,
+    corpus_in_memory,
+)
 from hyper_parallel.components.dataloader._sources import read_documents
 from hyper_parallel.components.dataloader._tokenizing import encode, tokenize
 
@@ -35,44 +42,6 @@ if TYPE_CHECKING:
     from hyper_parallel.components.dataloader._images import ShapeImages
 
 __all__ = ["Samples", "WithFiller", "build_samples", "collate_fn"]
-
-
-class Samples(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
-    """Map-style samples ``{input_ids, labels}`` of ``seq_len`` tokens."""
-
-    def __len__(self) -> int:
-        raise NotImplementedError
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
-
-
-class _PackedSamples(Samples):
-    def __init__(self, stream: torch.Tensor, seq_len: int, count: int, eos: int | None) -> None:
-        self.stream, self.seq_len, self.count, self.eos = stream, seq_len, count, eos
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        window = self.stream[index * self.seq_len : (index + 1) * self.seq_len].long()
-        sample = {"input_ids": window, "labels": window.clone()}
-        if self.eos is not None:
-            # A document ends with its EOS: the document of token t counts the EOS tokens before t.
-            ends = (window == self.eos).long()
-            sample["document_ids"] = ends.cumsum(0) - ends
-        return sample
-
-
-class _PaddedSamples(Samples):
-    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor) -> None:
-        self.inputs, self.labels = inputs, labels
-
-    def __len__(self) -> int:
-        return int(self.inputs.size(0))
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.inputs[index].long(), "labels": self.labels[index].long()}
 
 
 class _SyntheticSamples(Samples):
@@ -202,44 +171,38 @@ class WithFiller(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
 
 def _packed(
-    docs: Iterator[list[int]], eos: int, seq_len: int, max_samples: int | None, document_masking: bool
+    docs: Iterator[list[int]],
+    eos: int,
+    seq_len: int,
+    max_samples: int | None,
+    document_masking: bool,
+    ignore: int,
 ) -> Samples:
-    pieces: list[torch.Tensor] = []
-    total = 0
     limit = None if max_samples is None else max_samples * seq_len
-    for ids in docs:
-        if not ids or ids[-1] != eos:
-            ids = [*ids, eos]
-        pieces.append(torch.tensor(ids, dtype=torch.int64))
-        total += len(ids)
-        if limit is not None and total >= limit:
-            break
-    stream = torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.int64)
-    count = stream.numel() // seq_len
+    corpus = corpus_in_memory(docs, eos, stop_after_tokens=limit)
+    return packed_samples(corpus, seq_len, max_samples, eos if document_masking else None, ignore)
+
+
+def packed_samples(
+    corpus: Corpus, seq_len: int, max_samples: int | None, eos: int | None, ignore_index: int
+) -> Samples:
+    """Windows of a corpus (``eos``: with document ids), the first ``max_samples`` (None: all)."""
+    count = corpus.tokens // seq_len
     if max_samples is not None:
         count = min(count, max_samples)
-    return _PackedSamples(stream, seq_len, count, eos if document_masking else None)
+    return PackedSamples(corpus, seq_len, count, eos, ignore_index)
 
 
-def _padded(
-    docs: Iterator[list[int]], tokenizer: Any, seq_len: int, max_samples: int | None, ignore_index: int
+def padded_samples(
+    corpus: Corpus, tokenizer: Any, seq_len: int, max_samples: int | None, ignore_index: int
 ) -> Samples:
+    """One document of a corpus per sample, the first ``max_samples``, padded per the tokenizer."""
     pad = getattr(tokenizer, "pad_id", None)
     if pad is None:
         raise ValueError("padding documents (pack_sequences: false) needs a tokenizer with a pad token")
     left = getattr(tokenizer, "padding_side", "right") == "left"
-    inputs: list[list[int]] = []
-    labels: list[list[int]] = []
-    for ids in docs:
-        ids = ids[:seq_len]
-        fill = seq_len - len(ids)
-        inputs.append([pad] * fill + ids if left else ids + [pad] * fill)
-        labels.append([ignore_index] * fill + ids if left else ids + [ignore_index] * fill)
-        if max_samples is not None and len(inputs) >= max_samples:
-            break
-    shape = (len(inputs), seq_len)
-    as_tensor = functools.partial(torch.tensor, dtype=torch.int64)
-    return _PaddedSamples(as_tensor(inputs).reshape(shape), as_tensor(labels).reshape(shape))
+    count = corpus.documents if max_samples is None else min(corpus.documents, max_samples)
+    return PaddedSamples(corpus, seq_len, count, pad=pad, left=left, ignore_index=ignore_index)
 
 
 def collate_fn(samples: Samples) -> Callable[[list[dict[str, torch.Tensor]]], dict[str, torch.Tensor]] | None:
@@ -275,13 +238,18 @@ def build_samples(
         return _SyntheticSamples(
             count if max_samples is None else min(count, max_samples), seq_len, vocab, seed
         )
+    if cfg.source == "tokenized":
+        from hyper_parallel.components.dataloader._prepared import prepared_samples
+
+        return prepared_samples(cfg, request, max_samples=max_samples)
     docs = tokenize(tokenizer, read_documents(cfg), request.process_group)
     try:
         if cfg.pack_sequences:
             eos = getattr(tokenizer, "eos_id", None)
             if eos is None:
                 raise ValueError("packing documents needs a tokenizer with an eos token")
-            return _packed(docs, eos, seq_len, max_samples, cfg.document_masking)
-        return _padded(docs, tokenizer, seq_len, max_samples, ignore_index)
+            return _packed(docs, eos, seq_len, max_samples, cfg.document_masking, ignore_index)
+        corpus = corpus_in_memory(iter(itertools.islice(docs, max_samples)), None)
+        return padded_samples(corpus, tokenizer, seq_len, max_samples, ignore_index)
     finally:
         docs.close()  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ import logging
 import secrets
 import sys
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, SupportsFloat, TextIO
@@ -42,6 +43,13 @@ def _duration(seconds: float) -> str:
     """``h:mm:ss`` for an estimated remaining time."""
     total = round(seconds)
     return f"{total // 3600}:{total % 3600 // 60:02d}:{total % 60:02d}"
+
+
+def _mix(data_tokens: Mapping[str, int]) -> str:
+    """``data web 25% code 75%``: each source's share of the tokens supplied so far, by its path."""
+    total = max(sum(data_tokens.values()), 1)
+    shares = " ".join(f"{k} {100 * v / total:.0f}%" for k, v in data_tokens.items())
+    return f"data {shares}"
 
 
 def _per_rank(path: str, rank: int) -> Path:
@@ -152,6 +160,7 @@ class MetricsProcessor:
         num_tokens: int = 0,
         flops: float | None = None,
         step_time: float | None = None,
+        data_tokens: Mapping[str, int] | None = None,
         **extra: float,
     ) -> dict[str, Any] | None:
         """Account for one optimizer step; write and return a record on logging steps.
@@ -194,6 +203,8 @@ class MetricsProcessor:
             if record["tflops"] is None or self.peak_flops is None
             else 100.0 * record["tflops"] * 1e12 / self.peak_flops
         )
+        if data_tokens:
+            record["data_tokens"] = {str(k): int(v) for k, v in data_tokens.items()}
         if self.max_steps is not None:
             done = step - self._start_step
             record["eta_seconds"] = (now - self._start_time) / max(done, 1) * max(self.max_steps - step, 0)
@@ -239,6 +250,8 @@ class MetricsProcessor:
         parts.append(f"mem {record['memory_gib']:.2f} GiB")
         if "eta_seconds" in record:
             parts.append(f"eta {_duration(record['eta_seconds'])}")
+        if record.get("data_tokens"):
+            parts.append(_mix(record["data_tokens"]))
         return f"[{self.run_name}] " + "  ".join(parts)
 
     def _write(self, record: dict[str, Any]) -> None:
@@ -252,7 +265,11 @@ class MetricsProcessor:
         shown = {key: value for key, value in values.items() if value is not None}
         if self._tb is not None:
             for key, value in shown.items():
-                self._tb.add_scalar(key, value, step)
+                if key == "data_tokens":
+                    for source, count in value.items():
+                        self._tb.add_scalar(f"data_tokens/{source}", count, step)
+                else:
+                    self._tb.add_scalar(key, value, step)
         if self._wandb is not None:
             self._wandb.log(shown, step=step)
 

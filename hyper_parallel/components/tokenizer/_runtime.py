@@ -38,6 +38,8 @@ class TokenizerRuntime:
     bos_id: int | None
     eos_id: int | None
     pad_id: int | None
+    #: The Jinja chat template of ``tokenizer_config.json``; None when the tokenizer has none.
+    chat_template: str | None = None
 
     def __init__(
         self,
@@ -80,6 +82,12 @@ class TokenizerRuntime:
         """``encode`` of each text (a Rust tokenizer batches the work)."""
         return [self._with_specials(ids, None, None) for ids in self._ids(texts)]
 
+    def encode_batch_arrays(self, texts: list[str], dtype: Any) -> list[Any]:
+        """``encode_batch`` as numpy arrays of ``dtype`` (what ``prepare`` writes); the same ids."""
+        import numpy as np
+
+        return [np.asarray(ids, dtype=dtype) for ids in self.encode_batch(texts)]
+
     def pad(self, ids: list[int], length: int) -> list[int]:
         """``ids`` cut or padded with ``pad_id`` to ``length``, on ``padding_side``."""
         if self.pad_id is None:
@@ -102,6 +110,22 @@ class ByteLevelTokenizer(TokenizerRuntime):
 
     def _ids(self, texts: list[str]) -> list[list[int]]:
         return [list(text.encode("utf-8")) for text in texts]
+
+    def encode_batch_arrays(self, texts: list[str], dtype: Any) -> list[Any]:
+        """``encode_batch`` as numpy arrays, straight from the UTF-8 bytes (no list of ints in between)."""
+        import numpy as np
+
+        head = [self.bos_id] if self.add_bos else []
+        tail = [self.eos_id] if self.add_eos else []
+        out = []
+        for text in texts:
+            array = np.empty(len(head) + len(text.encode("utf-8")) + len(tail), dtype=dtype)
+            body = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+            array[len(head) : len(head) + body.size] = body
+            array[: len(head)] = head
+            array[len(head) + body.size :] = tail
+            out.append(array)
+        return out
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """Bytes decoded as UTF-8 (invalid sequences become U+FFFD); specials as ``<s>``, ``</s>``, ``<pad>``.
@@ -186,6 +210,13 @@ class HFTokenizer(TokenizerRuntime):
         """Text of ``ids``."""
         return str(self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
 
+    def encode_with_offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Ids of each text without bos/eos, with each token's character span ``(start, end)``."""
+        return [
+            (list(enc.ids), [(int(a), int(b)) for a, b in enc.offsets])
+            for enc in self._tok.encode_batch(texts, add_special_tokens=False)
+        ]
+
 
 def locate_tokenizer(path: str) -> tuple[Path, Path | None]:
     """``tokenizer.json`` and the optional ``tokenizer_config.json`` beside it, from a file or folder."""
@@ -229,7 +260,7 @@ def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | Non
     configured = frozenset(
         name for name in ("bos_token", "eos_token", "pad_token") if getattr(cfg, name) is not None
     )
-    return HFTokenizer(
+    built = HFTokenizer(
         rust,
         bos_token=cfg.bos_token or _token_text(saved.get("bos_token")),
         eos_token=cfg.eos_token or _token_text(saved.get("eos_token")),
@@ -241,3 +272,7 @@ def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | Non
         source=str(file),
         configured=configured,
     )
+    template = saved.get("chat_template")
+    if isinstance(template, str) and template:
+        built.chat_template = template
+    return built

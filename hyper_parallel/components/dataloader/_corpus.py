@@ -1,0 +1,221 @@
+"""Token corpora and the samples cut from them: one path for in-memory and prepared data (``DataLoader``).
+
+A corpus is the shard arrays of ``hyper_parallel.data.shards`` (tokens with each document's EOS, offsets,
+appended flags, an optional assistant mask): memory-mapped from a prepared folder (``tokenized`` source), or
+built in memory from the documents a ``jsonl``/``text``/``python_docs`` source reads. The samples are cut
+from it the same way either way, so the same files give the same batches prepared or not.
+
+- Packed: the corpus's tokens end to end, cut into windows of ``seq_len`` (the incomplete tail dropped);
+  ``document_ids`` count the EOS tokens before each position (document masking).
+- Padded: document ``d`` (without an EOS prepare appended) cut or padded to ``seq_len``.
+
+Labels are the ids, or ``ignore_index`` where the assistant mask is 0 (chat data) or on padding. Reading a
+sample touches only its own window: memory stays flat in the corpus size.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.utils.data
+
+from hyper_parallel.data.shards import ShardArrays
+
+__all__ = ["ConcatSamples", "Corpus", "PackedSamples", "PaddedSamples", "Samples", "corpus_in_memory"]
+
+
+class Samples(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    """Map-style samples ``{input_ids, labels}`` of ``seq_len`` tokens."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+
+class Corpus:
+    """Shards read as one sequence of tokens and one sequence of documents; ``documents`` may cut it short.
+
+    ``first`` and ``documents`` select documents ``[first, first + documents)`` (a held-out split); by
+    default all of them.
+    """
+
+    def __init__(
+        self, shards: Sequence[ShardArrays], *, first: int = 0, documents: int | None = None
+    ) -> None:
+        self.shards = list(shards)
+        self.doc_starts = [0]
+        self.token_starts = [0]
+        for shard in self.shards:
+            self.doc_starts.append(self.doc_starts[-1] + shard.documents)
+            self.token_starts.append(self.token_starts[-1] + int(shard.tokens.shape[0]))
+        total = self.doc_starts[-1]
+        self.first = first
+        self.documents = total - first if documents is None else documents
+        self.chat = any(shard.mask is not None for shard in self.shards)
+        # Token range of the selected documents in the stream of all of them.
+        self.begin = self._document_start(first)
+        self.end = self._document_start(first + self.documents)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Memory-mapped arrays travel as their file and layout (a spawned worker maps them again), so
+        pickling a corpus for a data-loader worker never copies it."""
+        state = dict(vars(self))
+        state["shards"] = [
+            {key: _portable(getattr(shard, key)) for key in ("tokens", "offsets", "appended", "mask")}
+            for shard in self.shards
+        ]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["shards"] = [ShardArrays(**{k: _restored(v) for k, v in s.items()}) for s in state["shards"]]
+        vars(self).update(state)
+
+    def _document_start(self, doc: int) -> int:
+        if doc >= self.doc_starts[-1]:
+            return self.token_starts[-1]
+        shard = bisect.bisect_right(self.doc_starts, doc) - 1
+        return self.token_starts[shard] + int(self.shards[shard].offsets[doc - self.doc_starts[shard]])
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of the selected documents."""
+        return self.end - self.begin
+
+    def _span(self, start: int, stop: int, key: str) -> npt.NDArray[Any]:
+        """``tokens`` (or ``mask``) of stream positions ``[start, stop)`` relative to ``begin``."""
+        start, stop = start + self.begin, stop + self.begin
+        parts = []
+        shard = bisect.bisect_right(self.token_starts, start) - 1
+        while start < stop:
+            base = self.token_starts[shard]
+            array = getattr(self.shards[shard], key)
+            take = min(stop, self.token_starts[shard + 1]) - start
+            parts.append(np.asarray(array[start - base : start - base + take]))
+            start += take
+            shard += 1
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def window(self, start: int, stop: int) -> tuple[npt.NDArray[Any], npt.NDArray[Any] | None]:
+        """Tokens (and assistant mask) of positions ``[start, stop)`` of the selected stream."""
+        return self._span(start, stop, "tokens"), self._span(start, stop, "mask") if self.chat else None
+
+    def document(self, doc: int) -> tuple[npt.NDArray[Any], npt.NDArray[Any] | None]:
+        """Tokens (and mask) of selected document ``doc`` as the tokenizer encoded it (no appended EOS)."""
+        doc += self.first
+        shard = bisect.bisect_right(self.doc_starts, doc) - 1
+        arrays, local = self.shards[shard], doc - self.doc_starts[shard]
+        start, stop = int(arrays.offsets[local]), int(arrays.offsets[local + 1]) - int(arrays.appended[local])
+        mask = None if arrays.mask is None else np.asarray(arrays.mask[start:stop])
+        return np.asarray(arrays.tokens[start:stop]), mask
+
+
+def _portable(array: npt.NDArray[Any] | None) -> Any:
+    if isinstance(array, np.memmap) and array.filename is not None:
+        return ("memmap", str(array.filename), array.dtype.str, array.shape, int(array.offset))
+    return array
+
+
+def _restored(value: Any) -> Any:
+    if isinstance(value, tuple) and value[:1] == ("memmap",):
+        _, filename, dtype, shape, offset = value
+        return np.memmap(filename, dtype=np.dtype(dtype), mode="r", shape=shape, offset=offset)
+    return value
+
+
+def corpus_in_memory(
+    docs: Iterator[list[int]], eos: int | None, *, stop_after_tokens: int | None = None
+) -> Corpus:
+    """A one-shard corpus of encoded documents, with the EOS packing needs appended (as ``prepare`` does).
+
+    ``stop_after_tokens`` stops reading once that many tokens are in (the rest would never be used).
+    """
+    pieces: list[npt.NDArray[np.int64]] = []
+    appended: list[int] = []
+    total = 0
+    for ids in docs:
+        add = eos is not None and (not ids or ids[-1] != eos)
+        pieces.append(np.asarray([*ids, eos] if add else ids, dtype=np.int64))
+        appended.append(int(add))
+        total += pieces[-1].shape[0]
+        if stop_after_tokens is not None and total >= stop_after_tokens:
+            break
+    offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum([p.shape[0] for p in pieces], out=offsets[1:])
+    tokens = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+    return Corpus([ShardArrays(tokens, offsets, np.asarray(appended, dtype=np.uint8))])
+
+
+def _labels(ids: torch.Tensor, mask: npt.NDArray[Any] | None, ignore_index: int) -> torch.Tensor:
+    labels = ids.clone()
+    if mask is not None:
+        labels[torch.from_numpy(np.asarray(mask) == 0)] = ignore_index
+    return labels
+
+
+class PackedSamples(Samples):
+    """Windows of ``seq_len`` tokens of a corpus's stream; ``eos`` (None: no masking): ``document_ids``."""
+
+    def __init__(self, corpus: Corpus, seq_len: int, count: int, eos: int | None, ignore_index: int) -> None:
+        self.corpus, self.seq_len, self.count, self.eos = corpus, seq_len, count, eos
+        self.ignore_index = ignore_index
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        tokens, mask = self.corpus.window(index * self.seq_len, (index + 1) * self.seq_len)
+        window = torch.from_numpy(tokens.astype(np.int64))
+        sample = {"input_ids": window, "labels": _labels(window, mask, self.ignore_index)}
+        if self.eos is not None:
+            # A document ends with its EOS: the document of token t counts the EOS tokens before t.
+            ends = (window == self.eos).long()
+            sample["document_ids"] = ends.cumsum(0) - ends
+        return sample
+
+
+class PaddedSamples(Samples):
+    """One document per sample, cut or padded to ``seq_len`` on ``left`` or right (labels ignored there)."""
+
+    def __init__(
+        self, corpus: Corpus, seq_len: int, count: int, *, pad: int, left: bool, ignore_index: int
+    ) -> None:
+        self.corpus, self.seq_len, self.count = corpus, seq_len, count
+        self.pad, self.left, self.ignore_index = pad, left, ignore_index
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        tokens, mask = self.corpus.document(index)
+        ids = torch.from_numpy(tokens[: self.seq_len].astype(np.int64))
+        labels = _labels(ids, None if mask is None else mask[: self.seq_len], self.ignore_index)
+        fill = self.seq_len - ids.numel()
+        pad = torch.full((fill,), self.pad, dtype=torch.int64)
+        ignored = torch.full((fill,), self.ignore_index, dtype=torch.int64)
+        if self.left:
+            return {"input_ids": torch.cat([pad, ids]), "labels": torch.cat([ignored, labels])}
+        return {"input_ids": torch.cat([ids, pad]), "labels": torch.cat([labels, ignored])}
+
+
+class ConcatSamples(Samples):
+    """Several sources' samples under flat indices: source ``s`` holds ``[starts[s], starts[s] + len)``."""
+
+    def __init__(self, sources: Sequence[Samples]) -> None:
+        self.sources = list(sources)
+        self.starts = [0]
+        for source in self.sources:
+            self.starts.append(self.starts[-1] + len(source))
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        source = bisect.bisect_right(self.starts, index) - 1
+        return self.sources[source][index - self.starts[source]]

@@ -1,0 +1,71 @@
+"""The ``tokenized`` source: prepared folders memory-mapped, one source of samples each (``DataLoader``).
+
+Each path of ``dataset.paths`` is a folder written by ``python -m hyper_parallel.data prepare``; it is opened
+with ``hyper_parallel.data.shards`` (manifest, sizes and quick digests checked; nothing of the text read),
+refused when its tokenizer fingerprint is not the training tokenizer's, and cut into samples exactly as an
+in-memory source of the same documents would be (``_corpus``). With several paths, each is its own source
+of the blended order (``_order``), weighted by ``dataset.weights`` (default: by its size).
+
+``holdout_fraction`` sets apart the last documents of each folder (that fraction of them, rounded down):
+``split: train`` reads the documents before them, ``split: holdout`` those documents only, so validation
+samples never share a token with the training samples.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hyper_parallel.components.dataloader._corpus import ConcatSamples, Corpus, Samples
+from hyper_parallel.components.dataloader._samples import packed_samples, padded_samples
+from hyper_parallel.config.errors import ConfigError, Issue
+from hyper_parallel.data.shards import PreparedError, open_prepared, tokenizer_fingerprint
+
+if TYPE_CHECKING:
+    from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest
+
+__all__ = ["PreparedDataError", "prepared_samples"]
+
+
+class PreparedDataError(ConfigError):
+    """A prepared folder the config names cannot be trained on: ``FILE: dataset.paths: PROBLEM``, exit 2."""
+
+
+def _corpus(path: str, cfg: DatasetConfig, fingerprint: tuple[str, dict[str, object]]) -> Corpus:
+    try:
+        prepared = open_prepared(path, tokenizer=fingerprint)
+    except PreparedError as exc:
+        raise PreparedDataError([Issue("dataset.paths", exc.problem, exc.where)]) from None
+    total = prepared.documents
+    held = int(total * cfg.holdout_fraction)
+    if cfg.split == "holdout":
+        return Corpus(prepared.shards, first=total - held, documents=held)
+    return Corpus(prepared.shards, documents=total - held)
+
+
+def prepared_samples(cfg: DatasetConfig, request: LoaderRequest, *, max_samples: int | None) -> Samples:
+    """Samples of every prepared folder of ``cfg.paths`` (one source each), cut as ``cfg`` says."""
+    tokenizer = request.tokenizer
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    eos = getattr(tokenizer, "eos_id", None)
+    sources: list[Samples] = []
+    for path in cfg.paths:
+        corpus = _corpus(path, cfg, fingerprint)
+        if cfg.pack_sequences:
+            if eos is None:
+                raise ValueError("packing documents needs a tokenizer with an eos token")
+            samples = packed_samples(
+                corpus,
+                request.seq_len,
+                max_samples,
+                eos if cfg.document_masking else None,
+                request.ignore_index,
+            )
+        else:
+            samples = padded_samples(corpus, tokenizer, request.seq_len, max_samples, request.ignore_index)
+        if len(samples) == 0:
+            where = f"{path} ({cfg.split} split)" if cfg.holdout_fraction else path
+            raise PreparedDataError(
+                [Issue("dataset.paths", f"holds no sample of {request.seq_len} tokens", where)]
+            )
+        sources.append(samples)
+    return sources[0] if len(sources) == 1 else ConcatSamples(sources)

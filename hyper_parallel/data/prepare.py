@@ -1,0 +1,527 @@
+"""``prepare``: tokenize text once into the memory-mapped shards training reads (format: ``shards``).
+
+The tokenizer is exactly the one the config's ``tokenizer`` group builds (the config is resolved with
+``load_config`` and only its tokenizer is built), so preparing and training cannot disagree; the manifest
+records its fingerprint and training refuses shards prepared with another.
+
+The work is planned from the inputs alone, before any tokenizing: each ``.jsonl`` (or chat) file is cut at
+line boundaries into pieces of about ``shard_bytes``, ``.txt`` files (one document each) are grouped into
+pieces of about that size, a Parquet file is cut at row-group boundaries; each piece becomes one shard. So
+the shards, and every byte written, are the same for any number of workers: workers only decide which
+process encodes which piece. A finished shard is renamed into place; a prepare interrupted and run again
+with the same inputs, tokenizer and options keeps the finished shards and encodes only the rest. The
+manifest is written last.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import itertools
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+import numpy as np
+
+from hyper_parallel.data import shards
+
+__all__ = ["InputError", "Piece", "PrepareOptions", "plan", "prepare"]
+
+FORMATS = ("jsonl", "text", "parquet", "chat")
+_SUFFIXES = {".jsonl": "jsonl", ".txt": "text", ".parquet": "parquet"}
+_PLAN = ".prepare-plan.json"
+#: Documents encoded per ``encode_batch`` call.
+_BATCH = 1024
+
+
+class InputError(ValueError):
+    """An input that cannot be prepared; the message starts with its location (``data.jsonl:2: ...``)."""
+
+
+@attrs.frozen
+class PrepareOptions:
+    """What decides the bytes a prepare writes (besides the inputs and the tokenizer)."""
+
+    format: str | None = None
+    text_field: str = "text"
+    shard_bytes: int = 64 << 20
+    chat_template: str | None = None
+
+
+@attrs.frozen
+class Piece:
+    """A part of one input file that becomes (part of) one shard: a byte range of lines, or row groups."""
+
+    file: str
+    format: str
+    start: int  # byte offset (jsonl, chat, text) or first row group (parquet)
+    end: int  # exclusive
+    first_line: int = 1
+
+
+# -- inputs --------------------------------------------------------------------------------------------
+def _format_of(path: Path, forced: str | None) -> str | None:
+    if forced is not None:
+        return forced
+    return _SUFFIXES.get(path.suffix)
+
+
+def _under(folder: Path, forced: str | None) -> list[Path]:
+    suffixes = [
+        s
+        for s, f in _SUFFIXES.items()
+        if forced is None or f == forced or (forced == "chat" and f == "jsonl")
+    ]
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and p.suffix in suffixes
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+
+
+def find_inputs(inputs: Sequence[str], forced: str | None) -> list[tuple[Path, str]]:
+    """The files named by ``inputs`` (files, folders searched recursively, globs), each with its format."""
+    found: list[tuple[Path, str]] = []
+    for raw in inputs:
+        if glob.has_magic(raw):
+            matches = [Path(p) for p in sorted(glob.glob(raw, recursive=True))]
+            if not matches:
+                raise InputError(f"{raw}: no file matches this pattern")
+        else:
+            matches = [Path(raw)]
+        for path in matches:
+            if path.is_dir():
+                files = _under(path, forced)
+                if not files:
+                    raise InputError(f"{path}: no .jsonl, .txt or .parquet file in this folder")
+            elif path.is_file():
+                files = [path]
+            else:
+                raise InputError(f"{path}: no such file or folder")
+            for file in files:
+                fmt = _format_of(file, forced)
+                if fmt is None:
+                    raise InputError(
+                        f"{file}: unknown input format (expected .jsonl, .txt or .parquet; or give --format)"
+                    )
+                found.append((file, fmt))
+    return found
+
+
+def _scan_lines(path: Path, shard_bytes: int) -> tuple[str, list[Piece]]:
+    """SHA-256 of a line-based file and its pieces: cut at the first line end after every ``shard_bytes``."""
+    digest = hashlib.sha256()
+    pieces: list[Piece] = []
+    start, start_line, lines_before, block_start, target = 0, 1, 0, 0, shard_bytes
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+            search = max(target - block_start, 0)
+            while search < len(block):
+                newline = block.find(b"\n", search)
+                if newline < 0:
+                    break
+                cut = block_start + newline + 1
+                pieces.append(Piece(str(path), "", start, cut, start_line))
+                start, start_line = cut, lines_before + block.count(b"\n", 0, newline + 1) + 1
+                target = cut + shard_bytes
+                search = target - block_start
+            lines_before += block.count(b"\n")
+            block_start += len(block)
+    if block_start > start or not pieces:
+        pieces.append(Piece(str(path), "", start, block_start, start_line))
+    return digest.hexdigest(), pieces
+
+
+def plan(inputs: Sequence[str], options: PrepareOptions) -> tuple[list[dict[str, Any]], list[list[Piece]]]:
+    """The inputs (name, size, SHA-256) and the shards (each a list of pieces), from the inputs alone."""
+    records: list[dict[str, Any]] = []
+    tasks: list[list[Piece]] = []
+    texts: list[Piece] = []
+    text_bytes = 0
+    for path, fmt in find_inputs(inputs, options.format):
+        size = path.stat().st_size
+        if fmt == "text":
+            digest = shards.file_digest(path)
+            if texts and text_bytes + size > options.shard_bytes:
+                tasks.append(texts)
+                texts, text_bytes = [], 0
+            texts.append(Piece(str(path), fmt, 0, size))
+            text_bytes += size
+        else:
+            if texts:
+                tasks.append(texts)
+                texts, text_bytes = [], 0
+            if fmt == "parquet":
+                digest = shards.file_digest(path)
+                tasks.extend([piece] for piece in _parquet_pieces(path, options.shard_bytes))
+            else:
+                digest, pieces = _scan_lines(path, options.shard_bytes)
+                tasks.extend([attrs.evolve(piece, format=fmt)] for piece in pieces)
+        records.append({"name": str(path), "format": fmt, "size": size, "sha256": digest})
+    if texts:
+        tasks.append(texts)
+    return records, tasks
+
+
+def _pyarrow_parquet() -> Any:
+    try:
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+    except ImportError:
+        raise InputError("reading Parquet needs pyarrow: pip install 'hyper_parallel[parquet]'") from None
+    return pq
+
+
+def _parquet_pieces(path: Path, shard_bytes: int) -> list[Piece]:
+    pq = _pyarrow_parquet()
+    try:
+        meta = pq.ParquetFile(path).metadata
+    except Exception as exc:  # pyarrow raises its own error types for a file that is not Parquet
+        raise InputError(f"{path}: not a Parquet file ({exc})") from None
+    pieces, start, size = [], 0, 0
+    for group in range(meta.num_row_groups):
+        size += meta.row_group(group).total_byte_size
+        if size >= shard_bytes:
+            pieces.append(Piece(str(path), "parquet", start, group + 1))
+            start, size = group + 1, 0
+    if start < meta.num_row_groups or not pieces:
+        pieces.append(Piece(str(path), "parquet", start, meta.num_row_groups))
+    return pieces
+
+
+# -- documents of a piece ------------------------------------------------------------------------------
+def _lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
+    with open(piece.file, "rb") as handle:
+        handle.seek(piece.start)
+        data = handle.read(piece.end - piece.start)
+    for number, line in enumerate(data.split(b"\n"), piece.first_line):
+        if line.strip():
+            yield number, line
+
+
+def _record(piece: Piece, number: int, line: bytes) -> dict[str, Any]:
+    where = f"{piece.file}:{number}"
+    try:
+        record = json.loads(line.decode("utf-8"))  # a str skips json's encoding detection
+    except UnicodeDecodeError:
+        raise InputError(f"{where}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where}: not a JSON object: {exc.msg}") from None
+    if not isinstance(record, dict):
+        raise InputError(f"{where}: not a JSON object")
+    return record
+
+
+def texts_of(piece: Piece, text_field: str) -> Iterator[str]:
+    """The documents of a ``jsonl``, ``text`` or ``parquet`` piece, in order."""
+    if piece.format == "text":
+        try:
+            yield Path(piece.file).read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{piece.file}: not UTF-8 text (byte {exc.start})") from None
+        return
+    if piece.format == "parquet":
+        yield from _parquet_texts(piece, text_field)
+        return
+    for number, line in _lines(piece):
+        record = _record(piece, number, line)
+        text = record.get(text_field)
+        if not isinstance(text, str):
+            raise InputError(f"{piece.file}:{number}: no string field {text_field!r}")
+        yield text
+
+
+def chats_of(piece: Piece) -> Iterator[tuple[int, list[dict[str, str]]]]:
+    """The conversations of a chat piece: each record's line number and ``messages``, checked."""
+    for number, line in _lines(piece):
+        record = _record(piece, number, line)
+        messages = record.get("messages")
+        where = f"{piece.file}:{number}"
+        if not isinstance(messages, list) or not messages:
+            raise InputError(f"{where}: no 'messages' list")
+        for i, message in enumerate(messages):
+            if (
+                not isinstance(message, dict)
+                or not isinstance(message.get("role"), str)
+                or not isinstance(message.get("content"), str)
+            ):
+                raise InputError(f"{where}: messages[{i}] is not an object with string 'role' and 'content'")
+        yield number, [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def _parquet_texts(piece: Piece, text_field: str) -> Iterator[str]:
+    pq = _pyarrow_parquet()
+    handle = pq.ParquetFile(piece.file)
+    if text_field not in handle.schema_arrow.names:
+        raise InputError(f"{piece.file}: no column {text_field!r} (columns: {handle.schema_arrow.names})")
+    row = sum(handle.metadata.row_group(g).num_rows for g in range(piece.start))
+    for group in range(piece.start, piece.end):
+        column = handle.read_row_group(group, columns=[text_field]).column(0).to_pylist()
+        for value in column:
+            if not isinstance(value, str):
+                raise InputError(f"{piece.file}: row {row}: column {text_field!r} is not a string")
+            row += 1
+            yield value
+
+
+# -- encoding ------------------------------------------------------------------------------------------
+def _batches(items: Iterator[Any]) -> Iterator[list[Any]]:
+    while chunk := list(itertools.islice(items, _BATCH)):
+        yield chunk
+
+
+def encode_pieces(
+    tokenizer: Any, pieces: Sequence[Piece], options: PrepareOptions, dtype: np.dtype[Any]
+) -> shards.ShardArrays:
+    """The shard arrays of ``pieces``: each document encoded, EOS appended where packing needs it."""
+    eos = getattr(tokenizer, "eos_id", None)
+    arrays: list[np.ndarray[Any, Any]] = []
+    masks: list[np.ndarray[Any, Any]] = []
+    lengths: list[int] = []
+    appended: list[int] = []
+    chat = any(piece.format == "chat" for piece in pieces)
+    if chat:
+        from hyper_parallel.data.chat import ChatRenderer
+
+        renderer = ChatRenderer(tokenizer, options.chat_template)
+    for piece in pieces:
+        if piece.format == "chat":
+            for batch in _batches(chats_of(piece)):
+                for ids, mask in _encode_chats(renderer, piece, batch):
+                    add = eos is not None and (not ids or ids[-1] != eos)
+                    arrays.append(np.asarray([*ids, eos] if add else ids, dtype=dtype))
+                    masks.append(np.asarray([*mask, 0] if add else mask, dtype=np.uint8))
+                    lengths.append(arrays[-1].shape[0])
+                    appended.append(int(add))
+            continue
+        for batch in _batches(texts_of(piece, options.text_field)):
+            for encoded in _encode_arrays(tokenizer, batch, dtype):
+                add = eos is not None and (encoded.size == 0 or encoded[-1] != eos)
+                if add:
+                    encoded = np.append(encoded, np.asarray([eos], dtype=dtype))
+                arrays.append(encoded)
+                lengths.append(int(encoded.size))
+                appended.append(int(add))
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(np.asarray(lengths, dtype=np.int64), out=offsets[1:])
+    tokens = np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+    return shards.ShardArrays(
+        tokens.astype(dtype, copy=False),
+        offsets,
+        np.asarray(appended, dtype=np.uint8),
+        (np.concatenate(masks) if masks else np.zeros(0, dtype=np.uint8)) if chat else None,
+    )
+
+
+def _encode_arrays(tokenizer: Any, texts: list[str], dtype: np.dtype[Any]) -> list[np.ndarray[Any, Any]]:
+    """The tokenizer's ``encode_batch`` of ``texts`` as arrays (its own array path when it has one)."""
+    fast = getattr(tokenizer, "encode_batch_arrays", None)
+    if fast is not None:
+        return list(fast(texts, dtype))
+    return [np.asarray(ids, dtype=dtype) for ids in tokenizer.encode_batch(texts)]
+
+
+def _encode_chats(
+    renderer: Any, piece: Piece, batch: list[tuple[int, list[dict[str, str]]]]
+) -> list[tuple[list[int], list[int]]]:
+    """The renderer's encodings of a batch; a conversation it cannot render is an input error at its line."""
+    try:
+        encoded: list[tuple[list[int], list[int]]] = renderer.encode_batch(
+            [messages for _, messages in batch]
+        )
+    except ValueError:
+        for number, messages in batch:
+            try:
+                renderer.encode_batch([messages])
+            except ValueError as exc:
+                raise InputError(f"{piece.file}:{number}: {exc}") from None
+        raise
+    return encoded
+
+
+def build_tokenizer(config_file: str) -> Any:
+    """The tokenizer of ``config_file``'s ``tokenizer`` group (nothing else of the config is built)."""
+    from hyper_parallel.config import load_config
+
+    cfg = load_config(config_file)
+    try:
+        return cfg.tokenizer.build(cfg.model.weights_path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{config_file}: tokenizer: {exc}") from None
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(config_file: str, options: PrepareOptions, dtype: str, folder: str) -> None:
+    _WORKER.update(
+        tokenizer=build_tokenizer(config_file), options=options, dtype=np.dtype(dtype), folder=Path(folder)
+    )
+
+
+def _work(task: tuple[int, list[Piece]]) -> tuple[int, dict[str, Any] | None, str | None]:
+    """Encode and write one shard in a worker: (index, manifest entry, None) or (index, None, error)."""
+    index, pieces = task
+    try:
+        arrays = encode_pieces(_WORKER["tokenizer"], pieces, _WORKER["options"], _WORKER["dtype"])
+        return index, shards.write_shard(_WORKER["folder"], shards.shard_name(index), arrays), None
+    except InputError as exc:
+        return index, None, str(exc)
+
+
+class _Progress:
+    """``docs N  tokens N  MB/s`` on one rewritten line, on a terminal only."""
+
+    def __init__(self, stream: TextIO, total_shards: int) -> None:
+        self.stream, self.total = stream, total_shards
+        self.tty = stream.isatty()
+        self.started = time.perf_counter()
+        self.docs = self.tokens = self.bytes = self.done = 0
+
+    def update(self, entry: dict[str, Any], input_bytes: int) -> None:
+        self.docs += int(entry["documents"])
+        self.tokens += int(entry["tokens"])
+        self.bytes += input_bytes
+        self.done += 1
+        if self.tty:
+            rate = self.bytes / 1e6 / max(time.perf_counter() - self.started, 1e-9)
+            self.stream.write(
+                f"\rshards {self.done}/{self.total}  docs {self.docs:,}  tokens {self.tokens:,}  "
+                f"{rate:,.1f} MB/s"
+            )
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty and self.done:
+            self.stream.write("\n")
+
+
+def _piece_bytes(pieces: Sequence[Piece]) -> int:
+    return sum(p.end - p.start if p.format != "parquet" else 0 for p in pieces)
+
+
+def prepare(
+    inputs: Sequence[str],
+    output: str,
+    config_file: str,
+    *,
+    options: PrepareOptions | None = None,
+    workers: int = 1,
+    stream: TextIO | None = None,
+) -> dict[str, Any]:
+    """Tokenize ``inputs`` into the prepared folder ``output``; returns the manifest written.
+
+    Raises :class:`InputError` for an input or an output folder that cannot be used (nothing is left
+    half-written: only finished shards, which a later run with the same plan keeps).
+    """
+    options = options or PrepareOptions()
+    stream = stream if stream is not None else sys.stderr
+    tokenizer = build_tokenizer(config_file)
+    template = None
+    if options.format == "chat":
+        from hyper_parallel.data.chat import ChatRenderer
+
+        try:
+            template = ChatRenderer(tokenizer, options.chat_template).template_text
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+    fingerprint, description = shards.tokenizer_fingerprint(tokenizer)
+    dtype = shards.token_dtype(int(tokenizer.vocab_size))
+    records, tasks = plan(inputs, options)
+    folder = Path(output)
+    the_plan = {
+        "tokenizer": fingerprint,
+        "dtype": dtype.name,
+        "options": attrs.asdict(options),
+        "inputs": records,
+        "shards": [[attrs.asdict(p) for p in pieces] for pieces in tasks],
+    }
+    _claim(folder, the_plan)
+    entries: dict[int, dict[str, Any]] = {}
+    todo: list[tuple[int, list[Piece]]] = []
+    for index, pieces in enumerate(tasks):
+        entry = shards.finished_shard(folder, shards.shard_name(index))
+        if entry is not None:
+            entries[index] = entry
+        else:
+            todo.append((index, pieces))
+    progress = _Progress(stream, len(tasks))
+    try:
+        if workers <= 1 or len(todo) <= 1:
+            _worker_init(config_file, options, dtype.name, str(folder))
+            _WORKER["tokenizer"] = tokenizer
+            results: Iterator[tuple[int, dict[str, Any] | None, str | None]] = map(_work, todo)
+            _collect(results, tasks, entries, progress)
+        else:
+            context = multiprocessing.get_context("spawn")
+            with context.Pool(
+                min(workers, len(todo)),
+                initializer=_worker_init,
+                initargs=(config_file, options, dtype.name, str(folder)),
+            ) as pool:
+                _collect(pool.imap_unordered(_work, todo), tasks, entries, progress)
+    finally:
+        progress.close()
+        _WORKER.clear()
+    ordered = [entries[i] for i in range(len(tasks))]
+    manifest = {
+        "format": shards.FORMAT,
+        "version": shards.FORMAT_VERSION,
+        "tokenizer": {"fingerprint": fingerprint, "description": description},
+        "dtype": dtype.name,
+        "input_format": options.format,
+        "text_field": options.text_field,
+        "chat": any(p.format == "chat" for pieces in tasks for p in pieces),
+        "chat_template_sha256": (
+            None if template is None else hashlib.sha256(template.encode("utf-8")).hexdigest()
+        ),
+        "inputs": [{k: r[k] for k in ("name", "size", "sha256")} for r in records],
+        "shards": ordered,
+        "documents": sum(int(e["documents"]) for e in ordered),
+        "tokens": sum(int(e["tokens"]) for e in ordered),
+    }
+    shards.write_manifest(folder, manifest)
+    return manifest
+
+
+def _collect(
+    results: Iterator[tuple[int, dict[str, Any] | None, str | None]],
+    tasks: Sequence[Sequence[Piece]],
+    entries: dict[int, dict[str, Any]],
+    progress: _Progress,
+) -> None:
+    for index, entry, error in results:
+        if error is not None:
+            raise InputError(error)
+        assert entry is not None
+        entries[index] = entry
+        progress.update(entry, _piece_bytes(tasks[index]))
+
+
+def _claim(folder: Path, the_plan: dict[str, Any]) -> None:
+    """Make ``folder`` this prepare's: new or empty, or holding an unfinished prepare of the same plan."""
+    text = json.dumps(the_plan, sort_keys=True)
+    marker = folder / _PLAN
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{folder}: exists and is not a folder")
+    if folder.is_dir() and any(folder.iterdir()):
+        if not marker.is_file() or marker.read_text(encoding="utf-8") != text:
+            raise InputError(
+                f"{folder}: not empty and not an unfinished prepare of these inputs with this tokenizer and "
+                "these options: give an empty or new --output folder"
+            )
+        (folder / shards.MANIFEST).unlink(missing_ok=True)
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = folder / f"{_PLAN}.tmp"
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, marker)

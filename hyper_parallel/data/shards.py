@@ -1,0 +1,318 @@
+"""The prepared-corpus format: token shards and their manifest, written by ``prepare`` and read by training.
+
+One module owns the format so that the writer (``python -m hyper_parallel.data prepare``) and the reader
+(the data loader's ``tokenized`` source) cannot drift apart. A prepared folder holds::
+
+    manifest.json              written last: its presence means the folder is complete
+    shard-00000/tokens.npy     token ids of the shard's documents, concatenated (uint16, or uint32)
+    shard-00000/offsets.npy    int64, documents + 1 entries: document d is tokens[offsets[d]:offsets[d+1]]
+    shard-00000/appended.npy   uint8 per document: 1 where prepare appended the EOS packing needs
+    shard-00000/mask.npy       uint8 per token, chat data only: 1 on assistant tokens (the ones trained on)
+
+Every array is a plain ``.npy`` file, read with ``numpy.load(mmap_mode="r", allow_pickle=False)``: nothing
+is loaded into memory until a sample touches it, and nothing read can run code. A document is stored as the
+tokenizer encodes it, plus the EOS that packing separates documents with when the encoding does not end
+with one (``appended`` says where, so unpacked samples can leave it out again): the packed stream of a
+corpus is its shards' ``tokens`` end to end, exactly what the in-memory sources pack.
+
+A shard is written under a temporary name and renamed into place when complete, so an interrupted prepare
+keeps every finished shard; the manifest records each file's size and SHA-256 (and a quick digest of its
+first and last MiB, which training checks at start-up without reading the whole corpus).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "SHARD_ENTRY",
+    "PreparedCorpus",
+    "PreparedError",
+    "ShardArrays",
+    "file_digest",
+    "finished_shard",
+    "open_prepared",
+    "read_manifest",
+    "shard_name",
+    "token_dtype",
+    "tokenizer_fingerprint",
+    "verify",
+    "write_manifest",
+    "write_shard",
+]
+
+FORMAT = "hyper_parallel.tokens"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+#: Each finished shard's manifest entry, inside its folder: what a resumed prepare keeps.
+SHARD_ENTRY = "shard.json"
+
+#: Bytes hashed at each end of a file for the quick digest checked at start-up.
+_QUICK_BYTES = 1 << 20
+_ARRAYS = ("tokens", "offsets", "appended", "mask")
+
+
+class PreparedError(ValueError):
+    """A prepared folder (or a file in it) that cannot be trained on: ``where`` (a path) and ``problem``."""
+
+    def __init__(self, where: object, problem: str) -> None:
+        self.where, self.problem = str(where), problem
+        super().__init__(f"{where}: {problem}")
+
+
+def token_dtype(vocab_size: int) -> np.dtype[Any]:
+    """``uint16`` when every id fits, else ``uint32``."""
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> tuple[str, dict[str, Any]]:
+    """A digest of everything that decides a built tokenizer's ids, and the description it hashes.
+
+    The class, the vocabulary size, the special ids, the bos/eos flags and, for a Hugging Face tokenizer,
+    its whole serialized ``tokenizer.json`` (normalizer, pre-tokenizer, model, added tokens): two
+    tokenizers with the same fingerprint encode every text to the same ids.
+    """
+    description: dict[str, Any] = {
+        "class": type(tokenizer).__name__,
+        "vocab_size": int(tokenizer.vocab_size),
+        **{name: getattr(tokenizer, name, None) for name in ("bos_id", "eos_id", "pad_id")},
+        "add_bos": bool(getattr(tokenizer, "add_bos", False)),
+        "add_eos": bool(getattr(tokenizer, "add_eos", False)),
+    }
+    inner = getattr(tokenizer, "_tok", None)
+    if inner is not None:
+        description["tokenizer_json_sha256"] = hashlib.sha256(inner.to_str().encode("utf-8")).hexdigest()
+    text = json.dumps(description, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16], description
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a whole file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _quick_digest(path: Path, size: int) -> str:
+    """SHA-256 of the first and last MiB of a file (all of it when smaller), with its size."""
+    digest = hashlib.sha256(str(size).encode())
+    with path.open("rb") as handle:
+        digest.update(handle.read(_QUICK_BYTES))
+        if size > _QUICK_BYTES:
+            handle.seek(max(size - _QUICK_BYTES, _QUICK_BYTES))
+            digest.update(handle.read())
+    return digest.hexdigest()
+
+
+@attrs.frozen
+class ShardArrays:
+    """The arrays of one shard in memory (as ``prepare`` builds them) or memory-mapped (as training reads)."""
+
+    tokens: npt.NDArray[Any]
+    offsets: npt.NDArray[np.int64]
+    appended: npt.NDArray[np.uint8]
+    mask: npt.NDArray[np.uint8] | None = None
+
+    @property
+    def documents(self) -> int:
+        """Number of documents."""
+        return int(self.offsets.shape[0]) - 1
+
+
+def write_shard(folder: Path, name: str, arrays: ShardArrays) -> dict[str, Any]:
+    """Write shard ``name`` of ``folder`` atomically (a temporary folder renamed); its manifest entry.
+
+    The entry lists the shard's documents and tokens, and each file's size, SHA-256 and quick digest.
+    """
+    final, temporary = folder / name, folder / f".{name}.tmp"
+    if temporary.exists():
+        shutil.rmtree(temporary)
+    temporary.mkdir(parents=True)
+    files: dict[str, dict[str, Any]] = {}
+    for key in _ARRAYS:
+        array = getattr(arrays, key)
+        if array is None:
+            continue
+        path = temporary / f"{key}.npy"
+        with path.open("wb") as handle:
+            np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
+            handle.flush()
+            os.fsync(handle.fileno())
+        size = path.stat().st_size
+        files[key] = {"size": size, "sha256": file_digest(path), "quick": _quick_digest(path, size)}
+    entry = {
+        "name": name,
+        "documents": arrays.documents,
+        "tokens": int(arrays.tokens.shape[0]),
+        "files": files,
+    }
+    (temporary / SHARD_ENTRY).write_text(json.dumps(entry, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(temporary, final)
+    return entry
+
+
+def finished_shard(folder: Path, name: str) -> dict[str, Any] | None:
+    """The manifest entry of shard ``name`` when an earlier prepare finished writing it, else None."""
+    path = folder / name / SHARD_ENTRY
+    if not path.is_file():
+        return None
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return entry if isinstance(entry, dict) and entry.get("name") == name else None
+
+
+def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
+    """Write ``manifest.json`` last and atomically: a folder with a manifest is a complete corpus."""
+    temporary = folder / f".{MANIFEST}.tmp"
+    temporary.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(temporary, folder / MANIFEST)
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """The manifest of a prepared folder, checked for this format and version."""
+    path = folder / MANIFEST
+    if not folder.is_dir():
+        raise PreparedError(folder, "not a folder (prepare one with python -m hyper_parallel.data prepare)")
+    if not path.is_file():
+        raise PreparedError(
+            path,
+            f"missing: {folder} is not a prepared corpus, or its prepare did not finish (run "
+            "python -m hyper_parallel.data prepare again to complete it)",
+        )
+    if path.stat().st_size > 64 << 20:
+        raise PreparedError(path, "larger than 64 MiB, not a manifest")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PreparedError(path, f"not JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise PreparedError(path, f"not a {FORMAT} manifest")
+    if manifest.get("version") != FORMAT_VERSION:
+        raise PreparedError(
+            path,
+            f"format version {manifest.get('version')!r}, this release reads version "
+            f"{FORMAT_VERSION}: prepare the corpus again",
+        )
+    return manifest
+
+
+@attrs.frozen
+class PreparedCorpus:
+    """A prepared folder opened for training: its manifest and its shards, memory-mapped."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    shards: tuple[ShardArrays, ...]
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of every shard together."""
+        return int(self.manifest["tokens"])
+
+    @property
+    def documents(self) -> int:
+        """Documents of every shard together."""
+        return int(self.manifest["documents"])
+
+    @property
+    def chat(self) -> bool:
+        """Whether the shards carry an assistant mask (chat data)."""
+        return bool(self.manifest.get("chat"))
+
+
+def _load(path: Path, entry: Mapping[str, Any], dtype: np.dtype[Any] | None) -> npt.NDArray[Any]:
+    size = path.stat().st_size if path.is_file() else None
+    if size is None:
+        raise PreparedError(path, "missing")
+    if size != entry.get("size"):
+        raise PreparedError(
+            path, f"{size} bytes, the manifest says {entry.get('size')}: truncated or changed"
+        )
+    if _quick_digest(path, size) != entry.get("quick"):
+        raise PreparedError(path, "its content differs from the manifest's checksum: changed")
+    try:
+        array: npt.NDArray[Any] = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as exc:
+        raise PreparedError(path, f"not a numpy array file ({exc})") from None
+    if array.ndim != 1 or (dtype is not None and array.dtype != dtype):
+        raise PreparedError(path, f"a {array.dtype} array of shape {array.shape}, expected 1-D {dtype}")
+    return array
+
+
+def open_prepared(
+    folder: str | os.PathLike[str], *, tokenizer: tuple[str, dict[str, Any]] | None = None
+) -> PreparedCorpus:
+    """Open a prepared folder: the manifest, then each shard memory-mapped after cheap integrity checks.
+
+    Every file must have the size the manifest records and the same quick digest (first and last MiB);
+    ``tokenizer`` (the training tokenizer's ``tokenizer_fingerprint``) must equal the manifest's. Nothing
+    else is read: the whole checksums are for ``python -m hyper_parallel.data verify``.
+    """
+    root = Path(folder)
+    manifest = read_manifest(root)
+    recorded = manifest.get("tokenizer", {})
+    if tokenizer is not None and recorded.get("fingerprint") != tokenizer[0]:
+        raise PreparedError(
+            root / MANIFEST,
+            f"prepared with tokenizer {recorded.get('fingerprint')} "
+            f"({_describe(recorded.get('description'))}), "
+            f"but the config's tokenizer is {tokenizer[0]} ({_describe(tokenizer[1])}): prepare the corpus "
+            "again with this config, or train with the tokenizer it was prepared with",
+        )
+    dtype = np.dtype(str(manifest.get("dtype")))
+    shards = []
+    for entry in manifest.get("shards", []):
+        files = entry.get("files", {})
+        where = root / str(entry.get("name"))
+        arrays = {
+            key: _load(where / f"{key}.npy", files[key], dtype if key == "tokens" else None)
+            for key in _ARRAYS
+            if key in files
+        }
+        shard = ShardArrays(arrays["tokens"], arrays["offsets"], arrays["appended"], arrays.get("mask"))
+        if shard.documents != entry.get("documents") or shard.tokens.shape[0] != entry.get("tokens"):
+            raise PreparedError(where, "its arrays disagree with the manifest's counts")
+        shards.append(shard)
+    return PreparedCorpus(root, manifest, tuple(shards))
+
+
+def _describe(description: object) -> str:
+    if not isinstance(description, dict):
+        return "unknown"
+    keys = ("class", "vocab_size", "bos_id", "eos_id", "add_bos", "add_eos")
+    return ", ".join(f"{key} {description[key]}" for key in keys if key in description)
+
+
+def verify(folder: str | os.PathLike[str]) -> list[str]:
+    """Every file of a prepared folder whose full SHA-256 differs from the manifest's (empty: all intact)."""
+    root = Path(folder)
+    manifest = read_manifest(root)
+    bad = []
+    for entry in manifest.get("shards", []):
+        for key, recorded in entry.get("files", {}).items():
+            path = root / str(entry["name"]) / f"{key}.npy"
+            if not path.is_file() or file_digest(path) != recorded.get("sha256"):
+                bad.append(str(path))
+    return bad
+
+
+def shard_name(index: int) -> str:
+    """The folder name of shard ``index``."""
+    return f"shard-{index:05d}"

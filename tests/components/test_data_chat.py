@@ -1,0 +1,192 @@
+"""Chat records: rendered with the tokenizer's template, trained on the assistant turns only."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+tokenizers = pytest.importorskip("tokenizers")
+
+from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader._corpus import Corpus  # noqa: E402
+from hyper_parallel.components.tokenizer import ByteTokenizer, HuggingFaceTokenizer  # noqa: E402
+from hyper_parallel.data import shards  # noqa: E402
+from hyper_parallel.data.chat import builtin_chat  # noqa: E402
+from tests.support.prepared import prepare, run_prepare, tokenizer_config  # noqa: E402
+
+#: Qwen's ChatML layout, with the generation marks transformers reads for the assistant mask.
+QWEN_STYLE = (
+    "{%- for message in messages %}\n"
+    "{%- if message.role == 'assistant' %}\n"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{% generation %}{{- message.content + '<|im_end|>' }}{% endgeneration %}"
+    "{{- '\\n' }}\n"
+    "{%- else %}\n"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}\n"
+    "{%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n"
+)
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHATS = [
+    [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "What is two plus two?"},
+        {"role": "assistant", "content": "Four."},
+    ],
+    [
+        {"role": "user", "content": "Name a colour."},
+        {"role": "assistant", "content": "Blue, like the sky."},
+        {"role": "user", "content": "Another?"},
+        {"role": "assistant", "content": "Green"},
+    ],
+]
+
+
+def qwen_style_tokenizer(folder: Path, template: str = QWEN_STYLE) -> Path:
+    """A tiny byte-level BPE tokenizer with ChatML specials and ``template``, saved like a Hub folder."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator([m["content"] for chat in CHATS for m in chat] * 5, trainer)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    config = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "chat_template": template}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def write_chats(path: Path, chats: list[Any]) -> Path:
+    path.write_text("".join(json.dumps({"messages": chat}) + "\n" for chat in chats))
+    return path
+
+
+def documents(folder: Path) -> list[tuple[list[int], list[int]]]:
+    corpus = Corpus(shards.open_prepared(folder).shards)
+    out = []
+    for d in range(corpus.documents):
+        ids, mask = corpus.document(d)
+        assert mask is not None
+        out.append((ids.tolist(), mask.tolist()))
+    return out
+
+
+def test_ids_and_assistant_mask_are_those_of_transformers_apply_chat_template(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    folder = qwen_style_tokenizer(tmp_path / "tok")
+    out = prepare(
+        [write_chats(tmp_path / "chat.jsonl", CHATS)],
+        tmp_path / "prep",
+        tokenizer_config(tmp_path / "cfg", folder),
+        "--format",
+        "chat",
+    )
+    reference = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    expected = []
+    for chat in CHATS:
+        encoded = reference.apply_chat_template(
+            chat, chat_template=QWEN_STYLE, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+        )
+        expected.append((list(encoded["input_ids"]), list(encoded["assistant_masks"])))
+    assert documents(out) == expected
+    assert all(sum(mask) > 0 for _, mask in expected)
+    # Packing appends the EOS the rendered text lacks (it ends with a newline), not trained on.
+    (arrays,) = shards.open_prepared(out).shards
+    assert arrays.appended.tolist() == [1, 1]
+    assert shards.open_prepared(out).manifest["chat"] is True
+
+
+def test_the_builtin_template_of_a_tokenizer_without_one(tmp_path: Path) -> None:
+    tok = ByteTokenizer.Config().build()
+    ids, mask = builtin_chat(tok, CHATS[0][1:])
+    head = [256, *b"<|user|>\nWhat is two plus two?\n", *b"<|assistant|>\n"]
+    assert ids == [*head, *b"Four.", 257]
+    assert mask == [0] * len(head) + [1] * 6
+    out = prepare(
+        [write_chats(tmp_path / "chat.jsonl", [CHATS[0][1:]])],
+        tmp_path / "prep",
+        tokenizer_config(tmp_path / "cfg"),
+        "--format",
+        "chat",
+    )
+    assert documents(out) == [(ids, mask)]
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_only_assistant_tokens_carry_labels(tmp_path: Path, pack: bool) -> None:
+    folder = qwen_style_tokenizer(tmp_path / "tok")
+    out = prepare(
+        [write_chats(tmp_path / "chat.jsonl", CHATS * 8)],
+        tmp_path / "prep",
+        tokenizer_config(tmp_path / "cfg", folder),
+        "--format",
+        "chat",
+    )
+    tok = HuggingFaceTokenizer.Config(path=str(folder)).build()
+    dataset = DatasetConfig(source="tokenized", paths=(str(out),), pack_sequences=pack)
+    cfg = TextDataLoader.Config(num_workers=0, pin_memory=False, shuffle=False, dataset=dataset)
+    loader = cfg.build(LoaderRequest(tok, 0, 1, seq_len=64, micro_batch_size=2, seed=0))
+    batch = next(iter(loader))
+    if pack:
+        stream = np.concatenate([s.tokens for s in shards.open_prepared(out).shards])
+        mask = np.concatenate([s.mask for s in shards.open_prepared(out).shards if s.mask is not None])
+        ids = torch.from_numpy(stream[:128].astype(np.int64)).reshape(2, 64)
+        trained = torch.from_numpy(mask[:128] == 1).reshape(2, 64)
+    else:
+        (first, first_mask), (second, second_mask) = documents(out)[:2]
+        ids = torch.full((2, 64), tok.pad_id)
+        trained = torch.zeros((2, 64), dtype=torch.bool)
+        for row, (doc, m) in enumerate(((first, first_mask), (second, second_mask))):
+            ids[row, : len(doc)] = torch.tensor(doc)
+            trained[row, : len(doc)] = torch.tensor(m) == 1
+    assert torch.equal(batch["input_ids"], ids)
+    assert torch.equal(batch["labels"], torch.where(trained, ids, torch.full_like(ids, -100)))
+    assert 0 < int(trained.sum()) < trained.numel()
+
+
+def test_a_template_without_generation_marks_is_refused_before_any_tokenizing(tmp_path: Path) -> None:
+    folder = qwen_style_tokenizer(
+        tmp_path / "tok", template="{% for m in messages %}{{ m.content }}{% endfor %}"
+    )
+    status, _, err = run_prepare(
+        "prepare",
+        write_chats(tmp_path / "chat.jsonl", CHATS),
+        "--output",
+        tmp_path / "prep",
+        "--config-file",
+        tokenizer_config(tmp_path / "cfg", folder),
+        "--format",
+        "chat",
+    )
+    assert status == 2
+    assert err == (
+        "the tokenizer's chat_template has no {% generation %} marks, so no assistant token would be trained "
+        "on: add them around the assistant content\n"
+    )
+    assert not (tmp_path / "prep").exists()
+
+
+def test_a_bad_chat_record_is_located(tmp_path: Path) -> None:
+    data = tmp_path / "chat.jsonl"
+    data.write_text(
+        json.dumps({"messages": CHATS[0]}) + "\n" + json.dumps({"messages": [{"role": "user"}]}) + "\n"
+    )
+    status, _, err = run_prepare(
+        "prepare",
+        data,
+        "--output",
+        tmp_path / "prep",
+        "--config-file",
+        tokenizer_config(tmp_path / "cfg"),
+        "--format",
+        "chat",
+    )
+    assert (status, err) == (2, f"{data}:2: messages[0] is not an object with string 'role' and 'content'\n")

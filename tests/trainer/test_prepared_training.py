@@ -1,0 +1,125 @@
+"""Training on prepared folders: a weighted mixture logs its tokens per source and resumes bitwise."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hyper_parallel.components.dataloader import LoaderRequest  # noqa: E402
+from hyper_parallel.config import load_config  # noqa: E402
+from hyper_parallel.data import shards  # noqa: E402
+from hyper_parallel.launch import main  # noqa: E402
+from hyper_parallel.trainer import LLMTrainer, StepResult  # noqa: E402
+from tests.support import ROOT  # noqa: E402
+from tests.support.components import write_jsonl  # noqa: E402
+from tests.support.prepared import prepare, run_prepare, tokenizer_config  # noqa: E402
+from tests.support.trainer import as_flags, debug_config_path, tiny_config, tiny_overrides  # noqa: E402
+
+
+@pytest.fixture
+def corpora(tmp_path: Path) -> tuple[str, str]:
+    """Two prepared folders (byte tokenizer, as the llama3 debug config): about 60 and 30 samples of 32."""
+    config = tokenizer_config(tmp_path / "cfg")
+    big = prepare([write_jsonl(tmp_path / "a.jsonl", 100)], tmp_path / "big", config)
+    small = prepare([write_jsonl(tmp_path / "b.jsonl", 50, start=500)], tmp_path / "small", config)
+    return str(big), str(small)
+
+
+def mixture(paths: tuple[str, str], **extra: str) -> dict[str, str]:
+    return {
+        "dataloader.dataset.source": "tokenized",
+        "dataloader.dataset.paths": json.dumps(list(paths)),
+        "dataloader.dataset.weights": "[3, 1]",
+        "training.max_steps": "3",
+        **extra,
+    }
+
+
+def run(overrides: dict[str, str], steps: int | None = None) -> tuple[LLMTrainer, list[StepResult]]:
+    trainer = LLMTrainer(tiny_config("llama3", overrides))
+    try:
+        if steps is None:
+            return trainer, trainer.train()
+        results = [trainer.train_step() for _ in range(steps)]
+        trainer.checkpointer.save(trainer.step)
+        return trainer, results
+    finally:
+        trainer.close()
+
+
+def launch(flags: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    status = main(["--config-file", str(debug_config_path("llama3")), *flags], out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_a_weighted_mixture_logs_tokens_per_source_and_resumes_bitwise(
+    tmp_path: Path, corpora: tuple[str, str]
+) -> None:
+    jsonl = tmp_path / "metrics.jsonl"
+    logging = {"metrics.enable_jsonl": "true", "metrics.jsonl_path": str(jsonl), "metrics.log_freq": "1"}
+    status, out, err = launch(as_flags({**tiny_overrides("llama3"), **mixture(corpora, **logging)}))
+    assert status == 0, err
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    # Global batch 4 samples of 32 tokens per step, blended 3:1 (positions 0-3: big, big, small, big, ...).
+    big, small = corpora
+    assert [r["data_tokens"] for r in records] == [{big: 3 * 32 * s, small: 1 * 32 * s} for s in range(1, 4)]
+    lines = [line for line in out.splitlines() if "] step " in line]
+    assert len(lines) == 3
+    assert all(line.endswith(f"data {big} 75% {small} 25%") for line in lines)
+    checkpointing = {"checkpoint.enable": "true", "checkpoint.folder": str(tmp_path / "ckpt")}
+    run(mixture(corpora, **checkpointing), steps=1)
+    second, resumed = run(mixture(corpora, **checkpointing))
+    assert second.resumed_from == 1
+    assert [r.step for r in resumed] == [2, 3]
+    assert [r.loss for r in resumed] == [r["loss"] for r in records[1:]]  # bitwise (JSON floats round-trip)
+    assert [r.grad_norm for r in resumed] == [r["grad_norm"] for r in records[1:]]
+
+
+def test_folders_prepared_with_another_tokenizer_are_an_input_error_at_launch(
+    tmp_path: Path, corpora: tuple[str, str]
+) -> None:
+    # The same folders under a byte tokenizer that adds no BOS: another fingerprint, refused at launch.
+    flags = [*as_flags({**tiny_overrides("llama3"), **mixture(corpora)}), "--tokenizer.add_bos", "false"]
+    status, _, err = launch(flags)
+    assert status == 2
+    big, _ = corpora
+    (message,) = [line for line in err.splitlines() if "warning" not in line]
+    assert message.startswith(f"{big}/manifest.json: dataset.paths: prepared with tokenizer ")
+    assert "add_bos True" in message
+    assert "add_bos False" in message
+    assert "Traceback" not in err
+
+
+def test_the_shipped_prepared_config_reads_the_folder_its_header_command_prepares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = ROOT / "configs" / "llama3_debug_prepared.yaml"
+    command = " ".join(line.strip(" #\\") for line in config.read_text().splitlines()[2:4]).split()
+    assert command[:4] == ["python", "-m", "hyper_parallel.data", "prepare"]
+    args = [arg.strip("'") for arg in command[3:]]
+    assert args[args.index("--output") + 1] == "runs/prepared/hyper_parallel_src"
+    folder = tmp_path / "src"
+    args[args.index("--output") + 1] = str(folder)
+    monkeypatch.chdir(ROOT)
+    status, _, err = run_prepare(*args)
+    assert status == 0, err
+    paths = json.dumps([str(folder)])
+    cfg = load_config(config, {"dataloader.dataset.paths": paths, "validator.dataset.paths": paths})
+    tokenizer = cfg.tokenizer.build()
+    sources = sorted((ROOT / "hyper_parallel").rglob("*.py"))
+    prepared = shards.open_prepared(folder)
+    assert prepared.documents == len(sources)
+    first = prepared.shards[0]
+    assert first.tokens[: first.offsets[1]].tolist() == tokenizer.encode(sources[0].read_text())
+    request = LoaderRequest(tokenizer, 0, 1, seq_len=cfg.training.seq_len, micro_batch_size=4, seed=0)
+    train = cfg.dataloader.build(request).samples.corpus
+    held = cfg.validator.build_dataloader(request).samples.corpus  # type: ignore[attr-defined]
+    kept = len(sources) - int(len(sources) * 0.05)
+    assert (train.documents, held.first, held.documents) == (kept, kept, len(sources) - kept)
+    assert train.end == held.begin == int(first.offsets[kept])
