@@ -92,10 +92,20 @@ class RanksDisagreeError(TrainingError):
 class StepResult:
     """What one optimizer step produced (global values, identical on every rank)."""
 
-    __slots__ = ("grad_norm", "loss", "lr", "step", "tokens")
+    __slots__ = ("extra", "grad_norm", "loss", "lr", "step", "tokens")
 
-    def __init__(self, step: int, loss: float, grad_norm: float, lr: float, tokens: int) -> None:
+    def __init__(
+        self,
+        step: int,
+        loss: float,
+        grad_norm: float,
+        lr: float,
+        tokens: int,
+        extra: Mapping[str, float] | None = None,
+    ) -> None:
         self.step, self.loss, self.grad_norm, self.lr, self.tokens = step, loss, grad_norm, lr, tokens
+        #: Model-specific figures of the step, logged beside the loss (a MoE's ``aux_loss``, expert load).
+        self.extra: dict[str, float] = dict(extra or {})
 
     def __repr__(self) -> str:
         return f"StepResult(step={self.step}, loss={self.loss:.6f}, grad_norm={self.grad_norm:.4f})"
@@ -170,6 +180,8 @@ class Trainer:
         self._parameter_count: int | None = None
         self.model = self._build_model()
         self.fsdp = self.pipeline.fsdp if self.pipeline is not None else isinstance(self.model, FSDPModule)
+        moe_layers = getattr(self.model, "moe_layers", None)  # mixture-of-experts models expose them
+        self._moe_layers: list[Any] = list(moe_layers()) if callable(moe_layers) else []
         self._autocast_dtype = _DTYPES[training.mixed_precision_param]
 
         # 4. optimizer, schedule, loss
@@ -341,6 +353,7 @@ class Trainer:
         global_tokens = self._all_reduce(local_tokens).item()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
+        moe = _MoEStep(self) if self._moe_layers else None
         for index, batch in enumerate(batches if self.pipeline is None else ()):
             last = index == len(batches) - 1
             if self.fsdp and len(batches) > 1:
@@ -352,6 +365,8 @@ class Trainer:
                 loss = total * self.dims.dp_size / max(global_tokens, 1.0)
             else:
                 loss = total / count.clamp(min=1) / len(batches)
+            if moe is not None:  # the load-balancing loss, added as transformers adds it (per micro-batch)
+                loss = loss + moe.balance_loss(len(batches))
             loss.backward()
             loss_sum += loss.detach().float()
         if self.pipeline is not None:
@@ -380,7 +395,7 @@ class Trainer:
         self.step = step
         tokens = int(sum(b["input_ids"].numel() for b in batches))
         self.train_state.tokens_seen += tokens
-        return StepResult(step, loss_value, norm_value, lr, tokens)
+        return StepResult(step, loss_value, norm_value, lr, tokens, moe.figures() if moe else None)
 
     # -- finite or stop --------------------------------------------------------------------------------
     def _watch_finite(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
@@ -478,6 +493,7 @@ class Trainer:
                         grad_norm=result.grad_norm,
                         num_tokens=result.tokens,
                         step_time=time.perf_counter() - started,
+                        **result.extra,
                     )
                     profiler.step()
                     if self._must_check_finite(self.step == max_steps):
@@ -596,6 +612,46 @@ class Trainer:
             self._print(f"nothing to train: already at step {self.step} of {self.config.training.max_steps}")
             return
         self._print(f"done: step {self.step}, final loss {results[-1].loss:.4f}")
+
+
+class _MoEStep:
+    """The load-balancing loss of each micro-batch of one step, and the step's figures for the log.
+
+    After each forward the MoE layers hold their routing statistics; the loss over the data-parallel group
+    (``parallel.expert_parallel.load_balancing_loss``) is weighted as the language-model loss is: ``dp``
+    times this rank's share (FSDP averages gradients over ``dp``) over the micro-batches of the step.
+    """
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.coef = float(getattr(trainer.config.model.args, "router_aux_loss_coef", 0.0))
+        self.values: list[float] = []
+        self.counts: torch.Tensor | None = None
+
+    def balance_loss(self, micro_batches: int) -> torch.Tensor:
+        from hyper_parallel.parallel.expert_parallel import load_balancing_loss
+
+        stats = [layer.stats for layer in self.trainer._moe_layers]
+        for layer in self.trainer._moe_layers:
+            layer.stats = None  # a later forward without statistics must not reuse these
+        balance = load_balancing_loss(
+            [s.counts for s in stats], [s.prob_sums for s in stats], stats[0].tokens, self.trainer.dp_group
+        )
+        self.values.append(float(balance.value))
+        self.counts = balance.counts if self.counts is None else self.counts + balance.counts
+        weight = self.coef * self.trainer.dims.dp_size / micro_batches
+        return balance.local * weight
+
+    def figures(self) -> dict[str, float]:
+        """``aux_loss`` (mean over micro-batches) and the tokens per expert of the step: the largest and
+        the mean over every MoE layer's experts (all data-parallel ranks)."""
+        if self.counts is None:
+            return {}
+        return {
+            "aux_loss": sum(self.values) / len(self.values),
+            "expert_load_max": float(self.counts.max()),
+            "expert_load_mean": float(self.counts.mean()),
+        }
 
 
 def _refuse_disagreement(message: str | None) -> None:
