@@ -18,7 +18,7 @@ after the forward to form the load-balancing loss and the expert-load figures
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -73,11 +73,25 @@ def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor) 
     return torch.cat(parts) if parts else x.new_zeros(0, weight.shape[1])
 
 
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; the gradient times ``scale`` backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * ctx.scale, None
+
+
 class GroupedExperts(nn.Module):
     """``n`` SwiGLU experts as stacked weights: ``w2[e] (silu(w1[e] x) * w3[e] x)``.
 
     Under expert parallelism a rank holds a contiguous block of experts: the weights are then ``DTensor``s
-    sharded along the expert dimension and the forward uses their local shards.
+    sharded along the expert dimension, the forward uses their local shards, and ``grad_scale`` scales
+    their gradients (see ``hyper_parallel.parallel.expert_parallel``).
     """
 
     def __init__(self, n: int, dim: int, hidden: int) -> None:
@@ -85,10 +99,13 @@ class GroupedExperts(nn.Module):
         self.w1 = nn.Parameter(torch.empty(n, hidden, dim))
         self.w2 = nn.Parameter(torch.empty(n, dim, hidden))
         self.w3 = nn.Parameter(torch.empty(n, hidden, dim))
+        self.grad_scale = 1.0
 
     def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Outputs (tokens, dim) of ``x`` (tokens, dim) grouped by local expert, ``counts`` per expert."""
         w1, w2, w3 = _local(self.w1), _local(self.w2), _local(self.w3)
+        if self.grad_scale != 1.0:
+            w1, w2, w3 = (_ScaleGrad.apply(w, self.grad_scale) for w in (w1, w2, w3))  # type: ignore[no-untyped-call]
         hidden = swiglu(grouped_matmul(x, w1, counts), grouped_matmul(x, w3, counts))
         return grouped_matmul(hidden, w2, counts)
 

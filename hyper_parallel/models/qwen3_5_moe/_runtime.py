@@ -41,15 +41,23 @@ def parallelize(
     activation_checkpoint: "ActivationCheckpointConfig | None" = None,
     compile: "CompileConfig | None" = None,
 ) -> Any:
-    """Parallelize a Qwen 3.5 MoE model in place: Qwen 3.5's pipeline (AC, compile, FSDP2 over the blocks);
-    tensor parallelism is refused by the arguments (``parallel_issues``)."""
+    """Parallelize a Qwen 3.5 MoE model in place: expert parallelism (``parallelism.ep``: each block's
+    experts split over the ``ep`` ranks, tokens sent to them by all-to-all), then Qwen 3.5's pipeline
+    (AC, compile, FSDP2 over the blocks; the experts' FSDP2 over the data-parallel ranks ``ep`` leaves).
+    Tensor parallelism is refused by the arguments (``parallel_issues``)."""
     require_torch("Qwen 3.5 MoE", "parallelize")
-    from hyper_parallel.models.qwen3_5._parallel import parallelize_qwen3_5
+    from hyper_parallel.models.qwen3_5_moe._modules import Qwen3_5MoeModel
+    from hyper_parallel.parallel.parallelize import parallelize_model
 
-    return parallelize_qwen3_5(
+    if not isinstance(model, Qwen3_5MoeModel):
+        raise TypeError(f"expected a Qwen3_5MoeModel, got {type(model).__name__}")
+    return parallelize_model(
         model,
         parallelism,
         device_mesh,
+        blocks=list(model.layers),
+        apply_tp=lambda tp_mesh: None,  # refused at resolve time (Qwen3_5MoeArgs.parallel_issues)
+        moe_layers=model.moe_layers(),
         training=training,
         activation_checkpoint=activation_checkpoint,
         compile=compile,
