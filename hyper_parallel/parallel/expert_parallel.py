@@ -15,17 +15,16 @@ parameters get.
 
 The Switch-Transformer load-balancing loss of transformers' Qwen 3.5 MoE is
 ``n_experts * sum_e f_e * P_e``: ``f_e`` the share of top-k assignments expert ``e`` got, ``P_e`` its mean
-router probability, both over every token of every MoE layer of the forward. It is not a mean of per-rank
-values, so data-parallel ranks would each see another loss than one process on the same global batch.
-:func:`load_balancing_loss` makes it exact: the assignment counts and token counts (no gradient) are summed
-over the data-parallel group, and each rank contributes ``n_experts * sum_e f_e * p_e / N`` for its own
-probability sums ``p_e`` (``N`` the global token count of all layers), so the rank contributions sum to the
-one-process loss and their gradients to its gradient.
+router probability, both over every token of every MoE layer of one forward. :func:`load_balancing_loss`
+computes it for each rank's micro-batch, as transformers does for the batch it is given; the trainer
+averages it like the language-model loss (over micro-batches and data-parallel ranks), so a layout that
+keeps ``micro_batch_size`` trains on the same losses. The expert load it reports (tokens per expert) is
+summed over the data-parallel group.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -33,7 +32,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-__all__ = ["AllToAllDispatcher", "BalanceLoss", "apply_ep", "load_balancing_loss"]
+__all__ = ["AllToAllDispatcher", "BalanceLoss", "apply_ep", "clip_grad_norm", "load_balancing_loss"]
 
 #: Names of the stacked expert weights a MoE block's ``experts`` module holds.
 EXPERT_WEIGHTS = ("w1", "w2", "w3")
@@ -96,14 +95,39 @@ def apply_ep(moe_layers: Sequence[nn.Module], ep_mesh: DeviceMesh) -> None:
         moe.dispatcher = AllToAllDispatcher(ep_mesh.get_group(), int(moe.n_experts))
 
 
-class BalanceLoss(NamedTuple):
-    """One forward's load-balancing loss and the expert load it saw (over the data-parallel group)."""
+def clip_grad_norm(parameters: Iterable[nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Clip the gradients to the global 2-norm ``max_norm``; returns that norm (a plain tensor).
 
-    #: This rank's share of the loss (differentiable); the shares of all ranks sum to ``value``.
+    Under expert parallelism the experts' gradients live on another mesh (``dp_shard_mod_ep`` x ``ep``)
+    than the rest (``dp_shard``), and DTensor cannot combine them in one norm: each mesh's norm is
+    completed on its own, then they are combined.
+    """
+    from torch.distributed.tensor import DTensor
+
+    by_mesh: dict[object, list[nn.Parameter]] = {}
+    for param in parameters:
+        if param.grad is not None:
+            key = param.grad.device_mesh if isinstance(param.grad, DTensor) else None
+            by_mesh.setdefault(key, []).append(param)
+    squares = []
+    for group in by_mesh.values():
+        norm = torch.nn.utils.get_total_norm([p.grad for p in group], 2.0, foreach=True)
+        full = norm.full_tensor() if isinstance(norm, DTensor) else norm
+        squares.append(full.float() ** 2)
+    total = torch.stack(squares).sum().sqrt() if squares else torch.zeros(())
+    for group in by_mesh.values():  # one mesh per call: DTensor multiplies within a mesh only
+        torch.nn.utils.clip_grads_with_norm_(group, max_norm, total, foreach=True)
+    return total
+
+
+class BalanceLoss(NamedTuple):
+    """One forward's load-balancing loss and the expert load it saw."""
+
+    #: The loss of this rank's micro-batch (differentiable).
     local: torch.Tensor
-    #: The loss of the whole forward over every data-parallel rank (no gradient).
+    #: Its mean over the data-parallel group (no gradient): what is logged.
     value: torch.Tensor
-    #: (layers, n_experts) tokens routed to each expert over the data-parallel group (no gradient).
+    #: (layers, n_experts) tokens routed to each expert, summed over the data-parallel group (no gradient).
     counts: torch.Tensor
 
 
@@ -117,19 +141,16 @@ def load_balancing_loss(
 
     ``counts[l]`` (n_experts,): top-k assignments per expert in layer ``l`` on this rank; ``prob_sums[l]``
     (n_experts,): router probabilities summed over this rank's tokens; ``tokens``: tokens routed per layer
-    on this rank. With ``group`` the counts and tokens are summed over it (one all-reduce).
+    on this rank. With ``group`` the logged value and the counts are reduced over it (one all-reduce).
     """
     n_experts = counts[0].shape[0]
     layers = len(counts)
     stacked = torch.stack([c.detach().float() for c in counts])
-    packed = torch.cat([stacked.reshape(-1), stacked.new_tensor([float(tokens)])])
+    rows = float(tokens * layers)
+    share = stacked.sum(dim=0) / rows  # f_e over the whole forward
+    local = n_experts * (share * torch.stack(list(prob_sums)).sum(dim=0) / rows).sum()
+    packed = torch.cat([stacked.reshape(-1), local.detach().reshape(1).float()])
     if group is not None:
         dist.all_reduce(packed, group=group)
-    global_counts = packed[:-1].reshape(layers, n_experts)
-    rows = packed[-1] * layers
-    share = global_counts.sum(dim=0) / rows  # f_e over the whole forward
-    local = n_experts * (share * torch.stack(list(prob_sums)).sum(dim=0) / rows).sum()
-    value = local.detach().clone()
-    if group is not None:
-        dist.all_reduce(value, group=group)
-    return BalanceLoss(local, value, global_counts)
+        packed[-1] /= dist.get_world_size(group)
+    return BalanceLoss(local, packed[-1], packed[:-1].reshape(layers, n_experts))

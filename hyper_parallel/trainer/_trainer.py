@@ -380,6 +380,12 @@ class Trainer:
             grad_norm = clip_grad_norm(
                 self.model.parameters(), max_norm if max_norm is not None else math.inf, self.pipeline.group
             )
+        elif self.dims.ep > 1:  # the experts' gradients live on their own mesh
+            from hyper_parallel.parallel.expert_parallel import clip_grad_norm as clip_with_experts
+
+            grad_norm = clip_with_experts(
+                self.model.parameters(), max_norm if max_norm is not None else math.inf
+            )
         else:
             grad_norm = torch.nn.utils.clip_grad_norm_(
                 [p for p in self.model.parameters() if p.grad is not None],
@@ -617,9 +623,9 @@ class Trainer:
 class _MoEStep:
     """The load-balancing loss of each micro-batch of one step, and the step's figures for the log.
 
-    After each forward the MoE layers hold their routing statistics; the loss over the data-parallel group
-    (``parallel.expert_parallel.load_balancing_loss``) is weighted as the language-model loss is: ``dp``
-    times this rank's share (FSDP averages gradients over ``dp``) over the micro-batches of the step.
+    After each forward the MoE layers hold their routing statistics; the loss of the micro-batch
+    (``parallel.expert_parallel.load_balancing_loss``) is weighted by ``router_aux_loss_coef`` over the
+    micro-batches of the step and, like the language-model loss, averaged over data-parallel ranks by FSDP.
     """
 
     def __init__(self, trainer: Trainer) -> None:
@@ -639,7 +645,7 @@ class _MoEStep:
         )
         self.values.append(float(balance.value))
         self.counts = balance.counts if self.counts is None else self.counts + balance.counts
-        weight = self.coef * self.trainer.dims.dp_size / micro_batches
+        weight = self.coef / micro_batches
         return balance.local * weight
 
     def figures(self) -> dict[str, float]:

@@ -105,6 +105,7 @@ def train(model: str, out: str, pairs: list[str]) -> None:
             {
                 "losses": [r.loss for r in results],
                 "grad_norms": [r.grad_norm for r in results],
+                "extras": [r.extra for r in results],
                 "params": held,
                 "residual_norm_output": residual,
                 "digests": digests,
