@@ -25,7 +25,7 @@ summed over the data-parallel group.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -76,7 +76,7 @@ class AllToAllDispatcher:
         return result
 
 
-def apply_ep(moe_layers: Sequence[nn.Module], ep_mesh: DeviceMesh) -> None:
+def apply_ep(moe_layers: Sequence[Any], ep_mesh: DeviceMesh) -> None:
     """Shard each MoE block's experts over ``ep_mesh`` along the expert dimension and dispatch to them.
 
     ``moe_layers`` are the blocks' mixture-of-experts modules (``experts`` with stacked weights
@@ -86,7 +86,7 @@ def apply_ep(moe_layers: Sequence[nn.Module], ep_mesh: DeviceMesh) -> None:
 
     ep = ep_mesh.size()
     for moe in moe_layers:
-        experts = moe.get_submodule("experts")
+        experts: Any = moe.experts
         for name in EXPERT_WEIGHTS:
             param = getattr(experts, name)
             sharded = distribute_tensor(param.data, ep_mesh, [Shard(0)], src_data_rank=None)
@@ -111,7 +111,7 @@ def clip_grad_norm(parameters: Iterable[nn.Parameter], max_norm: float) -> torch
             by_mesh.setdefault(key, []).append(param)
     squares = []
     for group in by_mesh.values():
-        norm = torch.nn.utils.get_total_norm([p.grad for p in group], 2.0, foreach=True)
+        norm = torch.nn.utils.get_total_norm([p.grad for p in group if p.grad is not None], 2.0, foreach=True)
         full = norm.full_tensor() if isinstance(norm, DTensor) else norm
         squares.append(full.float() ** 2)
     total = torch.stack(squares).sum().sqrt() if squares else torch.zeros(())

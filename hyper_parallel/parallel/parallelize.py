@@ -1,4 +1,5 @@
-"""The order the techniques are applied in: TP -> EP -> activation checkpointing -> compile -> FSDP2 (TorchTitan's).
+"""The order the techniques are applied in: TP -> EP -> activation checkpointing -> compile -> FSDP2
+(TorchTitan's).
 
 A model's ``parallelize`` hook calls ``parallelize_model`` with its blocks and its own tensor-parallel plan;
 this module is the one place that says in which order the techniques of ``hyper_parallel.parallel`` run
@@ -73,7 +74,9 @@ def parallelize_model(
 
         assert device_mesh is not None
         if not moe_layers:
-            raise ValueError(f"parallelism.ep = {degrees['ep']} needs a model with experts; this one has none")
+            raise ValueError(
+                f"parallelism.ep = {degrees['ep']} needs a model with experts; this one has none"
+            )
         apply_ep(moe_layers, device_mesh["ep"])
         experts = [moe.get_submodule("experts") for moe in moe_layers]
     if activation_checkpoint is not None:
