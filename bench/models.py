@@ -262,7 +262,8 @@ def _moe_steps(
             continue
         if best is None or elapsed < best[0]:
             best = (elapsed, implementation, theirs)
-    assert best is not None and ours is not None
+    assert best is not None
+    assert ours is not None
     with torch.no_grad():
         diff = float((ours(x) - best[2](x)).abs().max())
     return make(ours), make(best[2]), diff, best[1]
