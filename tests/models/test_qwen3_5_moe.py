@@ -112,3 +112,28 @@ def test_debugmodel_trains_a_step_on_cpu() -> None:
     meta = qwen3_5_moe.create_model_spec("35B-A3B")
     big = meta.build_model_fn(meta.args, device="meta")
     assert big.layers[0].feed_forward.experts.w1.shape == (256, 512, 2048)
+
+
+def test_trainer_starts_from_save_pretrained_with_transformers_first_loss(tmp_path: Path) -> None:
+    """``model.weights_path`` on a ``save_pretrained`` folder: step 1's loss is transformers' on that batch."""
+    from hyper_parallel.trainer import LLMTrainer
+    from tests.support.trainer import tiny_config
+
+    args = tiny_config("qwen3_5_moe").model.args
+    reference = hf_moe_model(args)
+    reference.save_pretrained(tmp_path / "hf")
+    overrides = {"model.weights_path": str(tmp_path / "hf"), "training.max_steps": "1"}
+    trainer = LLMTrainer(tiny_config("qwen3_5_moe", overrides))
+    try:
+        batches = iter(trainer.config.dataloader.build(trainer.data_request))  # the same first batches
+        expected = []
+        for _ in range(trainer.accumulation_steps):
+            batch = next(batches)
+            # transformers shifts the labels and adds router_aux_loss_coef x its aux loss, as we do
+            out = reference(batch["input_ids"], labels=batch["labels"], output_router_logits=True)
+            expected.append(float(out.loss))
+        (result,) = trainer.train()
+    finally:
+        trainer.close()
+    assert abs(result.loss - sum(expected) / len(expected)) <= 1e-4
+    assert result.extra["aux_loss"] > 1.0
