@@ -3,6 +3,7 @@
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -99,6 +100,22 @@ def test_adapter_reads_per_expert_and_fused_layouts_and_writes_per_expert(tmp_pa
     del written["model.layers.1.mlp.experts.3.up_proj.weight"]
     with pytest.raises(ValueError, match="layer 1 has experts 7 of n_experts=8"):
         adapter.from_hf(written)
+
+
+def test_norm_topk_prob_false_keeps_the_raw_top_k_probabilities() -> None:
+    from hyper_parallel.models.qwen3_5_moe._modules import MoE
+
+    x = torch.randn(5, TINY_MOE.dim, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    raw = MoE(attrs.evolve(TINY_MOE, norm_topk_prob=False))
+    torch.manual_seed(0)
+    normed = MoE(TINY_MOE)
+    probs, weights, experts = raw.route(x)
+    assert torch.equal(weights, probs.gather(1, experts))
+    assert (weights.sum(dim=1) < 1).all()
+    assert torch.allclose(normed.route(x)[1].sum(dim=1), torch.ones(5))
+    with pytest.raises(ValueError, match="norm_topk_prob: false has no Hugging Face"):
+        Qwen3_5MoeStateDictAdapter(attrs.evolve(TINY_MOE, norm_topk_prob=False)).hf_config()
 
 
 def test_debugmodel_trains_a_step_on_cpu() -> None:
