@@ -132,7 +132,7 @@ def test_debugmodel_trains_a_step_on_cpu() -> None:
 
 
 def test_trainer_starts_from_save_pretrained_with_transformers_first_loss(tmp_path: Path) -> None:
-    """``model.weights_path`` on a ``save_pretrained`` folder: step 1's loss is transformers' on that batch."""
+    """``model.weights_path`` on a ``save_pretrained`` folder: step 1 has transformers' loss on that batch."""
     from hyper_parallel.trainer import LLMTrainer
     from tests.support.trainer import tiny_config
 
