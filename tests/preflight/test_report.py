@@ -290,7 +290,8 @@ def test_moe_dry_run_reports_active_parameters_expert_sharding_and_all_to_all() 
         estimate(cfg, 64),
         estimate(attrs.evolve(cfg, parallelism=attrs.evolve(cfg.parallelism, ep=1)), 64),
     )
-    assert with_ep is not None and without is not None
+    assert with_ep is not None
+    assert without is not None
     # 4 all-to-alls x 4096 tokens x 8 experts x 2048 x 2 bytes x 7/8 leaving, x 40 layers x 4 micro-batches
     assert with_ep.all_to_all_bytes == 4 * 4096 * 8 * 2048 * 2 * 7 // 8 * 40 * 4
     assert without.all_to_all_bytes == 0
