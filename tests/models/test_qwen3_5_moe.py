@@ -1,5 +1,7 @@
 """Qwen 3.5 MoE: logits, gradients and the load-balancing loss equal transformers'; weights in and out."""
 
+import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -139,8 +141,16 @@ def test_trainer_starts_from_save_pretrained_with_transformers_first_loss(tmp_pa
     args = tiny_config("qwen3_5_moe").model.args
     reference = hf_moe_model(args)
     reference.save_pretrained(tmp_path / "hf")
-    overrides = {"model.weights_path": str(tmp_path / "hf"), "training.max_steps": "1"}
-    trainer = LLMTrainer(tiny_config("qwen3_5_moe", overrides))
+    jsonl = tmp_path / "metrics.jsonl"
+    overrides = {
+        "model.weights_path": str(tmp_path / "hf"),
+        "training.max_steps": "1",
+        "metrics.log_freq": "1",
+        "metrics.enable_jsonl": "true",
+        "metrics.jsonl_path": str(jsonl),
+    }
+    console = io.StringIO()
+    trainer = LLMTrainer(tiny_config("qwen3_5_moe", overrides), stream=console)
     try:
         batches = iter(trainer.config.dataloader.build(trainer.data_request))  # the same first batches
         expected = []
@@ -153,4 +163,13 @@ def test_trainer_starts_from_save_pretrained_with_transformers_first_loss(tmp_pa
     finally:
         trainer.close()
     assert abs(result.loss - sum(expected) / len(expected)) <= 1e-4
-    assert result.extra["aux_loss"] > 1.0
+    # logged beside the loss: the aux loss (mean over micro-batches) and tokens per expert over the step
+    (record,) = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert record["aux_loss"] == pytest.approx(result.extra["aux_loss"])
+    assert record["aux_loss"] > 1.0
+    tokens = trainer.accumulation_steps * 2 * 32 * args.n_experts_per_token  # micro batch 2, seq 32
+    assert record["expert_load_mean"] == tokens / args.n_experts
+    assert tokens / args.n_experts < record["expert_load_max"] <= tokens / args.n_experts_per_token
+    line = next(text for text in console.getvalue().splitlines() if "step 1/1" in text)
+    assert f"aux_loss {record['aux_loss']:.4g}" in line
+    assert f"expert_load_max {record['expert_load_max']:.4g}" in line
