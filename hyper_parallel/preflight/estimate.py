@@ -221,11 +221,14 @@ def _all_to_all_bytes(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, p
 
 
 def layout_of(cfg: "TrainerConfig", world_size: int | None) -> Layout:
-    """The config's own layout; with no world size every ``-1`` degree counts as 1."""
+    """The config's own layout; with no world size every ``-1`` degree counts as 1 (an auto ``dp_shard``
+    as ``ep``, the fewest ranks expert parallelism runs on)."""
     par = cfg.parallelism
-    if world_size is None:
+    if world_size is None:  # an auto dp_shard under expert parallelism: the ep ranks it needs at least
+        auto = {"dp_shard": par.ep}
         world_size = math.prod(
-            max(getattr(par, k), 1) for k in ("dp_replicate", "dp_shard", "cp", "tp", "pp")
+            getattr(par, k) if getattr(par, k) > 0 else auto.get(k, 1)
+            for k in ("dp_replicate", "dp_shard", "cp", "tp", "pp")
         )
     ac_cfg = cfg.activation_checkpoint
     ac: str | int = ac_cfg.mode

@@ -50,7 +50,9 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
         shown.append(f"ep {deg['ep']} (of dp_shard)")
     ranks = f"{est.layout.world_size} rank{'s' if est.layout.world_size != 1 else ''}"
     if not est.world_size_known:
-        ranks += " (world size not given: -1 degrees taken as 1)"
+        ranks += " (world size not given: -1 degrees taken as 1" + (
+            ", dp_shard as ep)" if deg.get("ep", 1) > 1 else ")"
+        )
     layout = " x ".join(shown) if shown else "no parallelism"
     lines = [
         f"preflight: {est.model}, {ranks}, {layout}, {est.compute_dtype} compute, {est.optimizer}",
