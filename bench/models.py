@@ -12,7 +12,10 @@ forward and the backward of the summed logits. The two implementations are timed
 round (one warm-up round first), so that drift on a shared machine hits both alike; a row reports the
 median of each and their ratio ``ours / transformers`` (below 1: ours is faster). ``gated delta rule``
 rows time the Gated DeltaNet kernel alone (8 heads of 128 for keys and values), ours against
-transformers' chunked PyTorch algorithm.
+transformers' chunked PyTorch algorithm. ``MoE block`` rows time one Qwen 3.5 MoE feed-forward block
+(router, grouped experts, gated shared expert; shape in ``MOE_SHAPE``) on hidden states, ours against
+``Qwen3_5MoeSparseMoeBlock`` with the fastest of transformers' experts implementations on this machine
+(``eager``, ``batched_mm``, ``grouped_mm``: each timed once, the fastest fwd+bwd kept; named in the row).
 
 Peak memory: each (model, implementation) runs one forward + backward at the longest sequence in a fresh
 process; the figure is the rise of the resident set (``VmHWM`` after resetting it through
@@ -48,6 +51,8 @@ MODELS: list[tuple[str, str, dict[str, Any]]] = [
 ]
 SEQS = (512, 2048)
 KERNEL_SHAPE = {"heads": 8, "d_k": 128, "d_v": 128}
+#: The MoE block of the ``MoE block`` rows: hidden size, experts, experts per token, their hidden sizes.
+MOE_SHAPE = {"dim": 512, "experts": 32, "top_k": 4, "hidden": 256, "shared": 512}
 
 
 def _pair(family: str, overrides: dict[str, Any]) -> tuple[Any, Any, Any]:
@@ -181,6 +186,89 @@ def _kernel_steps(seq: int) -> tuple[dict[str, Callable[[], None]], dict[str, Ca
     return make(ours), make(theirs), diff
 
 
+def _moe_blocks(implementation: str) -> tuple[Any, Any]:
+    """Our MoE block and transformers' with the same weights (``implementation`` of its experts)."""
+    import torch
+    from transformers.models.qwen3_5_moe import Qwen3_5MoeTextConfig
+    from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeSparseMoeBlock
+
+    from hyper_parallel.models import qwen3_5_moe
+    from hyper_parallel.models.qwen3_5_moe._modules import MoE
+
+    shape = MOE_SHAPE
+    overrides = {
+        "dim": shape["dim"],
+        "n_experts": shape["experts"],
+        "n_experts_per_token": shape["top_k"],
+        "ffn_hidden_dim": shape["hidden"],
+        "shared_expert_hidden_dim": shape["shared"],
+    }
+    args = qwen3_5_moe.create_model_spec("debugmodel", overrides=overrides).args
+    torch.manual_seed(0)
+    ours = MoE(args)
+    for weight in (ours.experts.w1, ours.experts.w2, ours.experts.w3):
+        torch.nn.init.normal_(weight, std=0.02)
+    config = Qwen3_5MoeTextConfig(
+        hidden_size=args.dim,
+        num_experts=args.n_experts,
+        num_experts_per_tok=args.n_experts_per_token,
+        moe_intermediate_size=args.ffn_hidden_dim,
+        shared_expert_intermediate_size=args.shared_expert_hidden_dim,
+    )
+    config._experts_implementation = implementation
+    theirs = Qwen3_5MoeSparseMoeBlock(config)
+    with torch.no_grad():
+        theirs.gate.weight.copy_(ours.router.weight)
+        theirs.experts.gate_up_proj.copy_(torch.cat((ours.experts.w1, ours.experts.w3), dim=1))
+        theirs.experts.down_proj.copy_(ours.experts.w2)
+        theirs.shared_expert.gate_proj.weight.copy_(ours.shared_expert.w1.weight)
+        theirs.shared_expert.up_proj.weight.copy_(ours.shared_expert.w3.weight)
+        theirs.shared_expert.down_proj.weight.copy_(ours.shared_expert.w2.weight)
+        theirs.shared_expert_gate.weight.copy_(ours.shared_expert_gate.weight)
+    return ours, theirs
+
+
+def _moe_steps(
+    seq: int, clock: Callable[[], float]
+) -> tuple[dict[str, Callable[[], None]], dict[str, Callable[[], None]], float, str]:
+    """fwd and fwd+bwd of our MoE block and transformers' fastest; their difference; its experts."""
+    import torch
+
+    x = torch.randn(1, seq, MOE_SHAPE["dim"], generator=torch.Generator().manual_seed(0), requires_grad=True)
+
+    def make(block: Any) -> dict[str, Callable[[], None]]:
+        def forward() -> None:
+            with torch.no_grad():
+                block(x)
+
+        def forward_backward() -> None:
+            block(x).sum().backward()
+            block.zero_grad(set_to_none=True)
+            x.grad = None
+
+        return {"fwd": forward, "fwd+bwd": forward_backward}
+
+    best: tuple[float, str, Any] | None = None
+    ours: Any = None
+    for implementation in ("eager", "batched_mm", "grouped_mm"):
+        try:
+            ours, theirs = _moe_blocks(implementation)
+            step = make(theirs)["fwd+bwd"]
+            step()  # warm-up
+            start = clock()
+            step()
+            elapsed = clock() - start
+        except Exception:  # not available with this torch/transformers: skip it
+            continue
+        if best is None or elapsed < best[0]:
+            best = (elapsed, implementation, theirs)
+    assert best is not None
+    assert ours is not None
+    with torch.no_grad():
+        diff = float((ours(x) - best[2](x)).abs().max())
+    return make(ours), make(best[2]), diff, best[1]
+
+
 def _time_pair(
     ours: Callable[[], None], theirs: Callable[[], None], repeats: int, clock: Callable[[], float]
 ) -> tuple[float, float]:
@@ -216,6 +304,14 @@ def _speed_rows(
                 t_ours, t_theirs = _time_pair(our_steps[mode], their_steps[mode], repeats, clock)
                 rows.append(_row(name, seq, mode, t_ours, t_theirs, diff))
                 print(_format_row(rows[-1]), flush=True)
+    for seq in seqs:
+        if only not in "MoE block":
+            continue
+        our_steps, their_steps, diff, implementation = _moe_steps(seq, clock)
+        for mode in our_steps:
+            t_ours, t_theirs = _time_pair(our_steps[mode], their_steps[mode], repeats, clock)
+            rows.append(_row(f"MoE block (vs {implementation})", seq, mode, t_ours, t_theirs, diff))
+            print(_format_row(rows[-1]), flush=True)
     for seq in seqs:
         if only not in "gated delta rule":
             continue

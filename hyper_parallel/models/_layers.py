@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Documents", "FeedForward", "documents_from_ids", "rms_norm"]
+__all__ = ["Documents", "FeedForward", "documents_from_ids", "rms_norm", "swiglu"]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -42,6 +42,14 @@ class _SwiGLU(torch.autograd.Function):
         return grad_gate, grad * F.silu(gate)
 
 
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up``, keeping only the two inputs for backward when a gradient is needed."""
+    if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
+        hidden: torch.Tensor = _SwiGLU.apply(gate, up)  # type: ignore[no-untyped-call]
+        return hidden
+    return F.silu(gate, inplace=True).mul_(up)  # nothing is saved: reuse the gate's buffer
+
+
 class FeedForward(nn.Module):
     """SwiGLU: ``w2(silu(w1 x) * w3 x)``."""
 
@@ -52,12 +60,7 @@ class FeedForward(nn.Module):
         self.w3 = nn.Linear(dim, hidden_dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.w1(x), self.w3(x)
-        if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
-            hidden = _SwiGLU.apply(gate, up)  # type: ignore[no-untyped-call]
-        else:  # nothing is saved for backward: reuse the gate's buffer instead of two new ones
-            hidden = F.silu(gate, inplace=True).mul_(up)
-        result: torch.Tensor = self.w2(hidden)
+        result: torch.Tensor = self.w2(swiglu(self.w1(x), self.w3(x)))
         return result
 
 

@@ -33,6 +33,10 @@ class ModelArgs(ConfigBase):
         """Number of token ids the embedding table holds; ``None`` when not applicable."""
         return None
 
+    def expert_count(self) -> int | None:
+        """Routed experts per mixture-of-experts layer (what ``parallelism.ep`` splits); ``None``: dense."""
+        return None
+
     def supports_sequence_parallel(self) -> bool:
         """Whether the tensor-parallel plan can shard the residual stream along the sequence."""
         return True

@@ -6,6 +6,8 @@
   (``ParallelDims.build_mesh``; ``mesh_degrees`` reads a mesh back);
 - ``tensor_parallel``: what every model's own plan needs beside it (``replicate_remaining_params``);
 - ``data_parallel``: FSDP2, HSDP and DDP (``apply_fsdp``);
+- ``expert_parallel``: experts split over ``ep`` ranks of ``dp_shard`` with all-to-all dispatch
+  (``apply_ep``), the gradient norm over both meshes, the MoE load-balancing loss;
 - ``activation_checkpoint``, ``compile``: per-block recomputation and ``torch.compile``;
 - ``pipeline``: stage splitting, the schedule and the gradient clipping over stages;
 - ``ties``: tied weights kept tied by the techniques that replace parameters;

@@ -33,6 +33,8 @@ def apply_fsdp(
     device_mesh: DeviceMesh,
     degrees: Mapping[str, int],
     training: TrainingConfig | None = None,
+    *,
+    experts: Iterable[nn.Module] = (),
 ) -> None:
     """Data parallelism with FSDP2, each block then the root, over the data-parallel mesh dimensions.
 
@@ -42,6 +44,8 @@ def apply_fsdp(
     ``replicate`` (parameters ``(Replicate(),)``, gradients all-reduced). ``degrees`` are the mesh's
     (``mesh_degrees``). ``training`` sets the ``MixedPrecisionPolicy`` (``mixed_precision_param``/
     ``_reduce``) and CPU offload (``enable_cpu_offload``); ``None`` keeps full precision on the device.
+    ``experts`` (under expert parallelism: modules whose weights are already split over ``ep``) are wrapped
+    first, on ``dp_shard_mod_ep``, the data-parallel ranks left to them.
     """
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
@@ -72,6 +76,8 @@ def apply_fsdp(
         "mp_policy": mp_policy,
         "offload_policy": offload,
     }
+    for module in experts:
+        fully_shard(module, **{**options, "mesh": device_mesh["dp_shard_mod_ep"]})
     for block in blocks:
         fully_shard(block, **options)
     fully_shard(model, **options)

@@ -7,6 +7,10 @@ read?". Ranks are laid out row-major over the mesh dimensions ``pp, dp_replicate
 a node. ``ParallelDims.build_mesh`` is the only function of the project that creates a device mesh: the
 trainer, the models' tests and the layout checks all run on the same mesh (with the same flattened
 dimensions); ``mesh_degrees`` reads a mesh back and checks it against a ``ParallelismConfig``.
+
+Expert parallelism takes its ranks from ``dp_shard`` (TorchTitan's rule): with ``ep`` > 1 the mesh has
+``dp_shard_mod_ep`` x ``ep`` in place of ``dp_shard`` (the ``ep`` ranks of a group are neighbours), and
+the two are flattened back into ``dp_shard``, which FSDP2 and the data-parallel group use as before.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ if TYPE_CHECKING:
 
     from hyper_parallel.trainer.config import ParallelismConfig
 
-__all__ = ["MESH_DIM_NAMES", "ParallelDims", "mesh_degrees"]
+__all__ = ["EP_DIM_NAMES", "MESH_DIM_NAMES", "ParallelDims", "mesh_degrees"]
 
 #: Mesh dimension names, outermost first.
 MESH_DIM_NAMES: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+#: What ``dp_shard`` is split into under expert parallelism, outermost first.
+EP_DIM_NAMES: tuple[str, str] = ("dp_shard_mod_ep", "ep")
 
 
 @attrs.frozen(kw_only=True)
@@ -75,8 +81,19 @@ class ParallelDims:
         return coords["dp_replicate"] * self.dp_shard + coords["dp_shard"]
 
     def mesh_dim_names(self) -> tuple[str, ...]:
-        """Dimensions with a degree above 1 (``dp_shard`` alone for a single rank)."""
-        return tuple(name for name in MESH_DIM_NAMES if getattr(self, name) > 1) or ("dp_shard",)
+        """Dimensions with a degree above 1 (``dp_shard`` alone for a single rank); under expert
+        parallelism ``dp_shard`` is ``dp_shard_mod_ep`` x ``ep`` (the first possibly of size 1)."""
+        names = tuple(name for name in MESH_DIM_NAMES if getattr(self, name) > 1) or ("dp_shard",)
+        if self.ep > 1:
+            at = names.index("dp_shard")
+            names = (*names[:at], *EP_DIM_NAMES, *names[at + 1 :])
+        return names
+
+    def mesh_dim_size(self, name: str) -> int:
+        """Size of mesh dimension ``name`` (one of ``mesh_dim_names``)."""
+        if name == "dp_shard_mod_ep":
+            return self.dp_shard // self.ep
+        return getattr(self, name)  # type: ignore[no-any-return]
 
     def describe(self) -> str:
         """``dp_shard=2 x tp=2`` style summary of the layout, or ``single process``."""
@@ -96,8 +113,10 @@ class ParallelDims:
 
         names = self.mesh_dim_names()
         mesh = init_device_mesh(
-            device_type, tuple(getattr(self, name) for name in names), mesh_dim_names=names
+            device_type, tuple(self.mesh_dim_size(name) for name in names), mesh_dim_names=names
         )
+        if self.ep > 1:
+            mesh[EP_DIM_NAMES]._flatten("dp_shard")
         # Reductions over every dimension a parameter is split on (the global gradient norm under
         # dp_shard x tp) then run as one collective: DTensor uses a flattened mesh when one exists, and
         # otherwise all-reduces dimension by dimension, in an order that may round differently per rank.
@@ -123,10 +142,15 @@ def mesh_degrees(parallelism: ParallelismConfig, device_mesh: DeviceMesh | None)
     does not realise ``parallelism``; ``NotImplementedError`` for context parallelism (not supported yet).
     """
     names = tuple(device_mesh.mesh_dim_names or ()) if device_mesh is not None else ()
-    unknown = [name for name in names if name not in MESH_DIM_NAMES]
+    unknown = [name for name in names if name not in (*MESH_DIM_NAMES, *EP_DIM_NAMES)]
     if unknown:
         raise ValueError(f"device mesh dimension(s) {unknown} are not among {list(MESH_DIM_NAMES)}")
     sizes = {name: device_mesh.size(i) for i, name in enumerate(names)} if device_mesh else {}
+    if "ep" in sizes:  # dp_shard split for expert parallelism (``ParallelDims.build_mesh``)
+        sizes["dp_shard"] = sizes.pop("dp_shard_mod_ep", 1) * sizes["ep"]
+    ep = sizes.pop("ep", 1)
+    if ep != parallelism.ep:
+        raise ValueError(f"device mesh does not match parallelism degrees: ep={parallelism.ep} (mesh: {ep})")
     degrees = {name: sizes.get(name, 1) for name in MESH_DIM_NAMES}
     world = math.prod(degrees.values())
     issues = parallelism.world_size_issues(world)
@@ -139,4 +163,4 @@ def mesh_degrees(parallelism: ParallelismConfig, device_mesh: DeviceMesh | None)
         raise ValueError("device mesh does not match parallelism degrees: " + ", ".join(wrong))
     if degrees["cp"] > 1:
         raise NotImplementedError("parallelism.cp > 1 is not supported by the built-in models yet")
-    return degrees
+    return {**degrees, "ep": ep}

@@ -1,4 +1,5 @@
-"""The order the techniques are applied in: TP -> activation checkpointing -> compile -> FSDP2 (TorchTitan's).
+"""The order the techniques are applied in: TP -> EP -> activation checkpointing -> compile -> FSDP2
+(TorchTitan's).
 
 A model's ``parallelize`` hook calls ``parallelize_model`` with its blocks and its own tensor-parallel plan;
 this module is the one place that says in which order the techniques of ``hyper_parallel.parallel`` run
@@ -40,6 +41,7 @@ def parallelize_model(
     blocks: Sequence[nn.Module],
     apply_tp: Callable[[DeviceMesh], None],
     replicated_units: Sequence[nn.Module] = (),
+    moe_layers: Sequence[nn.Module] = (),
     training: TrainingConfig | None = None,
     activation_checkpoint: ActivationCheckpointConfig | None = None,
     compile: CompileConfig | None = None,
@@ -56,7 +58,9 @@ def parallelize_model(
     Parameter names (state-dict keys) are never changed.
 
     ``blocks`` are the units checkpointed, compiled and sharded one by one; ``replicated_units`` are
-    submodules tensor parallelism leaves whole (see ``replicate_remaining_params``).
+    submodules tensor parallelism leaves whole (see ``replicate_remaining_params``); ``moe_layers`` are
+    the mixture-of-experts modules whose experts expert parallelism shards over ``ep``
+    (``expert_parallel.apply_ep``) and FSDP2 over ``dp_shard_mod_ep``.
     """
     degrees = mesh_degrees(parallelism, device_mesh)
     aliases = tie_groups(model)
@@ -64,11 +68,22 @@ def parallelize_model(
         assert device_mesh is not None
         apply_tp(device_mesh["tp"])
         replicate_remaining_params(model, device_mesh["tp"], replicated_units)
+    experts: list[nn.Module] = []
+    if degrees["ep"] > 1:
+        from hyper_parallel.parallel.expert_parallel import apply_ep
+
+        assert device_mesh is not None
+        if not moe_layers:
+            raise ValueError(
+                f"parallelism.ep = {degrees['ep']} needs a model with experts; this one has none"
+            )
+        apply_ep(moe_layers, device_mesh["ep"])
+        experts = [moe.get_submodule("experts") for moe in moe_layers]
     if activation_checkpoint is not None:
         apply_activation_checkpointing(blocks, activation_checkpoint)
     if compile is not None and compile.enable and "model" in compile.components:
         apply_compile(blocks, compile)
     if device_mesh is not None:
-        apply_fsdp(model, blocks, parallelism, device_mesh, degrees, training)
+        apply_fsdp(model, blocks, parallelism, device_mesh, degrees, training, experts=experts)
     restore_ties(model, aliases)
     return model

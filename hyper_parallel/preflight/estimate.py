@@ -7,7 +7,10 @@ moments and a step per tensor); compute runs in ``training.mixed_precision_param
 ``_compute_copies`` for the weight copies that takes); activations are what autograd saves for backward
 for one micro batch under the activation-checkpoint mode (stage 0 of a pipeline holds ``pp`` micro
 batches of its blocks); the loss adds the logits and their float32 copy. Context parallelism divides the
-sequence; ``dp_replicate`` replicates.
+sequence; ``dp_replicate`` replicates. Expert weights (``ParamGroup.experts_per_token``) are split
+along the expert dimension by ``ep`` and their remaining ``dp_shard / ep`` ranks by FSDP, so a gathered
+block holds ``1 / ep`` of its experts; each MoE layer's tokens cross ranks in four all-to-alls per micro
+batch (dispatch and combine, forward and backward), ``(ep - 1) / ep`` of them on average (uniform routing).
 """
 
 import math
@@ -52,10 +55,14 @@ class Estimate(NamedTuple):
     #: Parameter elements per layer type (tied tensors once) and in total.
     params_by_kind: dict[str, int]
     params_total: int
+    #: Parameter elements one token computes with (== ``params_total`` for a dense model).
+    params_active: int
     #: Bytes per rank, in report order: parameters, gradients, optimizer, activations, fsdp buffers, logits.
     terms: dict[str, int]
     flops_per_token: int
     note: str = ""
+    #: Bytes each rank sends in the experts' all-to-alls over one optimizer step (0 without ``ep``).
+    all_to_all_bytes: int = 0
 
     @property
     def device_total(self) -> int:
@@ -75,11 +82,17 @@ def model_costs(cfg: "TrainerConfig") -> ModelCosts | None:
     return method() if callable(method) else None
 
 
-def _local_numel(group: ParamGroup, tp: int, dp: int) -> int:
-    """Elements of rank 0's shard: TP splits ``tp_dim``, then FSDP2 splits dim 0 (both round up)."""
+def _local_numel(group: ParamGroup, tp: int, dp: int, ep: int = 1) -> int:
+    """Elements of rank 0's shard: TP splits ``tp_dim``, EP the experts, then FSDP2 dim 0 (all round up).
+
+    Expert weights are split by ``ep`` first and by FSDP over the ``dp / ep`` ranks left.
+    """
     shape = list(group.shape)
     if group.tp_dim is not None and tp > 1:
         shape[group.tp_dim] = -(-shape[group.tp_dim] // tp)
+    if group.experts_per_token is not None and ep > 1:
+        shape[0] = -(-shape[0] // ep)
+        dp = dp // ep
     if dp > 1:
         shape[0] = -(-shape[0] // dp)
     return math.prod(shape)
@@ -127,20 +140,21 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
     training, deg = cfg.training, layout.degrees
     p = _DTYPE_BYTES[training.mixed_precision_param]
     r = _DTYPE_BYTES[training.mixed_precision_reduce]
-    tp, dp, pp = deg["tp"], deg["dp_shard"], deg["pp"]
+    tp, dp, pp, ep = deg["tp"], deg["dp_shard"], deg["pp"], deg.get("ep", 1)
     groups = costs.parameters()
     by_kind: dict[str, int] = {}
     for g in groups:
         by_kind[g.kind] = by_kind.get(g.kind, 0) + g.numel * g.copies
+    active = sum(g.active_numel * g.copies for g in groups)
     stage = 1 / pp  # pipeline stage 0 holds its share of the blocks and the whole root (conservative)
     local = grads = tensors = 0
     root_full = block_full = 0
     for g in groups:
         count = math.ceil(g.copies * stage) if g.in_block else g.copies
-        local += _local_numel(g, tp, dp) * count
-        grads += _local_numel(g, 1 if g.tp_full_grad and dp == 1 else tp, dp) * count
+        local += _local_numel(g, tp, dp, ep) * count
+        grads += _local_numel(g, 1 if g.tp_full_grad and dp == 1 else tp, dp, ep) * count
         tensors += count
-        full = _local_numel(g, tp, 1) * g.copies
+        full = _local_numel(g, tp, ep if g.experts_per_token is not None else 1, ep) * g.copies
         if g.in_block:
             block_full += full
         else:
@@ -179,18 +193,42 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         cpu_offload=training.enable_cpu_offload,
         params_by_kind=by_kind,
         params_total=sum(by_kind.values()),
+        params_active=active,
         terms=terms,
         flops_per_token=costs.flops_per_token(training.seq_len),
         note=acts.note,
+        all_to_all_bytes=_all_to_all_bytes(cfg, costs, layout, p, tokens),
     )
 
 
+def _all_to_all_bytes(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, p: int, tokens: int) -> int:
+    """Bytes one rank sends in the experts' all-to-alls per optimizer step (uniform routing assumed).
+
+    Per MoE layer and micro batch: each of the ``tokens x k`` routed copies of a token (``dim`` values in
+    the compute dtype) leaves the rank with probability ``(ep - 1) / ep``, in the dispatch and the combine
+    of the forward and again in the backward.
+    """
+    ep = layout.degrees.get("ep", 1)
+    layers = getattr(costs, "expert_layers", None)
+    k = max((g.experts_per_token or 0 for g in costs.parameters()), default=0)
+    if ep == 1 or not callable(layers) or not k:
+        return 0
+    dim = next(g.shape[2] for g in costs.parameters() if g.experts_per_token is not None)
+    dp = layout.degrees["dp_replicate"] * layout.degrees["dp_shard"]
+    micro_batches = cfg.training.global_batch_size // (layout.micro_batch * dp)
+    per_layer = 4 * tokens * k * dim * p * (ep - 1) // ep
+    return int(per_layer * layers() * micro_batches)
+
+
 def layout_of(cfg: "TrainerConfig", world_size: int | None) -> Layout:
-    """The config's own layout; with no world size every ``-1`` degree counts as 1."""
+    """The config's own layout; with no world size every ``-1`` degree counts as 1 (an auto ``dp_shard``
+    as ``ep``, the fewest ranks expert parallelism runs on)."""
     par = cfg.parallelism
-    if world_size is None:
+    if world_size is None:  # an auto dp_shard under expert parallelism: the ep ranks it needs at least
+        auto = {"dp_shard": par.ep}
         world_size = math.prod(
-            max(getattr(par, k), 1) for k in ("dp_replicate", "dp_shard", "cp", "tp", "pp")
+            getattr(par, k) if getattr(par, k) > 0 else auto.get(k, 1)
+            for k in ("dp_replicate", "dp_shard", "cp", "tp", "pp")
         )
     ac_cfg = cfg.activation_checkpoint
     ac: str | int = ac_cfg.mode

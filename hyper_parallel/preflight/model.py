@@ -11,7 +11,7 @@ from typing import Literal, NamedTuple, Protocol
 __all__ = ["ActivationCosts", "BlockActivations", "ModelCosts", "ParamGroup", "Workload"]
 
 #: Layer types a parameter is reported under.
-Kind = Literal["embedding", "attention", "gated_deltanet", "mlp", "norm", "output", "vision"]
+Kind = Literal["embedding", "attention", "gated_deltanet", "mlp", "moe", "norm", "output", "vision"]
 
 
 class ParamGroup(NamedTuple):
@@ -21,6 +21,8 @@ class ParamGroup(NamedTuple):
     the others (embeddings, final norm, output, vision stem) belong to the root module.
     ``tp_full_grad`` marks a TP-split tensor whose gradient autograd leaves replicated (full size) when no
     FSDP reduce-scatter shards it: DTensor's backward of a row-split embedding does so.
+    ``experts_per_token`` marks stacked expert weights: dim 0 is the expert (split by expert parallelism,
+    ``parallelism.ep``) and one token uses that many of its rows (the active parameters).
     """
 
     kind: Kind
@@ -29,6 +31,7 @@ class ParamGroup(NamedTuple):
     tp_dim: int | None = None
     in_block: bool = True
     tp_full_grad: bool = False
+    experts_per_token: int | None = None
 
     @property
     def numel(self) -> int:
@@ -37,6 +40,13 @@ class ParamGroup(NamedTuple):
         for size in self.shape:
             n *= size
         return n
+
+    @property
+    def active_numel(self) -> int:
+        """Elements of one tensor of the group one token computes with (all, unless expert weights)."""
+        if self.experts_per_token is None:
+            return self.numel
+        return self.numel // self.shape[0] * self.experts_per_token
 
 
 class Workload(NamedTuple):

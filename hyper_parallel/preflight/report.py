@@ -5,7 +5,7 @@ from hyper_parallel.preflight.estimate import Estimate
 
 __all__ = ["exact_count", "format_report", "human_bytes", "human_count", "human_flops"]
 
-_KIND_ORDER = ("embedding", "attention", "gated_deltanet", "mlp", "norm", "output", "vision")
+_KIND_ORDER = ("embedding", "attention", "gated_deltanet", "mlp", "moe", "norm", "output", "vision")
 
 
 def _scaled(value: float, step: float, units: tuple[str, ...]) -> tuple[float, str]:
@@ -51,13 +51,23 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
     """The report lines for ``est``; with ``device``, how much of its memory the total takes."""
     deg = est.layout.degrees
     shown = [f"{k} {deg[k]}" for k in ("dp_replicate", "dp_shard", "cp", "tp", "pp") if deg[k] > 1]
+    if deg.get("ep", 1) > 1:
+        shown.append(f"ep {deg['ep']} (of dp_shard)")
     ranks = f"{est.layout.world_size} rank{'s' if est.layout.world_size != 1 else ''}"
     if not est.world_size_known:
-        ranks += " (world size not given: each auto degree (-1) counted as 1)"
+        ranks += " (world size not given: each auto degree (-1) counted as 1" + (
+            ", dp_shard as ep)" if deg.get("ep", 1) > 1 else ")"
+        )
     layout = " x ".join(shown) if shown else "no parallelism"
     lines = [
         f"preflight: {est.model}, {ranks}, {layout}, {est.compute_dtype} compute, {est.optimizer}",
-        f"  parameters  {exact_count(est.params_total)}: "
+        f"  parameters  {exact_count(est.params_total)}"
+        + (
+            f" ({exact_count(est.params_active)} active per token)"
+            if est.params_active != est.params_total
+            else ""
+        )
+        + ": "
         + ", ".join(
             f"{kind.replace('_', ' ')} {exact_count(est.params_by_kind[kind])}"
             for kind in _KIND_ORDER
@@ -70,7 +80,12 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
     )
     offload = ", in host memory" if est.cpu_offload else ""
     notes = {
-        "parameters": f"float32 master, shard of dp_shard {deg['dp_shard']} x tp {deg['tp']}{offload}",
+        "parameters": f"float32 master, shard of dp_shard {deg['dp_shard']} x tp {deg['tp']}{offload}"
+        + (
+            f" (experts: ep {deg['ep']} x dp_shard/ep {deg['dp_shard'] // deg['ep']})"
+            if deg.get("ep", 1) > 1
+            else ""
+        ),
         "gradients": f"float32{offload}",
         "optimizer": states + offload,
         "activations": f"micro batch {est.layout.micro_batch} x {est.seq} tokens, "
@@ -97,4 +112,9 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
     if device is not None and device.peak_flops:
         compute += f" = {per_rank / device.peak_flops:.3g} s at {human_flops(device.peak_flops)}/s peak"
     lines.append(compute)
+    if est.all_to_all_bytes:
+        lines.append(
+            f"  all-to-all  {human_bytes(est.all_to_all_bytes)}/rank/step sent by the experts' dispatch and "
+            "combine (forward and backward, uniform routing)"
+        )
     return "\n".join(lines) + "\n"

@@ -138,16 +138,24 @@ class StepResult:
     """What one optimizer step produced (global values, identical on every rank).
 
     ``loss_value`` and ``grad_norm_value`` stay on the device until read (see :class:`Deferred`);
-    ``loss`` and ``grad_norm`` read them.
+    ``loss`` and ``grad_norm`` read them. ``extra`` holds model-specific figures of the step (a mixture of
+    experts' ``aux_loss`` and expert load), device values too, read on logged steps only.
     """
 
-    __slots__ = ("grad_norm_value", "loss_value", "lr", "step", "tokens")
+    __slots__ = ("extra", "grad_norm_value", "loss_value", "lr", "step", "tokens")
 
     def __init__(
-        self, step: int, loss: SupportsFloat, grad_norm: SupportsFloat, lr: float, tokens: int
+        self,
+        step: int,
+        loss: SupportsFloat,
+        grad_norm: SupportsFloat,
+        lr: float,
+        tokens: int,
+        extra: Mapping[str, SupportsFloat] | None = None,
     ) -> None:
         self.step, self.lr, self.tokens = step, lr, tokens
         self.loss_value, self.grad_norm_value = loss, grad_norm
+        self.extra: dict[str, SupportsFloat] = dict(extra or {})
 
     @property
     def loss(self) -> float:
@@ -264,6 +272,8 @@ class Trainer:
         self.phase = "start-up (the model and its weights)"
         self.model = self._build_model()
         self.fsdp = self.pipeline.fsdp if self.pipeline is not None else isinstance(self.model, FSDPModule)
+        moe_layers = getattr(self.model, "moe_layers", None)  # mixture-of-experts models expose them
+        self._moe_layers: list[Any] = list(moe_layers()) if callable(moe_layers) else []
         self._autocast_dtype = _DTYPES[training.mixed_precision_param]
 
         # 4. optimizer, schedule, loss
@@ -486,6 +496,7 @@ class Trainer:
         global_tokens = self._all_reduce(local_tokens).to(torch.float32).clamp(min=1.0)
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
+        moe = _MoEStep(self) if self._moe_layers else None
         for index, batch in enumerate(batches if self.pipeline is None else ()):
             last = index == len(batches) - 1
             if self.fsdp and len(batches) > 1:
@@ -497,6 +508,8 @@ class Trainer:
                 loss = total * self.dims.dp_size / global_tokens
             else:
                 loss = total / count.clamp(min=1) / len(batches)
+            if moe is not None:  # the load-balancing loss, added as transformers adds it (per micro-batch)
+                loss = loss + moe.balance_loss(len(batches))
             loss.backward()
             loss_sum += loss.detach().float()
         if self.pipeline is not None:
@@ -508,6 +521,12 @@ class Trainer:
 
             grad_norm = clip_grad_norm(
                 self.model.parameters(), max_norm if max_norm is not None else math.inf, self.pipeline.group
+            )
+        elif self.dims.ep > 1:  # the experts' gradients live on their own mesh
+            from hyper_parallel.parallel.expert_parallel import clip_grad_norm as clip_with_experts
+
+            grad_norm = clip_with_experts(
+                self.model.parameters(), max_norm if max_norm is not None else math.inf
             )
         else:
             grad_norm = torch.nn.utils.clip_grad_norm_(
@@ -524,7 +543,8 @@ class Trainer:
         self.step = step
         tokens = int(sum(b["input_ids"].numel() for b in batches))
         self.train_state.tokens_seen += tokens
-        return StepResult(step, Deferred(loss_tensor, self.dims.dp_size), Deferred(norm), lr, tokens)
+        figures = moe.figures() if moe is not None else None
+        return StepResult(step, Deferred(loss_tensor, self.dims.dp_size), Deferred(norm), lr, tokens, figures)
 
     # -- finite or stop --------------------------------------------------------------------------------
     def _watch_finite(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
@@ -629,6 +649,7 @@ class Trainer:
                         flops=self.flops_per_step,
                         step_time=time.perf_counter() - started,
                         data_tokens=self._data_tokens(result.step),
+                        **result.extra,
                     )
                     profiler.step()
                     if self._must_check_finite(self.step == max_steps):
@@ -815,6 +836,47 @@ class Trainer:
             f"done: step {self.step}, final loss {results[-1].loss:.4f} (step {self.step}'s own; the logged "
             "loss is the mean over the steps since the previous log line)"
         )
+
+
+class _MoEStep:
+    """The load-balancing loss of each micro-batch of one step, and the step's figures for the log.
+
+    After each forward the MoE layers hold their routing statistics; the loss of the micro-batch
+    (``parallel.expert_parallel.load_balancing_loss``) is weighted by ``router_aux_loss_coef`` over the
+    micro-batches of the step and, like the language-model loss, averaged over data-parallel ranks by FSDP.
+    """
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.coef = float(getattr(trainer.config.model.args, "router_aux_loss_coef", 0.0))
+        self.values: list[torch.Tensor] = []  # on the device: read on logged steps only
+        self.counts: torch.Tensor | None = None
+
+    def balance_loss(self, micro_batches: int) -> torch.Tensor:
+        from hyper_parallel.parallel.expert_parallel import load_balancing_loss
+
+        stats = [layer.stats for layer in self.trainer._moe_layers]
+        for layer in self.trainer._moe_layers:
+            layer.stats = None  # a later forward without statistics must not reuse these
+        balance = load_balancing_loss(
+            [s.counts for s in stats], [s.prob_sums for s in stats], stats[0].tokens, self.trainer.dp_group
+        )
+        self.values.append(balance.value.detach())
+        self.counts = balance.counts if self.counts is None else self.counts + balance.counts
+        weight = self.coef / micro_batches
+        return balance.local * weight
+
+    def figures(self) -> dict[str, torch.Tensor]:
+        """``aux_loss`` (mean over micro-batches) and the tokens per expert of the step: the largest and
+        the mean over every MoE layer's experts (all data-parallel ranks). Device values, so that the step
+        waits for nothing; the metrics read them on logged steps."""
+        if self.counts is None:
+            return {}
+        return {
+            "aux_loss": torch.stack(self.values).float().mean(),
+            "expert_load_max": self.counts.max().float(),
+            "expert_load_mean": self.counts.float().mean(),
+        }
 
 
 def _refuse_disagreement(message: str | None) -> None:

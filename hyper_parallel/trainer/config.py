@@ -158,7 +158,6 @@ _NOT_YET = {
     "cp": "context parallelism is not supported yet: PyTorch's ring attention covers only the CUDA flash, "
     "memory-efficient and cuDNN attention kernels, not CPU attention with gloo, so this release cannot "
     "test it; use 1, and for long sequences use tp with sequence_parallel and activation_checkpoint",
-    "ep": "expert parallelism is not supported yet: no built-in model has experts; use 1",
 }
 
 

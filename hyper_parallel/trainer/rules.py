@@ -27,6 +27,7 @@ __all__ = [
     "TrainerKind",
     "batch_issues",
     "cross_group_issues",
+    "expert_issues",
     "layout_issues",
     "pipeline_issues",
     "sequence_parallel_issues",
@@ -62,6 +63,7 @@ def cross_group_issues(cfg: "TrainerConfig") -> Issues:
     training, par = cfg.training, cfg.parallelism
     if par.pp > 1:
         yield from pipeline_issues(cfg, par.pp)
+    yield from expert_issues(cfg, {"dp_replicate": par.dp_replicate, "ep": par.ep})
     max_len = cfg.model.args.max_sequence_length()
     if max_len is not None and training.seq_len > max_len:
         yield (
@@ -79,6 +81,31 @@ def cross_group_issues(cfg: "TrainerConfig") -> Issues:
     if batch_ok and par.dp_replicate != -1 and par.dp_shard != -1:
         yield from batch_issues(cfg, par.dp_replicate, par.dp_shard)
     yield from _backend_issues(cfg)
+
+
+def expert_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
+    """Expert parallelism needs a model with experts, and runs with FSDP alone (no ``dp_replicate`` yet).
+
+    That ``ep`` divides the experts is the model's rule (``ModelArgs.parallel_issues``) and that it divides
+    ``dp_shard x cp`` the parallelism group's (``ParallelismConfig.world_size_issues``).
+    """
+    ep = degrees.get("ep", 1)
+    if ep <= 1:
+        return
+    if cfg.model.args.expert_count() is None:
+        yield (
+            "parallelism.ep",
+            f"expert parallelism needs a model with experts, but {cfg.model.name} {cfg.model.flavor} is "
+            "dense; use 1, or a mixture-of-experts model such as "
+            f"hyper_parallel.models.qwen3_5_moe.create_model_spec, got {ep}",
+        )
+    replicate = degrees.get("dp_replicate", 1)
+    if replicate > 1:
+        yield (
+            "parallelism.ep",
+            f"expert parallelism with dp_replicate > 1 (HSDP, {replicate}) is not supported yet; "
+            f"shard over dp_shard instead, got ep {ep}",
+        )
 
 
 def _tokenizer_issues(cfg: "TrainerConfig") -> Issues:
@@ -335,6 +362,8 @@ def world_size_issues(cfg: "TrainerConfig", world_size: int) -> list[tuple[str, 
     degrees = par.resolved_degrees(world_size)
     issues.extend((f"parallelism.{p}", m) for p, m in par.unsupported_degrees(degrees))
     issues.extend(cfg.model.args.parallel_issues(degrees))
+    if par.dp_replicate == -1:  # explicit degrees were checked by cross_group_issues
+        issues.extend(i for i in expert_issues(cfg, degrees) if i not in issues)
     issues.extend(sequence_parallel_issues(cfg, degrees["tp"]))
     if par.pp == -1:  # explicit degrees were checked by cross_group_issues
         issues.extend(i for i in pipeline_issues(cfg, degrees["pp"]) if i not in issues)
@@ -369,6 +398,8 @@ def layout_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
     which a config built in Python never met (degrees not supported yet, sequence and pipeline
     parallelism)."""
     yield from ((f"parallelism.{p}", m) for p, m in cfg.parallelism.not_supported_yet(degrees))
+    yield from expert_issues(cfg, degrees)
+    yield from ((p, m) for p, m in cfg.model.args.parallel_issues(degrees) if p == "parallelism.ep")
     yield from sequence_parallel_issues(cfg, degrees["tp"])
     yield from pipeline_issues(cfg, degrees["pp"])
 

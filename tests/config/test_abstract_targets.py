@@ -57,7 +57,8 @@ def test_model_spec_itself_is_refused_with_the_model_factories(name: str) -> Non
             f"'{name}' is a base class, not a target; name one of: "
             "hyper_parallel.models.llama3.create_model_spec, "
             "hyper_parallel.models.qwen3_5.create_model_spec, "
-            "hyper_parallel.models.qwen3_5.create_vl_model_spec",
+            "hyper_parallel.models.qwen3_5.create_vl_model_spec, "
+            "hyper_parallel.models.qwen3_5_moe.create_model_spec",
         )
     ]
 

@@ -10,13 +10,17 @@ from typing import Any
 
 import pytest
 
-from hyper_parallel.models import llama3, qwen3_5
+from hyper_parallel.models import llama3, qwen3_5, qwen3_5_moe
 from hyper_parallel.models.spec import ModelSpec
 
 SPECS: dict[str, Callable[[], ModelSpec]] = {
     **{f"llama3 {f}": (lambda f=f: llama3.create_model_spec(f)) for f in llama3.LLAMA3_FLAVORS},
     **{f"qwen3_5 {f}": (lambda f=f: qwen3_5.create_model_spec(f)) for f in qwen3_5.QWEN3_5_FLAVORS},
     **{f"qwen3_5_vl {f}": (lambda f=f: qwen3_5.create_vl_model_spec(f)) for f in qwen3_5.QWEN3_5_VL_FLAVORS},
+    **{f"qwen3_5_moe {f}": (lambda f=f: qwen3_5_moe.create_model_spec(f)) for f in ("debugmodel", "35B-A3B")},
+    "qwen3_5_moe untied, top-1": lambda: qwen3_5_moe.create_model_spec(
+        "debugmodel", overrides={"tie_word_embeddings": False, "n_experts_per_token": 1, "n_experts": 5}
+    ),
     "llama3 mha, multiplier": lambda: llama3.create_model_spec(
         "debugmodel", overrides={"n_kv_heads": None, "ffn_dim_multiplier": 1.3, "vocab_size": 1001}
     ),
@@ -30,7 +34,12 @@ SPECS: dict[str, Callable[[], ModelSpec]] = {
         "debugmodel", overrides={"vision.spatial_merge_size": 3, "vision.temporal_patch_size": 1}
     ),
 }
-ON_CPU = ["llama3 debugmodel", "qwen3_5 debugmodel", "qwen3_5_vl debugmodel"]  # 0.8B: 100 s to initialise
+ON_CPU = [
+    "llama3 debugmodel",
+    "qwen3_5 debugmodel",
+    "qwen3_5_vl debugmodel",
+    "qwen3_5_moe debugmodel",
+]  # 0.8B: 100 s to initialise
 
 
 def _kind(name: str) -> str:
@@ -46,6 +55,8 @@ def _kind(name: str) -> str:
         return "attention"
     if ".linear_attn." in leaf:
         return "gated_deltanet"
+    if ".feed_forward.router." in leaf or ".feed_forward.experts." in leaf:
+        return "moe"
     if ".feed_forward." in leaf:
         return "mlp"
     return "norm"
@@ -89,3 +100,28 @@ def test_shipped_flavors_report_their_published_sizes() -> None:
         "llama3 70B": 70_553_706_496,
         "llama3 405B": 405_853_388_800,
     }
+
+
+@pytest.mark.parametrize("name", [n for n in SPECS if n.startswith("qwen3_5_moe")])
+def test_active_parameters_count_the_experts_a_token_uses(name: str) -> None:
+    """Active per token: every parameter but the routed experts, of which ``n_experts_per_token`` rows."""
+    pytest.importorskip("torch")
+    spec = SPECS[name]()
+    args: Any = spec.args
+    model = spec.build_model_fn(args, device="meta")
+    active = sum(
+        p.numel() // args.n_experts * args.n_experts_per_token if ".experts." in n else p.numel()
+        for n, p in model.named_parameters()
+    )
+    groups = args.preflight().parameters()
+    assert sum(g.active_numel * g.copies for g in groups) == active
+    assert active < sum(p.numel() for p in model.parameters())
+
+
+def test_35b_a3b_has_35b_parameters_and_3b_active() -> None:
+    """34.66 B in total; 3.45 B active per token, 2.44 B of them outside the embedding and output."""
+    groups = qwen3_5_moe.create_model_spec("35B-A3B").args.preflight().parameters()  # type: ignore[attr-defined]
+    total = sum(g.numel * g.copies for g in groups)
+    active = sum(g.active_numel * g.copies for g in groups)
+    inner = sum(g.active_numel * g.copies for g in groups if g.kind not in ("embedding", "output"))
+    assert (total, active, inner) == (34_660_610_688, 3_454_988_928, 2_437_870_208)

@@ -264,3 +264,35 @@ def test_the_preflight_imports_no_torch_and_only_its_own_modules(tmp_path: Path,
         if "llama" in config
         else "hyper_parallel.models.qwen3_5.estimate"
     ]
+
+
+MOE_35B = str(REPO / "configs" / "qwen3_5_moe_35b_a3b.yaml")
+
+
+def test_moe_dry_run_reports_active_parameters_expert_sharding_and_all_to_all() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    status = main(["--config-file", MOE_35B, "--dry-run", "--world-size", "64"], out=out, err=err)
+    assert (status, err.getvalue()) == (0, "")
+    report = _report(out.getvalue())
+    head = "preflight: qwen3_5_moe 35B-A3B, 64 ranks, dp_shard 64 x ep 8 (of dp_shard), "
+    assert report[0] == head + "bfloat16 compute, AdamW"
+    assert report[1].startswith("  parameters  34.66 B (3.45 B active per token): ")
+    assert "moe 32.23 B" in report[1]
+    assert "(experts: ep 8 x dp_shard/ep 8)" in report[3]
+    assert report[-1] == (
+        "  all-to-all  70.0 GiB/rank/step sent by the experts' dispatch and combine (forward and backward, "
+        "uniform routing)"
+    )
+    cfg = load_config(MOE_35B, world_size=64)
+    with_ep, without = (
+        estimate(cfg, 64),
+        estimate(attrs.evolve(cfg, parallelism=attrs.evolve(cfg.parallelism, ep=1)), 64),
+    )
+    assert with_ep is not None
+    assert without is not None
+    # 4 all-to-alls x 4096 tokens x 8 experts x 2048 x 2 bytes x 7/8 leaving, x 40 layers x 4 micro-batches
+    assert with_ep.all_to_all_bytes == 4 * 4096 * 8 * 2048 * 2 * 7 // 8 * 40 * 4
+    assert without.all_to_all_bytes == 0
+    # a gathered block holds 1/8 of its experts; the sharded states are the same 1/64 either way
+    assert with_ep.terms["fsdp buffers"] < without.terms["fsdp buffers"] / 2
+    assert with_ep.terms["parameters"] == without.terms["parameters"]

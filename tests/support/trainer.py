@@ -58,6 +58,22 @@ TINY_MODELS: dict[str, dict[str, str]] = {
         "model.overrides.linear_key_head_dim": "16",
         "model.overrides.linear_value_head_dim": "16",
     },
+    "qwen3_5_moe": {
+        "model.overrides.dim": "64",
+        "model.overrides.n_layers": "2",
+        "model.overrides.full_attention_interval": "2",
+        "model.overrides.ffn_hidden_dim": "32",
+        "model.overrides.n_experts": "4",
+        "model.overrides.n_experts_per_token": "2",
+        "model.overrides.shared_expert_hidden_dim": "64",
+        "model.overrides.n_heads": "4",
+        "model.overrides.n_kv_heads": "2",
+        "model.overrides.head_dim": "16",
+        "model.overrides.linear_num_key_heads": "2",
+        "model.overrides.linear_num_value_heads": "4",
+        "model.overrides.linear_key_head_dim": "16",
+        "model.overrides.linear_value_head_dim": "16",
+    },
 }
 
 #: A short run on synthetic tokens: nothing to tokenise, exact arithmetic (fp32), no files written.
@@ -167,6 +183,16 @@ def _grid() -> list[Layout]:
             Layout(f"{model}-pp2-dp_shard2", model, 4, {"dp_shard": 2, "pp": 2}),
             Layout(f"{model}-pp2-tp2", model, 4, {"dp_shard": 1, "pp": 2, "tp": 2}),
         ]
+    moe = "qwen3_5_moe"
+    cases += [
+        Layout(f"{moe}-ep2", moe, 2, {"dp_shard": 2, "ep": 2}),
+        Layout(f"{moe}-ep2-tp2", moe, 2, {"dp_shard": 1, "tp": 2, "ep": 2}),  # ep must divide dp_shard
+        Layout(f"{moe}-ep4", moe, 4, {"dp_shard": 4, "ep": 4}, {"micro_batch_size": 1}),
+        Layout(f"{moe}-ep2-dp_shard4", moe, 4, {"dp_shard": 4, "ep": 2}, {"micro_batch_size": 1}),
+        Layout(
+            f"{moe}-ep2-hsdp", moe, 4, {"dp_shard": 2, "dp_replicate": 2, "ep": 2}, {"micro_batch_size": 1}
+        ),
+    ]
     return cases
 
 

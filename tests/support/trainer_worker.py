@@ -43,6 +43,34 @@ def _params(trainer: LLMTrainer) -> dict[str, Any]:
     return held
 
 
+def _experts(trainer: LLMTrainer) -> dict[str, Any]:
+    """Which experts of the first MoE block this rank stores (its shard of ``w1``) and computes with.
+
+    A tensor of expert ids distributed like ``w1`` gives the stored ids; under expert parallelism the
+    rank computes with the experts of its ``ep`` coordinate (what the all-to-all sends it).
+    """
+    layers = getattr(trainer.model, "moe_layers", None)
+    if not callable(layers):
+        return {}
+    moe = layers()[0]
+    weight = moe.experts.w1
+    n = weight.shape[0]
+    ids = torch.arange(n, dtype=torch.float32).reshape(n, 1, 1)
+    if isinstance(weight, DTensor):
+        from torch.distributed.tensor import distribute_tensor
+
+        stored = distribute_tensor(ids, weight.device_mesh, weight.placements, src_data_rank=None).to_local()
+    else:
+        stored = ids
+    dispatcher = moe.dispatcher
+    if dispatcher is None:
+        computes = list(range(n))
+    else:
+        first = dist.get_rank(dispatcher.group) * dispatcher.n_local
+        computes = list(range(first, first + dispatcher.n_local))
+    return {"stored": [int(i) for i in stored.flatten().tolist()], "computes": computes}
+
+
 def _watch_residual_norm(trainer: LLMTrainer) -> dict[str, Any]:
     """Fill, at the first forward, how the first block's ``ffn_norm`` output (residual stream) is held."""
     seen: dict[str, Any] = {}
@@ -92,6 +120,7 @@ def train(model: str, out: str, pairs: list[str]) -> None:
     overrides = dict(pair.split("=", 1) for pair in pairs)
     trainer = LLMTrainer(tiny_config(model, overrides))
     held = _params(trainer)
+    experts = _experts(trainer)
     residual = _watch_residual_norm(trainer)
     stages = _watch_stages(trainer)
     timeouts = [_timeout_seconds()]
@@ -105,7 +134,9 @@ def train(model: str, out: str, pairs: list[str]) -> None:
             {
                 "losses": [r.loss for r in results],
                 "grad_norms": [r.grad_norm for r in results],
+                "extras": [r.extra for r in results],
                 "params": held,
+                "experts": experts,
                 "residual_norm_output": residual,
                 "digests": digests,
                 "dp_rank": trainer.dp_rank,

@@ -130,6 +130,7 @@ WIRED: dict[str, str] = {
     "parallelism.pp": "trainer/test_pipeline.py::test_pipeline_matches_one_process_and_each_rank_holds_its_stages",
     "parallelism.pp_schedule": "trainer/test_pipeline.py::test_pipeline_matches_one_process_and_each_rank_holds_its_stages",
     "parallelism.pp_microbatches": "trainer/test_pipeline.py::test_pp_microbatches_sets_the_schedule_micro_batches",
+    "parallelism.ep": "trainer/test_expert_parallel.py::test_ep2_of_dp_shard4_matches_one_process_and_splits_the_experts",
     # checkpoint
     "checkpoint.enable": "components/test_checkpoint_resume.py::test_without_enable_the_folder_is_neither_resumed_nor_touched",
     "checkpoint.folder": "trainer/test_trainer.py::test_resume_continues_with_bitwise_equal_losses",
@@ -219,7 +220,6 @@ WIRED: dict[str, str] = {
 #: Fields this release refuses, with a value that must be refused as "not supported yet".
 REFUSED: dict[str, str] = {
     "parallelism.cp": "2",
-    "parallelism.ep": "2",
 }
 
 

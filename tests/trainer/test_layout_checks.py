@@ -24,7 +24,11 @@ CP = (
     "memory-efficient and cuDNN attention kernels, not CPU attention with gloo, so this release cannot "
     "test it; use 1, and for long sequences use tp with sequence_parallel and activation_checkpoint"
 )
-EP = "expert parallelism is not supported yet: no built-in model has experts; use 1"
+MOE = "hyper_parallel.models.qwen3_5_moe.create_model_spec"
+EP_DENSE = (
+    "expert parallelism needs a model with experts, but llama3 debugmodel is dense; use 1, or a "
+    "mixture-of-experts model such as hyper_parallel.models.qwen3_5_moe.create_model_spec, got 2"
+)
 
 
 def _config(tmp_path: Path, model: str, flavor: str, parallelism: dict[str, Any]) -> Path:
@@ -47,7 +51,7 @@ def _issues(path: Path, world_size: int | None) -> list[tuple[str, str]]:
 # Refused whatever the world size: explicit values of what this release cannot run.
 NOT_YET = [
     ({"dp_shard": 1, "cp": 2}, None, [("parallelism.cp", f"{CP}, got 2")]),
-    ({"ep": 2}, None, [("parallelism.ep", f"{EP}, got 2")]),
+    ({"ep": 2}, None, [("parallelism.ep", EP_DENSE)]),
     # Auto degrees are refused once the world size says what they become.
     ({"dp_shard": 1, "cp": -1}, 4, [("parallelism.cp", f"{CP}, got 4 (inferred from the world size)")]),
 ]
@@ -379,3 +383,50 @@ def test_pipeline_layouts_the_schedule_cannot_run_are_refused(
 def test_pipeline_layouts_the_schedules_run_resolve(flags: dict[str, str]) -> None:
     cfg = load_config(debug_config_path("llama3"), {**tiny_overrides("llama3"), **flags}, world_size=2)
     assert cfg.parallelism.resolved_degrees(2)["pp"] == 2
+
+
+# Expert parallelism: a model with experts, ep dividing its experts and dp_shard x cp, no tp or HSDP yet.
+EP_RULES = [
+    ({"ep": 2}, 4, []),
+    ({"ep": 4, "dp_shard": 4}, 4, []),
+    ({"ep": 3}, 4, [("parallelism.ep", "must divide dp_shard * cp (4 with world size 4), got 3")]),
+    (
+        {"ep": 16},
+        16,
+        [("parallelism.ep", "must divide the model's 8 experts (model.args.n_experts), got 16")],
+    ),
+    (
+        {"ep": 2, "dp_shard": 2, "tp": 2, "sequence_parallel": False},
+        4,
+        [
+            (
+                "parallelism.tp",
+                "tensor parallelism is not supported yet by Qwen 3.5 MoE (its experts are not split by tp); "
+                "shard the experts with parallelism.ep and the rest with dp_shard, got 2",
+            )
+        ],
+    ),
+    (
+        {"ep": 2, "dp_shard": 2, "dp_replicate": 2},
+        None,
+        [
+            (
+                "parallelism.ep",
+                "expert parallelism with dp_replicate > 1 (HSDP, 2) is not supported yet; shard over "
+                "dp_shard instead, got ep 2",
+            )
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("parallelism", "world_size", "expected"), EP_RULES)
+def test_expert_parallel_layouts_are_checked_at_resolve_time(
+    tmp_path: Path, parallelism: dict[str, Any], world_size: int | None, expected: list[tuple[str, str]]
+) -> None:
+    path = _config(tmp_path, MOE, "debugmodel", parallelism)
+    if not expected:
+        cfg = load_config(path, world_size=world_size)
+        assert cfg.parallelism.resolved_degrees(world_size or 1)["ep"] == parallelism["ep"]
+        return
+    assert _issues(path, world_size) == expected

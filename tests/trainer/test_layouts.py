@@ -162,7 +162,10 @@ def test_hsdp_checkpoint_resumes_with_the_uninterrupted_losses(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    "case", [c for c in GRID if c.parallelism.get("dp_replicate", 1) != 1], ids=lambda c: c.name
+    "case",
+    # expert parallelism under HSDP is refused (not supported yet), as the grid's runtime agrees
+    [c for c in GRID if c.parallelism.get("dp_replicate", 1) != 1 and c.parallelism.get("ep", 1) == 1],
+    ids=lambda c: c.name,
 )
 def test_replicated_layouts_of_the_grid_pass_the_dry_run(case: Any) -> None:
     """The layout grid's runtime verdicts must agree with these (tests/trainer/test_parallel.py)."""

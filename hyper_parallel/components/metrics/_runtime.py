@@ -97,6 +97,7 @@ class MetricsProcessor:
         self._tokens = 0
         self._flops: float | None = 0.0
         self._losses: list[SupportsFloat] = []
+        self._extra_keys: tuple[str, ...] = ()  # model figures of the last record (shown on the console)
         self._step_times: list[float] = []
         self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
         self._bar_shown = False
@@ -205,6 +206,7 @@ class MetricsProcessor:
         )
         if data_tokens:
             record["data_tokens"] = {str(k): int(v) for k, v in data_tokens.items()}
+        self._extra_keys = tuple(extra)
         if self.max_steps is not None:
             done = step - self._start_step
             record["eta_seconds"] = (now - self._start_time) / max(done, 1) * max(self.max_steps - step, 0)
@@ -248,6 +250,7 @@ class MetricsProcessor:
         if record.get("step_time") is not None:
             parts.append(f"step_time {record['step_time']:.3f}s")
         parts.append(f"mem {record['memory_gib']:.2f} GiB")
+        parts.extend(f"{key} {record[key]:.4g}" for key in self._extra_keys if key in record)
         if "eta_seconds" in record:
             parts.append(f"eta {_duration(record['eta_seconds'])}")
         if record.get("data_tokens"):

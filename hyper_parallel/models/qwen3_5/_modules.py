@@ -271,7 +271,8 @@ class GatedDeltaNet(nn.Module):
 class HybridBlock(nn.Module):
     """Pre-norm block whose token mixer is gated full attention or Gated DeltaNet."""
 
-    def __init__(self, args: Qwen3_5Args, layer_type: str) -> None:
+    def __init__(self, args: Qwen3_5Args, layer_type: str, feed_forward: nn.Module | None = None) -> None:
+        """``feed_forward``: the block's channel mixer (a mixture of experts); ``None`` a dense SwiGLU."""
         super().__init__()
         self.layer_type = layer_type
         self.attention_norm = ZeroCenteredRMSNorm(args.dim, args.norm_eps)
@@ -282,7 +283,7 @@ class HybridBlock(nn.Module):
         else:
             self.linear_attn = GatedDeltaNet(args)
         self.ffn_norm = ZeroCenteredRMSNorm(args.dim, args.norm_eps)
-        self.feed_forward = FeedForward(args.dim, args.ffn_hidden_dim)
+        self.feed_forward = feed_forward or FeedForward(args.dim, args.ffn_hidden_dim)
 
     def forward(
         self,
@@ -311,10 +312,14 @@ class Qwen3_5Model(nn.Module):
         super().__init__()
         self.args = args
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
-        self.layers = nn.ModuleList(HybridBlock(args, kind) for kind in args.layer_types())
+        self.layers = nn.ModuleList(self.make_block(args, kind) for kind in args.layer_types())
         self.norm = ZeroCenteredRMSNorm(args.dim, args.norm_eps)
         self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
         self.tie_weights()
+
+    def make_block(self, args: Qwen3_5Args, layer_type: str) -> HybridBlock:
+        """One block of ``layer_type`` (a subclass gives it another feed-forward network)."""
+        return HybridBlock(args, layer_type)
 
     def tie_weights(self) -> None:
         """Share the embedding matrix with the output projection when ``tie_word_embeddings``."""

@@ -1,0 +1,221 @@
+"""Runtime hooks of Qwen 3.5 MoE referenced by its ``ModelSpec``: build, parallelize, state-dict adapter.
+
+torch is imported only inside the hooks' bodies. The token mixers, norms and embeddings are Qwen 3.5's, so
+their initialisation and Hugging Face names come from ``hyper_parallel.models.qwen3_5._runtime``; this
+module adds the mixture of experts.
+"""
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from hyper_parallel.models._factory import require_torch
+from hyper_parallel.models.qwen3_5._runtime import Qwen3_5StateDictAdapter
+from hyper_parallel.models.qwen3_5._runtime import init_parameter as init_dense_parameter
+from hyper_parallel.models.qwen3_5_moe.args import Qwen3_5MoeArgs
+
+if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
+    from hyper_parallel.trainer.config import (
+        ActivationCheckpointConfig,
+        CompileConfig,
+        ParallelismConfig,
+        TrainingConfig,
+    )
+
+__all__ = ["Qwen3_5MoeStateDictAdapter", "build_model", "init_parameter", "parallelize"]
+
+
+def build_model(args: Qwen3_5MoeArgs, *, device: str = "meta") -> Any:
+    """Create the Qwen 3.5 MoE language model for ``args`` on ``device`` (``"meta"``: nothing allocated)."""
+    require_torch("Qwen 3.5 MoE", "build_model")
+    from hyper_parallel.models.qwen3_5_moe._modules import build_qwen3_5_moe
+
+    return build_qwen3_5_moe(args, device)
+
+
+def parallelize(
+    model: Any,
+    parallelism: "ParallelismConfig",
+    device_mesh: Any,
+    *,
+    training: "TrainingConfig | None" = None,
+    activation_checkpoint: "ActivationCheckpointConfig | None" = None,
+    compile: "CompileConfig | None" = None,
+) -> Any:
+    """Parallelize a Qwen 3.5 MoE model in place: expert parallelism (``parallelism.ep``: each block's
+    experts split over the ``ep`` ranks, tokens sent to them by all-to-all), then Qwen 3.5's pipeline
+    (AC, compile, FSDP2 over the blocks; the experts' FSDP2 over the data-parallel ranks ``ep`` leaves).
+    Tensor parallelism is refused by the arguments (``parallel_issues``)."""
+    require_torch("Qwen 3.5 MoE", "parallelize")
+    from hyper_parallel.models.qwen3_5_moe._modules import Qwen3_5MoeModel
+    from hyper_parallel.parallel.parallelize import parallelize_model
+
+    if not isinstance(model, Qwen3_5MoeModel):
+        raise TypeError(f"expected a Qwen3_5MoeModel, got {type(model).__name__}")
+    return parallelize_model(
+        model,
+        parallelism,
+        device_mesh,
+        blocks=list(model.layers),
+        apply_tp=lambda tp_mesh: None,  # refused at resolve time (Qwen3_5MoeArgs.parallel_issues)
+        moe_layers=model.moe_layers(),
+        training=training,
+        activation_checkpoint=activation_checkpoint,
+        compile=compile,
+    )
+
+
+_EXPERT_WEIGHTS = ("feed_forward.experts.w1", "feed_forward.experts.w2", "feed_forward.experts.w3")
+
+
+def init_parameter(args: Qwen3_5MoeArgs, name: str, tensor: Any, generator: Any) -> None:
+    """Fill ``tensor``, the full value of parameter ``name`` (``ModelSpec.init_fn``): the experts
+    truncated-normal (std 0.02) as ``Qwen3_5MoeModel.init_weights``, the rest as Qwen 3.5."""
+    from torch import nn
+
+    if name.endswith(_EXPERT_WEIGHTS):
+        nn.init.trunc_normal_(tensor, std=0.02, generator=generator)
+    else:
+        init_dense_parameter(args, name, tensor, generator)
+
+
+_HF_LAYER = re.compile(r"^model\.(?:language_model\.)?layers\.(\d+)\.mlp\.(.+)$")
+_HF_EXPERT = re.compile(r"^experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+_MLP = {
+    "gate.weight": "router.weight",
+    "shared_expert.gate_proj.weight": "shared_expert.w1.weight",
+    "shared_expert.up_proj.weight": "shared_expert.w3.weight",
+    "shared_expert.down_proj.weight": "shared_expert.w2.weight",
+    "shared_expert_gate.weight": "shared_expert_gate.weight",
+}
+_MLP_BACK = {ours: hf for hf, ours in _MLP.items()}
+_PROJ = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
+_OURS = re.compile(r"^layers\.(\d+)\.feed_forward\.(.+)$")
+
+
+class Qwen3_5MoeStateDictAdapter(Qwen3_5StateDictAdapter):
+    """Converts between Hugging Face Qwen 3.5 MoE checkpoints and this model's state dict.
+
+    The token mixers, norms and embeddings map as in Qwen 3.5. Each block's ``mlp`` maps to
+    ``feed_forward``: ``gate`` to ``router``, the shared expert's projections to ``w1``/``w3``/``w2``;
+    the routed experts are accepted per expert (``experts.<j>.{gate,up,down}_proj.weight``, the layout
+    of the released checkpoints and of ``save_pretrained``) or fused (``experts.gate_up_proj``,
+    ``experts.down_proj``, transformers' in-memory layout), and written per expert.
+    """
+
+    model = "Qwen 3.5 MoE"
+
+    @property
+    def moe_args(self) -> Qwen3_5MoeArgs:
+        assert isinstance(self.args, Qwen3_5MoeArgs)
+        return self.args
+
+    def from_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """Rename and stack a Hugging Face state dict into this model's layout."""
+        rest: dict[str, Any] = {}
+        out: dict[str, Any] = {}
+        per_expert: dict[tuple[str, str], dict[int, Any]] = {}  # (layer, w1|w2|w3) -> {expert: tensor}
+        unknown: list[str] = []
+        for name, tensor in state_dict.items():
+            match = _HF_LAYER.match(name)
+            if match is None:
+                rest[name] = tensor
+                continue
+            layer, sub = match.groups()
+            prefix = f"layers.{layer}.feed_forward."
+            expert = _HF_EXPERT.match(sub)
+            if sub in _MLP:
+                out[prefix + _MLP[sub]] = tensor
+            elif expert is not None:
+                per_expert.setdefault((layer, _PROJ[expert.group(2)]), {})[int(expert.group(1))] = tensor
+            elif sub == "experts.gate_up_proj":
+                gate, up = tensor.chunk(2, dim=1)
+                out[prefix + "experts.w1"], out[prefix + "experts.w3"] = gate, up
+            elif sub == "experts.down_proj":
+                out[prefix + "experts.w2"] = tensor
+            else:
+                unknown.append(name)
+        if unknown:
+            raise KeyError(f"unexpected names in the Hugging Face {self.model} state dict: {unknown[:5]}")
+        n = self.moe_args.n_experts
+        if per_expert:
+            import torch
+
+            for (layer, weight), experts in per_expert.items():
+                if sorted(experts) != list(range(n)):
+                    missing = sorted(set(range(n)) - set(experts))[:5]
+                    raise ValueError(
+                        f"checkpoint does not match the {self.model} arguments: layer {layer} has experts "
+                        f"{len(experts)} of n_experts={n} for {weight} (missing e.g. {missing})"
+                    )
+                out[f"layers.{layer}.feed_forward.experts.{weight}"] = torch.stack(
+                    [experts[j] for j in range(n)]
+                )
+        out.update(super().from_hf(rest))
+        self._check_experts(out)
+        return out
+
+    def _check_experts(self, state_dict: dict[str, Any]) -> None:
+        a = self.moe_args
+        expected = {
+            "experts.w1": (a.n_experts, a.ffn_hidden_dim, a.dim),
+            "experts.w2": (a.n_experts, a.dim, a.ffn_hidden_dim),
+            "shared_expert.w1.weight": (a.shared_expert_hidden_dim, a.dim),
+            "router.weight": (a.n_experts, a.dim),
+        }
+        wrong = [
+            f"{name}: checkpoint {tuple(state_dict[name].shape)} != arguments {shape}"
+            for key, shape in expected.items()
+            for name in (f"layers.0.feed_forward.{key}",)
+            if name in state_dict and tuple(state_dict[name].shape) != shape
+        ]
+        if wrong:
+            raise ValueError(f"checkpoint does not match the {self.model} arguments: " + "; ".join(wrong))
+
+    def to_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """Rename this model's state dict into the Hugging Face layout (experts one by one)."""
+        rest: dict[str, Any] = {}
+        out: dict[str, Any] = {}
+        unknown: list[str] = []
+        hf_proj = {ours: hf for hf, ours in _PROJ.items()}
+        for name, tensor in state_dict.items():
+            match = _OURS.match(name)
+            if match is None:
+                rest[name] = tensor
+                continue
+            layer, sub = match.groups()
+            prefix = f"{self.hf_prefix}layers.{layer}.mlp."
+            if sub in _MLP_BACK:
+                out[prefix + _MLP_BACK[sub]] = tensor
+            elif sub in ("experts.w1", "experts.w2", "experts.w3"):
+                proj = hf_proj[sub.rpartition(".")[2]]
+                for j in range(tensor.shape[0]):
+                    out[f"{prefix}experts.{j}.{proj}.weight"] = tensor[j]
+            else:
+                unknown.append(name)
+        if unknown:
+            raise KeyError(f"unexpected names in the {self.model} state dict: {unknown[:5]}")
+        out.update(super().to_hf(rest))
+        return out
+
+    def hf_config(self) -> dict[str, Any]:
+        """The ``config.json`` of the ``Qwen3_5MoeForCausalLM`` that ``to_hf``'s state dict loads into."""
+        a = self.moe_args
+        if not a.norm_topk_prob:
+            raise ValueError(
+                "model.args.norm_topk_prob: false has no Hugging Face Qwen 3.5 MoE equivalent (its router "
+                "always renormalises the top-k probabilities)"
+            )
+        config = super().hf_config()
+        del config["intermediate_size"]
+        config.update(
+            {
+                "architectures": ["Qwen3_5MoeForCausalLM"],
+                "model_type": "qwen3_5_moe_text",
+                "moe_intermediate_size": a.ffn_hidden_dim,
+                "shared_expert_intermediate_size": a.shared_expert_hidden_dim,
+                "num_experts": a.n_experts,
+                "num_experts_per_tok": a.n_experts_per_token,
+                "router_aux_loss_coef": a.router_aux_loss_coef,
+            }
+        )
+        return config
