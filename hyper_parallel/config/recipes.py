@@ -18,7 +18,6 @@ Two facts are kept about a resolved config:
   explicitly), and its factory groups what their recipes say.
 """
 
-import functools
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -35,10 +34,8 @@ __all__ = [
     "carries_recipe",
     "given_of",
     "recipe_of",
-    "records_call",
     "remember",
     "remember_given",
-    "undecorated",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -142,37 +139,3 @@ def remember_given(root: object, given: Given) -> None:
 def given_of(root: object) -> Given | None:
     """What the user set in ``root``'s groups, or None when there is no record (built in Python, a copy)."""
     return _GIVEN.get(root)
-
-
-def records_call(factory: F) -> F:
-    """Decorate a public factory so that its result carries the call that made it, whoever calls it.
-
-    ``TrainerConfig(model=create_model_spec(flavor="debugmodel"))`` built in Python then dumps as that
-    call and loads back to an equal config, exactly as a config naming the factory in ``_target_`` does.
-    The resolver calls the undecorated function (``__wrapped__``) and records the call itself, with where
-    each argument was set. The signature is inspected on the first call, not at import.
-    """
-    signature: Any = None
-    name = f"{factory.__module__}.{factory.__qualname__}"
-
-    @functools.wraps(factory)
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        nonlocal signature
-        result = factory(*args, **kwargs)
-        if signature is None:
-            import inspect  # the first call from Python pays for it, never a resolve
-
-            signature = inspect.signature(factory)
-        bound = signature.bind(*args, **kwargs)
-        given: dict[str, str | None] = dict.fromkeys(bound.arguments)
-        bound.apply_defaults()
-        remember(result, Recipe(name, dict(bound.arguments), recording, given))
-        return result
-
-    recording.__records_call__ = True  # type: ignore[attr-defined]
-    return typing.cast(F, recording)
-
-
-def undecorated(factory: Callable[..., Any]) -> Callable[..., Any]:
-    """The function :func:`records_call` wraps, or ``factory`` itself (what the resolver calls)."""
-    return factory.__wrapped__ if getattr(factory, "__records_call__", False) else factory  # type: ignore[attr-defined]

@@ -63,7 +63,7 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
         f"preflight: {est.model}, {ranks}, {layout}, {est.compute_dtype} compute, {est.optimizer}",
         f"  parameters  {exact_count(est.params_total)}"
         + (
-            f" ({exact_count(est.params_active)} active per token)"
+            f", {exact_count(est.params_active)} active per token"
             if est.params_active != est.params_total
             else ""
         )

@@ -276,8 +276,10 @@ def test_moe_dry_run_reports_active_parameters_expert_sharding_and_all_to_all() 
     report = _report(out.getvalue())
     head = "preflight: qwen3_5_moe 35B-A3B, 64 ranks, dp_shard 64 x ep 8 (of dp_shard), "
     assert report[0] == head + "bfloat16 compute, AdamW"
-    assert report[1].startswith("  parameters  34.66 B (3.45 B active per token): ")
-    assert "moe 32.23 B" in report[1]
+    assert report[1].startswith(
+        "  parameters  34.66 B (34,660,610,688), 3.45 B (3,454,988,928) active per token: "
+    )
+    assert "moe 32.23 B (32,233,226,240)" in report[1]
     assert "(experts: ep 8 x dp_shard/ep 8)" in report[3]
     assert report[-1] == (
         "  all-to-all  70.0 GiB/rank/step sent by the experts' dispatch and combine (forward and backward, "

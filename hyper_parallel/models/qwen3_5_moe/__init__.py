@@ -6,6 +6,7 @@ The factory only picks a flavor's arguments, applies typed overrides and returns
 
 from typing import Literal
 
+from hyper_parallel.config.factory_calls import records_call
 from hyper_parallel.models._factory import create_spec
 from hyper_parallel.models.qwen3_5_moe._runtime import (
     Qwen3_5MoeStateDictAdapter,
@@ -22,6 +23,7 @@ __all__ = ["QWEN3_5_MOE_FLAVORS", "Qwen3_5MoeArgs", "Qwen3_5MoeFlavor", "create_
 Qwen3_5MoeFlavor = Literal["debugmodel", "35B-A3B", "122B-A10B", "397B-A17B"]
 
 
+@records_call
 def create_model_spec(
     flavor: Qwen3_5MoeFlavor = "35B-A3B",
     weights_path: str | None = None,
