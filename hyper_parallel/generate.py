@@ -118,8 +118,7 @@ def _load_checkpoint(folder: Path, config: str | Path | None, device: str) -> Lo
 
 def _load_hf_folder(folder: Path, device: str) -> Loaded:
     from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
-    from hyper_parallel.models._hf_config import spec_from_hf_config
-    from hyper_parallel.models._weights import read_safetensors_folder
+    from hyper_parallel.models import read_safetensors_folder, spec_from_hf_config
 
     config_file = folder / "config.json"
     try:
@@ -156,7 +155,7 @@ def generate_text(
     seed: int = 0,
 ) -> str:
     """The continuation of ``prompt`` (text after it, without the end-of-sequence token)."""
-    from hyper_parallel.models._inference import generate_ids
+    from hyper_parallel.models import generate_ids
 
     tokenizer = loaded.tokenizer
     ids = tokenizer.encode(prompt, add_eos=False)

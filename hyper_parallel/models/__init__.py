@@ -5,9 +5,11 @@ Built-in model packages (``hyper_parallel.models.llama3``, ``hyper_parallel.mode
 ``materialize`` fills a parallelized (meta) model with layout-independent random weights, ``initialize``
 does so in place, and ``load_pretrained`` loads Hugging Face weights into it (rank 0 reads, the others
 receive their shards); ``check_weights`` checks a weights folder against a spec's model before anything
-is built (``config.json``, safetensors headers, names, shapes and dtypes). They live in private torch
-modules and are loaded on first access, so importing this package stays cheap. The device mesh comes
-from ``hyper_parallel.parallel``.
+is built (``config.json``, safetensors headers, names, shapes and dtypes); ``read_safetensors_folder``
+reads such a folder's tensors (headers checked first); ``spec_from_hf_config`` rebuilds the spec an
+exported ``config.json`` describes; ``generate_ids`` decodes with the models' inference cache. They live
+in private torch modules and are loaded on first access, so importing this package stays cheap. The
+device mesh comes from ``hyper_parallel.parallel``.
 """
 
 from importlib import import_module
@@ -16,17 +18,37 @@ from typing import TYPE_CHECKING, Any
 from hyper_parallel.models.spec import ModelArgs, ModelSpec
 
 if TYPE_CHECKING:
-    from hyper_parallel.models._weights import initialize, load_pretrained, materialize
+    from hyper_parallel.models._hf_config import spec_from_hf_config
+    from hyper_parallel.models._inference import generate_ids
+    from hyper_parallel.models._weights import (
+        initialize,
+        load_pretrained,
+        materialize,
+        read_safetensors_folder,
+    )
     from hyper_parallel.models._weights_check import check_weights
 
-__all__ = ["ModelArgs", "ModelSpec", "check_weights", "initialize", "load_pretrained", "materialize"]
+__all__ = [
+    "ModelArgs",
+    "ModelSpec",
+    "check_weights",
+    "generate_ids",
+    "initialize",
+    "load_pretrained",
+    "materialize",
+    "read_safetensors_folder",
+    "spec_from_hf_config",
+]
 
 #: Run-time names, each loaded on first access from the private torch module that defines it.
 _LAZY = {
     "initialize": "_weights",
     "load_pretrained": "_weights",
     "materialize": "_weights",
+    "read_safetensors_folder": "_weights",
     "check_weights": "_weights_check",
+    "spec_from_hf_config": "_hf_config",
+    "generate_ids": "_inference",
 }
 
 

@@ -134,7 +134,7 @@ def train(model: str, out: str, pairs: list[str]) -> None:
             {
                 "losses": [r.loss for r in results],
                 "grad_norms": [r.grad_norm for r in results],
-                "extras": [r.extra for r in results],
+                "extras": [{key: float(value) for key, value in r.extra.items()} for r in results],
                 "params": held,
                 "experts": experts,
                 "residual_norm_output": residual,

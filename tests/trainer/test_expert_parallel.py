@@ -58,7 +58,7 @@ def _one_process(folder: Path) -> tuple[list[float], list[float], Any]:
     trainer = LLMTrainer(tiny_config(MOE, {**RUN, "checkpoint.folder": str(folder)}))
     try:
         results = trainer.train()
-        return [r.loss for r in results], [r.extra["aux_loss"] for r in results], trainer.model.eval()
+        return [r.loss for r in results], [float(r.extra["aux_loss"]) for r in results], trainer.model.eval()
     finally:
         trainer.close()
 
