@@ -13,7 +13,9 @@ Only the prompt and its continuation go to stdout (one text, then a newline); wh
 stderr. ``--temperature 0`` (the default) decodes greedily; above it, tokens are drawn from the top
 ``--top-p`` of the distribution with a generator seeded by ``--seed``, so a seed repeats the text.
 Decoding keeps a cache (keys and values of the attention blocks, the recurrent state of the Gated DeltaNet
-blocks), so each new token costs one token's forward. Generation stops at the end-of-sequence token.
+blocks; a mixture-of-experts block routes each new token by itself and keeps nothing), so each new token
+costs one token's forward. Generation stops at the end-of-sequence token. Llama 3, Qwen 3.5 and Qwen 3.5
+MoE decode (the ``model_type`` of an exported ``config.json`` names which).
 
 An input error (no such folder, not a checkpoint, an unreadable config or tokenizer, an option out of
 range) prints ``generate: PATH: problem`` on one line and exits 2. torch is imported only after the

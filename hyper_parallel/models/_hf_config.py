@@ -27,10 +27,17 @@ def _qwen3_5() -> tuple[Callable[..., ModelSpec], Mapping[str, Any]]:
     return create_model_spec, QWEN3_5_FLAVORS
 
 
+def _qwen3_5_moe() -> tuple[Callable[..., ModelSpec], Mapping[str, Any]]:
+    from hyper_parallel.models.qwen3_5_moe import QWEN3_5_MOE_FLAVORS, create_model_spec
+
+    return create_model_spec, QWEN3_5_MOE_FLAVORS
+
+
 #: ``model_type`` of ``config.json`` -> the family's factory and flavor table.
 HF_MODEL_TYPES: dict[str, Callable[[], tuple[Callable[..., ModelSpec], Mapping[str, Any]]]] = {
     "llama": _llama3,
     "qwen3_5_text": _qwen3_5,
+    "qwen3_5_moe_text": _qwen3_5_moe,
 }
 
 

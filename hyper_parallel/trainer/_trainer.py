@@ -470,13 +470,24 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self._autocast_dtype)
 
+    def host_inputs(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Inputs read from ``batch`` while it is still in host memory (none here; see ``VLTrainer``).
+
+        The loader builds batches on the host, so reading them waits for nothing; read after the move,
+        the same values would stall the device's queue every step. Each returned entry replaces the
+        batch's entry of that name and is not moved: a subclass places it where the model uses it.
+        """
+        return {}
+
     def _next_micro_batches(self) -> list[Mapping[str, torch.Tensor]]:
         if self._data is None:
             self._data = iter(self.dataloader)
         batches: list[Mapping[str, torch.Tensor]] = []
         for _ in range(self.accumulation_steps):
             batch = next(self._data)
-            batches.append({k: v.to(self.device, non_blocking=True) for k, v in batch.items()})
+            host = self.host_inputs(batch)
+            moved = {k: v.to(self.device, non_blocking=True) for k, v in batch.items() if k not in host}
+            batches.append({**moved, **host})
         return batches
 
     def _all_reduce(self, value: torch.Tensor, op: Any = None) -> torch.Tensor:

@@ -29,11 +29,30 @@ class VLTrainer(Trainer):
         args = self.config.model.args
         return {"vision": args.vision, "image_token_id": args.image_token_id}  # type: ignore[attr-defined]
 
+    def host_inputs(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The image grids and the M-RoPE positions, read from the host batch before it moves.
+
+        ``grid_thw`` stays on the host (the vision tower reads its sizes as numbers) and the positions,
+        computed there from the tokens (checking the placeholders against the images), go to the device:
+        the step then reads nothing back from it.
+        """
+        grid_thw = batch.get("grid_thw")
+        host_positions = getattr(self.model, "host_positions", None)  # the vision-language models have it
+        if grid_thw is None or "pixel_values" not in batch or not callable(host_positions):
+            return {}
+        positions: torch.Tensor = host_positions(batch["input_ids"], grid_thw)
+        return {"grid_thw": grid_thw, "positions": positions.to(self.device, non_blocking=True)}
+
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Logits of the tokens, with image features in place of the image placeholder tokens."""
         pixel_values = batch.get("pixel_values")
         if pixel_values is None:
             logits: torch.Tensor = self.model(batch["input_ids"])
         else:
-            logits = self.model(batch["input_ids"], pixel_values=pixel_values, grid_thw=batch["grid_thw"])
+            logits = self.model(
+                batch["input_ids"],
+                pixel_values=pixel_values,
+                grid_thw=batch["grid_thw"],
+                positions=batch.get("positions"),
+            )
         return logits

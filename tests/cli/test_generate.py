@@ -1,8 +1,9 @@
 """``python -m hyper_parallel.generate``: a checkpoint and its export continue a prompt with the same text.
 
-Tiny Llama 3 and Qwen 3.5 models train 2 steps with checkpoints on (one run per model for the module);
-the command reads the checkpoint folder and the folder ``hyper_parallel.export`` wrote from it, prints the
-prompt and its continuation on stdout and nothing else, and refuses bad input with one line and exit 2.
+Tiny Llama 3, Qwen 3.5 and Qwen 3.5 MoE models train 2 steps with checkpoints on (one run per model for
+the module); the command reads the checkpoint folder and the folder ``hyper_parallel.export`` wrote from it,
+prints the prompt and its continuation on stdout and nothing else, and refuses bad input with one line and
+exit 2.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tests.support.trainer import tiny_config  # noqa: E402
 
 PROMPT = "def add(a, b):"
 #: max_seq_len of the debug flavors.
-POSITIONS = {"llama3": 2048, "qwen3_5": 4096}
+POSITIONS = {"llama3": 2048, "qwen3_5": 4096, "qwen3_5_moe": 4096}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -34,7 +35,7 @@ def _one_thread() -> Any:
     torch.set_num_threads(before)
 
 
-@pytest.fixture(scope="module", params=["llama3", "qwen3_5"])
+@pytest.fixture(scope="module", params=list(POSITIONS))
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The checkpoint folder of a 2-step run of the tiny model, and its export."""
     root = tmp_path_factory.mktemp(request.param, numbered=False)
@@ -120,5 +121,5 @@ def test_an_unknown_model_type_in_config_json_is_an_input_error(
     assert (status, out) == (2, "")
     assert err == (
         f"generate: {str(broken / 'config.json')!r}: model_type 'gpt2' is not a model this project builds "
-        "(known: 'llama', 'qwen3_5_text')\n"
+        "(known: 'llama', 'qwen3_5_text', 'qwen3_5_moe_text')\n"
     )

@@ -219,6 +219,27 @@ def test_vl_flavors_build_on_meta_and_load_weights(tmp_path: Path) -> None:
     assert diff < 1e-4
 
 
+def test_vl_positions_computed_on_the_host_give_the_same_logits_and_check_the_placeholders() -> None:
+    from hyper_parallel.models.qwen3_5._runtime import build_vl_model
+    from hyper_parallel.models.qwen3_5._vl import mrope_positions
+
+    model = build_vl_model(attrs.evolve(TINY_VL, image_token_id=IMAGE_TOKEN), device="cpu").eval()
+    ids, pixels, grid = vl_inputs(TINY_VL)
+    positions = model.host_positions(ids, grid)
+    merge = TINY_VL.vision.spatial_merge_size
+    assert torch.equal(positions, mrope_positions(ids, ids == IMAGE_TOKEN, grid, merge))
+    with torch.no_grad():
+        assert torch.equal(model(ids, pixels, grid, positions=positions), model(ids, pixels, grid))
+    with pytest.raises(
+        ValueError, match=r"^grid_thw lists more images than the samples hold image placeholder"
+    ):
+        model.host_positions(ids, torch.cat((grid, grid[:1])))
+    with pytest.raises(
+        ValueError, match=r"^sample 1: image placeholder tokens at 7 but no image left in grid_thw$"
+    ):
+        model.host_positions(ids, grid[:2])
+
+
 def test_9b_flavor_matches_the_architecture_defaults_transformers_ships() -> None:
     # transformers' default Qwen 3.5 configs describe the 9B model; the released dims we can check offline.
     text = transformers.Qwen3_5TextConfig()

@@ -173,3 +173,20 @@ def test_trainer_starts_from_save_pretrained_with_transformers_first_loss(tmp_pa
     line = next(text for text in console.getvalue().splitlines() if "step 1/1" in text)
     assert f"aux_loss {record['aux_loss']:.4g}" in line
     assert f"expert_load_max {record['expert_load_max']:.4g}" in line
+
+
+def test_a_config_json_of_another_flavor_names_the_moe_flavor_that_fits(tmp_path: Path) -> None:
+    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.models._weights_check import _check_config_json
+
+    spec = qwen3_5_moe.create_model_spec("debugmodel")
+    file = tmp_path / "config.json"
+    file.write_text(json.dumps(Qwen3_5MoeStateDictAdapter(QWEN3_5_MOE_FLAVORS["35B-A3B"]).hf_config()))
+    with pytest.raises(InputFileError) as info:
+        _check_config_json(spec, spec.state_dict_adapter(spec.args), file)
+    messages = [issue.message for issue in info.value.issues]
+    assert messages[0] == "model.flavor '35B-A3B' fits this config.json; it differs in:"
+    assert (
+        "num_experts is 256 here, qwen3_5_moe debugmodel has 8; model.overrides.n_experts: 256 fits"
+        in messages
+    )

@@ -74,6 +74,14 @@ TINY_MODELS: dict[str, dict[str, str]] = {
         "model.overrides.linear_key_head_dim": "16",
         "model.overrides.linear_value_head_dim": "16",
     },
+    # The arguments are nested (text.*, vision.*): the whole overrides mapping, as YAML flow text.
+    "qwen3_5_vl": {
+        "model.overrides": "{text.vocab_size: 512, image_token_id: 259, text.dim: 64, text.n_layers: 2, "
+        "text.full_attention_interval: 2, text.ffn_hidden_dim: 128, text.n_heads: 4, text.n_kv_heads: 2, "
+        "text.head_dim: 16, text.linear_num_key_heads: 2, text.linear_num_value_heads: 4, "
+        "text.linear_key_head_dim: 16, text.linear_value_head_dim: 16, vision.depth: 1, "
+        "vision.hidden_size: 32, vision.n_heads: 2, vision.intermediate_size: 64}",
+    },
 }
 
 #: A short run on synthetic tokens: nothing to tokenise, exact arithmetic (fp32), no files written.

@@ -4,7 +4,9 @@ On an accelerator every ``.item()``, ``float(tensor)``, ``.tolist()`` or ``.cpu(
 the host until the queued work is done, emptying the device's queue. These tests count such calls made by the
 project's code (the data loader, which builds batches on the host, is left out) step by step, on the CPU where
 the same code runs, and the stop-flag all-reduce too (its flag is a host tensor compared over gloo, counted
-so that its schedule is asserted)."""
+so that its schedule is asserted). Reading the tensors the loader yielded is a host read too: those are not
+counted, and moving one to the device gives a distinct tensor here (as on an accelerator), whose reads are.
+The vision-language trainer reads its batches' image grids and tokens that way, before they move."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
 import hyper_parallel  # noqa: E402
-from hyper_parallel.trainer import LLMTrainer  # noqa: E402
+from hyper_parallel.trainer import LLMTrainer, VLTrainer  # noqa: E402
+from hyper_parallel.trainer._trainer import Trainer  # noqa: E402
 from tests.support.trainer import tiny_config  # noqa: E402
 
 _PACKAGE = str(Path(hyper_parallel.__file__).parent)
@@ -32,25 +35,47 @@ class SyncCounter:
 
     def __init__(self) -> None:
         self.per_step: list[list[str]] = []
+        #: id -> tensor of every batch the loader yielded (kept, so that no other tensor reuses an id).
+        self.host: dict[int, Any] = {}
 
-    def note(self, what: str) -> None:
+    def note(self, what: str, tensor: Any = None) -> None:
         caller = sys._getframe(2).f_code.co_filename
+        if tensor is not None and id(tensor) in self.host:
+            return
         if caller.startswith(_PACKAGE) and not caller.startswith(_HOST_SIDE) and self.per_step:
             self.per_step[-1].append(what)
 
     def wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def counted(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            self.note(name)
+            self.note(name, tensor)
             return original(tensor, *args, **kwargs)
 
         return counted
 
+    def moving(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``Tensor.to`` giving a new tensor for a loader tensor, as a move to an accelerator does."""
 
-def _count_syncs(monkeypatch: pytest.MonkeyPatch, overrides: dict[str, str]) -> tuple[SyncCounter, Any]:
-    trainer = LLMTrainer(tiny_config("llama3", overrides))
+        def to(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            moved = original(tensor, *args, **kwargs)
+            return moved.clone() if moved is tensor and id(tensor) in self.host else moved
+
+        return to
+
+    def tracked(self, batches: Any) -> Any:
+        for batch in batches:
+            self.host.update({id(tensor): tensor for tensor in batch.values()})
+            yield batch
+
+
+def _count_syncs(
+    monkeypatch: pytest.MonkeyPatch, overrides: dict[str, str], trainer: Trainer | None = None
+) -> tuple[SyncCounter, Any]:
+    trainer = trainer or LLMTrainer(tiny_config("llama3", overrides))
     counter = SyncCounter()
+    trainer._data = counter.tracked(iter(trainer.dataloader))
     for name in _READS:
         monkeypatch.setattr(torch.Tensor, name, counter.wrap(name, getattr(torch.Tensor, name)))
+    monkeypatch.setattr(torch.Tensor, "to", counter.moving(torch.Tensor.to))
     # As under torchrun: the ranks compare stop flags (one process here, so the all-reduce is a no-op).
     trainer._ranks_must_agree = True
 
@@ -100,3 +125,18 @@ def test_stop_flags_are_compared_every_signal_check_freq_steps(monkeypatch: pyte
     )
     compared = [step for step, reads in enumerate(counter.per_step, 1) if "all_reduce" in reads]
     assert compared == [3, 6, 7]  # every 3 steps and the last
+
+
+def test_the_vision_language_step_reads_its_image_grids_on_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    overrides = {
+        "dataloader.dataset.source": "shapes",  # one image and its caption per sample
+        "training.seq_len": "56",
+        "training.max_steps": "3",
+        "metrics.log_freq": "3",
+        "training.signal_check_freq": "100",
+    }
+    counter, results = _count_syncs(monkeypatch, overrides, VLTrainer(tiny_config("qwen3_5_vl", overrides)))
+    assert counter.per_step[:2] == [[], []]  # the grids and the M-RoPE positions were read before the move
+    assert "tolist" in counter.per_step[2]  # the logged step reads the loss
+    assert [r.step for r in results] == [1, 2, 3]
+    assert all(r.loss > 0 for r in results)

@@ -357,6 +357,21 @@ class Qwen3_5StateDictAdapter:
         ``n`` blocks (``full_attention_interval``); ``linear_chunk_size`` (not a Hugging Face key) is read
         when present. Raises ``ValueError`` for what this model cannot express.
         """
+        args = Qwen3_5Args(
+            ffn_hidden_dim=int(config["intermediate_size"]), **Qwen3_5StateDictAdapter.text_fields(config)
+        )
+        for path, message in args.cross_check():
+            raise ValueError(f"{path}: {message}")
+        return args
+
+    @staticmethod
+    def text_fields(config: dict[str, Any]) -> dict[str, Any]:
+        """The arguments of the hybrid token mixers, norms and embeddings a ``config.json`` gives.
+
+        Every argument of :class:`Qwen3_5Args` but the feed-forward size, which the dense model and the
+        mixture of experts read from different keys. Raises ``ValueError`` for what this model cannot
+        express, ``KeyError`` for a missing key.
+        """
         if config.get("attention_bias"):
             raise ValueError("attention_bias: Qwen 3.5 here has no attention biases")
         if config.get("attn_output_gate", True) is not True:
@@ -380,32 +395,28 @@ class Qwen3_5StateDictAdapter:
                 "layer_types: not one full-attention block every n blocks, which is all this model builds"
             )
         chunk_default = int(attrs.fields_dict(Qwen3_5Args)["linear_chunk_size"].default or 64)
-        args = Qwen3_5Args(
-            dim=int(config["hidden_size"]),
-            n_layers=n_layers,
-            ffn_hidden_dim=int(config["intermediate_size"]),
-            vocab_size=int(config["vocab_size"]),
-            n_heads=int(config["num_attention_heads"]),
-            n_kv_heads=int(config["num_key_value_heads"]),
-            head_dim=int(config["head_dim"]),
-            partial_rotary_factor=float(
+        return {
+            "dim": int(config["hidden_size"]),
+            "n_layers": n_layers,
+            "vocab_size": int(config["vocab_size"]),
+            "n_heads": int(config["num_attention_heads"]),
+            "n_kv_heads": int(config["num_key_value_heads"]),
+            "head_dim": int(config["head_dim"]),
+            "partial_rotary_factor": float(
                 rope.get("partial_rotary_factor", config.get("partial_rotary_factor", 0.25))
             ),
-            rope_theta=float(rope.get("rope_theta", config.get("rope_theta", 10_000_000.0))),
-            full_attention_interval=interval,
-            linear_num_key_heads=int(config["linear_num_key_heads"]),
-            linear_num_value_heads=int(config["linear_num_value_heads"]),
-            linear_key_head_dim=int(config["linear_key_head_dim"]),
-            linear_value_head_dim=int(config["linear_value_head_dim"]),
-            linear_conv_kernel_dim=int(config.get("linear_conv_kernel_dim", 4)),
-            linear_chunk_size=int(config.get("linear_chunk_size") or chunk_default),
-            norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-            max_seq_len=int(config.get("max_position_embeddings", 262_144)),
-        )
-        for path, message in args.cross_check():
-            raise ValueError(f"{path}: {message}")
-        return args
+            "rope_theta": float(rope.get("rope_theta", config.get("rope_theta", 10_000_000.0))),
+            "full_attention_interval": interval,
+            "linear_num_key_heads": int(config["linear_num_key_heads"]),
+            "linear_num_value_heads": int(config["linear_num_value_heads"]),
+            "linear_key_head_dim": int(config["linear_key_head_dim"]),
+            "linear_value_head_dim": int(config["linear_value_head_dim"]),
+            "linear_conv_kernel_dim": int(config.get("linear_conv_kernel_dim", 4)),
+            "linear_chunk_size": int(config.get("linear_chunk_size") or chunk_default),
+            "norm_eps": float(config.get("rms_norm_eps", 1e-6)),
+            "tie_word_embeddings": bool(config.get("tie_word_embeddings", False)),
+            "max_seq_len": int(config.get("max_position_embeddings", 262_144)),
+        }
 
     def hf_config(self) -> dict[str, Any]:
         """The ``config.json`` of the ``Qwen3_5ForCausalLM`` that ``to_hf``'s state dict loads into.

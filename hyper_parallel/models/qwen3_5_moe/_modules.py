@@ -10,9 +10,12 @@ Parameter names under ``layers.<i>.feed_forward``: ``router.weight`` (n_experts,
 ``experts.{w1, w3}`` (n_experts, hidden, dim) (gate and up), ``experts.w2`` (n_experts, dim, hidden),
 ``shared_expert.{w1, w2, w3}.weight`` and ``shared_expert_gate.weight`` (1, dim).
 
-Every forward leaves its routing statistics on the block (:class:`RouterStats`): the trainer reads them
-after the forward to form the load-balancing loss and the expert-load figures
-(``hyper_parallel.parallel.expert_parallel.load_balancing_loss``).
+Every forward with gradients enabled leaves its routing statistics on the block (:class:`RouterStats`): the
+trainer reads them after the forward to form the load-balancing loss and the expert-load figures
+(``hyper_parallel.parallel.expert_parallel.load_balancing_loss``). A forward under ``torch.no_grad`` or
+``torch.inference_mode`` (validation, decoding: ``hyper_parallel.models._inference``) records none, so
+routing one decoded token at a time adds no work and leaves the training statistics untouched. Routing
+needs no cache: each token picks its experts from its own hidden state.
 """
 
 from __future__ import annotations
@@ -129,7 +132,7 @@ class MoE(nn.Module):
         self.shared_expert_gate = nn.Linear(args.dim, 1, bias=False)
         #: Set by expert parallelism (``hyper_parallel.parallel.expert_parallel``); None: all experts here.
         self.dispatcher: Dispatcher | None = None
-        #: Routing of the last forward (read by the trainer for the load-balancing loss).
+        #: Routing of the last forward with gradients (read by the trainer for the load-balancing loss).
         self.stats: RouterStats | None = None
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -147,7 +150,8 @@ class MoE(nn.Module):
         probs, weights, experts = self.route(flat)
         chosen = experts.reshape(-1)
         counts = torch.bincount(chosen, minlength=self.n_experts)
-        self.stats = RouterStats(counts.detach().float(), probs.sum(dim=0), tokens)
+        if torch.is_grad_enabled():  # a training forward; decoding and validation keep no bookkeeping
+            self.stats = RouterStats(counts.detach().float(), probs.sum(dim=0), tokens)
         order = torch.argsort(chosen, stable=True)  # assignment slots grouped by expert
         routed = flat[order // self.top_k]
         if self.dispatcher is None:

@@ -6,12 +6,13 @@ module adds the mixture of experts.
 """
 
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hyper_parallel.models._factory import require_torch
 from hyper_parallel.models.qwen3_5._runtime import Qwen3_5StateDictAdapter
 from hyper_parallel.models.qwen3_5._runtime import init_parameter as init_dense_parameter
-from hyper_parallel.models.qwen3_5_moe.args import Qwen3_5MoeArgs
+from hyper_parallel.models.qwen3_5_moe.args import QWEN3_5_MOE_FLAVORS, Qwen3_5MoeArgs
 
 if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
     from hyper_parallel.trainer.config import (
@@ -103,6 +104,8 @@ class Qwen3_5MoeStateDictAdapter(Qwen3_5StateDictAdapter):
     """
 
     model = "Qwen 3.5 MoE"
+    #: The flavors a weights folder's ``config.json`` is matched against (``model.flavor`` hints).
+    flavors: ClassVar[Mapping[str, Any]] = QWEN3_5_MOE_FLAVORS
 
     @property
     def moe_args(self) -> Qwen3_5MoeArgs:
@@ -196,6 +199,30 @@ class Qwen3_5MoeStateDictAdapter(Qwen3_5StateDictAdapter):
             raise KeyError(f"unexpected names in the {self.model} state dict: {unknown[:5]}")
         out.update(super().to_hf(rest))
         return out
+
+    @staticmethod
+    def args_from_hf_config(config: dict[str, Any]) -> Qwen3_5MoeArgs:
+        """The arguments of the model a Hugging Face ``Qwen3_5MoeForCausalLM`` ``config.json`` describes.
+
+        The inverse of :meth:`hf_config`: the token mixers as Qwen 3.5 reads them, the experts from
+        ``moe_intermediate_size``, ``num_experts``, ``num_experts_per_tok`` and
+        ``shared_expert_intermediate_size``. The top-k probabilities are always renormalised there
+        (``norm_topk_prob``). Raises ``ValueError`` for what this model cannot express.
+        """
+        fields = Qwen3_5StateDictAdapter.text_fields(config)
+        if "router_aux_loss_coef" in config:  # else our default (transformers' too)
+            fields["router_aux_loss_coef"] = float(config["router_aux_loss_coef"])
+        args = Qwen3_5MoeArgs(
+            ffn_hidden_dim=int(config["moe_intermediate_size"]),
+            n_experts=int(config["num_experts"]),
+            n_experts_per_token=int(config["num_experts_per_tok"]),
+            shared_expert_hidden_dim=int(config["shared_expert_intermediate_size"]),
+            norm_topk_prob=True,
+            **fields,
+        )
+        for path, message in args.cross_check():
+            raise ValueError(f"{path}: {message}")
+        return args
 
     def hf_config(self) -> dict[str, Any]:
         """The ``config.json`` of the ``Qwen3_5MoeForCausalLM`` that ``to_hf``'s state dict loads into."""
