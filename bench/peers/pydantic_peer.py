@@ -128,8 +128,12 @@ class DatasetConfig(_Model):
     text_field: NonEmpty = "text"
     seed: NonNegInt | None = None
     pack_sequences: bool = True
+    document_masking: bool = True
     max_samples: PosInt | None = None
     synthetic_num_samples: PosInt = 10_000
+    weights: Annotated[tuple[PosFloat, ...], Strict(False)] | None = None
+    holdout_fraction: UnitOpen = 0.0
+    split: Literal["train", "holdout"] = "train"
 
     @model_validator(mode="after")
     def _cross(self) -> "DatasetConfig":
@@ -239,6 +243,9 @@ class TrainingConfig(_Model):
     init_device: Literal["meta", "cpu", "cuda", "npu"] = "meta"
     gc_freq: PosInt | None = 50
     enable_cpu_offload: bool = False
+    signal_check_freq: PosInt = 1
+    peak_tflops: PosFloat | None = None
+    cpu_threads: PosInt | None = None
 
     @model_validator(mode="after")
     def _cross(self) -> "TrainingConfig":
@@ -337,6 +344,9 @@ class MetricsLoggerConfig(MetricsConfig):
     enable_jsonl: bool = False
     jsonl_path: NonEmpty = "metrics.jsonl"
     run_name: NonEmpty | None = None
+    enable_wandb: bool = False
+    wandb_project: NonEmpty = "hyper_parallel"
+    wandb_folder: NonEmpty = "runs"
 
 
 class ProfilerConfig(_Model):
