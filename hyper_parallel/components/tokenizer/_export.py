@@ -114,7 +114,7 @@ def tokenizer_files(cfg: Tokenizer.Config, weights_path: str | None) -> dict[str
 
 def _hf_files(cfg: Any, weights_path: str | None) -> dict[str, bytes]:
     """The configured ``tokenizer.json`` copied, its ``tokenizer_config.json`` with the config's overrides."""
-    from hyper_parallel.components.tokenizer._runtime import locate_tokenizer
+    from hyper_parallel.components.tokenizer._runtime import locate_tokenizer, read_tokenizer_config
 
     where = cfg.path if cfg.path is not None else weights_path
     if where is None:
@@ -122,12 +122,7 @@ def _hf_files(cfg: Any, weights_path: str | None) -> dict[str, bytes]:
     try:
         file, config_file = locate_tokenizer(where)
         files = {"tokenizer.json": file.read_bytes()}
-        saved: dict[str, Any] = {}
-        if config_file is not None:
-            loaded = json.loads(config_file.read_text(encoding="utf-8"))
-            if not isinstance(loaded, dict):
-                raise ValueError(f"{str(config_file)!r}: not a JSON object")
-            saved = loaded
+        saved = read_tokenizer_config(config_file)
         specials_file = file.parent / "special_tokens_map.json"
         special_map = json.loads(specials_file.read_text(encoding="utf-8")) if specials_file.is_file() else {}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -228,6 +228,23 @@ def locate_tokenizer(path: str) -> tuple[Path, Path | None]:
     return file, config if config.is_file() else None
 
 
+def read_tokenizer_config(config_file: Path | None) -> dict[str, Any]:
+    """The ``tokenizer_config.json`` object ``locate_tokenizer`` found (empty without one).
+
+    A file that is not UTF-8 JSON holding an object is an ``InputFileError`` naming it; the loader and the
+    export read it through here.
+    """
+    if config_file is None:
+        return {}
+    try:
+        saved = json.loads(config_file.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputFileError.at(config_file, f"not a JSON file: {exc}") from None
+    if not isinstance(saved, dict):
+        raise InputFileError.at(config_file, "not a JSON object")
+    return saved
+
+
 def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | None) -> HFTokenizer:
     """Load ``cfg.path`` (or ``weights_path`` when it is null); config token overrides win."""
     from tokenizers import Tokenizer as RustTokenizer
@@ -236,14 +253,7 @@ def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | Non
     if path is None:
         raise ValueError("tokenizer.path is null and the model has no weights_path to load a tokenizer from")
     file, config_file = locate_tokenizer(path)
-    saved: dict[str, Any] = {}
-    if config_file is not None:
-        try:
-            saved = json.loads(config_file.read_bytes().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputFileError.at(config_file, f"not a JSON file: {exc}") from None
-        if not isinstance(saved, dict):
-            raise InputFileError.at(config_file, "not a JSON object")
+    saved = read_tokenizer_config(config_file)
     max_length = cfg.model_max_length
     if max_length is None and isinstance(saved.get("model_max_length"), int):
         max_length = saved["model_max_length"]
