@@ -246,14 +246,7 @@ def _run(cfg: TrainerConfig, checkpoint: str | None, as_json: bool, out: TextIO,
     return 0
 
 
-def _exit(status: int) -> None:
-    """Exit; after a multi-process run without finalising the interpreter (see ``launch.exit_process``)."""
-    if os.environ.get("WORLD_SIZE", "1").strip() in ("", "1"):
-        sys.exit(status)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
-
-
 if __name__ == "__main__":
-    _exit(main())
+    from hyper_parallel._cli import run
+
+    run(main)

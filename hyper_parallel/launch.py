@@ -31,16 +31,12 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_INPUT_ERROR",
     "EXIT_TRAINING_ERROR",
-    "exit_process",
     "is_rank0",
     "main",
     "parse_arguments",
     "report_issues",
     "warn_issues",
 ]
-
-#: Whether this process trained in a process group (see ``exit_process``).
-_ran_process_group = False
 
 #: Exit status for any input error (bad file, bad flag, bad value), on every rank.
 EXIT_INPUT_ERROR = 2
@@ -313,14 +309,10 @@ def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:
     """Build the trainer of ``prog`` and train; the exit status says how it ended."""
     from hyper_parallel.trainer import LLMTrainer, TrainingError, VLTrainer
 
-    global _ran_process_group
     trainer_class = VLTrainer if _TRAINERS.get(prog) == "vl" else LLMTrainer
     trainer = None
-    # torchrun's ranks start a process group in the trainer; one failing to build still leaves by os._exit
-    _ran_process_group = (_world_size(_Args(), []) or 1) > 1
     try:
         trainer = trainer_class(cfg, stream=out)
-        _ran_process_group = trainer.env.world_size > 1
         try:
             trainer.train()
         finally:
@@ -353,20 +345,6 @@ def _device_memory_check(cfg: "TrainerConfig", world_size: int | None, text: str
     if problems:
         raise ConfigError([Issue(path, message, "--device-memory") for path, message in problems])
     return device
-
-
-def exit_process(status: int) -> None:
-    """Exit with ``status``; after a multi-process run, without finalising the interpreter.
-
-    The process group is destroyed by then, but gloo's worker threads can outlive it in C++; tearing them
-    down while Python finalises aborts the process ("terminate called without an active exception") now
-    and then, turning a finished run into a crash. Output is flushed first; nothing else remains to run.
-    """
-    if not _ran_process_group:
-        sys.exit(status)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
 
 
 def _same_file(a: str, b: str) -> bool:

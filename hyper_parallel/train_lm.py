@@ -3,9 +3,10 @@
 The config is resolved and checked in full before anything is built; see ``hyper_parallel.launch``.
 """
 
-from hyper_parallel.launch import exit_process, main
+from hyper_parallel._cli import run
+from hyper_parallel.launch import main
 
 __all__ = ["main"]
 
 if __name__ == "__main__":
-    exit_process(main(prog="train_lm"))
+    run(lambda: main(prog="train_lm"))

@@ -3,9 +3,10 @@
 Same command line and checks as ``train_lm``; the VL trainer receives the resolved config.
 """
 
-from hyper_parallel.launch import exit_process, main
+from hyper_parallel._cli import run
+from hyper_parallel.launch import main
 
 __all__ = ["main"]
 
 if __name__ == "__main__":
-    exit_process(main(prog="train_vl"))
+    run(lambda: main(prog="train_vl"))

@@ -130,4 +130,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hyper_parallel._cli import run
+
+    run(main)

@@ -111,4 +111,6 @@ def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: T
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hyper_parallel._cli import run
+
+    run(main)

@@ -95,10 +95,10 @@ def main(argv: list[str]) -> None:
         os.chdir(here)
     if "--stop-at" in options and int(options["--stop-rank"]) == rank:
         _install_stop(report, options["--stop-at"])
-    from hyper_parallel.launch import exit_process
+    from hyper_parallel._cli import finish
     from hyper_parallel.launch import main as launch_main
 
-    exit_process(launch_main(train_args, prog="train_lm"))
+    finish(launch_main(train_args, prog="train_lm"))
 
 
 if __name__ == "__main__":
