@@ -5,11 +5,21 @@ marked ``multiprocess``; select them with ``-m multiprocess`` or leave them out 
 ``-m "not multiprocess"``. Each such test without its own ``@pytest.mark.timeout(N)`` gets
 ``MULTIPROCESS_TIMEOUT`` (pytest-timeout, the ``test`` extra), so a hang fails that test instead of the run.
 The runners of ``tests/support/processes.py`` stop the processes they started when that happens.
+
+The test process runs one intra-op thread, as the processes it starts do (``processes.clean_env``): the
+models are tiny, so a second thread buys nothing and costs a synchronisation per operator, and on a loaded
+2-core machine a thread that spins waiting for a busy core made a file of in-process training tests 5x
+slower (149 s against 31 s for ``tests/trainer/test_trainer.py``). It is set before torch is imported; the
+trainer reads it as any run's ``OMP_NUM_THREADS``.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 #: Seconds a multi-process test without its own ``timeout`` marker may take: the command-line runs take a
 #: few seconds each on a loaded 2-core machine. Tests under torchrun or spawn carry their own, larger bound.

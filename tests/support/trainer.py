@@ -30,6 +30,7 @@ __all__ = [
     "grid_overrides",
     "tiny_config",
     "tiny_overrides",
+    "train_runs_under_torchrun",
     "write_hf_weights",
 ]
 
@@ -112,6 +113,29 @@ def tiny_config(model: str = "llama3", overrides: Mapping[str, Any] | None = Non
     with warnings.catch_warnings():  # a tiny run logs no metrics on purpose (metrics.log_freq 1000)
         warnings.simplefilter("ignore", ConfigWarning)
         return load_config(debug_config_path(model), {**tiny_overrides(model), **(overrides or {})})
+
+
+def train_runs_under_torchrun(
+    world: int, folder: Path, runs: Mapping[str, tuple[str, Mapping[str, str]]], *, timeout: float = 600
+) -> tuple[dict[str, list[dict[str, Any]]], str]:
+    """Train every ``name -> (model, overrides)`` run, one after the other, in one torchrun job of ``world``
+    ranks (``WORKER many``): each run's reports by global rank, and the job's stderr. Start-up is paid once
+    for all of them."""
+    from tests.support.processes import torchrun
+
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = [
+        {"model": model, "out": str(folder / name), "overrides": dict(overrides)}
+        for name, (model, overrides) in runs.items()
+    ]
+    (folder / "runs.json").write_text(json.dumps(spec))
+    done = torchrun(world, WORKER, "many", str(folder / "runs.json"), timeout=timeout)
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-5000:]}"
+    reports = {
+        name: [json.loads(Path(f"{folder / name}.rank{r}.json").read_text()) for r in range(world)]
+        for name in runs
+    }
+    return reports, done.stderr
 
 
 def as_flags(overrides: Mapping[str, str]) -> list[str]:

@@ -3,8 +3,11 @@
 ``trainer_worker.py train MODEL OUT [PATH=VALUE ...]`` trains the tiny debug config of MODEL with the
 overrides and writes ``OUT.rank<r>.json``: per-step losses and grad norms, how every parameter is held
 (DTensor placements, local and global shapes), a digest of its local values after training and how
-the residual stream leaves the first block's ``ffn_norm``. ``trainer_worker.py grid WORLD OUT`` runs every
-layout of ``GRID`` for this world size through the runtime (resolver checks bypassed) and writes the verdicts.
+the residual stream leaves the first block's ``ffn_norm``. ``trainer_worker.py many SPEC`` does the same
+for every run a JSON file lists (``[{"model": ..., "out": ..., "overrides": {...}}, ...]``), one after the
+other in one process group: a test module's layouts pay torchrun's and torch's start-up once, not per run.
+``trainer_worker.py grid WORLD OUT`` runs every layout of ``GRID`` for this world size through the runtime
+(resolver checks bypassed) and writes the verdicts.
 """
 
 from __future__ import annotations
@@ -116,8 +119,8 @@ def _watch_stages(trainer: LLMTrainer) -> dict[str, list[int]]:
     return stages
 
 
-def train(model: str, out: str, pairs: list[str]) -> None:
-    overrides = dict(pair.split("=", 1) for pair in pairs)
+def train(model: str, out: str, overrides: dict[str, str], *, last: bool = True) -> None:
+    """Train the tiny ``model`` with ``overrides`` and write this rank's report; ``last`` ends the group."""
     trainer = LLMTrainer(tiny_config(model, overrides))
     held = _params(trainer)
     experts = _experts(trainer)
@@ -128,7 +131,7 @@ def train(model: str, out: str, pairs: list[str]) -> None:
     timeouts.append(_timeout_seconds())
     digests = _digests(trainer)
     rank = trainer.env.rank
-    trainer.close()
+    trainer.close(destroy_process_group=last)
     Path(f"{out}.rank{rank}.json").write_text(
         json.dumps(
             {
@@ -168,9 +171,20 @@ def grid(world: int, out: str) -> None:
     dist.destroy_process_group()
 
 
+def many(spec: str) -> None:
+    runs = json.loads(Path(spec).read_text())
+    for i, run in enumerate(runs):
+        last = i == len(runs) - 1
+        train(run["model"], run["out"], run["overrides"], last=last)
+        if not last:
+            dist.barrier()  # no rank builds the next run while another still finishes this one
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "train":
-        train(sys.argv[2], sys.argv[3], sys.argv[4:])
+        train(sys.argv[2], sys.argv[3], dict(pair.split("=", 1) for pair in sys.argv[4:]))
+    elif sys.argv[1] == "many":
+        many(sys.argv[2])
     else:
         grid(int(sys.argv[2]), sys.argv[3])
     # gloo threads may outlive the destroyed group; finalising the interpreter with them can abort

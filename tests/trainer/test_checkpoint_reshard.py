@@ -9,9 +9,7 @@ step 4 start a new, reshuffled epoch, so the data position crosses an epoch end 
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,13 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 
 from hyper_parallel.trainer import LLMTrainer  # noqa: E402
 from tests.support.processes import torchrun  # noqa: E402
-from tests.support.trainer import ROOT, WORKER, as_flags, tiny_config, tiny_overrides  # noqa: E402
+from tests.support.trainer import (  # noqa: E402
+    ROOT,
+    as_flags,
+    tiny_config,
+    tiny_overrides,
+    train_runs_under_torchrun,
+)
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(900)]
 
@@ -47,41 +51,22 @@ def _overrides(model: str, layout: str, folder: Path) -> dict[str, str]:
     return {**CHECKPOINTS, **LAYOUTS[layout], **extra, "checkpoint.folder": str(folder)}
 
 
-def _run(model: str, layout: str, folder: Path, report: Path) -> dict[str, Any]:
-    """Train under ``layout`` with checkpoints in ``folder``; rank 0's losses and parameter layout."""
-    overrides = _overrides(model, layout, folder)
-    if layout == "one":
-        trainer = LLMTrainer(tiny_config(model, overrides))
-        try:
-            return {"losses": [r.loss for r in trainer.train()], "resumed_from": trainer.resumed_from}
-        finally:
-            trainer.close()
-    done = torchrun(2, WORKER, "train", model, str(report), *(f"{k}={v}" for k, v in overrides.items()))
-    _check(done)
-    ranks = [json.loads(Path(f"{report}.rank{r}.json").read_text()) for r in range(2)]
-    assert ranks[0]["losses"] == ranks[1]["losses"]
-    return ranks[0]
+def _one_process(model: str, folder: Path) -> dict[str, Any]:
+    """Train in this process with checkpoints in ``folder``: the losses and the step it resumed from."""
+    trainer = LLMTrainer(tiny_config(model, _overrides(model, "one", folder)))
+    try:
+        return {"losses": [r.loss for r in trainer.train()], "resumed_from": trainer.resumed_from}
+    finally:
+        trainer.close()
 
 
-def _check(done: subprocess.CompletedProcess[str]) -> None:
-    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-5000:]}"
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """``(model, layout) -> (losses of steps 1-4, folder holding step-2)``, each run once per module."""
-    runs: dict[tuple[str, str], tuple[list[float], Path]] = {}
-
-    def get(model: str, layout: str) -> tuple[list[float], Path]:
-        if (model, layout) not in runs:
-            tmp = tmp_path_factory.mktemp(f"{model}-{layout}")
-            report = _run(model, layout, tmp / "ckpt", tmp / "report")
-            assert len(report["losses"]) == 4
-            assert sorted(p.name for p in (tmp / "ckpt").iterdir()) == ["step-2", "step-4"]
-            runs[model, layout] = (report["losses"], tmp / "ckpt" / "step-2")
-        return runs[model, layout]
-
-    return get
+def _two_processes(runs: dict[str, tuple[str, str, Path]], folder: Path) -> dict[str, dict[str, Any]]:
+    """``name -> (model, layout, checkpoint folder)`` trained in one 2-rank job; rank 0's report by name."""
+    jobs = {name: (model, _overrides(model, layout, ckpt)) for name, (model, layout, ckpt) in runs.items()}
+    reports, _ = train_runs_under_torchrun(2, folder, jobs)
+    for ranks in reports.values():
+        assert ranks[0]["losses"] == ranks[1]["losses"]
+    return {name: ranks[0] for name, ranks in reports.items()}
 
 
 CASES = [
@@ -93,13 +78,48 @@ CASES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The uninterrupted runs (steps 1-4, saving at 2 and 4), then every resumed run that needs two
+    processes, each from a copy of its saved run's step-2: two torchrun jobs in all. ``"saved"`` maps
+    ``(model, layout)`` to (losses, step-2 folder); ``"resumed"`` a case's id to its report."""
+    tmp = tmp_path_factory.mktemp("reshard")
+    saved_layouts = sorted({(model, saved) for model, saved, _ in CASES})
+    uninterrupted = {
+        f"{model}-{layout}": (model, layout, tmp / f"{model}-{layout}")
+        for model, layout in saved_layouts
+        if layout != "one"
+    }
+    reports = _two_processes(uninterrupted, tmp / "first")
+    for model, layout in saved_layouts:
+        if layout == "one":
+            reports[f"{model}-{layout}"] = _one_process(model, tmp / f"{model}-{layout}")
+    saved = {}
+    for model, layout in saved_layouts:
+        folder = tmp / f"{model}-{layout}"
+        assert len(reports[f"{model}-{layout}"]["losses"]) == 4
+        assert sorted(p.name for p in folder.iterdir()) == ["step-2", "step-4"]
+        saved[model, layout] = (reports[f"{model}-{layout}"]["losses"], folder / "step-2")
+    resumed_by_two = {}
+    for model, layout, resumed in CASES:
+        if resumed != "one":
+            ckpt = tmp / "-".join((model, layout, resumed))
+            shutil.copytree(saved[model, layout][1], ckpt / "step-2")
+            resumed_by_two["-".join((model, layout, resumed))] = (model, resumed, ckpt)
+    return {"saved": saved, "resumed": _two_processes(resumed_by_two, tmp / "resumed")}
+
+
 @pytest.mark.parametrize(("model", "saved", "resumed"), CASES, ids=["-".join(case) for case in CASES])
 def test_a_checkpoint_resumes_on_another_layout_with_the_same_losses(
-    uninterrupted: Any, model: str, saved: str, resumed: str, tmp_path: Path
+    runs: dict[str, Any], model: str, saved: str, resumed: str, tmp_path: Path
 ) -> None:
-    expected, step2 = uninterrupted(model, saved)
-    shutil.copytree(step2, tmp_path / "ckpt" / "step-2")
-    report = _run(model, resumed, tmp_path / "ckpt", tmp_path / "report")
+    expected, step2 = runs["saved"][model, saved]
+    if resumed == "one":
+        shutil.copytree(step2, tmp_path / "ckpt" / "step-2")
+        report = _one_process(model, tmp_path / "ckpt")
+    else:
+        report = runs["resumed"]["-".join((model, saved, resumed))]
+    assert report["resumed_from"] == 2
     assert report["losses"] == pytest.approx(expected[2:], abs=1e-5, rel=0)
     if resumed == "tp2":  # the resumed model is really tensor-parallel, not replicated
         wq = next(p for n, p in report["params"].items() if n.endswith(".attention.wq.weight"))
@@ -107,8 +127,6 @@ def test_a_checkpoint_resumes_on_another_layout_with_the_same_losses(
         assert wq["local"][0] * 2 == wq["global"][0]
     elif resumed == "dp_shard2":
         assert {tuple(p["placements"]) for p in report["params"].values()} == {("Shard(dim=0)",)}
-    else:
-        assert report["resumed_from"] == 2
 
 
 def test_a_layout_that_would_read_other_batches_is_refused_at_resume(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from tests.support.trainer import (  # noqa: E402
     debug_config_path,
     grid_overrides,
     tiny_config,
+    train_runs_under_torchrun,
 )
 
 #: Shared by every run: the global batch, and a clipping threshold below the tiny models' gradient norms
@@ -110,11 +111,33 @@ def test_ddp_matches_one_process_and_keeps_replicas_identical(model: str, tmp_pa
     _assert_held(ranks[0]["params"], ["dp_replicate"], ["Replicate()"], 1)  # whole, on the replicate mesh
 
 
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """The 4-rank runs of this module, trained in one torchrun job (start-up paid once): HSDP and TP x FSDP2
+    of both models, and the first, checkpointing HSDP run of the resume test (its folder: ``folder``)."""
+    tmp = tmp_path_factory.mktemp("four-processes")
+    checkpoint = {
+        "checkpoint.enable": "true",
+        "checkpoint.folder": str(tmp / "ckpt"),
+        "checkpoint.interval": "2",
+        "checkpoint.last_save_model_only": "false",
+    }
+    runs: dict[str, tuple[str, dict[str, str]]] = {}
+    for model in ("llama3", "qwen3_5"):
+        runs[f"hsdp-{model}"] = (model, {**MICRO, **HSDP})
+        runs[f"tp_fsdp-{model}"] = (model, {**MICRO, **TP_FSDP, **NO_SP[model]})
+    runs["hsdp-checkpoint"] = ("llama3", {**MICRO, **HSDP, **checkpoint})
+    reports, stderr = train_runs_under_torchrun(4, tmp, runs)
+    # the global gradient norm is one all-reduce over the flattened split dimensions, not one per dimension
+    assert "sequential all_reduce operations" not in stderr
+    return {**reports, "folder": tmp / "ckpt"}  # type: ignore[dict-item]
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
-def test_hsdp_matches_one_process_and_shards_within_replicas(model: str, tmp_path: Path) -> None:
-    ranks = _train(4, model, tmp_path / "hsdp", HSDP)
+def test_hsdp_matches_one_process_and_shards_within_replicas(model: str, four_ranks: Any) -> None:
+    ranks = four_ranks[f"hsdp-{model}"]
     _assert_single_process_losses(model, ranks)
     _assert_hsdp(ranks)
 
@@ -122,8 +145,8 @@ def test_hsdp_matches_one_process_and_shards_within_replicas(model: str, tmp_pat
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
-def test_tp_times_fsdp_matches_one_process_and_shards_on_both_dims(model: str, tmp_path: Path) -> None:
-    ranks = _train(4, model, tmp_path / "tp_fsdp", {**TP_FSDP, **NO_SP[model]})
+def test_tp_times_fsdp_matches_one_process_and_shards_on_both_dims(model: str, four_ranks: Any) -> None:
+    ranks = four_ranks[f"tp_fsdp-{model}"]
     _assert_single_process_losses(model, ranks)
     assert [r["dp_rank"] for r in ranks] == [0, 0, 1, 1]  # tensor-parallel peers read the same data
     params = ranks[0]["params"]
@@ -141,18 +164,18 @@ def test_tp_times_fsdp_matches_one_process_and_shards_on_both_dims(model: str, t
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(900)
-def test_hsdp_checkpoint_resumes_with_the_uninterrupted_losses(tmp_path: Path) -> None:
+def test_hsdp_checkpoint_resumes_with_the_uninterrupted_losses(four_ranks: Any, tmp_path: Path) -> None:
     """A 4-step HSDP run saves at steps 2 and 4; step 4 lost, a relaunch resumes at 2 and repeats 3 and 4."""
+    first, saved = four_ranks["hsdp-checkpoint"], four_ranks["folder"]
+    assert sorted(p.name for p in saved.iterdir()) == ["step-2", "step-4"]
     folder = tmp_path / "ckpt"
+    shutil.copytree(saved / "step-2", folder / "step-2")  # step 4 lost
     checkpoint = {
         "checkpoint.enable": "true",
         "checkpoint.folder": str(folder),
         "checkpoint.interval": "2",
         "checkpoint.last_save_model_only": "false",
     }
-    first = _train(4, "llama3", tmp_path / "first", {**HSDP, **checkpoint})
-    assert sorted(p.name for p in folder.iterdir()) == ["step-2", "step-4"]
-    shutil.rmtree(folder / "step-4")
     resumed = _train(4, "llama3", tmp_path / "resumed", {**HSDP, **checkpoint})
     _assert_single_process_losses("llama3", first)
     for before, after in zip(first, resumed, strict=True):

@@ -30,6 +30,7 @@ from tests.support.trainer import (  # noqa: E402
     grid_overrides,
     tiny_config,
     tiny_overrides,
+    train_runs_under_torchrun,
 )
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(600)]
@@ -55,26 +56,33 @@ def _single_process(model: str) -> list[float]:
         trainer.close()
 
 
-def _ranks(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(Path(f"{out}.rank{r}.json").read_text()) for r in range(2)]
-
-
 def _check(done: subprocess.CompletedProcess[str]) -> None:
     assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-5000:]}"
 
 
+@pytest.fixture(scope="module")
+def two_process_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """Every ``model-layout`` run of this module, trained in one torchrun job (start-up paid once)."""
+    runs = {
+        f"{model}-{layout}": (model, {**DATA, **TIMEOUTS, **LAYOUTS[layout]})
+        for model in ("llama3", "qwen3_5")
+        for layout in LAYOUTS
+    }
+    return train_runs_under_torchrun(2, tmp_path_factory.mktemp("two-processes"), runs)[0]
+
+
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
-def test_two_processes_match_one_and_really_shard(model: str, layout: str, tmp_path: Path) -> None:
-    out = tmp_path / "report"
-    overrides = {**DATA, **TIMEOUTS, **LAYOUTS[layout]}
-    done = torchrun(2, WORKER, "train", model, str(out), *(f"{k}={v}" for k, v in overrides.items()))
-    _check(done)
-    ranks = _ranks(out)
+def test_two_processes_match_one_and_really_shard(
+    model: str, layout: str, two_process_runs: dict[str, list[dict[str, Any]]]
+) -> None:
+    ranks = two_process_runs[f"{model}-{layout}"]
     expected = _single_process(model)
     for report in ranks:
         assert report["losses"] == pytest.approx(expected, abs=1e-5)
-        assert report["timeouts"] == [123.0, 45.0]  # comm: start-up timeout, then the training one
+        # comm: the start-up timeout while a run is built, then the training one (the first run of the
+        # job builds the process group; later runs find it and set the same two timeouts again)
+        assert report["timeouts"] == [123.0, 45.0]
     params = ranks[0]["params"]
     assert all(p["dtensor"] for p in params.values()), [n for n, p in params.items() if not p["dtensor"]]
     if layout == "dp_shard2":

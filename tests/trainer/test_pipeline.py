@@ -10,6 +10,7 @@ stage (how the schedule cut the micro-batches). Checkpoints saved under pipelini
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 from hyper_parallel.trainer import LLMTrainer, rules  # noqa: E402
 from hyper_parallel.trainer.config import PP_STAGES_PER_RANK, TrainerConfig  # noqa: E402
 from tests.support.processes import torchrun  # noqa: E402
-from tests.support.trainer import WORKER, tiny_config  # noqa: E402
+from tests.support.trainer import WORKER, tiny_config, train_runs_under_torchrun  # noqa: E402
 
 DATA = {"dataloader.dataset.source": "python_docs"}  # packed documents: document_ids reach every stage
 PIPE = {"parallelism.dp_shard": "1", "parallelism.pp": "2"}
@@ -38,6 +39,41 @@ def _single_process(overrides: dict[str, str]) -> tuple[list[float], list[float]
         return [r.loss for r in results], [r.grad_norm for r in results], names
     finally:
         trainer.close()
+
+
+def _saving(folder: Path) -> dict[str, str]:
+    return {
+        "checkpoint.enable": "true",
+        "checkpoint.folder": str(folder),
+        "checkpoint.interval": "2",
+        "checkpoint.last_save_model_only": "false",
+    }
+
+
+@pytest.fixture(scope="module")
+def pp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every 2-rank pipeline run of this module, trained in one torchrun job (start-up paid once), by name;
+    ``"hf"`` and ``"pp"`` are the folders of the pretrained weights and of the checkpointing run."""
+    tmp = tmp_path_factory.mktemp("pipeline")
+    batch = {"training.micro_batch_size": "4"}  # one micro-batch of 4 sequences per step
+    runs: dict[str, dict[str, str]] = {
+        schedule: {**PIPE, **model, "parallelism.pp_schedule": schedule}
+        for schedule, (model, _, _) in CASES.items()
+    }
+    runs["microbatches-4"] = {**PIPE, **batch, "parallelism.pp_microbatches": "4"}
+    runs["microbatches-default"] = {**PIPE, **batch}
+    runs["checkpoint"] = {**PIPE, **_saving(tmp / "pp")}
+    try:
+        from tests.support.llama3_reference import hf_model
+    except ImportError:  # transformers: the pretrained-weights test skips
+        pass
+    else:
+        hf_model(tiny_config("llama3").model.args).save_pretrained(tmp / "hf")
+        runs["pretrained"] = {**PIPE, "model.weights_path": str(tmp / "hf")}
+    reports, _ = train_runs_under_torchrun(
+        2, tmp, {name: ("llama3", {**DATA, **overrides}) for name, overrides in runs.items()}
+    )
+    return {**reports, "hf": tmp / "hf", "pp": tmp / "pp"}
 
 
 def _run(world: int, overrides: dict[str, str], tmp_path: Path) -> list[dict[str, Any]]:
@@ -77,9 +113,9 @@ CASES = {
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("schedule", list(CASES))
-def test_pipeline_matches_one_process_and_each_rank_holds_its_stages(schedule: str, tmp_path: Path) -> None:
+def test_pipeline_matches_one_process_and_each_rank_holds_its_stages(schedule: str, pp_runs: Any) -> None:
     model, stages, blocks = CASES[schedule]
-    ranks = _run(2, {**PIPE, **model, "parallelism.pp_schedule": schedule}, tmp_path)
+    ranks = pp_runs[schedule]
     losses, norms, names = _single_process(model)
     for report in ranks:
         assert report["losses"] == pytest.approx(losses, abs=1e-5)
@@ -97,15 +133,14 @@ def test_pipeline_matches_one_process_and_each_rank_holds_its_stages(schedule: s
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
-def test_pp_microbatches_sets_the_schedule_micro_batches(tmp_path: Path) -> None:
-    batch = {"training.micro_batch_size": "4"}  # one micro-batch of 4 sequences per step
-    ranks = _run(2, {**PIPE, **batch, "parallelism.pp_microbatches": "4"}, tmp_path)
-    losses, norms, _ = _single_process(batch)
+def test_pp_microbatches_sets_the_schedule_micro_batches(pp_runs: Any) -> None:
+    ranks = pp_runs["microbatches-4"]
+    losses, norms, _ = _single_process({"training.micro_batch_size": "4"})
     for report in ranks:
         assert report["losses"] == pytest.approx(losses, abs=1e-5)
         assert report["grad_norms"] == pytest.approx(norms, abs=1e-5)
         assert [_calls(c) for c in report["stages"].values()] == [[1] * 16]  # 4 steps x 4 micro-batches of 1
-    default = _run(2, {**PIPE, **batch}, tmp_path)
+    default = pp_runs["microbatches-default"]
     assert [_calls(c) for c in default[0]["stages"].values()] == [[2] * 8]  # null: pp = 2 micro-batches of 2
 
 
@@ -132,29 +167,17 @@ def test_pipeline_with_fsdp_on_four_processes(tmp_path: Path) -> None:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
-def test_pretrained_weights_reach_every_stage(tmp_path: Path) -> None:
+def test_pretrained_weights_reach_every_stage(pp_runs: Any) -> None:
     """Rank 0 reads the Hugging Face folder of the whole model; each stage keeps its own tensors."""
     pytest.importorskip("transformers")
-    from tests.support.llama3_reference import hf_model
-
-    hf_model(tiny_config("llama3").model.args).save_pretrained(tmp_path / "hf")
-    weights = {"model.weights_path": str(tmp_path / "hf")}
-    ranks = _run(2, {**PIPE, **weights}, tmp_path)
+    weights = {"model.weights_path": str(pp_runs["hf"])}
+    ranks = pp_runs["pretrained"]
     losses, norms, _ = _single_process(weights)
     seeded, _, _ = _single_process({})
     assert losses[0] != pytest.approx(seeded[0], abs=1e-3)  # the files, not the seed, gave the weights
     for report in ranks:
         assert report["losses"] == pytest.approx(losses, abs=1e-5)
         assert report["grad_norms"] == pytest.approx(norms, abs=1e-5)
-
-
-def _saving(folder: Path) -> dict[str, str]:
-    return {
-        "checkpoint.enable": "true",
-        "checkpoint.folder": str(folder),
-        "checkpoint.interval": "2",
-        "checkpoint.last_save_model_only": "false",
-    }
 
 
 def _resume_to_step_6(folder: Path) -> list[float]:
@@ -168,12 +191,13 @@ def _resume_to_step_6(folder: Path) -> list[float]:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(900)
-def test_a_pipeline_checkpoint_resumes_in_one_process(tmp_path: Path) -> None:
+def test_a_pipeline_checkpoint_resumes_in_one_process(pp_runs: Any, tmp_path: Path) -> None:
     """Saved by two pipeline stages (names of the whole model), resumed by one process: steps 5 and 6 are
     those of a one-process run resumed from its own step-4 checkpoint (the schedule depends on max_steps,
     so an uninterrupted 6-step run is no reference)."""
-    ranks = _run(2, {**PIPE, **_saving(tmp_path / "pp")}, tmp_path)
-    assert sorted(p.name for p in (tmp_path / "pp").iterdir()) == ["step-2", "step-4"]
+    ranks, saved = pp_runs["checkpoint"], pp_runs["pp"]
+    assert sorted(p.name for p in saved.iterdir()) == ["step-2", "step-4"]
+    shutil.copytree(saved, tmp_path / "pp")  # the resumed run saves beside them
     losses, _, _ = _single_process(_saving(tmp_path / "one"))
     assert ranks[0]["losses"] == pytest.approx(losses, abs=1e-5)
     assert _resume_to_step_6(tmp_path / "pp") == pytest.approx(_resume_to_step_6(tmp_path / "one"), abs=1e-5)
