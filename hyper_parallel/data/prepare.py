@@ -199,25 +199,31 @@ def _parquet_pieces(path: Path, shard_bytes: int) -> list[Piece]:
 
 
 # -- documents of a piece ------------------------------------------------------------------------------
-def _lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
+#: What ``bytes.strip`` strips: a line of only these is blank (``str.strip`` would strip more).
+_BLANK = " \t\n\r\x0b\x0c"
+
+
+def _lines(piece: Piece) -> Iterator[tuple[int, str]]:
     with open(piece.file, "rb") as handle:
         handle.seek(piece.start)
         data = handle.read(piece.end - piece.start)
-    for number, line in enumerate(data.split(b"\n"), piece.first_line):
-        if line.strip():
+    try:
+        text = data.decode("utf-8")  # once per piece: json then skips its encoding detection on each line
+    except UnicodeDecodeError as exc:
+        at = piece.first_line + data.count(b"\n", 0, exc.start)
+        raise InputError(f"{piece.file}:{at}: not UTF-8 text") from None
+    for number, line in enumerate(text.split("\n"), piece.first_line):
+        if line.strip(_BLANK):
             yield number, line
 
 
-def _record(piece: Piece, number: int, line: bytes) -> dict[str, Any]:
-    where = f"{piece.file}:{number}"
+def _record(piece: Piece, number: int, line: str) -> dict[str, Any]:
     try:
-        record = json.loads(line.decode("utf-8"))  # a str skips json's encoding detection
-    except UnicodeDecodeError:
-        raise InputError(f"{where}: not UTF-8 text") from None
+        record = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{where}: not a JSON object: {exc.msg}") from None
+        raise InputError(f"{piece.file}:{number}: not a JSON object: {exc.msg}") from None
     if not isinstance(record, dict):
-        raise InputError(f"{where}: not a JSON object")
+        raise InputError(f"{piece.file}:{number}: not a JSON object")
     return record
 
 
@@ -282,12 +288,16 @@ def _batches(items: Iterator[Any]) -> Iterator[list[Any]]:
 def encode_pieces(
     tokenizer: Any, pieces: Sequence[Piece], options: PrepareOptions, dtype: np.dtype[Any]
 ) -> shards.ShardArrays:
-    """The shard arrays of ``pieces``: each document encoded, EOS appended where packing needs it."""
+    """The shard arrays of ``pieces``: each document encoded, EOS appended where packing needs it.
+
+    Documents are encoded a batch at a time into one array per batch (``encode_batch_flat``), and the
+    arrays are joined once per shard: no Python list or array per document on the text path.
+    """
     eos = getattr(tokenizer, "eos_id", None)
-    arrays: list[np.ndarray[Any, Any]] = []
+    tokens: list[np.ndarray[Any, Any]] = []
+    lengths: list[np.ndarray[Any, Any]] = []
+    appended: list[np.ndarray[Any, Any]] = []
     masks: list[np.ndarray[Any, Any]] = []
-    lengths: list[int] = []
-    appended: list[int] = []
     chat = any(piece.format == "chat" for piece in pieces)
     if chat:
         from hyper_parallel.data.chat import ChatRenderer
@@ -296,38 +306,77 @@ def encode_pieces(
     for piece in pieces:
         if piece.format == "chat":
             for batch in _batches(chats_of(piece)):
-                for ids, mask in _encode_chats(renderer, piece, batch):
-                    add = eos is not None and (not ids or ids[-1] != eos)
-                    arrays.append(np.asarray([*ids, eos] if add else ids, dtype=dtype))
-                    masks.append(np.asarray([*mask, 0] if add else mask, dtype=np.uint8))
-                    lengths.append(arrays[-1].shape[0])
-                    appended.append(int(add))
+                encoded = _encode_chats(renderer, piece, batch)
+                sizes = np.fromiter((len(i) for i, _ in encoded), dtype=np.int64, count=len(encoded))
+                every = itertools.chain.from_iterable(i for i, _ in encoded)
+                ids = np.fromiter(every, dtype=dtype, count=int(sizes.sum()))
+                trained = np.fromiter(
+                    itertools.chain.from_iterable(m for _, m in encoded), dtype=np.uint8, count=ids.size
+                )
+                ids, sizes, added, closed = _close_with_eos(ids, sizes, eos, trained)
+                tokens.append(ids)
+                lengths.append(sizes)
+                appended.append(added)
+                assert closed is not None
+                masks.append(closed)
             continue
         for batch in _batches(texts_of(piece, options.text_field)):
-            for encoded in _encode_arrays(tokenizer, batch, dtype):
-                add = eos is not None and (encoded.size == 0 or encoded[-1] != eos)
-                if add:
-                    encoded = np.append(encoded, np.asarray([eos], dtype=dtype))
-                arrays.append(encoded)
-                lengths.append(int(encoded.size))
-                appended.append(int(add))
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(np.asarray(lengths, dtype=np.int64), out=offsets[1:])
-    tokens = np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+            ids, sizes = _encode_flat(tokenizer, batch, dtype)
+            ids, sizes, added, _ = _close_with_eos(ids, sizes, eos, None)
+            tokens.append(ids)
+            lengths.append(sizes)
+            appended.append(added)
+    sizes = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+    offsets = np.zeros(sizes.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
     return shards.ShardArrays(
-        tokens.astype(dtype, copy=False),
+        (np.concatenate(tokens) if tokens else np.zeros(0, dtype=dtype)).astype(dtype, copy=False),
         offsets,
-        np.asarray(appended, dtype=np.uint8),
+        np.concatenate(appended) if appended else np.zeros(0, dtype=np.uint8),
         (np.concatenate(masks) if masks else np.zeros(0, dtype=np.uint8)) if chat else None,
     )
 
 
-def _encode_arrays(tokenizer: Any, texts: list[str], dtype: np.dtype[Any]) -> list[np.ndarray[Any, Any]]:
-    """The tokenizer's ``encode_batch`` of ``texts`` as arrays (its own array path when it has one)."""
-    fast = getattr(tokenizer, "encode_batch_arrays", None)
-    if fast is not None:
-        return list(fast(texts, dtype))
-    return [np.asarray(ids, dtype=dtype) for ids in tokenizer.encode_batch(texts)]
+def _close_with_eos(
+    ids: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any], eos: int | None, mask: np.ndarray[Any, Any] | None
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any] | None]:
+    """Documents end to end with the EOS packing separates them by appended where one is missing.
+
+    Returns the ids, the lengths, 1 per document whose EOS was appended (else 0) and the mask (0 on an
+    appended EOS: it is not trained on).
+    """
+    ends = np.cumsum(sizes)
+    if eos is None:
+        return ids, sizes, np.zeros(sizes.size, dtype=np.uint8), mask
+    last = ids[np.maximum(ends - 1, 0)] if ids.size else np.zeros(sizes.size, dtype=ids.dtype)
+    add = (sizes == 0) | (last != eos)
+    if not add.any():
+        return ids, sizes, add.astype(np.uint8), mask
+    closed = sizes + add
+    new_ends = np.cumsum(closed)
+    out = np.empty(int(new_ends[-1]), dtype=ids.dtype)
+    added_at = np.zeros(out.size, dtype=bool)
+    added_at[new_ends[add] - 1] = True
+    out[added_at] = eos
+    out[~added_at] = ids
+    if mask is not None:
+        closed_mask = np.zeros(out.size, dtype=np.uint8)
+        closed_mask[~added_at] = mask
+        mask = closed_mask
+    return out, closed, add.astype(np.uint8), mask
+
+
+def _encode_flat(
+    tokenizer: Any, texts: list[str], dtype: np.dtype[Any]
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The tokenizer's ``encode_batch`` of ``texts`` end to end in one array, and each text's length."""
+    flat = getattr(tokenizer, "encode_batch_flat", None)
+    if flat is not None:
+        ids, sizes = flat(texts, dtype)
+        return np.asarray(ids, dtype=dtype), np.asarray(sizes, dtype=np.int64)
+    encoded = tokenizer.encode_batch(texts)
+    sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    return np.fromiter(itertools.chain.from_iterable(encoded), dtype=dtype, count=int(sizes.sum())), sizes
 
 
 def _encode_chats(
@@ -362,10 +411,10 @@ def build_tokenizer(config_file: str) -> Any:
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_init(config_file: str, options: PrepareOptions, dtype: str, folder: str) -> None:
-    _WORKER.update(
-        tokenizer=build_tokenizer(config_file), options=options, dtype=np.dtype(dtype), folder=Path(folder)
-    )
+def _worker_init(tokenizer: Any, options: PrepareOptions, dtype: str, folder: str) -> None:
+    # The tokenizer the main process built, pickled: a worker loads no config, so it starts in the time
+    # numpy and the tokenizer library take to import.
+    _WORKER.update(tokenizer=tokenizer, options=options, dtype=np.dtype(dtype), folder=Path(folder))
 
 
 def _work(task: tuple[int, list[Piece]]) -> tuple[int, dict[str, Any] | None, str | None]:
@@ -457,8 +506,7 @@ def prepare(
     progress = _Progress(stream, len(tasks))
     try:
         if workers <= 1 or len(todo) <= 1:
-            _worker_init(config_file, options, dtype.name, str(folder))
-            _WORKER["tokenizer"] = tokenizer
+            _worker_init(tokenizer, options, dtype.name, str(folder))
             results: Iterator[tuple[int, dict[str, Any] | None, str | None]] = map(_work, todo)
             _collect(results, tasks, entries, progress)
         else:
@@ -466,7 +514,7 @@ def prepare(
             with context.Pool(
                 min(workers, len(todo)),
                 initializer=_worker_init,
-                initargs=(config_file, options, dtype.name, str(folder)),
+                initargs=(tokenizer, options, dtype.name, str(folder)),
             ) as pool:
                 _collect(pool.imap_unordered(_work, todo), tasks, entries, progress)
     finally:
