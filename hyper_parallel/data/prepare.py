@@ -6,7 +6,8 @@ records its fingerprint and training refuses shards prepared with another.
 
 The work is planned from the inputs alone, before any tokenizing: each ``.jsonl`` (or chat) file is cut at
 line boundaries into pieces of about ``shard_bytes``, ``.txt`` files (one document each) are grouped into
-pieces of about that size, a Parquet file is cut at row-group boundaries; each piece becomes one shard. So
+pieces of about that size, a Parquet file (a text column, or with ``--format chat`` a ``messages`` column
+of ``{role, content}`` structs) is cut at row-group boundaries; each piece becomes one shard. So
 the shards, and every byte written, are the same for any number of workers: workers only decide which
 process encodes which piece. A finished shard is renamed into place; a prepare interrupted and run again
 with the same inputs, tokenizer and options keeps the finished shards and encodes only the rest. The
@@ -35,6 +36,7 @@ from hyper_parallel.data import shards
 __all__ = ["InputError", "Piece", "PrepareOptions", "plan", "prepare"]
 
 FORMATS = ("jsonl", "text", "parquet", "chat")
+_CHAT = ("chat", "chat-parquet")
 _SUFFIXES = {".jsonl": "jsonl", ".txt": "text", ".parquet": "parquet"}
 _PLAN = ".prepare-plan.json"
 #: Documents encoded per ``encode_batch`` call.
@@ -60,8 +62,8 @@ class Piece:
     """A part of one input file that becomes (part of) one shard: a byte range of lines, or row groups."""
 
     file: str
-    format: str
-    start: int  # byte offset (jsonl, chat, text) or first row group (parquet)
+    format: str  # of the input, or "chat-parquet": chat records in a Parquet file's messages column
+    start: int  # byte offset (jsonl, chat, text) or first row group (parquet, chat-parquet)
     end: int  # exclusive
     first_line: int = 1
 
@@ -77,7 +79,7 @@ def _under(folder: Path, forced: str | None) -> list[Path]:
     suffixes = [
         s
         for s, f in _SUFFIXES.items()
-        if forced is None or f == forced or (forced == "chat" and f == "jsonl")
+        if forced is None or f == forced or (forced == "chat" and f in ("jsonl", "parquet"))
     ]
     return sorted(
         p
@@ -161,9 +163,10 @@ def plan(inputs: Sequence[str], options: PrepareOptions) -> tuple[list[dict[str,
             if texts:
                 tasks.append(texts)
                 texts, text_bytes = [], 0
-            if fmt == "parquet":
+            if fmt == "parquet" or (fmt == "chat" and path.suffix == ".parquet"):
                 digest = shards.file_digest(path)
-                tasks.extend([piece] for piece in _parquet_pieces(path, options.shard_bytes))
+                kind = "parquet" if fmt == "parquet" else "chat-parquet"
+                tasks.extend([piece] for piece in _parquet_pieces(path, options.shard_bytes, kind))
             else:
                 digest, pieces = _scan_lines(path, options.shard_bytes)
                 tasks.extend([attrs.evolve(piece, format=fmt)] for piece in pieces)
@@ -181,7 +184,7 @@ def _pyarrow_parquet() -> Any:
     return pq
 
 
-def _parquet_pieces(path: Path, shard_bytes: int) -> list[Piece]:
+def _parquet_pieces(path: Path, shard_bytes: int, kind: str) -> list[Piece]:
     pq = _pyarrow_parquet()
     try:
         meta = pq.ParquetFile(path).metadata
@@ -191,10 +194,10 @@ def _parquet_pieces(path: Path, shard_bytes: int) -> list[Piece]:
     for group in range(meta.num_row_groups):
         size += meta.row_group(group).total_byte_size
         if size >= shard_bytes:
-            pieces.append(Piece(str(path), "parquet", start, group + 1))
+            pieces.append(Piece(str(path), kind, start, group + 1))
             start, size = group + 1, 0
     if start < meta.num_row_groups or not pieces:
-        pieces.append(Piece(str(path), "parquet", start, meta.num_row_groups))
+        pieces.append(Piece(str(path), kind, start, meta.num_row_groups))
     return pieces
 
 
@@ -246,12 +249,16 @@ def texts_of(piece: Piece, text_field: str) -> Iterator[str]:
         yield text
 
 
-def chats_of(piece: Piece) -> Iterator[tuple[int, list[dict[str, str]]]]:
-    """The conversations of a chat piece: each record's line number and ``messages``, checked."""
-    for number, line in _lines(piece):
-        record = _record(piece, number, line)
-        messages = record.get("messages")
-        where = f"{piece.file}:{number}"
+def chats_of(piece: Piece) -> Iterator[tuple[str, list[dict[str, str]]]]:
+    """A chat piece's conversations, checked, each with its location (``FILE:LINE`` or ``FILE: row N``)."""
+    if piece.format == "chat-parquet":
+        records: Iterator[tuple[str, object]] = _parquet_column(piece, "messages")
+    else:
+        records = (
+            (f"{piece.file}:{number}", _record(piece, number, line).get("messages"))
+            for number, line in _lines(piece)
+        )
+    for where, messages in records:
         if not isinstance(messages, list) or not messages:
             raise InputError(f"{where}: no 'messages' list")
         for i, message in enumerate(messages):
@@ -261,22 +268,27 @@ def chats_of(piece: Piece) -> Iterator[tuple[int, list[dict[str, str]]]]:
                 or not isinstance(message.get("content"), str)
             ):
                 raise InputError(f"{where}: messages[{i}] is not an object with string 'role' and 'content'")
-        yield number, [{"role": m["role"], "content": m["content"]} for m in messages]
+        yield where, [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def _parquet_column(piece: Piece, column: str) -> Iterator[tuple[str, object]]:
+    """Each row's value of ``column`` in the piece's row groups, with its location ``FILE: row N``."""
+    pq = _pyarrow_parquet()
+    handle = pq.ParquetFile(piece.file)
+    if column not in handle.schema_arrow.names:
+        raise InputError(f"{piece.file}: no column {column!r} (columns: {handle.schema_arrow.names})")
+    row = sum(handle.metadata.row_group(g).num_rows for g in range(piece.start))
+    for group in range(piece.start, piece.end):
+        for value in handle.read_row_group(group, columns=[column]).column(0).to_pylist():
+            yield f"{piece.file}: row {row}", value
+            row += 1
 
 
 def _parquet_texts(piece: Piece, text_field: str) -> Iterator[str]:
-    pq = _pyarrow_parquet()
-    handle = pq.ParquetFile(piece.file)
-    if text_field not in handle.schema_arrow.names:
-        raise InputError(f"{piece.file}: no column {text_field!r} (columns: {handle.schema_arrow.names})")
-    row = sum(handle.metadata.row_group(g).num_rows for g in range(piece.start))
-    for group in range(piece.start, piece.end):
-        column = handle.read_row_group(group, columns=[text_field]).column(0).to_pylist()
-        for value in column:
-            if not isinstance(value, str):
-                raise InputError(f"{piece.file}: row {row}: column {text_field!r} is not a string")
-            row += 1
-            yield value
+    for where, value in _parquet_column(piece, text_field):
+        if not isinstance(value, str):
+            raise InputError(f"{where}: column {text_field!r} is not a string")
+        yield value
 
 
 # -- encoding ------------------------------------------------------------------------------------------
@@ -298,15 +310,15 @@ def encode_pieces(
     lengths: list[np.ndarray[Any, Any]] = []
     appended: list[np.ndarray[Any, Any]] = []
     masks: list[np.ndarray[Any, Any]] = []
-    chat = any(piece.format == "chat" for piece in pieces)
+    chat = any(piece.format in _CHAT for piece in pieces)
     if chat:
         from hyper_parallel.data.chat import ChatRenderer
 
         renderer = ChatRenderer(tokenizer, options.chat_template)
     for piece in pieces:
-        if piece.format == "chat":
+        if piece.format in _CHAT:
             for batch in _batches(chats_of(piece)):
-                encoded = _encode_chats(renderer, piece, batch)
+                encoded = _encode_chats(renderer, batch)
                 sizes = np.fromiter((len(i) for i, _ in encoded), dtype=np.int64, count=len(encoded))
                 every = itertools.chain.from_iterable(i for i, _ in encoded)
                 ids = np.fromiter(every, dtype=dtype, count=int(sizes.sum()))
@@ -380,19 +392,19 @@ def _encode_flat(
 
 
 def _encode_chats(
-    renderer: Any, piece: Piece, batch: list[tuple[int, list[dict[str, str]]]]
+    renderer: Any, batch: list[tuple[str, list[dict[str, str]]]]
 ) -> list[tuple[list[int], list[int]]]:
-    """The renderer's encodings of a batch; a conversation it cannot render is an input error at its line."""
+    """The renderer's encodings of a batch; a conversation it cannot render is an input error at its place."""
     try:
         encoded: list[tuple[list[int], list[int]]] = renderer.encode_batch(
             [messages for _, messages in batch]
         )
     except ValueError:
-        for number, messages in batch:
+        for where, messages in batch:
             try:
                 renderer.encode_batch([messages])
             except ValueError as exc:
-                raise InputError(f"{piece.file}:{number}: {exc}") from None
+                raise InputError(f"{where}: {exc}") from None
         raise
     return encoded
 
@@ -455,7 +467,7 @@ class _Progress:
 
 
 def _piece_bytes(pieces: Sequence[Piece]) -> int:
-    return sum(p.end - p.start if p.format != "parquet" else 0 for p in pieces)
+    return sum(p.end - p.start if p.format not in ("parquet", "chat-parquet") else 0 for p in pieces)
 
 
 def prepare(
@@ -528,7 +540,7 @@ def prepare(
         "dtype": dtype.name,
         "input_format": options.format,
         "text_field": options.text_field,
-        "chat": any(p.format == "chat" for pieces in tasks for p in pieces),
+        "chat": any(p.format in _CHAT for pieces in tasks for p in pieces),
         "chat_template_sha256": (
             None if template is None else hashlib.sha256(template.encode("utf-8")).hexdigest()
         ),
