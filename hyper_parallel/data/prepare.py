@@ -5,13 +5,15 @@ The tokenizer is exactly the one the config's ``tokenizer`` group builds (the co
 records its fingerprint and training refuses shards prepared with another.
 
 The work is planned from the inputs alone, before any tokenizing: each ``.jsonl`` (or chat) file is cut at
-line boundaries into pieces of about ``shard_bytes``, ``.txt`` files (one document each) are grouped into
-pieces of about that size, a Parquet file (a text column, or with ``--format chat`` a ``messages`` column
-of ``{role, content}`` structs) is cut at row-group boundaries; each piece becomes one shard. So
-the shards, and every byte written, are the same for any number of workers: workers only decide which
-process encodes which piece. A finished shard is renamed into place; a prepare interrupted and run again
-with the same inputs, tokenizer and options keeps the finished shards and encodes only the rest. The
-manifest is written last.
+line boundaries into pieces of about 4 MiB (``_UNIT_BYTES``, or ``shard_bytes`` when smaller), ``.txt``
+files (one document each) are pieces of their own, a Parquet file (a text column, or with ``--format chat``
+a ``messages`` column of ``{role, content}`` structs) is cut at row-group boundaries; consecutive pieces
+make a shard once they hold ``shard_bytes``. So the shards, and every byte written, are the same for any
+number of workers: a worker encodes a unit of about 4 MiB of a shard's pieces and sends its arrays back,
+the main process joins a shard's units in order and writes it, and the work spreads over the workers
+whatever the shard size. A finished shard is renamed into place; a prepare interrupted and run again with
+the same inputs, tokenizer and options keeps the finished shards and encodes only the rest. The manifest
+is written last.
 """
 
 from __future__ import annotations
@@ -37,10 +39,16 @@ __all__ = ["InputError", "Piece", "PrepareOptions", "plan", "prepare"]
 
 FORMATS = ("jsonl", "text", "parquet", "chat")
 _CHAT = ("chat", "chat-parquet")
+_ROW_GROUPS = ("parquet", "chat-parquet")
 _SUFFIXES = {".jsonl": "jsonl", ".txt": "text", ".parquet": "parquet"}
 _PLAN = ".prepare-plan.json"
 #: Documents encoded per ``encode_batch`` call.
 _BATCH = 1024
+#: Input bytes of one unit of work: a worker encodes a unit and sends its arrays back; the main process
+#: joins a shard's units and writes it. Units much smaller than a shard keep every worker busy to the end
+#: (a 100 MB corpus in 64 MB shards is 25 units, not 2), and large enough that a unit's encoding
+#: outweighs sending it.
+_UNIT_BYTES = 4 << 20
 
 
 class InputError(ValueError):
@@ -119,11 +127,11 @@ def find_inputs(inputs: Sequence[str], forced: str | None) -> list[tuple[Path, s
     return found
 
 
-def _scan_lines(path: Path, shard_bytes: int) -> tuple[str, list[Piece]]:
-    """SHA-256 of a line-based file and its pieces: cut at the first line end after every ``shard_bytes``."""
+def _scan_lines(path: Path, cut_bytes: int) -> tuple[str, list[Piece]]:
+    """SHA-256 of a line-based file and its pieces: cut at the first line end after every ``cut_bytes``."""
     digest = hashlib.sha256()
     pieces: list[Piece] = []
-    start, start_line, lines_before, block_start, target = 0, 1, 0, 0, shard_bytes
+    start, start_line, lines_before, block_start, target = 0, 1, 0, 0, cut_bytes
     with path.open("rb") as handle:
         while block := handle.read(1 << 20):
             digest.update(block)
@@ -135,13 +143,34 @@ def _scan_lines(path: Path, shard_bytes: int) -> tuple[str, list[Piece]]:
                 cut = block_start + newline + 1
                 pieces.append(Piece(str(path), "", start, cut, start_line))
                 start, start_line = cut, lines_before + block.count(b"\n", 0, newline + 1) + 1
-                target = cut + shard_bytes
+                target = cut + cut_bytes
                 search = target - block_start
             lines_before += block.count(b"\n")
             block_start += len(block)
     if block_start > start or not pieces:
         pieces.append(Piece(str(path), "", start, block_start, start_line))
     return digest.hexdigest(), pieces
+
+
+def _piece_size(piece: Piece) -> int:
+    """Input bytes of a piece (a Parquet piece counts as a whole unit: it is cut at about one)."""
+    return _UNIT_BYTES if piece.format in _ROW_GROUPS else piece.end - piece.start
+
+
+def _group(pieces: Sequence[Piece], size: int, sizes: Sequence[int] | None = None) -> list[list[Piece]]:
+    """Consecutive pieces, closed into a group once it holds at least ``size`` bytes."""
+    groups: list[list[Piece]] = []
+    current: list[Piece] = []
+    held = 0
+    for index, piece in enumerate(pieces):
+        current.append(piece)
+        held += sizes[index] if sizes is not None else _piece_size(piece)
+        if held >= size:
+            groups.append(current)
+            current, held = [], 0
+    if current:
+        groups.append(current)
+    return groups
 
 
 def plan(inputs: Sequence[str], options: PrepareOptions) -> tuple[list[dict[str, Any]], list[list[Piece]]]:
@@ -166,10 +195,12 @@ def plan(inputs: Sequence[str], options: PrepareOptions) -> tuple[list[dict[str,
             if fmt == "parquet" or (fmt == "chat" and path.suffix == ".parquet"):
                 digest = shards.file_digest(path)
                 kind = "parquet" if fmt == "parquet" else "chat-parquet"
-                tasks.extend([piece] for piece in _parquet_pieces(path, options.shard_bytes, kind))
+                tasks.extend(_parquet_shards(path, options.shard_bytes, kind))
             else:
-                digest, pieces = _scan_lines(path, options.shard_bytes)
-                tasks.extend([attrs.evolve(piece, format=fmt)] for piece in pieces)
+                # Pieces of a unit each, closed into a shard once it holds shard_bytes.
+                digest, pieces = _scan_lines(path, min(options.shard_bytes, _UNIT_BYTES))
+                pieces = [attrs.evolve(piece, format=fmt) for piece in pieces]
+                tasks.extend(_group(pieces, options.shard_bytes))
         records.append({"name": str(path), "format": fmt, "size": size, "sha256": digest})
     if texts:
         tasks.append(texts)
@@ -184,21 +215,28 @@ def _pyarrow_parquet() -> Any:
     return pq
 
 
-def _parquet_pieces(path: Path, shard_bytes: int, kind: str) -> list[Piece]:
+def _parquet_shards(path: Path, shard_bytes: int, kind: str) -> list[list[Piece]]:
+    """A Parquet file's shards: pieces of row groups of about a unit each, closed at ``shard_bytes``."""
     pq = _pyarrow_parquet()
     try:
         meta = pq.ParquetFile(path).metadata
     except Exception as exc:  # pyarrow raises its own error types for a file that is not Parquet
         raise InputError(f"{path}: not a Parquet file ({exc})") from None
-    pieces, start, size = [], 0, 0
-    for group in range(meta.num_row_groups):
-        size += meta.row_group(group).total_byte_size
-        if size >= shard_bytes:
+    sizes = [meta.row_group(group).total_byte_size for group in range(meta.num_row_groups)]
+    unit = min(shard_bytes, _UNIT_BYTES)
+    pieces: list[Piece] = []
+    piece_sizes: list[int] = []
+    start = held = 0
+    for group, size in enumerate(sizes):
+        held += size
+        if held >= unit:
             pieces.append(Piece(str(path), kind, start, group + 1))
-            start, size = group + 1, 0
-    if start < meta.num_row_groups or not pieces:
-        pieces.append(Piece(str(path), kind, start, meta.num_row_groups))
-    return pieces
+            piece_sizes.append(held)
+            start, held = group + 1, 0
+    if start < len(sizes) or not pieces:
+        pieces.append(Piece(str(path), kind, start, len(sizes)))
+        piece_sizes.append(held)
+    return _group(pieces, shard_bytes, piece_sizes)
 
 
 # -- documents of a piece ------------------------------------------------------------------------------
@@ -423,36 +461,65 @@ def build_tokenizer(config_file: str) -> Any:
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_init(tokenizer: Any, options: PrepareOptions, dtype: str, folder: str) -> None:
+def _worker_init(tokenizer: Any, options: PrepareOptions, dtype: str) -> None:
     # The tokenizer the main process built, pickled: a worker loads no config, so it starts in the time
     # numpy and the tokenizer library take to import.
-    _WORKER.update(tokenizer=tokenizer, options=options, dtype=np.dtype(dtype), folder=Path(folder))
+    _WORKER.update(tokenizer=tokenizer, options=options, dtype=np.dtype(dtype))
 
 
-def _work(task: tuple[int, list[Piece]]) -> tuple[int, dict[str, Any] | None, str | None]:
-    """Encode and write one shard in a worker: (index, manifest entry, None) or (index, None, error)."""
-    index, pieces = task
+_Unit = tuple[int, int, list[Piece]]  # shard index, unit index in the shard, pieces
+_Done = tuple[int, int, shards.ShardArrays | None, str | None]  # shard, unit, arrays or the input error
+
+
+def _work(task: _Unit) -> _Done:
+    """Encode one unit of a shard in a worker: its arrays, or the input error's message."""
+    shard, unit, pieces = task
     try:
-        arrays = encode_pieces(_WORKER["tokenizer"], pieces, _WORKER["options"], _WORKER["dtype"])
-        return index, shards.write_shard(_WORKER["folder"], shards.shard_name(index), arrays), None
+        return (
+            shard,
+            unit,
+            encode_pieces(_WORKER["tokenizer"], pieces, _WORKER["options"], _WORKER["dtype"]),
+            None,
+        )
     except InputError as exc:
-        return index, None, str(exc)
+        return shard, unit, None, str(exc)
+
+
+def _units(shard: int, pieces: Sequence[Piece], unit_bytes: int) -> list[_Unit]:
+    return [(shard, unit, group) for unit, group in enumerate(_group(pieces, unit_bytes))]
+
+
+def _join(parts: Sequence[shards.ShardArrays]) -> shards.ShardArrays:
+    """One shard's arrays from its units' (in order): what encoding all its pieces at once gives."""
+    if len(parts) == 1:
+        return parts[0]
+    sizes = np.concatenate([np.diff(part.offsets) for part in parts])
+    offsets = np.zeros(sizes.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    masks = [part.mask for part in parts if part.mask is not None]
+    return shards.ShardArrays(
+        np.concatenate([part.tokens for part in parts]),
+        offsets,
+        np.concatenate([part.appended for part in parts]),
+        np.concatenate(masks) if masks else None,
+    )
 
 
 class _Progress:
-    """``docs N  tokens N  MB/s`` on one rewritten line, on a terminal only."""
+    """``shards N/M  docs N  tokens N  MB/s`` on one rewritten line, on a terminal only."""
 
-    def __init__(self, stream: TextIO, total_shards: int) -> None:
+    def __init__(self, stream: TextIO, total_shards: int, done_shards: int) -> None:
         self.stream, self.total = stream, total_shards
         self.tty = stream.isatty()
         self.started = time.perf_counter()
-        self.docs = self.tokens = self.bytes = self.done = 0
+        self.docs = self.tokens = self.bytes = 0
+        self.done = done_shards
 
-    def update(self, entry: dict[str, Any], input_bytes: int) -> None:
-        self.docs += int(entry["documents"])
-        self.tokens += int(entry["tokens"])
+    def update(self, arrays: shards.ShardArrays, input_bytes: int, shard_done: bool) -> None:
+        self.docs += arrays.documents
+        self.tokens += int(arrays.tokens.shape[0])
         self.bytes += input_bytes
-        self.done += 1
+        self.done += int(shard_done)
         if self.tty:
             rate = self.bytes / 1e6 / max(time.perf_counter() - self.started, 1e-9)
             self.stream.write(
@@ -462,12 +529,12 @@ class _Progress:
             self.stream.flush()
 
     def close(self) -> None:
-        if self.tty and self.done:
+        if self.tty and self.docs:
             self.stream.write("\n")
 
 
 def _piece_bytes(pieces: Sequence[Piece]) -> int:
-    return sum(p.end - p.start if p.format not in ("parquet", "chat-parquet") else 0 for p in pieces)
+    return sum(p.end - p.start if p.format not in _ROW_GROUPS else 0 for p in pieces)
 
 
 def prepare(
@@ -508,27 +575,25 @@ def prepare(
     }
     _claim(folder, the_plan)
     entries: dict[int, dict[str, Any]] = {}
-    todo: list[tuple[int, list[Piece]]] = []
+    todo: list[_Unit] = []
     for index, pieces in enumerate(tasks):
         entry = shards.finished_shard(folder, shards.shard_name(index))
         if entry is not None:
             entries[index] = entry
         else:
-            todo.append((index, pieces))
-    progress = _Progress(stream, len(tasks))
+            todo.extend(_units(index, pieces, min(options.shard_bytes, _UNIT_BYTES)))
+    progress = _Progress(stream, len(tasks), len(entries))
+    collector = _Collector(folder, todo, entries, progress)
     try:
         if workers <= 1 or len(todo) <= 1:
-            _worker_init(tokenizer, options, dtype.name, str(folder))
-            results: Iterator[tuple[int, dict[str, Any] | None, str | None]] = map(_work, todo)
-            _collect(results, tasks, entries, progress)
+            _worker_init(tokenizer, options, dtype.name)
+            collector.collect(map(_work, todo))
         else:
             context = multiprocessing.get_context("spawn")
             with context.Pool(
-                min(workers, len(todo)),
-                initializer=_worker_init,
-                initargs=(tokenizer, options, dtype.name, str(folder)),
+                min(workers, len(todo)), initializer=_worker_init, initargs=(tokenizer, options, dtype.name)
             ) as pool:
-                _collect(pool.imap_unordered(_work, todo), tasks, entries, progress)
+                collector.collect(pool.imap_unordered(_work, todo))
     finally:
         progress.close()
         _WORKER.clear()
@@ -553,18 +618,37 @@ def prepare(
     return manifest
 
 
-def _collect(
-    results: Iterator[tuple[int, dict[str, Any] | None, str | None]],
-    tasks: Sequence[Sequence[Piece]],
-    entries: dict[int, dict[str, Any]],
-    progress: _Progress,
-) -> None:
-    for index, entry, error in results:
-        if error is not None:
-            raise InputError(error)
-        assert entry is not None
-        entries[index] = entry
-        progress.update(entry, _piece_bytes(tasks[index]))
+class _Collector:
+    """Joins each shard's units as they arrive (in any order) and writes the shard once it is whole."""
+
+    def __init__(
+        self,
+        folder: Path,
+        todo: Sequence[_Unit],
+        entries: dict[int, dict[str, Any]],
+        progress: _Progress,
+    ) -> None:
+        self.folder, self.entries, self.progress = folder, entries, progress
+        self.units: dict[int, int] = {}
+        self.sizes: dict[tuple[int, int], int] = {}
+        for shard, unit, pieces in todo:
+            self.units[shard] = self.units.get(shard, 0) + 1
+            self.sizes[shard, unit] = _piece_bytes(pieces)
+        self.parts: dict[int, dict[int, shards.ShardArrays]] = {}
+
+    def collect(self, results: Iterator[_Done]) -> None:
+        for shard, unit, arrays, error in results:
+            if error is not None:
+                raise InputError(error)
+            assert arrays is not None
+            parts = self.parts.setdefault(shard, {})
+            parts[unit] = arrays
+            whole = len(parts) == self.units[shard]
+            if whole:
+                joined = _join([parts[u] for u in range(self.units[shard])])
+                del self.parts[shard]
+                self.entries[shard] = shards.write_shard(self.folder, shards.shard_name(shard), joined)
+            self.progress.update(arrays, self.sizes[shard, unit], whole)
 
 
 def _claim(folder: Path, the_plan: dict[str, Any]) -> None:
