@@ -9,12 +9,13 @@ Three measurements, on the Llama 3 debug config (byte tokenizer, as shipped):
     the largest.
 (b) Prepare throughput: ``python -m hyper_parallel.data prepare`` on a JSON-lines corpus of the standard
     library's docstrings (repeated to ``--prepare-mb``) with 1 and 2 workers, as a ratio to the
-    tokenizer's own ``encode_batch`` on the same texts in one process (one core: ``RAYON_NUM_THREADS=1``).
-    Target: at least 0.8 x workers (on a machine with that many idle cores).
+    tokenizer's own ``encode_batch`` on the same texts in one process (one core: ``RAYON_NUM_THREADS=1``),
+    for a byte-level BPE trained here with ``tokenizers`` (the reference) and for the byte tokenizer.
+    Target: at least 0.8 x workers (on a machine with that many idle cores: the load average is printed).
 (c) Loader share: the time a training step spends waiting for its batches (``next`` on the loader)
     over the step's time, on a prepared corpus, after warm-up steps. Target: at most 1%.
 
-    python -m bench data [--sizes-mb 1,64,1024] [--prepare-mb 32] [--steps 12] [--keep DIR] [--json PATH]
+    python -m bench data [--sizes-mb 1,64,1024] [--prepare-mb 32] [--steps 12] [--json PATH]
 """
 
 from __future__ import annotations
@@ -141,52 +142,131 @@ def measure_flat(work: Path, sizes_mb: list[float]) -> list[dict[str, Any]]:
     return rows
 
 
-def _stdlib_corpus(path: Path, megabytes: float) -> list[str]:
+def _stdlib_corpus(path: Path, megabytes: float) -> float:
+    """Write the docstrings corpus as JSON lines to ``path`` (repeated to ``megabytes``); its text MB."""
     from hyper_parallel.components.dataloader._sources import python_docs
 
     docs = list(python_docs())
-    texts: list[str] = []
-    size = 0
+    size = text = 0
     with path.open("w", encoding="utf-8") as handle:
         while size < megabytes * (1 << 20):
             for doc in docs:
                 line = json.dumps({"text": doc}) + "\n"
                 handle.write(line)
-                texts.append(doc)
                 size += len(line.encode("utf-8"))
-    return texts
+                text += len(doc.encode("utf-8"))
+    return text / 1e6
+
+
+def train_bpe(folder: Path, vocab_size: int = 8192) -> Path:
+    """A byte-level BPE ``tokenizer.json`` trained on the docstrings corpus (the reference of (b))."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from hyper_parallel.components.dataloader._sources import python_docs
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<s>", "</s>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(python_docs(), trainer)
+    folder.mkdir(parents=True)
+    tok.save(str(folder / "tokenizer.json"))
+    specials = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(specials))
+    config = folder / "config.yaml"
+    config.write_text(
+        "model:\n  _target_: hyper_parallel.models.llama3.create_model_spec\n  flavor: debugmodel\n"
+        f"tokenizer:\n  _target_: hyper_parallel.components.tokenizer.HuggingFaceTokenizer.Config\n"
+        f"  path: {json.dumps(str(folder))}\n"
+    )
+    return config
+
+
+# The reference: the tokenizer's own encode_batch over the corpus in batches of 1024 documents, in a fresh
+# process on one core, reading every encoding's ids; the JSON is parsed before the clock starts.
+_ENCODE = """
+import json, sys, time
+texts = [json.loads(line)["text"] for line in open(sys.argv[2], encoding="utf-8")]
+if sys.argv[1] == "byte":
+    from hyper_parallel.components.tokenizer import ByteTokenizer
+    encode = ByteTokenizer.Config().build().encode_batch
+    ids = lambda encoded: encoded
+else:
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(sys.argv[1])
+    encode = lambda batch: tok.encode_batch(batch, add_special_tokens=False)
+    ids = lambda encoded: encoded.ids
+start, cpu = time.perf_counter(), time.process_time()
+tokens = 0
+for i in range(0, len(texts), 1024):
+    for encoded in encode(texts[i : i + 1024]):
+        tokens += len(ids(encoded))
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+print(json.dumps({"seconds": seconds, "cpu": cpu, "tokens": tokens}))
+"""
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def measure_prepare(work: Path, megabytes: float) -> dict[str, Any]:
-    """(b): prepare MB/s with 1 and 2 workers against ``encode_batch`` MB/s in one process."""
-    from hyper_parallel.components.tokenizer import ByteTokenizer
+    """(b): prepare MB/s with 1 and 2 workers against ``encode_batch`` MB/s on one core, per tokenizer.
 
+    Two tokenizers: a byte-level BPE trained here with ``tokenizers`` (the reference: a real
+    ``encode_batch``) and the byte tokenizer of the debug configs (whose encoding is nearly free, so the
+    ratio shows prepare's own costs: reading, JSON, writing). Each figure is one run, in a fresh process,
+    ``RAYON_NUM_THREADS=1``; the CPU ratios (CPU seconds of the reference over prepare's, workers
+    included) show what the machine's other load does to the wall-clock ones.
+    """
     data = work / "stdlib.jsonl"
-    texts = _stdlib_corpus(data, megabytes)
-    text_mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
-    tokenizer = ByteTokenizer.Config().build()
-    start = time.perf_counter()
-    for i in range(0, len(texts), 1024):
-        tokenizer.encode_batch(texts[i : i + 1024])
-    encode_rate = text_mb / (time.perf_counter() - start)
-    out: dict[str, Any] = {"text_mb": text_mb, "encode_batch_mb_s": encode_rate}
-    for workers in (1, 2):
-        folder = work / f"prepared-{workers}"
-        start = time.perf_counter()
+    text_mb = _stdlib_corpus(data, megabytes)
+    configs = {"bpe": train_bpe(work / "bpe"), "byte": CONFIG}
+    references = {"bpe": str(work / "bpe" / "tokenizer.json"), "byte": "byte"}
+    out: dict[str, Any] = {"text_mb": text_mb, "load_before": os.getloadavg()}
+    for name, config in configs.items():
         run = subprocess.run(
-            [sys.executable, "-m", "hyper_parallel.data", "prepare", str(data), "--output", str(folder),
-             "--config-file", str(CONFIG), "--workers", str(workers), "--shard-mb", "4"],
+            [sys.executable, "-c", _ENCODE, references[name], str(data)],
             env=_env(RAYON_NUM_THREADS="1"),
             capture_output=True,
             text=True,
             check=False,
-        )  # fmt: skip
-        seconds = time.perf_counter() - start
+        )
         if run.returncode != 0:
-            raise SystemExit(f"prepare failed:\n{run.stderr}")
-        rate = text_mb / seconds
-        out[f"prepare_{workers}_mb_s"] = rate
-        out[f"ratio_{workers}"] = rate / encode_rate
+            raise SystemExit(f"the encode_batch reference failed:\n{run.stderr}")
+        reference = json.loads(run.stdout)
+        row: dict[str, Any] = {
+            "encode_batch_mb_s": text_mb / reference["seconds"],
+            "encode_batch_cpu_s": reference["cpu"],
+        }
+        for workers in (1, 2):
+            folder = work / f"prepared-{name}-{workers}"
+            start, cpu = time.perf_counter(), _children_cpu()
+            run = subprocess.run(
+                [sys.executable, "-m", "hyper_parallel.data", "prepare", str(data), "--output", str(folder),
+                 "--config-file", str(config), "--workers", str(workers), "--shard-mb", "2"],
+                env=_env(RAYON_NUM_THREADS="1"),
+                capture_output=True,
+                text=True,
+                check=False,
+            )  # fmt: skip
+            seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu
+            if run.returncode != 0:
+                raise SystemExit(f"prepare failed:\n{run.stderr}")
+            row[f"prepare_{workers}_mb_s"] = text_mb / seconds
+            row[f"prepare_{workers}_cpu_s"] = cpu
+            row[f"ratio_{workers}"] = text_mb / seconds / row["encode_batch_mb_s"]
+            row[f"cpu_ratio_{workers}"] = reference["cpu"] / cpu
+        out[name] = row
+    out["load_after"] = os.getloadavg()
     return out
 
 
@@ -197,7 +277,7 @@ def measure_loader_share(work: Path, steps: int) -> dict[str, Any]:
     from hyper_parallel.config import load_config
     from hyper_parallel.trainer import LLMTrainer
 
-    folder = work / "prepared-1"
+    folder = work / "prepared-byte-1"
     if not folder.is_dir():
         raise SystemExit("the loader measurement needs the prepared corpus of the prepare measurement")
     cfg = load_config(CONFIG, _overrides(folder, steps))
@@ -247,13 +327,22 @@ def main(argv: list[str] | None = None) -> int:
             f"    {span}: RSS {rss:+.1f} MiB (target within 64), start-up {startup:+.2f} s (target within 3)"
         )
         prep = measure_prepare(work, args.prepare_mb)
-        rate = prep["encode_batch_mb_s"]
-        print(f"(b) prepare {prep['text_mb']:.1f} MB of text; encode_batch alone {rate:.2f} MB/s")
-        for workers in (1, 2):
+        load = ", ".join(f"{x:.2f}" for x in prep["load_before"])
+        print(f"(b) prepare {prep['text_mb']:.1f} MB of text, one run each (load average before: {load})")
+        for name, label in (("bpe", "byte-level BPE (tokenizers)"), ("byte", "byte tokenizer")):
+            row = prep[name]
             print(
-                f"    {workers} worker(s): {prep[f'prepare_{workers}_mb_s']:.2f} MB/s = "
-                f"{prep[f'ratio_{workers}']:.2f} x encode_batch (target >= {0.8 * workers:.1f})"
+                f"    {label}: encode_batch on one core {row['encode_batch_mb_s']:.2f} MB/s "
+                f"({row['encode_batch_cpu_s']:.1f} CPU s)"
             )
+            for workers in (1, 2):
+                print(
+                    f"      {workers} worker(s): {row[f'prepare_{workers}_mb_s']:.2f} MB/s = "
+                    f"{row[f'ratio_{workers}']:.2f} x encode_batch (target >= {0.8 * workers:.1f}); "
+                    f"CPU {row[f'prepare_{workers}_cpu_s']:.1f} s = {row[f'cpu_ratio_{workers}']:.2f} x"
+                )
+        load = ", ".join(f"{x:.2f}" for x in prep["load_after"])
+        print(f"    load average after: {load}")
         share = measure_loader_share(work, args.steps)
         print(
             f"(c) loader wait {share['loader_s'] * 1000:.2f} ms of a {share['step_s'] * 1000:.1f} ms step = "

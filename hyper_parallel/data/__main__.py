@@ -43,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
         "--format",
         choices=("jsonl", "text", "parquet", "chat"),
         default=None,
-        help="input format (default: by file suffix); chat reads {'messages': [{'role', 'content'}, ...]}",
+        help="input format (default: by file suffix); chat reads {'messages': [{'role', 'content'}, ...]} "
+        "records from .jsonl, or a Parquet messages column",
     )
     prepare.add_argument(
         "--shard-mb", type=float, default=64.0, metavar="MB", help="input megabytes per shard (default 64)"

@@ -5,12 +5,15 @@ The tokenizer is exactly the one the config's ``tokenizer`` group builds (the co
 records its fingerprint and training refuses shards prepared with another.
 
 The work is planned from the inputs alone, before any tokenizing: each ``.jsonl`` (or chat) file is cut at
-line boundaries into pieces of about ``shard_bytes``, ``.txt`` files (one document each) are grouped into
-pieces of about that size, a Parquet file is cut at row-group boundaries; each piece becomes one shard. So
-the shards, and every byte written, are the same for any number of workers: workers only decide which
-process encodes which piece. A finished shard is renamed into place; a prepare interrupted and run again
-with the same inputs, tokenizer and options keeps the finished shards and encodes only the rest. The
-manifest is written last.
+line boundaries into pieces of about 4 MiB (``_UNIT_BYTES``, or ``shard_bytes`` when smaller), ``.txt``
+files (one document each) are pieces of their own, a Parquet file (a text column, or with ``--format chat``
+a ``messages`` column of ``{role, content}`` structs) is cut at row-group boundaries; consecutive pieces
+make a shard once they hold ``shard_bytes``. So the shards, and every byte written, are the same for any
+number of workers: a worker encodes a unit of about 4 MiB of a shard's pieces and sends its arrays back,
+the main process joins a shard's units in order and writes it, and the work spreads over the workers
+whatever the shard size. A finished shard is renamed into place; a prepare interrupted and run again with
+the same inputs, tokenizer and options keeps the finished shards and encodes only the rest. The manifest
+is written last.
 """
 
 from __future__ import annotations
@@ -35,10 +38,17 @@ from hyper_parallel.data import shards
 __all__ = ["InputError", "Piece", "PrepareOptions", "plan", "prepare"]
 
 FORMATS = ("jsonl", "text", "parquet", "chat")
+_CHAT = ("chat", "chat-parquet")
+_ROW_GROUPS = ("parquet", "chat-parquet")
 _SUFFIXES = {".jsonl": "jsonl", ".txt": "text", ".parquet": "parquet"}
 _PLAN = ".prepare-plan.json"
 #: Documents encoded per ``encode_batch`` call.
 _BATCH = 1024
+#: Input bytes of one unit of work: a worker encodes a unit and sends its arrays back; the main process
+#: joins a shard's units and writes it. Units much smaller than a shard keep every worker busy to the end
+#: (a 100 MB corpus in 64 MB shards is 25 units, not 2), and large enough that a unit's encoding
+#: outweighs sending it.
+_UNIT_BYTES = 4 << 20
 
 
 class InputError(ValueError):
@@ -60,8 +70,8 @@ class Piece:
     """A part of one input file that becomes (part of) one shard: a byte range of lines, or row groups."""
 
     file: str
-    format: str
-    start: int  # byte offset (jsonl, chat, text) or first row group (parquet)
+    format: str  # of the input, or "chat-parquet": chat records in a Parquet file's messages column
+    start: int  # byte offset (jsonl, chat, text) or first row group (parquet, chat-parquet)
     end: int  # exclusive
     first_line: int = 1
 
@@ -77,7 +87,7 @@ def _under(folder: Path, forced: str | None) -> list[Path]:
     suffixes = [
         s
         for s, f in _SUFFIXES.items()
-        if forced is None or f == forced or (forced == "chat" and f == "jsonl")
+        if forced is None or f == forced or (forced == "chat" and f in ("jsonl", "parquet"))
     ]
     return sorted(
         p
@@ -117,11 +127,11 @@ def find_inputs(inputs: Sequence[str], forced: str | None) -> list[tuple[Path, s
     return found
 
 
-def _scan_lines(path: Path, shard_bytes: int) -> tuple[str, list[Piece]]:
-    """SHA-256 of a line-based file and its pieces: cut at the first line end after every ``shard_bytes``."""
+def _scan_lines(path: Path, cut_bytes: int) -> tuple[str, list[Piece]]:
+    """SHA-256 of a line-based file and its pieces: cut at the first line end after every ``cut_bytes``."""
     digest = hashlib.sha256()
     pieces: list[Piece] = []
-    start, start_line, lines_before, block_start, target = 0, 1, 0, 0, shard_bytes
+    start, start_line, lines_before, block_start, target = 0, 1, 0, 0, cut_bytes
     with path.open("rb") as handle:
         while block := handle.read(1 << 20):
             digest.update(block)
@@ -133,13 +143,34 @@ def _scan_lines(path: Path, shard_bytes: int) -> tuple[str, list[Piece]]:
                 cut = block_start + newline + 1
                 pieces.append(Piece(str(path), "", start, cut, start_line))
                 start, start_line = cut, lines_before + block.count(b"\n", 0, newline + 1) + 1
-                target = cut + shard_bytes
+                target = cut + cut_bytes
                 search = target - block_start
             lines_before += block.count(b"\n")
             block_start += len(block)
     if block_start > start or not pieces:
         pieces.append(Piece(str(path), "", start, block_start, start_line))
     return digest.hexdigest(), pieces
+
+
+def _piece_size(piece: Piece) -> int:
+    """Input bytes of a piece (a Parquet piece counts as a whole unit: it is cut at about one)."""
+    return _UNIT_BYTES if piece.format in _ROW_GROUPS else piece.end - piece.start
+
+
+def _group(pieces: Sequence[Piece], size: int, sizes: Sequence[int] | None = None) -> list[list[Piece]]:
+    """Consecutive pieces, closed into a group once it holds at least ``size`` bytes."""
+    groups: list[list[Piece]] = []
+    current: list[Piece] = []
+    held = 0
+    for index, piece in enumerate(pieces):
+        current.append(piece)
+        held += sizes[index] if sizes is not None else _piece_size(piece)
+        if held >= size:
+            groups.append(current)
+            current, held = [], 0
+    if current:
+        groups.append(current)
+    return groups
 
 
 def plan(inputs: Sequence[str], options: PrepareOptions) -> tuple[list[dict[str, Any]], list[list[Piece]]]:
@@ -161,12 +192,15 @@ def plan(inputs: Sequence[str], options: PrepareOptions) -> tuple[list[dict[str,
             if texts:
                 tasks.append(texts)
                 texts, text_bytes = [], 0
-            if fmt == "parquet":
+            if fmt == "parquet" or (fmt == "chat" and path.suffix == ".parquet"):
                 digest = shards.file_digest(path)
-                tasks.extend([piece] for piece in _parquet_pieces(path, options.shard_bytes))
+                kind = "parquet" if fmt == "parquet" else "chat-parquet"
+                tasks.extend(_parquet_shards(path, options.shard_bytes, kind))
             else:
-                digest, pieces = _scan_lines(path, options.shard_bytes)
-                tasks.extend([attrs.evolve(piece, format=fmt)] for piece in pieces)
+                # Pieces of a unit each, closed into a shard once it holds shard_bytes.
+                digest, pieces = _scan_lines(path, min(options.shard_bytes, _UNIT_BYTES))
+                pieces = [attrs.evolve(piece, format=fmt) for piece in pieces]
+                tasks.extend(_group(pieces, options.shard_bytes))
         records.append({"name": str(path), "format": fmt, "size": size, "sha256": digest})
     if texts:
         tasks.append(texts)
@@ -181,43 +215,56 @@ def _pyarrow_parquet() -> Any:
     return pq
 
 
-def _parquet_pieces(path: Path, shard_bytes: int) -> list[Piece]:
+def _parquet_shards(path: Path, shard_bytes: int, kind: str) -> list[list[Piece]]:
+    """A Parquet file's shards: pieces of row groups of about a unit each, closed at ``shard_bytes``."""
     pq = _pyarrow_parquet()
     try:
         meta = pq.ParquetFile(path).metadata
     except Exception as exc:  # pyarrow raises its own error types for a file that is not Parquet
         raise InputError(f"{path}: not a Parquet file ({exc})") from None
-    pieces, start, size = [], 0, 0
-    for group in range(meta.num_row_groups):
-        size += meta.row_group(group).total_byte_size
-        if size >= shard_bytes:
-            pieces.append(Piece(str(path), "parquet", start, group + 1))
-            start, size = group + 1, 0
-    if start < meta.num_row_groups or not pieces:
-        pieces.append(Piece(str(path), "parquet", start, meta.num_row_groups))
-    return pieces
+    sizes = [meta.row_group(group).total_byte_size for group in range(meta.num_row_groups)]
+    unit = min(shard_bytes, _UNIT_BYTES)
+    pieces: list[Piece] = []
+    piece_sizes: list[int] = []
+    start = held = 0
+    for group, size in enumerate(sizes):
+        held += size
+        if held >= unit:
+            pieces.append(Piece(str(path), kind, start, group + 1))
+            piece_sizes.append(held)
+            start, held = group + 1, 0
+    if start < len(sizes) or not pieces:
+        pieces.append(Piece(str(path), kind, start, len(sizes)))
+        piece_sizes.append(held)
+    return _group(pieces, shard_bytes, piece_sizes)
 
 
 # -- documents of a piece ------------------------------------------------------------------------------
-def _lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
+#: What ``bytes.strip`` strips: a line of only these is blank (``str.strip`` would strip more).
+_BLANK = " \t\n\r\x0b\x0c"
+
+
+def _lines(piece: Piece) -> Iterator[tuple[int, str]]:
     with open(piece.file, "rb") as handle:
         handle.seek(piece.start)
         data = handle.read(piece.end - piece.start)
-    for number, line in enumerate(data.split(b"\n"), piece.first_line):
-        if line.strip():
+    try:
+        text = data.decode("utf-8")  # once per piece: json then skips its encoding detection on each line
+    except UnicodeDecodeError as exc:
+        at = piece.first_line + data.count(b"\n", 0, exc.start)
+        raise InputError(f"{piece.file}:{at}: not UTF-8 text") from None
+    for number, line in enumerate(text.split("\n"), piece.first_line):
+        if line.strip(_BLANK):
             yield number, line
 
 
-def _record(piece: Piece, number: int, line: bytes) -> dict[str, Any]:
-    where = f"{piece.file}:{number}"
+def _record(piece: Piece, number: int, line: str) -> dict[str, Any]:
     try:
-        record = json.loads(line.decode("utf-8"))  # a str skips json's encoding detection
-    except UnicodeDecodeError:
-        raise InputError(f"{where}: not UTF-8 text") from None
+        record = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{where}: not a JSON object: {exc.msg}") from None
+        raise InputError(f"{piece.file}:{number}: not a JSON object: {exc.msg}") from None
     if not isinstance(record, dict):
-        raise InputError(f"{where}: not a JSON object")
+        raise InputError(f"{piece.file}:{number}: not a JSON object")
     return record
 
 
@@ -240,12 +287,16 @@ def texts_of(piece: Piece, text_field: str) -> Iterator[str]:
         yield text
 
 
-def chats_of(piece: Piece) -> Iterator[tuple[int, list[dict[str, str]]]]:
-    """The conversations of a chat piece: each record's line number and ``messages``, checked."""
-    for number, line in _lines(piece):
-        record = _record(piece, number, line)
-        messages = record.get("messages")
-        where = f"{piece.file}:{number}"
+def chats_of(piece: Piece) -> Iterator[tuple[str, list[dict[str, str]]]]:
+    """A chat piece's conversations, checked, each with its location (``FILE:LINE`` or ``FILE: row N``)."""
+    if piece.format == "chat-parquet":
+        records: Iterator[tuple[str, object]] = _parquet_column(piece, "messages")
+    else:
+        records = (
+            (f"{piece.file}:{number}", _record(piece, number, line).get("messages"))
+            for number, line in _lines(piece)
+        )
+    for where, messages in records:
         if not isinstance(messages, list) or not messages:
             raise InputError(f"{where}: no 'messages' list")
         for i, message in enumerate(messages):
@@ -255,22 +306,27 @@ def chats_of(piece: Piece) -> Iterator[tuple[int, list[dict[str, str]]]]:
                 or not isinstance(message.get("content"), str)
             ):
                 raise InputError(f"{where}: messages[{i}] is not an object with string 'role' and 'content'")
-        yield number, [{"role": m["role"], "content": m["content"]} for m in messages]
+        yield where, [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def _parquet_column(piece: Piece, column: str) -> Iterator[tuple[str, object]]:
+    """Each row's value of ``column`` in the piece's row groups, with its location ``FILE: row N``."""
+    pq = _pyarrow_parquet()
+    handle = pq.ParquetFile(piece.file)
+    if column not in handle.schema_arrow.names:
+        raise InputError(f"{piece.file}: no column {column!r} (columns: {handle.schema_arrow.names})")
+    row = sum(handle.metadata.row_group(g).num_rows for g in range(piece.start))
+    for group in range(piece.start, piece.end):
+        for value in handle.read_row_group(group, columns=[column]).column(0).to_pylist():
+            yield f"{piece.file}: row {row}", value
+            row += 1
 
 
 def _parquet_texts(piece: Piece, text_field: str) -> Iterator[str]:
-    pq = _pyarrow_parquet()
-    handle = pq.ParquetFile(piece.file)
-    if text_field not in handle.schema_arrow.names:
-        raise InputError(f"{piece.file}: no column {text_field!r} (columns: {handle.schema_arrow.names})")
-    row = sum(handle.metadata.row_group(g).num_rows for g in range(piece.start))
-    for group in range(piece.start, piece.end):
-        column = handle.read_row_group(group, columns=[text_field]).column(0).to_pylist()
-        for value in column:
-            if not isinstance(value, str):
-                raise InputError(f"{piece.file}: row {row}: column {text_field!r} is not a string")
-            row += 1
-            yield value
+    for where, value in _parquet_column(piece, text_field):
+        if not isinstance(value, str):
+            raise InputError(f"{where}: column {text_field!r} is not a string")
+        yield value
 
 
 # -- encoding ------------------------------------------------------------------------------------------
@@ -282,68 +338,111 @@ def _batches(items: Iterator[Any]) -> Iterator[list[Any]]:
 def encode_pieces(
     tokenizer: Any, pieces: Sequence[Piece], options: PrepareOptions, dtype: np.dtype[Any]
 ) -> shards.ShardArrays:
-    """The shard arrays of ``pieces``: each document encoded, EOS appended where packing needs it."""
+    """The shard arrays of ``pieces``: each document encoded, EOS appended where packing needs it.
+
+    Documents are encoded a batch at a time into one array per batch (``encode_batch_flat``), and the
+    arrays are joined once per shard: no Python list or array per document on the text path.
+    """
     eos = getattr(tokenizer, "eos_id", None)
-    arrays: list[np.ndarray[Any, Any]] = []
+    tokens: list[np.ndarray[Any, Any]] = []
+    lengths: list[np.ndarray[Any, Any]] = []
+    appended: list[np.ndarray[Any, Any]] = []
     masks: list[np.ndarray[Any, Any]] = []
-    lengths: list[int] = []
-    appended: list[int] = []
-    chat = any(piece.format == "chat" for piece in pieces)
+    chat = any(piece.format in _CHAT for piece in pieces)
     if chat:
         from hyper_parallel.data.chat import ChatRenderer
 
         renderer = ChatRenderer(tokenizer, options.chat_template)
     for piece in pieces:
-        if piece.format == "chat":
+        if piece.format in _CHAT:
             for batch in _batches(chats_of(piece)):
-                for ids, mask in _encode_chats(renderer, piece, batch):
-                    add = eos is not None and (not ids or ids[-1] != eos)
-                    arrays.append(np.asarray([*ids, eos] if add else ids, dtype=dtype))
-                    masks.append(np.asarray([*mask, 0] if add else mask, dtype=np.uint8))
-                    lengths.append(arrays[-1].shape[0])
-                    appended.append(int(add))
+                encoded = _encode_chats(renderer, batch)
+                sizes = np.fromiter((len(i) for i, _ in encoded), dtype=np.int64, count=len(encoded))
+                every = itertools.chain.from_iterable(i for i, _ in encoded)
+                ids = np.fromiter(every, dtype=dtype, count=int(sizes.sum()))
+                trained = np.fromiter(
+                    itertools.chain.from_iterable(m for _, m in encoded), dtype=np.uint8, count=ids.size
+                )
+                ids, sizes, added, closed = _close_with_eos(ids, sizes, eos, trained)
+                tokens.append(ids)
+                lengths.append(sizes)
+                appended.append(added)
+                assert closed is not None
+                masks.append(closed)
             continue
         for batch in _batches(texts_of(piece, options.text_field)):
-            for encoded in _encode_arrays(tokenizer, batch, dtype):
-                add = eos is not None and (encoded.size == 0 or encoded[-1] != eos)
-                if add:
-                    encoded = np.append(encoded, np.asarray([eos], dtype=dtype))
-                arrays.append(encoded)
-                lengths.append(int(encoded.size))
-                appended.append(int(add))
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(np.asarray(lengths, dtype=np.int64), out=offsets[1:])
-    tokens = np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+            ids, sizes = _encode_flat(tokenizer, batch, dtype)
+            ids, sizes, added, _ = _close_with_eos(ids, sizes, eos, None)
+            tokens.append(ids)
+            lengths.append(sizes)
+            appended.append(added)
+    sizes = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+    offsets = np.zeros(sizes.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
     return shards.ShardArrays(
-        tokens.astype(dtype, copy=False),
+        (np.concatenate(tokens) if tokens else np.zeros(0, dtype=dtype)).astype(dtype, copy=False),
         offsets,
-        np.asarray(appended, dtype=np.uint8),
+        np.concatenate(appended) if appended else np.zeros(0, dtype=np.uint8),
         (np.concatenate(masks) if masks else np.zeros(0, dtype=np.uint8)) if chat else None,
     )
 
 
-def _encode_arrays(tokenizer: Any, texts: list[str], dtype: np.dtype[Any]) -> list[np.ndarray[Any, Any]]:
-    """The tokenizer's ``encode_batch`` of ``texts`` as arrays (its own array path when it has one)."""
-    fast = getattr(tokenizer, "encode_batch_arrays", None)
-    if fast is not None:
-        return list(fast(texts, dtype))
-    return [np.asarray(ids, dtype=dtype) for ids in tokenizer.encode_batch(texts)]
+def _close_with_eos(
+    ids: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any], eos: int | None, mask: np.ndarray[Any, Any] | None
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any] | None]:
+    """Documents end to end with the EOS packing separates them by appended where one is missing.
+
+    Returns the ids, the lengths, 1 per document whose EOS was appended (else 0) and the mask (0 on an
+    appended EOS: it is not trained on).
+    """
+    ends = np.cumsum(sizes)
+    if eos is None:
+        return ids, sizes, np.zeros(sizes.size, dtype=np.uint8), mask
+    last = ids[np.maximum(ends - 1, 0)] if ids.size else np.zeros(sizes.size, dtype=ids.dtype)
+    add = (sizes == 0) | (last != eos)
+    if not add.any():
+        return ids, sizes, add.astype(np.uint8), mask
+    closed = sizes + add
+    new_ends = np.cumsum(closed)
+    out = np.empty(int(new_ends[-1]), dtype=ids.dtype)
+    added_at = np.zeros(out.size, dtype=bool)
+    added_at[new_ends[add] - 1] = True
+    out[added_at] = eos
+    out[~added_at] = ids
+    if mask is not None:
+        closed_mask = np.zeros(out.size, dtype=np.uint8)
+        closed_mask[~added_at] = mask
+        mask = closed_mask
+    return out, closed, add.astype(np.uint8), mask
+
+
+def _encode_flat(
+    tokenizer: Any, texts: list[str], dtype: np.dtype[Any]
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The tokenizer's ``encode_batch`` of ``texts`` end to end in one array, and each text's length."""
+    flat = getattr(tokenizer, "encode_batch_flat", None)
+    if flat is not None:
+        ids, sizes = flat(texts, dtype)
+        return np.asarray(ids, dtype=dtype), np.asarray(sizes, dtype=np.int64)
+    encoded = tokenizer.encode_batch(texts)
+    sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    return np.fromiter(itertools.chain.from_iterable(encoded), dtype=dtype, count=int(sizes.sum())), sizes
 
 
 def _encode_chats(
-    renderer: Any, piece: Piece, batch: list[tuple[int, list[dict[str, str]]]]
+    renderer: Any, batch: list[tuple[str, list[dict[str, str]]]]
 ) -> list[tuple[list[int], list[int]]]:
-    """The renderer's encodings of a batch; a conversation it cannot render is an input error at its line."""
+    """The renderer's encodings of a batch; a conversation it cannot render is an input error at its place."""
     try:
         encoded: list[tuple[list[int], list[int]]] = renderer.encode_batch(
             [messages for _, messages in batch]
         )
     except ValueError:
-        for number, messages in batch:
+        for where, messages in batch:
             try:
                 renderer.encode_batch([messages])
             except ValueError as exc:
-                raise InputError(f"{piece.file}:{number}: {exc}") from None
+                raise InputError(f"{where}: {exc}") from None
         raise
     return encoded
 
@@ -362,36 +461,65 @@ def build_tokenizer(config_file: str) -> Any:
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_init(config_file: str, options: PrepareOptions, dtype: str, folder: str) -> None:
-    _WORKER.update(
-        tokenizer=build_tokenizer(config_file), options=options, dtype=np.dtype(dtype), folder=Path(folder)
+def _worker_init(tokenizer: Any, options: PrepareOptions, dtype: str) -> None:
+    # The tokenizer the main process built, pickled: a worker loads no config, so it starts in the time
+    # numpy and the tokenizer library take to import.
+    _WORKER.update(tokenizer=tokenizer, options=options, dtype=np.dtype(dtype))
+
+
+_Unit = tuple[int, int, list[Piece]]  # shard index, unit index in the shard, pieces
+_Done = tuple[int, int, shards.ShardArrays | None, str | None]  # shard, unit, arrays or the input error
+
+
+def _work(task: _Unit) -> _Done:
+    """Encode one unit of a shard in a worker: its arrays, or the input error's message."""
+    shard, unit, pieces = task
+    try:
+        return (
+            shard,
+            unit,
+            encode_pieces(_WORKER["tokenizer"], pieces, _WORKER["options"], _WORKER["dtype"]),
+            None,
+        )
+    except InputError as exc:
+        return shard, unit, None, str(exc)
+
+
+def _units(shard: int, pieces: Sequence[Piece], unit_bytes: int) -> list[_Unit]:
+    return [(shard, unit, group) for unit, group in enumerate(_group(pieces, unit_bytes))]
+
+
+def _join(parts: Sequence[shards.ShardArrays]) -> shards.ShardArrays:
+    """One shard's arrays from its units' (in order): what encoding all its pieces at once gives."""
+    if len(parts) == 1:
+        return parts[0]
+    sizes = np.concatenate([np.diff(part.offsets) for part in parts])
+    offsets = np.zeros(sizes.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    masks = [part.mask for part in parts if part.mask is not None]
+    return shards.ShardArrays(
+        np.concatenate([part.tokens for part in parts]),
+        offsets,
+        np.concatenate([part.appended for part in parts]),
+        np.concatenate(masks) if masks else None,
     )
 
 
-def _work(task: tuple[int, list[Piece]]) -> tuple[int, dict[str, Any] | None, str | None]:
-    """Encode and write one shard in a worker: (index, manifest entry, None) or (index, None, error)."""
-    index, pieces = task
-    try:
-        arrays = encode_pieces(_WORKER["tokenizer"], pieces, _WORKER["options"], _WORKER["dtype"])
-        return index, shards.write_shard(_WORKER["folder"], shards.shard_name(index), arrays), None
-    except InputError as exc:
-        return index, None, str(exc)
-
-
 class _Progress:
-    """``docs N  tokens N  MB/s`` on one rewritten line, on a terminal only."""
+    """``shards N/M  docs N  tokens N  MB/s`` on one rewritten line, on a terminal only."""
 
-    def __init__(self, stream: TextIO, total_shards: int) -> None:
+    def __init__(self, stream: TextIO, total_shards: int, done_shards: int) -> None:
         self.stream, self.total = stream, total_shards
         self.tty = stream.isatty()
         self.started = time.perf_counter()
-        self.docs = self.tokens = self.bytes = self.done = 0
+        self.docs = self.tokens = self.bytes = 0
+        self.done = done_shards
 
-    def update(self, entry: dict[str, Any], input_bytes: int) -> None:
-        self.docs += int(entry["documents"])
-        self.tokens += int(entry["tokens"])
+    def update(self, arrays: shards.ShardArrays, input_bytes: int, shard_done: bool) -> None:
+        self.docs += arrays.documents
+        self.tokens += int(arrays.tokens.shape[0])
         self.bytes += input_bytes
-        self.done += 1
+        self.done += int(shard_done)
         if self.tty:
             rate = self.bytes / 1e6 / max(time.perf_counter() - self.started, 1e-9)
             self.stream.write(
@@ -401,12 +529,12 @@ class _Progress:
             self.stream.flush()
 
     def close(self) -> None:
-        if self.tty and self.done:
+        if self.tty and self.docs:
             self.stream.write("\n")
 
 
 def _piece_bytes(pieces: Sequence[Piece]) -> int:
-    return sum(p.end - p.start if p.format != "parquet" else 0 for p in pieces)
+    return sum(p.end - p.start if p.format not in _ROW_GROUPS else 0 for p in pieces)
 
 
 def prepare(
@@ -447,28 +575,25 @@ def prepare(
     }
     _claim(folder, the_plan)
     entries: dict[int, dict[str, Any]] = {}
-    todo: list[tuple[int, list[Piece]]] = []
+    todo: list[_Unit] = []
     for index, pieces in enumerate(tasks):
         entry = shards.finished_shard(folder, shards.shard_name(index))
         if entry is not None:
             entries[index] = entry
         else:
-            todo.append((index, pieces))
-    progress = _Progress(stream, len(tasks))
+            todo.extend(_units(index, pieces, min(options.shard_bytes, _UNIT_BYTES)))
+    progress = _Progress(stream, len(tasks), len(entries))
+    collector = _Collector(folder, todo, entries, progress)
     try:
         if workers <= 1 or len(todo) <= 1:
-            _worker_init(config_file, options, dtype.name, str(folder))
-            _WORKER["tokenizer"] = tokenizer
-            results: Iterator[tuple[int, dict[str, Any] | None, str | None]] = map(_work, todo)
-            _collect(results, tasks, entries, progress)
+            _worker_init(tokenizer, options, dtype.name)
+            collector.collect(map(_work, todo))
         else:
             context = multiprocessing.get_context("spawn")
             with context.Pool(
-                min(workers, len(todo)),
-                initializer=_worker_init,
-                initargs=(config_file, options, dtype.name, str(folder)),
+                min(workers, len(todo)), initializer=_worker_init, initargs=(tokenizer, options, dtype.name)
             ) as pool:
-                _collect(pool.imap_unordered(_work, todo), tasks, entries, progress)
+                collector.collect(pool.imap_unordered(_work, todo))
     finally:
         progress.close()
         _WORKER.clear()
@@ -480,7 +605,7 @@ def prepare(
         "dtype": dtype.name,
         "input_format": options.format,
         "text_field": options.text_field,
-        "chat": any(p.format == "chat" for pieces in tasks for p in pieces),
+        "chat": any(p.format in _CHAT for pieces in tasks for p in pieces),
         "chat_template_sha256": (
             None if template is None else hashlib.sha256(template.encode("utf-8")).hexdigest()
         ),
@@ -493,18 +618,37 @@ def prepare(
     return manifest
 
 
-def _collect(
-    results: Iterator[tuple[int, dict[str, Any] | None, str | None]],
-    tasks: Sequence[Sequence[Piece]],
-    entries: dict[int, dict[str, Any]],
-    progress: _Progress,
-) -> None:
-    for index, entry, error in results:
-        if error is not None:
-            raise InputError(error)
-        assert entry is not None
-        entries[index] = entry
-        progress.update(entry, _piece_bytes(tasks[index]))
+class _Collector:
+    """Joins each shard's units as they arrive (in any order) and writes the shard once it is whole."""
+
+    def __init__(
+        self,
+        folder: Path,
+        todo: Sequence[_Unit],
+        entries: dict[int, dict[str, Any]],
+        progress: _Progress,
+    ) -> None:
+        self.folder, self.entries, self.progress = folder, entries, progress
+        self.units: dict[int, int] = {}
+        self.sizes: dict[tuple[int, int], int] = {}
+        for shard, unit, pieces in todo:
+            self.units[shard] = self.units.get(shard, 0) + 1
+            self.sizes[shard, unit] = _piece_bytes(pieces)
+        self.parts: dict[int, dict[int, shards.ShardArrays]] = {}
+
+    def collect(self, results: Iterator[_Done]) -> None:
+        for shard, unit, arrays, error in results:
+            if error is not None:
+                raise InputError(error)
+            assert arrays is not None
+            parts = self.parts.setdefault(shard, {})
+            parts[unit] = arrays
+            whole = len(parts) == self.units[shard]
+            if whole:
+                joined = _join([parts[u] for u in range(self.units[shard])])
+                del self.parts[shard]
+                self.entries[shard] = shards.write_shard(self.folder, shards.shard_name(shard), joined)
+            self.progress.update(arrays, self.sizes[shard, unit], whole)
 
 
 def _claim(folder: Path, the_plan: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from hyper_parallel.components.dataloader._corpus import Corpus  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer, HuggingFaceTokenizer  # noqa: E402
 from hyper_parallel.data import shards  # noqa: E402
 from hyper_parallel.data.chat import builtin_chat  # noqa: E402
-from tests.support.prepared import prepare, run_prepare, tokenizer_config  # noqa: E402
+from tests.support.prepared import folder_bytes, prepare, run_prepare, tokenizer_config  # noqa: E402
 
 #: Qwen's ChatML layout, with the generation marks transformers reads for the assistant mask.
 QWEN_STYLE = (
@@ -190,3 +190,45 @@ def test_a_bad_chat_record_is_located(tmp_path: Path) -> None:
         "chat",
     )
     assert (status, err) == (2, f"{data}:2: messages[0] is not an object with string 'role' and 'content'\n")
+
+
+def test_chat_records_from_a_parquet_messages_column_give_the_jsonl_shards(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    config = tokenizer_config(tmp_path / "cfg", qwen_style_tokenizer(tmp_path / "tok"))
+    chats = CHATS * 3
+    from_jsonl = prepare(
+        [write_chats(tmp_path / "chat.jsonl", chats)], tmp_path / "j", config, "--format", "chat"
+    )
+    table = pa.table({"id": list(range(len(chats))), "messages": chats})  # a list of {role, content} structs
+    pq.write_table(table, tmp_path / "chat.parquet", row_group_size=4)
+    from_parquet = prepare([tmp_path / "chat.parquet"], tmp_path / "p", config, "--format", "chat")
+
+    def shard_files(folder: Path) -> dict[str, bytes]:
+        return {name: data for name, data in folder_bytes(folder).items() if name.startswith("shard-")}
+
+    assert sorted(shard_files(from_parquet)) == sorted(shard_files(from_jsonl))
+    assert shard_files(from_parquet) == shard_files(from_jsonl)
+    assert "shard-00000/mask.npy" in shard_files(from_parquet)
+    manifest = shards.open_prepared(from_parquet).manifest
+    assert (manifest["chat"], manifest["documents"]) == (True, len(chats))
+
+
+def test_a_bad_parquet_chat_row_is_located(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    config = tokenizer_config(tmp_path / "cfg")
+    cases = {
+        "null.parquet": (pa.table({"messages": [CHATS[0], None]}), "row 1: no 'messages' list"),
+        "empty.parquet": (pa.table({"messages": [[], CHATS[0]]}), "row 0: no 'messages' list"),
+        "no-content.parquet": (
+            pa.table({"messages": [CHATS[1], CHATS[0], [{"role": "user", "content": None}]]}),
+            "row 2: messages[0] is not an object with string 'role' and 'content'",
+        ),
+        "text.parquet": (pa.table({"text": ["hi"]}), "no column 'messages' (columns: ['text'])"),
+    }
+    for name, (table, problem) in cases.items():
+        pq.write_table(table, tmp_path / name, row_group_size=1)
+        args = ["prepare", tmp_path / name, "--output", tmp_path / f"out-{name}", "--config-file", config]
+        assert run_prepare(*args, "--format", "chat") == (2, "", f"{tmp_path / name}: {problem}\n")
+        assert not (tmp_path / f"out-{name}" / "manifest.json").exists()

@@ -219,3 +219,32 @@ def test_the_bytes_written_do_not_depend_on_the_workers_and_the_command_needs_no
         check=False,
     )
     assert (run.returncode, run.stderr) == (2, f"{bad}:2: not a JSON object: Expecting value\n")
+
+
+def test_a_shard_encoded_in_several_units_is_the_shard_encoded_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hyper_parallel.data import prepare as module
+
+    _, config = hf_setup(tmp_path)
+    data = write_jsonl(tmp_path / "train.jsonl", 60)
+    (tmp_path / "texts").mkdir()
+    for i in range(5):
+        (tmp_path / "texts" / f"{i}.txt").write_text(document(i) * 20)
+    inputs = [data, tmp_path / "texts"]
+    whole = folder_bytes(prepare(inputs, tmp_path / "whole", config))
+    monkeypatch.setattr(module, "_UNIT_BYTES", 300)
+    _, tasks = module.plan([str(p) for p in inputs], module.PrepareOptions())
+    units = [module._units(i, pieces, 300) for i, pieces in enumerate(tasks)]
+    assert len(tasks) == 2  # the jsonl's shard, the texts' shard
+    assert len(units[0]) == len(tasks[0]) > 4  # the jsonl cut into pieces of about 300 bytes, a unit each
+    assert 1 < len(units[1]) < 5  # the five texts in a few units
+    cut = folder_bytes(prepare(inputs, tmp_path / "cut", config))
+    assert {k: v for k, v in cut.items() if k.startswith("shard-")} == {
+        k: v for k, v in whole.items() if k.startswith("shard-")
+    }
+    assert sorted(k for k in whole if k.startswith("shard-")) == [
+        f"shard-0000{i}/{f}"
+        for i in (0, 1)
+        for f in ("appended.npy", "offsets.npy", "shard.json", "tokens.npy")
+    ]

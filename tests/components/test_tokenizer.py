@@ -173,3 +173,33 @@ def test_exporting_a_missing_hugging_face_tokenizer_names_the_path(tmp_path: Pat
     with pytest.raises(InputFileError) as caught:
         tokenizer_files(HuggingFaceTokenizer.Config(path=str(missing)), None)
     assert str(caught.value) == f"{missing}: no tokenizer file here (expected a local tokenizer.json)"
+
+
+@pytest.mark.parametrize(("add_bos", "add_eos"), [(True, True), (True, False), (False, True), (False, False)])
+def test_encode_batch_flat_is_encode_batch_end_to_end(folder: Path, add_bos: bool, add_eos: bool) -> None:
+    import numpy as np
+
+    texts = ["the lazy dog", "", "quick fox", "dog"]
+    for tok in (
+        HuggingFaceTokenizer.Config(path=str(folder), add_bos=add_bos, add_eos=add_eos).build(),
+        ByteTokenizer.Config(add_bos=add_bos, add_eos=add_eos).build(),
+    ):
+        ids, lengths = tok.encode_batch_flat(texts, np.dtype(np.uint16))
+        expected = tok.encode_batch(texts)
+        assert (ids.dtype, lengths.dtype) == (np.uint16, np.int64)
+        assert lengths.tolist() == [len(e) for e in expected]
+        assert ids.tolist() == [t for e in expected for t in e]
+        assert [a.tolist() for a in tok.encode_batch_flat([], np.dtype(np.uint16))] == [[], []]
+
+
+def test_a_pickled_tokenizer_keeps_split_special_tokens(folder: Path) -> None:
+    # prepare's workers receive the main process's tokenizer pickled; the library's pickle drops the switch.
+    import json
+    import pickle
+
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "split_special_tokens": True}))
+    tok = HuggingFaceTokenizer.Config(path=str(folder), add_bos=False, add_eos=False).build()
+    copy = pickle.loads(pickle.dumps(tok))
+    assert copy.encode("dog </s>") == tok.encode("dog </s>")
+    assert tok.eos_id not in tok.encode("dog </s>")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,14 @@ from hyper_parallel.trainer import LLMTrainer, StepResult  # noqa: E402
 from tests.support import ROOT  # noqa: E402
 from tests.support.components import write_jsonl  # noqa: E402
 from tests.support.prepared import prepare, run_prepare, tokenizer_config  # noqa: E402
-from tests.support.trainer import as_flags, debug_config_path, tiny_config, tiny_overrides  # noqa: E402
+from tests.support.processes import torchrun  # noqa: E402
+from tests.support.trainer import (  # noqa: E402
+    WORKER,
+    as_flags,
+    debug_config_path,
+    tiny_config,
+    tiny_overrides,
+)
 
 
 @pytest.fixture
@@ -79,6 +87,56 @@ def test_a_weighted_mixture_logs_tokens_per_source_and_resumes_bitwise(
     assert [r.step for r in resumed] == [2, 3]
     assert [r.loss for r in resumed] == [r["loss"] for r in records[1:]]  # bitwise (JSON floats round-trip)
     assert [r.grad_norm for r in resumed] == [r["grad_norm"] for r in records[1:]]
+
+
+def records_of(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_mixture_checkpointed_under_two_data_parallel_ranks_resumes_in_one_process(
+    tmp_path: Path, corpora: tuple[str, str]
+) -> None:
+    def logging(name: str) -> dict[str, str]:
+        path = str(tmp_path / f"{name}.jsonl")
+        return {"metrics.enable_jsonl": "true", "metrics.jsonl_path": path, "metrics.log_freq": "1"}
+
+    # Three steps straight on two data-parallel ranks, saving after each; the blended epoch (98 samples)
+    # splits evenly into the global batches of 2 under either layout.
+    saving = {
+        "training.global_batch_size": "2",
+        "training.micro_batch_size": "1",
+        "checkpoint.enable": "true",
+        "checkpoint.interval": "1",
+        "checkpoint.keep_latest_k": "0",
+        "checkpoint.last_save_model_only": "false",
+    }
+    straight = {**mixture(corpora, **saving, **logging("straight")), "parallelism.dp_shard": "2"}
+    straight["checkpoint.folder"] = str(tmp_path / "ckpt")
+    done = torchrun(
+        2, WORKER, "train", "llama3", str(tmp_path / "report"), *(f"{k}={v}" for k, v in straight.items())
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-5000:]}"
+    ranks = [json.loads((tmp_path / f"report.rank{r}.json").read_text()) for r in range(2)]
+    assert sorted(rank["dp_rank"] for rank in ranks) == [0, 1]  # really two data-parallel ranks
+    # Step 1's checkpoint, resumed in one process for steps 2 and 3.
+    shutil.copytree(tmp_path / "ckpt" / "step-1", tmp_path / "resume" / "step-1")
+    resuming = {**saving, **logging("resumed"), "checkpoint.folder": str(tmp_path / "resume")}
+    second, resumed = run(mixture(corpora, **resuming))
+    assert second.resumed_from == 1
+    assert [r.step for r in resumed] == [2, 3]
+    # The same global batches: the tokens each source supplied, then the losses (fp32, another reduction
+    # order under two ranks: within 1e-5).
+    expected = records_of(tmp_path / "straight.jsonl")
+    assert [r["step"] for r in expected] == [1, 2, 3]
+    big, small = corpora
+    assert expected[-1]["data_tokens"] == {big: 5 * 32, small: 1 * 32}  # 6 samples of 32 of the 3:1 blend
+    event, *after = records_of(tmp_path / "resumed.jsonl")
+    assert {k: event[k] for k in ("step", "event")} == {"step": 1, "event": "resumed"}
+    assert [r["step"] for r in after] == [2, 3]
+    assert [r["data_tokens"] for r in after] == [r["data_tokens"] for r in expected[1:]]
+    assert [r.loss for r in resumed] == pytest.approx(ranks[0]["losses"][1:], abs=1e-5, rel=0)
 
 
 def test_folders_prepared_with_another_tokenizer_are_an_input_error_at_launch(

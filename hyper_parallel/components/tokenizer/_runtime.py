@@ -10,6 +10,7 @@ needs neither. A tokenizer file that is missing or unreadable, or a special toke
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,11 +83,38 @@ class TokenizerRuntime:
         """``encode`` of each text (a Rust tokenizer batches the work)."""
         return [self._with_specials(ids, None, None) for ids in self._ids(texts)]
 
-    def encode_batch_arrays(self, texts: list[str], dtype: Any) -> list[Any]:
-        """``encode_batch`` as numpy arrays of ``dtype`` (what ``prepare`` writes); the same ids."""
+    def encode_batch_flat(self, texts: list[str], dtype: Any) -> tuple[Any, Any]:
+        """``encode_batch`` of ``texts`` end to end in one array of ``dtype``, and each text's length.
+
+        The same ids as ``encode_batch``, without a list or an array per text: what ``prepare`` writes.
+        """
         import numpy as np
 
-        return [np.asarray(ids, dtype=dtype) for ids in self.encode_batch(texts)]
+        encoded = self.encode_batch(texts)
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        ids = np.fromiter(itertools.chain.from_iterable(encoded), dtype=dtype, count=int(lengths.sum()))
+        return ids, lengths
+
+    def _framed(self, body: Any, lengths: Any) -> tuple[Any, Any]:
+        """``encode_batch_flat`` from the texts' ids without specials: bos/eos added per the config."""
+        import numpy as np
+
+        head = self.add_bos and self.bos_id is not None
+        tail = self.add_eos and self.eos_id is not None
+        if not (head or tail):
+            return body, lengths
+        framed = lengths + int(head) + int(tail)
+        ends = np.cumsum(framed)
+        out = np.empty(int(ends[-1]) if ends.size else 0, dtype=body.dtype)
+        special = np.zeros(out.size, dtype=bool)
+        if head:
+            out[ends - framed] = self.bos_id
+            special[ends - framed] = True
+        if tail:
+            out[ends - 1] = self.eos_id
+            special[ends - 1] = True
+        out[~special] = body
+        return out, framed
 
     def pad(self, ids: list[int], length: int) -> list[int]:
         """``ids`` cut or padded with ``pad_id`` to ``length``, on ``padding_side``."""
@@ -111,21 +139,14 @@ class ByteLevelTokenizer(TokenizerRuntime):
     def _ids(self, texts: list[str]) -> list[list[int]]:
         return [list(text.encode("utf-8")) for text in texts]
 
-    def encode_batch_arrays(self, texts: list[str], dtype: Any) -> list[Any]:
-        """``encode_batch`` as numpy arrays, straight from the UTF-8 bytes (no list of ints in between)."""
+    def encode_batch_flat(self, texts: list[str], dtype: Any) -> tuple[Any, Any]:
+        """``encode_batch_flat`` straight from the UTF-8 bytes of the whole batch (no ints in between)."""
         import numpy as np
 
-        head = [self.bos_id] if self.add_bos else []
-        tail = [self.eos_id] if self.add_eos else []
-        out = []
-        for text in texts:
-            array = np.empty(len(head) + len(text.encode("utf-8")) + len(tail), dtype=dtype)
-            body = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
-            array[len(head) : len(head) + body.size] = body
-            array[: len(head)] = head
-            array[len(head) + body.size :] = tail
-            out.append(array)
-        return out
+        encoded = [text.encode("utf-8") for text in texts]
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        body = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(dtype)
+        return self._framed(body, lengths)
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """Bytes decoded as UTF-8 (invalid sequences become U+FFFD); specials as ``<s>``, ``</s>``, ``<pad>``.
@@ -186,6 +207,15 @@ class HFTokenizer(TokenizerRuntime):
             pad_token = eos_token
         self.pad_token, self.pad_id = pad_token, self._id_of(pad_token, "pad_token")
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The library's pickle keeps the tokenizer.json but not this switch (set after loading).
+        return {**self.__dict__, "_encode_special_tokens": bool(self._tok.encode_special_tokens)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        flag = state.pop("_encode_special_tokens")
+        self.__dict__.update(state)
+        self._tok.encode_special_tokens = flag
+
     def _id_of(self, token: str | None, what: str) -> int | None:
         if token is None:
             return None
@@ -205,6 +235,17 @@ class HFTokenizer(TokenizerRuntime):
 
     def _ids(self, texts: list[str]) -> list[list[int]]:
         return [list(enc.ids) for enc in self._tok.encode_batch(texts, add_special_tokens=False)]
+
+    def encode_batch_flat(self, texts: list[str], dtype: Any) -> tuple[Any, Any]:
+        """``encode_batch_flat`` from the library's batch (``encode_batch_fast`` when it has it: the same ids,
+        without the character offsets nothing here reads)."""
+        import numpy as np
+
+        encode = getattr(self._tok, "encode_batch_fast", None) or self._tok.encode_batch
+        encoded = [enc.ids for enc in encode(texts, add_special_tokens=False)]
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        body = np.fromiter(itertools.chain.from_iterable(encoded), dtype=dtype, count=int(lengths.sum()))
+        return self._framed(body, lengths)
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """Text of ``ids``."""
