@@ -11,10 +11,15 @@ models are tiny, so a second thread buys nothing and costs a synchronisation per
 2-core machine a thread that spins waiting for a busy core made a file of in-process training tests 5x
 slower (149 s against 31 s for ``tests/trainer/test_trainer.py``). It is set before torch is imported; the
 trainer reads it as any run's ``OMP_NUM_THREADS``.
+
+Once every test module is imported, the objects alive (torch, transformers, the modules and their
+classes: hundreds of thousands) are moved out of the garbage collector's sight (``gc.freeze``): the trainer
+runs a full collection when training starts, which otherwise scanned the whole test process every time.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 
 import pytest
@@ -24,6 +29,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 #: Seconds a multi-process test without its own ``timeout`` marker may take: the command-line runs take a
 #: few seconds each on a loaded 2-core machine. Tests under torchrun or spawn carry their own, larger bound.
 MULTIPROCESS_TIMEOUT = 120
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
