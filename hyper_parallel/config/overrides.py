@@ -20,6 +20,7 @@ explicitly, so such a value is taken as the default and the new class's default 
 """
 
 import contextlib
+import copy
 import functools
 import re
 import typing
@@ -29,7 +30,7 @@ from typing import Any
 import attrs
 
 from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path
-from hyper_parallel.config.recipes import Given, given_of, recipe_of, remember_given
+from hyper_parallel.config.recipes import Given, given_of, recipe_of, remember, remember_given
 from hyper_parallel.config.root import (
     Resolved,
     RootFacts,
@@ -186,6 +187,11 @@ class OverridePatch:
         self._unrecorded: set[str] = set()
         #: Groups carried over as they are (they cannot be written); overrides of them were refused.
         self._kept: set[str] = set()
+        #: The config :meth:`user_tree` wrote, when this layer resolved it (groups can be reused).
+        self._cfg: Any = None
+        #: Groups the overrides named without changing them, taken as they were (see :meth:`_reuse`),
+        #: with the names set in them when they were cut down to those (None: the names set before).
+        self._reused: dict[str, frozenset[str] | None] = {}
 
     def user_tree(self, cfg: Any) -> dict[str, Any]:
         """The tree of what the user set in ``cfg``: every group's ``_target_`` and the values set in it.
@@ -196,6 +202,7 @@ class OverridePatch:
         is carried over as it is while no override names it; an override of it is reported.
         """
         self._old = given = given_of(cfg)
+        self._cfg = cfg if given is not None else None
         # A config this layer resolved keeps every group no override names as it is: the resolve checked
         # it, the restructure takes it unchanged (a factory is not called again) and runs the cross-group
         # rules. A config built in Python (no record) is written out whole, so every check runs again.
@@ -273,6 +280,8 @@ class OverridePatch:
             self._switch(tree, o)
         refused = {p.path for p in self.problems}  # fields a switch already reported are not reported twice
         targets: dict[str, Target | None] = {}
+        # Groups whose values the overrides change; the others they name are set to what they hold.
+        changed = {o.path[0] for o in (*self._removals, *self._switches)}
         for o in self._values:
             if o.path[:2] in refused:
                 continue
@@ -284,7 +293,28 @@ class OverridePatch:
             target = targets[group]
             read = self._read(o, target) if target is not None else None
             if read is not None:
+                if group not in changed and not _holds(tree[group], o.path, read[1]):
+                    changed.add(group)
                 self._set(tree, o.path, read[1])
+        if self._cfg is not None and not self.problems:
+            for same in dict.fromkeys(o.path[0] for o in self._values if o.path[0] not in changed):
+                if same in tree:
+                    self._reuse(tree, same)
+
+    def _reuse(self, tree: dict[str, Any], group: str) -> None:
+        """Take ``group`` as the resolved config has it: every override of it sets a value it already
+        holds, so restructuring it would build an equal value again (a factory would be called with the
+        arguments it was called with). Its values are still recorded as set by those overrides."""
+        value = getattr(self._cfg, group)
+        node = tree[group]
+        recipe = recipe_of(value)
+        if recipe is not None:  # the same call, its arguments now set where the overrides set them
+            given = dict(recipe.given)
+            given.update((o.path[1], o.origin) for o in self._values if o.path[0] == group)  # type: ignore[misc]
+            value = copy.copy(value)
+            remember(value, recipe._replace(given=given))
+        self._reused[group] = frozenset(node) if group in self._reshaped else None
+        tree[group] = Resolved(value)
 
     def where(self, path: Path) -> str | None:
         """Where the value at ``path`` of the config :meth:`user_tree` wrote was set, if known."""
@@ -348,7 +378,15 @@ class OverridePatch:
         unrecorded = set()
         for group, node in tree.items():
             before = self._set_names.get(group)
-            if group in self._reshaped:
+            if group in self._reused:  # a group the overrides named but did not change (see _reuse)
+                reused = self._reused[group]
+                if reused is not None:
+                    names[group] = reused
+                elif before is None:
+                    unrecorded.add(group)
+                else:
+                    names[group] = before.union(by_group.get(group, ()))
+            elif group in self._reshaped:
                 names[group] = frozenset(node)
             elif before is None:  # values set in Python (or a group carried over without a record)
                 unrecorded.add(group)
@@ -611,6 +649,19 @@ class OverridePatch:
             )
             return
         node[last] = value
+
+
+def _holds(node: Any, path: Path, value: Any) -> bool:
+    """Whether the written group ``node`` already holds ``value`` at ``path`` (a field of the group, a
+    scalar of the same type and equal: ``1`` is not ``True`` nor ``1.0``, which the field may refuse)."""
+    if len(path) != 2 or type(node) is not dict or path[1] == TARGET_KEY:
+        return False
+    old = node.get(path[1], _ABSENT)
+    return type(old) is type(value) and type(value) in _SCALARS and old == value and value == value
+
+
+_ABSENT = object()
+_SCALARS = frozenset({type(None), bool, int, float, str})
 
 
 def _has(node: Any, seg: str | int) -> bool:

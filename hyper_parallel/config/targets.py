@@ -20,7 +20,6 @@ import functools
 import importlib
 import inspect
 import os
-import pkgutil
 import sys
 import types
 import typing
@@ -402,6 +401,8 @@ def import_config_modules(packages: Iterable[str]) -> None:
 def _import_public(path: Iterable[str] | None, prefix: str) -> None:
     if path is None:
         return
+    import pkgutil  # only listing the targets of a package pays for it
+
     for info in pkgutil.iter_modules(path, prefix=f"{prefix}."):
         if is_public(info.name):
             module = importlib.import_module(info.name)
