@@ -381,8 +381,9 @@ def _call_factory(
     """Check ``args`` against the factory's signature, then (if ``call``) call it and check its result."""
     before = len(problems)
     short = target.name.rpartition(".")[2]
-    for key in args:
-        if key not in target.params:
+    params = target.params
+    for key in args if not args.keys() <= params.keys() else ():
+        if key not in params:
             shown = key if isinstance(key, str) and key != TARGET_KEY else echo(key)
             hint = did_you_mean(key, target.params) if isinstance(key, str) else ""
             if not hint and isinstance(key, str):
@@ -392,17 +393,20 @@ def _call_factory(
             problems.append(
                 Problem((*path, shown), f"unknown parameter {echo(key)} of {short}(){hint}", "key")
             )
-    for name in sorted(target.required - set(args)):
+    for name in sorted(target.required - args.keys()) if not target.required <= args.keys() else ():
         problems.append(Problem((*path, name), f"missing required parameter {name!r} of {short}()", "parent"))
+    hooks = conv.param_hooks.get(target.obj)
+    if hooks is None:  # each parameter's hook, found once (its annotation is hashed on every lookup)
+        hooks = conv.param_hooks[target.obj] = {n: conv.get_structure_hook(tp) for n, tp in params.items()}
     kwargs = {}
     for name, value in args.items():
-        if name in target.params:
-            tp = target.params[name]
+        if name in params:
+            tp = params[name]
             if not call:
                 problems.extend(check_shape(conv, tp, value, (*path, name)))
                 continue
             try:
-                kwargs[name] = conv.get_structure_hook(tp)(value, tp)
+                kwargs[name] = hooks[name](value, tp)
             except Exception as exc:
                 problems.extend(problems_of(exc, (*path, name)))
     if len(problems) > before or not call:

@@ -13,6 +13,7 @@ notes naming the attribute, index or key) for containers, so ``cattrs`` users ca
 
 import contextlib
 import enum
+import functools
 import math
 import pathlib
 import re
@@ -277,8 +278,15 @@ def _structure_int(value: Any, _tp: Any) -> Any:
 
 # A number in quotes is text; and PyYAML's own loaders follow YAML 1.1, where a float needs a dot: ``1e-4``
 # reads as the string "1e-4" there.
-_STRING_NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-_YAML11_STRING_FLOAT = re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+")
+@functools.cache
+def _string_numbers() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A number as text, and one that YAML 1.1 reads as text (compiled when a number is refused)."""
+    return (
+        re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"),
+        re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+"),
+    )
+
+
 _QUOTED_HINT = " (a number in quotes is text: remove the quotes"
 _YAML11_FLOAT_HINT = (
     "; a YAML 1.1 reader such as yaml.safe_load also reads 1e-4 as text: write 1.0e-4, or load the file "
@@ -298,8 +306,9 @@ def _structure_float(value: Any, _tp: Any) -> Any:
         except OverflowError:
             raise Invalid(f"number too large, got {echo(value)}") from None
     hint = ""
-    if kind is str and _STRING_NUMBER.fullmatch(value):
-        yaml11 = _YAML11_FLOAT_HINT if _YAML11_STRING_FLOAT.fullmatch(value) else ""
+    number, yaml11_float = _string_numbers()
+    if kind is str and number.fullmatch(value):
+        yaml11 = _YAML11_FLOAT_HINT if yaml11_float.fullmatch(value) else ""
         hint = f"{_QUOTED_HINT}{yaml11})"
     raise Invalid(f"expected a number, got {describe_value(value)}{hint}")
 
@@ -984,8 +993,13 @@ def class_schema(cls: type, target: str | None, default_of: Callable[[Any], Any]
 
 
 #: reST roles (``:class:`~a.B```, ``:func:`f```), literals (````x````) and emphasis, for :func:`plain_text`.
-_REST_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`(~?)([^`<]*?)(?:\s*<([^`>]*)>)?`")
-_REST_MARKUP = re.compile(r"``(.+?)``|\*\*(.+?)\*\*|(?<![\w*])\*([^*\s][^*]*?)\*(?![\w*])")
+@functools.cache
+def _rest_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """reST roles and inline markup (compiled when help text is first written)."""
+    return (
+        re.compile(r":[a-z]+(?::[a-z]+)?:`(~?)([^`<]*?)(?:\s*<([^`>]*)>)?`"),
+        re.compile(r"``(.+?)``|\*\*(.+?)\*\*|(?<![\w*])\*([^*\s][^*]*?)\*(?![\w*])"),
+    )
 
 
 def plain_text(text: str) -> str:
@@ -998,8 +1012,9 @@ def plain_text(text: str) -> str:
             return title.strip()
         return title.rsplit(".", 1)[-1] if tilde else title
 
-    text = _REST_ROLE.sub(role, text)
-    return _REST_MARKUP.sub(lambda m: next(g for g in m.groups() if g is not None), text)
+    rest_role, rest_markup = _rest_patterns()
+    text = rest_role.sub(role, text)
+    return rest_markup.sub(lambda m: next(g for g in m.groups() if g is not None), text)
 
 
 #: attrs' comparison validators (``gt``, ``ge``, ``lt``, ``le``) as JSON schema keywords.
