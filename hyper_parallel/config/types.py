@@ -819,22 +819,21 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
     on the keys view and reported as cattrs' ``ForbiddenExtraKeysError`` all the same.
     """
     attrs.resolve_types(cls)
-    detailed: list[Hook] = []
+    made: list[Hook] = []  # cattrs' function, once made
 
     def inner(value: Any, _cl: Any) -> Any:
-        if not detailed:
-            detailed.append(
+        if not made:
+            made.append(
                 make_dict_structure_fn(
                     cls, conv, _cattrs_forbid_extra_keys=False, _cattrs_detailed_validation=True
                 )
             )
-        return detailed[0](value, cls)
+        return made[0](value, cls)
 
     allowed = frozenset(f.name for f in attrs.fields(cls) if f.init) | also
     title = cls.__qualname__
     # The base's cross_check finds nothing: a class that keeps it is not asked (one call less per object).
     checked = getattr(cls, "cross_check", ConfigBase.cross_check) is not ConfigBase.cross_check
-    sound = _sound_structure(cls, conv, checked)
 
     def structure(value: Any, field_tp: Any) -> Any:
         return conv.get_structure_hook(field_tp)(value, field_tp)
@@ -847,14 +846,11 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
             errors.extend(exc.exceptions)
         return class_error(cls, value, errors, structure)
 
-    def structure_attrs(value: Any, _tp: Any) -> Any:
+    def structure_detailed(value: Any) -> Any:
         if type(value) is not dict and not isinstance(value, Mapping):
             raise Invalid(f"expected a mapping for {title}, got {describe_value(value)}")
         if not value.keys() <= allowed:
             raise _with_unknown_keys(value)
-        obj = sound(value)
-        if obj is not _REFUSED:
-            return obj
         try:
             obj = inner(value, cls)
         except ClassValidationError as exc:
@@ -865,43 +861,62 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
                 raise ClassValidationError(f"While checking {title}", found, cls)
         return obj
 
-    return structure_attrs
+    return _sound_structure(cls, conv, checked, allowed, structure_detailed)
 
 
-#: What :func:`_sound_structure`'s function returns for a mapping it does not take.
+#: What a step of :func:`_sound_structure`'s function gives for a mapping it does not take.
 _REFUSED: Any = object()
 
 
-def _sound_structure(cls: type, conv: cattrs.Converter, checked: bool) -> Callable[[Any], Any]:
-    """A function taking a mapping of ``cls``'s fields (no other keys) to a checked ``cls`` instance, or to
-    :data:`_REFUSED` at the first problem (a value its hook refuses, a validator, a ``cross_check``
-    finding). Each field is read by the converter's hook for its annotation, called only when the value
-    is not one that the table's :meth:`Rule.as_is` says the hook returns unchanged."""
+def _sound_structure(
+    cls: type, conv: cattrs.Converter, checked: bool, allowed: frozenset[str], detailed: Callable[[Any], Any]
+) -> Hook:
+    """The structure hook of ``cls``, written out for its fields: a ``dict`` of known keys goes through every
+    field's hook, ``cls(**fields)`` (every validator) and, if ``checked``, the class's ``cross_check``; any
+    other value, and a mapping at its first problem (a value a hook refuses, a validator, a finding), goes
+    to ``detailed``, which finds and reports every problem. Each field is read by the converter's hook for
+    its annotation, called only when the value is not one the table's :meth:`Rule.as_is` says the hook
+    returns unchanged."""
     from hyper_parallel.config.codegen import generate
 
-    scope: dict[str, Any] = {"cls": cls, "refused": _REFUSED, "cross_check_errors": cross_check_errors}
-    lines = ["def structure_sound(o):", "    try:", "        kw = {}"]
+    scope: dict[str, Any] = {"cls": cls, "refused": _REFUSED, "allowed": allowed, "detailed": detailed}
+    lines = [
+        "def structure_attrs(o, _tp=None):",
+        "    if type(o) is dict and o.keys() <= allowed:",
+        "        try:",
+        "            kw = {}",
+    ]
     for i, f in enumerate(attrs.fields(cls)):
         if not f.init:
             continue
         if f.type is None:  # no annotation: cattrs passes the value on; so does the detailed path
-            return lambda _value: _REFUSED
+            return lambda value, _tp: detailed(value)
         hook = conv.get_structure_hook(f.type)
         scope[f"h{i}"], scope[f"t{i}"] = hook, f.type
         test = rule_for(f.type).as_is(f.type) if getattr(hook, "_from_table", False) else None
         call = f"h{i}(v, t{i})"
         read = call if test is None else f"v if {test} else {call}"
         lines += [
-            f"        if {f.name!r} in o:",
-            f"            v = o[{f.name!r}]",
-            f"            kw[{(f.alias or f.name)!r}] = {read}",
+            f"            if {f.name!r} in o:",
+            f"                v = o[{f.name!r}]",
+            f"                kw[{(f.alias or f.name)!r}] = {read}",
         ]
-    lines += ["        obj = cls(**kw)", "    except Exception:", "        return refused"]
-    if checked:
-        lines += ["    if cross_check_errors(obj):", "        return refused"]
-    lines.append("    return obj")
+    lines.append("            obj = cls(**kw)")
+    if checked:  # a finding, like any failure, sends the mapping to the detailed path that reports it
+        lines += [
+            "            for _ in obj.cross_check():",
+            "                obj = refused",
+            "                break",
+        ]
+    lines += [
+        "        except Exception:",
+        "            obj = refused",
+        "        if obj is not refused:",
+        "            return obj",
+        "    return detailed(o)",
+    ]
     label = f"structure {cls.__module__}.{cls.__qualname__}"
-    fn: Callable[[Any], Any] = generate(label, "\n".join(lines), scope)
+    fn: Hook = generate(label, "\n".join(lines), scope)
     return fn
 
 
