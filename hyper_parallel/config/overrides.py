@@ -627,6 +627,10 @@ class OverridePatch:
     def _set(self, tree: dict[str, Any], path: Path, value: Any) -> None:
         """Set ``value`` at ``path`` in the fresh tree, creating mappings and lists on the way."""
         node: Any = tree
+        group = tree.get(path[0]) if len(path) == 2 and isinstance(path[0], str) else None
+        if type(group) is dict:  # a field of a group: most overrides
+            group[path[1]] = value
+            return
         for i, seg in enumerate(path[:-1]):
             nxt_seg = path[i + 1]
             child = node[seg] if _has(node, seg) else None

@@ -187,7 +187,11 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
         raise Problems("invalid config", [_in_wrong_group(conv, facts, raw, p) for p in problems])
     root = construct(facts.cls, groups, options.root_checks)
     # What the document gave in each group, for a later '_target_' switch (see recipes.Given).
-    given = {k: frozenset(v) for k, v in raw.items() if type(v) is dict or isinstance(v, Mapping)}
+    given = {
+        k: frozenset(v)
+        for k, v in raw.items()
+        if type(v) is dict or (not isinstance(v, Resolved) and isinstance(v, Mapping))
+    }
     remember_given(root, Given(given, None, options.locate))
     return root
 
