@@ -187,6 +187,8 @@ class OverridePatch:
         self._unrecorded: set[str] = set()
         #: Groups carried over as they are (they cannot be written); overrides of them were refused.
         self._kept: set[str] = set()
+        #: Groups no override names, by value: what was set in them is looked up when first needed.
+        self._untouched: dict[str, Any] = {}
         #: The config :meth:`user_tree` wrote, when this layer resolved it (groups can be reused).
         self._cfg: Any = None
         #: Groups the overrides named without changing them, taken as they were (see :meth:`_reuse`),
@@ -219,7 +221,7 @@ class OverridePatch:
             value = getattr(cfg, group)
             if touched is not None and group not in touched:
                 tree[group] = Resolved(value)
-                self._set_names[group] = self._names_set(group, value, given)
+                self._untouched[group] = value  # what was set in it: see _names_of
                 continue
             body = full[group] if full is not None else self._group_body(group, value)
             if body is None:
@@ -244,6 +246,12 @@ class OverridePatch:
                 body = {k: v for k, v in body.items() if k in keep}
             tree[group] = body
         return tree
+
+    def _names_of(self, group: str) -> frozenset[str] | None:
+        """What the user set in ``group`` of the config :meth:`user_tree` wrote (None: set in Python)."""
+        if group in self._untouched and group not in self._set_names:
+            self._set_names[group] = self._names_set(group, self._untouched[group], self._old)
+        return self._set_names.get(group)
 
     def _names_set(self, group: str, value: Any, given: Given | None) -> frozenset[str] | None:
         """What the user set in an untouched group (None: set in Python, not recorded)."""
@@ -321,13 +329,10 @@ class OverridePatch:
         if len(path) < 2 or not isinstance(path[0], str) or not isinstance(path[1], str):
             return None
         key = (path[0], path[1])
+        names = self._names_of(path[0])
         if key in self._origins:
             return self._origins[key]
-        if (
-            self._old is None
-            or path[0] in self._unrecorded
-            or path[1] not in (self._set_names.get(path[0]) or ())
-        ):
+        if self._old is None or path[0] in self._unrecorded or path[1] not in (names or ()):
             return None
         return self._old.where(*key)
 
@@ -351,6 +356,8 @@ class OverridePatch:
             if problem.anchor == "key" and len(path) == 2:
                 if path in exact:
                     return exact[path]
+                if isinstance(path[0], str):
+                    self._names_of(path[0])  # an untouched group's factory parameters, into ``known``
                 if path in known:
                     return known[path]
             return locate(problem) or self.where(path)
@@ -359,7 +366,24 @@ class OverridePatch:
 
     def record(self, result: Any) -> None:
         """Mark ``result`` (restructured from the patched tree) with what the user set in each group: what
-        was set before and is still there, and what the overrides set, each where it was set."""
+        was set before and is still there, and what the overrides set, each where it was set.
+
+        The record is worked out when it is first read (the next overrides of ``result``), from this patch
+        and the record of the config it patched; that one is worked out now if it was left for later, so a
+        chain of overridden configs never holds more than one record not yet made.
+        """
+        old = self._old
+        if old is not None:
+            old.names  # noqa: B018 - reading it makes it
+        self._cfg = None  # the patched config is not needed any more
+        remember_given(result, Given.later(self._made_record, old.locate if old is not None else None))
+
+    def _made_record(
+        self,
+    ) -> "tuple[dict[str, frozenset[str]], dict[tuple[str, str], str | None], frozenset[str]]":
+        """The parts of the record :meth:`record` leaves for later (see :class:`~.recipes.Given`)."""
+        for group in self._untouched:
+            self._names_of(group)
         tree = self._tree or {}
         by_group: dict[str, set[str]] = {}
         exact: dict[tuple[str, str], str] = {}  # the last override of each value
@@ -401,8 +425,7 @@ class OverridePatch:
             if key not in exact and key[1] not in (self._set_names.get(key[0]) or ()):
                 origins[key] = origin
         origins.update(exact)
-        locate = old.locate if old is not None else None
-        remember_given(result, Given(names, origins, locate, frozenset(unrecorded)))
+        return names, origins, frozenset(unrecorded)
 
     def check(self, raw: object) -> None:
         """Check the overrides against a document that did not resolve: their paths and value types only.

@@ -153,3 +153,30 @@ def test_a_field_set_to_its_default_by_an_override_counts_as_set(full: TrainerCo
         "'amsgrad' was set by overrides['optimizer.amsgrad'], but the new target SGD.Config has no such "
         "field; remove it with {'~optimizer.amsgrad': None}",
     )
+
+
+def test_a_chain_of_overrides_keeps_every_location(full: TrainerConfig) -> None:
+    first = apply_overrides(full, {"optimizer.amsgrad": "false"})
+    second = apply_overrides(first, {"training.seed": "7"})
+    third = apply_overrides(second, {"loss.reduction": "sum"})
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(third, {"optimizer._target_": "hyper_parallel.components.optimizer.SGD.Config"})
+    assert [(i.location, i.path) for i in info.value.issues] == [
+        (f"{FULL}:40:3", "optimizer.betas"),
+        (f"{FULL}:41:3", "optimizer.eps"),
+        (f"{FULL}:44:3", "optimizer.implementation"),
+        ("overrides['optimizer.amsgrad']", "optimizer.amsgrad"),
+    ]
+
+
+def test_an_overridden_config_does_not_keep_the_one_it_was_made_from(full: TrainerConfig) -> None:
+    import gc
+    import weakref
+
+    first = apply_overrides(full, {"training.seed": "7"})
+    second = apply_overrides(first, {"training.seed": "8"})
+    gone = weakref.ref(first)
+    del first
+    gc.collect()
+    assert gone() is None
+    assert apply_overrides(second, {"training.seed": "9"}).training.seed == 9
