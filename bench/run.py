@@ -6,10 +6,12 @@ Run from the repository root (``pip install -e '.[bench]'`` installs Hydra, Omeg
 
 Warm figures time one call in a process that has already done the work once (imports done, structuring
 functions compiled, targets imported): the median over repeated samples, each sample timing a batch of
-calls with ``time.perf_counter_ns`` sized to last about a millisecond. Cold figures time whole fresh
-``python`` processes with ``subprocess``; the commands are interleaved round by round so that machine drift
-hits all of them alike, and the median per command is reported. Ratios are computed from figures taken in
-the same run, so they hold on any machine; absolute numbers are for this machine only.
+calls with ``time.perf_counter_ns`` sized to last about a millisecond; the rows' samples are interleaved
+round by round, as the cold commands are, so that machine drift hits every row of a ratio alike. Cold
+figures time whole fresh ``python`` processes with ``subprocess``; the commands are interleaved round by
+round so that machine drift hits all of them alike, and the median per command is reported. Ratios are
+computed from figures taken in the same run, so they hold on any machine; absolute numbers are for this
+machine only.
 
 Rows:
 
@@ -99,6 +101,41 @@ def measure_warm(name: str, fn: Callable[[], object], samples: int, min_sample_n
     return Timing(name, med, p25, p75, samples, int(batch), "warm")
 
 
+def measure_warm_rows(
+    fns: dict[str, Callable[[], object]], samples: int, min_sample_ns: int = 1_000_000
+) -> dict[str, Timing]:
+    """:func:`measure_warm` of several rows at once, their samples interleaved round by round (the order
+    reversed every other round), so that machine drift hits every row alike, as it does the cold rows:
+    each row's batch is sized alone, exactly as :func:`measure_warm` sizes it."""
+    batches: dict[str, int] = {}
+    for name, fn in fns.items():
+        for _ in range(3):
+            fn()
+        start = time.perf_counter_ns()
+        fn()
+        one = max(time.perf_counter_ns() - start, 1)
+        batches[name] = batch = max(1, min_sample_ns // one)
+        for _ in range(min(batch, 20)):  # warm caches at the batch size too
+            fn()
+    per_call: dict[str, list[float]] = {name: [] for name in fns}
+    gc.collect()
+    for r in range(samples):
+        order = list(fns.items())
+        if r % 2:
+            order.reverse()
+        for name, fn in order:
+            batch = batches[name]
+            t0 = time.perf_counter_ns()
+            for _ in range(batch):
+                fn()
+            per_call[name].append((time.perf_counter_ns() - t0) / batch / 1000)
+    out = {}
+    for name, values in per_call.items():
+        p25, med, p75 = _quantiles(values)
+        out[name] = Timing(name, med, p25, p75, samples, int(batches[name]), "warm")
+    return out
+
+
 def measure_cold(commands: dict[str, list[str]], rounds: int) -> dict[str, Timing]:
     """Wall time of each command in a fresh process, interleaved by round; the first round is discarded."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
@@ -166,12 +203,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"note: only {len(overrides)} distinct valid overrides could be generated", file=sys.stderr)
     samples = 7 if args.quick else 31
     timings: dict[str, Timing] = {}
+    rows: dict[str, Callable[[], object]] = {}
 
     def warm(name: str, fn: Callable[[], object]) -> None:
-        timings[name] = measure_warm(name, fn, samples)
-        print(f"  {name:<28} {_fmt_us(timings[name].median_us):>12}", file=sys.stderr)
+        rows[name] = fn  # measured together below, interleaved
 
-    print("warm (median per call):", file=sys.stderr)
     warm("resolve", lambda: resolve_root(raw))
     for n in (1, 10, 100):
         chosen = dict(overrides[:n])
@@ -196,6 +232,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"WARNING: the {name} peer resolves to a different config", file=sys.stderr)
         for name, mod in peer_modules.items():
             warm(name, lambda mod=mod: mod.resolve(raw))  # type: ignore[misc]
+    print(f"warm (median per call, {samples} interleaved samples):", file=sys.stderr)
+    for name, timing in measure_warm_rows(rows, samples).items():
+        timings[name] = timing
+        print(f"  {name:<28} {_fmt_us(timing.median_us):>12}", file=sys.stderr)
 
     py = sys.executable
     commands = {

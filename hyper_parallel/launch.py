@@ -11,7 +11,6 @@ reads the file, printed here once as ``FILE: problem`` (rank 0), exit status 2, 
 
 import os
 import re
-import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
@@ -328,7 +327,11 @@ def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:
         # ranks that disagree (RanksDisagreeError) are an input error: exit 2
         return int(getattr(exc, "exit_status", EXIT_TRAINING_ERROR))
     stopped = trainer.stopped_by_signal
-    return 128 + int(signal.Signals[stopped]) if stopped else 0
+    if not stopped:
+        return 0
+    import signal  # the trainer has it loaded already; a dry run never gets here
+
+    return 128 + int(signal.Signals[stopped])
 
 
 def _device_memory_check(cfg: "TrainerConfig", world_size: int | None, text: str | None) -> "Device | None":

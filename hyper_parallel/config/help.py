@@ -7,7 +7,6 @@ alone: this module depends on no root class.
 """
 
 import inspect
-import json
 import re
 import typing
 from collections.abc import Collection, Iterator
@@ -167,7 +166,11 @@ def _flow(raw: Any) -> str:
         return repr(raw)
     if isinstance(raw, str):
         plain = raw == raw.strip() and raw and not _FLOW_SPECIAL.intersection(raw) and is_plain_string(raw)
-        return raw if plain else json.dumps(raw, ensure_ascii=False)
+        if plain:
+            return raw
+        import json  # only a string a reader would misread pays for it
+
+        return json.dumps(raw, ensure_ascii=False)
     if isinstance(raw, list):
         return "[" + ", ".join(_flow(v) for v in raw) + "]"
     return "{" + ", ".join(f"{_flow(k)}: {_flow(v)}" for k, v in raw.items()) + "}"

@@ -42,6 +42,10 @@ class IdentityMap(Generic[V]):
         with self._lock:
             self._entries[key] = (ref, value)
 
+    def __len__(self) -> int:
+        """How many objects have a value (an empty map answers every lookup without one)."""
+        return len(self._entries)
+
     def get(self, obj: object) -> V | None:
         """The value attached to ``obj`` (this very object, not an equal one), or None."""
         entry = self._entries.get(id(obj))

@@ -295,7 +295,7 @@ def _cite_overrides(issues: Iterable[Issue], parsed: "list[Override]") -> list[I
     the override gave, so a message citing a value the override did not give (an inferred degree) cites
     nothing; an override of the issue's own field is already its location, and is not cited again."""
     issues = list(issues)
-    if not parsed:
+    if not parsed or not issues:
         return issues
     by_path = {format_path(o.path): o for o in parsed}
     out = []

@@ -20,6 +20,7 @@ explicitly, so such a value is taken as the default and the new class's default 
 """
 
 import contextlib
+import copy
 import functools
 import re
 import typing
@@ -29,7 +30,7 @@ from typing import Any
 import attrs
 
 from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path
-from hyper_parallel.config.recipes import Given, given_of, recipe_of, remember_given
+from hyper_parallel.config.recipes import Given, given_of, recipe_of, remember, remember_given
 from hyper_parallel.config.root import (
     Resolved,
     RootFacts,
@@ -186,6 +187,13 @@ class OverridePatch:
         self._unrecorded: set[str] = set()
         #: Groups carried over as they are (they cannot be written); overrides of them were refused.
         self._kept: set[str] = set()
+        #: Groups no override names, by value: what was set in them is looked up when first needed.
+        self._untouched: dict[str, Any] = {}
+        #: The config :meth:`user_tree` wrote, when this layer resolved it (groups can be reused).
+        self._cfg: Any = None
+        #: Groups the overrides named without changing them, taken as they were (see :meth:`_reuse`),
+        #: with the names set in them when they were cut down to those (None: the names set before).
+        self._reused: dict[str, frozenset[str] | None] = {}
 
     def user_tree(self, cfg: Any) -> dict[str, Any]:
         """The tree of what the user set in ``cfg``: every group's ``_target_`` and the values set in it.
@@ -196,6 +204,7 @@ class OverridePatch:
         is carried over as it is while no override names it; an override of it is reported.
         """
         self._old = given = given_of(cfg)
+        self._cfg = cfg if given is not None else None
         # A config this layer resolved keeps every group no override names as it is: the resolve checked
         # it, the restructure takes it unchanged (a factory is not called again) and runs the cross-group
         # rules. A config built in Python (no record) is written out whole, so every check runs again.
@@ -212,7 +221,7 @@ class OverridePatch:
             value = getattr(cfg, group)
             if touched is not None and group not in touched:
                 tree[group] = Resolved(value)
-                self._set_names[group] = self._names_set(group, value, given)
+                self._untouched[group] = value  # what was set in it: see _names_of
                 continue
             body = full[group] if full is not None else self._group_body(group, value)
             if body is None:
@@ -237,6 +246,12 @@ class OverridePatch:
                 body = {k: v for k, v in body.items() if k in keep}
             tree[group] = body
         return tree
+
+    def _names_of(self, group: str) -> frozenset[str] | None:
+        """What the user set in ``group`` of the config :meth:`user_tree` wrote (None: set in Python)."""
+        if group in self._untouched and group not in self._set_names:
+            self._set_names[group] = self._names_set(group, self._untouched[group], self._old)
+        return self._set_names.get(group)
 
     def _names_set(self, group: str, value: Any, given: Given | None) -> frozenset[str] | None:
         """What the user set in an untouched group (None: set in Python, not recorded)."""
@@ -273,6 +288,8 @@ class OverridePatch:
             self._switch(tree, o)
         refused = {p.path for p in self.problems}  # fields a switch already reported are not reported twice
         targets: dict[str, Target | None] = {}
+        # Groups whose values the overrides change; the others they name are set to what they hold.
+        changed = {o.path[0] for o in (*self._removals, *self._switches)}
         for o in self._values:
             if o.path[:2] in refused:
                 continue
@@ -284,20 +301,38 @@ class OverridePatch:
             target = targets[group]
             read = self._read(o, target) if target is not None else None
             if read is not None:
+                if group not in changed and not _holds(tree[group], o.path, read[1]):
+                    changed.add(group)
                 self._set(tree, o.path, read[1])
+        if self._cfg is not None and not self.problems:
+            for same in dict.fromkeys(o.path[0] for o in self._values if o.path[0] not in changed):
+                if same in tree:
+                    self._reuse(tree, same)
+
+    def _reuse(self, tree: dict[str, Any], group: str) -> None:
+        """Take ``group`` as the resolved config has it: every override of it sets a value it already
+        holds, so restructuring it would build an equal value again (a factory would be called with the
+        arguments it was called with). Its values are still recorded as set by those overrides."""
+        value = getattr(self._cfg, group)
+        node = tree[group]
+        recipe = recipe_of(value)
+        if recipe is not None:  # the same call, its arguments now set where the overrides set them
+            given = dict(recipe.given)
+            given.update((o.path[1], o.origin) for o in self._values if o.path[0] == group)  # type: ignore[misc]
+            value = copy.copy(value)
+            remember(value, recipe._replace(given=given))
+        self._reused[group] = frozenset(node) if group in self._reshaped else None
+        tree[group] = Resolved(value)
 
     def where(self, path: Path) -> str | None:
         """Where the value at ``path`` of the config :meth:`user_tree` wrote was set, if known."""
         if len(path) < 2 or not isinstance(path[0], str) or not isinstance(path[1], str):
             return None
         key = (path[0], path[1])
+        names = self._names_of(path[0])
         if key in self._origins:
             return self._origins[key]
-        if (
-            self._old is None
-            or path[0] in self._unrecorded
-            or path[1] not in (self._set_names.get(path[0]) or ())
-        ):
+        if self._old is None or path[0] in self._unrecorded or path[1] not in (names or ()):
             return None
         return self._old.where(*key)
 
@@ -321,6 +356,8 @@ class OverridePatch:
             if problem.anchor == "key" and len(path) == 2:
                 if path in exact:
                     return exact[path]
+                if isinstance(path[0], str):
+                    self._names_of(path[0])  # an untouched group's factory parameters, into ``known``
                 if path in known:
                     return known[path]
             return locate(problem) or self.where(path)
@@ -329,7 +366,24 @@ class OverridePatch:
 
     def record(self, result: Any) -> None:
         """Mark ``result`` (restructured from the patched tree) with what the user set in each group: what
-        was set before and is still there, and what the overrides set, each where it was set."""
+        was set before and is still there, and what the overrides set, each where it was set.
+
+        The record is worked out when it is first read (the next overrides of ``result``), from this patch
+        and the record of the config it patched; that one is worked out now if it was left for later, so a
+        chain of overridden configs never holds more than one record not yet made.
+        """
+        old = self._old
+        if old is not None:
+            old.names  # noqa: B018 - reading it makes it
+        self._cfg = None  # the patched config is not needed any more
+        remember_given(result, Given.later(self._made_record, old.locate if old is not None else None))
+
+    def _made_record(
+        self,
+    ) -> "tuple[dict[str, frozenset[str]], dict[tuple[str, str], str | None], frozenset[str]]":
+        """The parts of the record :meth:`record` leaves for later (see :class:`~.recipes.Given`)."""
+        for group in self._untouched:
+            self._names_of(group)
         tree = self._tree or {}
         by_group: dict[str, set[str]] = {}
         exact: dict[tuple[str, str], str] = {}  # the last override of each value
@@ -348,7 +402,15 @@ class OverridePatch:
         unrecorded = set()
         for group, node in tree.items():
             before = self._set_names.get(group)
-            if group in self._reshaped:
+            if group in self._reused:  # a group the overrides named but did not change (see _reuse)
+                reused = self._reused[group]
+                if reused is not None:
+                    names[group] = reused
+                elif before is None:
+                    unrecorded.add(group)
+                else:
+                    names[group] = before.union(by_group.get(group, ()))
+            elif group in self._reshaped:
                 names[group] = frozenset(node)
             elif before is None:  # values set in Python (or a group carried over without a record)
                 unrecorded.add(group)
@@ -363,8 +425,7 @@ class OverridePatch:
             if key not in exact and key[1] not in (self._set_names.get(key[0]) or ()):
                 origins[key] = origin
         origins.update(exact)
-        locate = old.locate if old is not None else None
-        remember_given(result, Given(names, origins, locate, frozenset(unrecorded)))
+        return names, origins, frozenset(unrecorded)
 
     def check(self, raw: object) -> None:
         """Check the overrides against a document that did not resolve: their paths and value types only.
@@ -589,6 +650,10 @@ class OverridePatch:
     def _set(self, tree: dict[str, Any], path: Path, value: Any) -> None:
         """Set ``value`` at ``path`` in the fresh tree, creating mappings and lists on the way."""
         node: Any = tree
+        group = tree.get(path[0]) if len(path) == 2 and isinstance(path[0], str) else None
+        if type(group) is dict:  # a field of a group: most overrides
+            group[path[1]] = value
+            return
         for i, seg in enumerate(path[:-1]):
             nxt_seg = path[i + 1]
             child = node[seg] if _has(node, seg) else None
@@ -611,6 +676,19 @@ class OverridePatch:
             )
             return
         node[last] = value
+
+
+def _holds(node: Any, path: Path, value: Any) -> bool:
+    """Whether the written group ``node`` already holds ``value`` at ``path`` (a field of the group, a
+    scalar of the same type and equal: ``1`` is not ``True`` nor ``1.0``, which the field may refuse)."""
+    if len(path) != 2 or type(node) is not dict or path[1] == TARGET_KEY:
+        return False
+    old = node.get(path[1], _ABSENT)
+    return type(old) is type(value) and type(value) in _SCALARS and old == value and value == value
+
+
+_ABSENT = object()
+_SCALARS = frozenset({type(None), bool, int, float, str})
 
 
 def _has(node: Any, seg: str | int) -> bool:

@@ -30,6 +30,7 @@ from hyper_parallel.config.validation import Locate, Problem
 __all__ = [
     "RECIPE_FIELD",
     "Given",
+    "GivenParts",
     "Recipe",
     "carries_recipe",
     "given_of",
@@ -63,10 +64,11 @@ class Given:
 
     ``where(group, name)`` is looked up in ``origins`` first, then asked of ``locate`` (the locator of the
     resolve that made the config, over the source map of its document), so a resolve pays for a location
-    only when a message needs one.
+    only when a message needs one. A record made by :meth:`later` is worked out when it is first read: a
+    config that is never overridden again never pays for it.
     """
 
-    __slots__ = ("locate", "names", "origins", "unrecorded")
+    __slots__ = ("_later", "_names", "_origins", "_unrecorded", "locate")
 
     def __init__(
         self,
@@ -75,22 +77,61 @@ class Given:
         locate: Locate | None = None,
         unrecorded: frozenset[str] = frozenset(),
     ) -> None:
-        #: The fields (or factory parameters) the user set, by group (``_target_`` may be among them); a
-        #: group not named set nothing, unless it is ``unrecorded``.
-        self.names = names
-        #: Groups whose values were set in Python: each value other than its default counts as set.
-        self.unrecorded = unrecorded
-        #: Known locations, by ``(group, name)``.
-        self.origins: Mapping[tuple[str, str], str | None] = origins or {}
+        self._names = names
+        self._unrecorded = unrecorded
+        self._origins: Mapping[tuple[str, str], str | None] = origins or {}
+        self._later: Callable[[], GivenParts] | None = None
         #: Finds the location of a value not in ``origins``.
         self.locate = locate
+
+    @classmethod
+    def later(cls, make: "Callable[[], GivenParts]", locate: Locate | None = None) -> "Given":
+        """A record whose names, origins and unrecorded groups ``make()`` returns when first read (it must
+        give the same answer whenever it is called: two threads may both call it)."""
+        given = cls({}, None, locate)
+        given._later = make
+        return given
+
+    def _made(self) -> None:
+        make = self._later
+        if make is not None:
+            self._names, origins, self._unrecorded = make()
+            self._origins = origins
+            self._later = None
+
+    @property
+    def names(self) -> Mapping[str, frozenset[str]]:
+        """The fields (or factory parameters) the user set, by group (``_target_`` may be among them); a
+        group not named set nothing, unless it is ``unrecorded``."""
+        if self._later is not None:
+            self._made()
+        return self._names
+
+    @property
+    def unrecorded(self) -> frozenset[str]:
+        """Groups whose values were set in Python: each value other than its default counts as set."""
+        if self._later is not None:
+            self._made()
+        return self._unrecorded
+
+    @property
+    def origins(self) -> Mapping[tuple[str, str], str | None]:
+        """Known locations, by ``(group, name)``."""
+        if self._later is not None:
+            self._made()
+        return self._origins
 
     def where(self, group: str, name: str) -> str | None:
         """Where ``group.name`` was set (a file position or an override's origin), or None if not known."""
         key = (group, name)
-        if key in self.origins:
-            return self.origins[key]
+        origins = self.origins
+        if key in origins:
+            return origins[key]
         return self.locate(Problem(key, "", "key")) if self.locate is not None else None
+
+
+#: What a :class:`Given` is made of: names by group, origins by ``(group, name)``, unrecorded groups.
+GivenParts = tuple[Mapping[str, frozenset[str]], Mapping[tuple[str, str], str | None], frozenset[str]]
 
 
 _RECIPES: IdentityMap[Recipe] = IdentityMap()
@@ -120,10 +161,13 @@ def remember(result: object, recipe: Recipe) -> None:
 
 def recipe_of(obj: object) -> Recipe | None:
     """The factory call that made ``obj`` during a resolve, or None (a Config instance, a hand-built spec)."""
-    if _carries_recipe(type(obj)):
+    carries = _CARRIES.get(type(obj))
+    if carries is None:
+        carries = _carries_recipe(type(obj))
+    if carries:
         recipe = getattr(obj, RECIPE_FIELD)
         return recipe if isinstance(recipe, Recipe) else None
-    return _RECIPES.get(obj)
+    return _RECIPES.get(obj) if _RECIPES else None
 
 
 def carries_recipe(obj: object) -> bool:

@@ -33,6 +33,7 @@ from hyper_parallel.config.targets import (
     TargetError,
     load_target,
     qualified_name,
+    still_reached,
 )
 from hyper_parallel.config.types import (
     attrs_hook,
@@ -82,6 +83,10 @@ class RootFacts(typing.NamedTuple):
     #: The packages whose public modules hold the Config classes and factories a document of this root
     #: may name (its binding says which: the generic machinery knows no package).
     packages: tuple[str, ...] = ()
+    #: Each group's keyword in the root class's ``__init__`` (its attrs alias).
+    kwargs: Mapping[str, str] = {}
+    #: The groups without a default, which every document must give.
+    required: tuple[str, ...] = ()
 
     def allowed(self, extra: tuple[str, ...]) -> tuple[str, ...]:
         """What a ``_target_`` may be under: the root's packages, then ``extra`` (trusted code's)."""
@@ -104,7 +109,15 @@ def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
         raise ValueError(
             f"target packages must be dotted module names such as 'my_project.models', got {bad}"
         )
-    return RootFacts(root_cls, {n: f.type for n, f in fields.items()}, fields, defaults, names)
+    return RootFacts(
+        root_cls,
+        {n: f.type for n, f in fields.items()},
+        fields,
+        defaults,
+        names,
+        {n: f.alias or n for n, f in fields.items()},
+        tuple(n for n, f in fields.items() if f.default is attrs.NOTHING),
+    )
 
 
 _INVALID: Any = object()
@@ -127,36 +140,58 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     """Resolve ``raw`` into the root class; raises :class:`Problems` naming every problem."""
     if not isinstance(raw, Mapping):
         raise Invalid(f"expected a mapping of root groups, got {describe_value(raw)}")
+    types = facts.types
     problems: list[Problem] = []
-    for key in raw:
-        if key not in facts.types:
-            if isinstance(key, str):
-                message = unknown_root_field(conv, facts, key, None)
-            else:
-                message = f"root field names must be strings, got {describe_value(key)}"
-            problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
+    if not raw.keys() <= types.keys():
+        for key in raw:
+            if key not in types:
+                if isinstance(key, str):
+                    message = unknown_root_field(conv, facts, key, None)
+                else:
+                    message = f"root field names must be strings, got {describe_value(key)}"
+                problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
     # While the document names a group that does not exist, every other group is still checked by names
     # and types (RFC 9.2), but no target is called: no factory, no Config class constructed.
     call = not problems
     options = current_options()
     allowed = facts.allowed(options.allowed)
+    checked = conv.checked_targets
+    kwargs = facts.kwargs
     groups: dict[str, Any] = {}
     for name, node in raw.items():
+        if name not in types:
+            continue
+        if type(node) is dict and call:  # the common case: a Config class checked before
+            target_name = node.get(TARGET_KEY)
+            hit = checked.get((target_name, types[name], allowed)) if type(target_name) is str else None
+            if hit is not None and not hit[0].is_factory and still_reached(hit):
+                cls = hit[0].obj
+                hook = conv.group_hooks.get(cls)
+                if hook is not None:
+                    try:
+                        groups[kwargs[name]] = hook(node, cls)
+                    except Exception as exc:
+                        problems.extend(problems_of(exc, (name,)))
+                    continue
         if isinstance(node, Resolved):
-            if name in facts.types and _check_resolved(facts, name, node.value, problems):
-                groups[facts.fields[name].alias or name] = node.value
-        elif name in facts.types and _check_group_shape(name, node, problems):
+            if _check_resolved(facts, name, node.value, problems):
+                groups[kwargs[name]] = node.value
+        elif _check_group_shape(name, node, problems):
             value = _resolve_group(conv, facts, (name,), node, allowed, problems, call)
             if value is not _INVALID:
-                groups[facts.fields[name].alias or name] = value
-    for name, f in facts.fields.items():
-        if f.default is attrs.NOTHING and name not in raw:
+                groups[kwargs[name]] = value
+    for name in facts.required:
+        if name not in raw:
             problems.append(Problem((name,), f"missing required root group {name!r}", "parent"))
     if problems:
         raise Problems("invalid config", [_in_wrong_group(conv, facts, raw, p) for p in problems])
     root = construct(facts.cls, groups, options.root_checks)
     # What the document gave in each group, for a later '_target_' switch (see recipes.Given).
-    given = {k: frozenset(v) for k, v in raw.items() if type(v) is dict or isinstance(v, Mapping)}
+    given = {
+        k: frozenset(v)
+        for k, v in raw.items()
+        if type(v) is dict or (not isinstance(v, Resolved) and isinstance(v, Mapping))
+    }
     remember_given(root, Given(given, None, options.locate))
     return root
 
@@ -350,8 +385,9 @@ def _call_factory(
     """Check ``args`` against the factory's signature, then (if ``call``) call it and check its result."""
     before = len(problems)
     short = target.name.rpartition(".")[2]
-    for key in args:
-        if key not in target.params:
+    params = target.params
+    for key in args if not args.keys() <= params.keys() else ():
+        if key not in params:
             shown = key if isinstance(key, str) and key != TARGET_KEY else echo(key)
             hint = did_you_mean(key, target.params) if isinstance(key, str) else ""
             if not hint and isinstance(key, str):
@@ -361,17 +397,20 @@ def _call_factory(
             problems.append(
                 Problem((*path, shown), f"unknown parameter {echo(key)} of {short}(){hint}", "key")
             )
-    for name in sorted(target.required - set(args)):
+    for name in sorted(target.required - args.keys()) if not target.required <= args.keys() else ():
         problems.append(Problem((*path, name), f"missing required parameter {name!r} of {short}()", "parent"))
+    hooks = conv.param_hooks.get(target.obj)
+    if hooks is None:  # each parameter's hook, found once (its annotation is hashed on every lookup)
+        hooks = conv.param_hooks[target.obj] = {n: conv.get_structure_hook(tp) for n, tp in params.items()}
     kwargs = {}
     for name, value in args.items():
-        if name in target.params:
-            tp = target.params[name]
+        if name in params:
+            tp = params[name]
             if not call:
                 problems.extend(check_shape(conv, tp, value, (*path, name)))
                 continue
             try:
-                kwargs[name] = conv.get_structure_hook(tp)(value, tp)
+                kwargs[name] = hooks[name](value, tp)
             except Exception as exc:
                 problems.extend(problems_of(exc, (*path, name)))
     if len(problems) > before or not call:

@@ -20,7 +20,6 @@ import functools
 import importlib
 import inspect
 import os
-import pkgutil
 import sys
 import types
 import typing
@@ -46,6 +45,7 @@ __all__ = [
     "is_public",
     "load_target",
     "qualified_name",
+    "still_reached",
     "target_rule",
 ]
 
@@ -221,15 +221,8 @@ def load_target(
         return _load_target(name, field_type, allowed, packages)
     key = (name, field_type, allowed)
     hit = checked.get(key)
-    if hit is not None:
-        module_name, module, rest = hit[1]
-        if rest and sys.modules.get(module_name) is module:
-            # The module's own dict (no module __getattr__ is run), then the class's Config if named.
-            obj: object = vars(module).get(rest[0], _MISSING)
-            for part in rest[1:]:
-                obj = getattr(obj, part, _MISSING)
-            if obj is hit[0].obj:
-                return hit[0]
+    if hit is not None and still_reached(hit):
+        return hit[0]
     target = _load_target(name, field_type, allowed, packages)
     checked[key] = (target, _anchor(name.split(".")))
     return target
@@ -238,6 +231,19 @@ def load_target(
 #: Where a checked target hangs: the deepest imported module on its dotted name, that module, and the
 #: attributes below it.
 _Anchor = tuple[str, object, tuple[str, ...]]
+
+
+def still_reached(hit: tuple[Target, _Anchor]) -> bool:
+    """Whether a target checked before (an entry of :data:`CheckedTargets`) is still what its dotted name
+    reaches through the imported modules (not re-bound, its module not re-imported)."""
+    module_name, module, rest = hit[1]
+    if not rest or sys.modules.get(module_name) is not module:
+        return False
+    # The module's own dict (no module __getattr__ is run), then the class's Config if named.
+    obj: object = vars(module).get(rest[0], _MISSING)
+    for part in rest[1:]:
+        obj = getattr(obj, part, _MISSING)
+    return obj is hit[0].obj
 
 
 def _anchor(parts: list[str]) -> _Anchor:
@@ -395,6 +401,8 @@ def import_config_modules(packages: Iterable[str]) -> None:
 def _import_public(path: Iterable[str] | None, prefix: str) -> None:
     if path is None:
         return
+    import pkgutil  # only listing the targets of a package pays for it
+
     for info in pkgutil.iter_modules(path, prefix=f"{prefix}."):
         if is_public(info.name):
             module = importlib.import_module(info.name)

@@ -11,7 +11,9 @@ Invalid` for a value they refuse and cattrs' ``ClassValidationError`` / ``Iterab
 notes naming the attribute, index or key) for containers, so ``cattrs`` users can read them as usual.
 """
 
+import contextlib
 import enum
+import functools
 import math
 import pathlib
 import re
@@ -160,6 +162,14 @@ class Rule:
         """Whether a string can be a value of ``tp`` (then text that parses but does not fit stays text)."""
         return False
 
+    def as_is(self, tp: Any) -> str | None:
+        """A Python condition on ``v`` under which the hook of ``tp`` returns ``v`` itself, or None.
+
+        A generated structure function tests it in place of a call (a sound scalar costs no call); when it
+        is false the hook is called as usual, so the condition only has to be exact where it is true.
+        """
+        return None
+
     def child(self, tp: Any, segment: str | int) -> Any:
         """The annotation one override path segment below ``tp``, or :data:`NO_CHILD`."""
         return NO_CHILD
@@ -244,6 +254,19 @@ class _Scalar(Rule):
     def takes_text(self, tp: Any) -> bool:
         return self.cls is str
 
+    def as_is(self, tp: Any) -> str | None:
+        return _SCALAR_AS_IS.get(self.cls)
+
+
+#: What each scalar hook returns unchanged, as a condition on ``v`` (see :meth:`Rule.as_is`).
+_SCALAR_AS_IS: dict[type, str] = {
+    bool: "v is True or v is False",
+    int: f"type(v) is int and {-INT_LIMIT - 1} <= v <= {INT_LIMIT}",
+    float: "type(v) is float and v - v == 0.0",
+    str: "type(v) is str and v.isascii()",
+    type(None): "v is None",
+}
+
 
 def _structure_int(value: Any, _tp: Any) -> Any:
     if type(value) is int:
@@ -255,8 +278,15 @@ def _structure_int(value: Any, _tp: Any) -> Any:
 
 # A number in quotes is text; and PyYAML's own loaders follow YAML 1.1, where a float needs a dot: ``1e-4``
 # reads as the string "1e-4" there.
-_STRING_NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-_YAML11_STRING_FLOAT = re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+")
+@functools.cache
+def _string_numbers() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A number as text, and one that YAML 1.1 reads as text (compiled when a number is refused)."""
+    return (
+        re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"),
+        re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+"),
+    )
+
+
 _QUOTED_HINT = " (a number in quotes is text: remove the quotes"
 _YAML11_FLOAT_HINT = (
     "; a YAML 1.1 reader such as yaml.safe_load also reads 1e-4 as text: write 1.0e-4, or load the file "
@@ -276,8 +306,9 @@ def _structure_float(value: Any, _tp: Any) -> Any:
         except OverflowError:
             raise Invalid(f"number too large, got {echo(value)}") from None
     hint = ""
-    if kind is str and _STRING_NUMBER.fullmatch(value):
-        yaml11 = _YAML11_FLOAT_HINT if _YAML11_STRING_FLOAT.fullmatch(value) else ""
+    number, yaml11_float = _string_numbers()
+    if kind is str and number.fullmatch(value):
+        yaml11 = _YAML11_FLOAT_HINT if yaml11_float.fullmatch(value) else ""
         hint = f"{_QUOTED_HINT}{yaml11})"
     raise Invalid(f"expected a number, got {describe_value(value)}{hint}")
 
@@ -376,6 +407,12 @@ class _Literal(Rule):
 
     def takes_text(self, tp: Any) -> bool:
         return self.text_as_is(tp)
+
+    def as_is(self, tp: Any) -> str | None:
+        choices = typing.get_args(tp)
+        if not all(type(c) is str for c in choices):
+            return None
+        return f"type(v) is str and v in {tuple(choices)!r}"
 
 
 class _Enum(Rule):
@@ -539,6 +576,11 @@ class _Union(Rule):
 
     def takes_text(self, tp: Any) -> bool:
         return any(rule_for(m).takes_text(m) for m in typing.cast(tuple[Any, ...], union_args(tp)))
+
+    def as_is(self, tp: Any) -> str | None:
+        bare, nullable = strip_optional(tp)
+        inner = rule_for(bare).as_is(bare) if nullable and bare is not tp else None
+        return None if inner is None else f"v is None or ({inner})"
 
     def child(self, tp: Any, segment: str | int) -> Any:
         bare, _ = strip_optional(tp)
@@ -764,17 +806,29 @@ class _Attrs(Rule):
 
 
 def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozenset()) -> Hook:
-    """The structure hook of attrs class ``cls``: cattrs' generated function, its errors completed.
+    """The structure hook of attrs class ``cls``: a function written out for its fields, and, for a mapping
+    it refuses, cattrs' generated function, whose errors are completed and reported.
 
-    ``also`` names keys the mapping may hold besides the fields (a root group's ``_target_``). cattrs' own
-    forbid-extra-keys check builds a set of the keys on every call; a subset test on the keys view costs a
-    third of that (0.17 vs 0.5 us per class, about 6% of a warm resolve), so unknown keys are checked here and
-    reported as cattrs' ``ForbiddenExtraKeysError`` all the same.
+    ``also`` names keys the mapping may hold besides the fields (a root group's ``_target_``). The written
+    function (:func:`_sound_structure`) takes a sound mapping through every field's hook (a sound scalar
+    through its :meth:`Rule.as_is` test instead of a call), ``cls(**fields)`` (every validator) and the
+    class's ``cross_check``; at the first thing that fails it gives up, and the mapping is structured
+    again the detailed way, which finds and names every problem. So errors read as cattrs' always did,
+    and a valid document pays neither for their bookkeeping nor for generating it (cattrs' function is
+    made the first time a mapping of ``cls`` is refused). Unknown keys are checked here with a subset test
+    on the keys view and reported as cattrs' ``ForbiddenExtraKeysError`` all the same.
     """
     attrs.resolve_types(cls)
-    inner: Hook = make_dict_structure_fn(
-        cls, conv, _cattrs_forbid_extra_keys=False, _cattrs_detailed_validation=True
-    )
+    made: list[Hook] = []  # cattrs' function, once made
+
+    def inner(value: Any, _cl: Any) -> Any:
+        if not made:
+            made.append(
+                make_dict_structure_fn(
+                    cls, conv, _cattrs_forbid_extra_keys=False, _cattrs_detailed_validation=True
+                )
+            )
+        return made[0](value, cls)
 
     allowed = frozenset(f.name for f in attrs.fields(cls) if f.init) | also
     title = cls.__qualname__
@@ -792,7 +846,7 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
             errors.extend(exc.exceptions)
         return class_error(cls, value, errors, structure)
 
-    def structure_attrs(value: Any, _tp: Any) -> Any:
+    def structure_detailed(value: Any) -> Any:
         if type(value) is not dict and not isinstance(value, Mapping):
             raise Invalid(f"expected a mapping for {title}, got {describe_value(value)}")
         if not value.keys() <= allowed:
@@ -807,7 +861,63 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
                 raise ClassValidationError(f"While checking {title}", found, cls)
         return obj
 
-    return structure_attrs
+    return _sound_structure(cls, conv, checked, allowed, structure_detailed)
+
+
+#: What a step of :func:`_sound_structure`'s function gives for a mapping it does not take.
+_REFUSED: Any = object()
+
+
+def _sound_structure(
+    cls: type, conv: cattrs.Converter, checked: bool, allowed: frozenset[str], detailed: Callable[[Any], Any]
+) -> Hook:
+    """The structure hook of ``cls``, written out for its fields: a ``dict`` of known keys goes through every
+    field's hook, ``cls(**fields)`` (every validator) and, if ``checked``, the class's ``cross_check``; any
+    other value, and a mapping at its first problem (a value a hook refuses, a validator, a finding), goes
+    to ``detailed``, which finds and reports every problem. Each field is read by the converter's hook for
+    its annotation, called only when the value is not one the table's :meth:`Rule.as_is` says the hook
+    returns unchanged."""
+    from hyper_parallel.config.codegen import generate
+
+    scope: dict[str, Any] = {"cls": cls, "refused": _REFUSED, "allowed": allowed, "detailed": detailed}
+    lines = [
+        "def structure_attrs(o, _tp=None):",
+        "    if type(o) is dict and o.keys() <= allowed:",
+        "        try:",
+        "            kw = {}",
+    ]
+    for i, f in enumerate(attrs.fields(cls)):
+        if not f.init:
+            continue
+        if f.type is None:  # no annotation: cattrs passes the value on; so does the detailed path
+            return lambda value, _tp: detailed(value)
+        hook = conv.get_structure_hook(f.type)
+        scope[f"h{i}"], scope[f"t{i}"] = hook, f.type
+        test = rule_for(f.type).as_is(f.type) if getattr(hook, "_from_table", False) else None
+        call = f"h{i}(v, t{i})"
+        read = call if test is None else f"v if {test} else {call}"
+        lines += [
+            f"            if {f.name!r} in o:",
+            f"                v = o[{f.name!r}]",
+            f"                kw[{(f.alias or f.name)!r}] = {read}",
+        ]
+    lines.append("            obj = cls(**kw)")
+    if checked:  # a finding, like any failure, sends the mapping to the detailed path that reports it
+        lines += [
+            "            for _ in obj.cross_check():",
+            "                obj = refused",
+            "                break",
+        ]
+    lines += [
+        "        except Exception:",
+        "            obj = refused",
+        "        if obj is not refused:",
+        "            return obj",
+        "    return detailed(o)",
+    ]
+    label = f"structure {cls.__module__}.{cls.__qualname__}"
+    fn: Hook = generate(label, "\n".join(lines), scope)
+    return fn
 
 
 def _holds_attrs(tp: Any) -> bool:
@@ -898,8 +1008,13 @@ def class_schema(cls: type, target: str | None, default_of: Callable[[Any], Any]
 
 
 #: reST roles (``:class:`~a.B```, ``:func:`f```), literals (````x````) and emphasis, for :func:`plain_text`.
-_REST_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`(~?)([^`<]*?)(?:\s*<([^`>]*)>)?`")
-_REST_MARKUP = re.compile(r"``(.+?)``|\*\*(.+?)\*\*|(?<![\w*])\*([^*\s][^*]*?)\*(?![\w*])")
+@functools.cache
+def _rest_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """reST roles and inline markup (compiled when help text is first written)."""
+    return (
+        re.compile(r":[a-z]+(?::[a-z]+)?:`(~?)([^`<]*?)(?:\s*<([^`>]*)>)?`"),
+        re.compile(r"``(.+?)``|\*\*(.+?)\*\*|(?<![\w*])\*([^*\s][^*]*?)\*(?![\w*])"),
+    )
 
 
 def plain_text(text: str) -> str:
@@ -912,8 +1027,9 @@ def plain_text(text: str) -> str:
             return title.strip()
         return title.rsplit(".", 1)[-1] if tilde else title
 
-    text = _REST_ROLE.sub(role, text)
-    return _REST_MARKUP.sub(lambda m: next(g for g in m.groups() if g is not None), text)
+    rest_role, rest_markup = _rest_patterns()
+    text = rest_role.sub(role, text)
+    return rest_markup.sub(lambda m: next(g for g in m.groups() if g is not None), text)
 
 
 #: attrs' comparison validators (``gt``, ``ge``, ``lt``, ``le``) as JSON schema keywords.
@@ -1138,7 +1254,14 @@ def register_rules(conv: cattrs.Converter) -> None:
 
 
 def _structure_factory(rule: Rule, conv: cattrs.Converter) -> Callable[[Any], Hook]:
-    return lambda tp: rule.structure(tp, conv)
+    def make(tp: Any) -> Hook:
+        hook = rule.structure(tp, conv)
+        # The table's own hook (not one registered over it): its rule's ``as_is`` test may stand in for it.
+        with contextlib.suppress(AttributeError, TypeError):
+            hook._from_table = True  # type: ignore[attr-defined]
+        return hook
+
+    return make
 
 
 def _unstructure_factory(rule: Rule, conv: cattrs.Converter) -> Callable[[Any], Callable[[Any], Any]]:
