@@ -21,7 +21,7 @@ from hyper_parallel.trainer.config import (  # noqa: E402
 from tests.support.parallel_models import IMAGE_TOKEN, LAYOUTS, SPECS, WORLD  # noqa: E402
 from tests.support.parallel_models import full as _full  # noqa: E402
 from tests.support.parallel_models import image_batch as _image_batch  # noqa: E402
-from tests.support.processes import spawn  # noqa: E402
+from tests.support.processes import Case, SpawnedCases, spawn_each  # noqa: E402
 
 #: Layouts run with activation checkpointing and compile on top (Llama 3 and Qwen 3.5 text only).
 _SELECTIVE = ActivationCheckpointConfig(mode="selective", selective_option="op")
@@ -199,29 +199,46 @@ def _check_layout(rank: int, model_name: str, layout: str) -> None:
     _assert_residual_layout(parallelism, residual, local.shape[1])
 
 
-@pytest.mark.multiprocess
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-@pytest.mark.parametrize("model_name", list(SPECS))
-def test_parallelize_matches_unsharded(model_name: str, layout: str) -> None:
-    spawn(_check_layout, model_name, layout, nprocs=WORLD)
-
-
 # Qwen 3.5 under TP is not compiled here: dynamo does not see through the `to_local` lookup of the
 # Gated DeltaNet's sharded parameters in _modules.py (conv1d then gets a DTensor).
+CHECKPOINTED = [
+    ("llama3", "dp_shard2_ac"),
+    ("qwen3_5", "dp_shard2_ac"),
+    ("qwen3_5", "tp2_ac"),
+    ("llama3", "tp2_ac_compile"),
+]
+FSDP_POLICY_MODELS = ["llama3", "qwen3_5"]
+
+
+@pytest.fixture(scope="module")
+def spawned() -> SpawnedCases:
+    """Every multi-process case of this module, one after the other in one spawned group (start-up once);
+    the compiled one last, so no case runs after torch.compile has run."""
+    cases: dict[str, Case] = {
+        f"{model_name}-{layout}": (_check_layout, (model_name, layout))
+        for model_name in SPECS
+        for layout in LAYOUTS
+    }
+    cases.update({f"fsdp-policies-{m}": (_check_fsdp_policies, (m,)) for m in FSDP_POLICY_MODELS})
+    cases.update({f"{m}-{layout}": (_check_layout, (m, layout)) for m, layout in CHECKPOINTED})
+    return spawn_each(cases, nprocs=WORLD)
+
+
 @pytest.mark.multiprocess
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize(
-    ("model_name", "layout"),
-    [
-        ("llama3", "dp_shard2_ac"),
-        ("qwen3_5", "dp_shard2_ac"),
-        ("llama3", "tp2_ac_compile"),
-        ("qwen3_5", "tp2_ac"),
-    ],
-)
-def test_checkpointed_and_compiled_parallel_model_matches_unsharded(model_name: str, layout: str) -> None:
-    spawn(_check_layout, model_name, layout, nprocs=WORLD)
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("model_name", list(SPECS))
+def test_parallelize_matches_unsharded(model_name: str, layout: str, spawned: SpawnedCases) -> None:
+    spawned.check(f"{model_name}-{layout}")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(("model_name", "layout"), CHECKPOINTED)
+def test_checkpointed_and_compiled_parallel_model_matches_unsharded(
+    model_name: str, layout: str, spawned: SpawnedCases
+) -> None:
+    spawned.check(f"{model_name}-{layout}")
 
 
 def _blocks(model: Any) -> list[Any]:
@@ -283,10 +300,10 @@ def _check_fsdp_policies(rank: int, model_name: str) -> None:
 
 
 @pytest.mark.multiprocess
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("model_name", ["llama3", "qwen3_5"])
-def test_fsdp_applies_mixed_precision_offload_and_reshard(model_name: str) -> None:
-    spawn(_check_fsdp_policies, model_name, nprocs=WORLD)
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("model_name", FSDP_POLICY_MODELS)
+def test_fsdp_applies_mixed_precision_offload_and_reshard(model_name: str, spawned: SpawnedCases) -> None:
+    spawned.check(f"fsdp-policies-{model_name}")
 
 
 def test_mesh_must_match_parallelism() -> None:

@@ -19,7 +19,7 @@ from hyper_parallel.trainer.config import ParallelismConfig  # noqa: E402
 from tests.support.parallel_models import IMAGE_TOKEN, LAYOUTS, SPECS, WORLD  # noqa: E402
 from tests.support.parallel_models import full as _full  # noqa: E402
 from tests.support.parallel_models import image_batch as _image_batch  # noqa: E402
-from tests.support.processes import spawn  # noqa: E402
+from tests.support.processes import Case, SpawnedCases, spawn_each  # noqa: E402
 
 SINGLE = ParallelismConfig(dp_shard=1)
 SEED = 7
@@ -125,13 +125,24 @@ def _save_hf_folder(spec: ModelSpec, folder: Path) -> None:
     save_file({k: v.detach().clone().contiguous() for k, v in hf.items()}, str(folder / "model.safetensors"))
 
 
+@pytest.fixture(scope="module")
+def across_layouts(tmp_path_factory: pytest.TempPathFactory) -> SpawnedCases:
+    """Every model x layout check, run one after the other in one spawned group (start-up paid once)."""
+    cases: dict[str, Case] = {}
+    for model_name in SPECS:
+        folder = tmp_path_factory.mktemp(model_name)
+        _save_hf_folder(SPECS[model_name](), folder)
+        for layout in LAYOUTS:
+            cases[f"{model_name}-{layout}"] = (_check_weights, (model_name, layout, str(folder)))
+    return spawn_each(cases, nprocs=WORLD)
+
+
 @pytest.mark.multiprocess
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("model_name", list(SPECS))
-def test_weights_match_across_layouts(model_name: str, layout: str, tmp_path: Path) -> None:
-    _save_hf_folder(SPECS[model_name](), tmp_path)
-    spawn(_check_weights, model_name, layout, str(tmp_path), nprocs=WORLD)
+def test_weights_match_across_layouts(model_name: str, layout: str, across_layouts: SpawnedCases) -> None:
+    across_layouts.check(f"{model_name}-{layout}")
 
 
 @pytest.mark.parametrize("model_name", list(SPECS))

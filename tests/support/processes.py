@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ import pytest
 
 from tests.support import ROOT
 
-__all__ = ["clean_env", "spawn", "torchrun", "torchrun_nodes"]
+__all__ = ["SpawnedCases", "clean_env", "spawn", "spawn_each", "torchrun", "torchrun_nodes"]
 
 #: Seconds a stopped process tree gets between SIGTERM and SIGKILL.
 _GRACE = 30.0
@@ -208,3 +208,59 @@ def spawn(body: Callable[..., None], *args: Any, nprocs: int) -> None:
                 if proc.is_alive():
                     proc.kill()
                     proc.join()
+
+
+#: A case of :func:`spawn_each`: a module-level function run as ``body(rank, *args)``, and its arguments.
+Case = tuple[Callable[..., None], tuple[Any, ...]]
+
+
+class SpawnedCases:
+    """What :func:`spawn_each` saw: the cases that passed on every rank, and the first failure's report."""
+
+    def __init__(self, passed: set[str], failure: str | None) -> None:
+        self.passed = passed
+        self.failure = failure
+
+    def check(self, name: str) -> None:
+        """Pass if case ``name`` passed on every rank; else fail with the failing case's traceback."""
+        if name not in self.passed:
+            pytest.fail(f"case {name!r} did not pass; the first failure:\n{self.failure}", pytrace=False)
+
+
+def spawn_each(cases: Mapping[str, Case], *, nprocs: int) -> SpawnedCases:
+    """Run every case ``name -> (body, args)`` as ``body(rank, *args)``, one after the other, in one group of
+    ``nprocs`` spawned processes: a module's cases pay the processes' start-up (importing torch) once.
+
+    Ranks meet at a barrier after each case; the cases that passed are recorded as they pass. The first
+    case to fail on any rank ends the group as :func:`spawn` does, and it and the cases after it report
+    that failure (the cases before it still pass).
+    """
+    with tempfile.TemporaryDirectory(prefix="cases-") as folder:
+        record = Path(folder) / "passed"
+        record.touch()
+        try:
+            spawn(_run_cases, list(cases.items()), str(record), nprocs=nprocs)
+            failure = None
+        except Exception as exc:  # the case's own traceback; else (a rank died) what torch's spawn saw
+            failed = sorted(Path(folder).glob("failed.rank*"))
+            failure = "\n".join(f.read_text() for f in failed) if failed else str(exc)
+        return SpawnedCases(set(record.read_text().splitlines()), failure)
+
+
+def _run_cases(rank: int, cases: list[tuple[str, Case]], record: str) -> None:
+    import traceback
+
+    import torch.distributed as dist
+
+    for name, (body, args) in cases:
+        try:
+            body(rank, *args)
+        except BaseException:  # kept for the report: the other ranks only see the group break
+            Path(record).with_name(f"failed.rank{rank}").write_text(
+                f"{name}, rank {rank}:\n{traceback.format_exc()}"
+            )
+            raise
+        dist.barrier()
+        if rank == 0:
+            with open(record, "a", encoding="utf-8") as handle:
+                handle.write(name + "\n")
