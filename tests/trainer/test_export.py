@@ -22,8 +22,8 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from hyper_parallel.export import ExportError, export_checkpoint, main, parse_size  # noqa: E402
 from hyper_parallel.trainer import LLMTrainer  # noqa: E402
-from tests.support.processes import clean_env, torchrun  # noqa: E402
-from tests.support.trainer import ROOT, WORKER, tiny_config  # noqa: E402
+from tests.support.processes import clean_env  # noqa: E402
+from tests.support.trainer import ROOT, tiny_config, train_runs_under_torchrun  # noqa: E402
 
 RUN = {"training.max_steps": "2", "checkpoint.enable": "true"}
 
@@ -128,20 +128,30 @@ def test_dtype_casts_a_float32_checkpoint(tmp_path: Path) -> None:
     assert transformers.AutoModelForCausalLM.from_pretrained(out).dtype == torch.float16
 
 
+TWO_PROCESS_LAYOUTS = {
+    "dp_shard2": {"parallelism.dp_shard": "2"},
+    "tp2": {"parallelism.dp_shard": "1", "parallelism.tp": "2"},
+}
+
+
+@pytest.fixture(scope="module")
+def saved_by_two(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Checkpoints of both two-process layouts (``<layout>/ckpt``), trained in one torchrun job."""
+    tmp = tmp_path_factory.mktemp("two-processes")
+    runs = {
+        name: ("llama3", {**RUN, "checkpoint.folder": str(tmp / name / "ckpt"), **layout})
+        for name, layout in TWO_PROCESS_LAYOUTS.items()
+    }
+    train_runs_under_torchrun(2, tmp, runs)
+    return tmp
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize(
-    "layout",
-    [{"parallelism.dp_shard": "2"}, {"parallelism.dp_shard": "1", "parallelism.tp": "2"}],
-    ids=["dp_shard2", "tp2"],
-)
-def test_a_checkpoint_saved_by_two_processes_exports(layout: dict[str, str], tmp_path: Path) -> None:
-    overrides = {**RUN, "checkpoint.folder": str(tmp_path / "ckpt"), **layout}
-    pairs = [f"{k}={v}" for k, v in overrides.items()]
-    done = torchrun(2, WORKER, "train", "llama3", str(tmp_path / "r"), *pairs)
-    assert done.returncode == 0, done.stderr[-3000:]
+@pytest.mark.parametrize("layout", list(TWO_PROCESS_LAYOUTS))
+def test_a_checkpoint_saved_by_two_processes_exports(layout: str, saved_by_two: Path, tmp_path: Path) -> None:
     ours = _train("llama3", tmp_path / "one")  # one process trains the same weights (same losses, 1e-5)
-    out = export_checkpoint(tmp_path / "ckpt", tmp_path / "hf")
+    out = export_checkpoint(saved_by_two / layout / "ckpt", tmp_path / "hf")
     assert _logits_gap(ours, out) <= 1e-4
 
 
