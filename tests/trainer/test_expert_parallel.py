@@ -86,10 +86,10 @@ def test_ep2_of_dp_shard4_matches_one_process_and_splits_the_experts(runs: dict[
         ep_rank = rank % 2
         assert report["experts"]["computes"] == [2 * ep_rank, 2 * ep_rank + 1]
         assert report["experts"]["stored"] == [2 * ep_rank + rank // 2]
-        w1 = report["params"]["layers.0.feed_forward.experts.w1"]
-        assert w1["mesh"] == ["dp_shard_mod_ep", "ep"]
-        assert w1["placements"] == ["_StridedShard(dim=0, sf=2)", "Shard(dim=0)"]
-        assert (w1["local"], w1["global"]) == ([1, 32, 64], [4, 32, 64])
+        w13 = report["params"]["layers.0.feed_forward.experts.w13"]
+        assert w13["mesh"] == ["dp_shard_mod_ep", "ep"]
+        assert w13["placements"] == ["_StridedShard(dim=0, sf=2)", "Shard(dim=0)"]
+        assert (w13["local"], w13["global"]) == ([1, 64, 64], [4, 64, 64])
         router = report["params"]["layers.0.feed_forward.router.weight"]
         assert (router["mesh"], router["local"]) == (["dp_shard"], [1, 64])
 
