@@ -77,8 +77,17 @@ def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor) 
     """``x`` (tokens, in) grouped by expert times each group's ``weight[e]`` (e, out, in) transposed.
 
     ``counts`` (e,) int: consecutive rows of ``x`` per expert. One ``torch._grouped_mm`` call where
-    torch has it; otherwise one matmul per non-empty group.
+    torch has it; otherwise one matmul per non-empty group. Under ``torch.compile`` outside bfloat16 (the
+    only dtype torch 2.13 traces ``_grouped_mm`` in) the call runs eagerly, a graph break.
     """
+    if torch.compiler.is_compiling() and x.dtype != torch.bfloat16:
+        eager: torch.Tensor = _untraced_grouped_matmul(x, weight, counts)
+        return eager
+    return _grouped_matmul(x, weight, counts)
+
+
+def _grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """:func:`grouped_matmul` itself."""
     if _can_group(x, weight):
         offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
         out: torch.Tensor = torch._grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
@@ -86,6 +95,10 @@ def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor) 
     sizes = counts.tolist()
     parts = [part @ weight[e].t() for e, part in enumerate(torch.split(x, sizes, dim=0)) if sizes[e]]
     return torch.cat(parts) if parts else x.new_zeros(0, weight.shape[1])
+
+
+#: :func:`_grouped_matmul` run eagerly from inside a compiled region.
+_untraced_grouped_matmul = torch.compiler.disable(_grouped_matmul)  # type: ignore[no-untyped-call]
 
 
 class _ScaleGrad(torch.autograd.Function):
