@@ -206,7 +206,7 @@ def _moe_blocks(implementation: str) -> tuple[Any, Any]:
     args = qwen3_5_moe.create_model_spec("debugmodel", overrides=overrides).args
     torch.manual_seed(0)
     ours = MoE(args)
-    for weight in (ours.experts.w1, ours.experts.w2, ours.experts.w3):
+    for weight in (ours.experts.w13, ours.experts.w2):
         torch.nn.init.normal_(weight, std=0.02)
     config = Qwen3_5MoeTextConfig(
         hidden_size=args.dim,
@@ -219,7 +219,7 @@ def _moe_blocks(implementation: str) -> tuple[Any, Any]:
     theirs = Qwen3_5MoeSparseMoeBlock(config)
     with torch.no_grad():
         theirs.gate.weight.copy_(ours.router.weight)
-        theirs.experts.gate_up_proj.copy_(torch.cat((ours.experts.w1, ours.experts.w3), dim=1))
+        theirs.experts.gate_up_proj.copy_(ours.experts.w13)
         theirs.experts.down_proj.copy_(ours.experts.w2)
         theirs.shared_expert.gate_proj.weight.copy_(ours.shared_expert.w1.weight)
         theirs.shared_expert.up_proj.weight.copy_(ours.shared_expert.w3.weight)

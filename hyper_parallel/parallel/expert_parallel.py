@@ -35,7 +35,7 @@ from torch.distributed.device_mesh import DeviceMesh
 __all__ = ["AllToAllDispatcher", "BalanceLoss", "apply_ep", "clip_grad_norm", "load_balancing_loss"]
 
 #: Names of the stacked expert weights a MoE block's ``experts`` module holds.
-EXPERT_WEIGHTS = ("w1", "w2", "w3")
+EXPERT_WEIGHTS = ("w13", "w2")
 
 
 class AllToAllDispatcher:
@@ -56,22 +56,17 @@ class AllToAllDispatcher:
         ep, n_local = self.size, self.n_local
         received_counts = torch.empty_like(counts)
         dist.all_to_all_single(received_counts, counts, group=self.group)  # (source rank, local expert)
-        send = counts.view(ep, n_local).sum(dim=1).tolist()
         per_source = received_counts.view(ep, n_local)
-        receive = per_source.sum(dim=1).tolist()
+        # the split sizes are the one host read: all-to-all takes them as Python integers
+        send, receive = torch.stack((counts.view(ep, n_local).sum(dim=1), per_source.sum(dim=1))).tolist()
         arrived = all_to_all_single_autograd(tokens, receive, send, self.group)
-        # (source, expert) segments -> (expert, source): each local expert's tokens in one group
-        starts = torch.cumsum(per_source.flatten(), 0) - per_source.flatten()
-        sizes = per_source.flatten().tolist()
-        spans = [
-            torch.arange(int(starts[s * n_local + e]), int(starts[s * n_local + e]) + sizes[s * n_local + e])
-            for e in range(n_local)
-            for s in range(ep)
-        ]
-        order = torch.cat(spans).to(tokens.device) if spans else torch.zeros(0, dtype=torch.long)
-        out = experts(arrived[order], per_source.sum(dim=0))
-        restored = torch.empty_like(out)
-        restored[order] = out
+        # (source, expert) segments -> (expert, source): each local expert's tokens in one group, by one
+        # stable sort of the arrived rows' local expert (computed on the device)
+        local_expert = torch.arange(n_local, device=counts.device).repeat(ep)
+        expert_of = local_expert.repeat_interleave(received_counts, output_size=sum(receive))
+        order = torch.argsort(expert_of, stable=True)
+        out = experts(arrived.index_select(0, order), per_source.sum(dim=0))
+        restored = torch.empty_like(out).index_copy(0, order, out)
         result: torch.Tensor = all_to_all_single_autograd(restored, send, receive, self.group)
         return result
 
@@ -80,7 +75,7 @@ def apply_ep(moe_layers: Sequence[Any], ep_mesh: DeviceMesh) -> None:
     """Shard each MoE block's experts over ``ep_mesh`` along the expert dimension and dispatch to them.
 
     ``moe_layers`` are the blocks' mixture-of-experts modules (``experts`` with stacked weights
-    ``w1``/``w2``/``w3``, a ``dispatcher`` slot, ``n_experts``). Run before FSDP2 wraps anything.
+    ``w13``/``w2``, a ``dispatcher`` slot, ``n_experts``). Run before FSDP2 wraps anything.
     """
     from torch.distributed.tensor import Shard, distribute_tensor
 

@@ -84,7 +84,8 @@ def cross_group_issues(cfg: "TrainerConfig") -> Issues:
 
 
 def expert_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
-    """Expert parallelism needs a model with experts, and runs with FSDP alone (no ``dp_replicate`` yet).
+    """Expert parallelism needs a model with experts, runs with FSDP alone (no ``dp_replicate`` yet), and
+    with activation checkpointing of whole blocks (``full``, or every n-th block; not of operators).
 
     That ``ep`` divides the experts is the model's rule (``ModelArgs.parallel_issues``) and that it divides
     ``dp_shard x cp`` the parallelism group's (``ParallelismConfig.world_size_issues``).
@@ -105,6 +106,15 @@ def expert_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
             "parallelism.ep",
             f"expert parallelism with dp_replicate > 1 (HSDP, {replicate}) is not supported yet; "
             f"shard over dp_shard instead, got ep {ep}",
+        )
+    ac = cfg.activation_checkpoint
+    experts = cfg.model.args.expert_count() is not None
+    if experts and ac.mode == "selective" and ac.selective_option == "op":
+        yield (
+            "activation_checkpoint.selective_option",
+            "'op' (selective checkpointing of operators) is not supported with expert parallelism yet "
+            f"(parallelism.ep = {ep}): recomputing the experts' all-to-all dispatch fails in the "
+            "backward; use mode 'full' or an integer selective_option",
         )
 
 
@@ -193,6 +203,13 @@ def _compile_issues(cfg: "TrainerConfig") -> Issues:
             "compile.enable",
             "compiling the model is not supported with pipeline parallelism "
             f"(parallelism.pp = {cfg.parallelism.pp})",
+        )
+    if cfg.compile.fullgraph and cfg.model.args.expert_count() is not None:
+        yield (
+            "compile.fullgraph",
+            "a mixture-of-experts model compiles with graph breaks only (its grouped expert matmul runs "
+            "eagerly outside bfloat16, and under expert parallelism the all-to-all reads its split sizes "
+            "on the host); use fullgraph: false",
         )
 
 

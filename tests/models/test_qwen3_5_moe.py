@@ -92,7 +92,10 @@ def test_adapter_reads_per_expert_and_fused_layouts_and_writes_per_expert(tmp_pa
     adapter = Qwen3_5MoeStateDictAdapter(TINY_MOE)
     fused = reference.state_dict()  # transformers' in-memory layout: gate_up_proj, down_proj
     ours = adapter.from_hf(fused)
-    assert ours["layers.1.feed_forward.experts.w1"].shape == (8, 32, 64)
+    assert ours["layers.1.feed_forward.experts.w13"].shape == (8, 64, 64)
+    assert torch.equal(
+        ours["layers.1.feed_forward.experts.w13"], fused["model.layers.1.mlp.experts.gate_up_proj"]
+    )
     written = adapter.to_hf(ours)
     assert "model.layers.1.mlp.experts.7.gate_proj.weight" in written
     assert "model.layers.1.mlp.experts.gate_up_proj" not in written
@@ -130,7 +133,7 @@ def test_debugmodel_trains_a_step_on_cpu() -> None:
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
     meta = qwen3_5_moe.create_model_spec("35B-A3B")
     big = meta.build_model_fn(meta.args, device="meta")
-    assert big.layers[0].feed_forward.experts.w1.shape == (256, 512, 2048)
+    assert big.layers[0].feed_forward.experts.w13.shape == (256, 1024, 2048)
 
 
 def test_trainer_starts_from_save_pretrained_with_transformers_first_loss(tmp_path: Path) -> None:

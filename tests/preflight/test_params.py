@@ -17,7 +17,10 @@ SPECS: dict[str, Callable[[], ModelSpec]] = {
     **{f"llama3 {f}": (lambda f=f: llama3.create_model_spec(f)) for f in llama3.LLAMA3_FLAVORS},
     **{f"qwen3_5 {f}": (lambda f=f: qwen3_5.create_model_spec(f)) for f in qwen3_5.QWEN3_5_FLAVORS},
     **{f"qwen3_5_vl {f}": (lambda f=f: qwen3_5.create_vl_model_spec(f)) for f in qwen3_5.QWEN3_5_VL_FLAVORS},
-    **{f"qwen3_5_moe {f}": (lambda f=f: qwen3_5_moe.create_model_spec(f)) for f in ("debugmodel", "35B-A3B")},
+    **{
+        f"qwen3_5_moe {f}": (lambda f=f: qwen3_5_moe.create_model_spec(f))
+        for f in qwen3_5_moe.QWEN3_5_MOE_FLAVORS
+    },
     "qwen3_5_moe untied, top-1": lambda: qwen3_5_moe.create_model_spec(
         "debugmodel", overrides={"tie_word_embeddings": False, "n_experts_per_token": 1, "n_experts": 5}
     ),
@@ -118,10 +121,22 @@ def test_active_parameters_count_the_experts_a_token_uses(name: str) -> None:
     assert active < sum(p.numel() for p in model.parameters())
 
 
-def test_35b_a3b_has_35b_parameters_and_3b_active() -> None:
-    """34.66 B in total; 3.45 B active per token, 2.44 B of them outside the embedding and output."""
-    groups = qwen3_5_moe.create_model_spec("35B-A3B").args.preflight().parameters()  # type: ignore[attr-defined]
+@pytest.mark.parametrize(
+    ("flavor", "counts"),
+    [
+        ("35B-A3B", (34_660_610_688, 3_454_988_928, 2_437_870_208)),
+        ("122B-A10B", (122_111_526_912, 9_771_288_576, 8_245_610_496)),
+        ("397B-A17B", (396_346_350_336, 17_349_040_896, 15_314_803_456)),
+    ],
+)
+def test_released_moe_flavors_have_their_published_total_and_active_sizes(
+    flavor: str, counts: tuple[int, int, int]
+) -> None:
+    """Total, active per token, and active outside the embedding and output (the text model: the released
+    checkpoints add a vision encoder and a multi-token-prediction layer): 34.66 B / 3.45 B for 35B-A3B,
+    122.11 B / 9.77 B for 122B-A10B, 396.35 B / 17.35 B for 397B-A17B."""
+    groups = qwen3_5_moe.create_model_spec(flavor).args.preflight().parameters()  # type: ignore[arg-type, attr-defined]
     total = sum(g.numel * g.copies for g in groups)
     active = sum(g.active_numel * g.copies for g in groups)
     inner = sum(g.active_numel * g.copies for g in groups if g.kind not in ("embedding", "output"))
-    assert (total, active, inner) == (34_660_610_688, 3_454_988_928, 2_437_870_208)
+    assert (total, active, inner) == counts

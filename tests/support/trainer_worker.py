@@ -47,16 +47,16 @@ def _params(trainer: LLMTrainer) -> dict[str, Any]:
 
 
 def _experts(trainer: LLMTrainer) -> dict[str, Any]:
-    """Which experts of the first MoE block this rank stores (its shard of ``w1``) and computes with.
+    """Which experts of the first MoE block this rank stores (its shard of ``w13``) and computes with.
 
-    A tensor of expert ids distributed like ``w1`` gives the stored ids; under expert parallelism the
+    A tensor of expert ids distributed like ``w13`` gives the stored ids; under expert parallelism the
     rank computes with the experts of its ``ep`` coordinate (what the all-to-all sends it).
     """
     layers = getattr(trainer.model, "moe_layers", None)
     if not callable(layers):
         return {}
     moe = layers()[0]
-    weight = moe.experts.w1
+    weight = moe.experts.w13
     n = weight.shape[0]
     ids = torch.arange(n, dtype=torch.float32).reshape(n, 1, 1)
     if isinstance(weight, DTensor):

@@ -1,12 +1,13 @@
 """Qwen 3.5 MoE under expert parallelism: same losses as one process, experts really split, checkpoints.
 
 One launch of 4 CPU processes (``ep 2`` x ``dp_shard 4``, so each expert is also FSDP-sharded over 2
-ranks) trains the tiny MoE config for 4 steps with checkpoints at steps 2 and 4; one process trains the
-same global batch. Losses and load-balancing losses agree within 1e-5 (fp32; ``micro_batch_size`` 1 keeps
-each micro-batch the same sequence, which the per-micro-batch auxiliary loss needs); every rank says which
-experts it stores and computes with. The EP checkpoint of step 2 resumes in one process, the one-process
-checkpoint of step 2 resumes under ``ep 2`` on 2 processes, both with the uninterrupted losses; the EP
-checkpoint exports to a folder transformers loads to the trained logits.
+ranks) trains the tiny MoE config for 4 steps with checkpoints at steps 2 and 4 and activation
+checkpointing of every 2nd block; one process trains the same global batch without it. Losses and
+load-balancing losses agree within 1e-5 (fp32; ``micro_batch_size`` 1 keeps each micro-batch the same
+sequence, which the per-micro-batch auxiliary loss needs); every rank says which experts it stores and
+computes with. The EP checkpoint of step 2 resumes in one process, the one-process checkpoint of step 2
+resumes under ``ep 2`` on 2 processes (every block checkpointed), both with the uninterrupted losses;
+the EP checkpoint exports to a folder transformers loads to the trained logits.
 """
 
 from __future__ import annotations
@@ -40,8 +41,15 @@ RUN = {
     "checkpoint.last_save_model_only": "false",
     "dataloader.dataset.synthetic_num_samples": "12",
 }
-EP4 = {"parallelism.dp_shard": "4", "parallelism.ep": "2"}
-EP2 = {"parallelism.dp_shard": "2", "parallelism.ep": "2"}
+# The EP launches checkpoint activations (one process does not): every 2nd block with ep 2 x dp_shard 4,
+# every block after the resume with ep 2; the experts' all-to-all is recomputed in the backward.
+EP4 = {
+    "parallelism.dp_shard": "4",
+    "parallelism.ep": "2",
+    "activation_checkpoint.mode": "selective",
+    "activation_checkpoint.selective_option": "2",
+}
+EP2 = {"parallelism.dp_shard": "2", "parallelism.ep": "2", "activation_checkpoint.mode": "full"}
 
 
 def _check(done: subprocess.CompletedProcess[str]) -> None:
@@ -86,10 +94,10 @@ def test_ep2_of_dp_shard4_matches_one_process_and_splits_the_experts(runs: dict[
         ep_rank = rank % 2
         assert report["experts"]["computes"] == [2 * ep_rank, 2 * ep_rank + 1]
         assert report["experts"]["stored"] == [2 * ep_rank + rank // 2]
-        w1 = report["params"]["layers.0.feed_forward.experts.w1"]
-        assert w1["mesh"] == ["dp_shard_mod_ep", "ep"]
-        assert w1["placements"] == ["_StridedShard(dim=0, sf=2)", "Shard(dim=0)"]
-        assert (w1["local"], w1["global"]) == ([1, 32, 64], [4, 32, 64])
+        w13 = report["params"]["layers.0.feed_forward.experts.w13"]
+        assert w13["mesh"] == ["dp_shard_mod_ep", "ep"]
+        assert w13["placements"] == ["_StridedShard(dim=0, sf=2)", "Shard(dim=0)"]
+        assert (w13["local"], w13["global"]) == ([1, 64, 64], [4, 64, 64])
         router = report["params"]["layers.0.feed_forward.router.weight"]
         assert (router["mesh"], router["local"]) == (["dp_shard"], [1, 64])
 

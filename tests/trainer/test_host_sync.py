@@ -140,3 +140,13 @@ def test_the_vision_language_step_reads_its_image_grids_on_the_host(monkeypatch:
     assert "tolist" in counter.per_step[2]  # the logged step reads the loss
     assert [r.step for r in results] == [1, 2, 3]
     assert all(r.loss > 0 for r in results)
+
+
+def test_the_mixture_of_experts_step_reads_no_device_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routing, grouping by expert and the grouped matmuls keep the counts per expert on the device."""
+    overrides = {"training.max_steps": "2", "metrics.log_freq": "2", "training.signal_check_freq": "100"}
+    trainer = LLMTrainer(tiny_config("qwen3_5_moe", overrides))
+    counter, results = _count_syncs(monkeypatch, overrides, trainer)
+    assert counter.per_step[0] == []
+    assert "tolist" in counter.per_step[1]  # the logged step reads the loss and the expert load
+    assert [r.step for r in results] == [1, 2]

@@ -31,12 +31,15 @@ EP_DENSE = (
 )
 
 
-def _config(tmp_path: Path, model: str, flavor: str, parallelism: dict[str, Any]) -> Path:
+def _config(
+    tmp_path: Path, model: str, flavor: str, parallelism: dict[str, Any], **groups: dict[str, Any]
+) -> Path:
     path = tmp_path / "config.yaml"
     document = {
         "model": {"_target_": model, "flavor": flavor, "weights_path": "/weights"},  # the tokenizer source
         "parallelism": {"_target_": PARALLELISM, **parallelism},
         "training": {"_target_": "hyper_parallel.trainer.config.TrainingConfig", "global_batch_size": 16},
+        **groups,
     }
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
@@ -420,11 +423,46 @@ EP_RULES = [
 ]
 
 
+@pytest.mark.parametrize(
+    ("flags", "path", "message"),
+    [
+        (
+            {"activation_checkpoint.mode": "selective", "activation_checkpoint.selective_option": "op"},
+            "activation_checkpoint.selective_option",
+            "'op' (selective checkpointing of operators) is not supported with expert parallelism yet "
+            "(parallelism.ep = 2): recomputing the experts' all-to-all dispatch fails in the backward; use "
+            "mode 'full' or an integer selective_option",
+        ),
+        (
+            {"compile.enable": "true", "compile.fullgraph": "true"},
+            "compile.fullgraph",
+            "a mixture-of-experts model compiles with graph breaks only (its grouped expert matmul runs "
+            "eagerly outside bfloat16, and under expert parallelism the all-to-all reads its split sizes on "
+            "the host); use fullgraph: false",
+        ),
+    ],
+    ids=["selective-op-ac", "fullgraph"],
+)
+def test_what_expert_parallelism_cannot_run_with_is_refused_at_resolve_time(
+    flags: dict[str, str], path: str, message: str
+) -> None:
+    """Whole-block checkpointing (full, every n-th block) and compile with graph breaks run under ep
+    (tests/trainer/test_expert_parallel.py; compile measured by hand, too slow for the suite)."""
+    moe = {**tiny_overrides("qwen3_5_moe"), "parallelism.dp_shard": "2", "parallelism.ep": "2"}
+    with pytest.raises(ConfigError) as info:
+        load_config(debug_config_path("qwen3_5_moe"), {**moe, **flags}, world_size=2)
+    assert [(issue.path, issue.message) for issue in info.value.issues] == [(path, message)]
+    for ok in ({"activation_checkpoint.mode": "full"}, {"compile.enable": "true"}):
+        assert load_config(debug_config_path("qwen3_5_moe"), {**moe, **ok}, world_size=2).parallelism.ep == 2
+
+
 @pytest.mark.parametrize(("parallelism", "world_size", "expected"), EP_RULES)
 def test_expert_parallel_layouts_are_checked_at_resolve_time(
     tmp_path: Path, parallelism: dict[str, Any], world_size: int | None, expected: list[tuple[str, str]]
 ) -> None:
-    path = _config(tmp_path, MOE, "debugmodel", parallelism)
+    # whole-block checkpointing: the default, operator-level, is refused under ep (test above)
+    ac = {"_target_": "hyper_parallel.trainer.config.ActivationCheckpointConfig", "mode": "full"}
+    path = _config(tmp_path, MOE, "debugmodel", parallelism, activation_checkpoint=ac)
     if not expected:
         cfg = load_config(path, world_size=world_size)
         assert cfg.parallelism.resolved_degrees(world_size or 1)["ep"] == parallelism["ep"]

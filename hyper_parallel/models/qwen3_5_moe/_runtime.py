@@ -65,7 +65,7 @@ def parallelize(
     )
 
 
-_EXPERT_WEIGHTS = ("feed_forward.experts.w1", "feed_forward.experts.w2", "feed_forward.experts.w3")
+_EXPERT_WEIGHTS = ("feed_forward.experts.w13", "feed_forward.experts.w2")
 
 
 def init_parameter(args: Qwen3_5MoeArgs, name: str, tensor: Any, generator: Any) -> None:
@@ -89,7 +89,8 @@ _MLP = {
     "shared_expert_gate.weight": "shared_expert_gate.weight",
 }
 _MLP_BACK = {ours: hf for hf, ours in _MLP.items()}
-_PROJ = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
+#: A routed expert's projections in a Hugging Face checkpoint: gate and up form ``w13``, down is ``w2``.
+_HF_PROJ = ("gate_proj", "up_proj", "down_proj")
 _OURS = re.compile(r"^layers\.(\d+)\.feed_forward\.(.+)$")
 
 
@@ -99,8 +100,9 @@ class Qwen3_5MoeStateDictAdapter(Qwen3_5StateDictAdapter):
     The token mixers, norms and embeddings map as in Qwen 3.5. Each block's ``mlp`` maps to
     ``feed_forward``: ``gate`` to ``router``, the shared expert's projections to ``w1``/``w3``/``w2``;
     the routed experts are accepted per expert (``experts.<j>.{gate,up,down}_proj.weight``, the layout
-    of the released checkpoints and of ``save_pretrained``) or fused (``experts.gate_up_proj``,
-    ``experts.down_proj``, transformers' in-memory layout), and written per expert.
+    of the released checkpoints and of ``save_pretrained``: expert ``j``'s gate and up stacked into
+    ``experts.w13[j]``) or fused (``experts.gate_up_proj``, ``experts.down_proj``, transformers'
+    in-memory layout, which is ours), and written per expert (``w13[j]`` split back into its halves).
     """
 
     model = "Qwen 3.5 MoE"
@@ -116,7 +118,7 @@ class Qwen3_5MoeStateDictAdapter(Qwen3_5StateDictAdapter):
         """Rename and stack a Hugging Face state dict into this model's layout."""
         rest: dict[str, Any] = {}
         out: dict[str, Any] = {}
-        per_expert: dict[tuple[str, str], dict[int, Any]] = {}  # (layer, w1|w2|w3) -> {expert: tensor}
+        per_expert: dict[tuple[str, str], dict[int, Any]] = {}  # (layer, HF projection) -> {expert: tensor}
         unknown: list[str] = []
         for name, tensor in state_dict.items():
             match = _HF_LAYER.match(name)
@@ -129,10 +131,9 @@ class Qwen3_5MoeStateDictAdapter(Qwen3_5StateDictAdapter):
             if sub in _MLP:
                 out[prefix + _MLP[sub]] = tensor
             elif expert is not None:
-                per_expert.setdefault((layer, _PROJ[expert.group(2)]), {})[int(expert.group(1))] = tensor
+                per_expert.setdefault((layer, expert.group(2)), {})[int(expert.group(1))] = tensor
             elif sub == "experts.gate_up_proj":
-                gate, up = tensor.chunk(2, dim=1)
-                out[prefix + "experts.w1"], out[prefix + "experts.w3"] = gate, up
+                out[prefix + "experts.w13"] = tensor
             elif sub == "experts.down_proj":
                 out[prefix + "experts.w2"] = tensor
             else:
@@ -143,24 +144,37 @@ class Qwen3_5MoeStateDictAdapter(Qwen3_5StateDictAdapter):
         if per_expert:
             import torch
 
-            for (layer, weight), experts in per_expert.items():
-                if sorted(experts) != list(range(n)):
-                    missing = sorted(set(range(n)) - set(experts))[:5]
-                    raise ValueError(
-                        f"checkpoint does not match the {self.model} arguments: layer {layer} has experts "
-                        f"{len(experts)} of n_experts={n} for {weight} (missing e.g. {missing})"
-                    )
-                out[f"layers.{layer}.feed_forward.experts.{weight}"] = torch.stack(
-                    [experts[j] for j in range(n)]
-                )
+            for layer in sorted({layer for layer, _ in per_expert}, key=int):
+                gate, up, down = (self._experts(per_expert, layer, proj) for proj in _HF_PROJ)
+                # each expert's gate rows then its up rows, written in place (no second stacked copy)
+                w13 = gate[0].new_empty((n, gate[0].shape[0] + up[0].shape[0], *gate[0].shape[1:]))
+                for j in range(n):
+                    torch.cat((gate[j], up[j]), out=w13[j])
+                prefix = f"layers.{layer}.feed_forward.experts."
+                out[prefix + "w13"] = w13
+                out[prefix + "w2"] = torch.stack(down)
         out.update(super().from_hf(rest))
         self._check_experts(out)
         return out
 
+    def _experts(
+        self, per_expert: Mapping[tuple[str, str], dict[int, Any]], layer: str, proj: str
+    ) -> list[Any]:
+        """Expert ``0 .. n - 1``'s ``proj`` weight of ``layer``; a ``ValueError`` naming a missing one."""
+        n = self.moe_args.n_experts
+        experts = per_expert.get((layer, proj), {})
+        if sorted(experts) != list(range(n)):
+            missing = sorted(set(range(n)) - set(experts))[:5]
+            raise ValueError(
+                f"checkpoint does not match the {self.model} arguments: layer {layer} has experts "
+                f"{len(experts)} of n_experts={n} for {proj} (missing e.g. {missing})"
+            )
+        return [experts[j] for j in range(n)]
+
     def _check_experts(self, state_dict: dict[str, Any]) -> None:
         a = self.moe_args
         expected = {
-            "experts.w1": (a.n_experts, a.ffn_hidden_dim, a.dim),
+            "experts.w13": (a.n_experts, 2 * a.ffn_hidden_dim, a.dim),
             "experts.w2": (a.n_experts, a.dim, a.ffn_hidden_dim),
             "shared_expert.w1.weight": (a.shared_expert_hidden_dim, a.dim),
             "router.weight": (a.n_experts, a.dim),
@@ -179,7 +193,6 @@ class Qwen3_5MoeStateDictAdapter(Qwen3_5StateDictAdapter):
         rest: dict[str, Any] = {}
         out: dict[str, Any] = {}
         unknown: list[str] = []
-        hf_proj = {ours: hf for hf, ours in _PROJ.items()}
         for name, tensor in state_dict.items():
             match = _OURS.match(name)
             if match is None:
@@ -189,10 +202,13 @@ class Qwen3_5MoeStateDictAdapter(Qwen3_5StateDictAdapter):
             prefix = f"{self.hf_prefix}layers.{layer}.mlp."
             if sub in _MLP_BACK:
                 out[prefix + _MLP_BACK[sub]] = tensor
-            elif sub in ("experts.w1", "experts.w2", "experts.w3"):
-                proj = hf_proj[sub.rpartition(".")[2]]
+            elif sub == "experts.w13":
+                for j, (gate, up) in enumerate(zip(*tensor.chunk(2, dim=1), strict=True)):
+                    out[f"{prefix}experts.{j}.gate_proj.weight"] = gate
+                    out[f"{prefix}experts.{j}.up_proj.weight"] = up
+            elif sub == "experts.w2":
                 for j in range(tensor.shape[0]):
-                    out[f"{prefix}experts.{j}.{proj}.weight"] = tensor[j]
+                    out[f"{prefix}experts.{j}.down_proj.weight"] = tensor[j]
             else:
                 unknown.append(name)
         if unknown:

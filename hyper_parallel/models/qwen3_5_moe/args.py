@@ -8,8 +8,16 @@ scaled by a sigmoid gate of the token, is added to every token. Training adds th
 load-balancing loss times ``router_aux_loss_coef`` to the language-model loss, as transformers does.
 
 Provenance: ``35B-A3B`` is transformers 5.24's ``Qwen3_5MoeTextConfig`` defaults (its docstring names the
-Qwen/Qwen3.5-35B-A3B checkpoint; ``tests/models/test_qwen3_5_moe.py`` compares them). The larger flavors
-are our best recollection of the released ``config.json`` files and were NOT verified.
+Qwen/Qwen3.5-35B-A3B checkpoint; ``tests/models/test_qwen3_5_moe.py`` compares them). ``122B-A10B`` and
+``397B-A17B`` are the text configs of the released Qwen/Qwen3.5-122B-A10B and Qwen/Qwen3.5-397B-A17B
+``config.json`` files as independent public projects quote them field by field (the files themselves
+could not be read here): MLX's MoE benchmarks (hidden, expert hidden, experts, top-k), a Megatron FSDP
+experiment table (hidden, heads and KV heads, Gated DeltaNet key/value heads, expert hidden, the
+3 DeltaNet : 1 attention pattern), slime's 397B launch script (layers, heads, head_dim 256, experts,
+top-k, shared expert 1024, vocabulary, rope 1e7 over a quarter of each head, untied output), an Ascend
+launch script for the 122B (every field above plus the DeltaNet head widths of 128). They agree with
+each other, and the counts they give (122.1 B total / 9.8 B active, 396.3 B / 17.3 B, text only)
+match the published sizes; ``tests/preflight/test_params.py`` pins them.
 """
 
 from collections.abc import Iterator, Mapping
@@ -94,7 +102,8 @@ class Qwen3_5MoeArgs(Qwen3_5Args):
         return Qwen3_5MoeCosts(self)
 
 
-#: Flavor name -> arguments. ``35B-A3B`` is transformers' default config; the others UNVERIFIED.
+#: Flavor name -> arguments. ``35B-A3B`` is transformers' default config; the others the released
+#: checkpoints' text configs (see the module docstring for the sources).
 QWEN3_5_MOE_FLAVORS: dict[str, Qwen3_5MoeArgs] = {
     "debugmodel": Qwen3_5MoeArgs(
         dim=256,
@@ -129,7 +138,8 @@ QWEN3_5_MOE_FLAVORS: dict[str, Qwen3_5MoeArgs] = {
         linear_num_value_heads=32,
         max_seq_len=32_768,
     ),
-    # UNVERIFIED dims (hidden 3072, 48 layers, 256 experts of 1024, 8 active, 32 q / 2 kv heads).
+    # Qwen/Qwen3.5-122B-A10B: 48 layers (12 full attention), 256 experts of 1024, 8 active, 32 q / 2 kv
+    # heads of 256, DeltaNet 16 key / 64 value heads of 128, context 262,144; the rest the defaults.
     "122B-A10B": Qwen3_5MoeArgs(
         dim=3072,
         n_layers=48,
@@ -141,9 +151,9 @@ QWEN3_5_MOE_FLAVORS: dict[str, Qwen3_5MoeArgs] = {
         n_kv_heads=2,
         linear_num_key_heads=16,
         linear_num_value_heads=64,
-        max_seq_len=32_768,
     ),
-    # UNVERIFIED dims (hidden 4096, 60 layers, 512 experts of 1024, 10 active, 32 q / 2 kv heads).
+    # Qwen/Qwen3.5-397B-A17B: 60 layers (15 full attention), 512 experts of 1024, 10 active, 32 q / 2 kv
+    # heads of 256, DeltaNet 16 key / 64 value heads of 128, context 262,144; the rest the defaults.
     "397B-A17B": Qwen3_5MoeArgs(
         dim=4096,
         n_layers=60,
@@ -155,6 +165,5 @@ QWEN3_5_MOE_FLAVORS: dict[str, Qwen3_5MoeArgs] = {
         n_kv_heads=2,
         linear_num_key_heads=16,
         linear_num_value_heads=64,
-        max_seq_len=32_768,
     ),
 }

@@ -1,13 +1,13 @@
 """Torch-free costs of Qwen 3.5 MoE for the preflight estimate: total and active parameters, FLOPs.
 
 Everything but the feed-forward network is Qwen 3.5's (``hyper_parallel.models.qwen3_5.estimate``, with
-the shared expert in place of the dense SwiGLU). The routed experts are three stacked tensors per block
+the shared expert in place of the dense SwiGLU). The routed experts are two stacked tensors per block
 whose first dimension is the expert: ``ParamGroup.experts_per_token`` says how many of those rows one
 token uses, so the active count is exact, and ``ep`` shards that dimension. FLOPs per token count the
 active matmuls (``6 x`` the active weights of every matmul, the router included) plus attention and Gated
 DeltaNet's terms. The routed-expert activations are an estimate (not checked against autograd): per token
-and block the router's fp32 probabilities, the ``k`` gathered copies of the token, the ``w1``/``w3``
-outputs and ``w2``'s input, and ``w2``'s output (kept for the routing weights' gradient).
+and block the router's fp32 probabilities, the ``k`` gathered copies of the token, the ``w13`` outputs
+and ``w2``'s input (the routing weights scale the hidden state, so ``w2``'s output is not kept).
 """
 
 from collections.abc import Sequence
@@ -38,7 +38,7 @@ class Qwen3_5MoeCosts(Qwen3_5Costs):
             *self._dense.parameters(),
             ParamGroup("moe", (e, a.dim), n),  # router
             ParamGroup("mlp", (1, a.dim), n),  # shared expert gate
-            ParamGroup("moe", (e, h, a.dim), 2 * n, experts_per_token=k),  # w1, w3
+            ParamGroup("moe", (e, 2 * h, a.dim), n, experts_per_token=k),  # w13 (gate and up)
             ParamGroup("moe", (e, a.dim, h), n, experts_per_token=k),  # w2
         )
 
@@ -47,7 +47,7 @@ class Qwen3_5MoeCosts(Qwen3_5Costs):
         k, h, d = a.n_experts_per_token, a.ffn_hidden_dim, a.dim
         tokens = work.batch * work.seq
         dense = self._dense.activations(work)
-        kept = (4 * a.n_experts + 8 * k + k * p * (2 * d + 3 * h)) * tokens
+        kept = (4 * a.n_experts + 8 * k + k * p * (d + 3 * h)) * tokens
         op = (p * a.n_experts + k * p * (2 * h + d)) * tokens
         blocks = tuple(b._replace(kept=b.kept + kept, op=b.op + op) for b in dense.blocks)
         return dense._replace(blocks=blocks, note="routed-expert activations estimated")
