@@ -90,10 +90,10 @@ class TokenizerRuntime:
         """
         import numpy as np
 
-        encoded = self.encode_batch(texts)
+        encoded = self._ids(texts)
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-        ids = np.fromiter(itertools.chain.from_iterable(encoded), dtype=dtype, count=int(lengths.sum()))
-        return ids, lengths
+        body = np.fromiter(itertools.chain.from_iterable(encoded), dtype=dtype, count=int(lengths.sum()))
+        return self._framed(body, lengths)
 
     def _framed(self, body: Any, lengths: Any) -> tuple[Any, Any]:
         """``encode_batch_flat`` from the texts' ids without specials: bos/eos added per the config."""
@@ -234,18 +234,9 @@ class HFTokenizer(TokenizerRuntime):
         return int(self._tok.get_vocab_size(with_added_tokens=True))
 
     def _ids(self, texts: list[str]) -> list[list[int]]:
-        return [list(enc.ids) for enc in self._tok.encode_batch(texts, add_special_tokens=False)]
-
-    def encode_batch_flat(self, texts: list[str], dtype: Any) -> tuple[Any, Any]:
-        """``encode_batch_flat`` from the library's batch (``encode_batch_fast`` when it has it: the same ids,
-        without the character offsets nothing here reads)."""
-        import numpy as np
-
+        # ``encode_batch_fast`` (newer ``tokenizers``): the same ids, without the character offsets
         encode = getattr(self._tok, "encode_batch_fast", None) or self._tok.encode_batch
-        encoded = [enc.ids for enc in encode(texts, add_special_tokens=False)]
-        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-        body = np.fromiter(itertools.chain.from_iterable(encoded), dtype=dtype, count=int(lengths.sum()))
-        return self._framed(body, lengths)
+        return [enc.ids for enc in encode(texts, add_special_tokens=False)]
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """Text of ``ids``."""
