@@ -10,10 +10,18 @@ After a multi-process run (``WORLD_SIZE`` > 1, which torchrun exports), the proc
 by then, but gloo's worker threads can outlive it in C++; tearing them down while Python finalises
 aborts the process now and then ("terminate called without an active exception"), turning a finished run
 into a crash. Such a process flushes its output and leaves without finalising: nothing else remains to
-run. This module imports the standard library only.
+run.
+
+Any process first takes every object out of the collector's sight (``gc.freeze()``): finalising runs a
+full collection over everything the process ever made (every imported module, class and compiled
+function), which is most of the time a short command such as ``--dry-run`` spends leaving, and gives back
+memory the process is about to give back whole. What must be written is written before (files are
+closed by their owners; a finaliser is not a place to write data, and Python does not promise to run the
+finalisers of objects still alive at exit). This module imports the standard library only.
 """
 
 import contextlib
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -39,6 +47,7 @@ def run(main: Callable[[], int]) -> NoReturn:
 
 def finish(status: int) -> NoReturn:
     """Exit with ``status``; after a multi-process run, without finalising the interpreter."""
+    gc.freeze()
     if os.environ.get("WORLD_SIZE", "1").strip() in ("", "0", "1"):
         sys.exit(status)
     try:

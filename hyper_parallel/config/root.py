@@ -10,6 +10,7 @@ Unstructuring writes each group's runtime class (never the declared base, which 
 fields), or the factory and the arguments it was called with.
 """
 
+import functools
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -87,10 +88,19 @@ class RootFacts(typing.NamedTuple):
     kwargs: Mapping[str, str] = {}
     #: The groups without a default, which every document must give.
     required: tuple[str, ...] = ()
+    #: The Config classes groups were structured as, by ``(group, '_target_')``: the checked target, its
+    #: structure hook and the allowed prefixes it was checked under (see :func:`structure_root`).
+    routes: dict[tuple[str, str], tuple[Any, type, Any, tuple[str, ...]]] = {}
 
     def allowed(self, extra: tuple[str, ...]) -> tuple[str, ...]:
         """What a ``_target_`` may be under: the root's packages, then ``extra`` (trusted code's)."""
-        return tuple(dict.fromkeys((*self.packages, *extra))) if self.packages else extra
+        return _allowed(self.packages, extra) if self.packages else extra
+
+
+@functools.lru_cache(maxsize=64)
+def _allowed(packages: tuple[str, ...], extra: tuple[str, ...]) -> tuple[str, ...]:
+    """:meth:`RootFacts.allowed`, made once per pair (and so the same tuple each time)."""
+    return tuple(dict.fromkeys((*packages, *extra)))
 
 
 def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
@@ -117,6 +127,7 @@ def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
         names,
         {n: f.alias or n for n, f in fields.items()},
         tuple(n for n, f in fields.items() if f.default is attrs.NOTHING),
+        {},
     )
 
 
@@ -155,24 +166,21 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     call = not problems
     options = current_options()
     allowed = facts.allowed(options.allowed)
-    checked = conv.checked_targets
+    routes = facts.routes
     kwargs = facts.kwargs
     groups: dict[str, Any] = {}
     for name, node in raw.items():
         if name not in types:
             continue
-        if type(node) is dict and call:  # the common case: a Config class checked before
+        if type(node) is dict and call:  # the common case: a Config class this group was structured as
             target_name = node.get(TARGET_KEY)
-            hit = checked.get((target_name, types[name], allowed)) if type(target_name) is str else None
-            if hit is not None and not hit[0].is_factory and still_reached(hit):
-                cls = hit[0].obj
-                hook = conv.group_hooks.get(cls)
-                if hook is not None:
-                    try:
-                        groups[kwargs[name]] = hook(node, cls)
-                    except Exception as exc:
-                        problems.extend(problems_of(exc, (name,)))
-                    continue
+            route = routes.get((name, target_name)) if type(target_name) is str else None
+            if route is not None and (route[3] is allowed or route[3] == allowed) and still_reached(route[0]):
+                try:
+                    groups[kwargs[name]] = route[2](node, route[1])
+                except Exception as exc:
+                    problems.extend(problems_of(exc, (name,)))
+                continue
         if isinstance(node, Resolved):
             if _check_resolved(facts, name, node.value, problems):
                 groups[kwargs[name]] = node.value
@@ -366,6 +374,9 @@ def _resolve_group(
     hook = conv.group_hooks.get(target.obj)
     if hook is None:
         hook = conv.group_hooks[target.obj] = attrs_hook(target.obj, conv, frozenset({TARGET_KEY}))
+    hit = conv.checked_targets.get((node[TARGET_KEY], field_type, allowed))
+    if hit is not None and hit[0] is target:  # the next resolve goes straight to the hook
+        facts.routes[(path[0], node[TARGET_KEY])] = (hit, target.obj, hook, allowed)
     try:
         return hook(node, target.obj)
     except Exception as exc:
@@ -436,7 +447,10 @@ def _call_factory(
     # Every parameter explicit, in signature order, so a dump shows what the factory really received.
     explicit = {n: kwargs.get(n, target.defaults.get(n)) for n in target.params}
     locate = current_options().locate
-    given = {n: locate(Problem((*path, n), "", "key")) if locate is not None else None for n in kwargs}
+    if locate is None:
+        given: dict[str, str | None] = dict.fromkeys(kwargs)
+    else:
+        given = {n: locate(Problem((*path, n), "", "key")) for n in kwargs}
     remember(result, Recipe(target.name, explicit, target.obj, given))
     return result
 

@@ -237,13 +237,17 @@ def still_reached(hit: tuple[Target, _Anchor]) -> bool:
     """Whether a target checked before (an entry of :data:`CheckedTargets`) is still what its dotted name
     reaches through the imported modules (not re-bound, its module not re-imported)."""
     module_name, module, rest = hit[1]
-    if not rest or sys.modules.get(module_name) is not module:
+    if not rest or _MODULES.get(module_name) is not module:
         return False
     # The module's own dict (no module __getattr__ is run), then the class's Config if named.
-    obj: object = vars(module).get(rest[0], _MISSING)
-    for part in rest[1:]:
-        obj = getattr(obj, part, _MISSING)
+    obj: object = module.__dict__.get(rest[0], _MISSING)
+    if len(rest) > 1:
+        for part in rest[1:]:
+            obj = getattr(obj, part, _MISSING)
     return obj is hit[0].obj
+
+
+_MODULES = sys.modules
 
 
 def _anchor(parts: list[str]) -> _Anchor:

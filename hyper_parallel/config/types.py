@@ -809,14 +809,15 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
     """The structure hook of attrs class ``cls``: a function written out for its fields, and, for a mapping
     it refuses, cattrs' generated function, whose errors are completed and reported.
 
-    ``also`` names keys the mapping may hold besides the fields (a root group's ``_target_``). The written
-    function (:func:`_sound_structure`) takes a sound mapping through every field's hook (a sound scalar
-    through its :meth:`Rule.as_is` test instead of a call), ``cls(**fields)`` (every validator) and the
-    class's ``cross_check``; at the first thing that fails it gives up, and the mapping is structured
-    again the detailed way, which finds and names every problem. So errors read as cattrs' always did,
-    and a valid document pays neither for their bookkeeping nor for generating it (cattrs' function is
-    made the first time a mapping of ``cls`` is refused). Unknown keys are checked here with a subset test
-    on the keys view and reported as cattrs' ``ForbiddenExtraKeysError`` all the same.
+    ``also`` names keys the mapping may hold besides the fields (a root group's ``_target_``). The fast
+    path (:func:`_sound_structure`) takes a sound mapping through every field's hook (once the class is
+    used often, a sound scalar through its :meth:`Rule.as_is` test instead), ``cls(**fields)`` (every
+    validator) and the class's ``cross_check``; at the first thing that fails it gives up, and the
+    mapping is structured again the detailed way, which finds and names every problem. So errors read as
+    cattrs' always did, and a valid document pays neither for their bookkeeping nor for generating it
+    (cattrs' function is made the first time a mapping of ``cls`` is refused). Unknown keys are checked
+    here with a subset test on the keys view and reported as cattrs' ``ForbiddenExtraKeysError`` all the
+    same.
     """
     attrs.resolve_types(cls)
     made: list[Hook] = []  # cattrs' function, once made
@@ -868,15 +869,66 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
 _REFUSED: Any = object()
 
 
+#: Calls a class's structure hook answers with a loop over its fields before the function written out for
+#: them is compiled (about half a millisecond a class): a command that structures each class once or twice
+#: (a cold ``--dry-run``) never pays for compiling; a process that resolves again switches on the next call.
+COMPILE_AFTER = 2
+
+
 def _sound_structure(
     cls: type, conv: cattrs.Converter, checked: bool, allowed: frozenset[str], detailed: Callable[[Any], Any]
 ) -> Hook:
-    """The structure hook of ``cls``, written out for its fields: a ``dict`` of known keys goes through every
-    field's hook, ``cls(**fields)`` (every validator) and, if ``checked``, the class's ``cross_check``; any
-    other value, and a mapping at its first problem (a value a hook refuses, a validator, a finding), goes
-    to ``detailed``, which finds and reports every problem. Each field is read by the converter's hook for
-    its annotation, called only when the value is not one the table's :meth:`Rule.as_is` says the hook
-    returns unchanged."""
+    """The structure hook of ``cls``: a ``dict`` of known keys goes through every field's hook,
+    ``cls(**fields)`` (every validator) and, if ``checked``, the class's ``cross_check``; any other value,
+    and a mapping at its first problem (a value a hook refuses, a validator, a finding), goes to
+    ``detailed``, which finds and reports every problem.
+
+    The first :data:`COMPILE_AFTER` calls loop over the fields; after that a function written out for them
+    (:func:`_written_structure`) does the same work faster. Both give the same result: the written one
+    only skips the call of a hook for a value the table's :meth:`Rule.as_is` says it returns unchanged."""
+    fields: list[tuple[str, str, Hook, Any, str | None]] = []  # name, keyword, hook, type, as-is test
+    for f in attrs.fields(cls):
+        if not f.init:
+            continue
+        if f.type is None:  # no annotation: cattrs passes the value on; so does the detailed path
+            return lambda value, _tp: detailed(value)
+        hook = conv.get_structure_hook(f.type)
+        test = rule_for(f.type).as_is(f.type) if getattr(hook, "_from_table", False) else None
+        fields.append((f.name, f.alias or f.name, hook, f.type, test))
+    written: list[Hook] = []
+    calls = 0
+
+    def structure_attrs(o: Any, _tp: Any = None) -> Any:
+        if written:
+            return written[0](o, _tp)
+        nonlocal calls
+        calls += 1
+        if calls > COMPILE_AFTER:
+            written.append(_written_structure(cls, fields, checked, allowed, detailed))
+            return written[0](o, _tp)
+        if type(o) is dict and o.keys() <= allowed:
+            try:
+                obj = cls(**{key: hook(o[name], tp) for name, key, hook, tp, _ in fields if name in o})
+                if checked and next(iter(obj.cross_check()), _REFUSED) is not _REFUSED:
+                    obj = _REFUSED  # a finding: the detailed path reports it
+            except Exception:
+                obj = _REFUSED
+            if obj is not _REFUSED:
+                return obj
+        return detailed(o)
+
+    return structure_attrs
+
+
+def _written_structure(
+    cls: type,
+    fields: list[tuple[str, str, Hook, Any, str | None]],
+    checked: bool,
+    allowed: frozenset[str],
+    detailed: Callable[[Any], Any],
+) -> Hook:
+    """:func:`_sound_structure`'s loop written out for ``cls``'s ``fields``: each field's access spelled out,
+    and a sound scalar tested in place (its :meth:`Rule.as_is` test) instead of a call of its hook."""
     from hyper_parallel.config.codegen import generate
 
     scope: dict[str, Any] = {"cls": cls, "refused": _REFUSED, "allowed": allowed, "detailed": detailed}
@@ -886,20 +938,14 @@ def _sound_structure(
         "        try:",
         "            kw = {}",
     ]
-    for i, f in enumerate(attrs.fields(cls)):
-        if not f.init:
-            continue
-        if f.type is None:  # no annotation: cattrs passes the value on; so does the detailed path
-            return lambda value, _tp: detailed(value)
-        hook = conv.get_structure_hook(f.type)
-        scope[f"h{i}"], scope[f"t{i}"] = hook, f.type
-        test = rule_for(f.type).as_is(f.type) if getattr(hook, "_from_table", False) else None
+    for i, (name, key, hook, tp, test) in enumerate(fields):
+        scope[f"h{i}"], scope[f"t{i}"] = hook, tp
         call = f"h{i}(v, t{i})"
         read = call if test is None else f"v if {test} else {call}"
         lines += [
-            f"            if {f.name!r} in o:",
-            f"                v = o[{f.name!r}]",
-            f"                kw[{(f.alias or f.name)!r}] = {read}",
+            f"            if {name!r} in o:",
+            f"                v = o[{name!r}]",
+            f"                kw[{key!r}] = {read}",
         ]
     lines.append("            obj = cls(**kw)")
     if checked:  # a finding, like any failure, sends the mapping to the detailed path that reports it

@@ -73,19 +73,23 @@ def override_args(args: A, overrides: Mapping[str, OverrideValue] | None, what: 
 
     ``what`` names the flavor in messages. Raises one ``ValueError`` (the config layer's ``Problems``)
     listing every problem, each at ``overrides.<key>`` (or ``overrides`` for a check of the whole result).
+    Without overrides, ``args`` (a flavor) is returned as it is: the spec's own ``cross_check`` checks it
+    where it is (``args.<field>``), as it checks any result.
     """
+    if not overrides:
+        return args
     from hyper_parallel.config.validation import Problem, Problems, rebase
 
     problems: list[Problem] = []
     result: A = args
-    for key, value in (overrides or {}).items():
+    for key, value in overrides.items():
         found = _override_one(result, str(key), value)
         if isinstance(found, Problem):
             problems.append(found)
         else:
             result = found
     if not problems:
-        keys = {str(k) for k in overrides or {}}
+        keys = {str(k) for k in overrides}
         for path, message in result.cross_check():
             if path in keys:
                 problems.append(Problem(("overrides", path), rebase(message, ("overrides",))))

@@ -96,3 +96,58 @@ def test_second_resolve_reuses_compiled_hooks(raw: Any, monkeypatch: pytest.Monk
     for cls, fn in hooks.items():
         assert converter.get_structure_hook(cls) is fn, cls
     assert converter.get_structure_hook(TrainerConfig) is root_hook
+
+
+def test_a_class_is_compiled_only_once_it_is_structured_more_than_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A cold --dry-run structures each class once: it must not pay for compiling its function.
+    from hyper_parallel.components.optimizer import AdamW
+    from hyper_parallel.config import codegen
+    from hyper_parallel.config.conversion import ConfigConverter
+
+    compiled: list[str] = []
+    real = codegen.generate
+
+    def counting(label: str, source: str, scope: dict[str, Any]) -> Any:
+        compiled.append(label)
+        return real(label, source, scope)
+
+    monkeypatch.setattr(codegen, "generate", counting)
+    hook = ConfigConverter().get_structure_hook(AdamW.Config)
+    given = {"lr": 0.001, "betas": [0.8, 0.9], "implementation": "foreach"}
+    want = AdamW.Config(lr=0.001, betas=(0.8, 0.9), implementation="foreach")
+    results = []
+    for _ in range(type_rules.COMPILE_AFTER):
+        results.append(hook(given, AdamW.Config))
+    assert compiled == []
+    results.append(hook(given, AdamW.Config))
+    results.append(hook(given, AdamW.Config))
+    assert compiled == ["structure hyper_parallel.components.optimizer.AdamW.Config"]
+    assert results == [want] * len(results)
+    assert all(type(r.betas) is tuple for r in results)
+
+
+@pytest.mark.parametrize("calls", [1, type_rules.COMPILE_AFTER + 2])
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"lr": -1.0}, "lr: must be > 0.0, got -1.0"),
+        ({"lr": "fast"}, "lr: expected a number, got the string 'fast'"),
+        ({"eps": 1e-8, "nesterov": True}, "nesterov: unknown field 'nesterov' for AdamW.Config"),
+    ],
+)
+def test_a_refused_mapping_reads_the_same_before_and_after_its_class_is_compiled(
+    calls: int, given: dict[str, Any], message: str
+) -> None:
+    from hyper_parallel.components.optimizer import AdamW
+    from hyper_parallel.config.conversion import ConfigConverter
+    from hyper_parallel.config.errors import ConfigError
+
+    conv = ConfigConverter()
+    hook = conv.get_structure_hook(AdamW.Config)
+    for _ in range(calls - 1):
+        hook({"lr": 0.01}, AdamW.Config)
+    with pytest.raises(ConfigError) as caught:
+        conv.structure(given, AdamW.Config)
+    assert str(caught.value) == message

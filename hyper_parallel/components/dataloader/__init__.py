@@ -114,15 +114,15 @@ class DatasetConfig:
                 f"must be empty when source is {self.source!r} (or set source to 'jsonl' or 'text')",
             )
         yield from self._tokenized_checks()
-        defaults = attrs.fields(DatasetConfig)
-        if self.source != "jsonl" and self.text_field != defaults.text_field.default:
+        defaults = _DATASET_DEFAULTS
+        if self.source != "jsonl" and self.text_field != defaults["text_field"]:
             yield (
                 "text_field",
                 f"is only read when source is 'jsonl' (source is {self.source!r}); leave it out",
             )
         if (
             self.source not in _GENERATED_SOURCES
-            and self.synthetic_num_samples != defaults.synthetic_num_samples.default
+            and self.synthetic_num_samples != defaults["synthetic_num_samples"]
         ):
             yield (
                 "synthetic_num_samples",
@@ -150,7 +150,7 @@ class DatasetConfig:
         """Mixture and held-out options: only for prepared folders, and consistent with ``paths``."""
         if self.source != "tokenized":
             for name in ("weights", "holdout_fraction", "split"):
-                if getattr(self, name) != getattr(attrs.fields(DatasetConfig), name).default:
+                if getattr(self, name) != _DATASET_DEFAULTS[name]:
                     yield (
                         name,
                         f"is only read when source is 'tokenized' (source is {self.source!r}); leave it out",
@@ -176,6 +176,10 @@ class DatasetConfig:
                 "seed",
                 "is only read to shuffle or to generate synthetic data, and neither happens; set it to null",
             )
+
+
+#: Each ``DatasetConfig`` field's default, which its checks compare with on every resolve.
+_DATASET_DEFAULTS = {f.name: f.default for f in attrs.fields(DatasetConfig)}
 
 
 @attrs.frozen
