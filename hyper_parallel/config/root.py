@@ -11,6 +11,7 @@ fields), or the factory and the arguments it was called with.
 """
 
 import functools
+import sys
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -34,7 +35,6 @@ from hyper_parallel.config.targets import (
     TargetError,
     load_target,
     qualified_name,
-    still_reached,
 )
 from hyper_parallel.config.types import (
     attrs_hook,
@@ -88,9 +88,8 @@ class RootFacts(typing.NamedTuple):
     kwargs: Mapping[str, str] = {}
     #: The groups without a default, which every document must give.
     required: tuple[str, ...] = ()
-    #: The Config classes groups were structured as, by ``(group, '_target_')``: the checked target, its
-    #: structure hook and the allowed prefixes it was checked under (see :func:`structure_root`).
-    routes: dict[tuple[str, str], tuple[Any, type, Any, tuple[str, ...]]] = {}
+    #: The Config classes groups were structured as, by ``(group, '_target_')`` (see :func:`structure_root`).
+    routes: "dict[tuple[str, str], _Route]" = {}
 
     def allowed(self, extra: tuple[str, ...]) -> tuple[str, ...]:
         """What a ``_target_`` may be under: the root's packages, then ``extra`` (trusted code's)."""
@@ -132,6 +131,13 @@ def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
 
 
 _INVALID: Any = object()
+
+#: A group's way straight to its Config class's hook: the class, the allowed prefixes its ``_target_`` was
+#: checked under, and where that name hangs (the module's name and the module, the module attribute and
+#: what it held, and the class's attribute of it or None: ``AdamW`` and ``Config`` for ``...AdamW.Config``).
+#: It is taken while the name still reaches the class that way, as :func:`.targets.still_reached` says.
+_Route = tuple[type, tuple[str, ...], str, Any, str, Any, "str | None"]
+_MODULES = sys.modules
 _TARGET_ONLY = frozenset({TARGET_KEY})
 
 
@@ -167,6 +173,7 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     options = current_options()
     allowed = facts.allowed(options.allowed)
     routes = facts.routes
+    hooks = conv.group_hooks
     kwargs = facts.kwargs
     groups: dict[str, Any] = {}
     for name, node in raw.items():
@@ -175,9 +182,15 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
         if type(node) is dict and call:  # the common case: a Config class this group was structured as
             target_name = node.get(TARGET_KEY)
             route = routes.get((name, target_name)) if type(target_name) is str else None
-            if route is not None and (route[3] is allowed or route[3] == allowed) and still_reached(route[0]):
+            if (
+                route is not None
+                and route[1] is allowed
+                and _MODULES.get(route[2]) is route[3]
+                and route[3].__dict__.get(route[4]) is route[5]
+                and (route[5] if route[6] is None else getattr(route[5], route[6], None)) is route[0]
+            ):
                 try:
-                    groups[kwargs[name]] = route[2](node, route[1])
+                    groups[kwargs[name]] = hooks[route[0]](node, route[0])
                 except Exception as exc:
                     problems.extend(problems_of(exc, (name,)))
                 continue
@@ -219,9 +232,7 @@ def check_groups(conv: "ConfigConverter", facts: RootFacts, root: object) -> lis
             continue
         cls = type(value)
         if attrs.has(cls) and not carries_recipe(value):
-            hook = conv.group_hooks.get(cls)
-            if hook is None:
-                hook = conv.group_hooks[cls] = attrs_hook(cls, conv, _TARGET_ONLY)
+            hook = group_hook(conv, cls)
             try:
                 hook(conv.get_unstructure_hook(cls)(value), cls)
             except Exception as exc:
@@ -348,6 +359,16 @@ def _check_group_shape(name: str, node: object, problems: list[Problem]) -> bool
     return False
 
 
+def group_hook(conv: "ConfigConverter", cls: type) -> Any:
+    """The structure hook of root group class ``cls`` (a mapping that also holds its ``_target_``), made
+    once per converter; once the class is compiled, its compiled function stands in its place."""
+    hooks = conv.group_hooks
+    hook = hooks.get(cls)
+    if hook is None:
+        hook = hooks[cls] = attrs_hook(cls, conv, _TARGET_ONLY, lambda fn: hooks.__setitem__(cls, fn))
+    return hook
+
+
 def _resolve_group(
     conv: "ConfigConverter",
     facts: RootFacts,
@@ -371,12 +392,13 @@ def _resolve_group(
     if not call:  # names and types only: no Config class is constructed, none of its code runs
         problems.extend(check_shape(conv, target.obj, node, path, _TARGET_ONLY))
         return _INVALID
-    hook = conv.group_hooks.get(target.obj)
-    if hook is None:
-        hook = conv.group_hooks[target.obj] = attrs_hook(target.obj, conv, frozenset({TARGET_KEY}))
+    hook = group_hook(conv, target.obj)
     hit = conv.checked_targets.get((node[TARGET_KEY], field_type, allowed))
-    if hit is not None and hit[0] is target:  # the next resolve goes straight to the hook
-        facts.routes[(path[0], node[TARGET_KEY])] = (hit, target.obj, hook, allowed)
+    if hit is not None and hit[0] is target and 1 <= len(hit[1][2]) <= 2:  # the next resolve goes straight
+        module_name, module, rest = hit[1]  # to the hook, while the name reaches the class the same way
+        inner = rest[1] if len(rest) == 2 else None
+        route = (target.obj, allowed, module_name, module, rest[0], module.__dict__.get(rest[0]), inner)
+        facts.routes[(path[0], node[TARGET_KEY])] = route
     try:
         return hook(node, target.obj)
     except Exception as exc:

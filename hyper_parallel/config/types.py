@@ -623,6 +623,10 @@ class _FixedTuple(Rule):
                 raise Invalid(f"expected a list of {size} items, got {describe_value(value)}")
             if len(value) != size:
                 raise Invalid(f"expected a list of {size} items, got {len(value)}")
+            try:  # the common case: every item sound
+                return tuple([h(v, t) for h, t, v in zip(hooks, item_tps, value, strict=True)])
+            except Exception:
+                pass
             out, errors = [], []
             for i, (hook, item_tp, v) in enumerate(zip(hooks, item_tps, value, strict=True)):
                 try:
@@ -805,7 +809,12 @@ class _Attrs(Rule):
         return list(class_fields(tp))
 
 
-def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozenset()) -> Hook:
+def attrs_hook(
+    cls: type,
+    conv: cattrs.Converter,
+    also: frozenset[str] = frozenset(),
+    installed: Callable[[Hook], object] | None = None,
+) -> Hook:
     """The structure hook of attrs class ``cls``: a function written out for its fields, and, for a mapping
     it refuses, cattrs' generated function, whose errors are completed and reported.
 
@@ -817,7 +826,8 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
     cattrs' always did, and a valid document pays neither for their bookkeeping nor for generating it
     (cattrs' function is made the first time a mapping of ``cls`` is refused). Unknown keys are checked
     here with a subset test on the keys view and reported as cattrs' ``ForbiddenExtraKeysError`` all the
-    same.
+    same. ``installed`` is called with the compiled function once there is one, for a caller that keeps
+    the hook where it can put that function instead.
     """
     attrs.resolve_types(cls)
     made: list[Hook] = []  # cattrs' function, once made
@@ -862,7 +872,7 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
                 raise ClassValidationError(f"While checking {title}", found, cls)
         return obj
 
-    return _sound_structure(cls, conv, checked, allowed, structure_detailed)
+    return _sound_structure(cls, conv, checked, allowed, structure_detailed, installed)
 
 
 #: What a step of :func:`_sound_structure`'s function gives for a mapping it does not take.
@@ -876,7 +886,12 @@ COMPILE_AFTER = 2
 
 
 def _sound_structure(
-    cls: type, conv: cattrs.Converter, checked: bool, allowed: frozenset[str], detailed: Callable[[Any], Any]
+    cls: type,
+    conv: cattrs.Converter,
+    checked: bool,
+    allowed: frozenset[str],
+    detailed: Callable[[Any], Any],
+    installed: Callable[[Hook], object] | None = None,
 ) -> Hook:
     """The structure hook of ``cls``: a ``dict`` of known keys goes through every field's hook,
     ``cls(**fields)`` (every validator) and, if ``checked``, the class's ``cross_check``; any other value,
@@ -905,6 +920,8 @@ def _sound_structure(
         calls += 1
         if calls > COMPILE_AFTER:
             written.append(_written_structure(cls, fields, checked, allowed, detailed))
+            if installed is not None:
+                installed(written[0])
             return written[0](o, _tp)
         if type(o) is dict and o.keys() <= allowed:
             try:

@@ -151,3 +151,24 @@ def test_a_refused_mapping_reads_the_same_before_and_after_its_class_is_compiled
     with pytest.raises(ConfigError) as caught:
         conv.structure(given, AdamW.Config)
     assert str(caught.value) == message
+
+
+def test_a_target_re_bound_after_a_resolve_is_checked_and_built_again(
+    raw: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A warm resolve goes straight to each group's hook only while its '_target_' still names that class.
+    from hyper_parallel.components import optimizer
+
+    assert type(resolve_root(raw).optimizer) is optimizer.AdamW.Config
+    resolve_root(raw)
+
+    @attrs.frozen(kw_only=True)
+    class Replaced(optimizer.AdamW.Config):
+        """A stand-in bound where the document's target points."""
+
+    Replaced.__module__ = optimizer.__name__
+    Replaced.__qualname__ = "AdamW.Config"
+    monkeypatch.setattr(optimizer.AdamW, "Config", Replaced)
+    assert type(resolve_root(raw).optimizer) is Replaced
+    monkeypatch.undo()
+    assert type(resolve_root(raw).optimizer) is optimizer.AdamW.Config
