@@ -1188,9 +1188,9 @@ def _unstructure_any(conv: cattrs.Converter) -> Callable[[Any], Any]:
 
 
 def attrs_unstructure(cls: type, conv: cattrs.Converter, target: str | None = None) -> Callable[[Any], Any]:
-    """The unstructure hook of attrs class ``cls``: a function written out for its fields (a failure is
-    re-run field by field to name the field). With ``target``, the mapping starts with that ``_target_``
-    (a root group's)."""
+    """The unstructure hook of attrs class ``cls``: a loop over its fields, and once the class is written
+    more than :data:`COMPILE_AFTER` times, a function written out for them (a failure is re-run field by
+    field to name the field). With ``target``, the mapping starts with that ``_target_`` (a root group's)."""
     from hyper_parallel.config.codegen import generate
 
     names = [f.name for f in attrs.fields(cls) if f.init]
@@ -1215,11 +1215,22 @@ def attrs_unstructure(cls: type, conv: cattrs.Converter, target: str | None = No
             raise ClassValidationError(f"While unstructuring {cls.__qualname__}", errors, cls)
         return out
 
-    scope = {"item": item, "slow": slow}
-    fn: Callable[[Any], Any] = generate(
-        f"unstructure {cls.__module__}.{cls.__qualname__}", "\n".join(lines), scope
-    )
-    return fn
+    written: list[Callable[[Any], Any]] = []
+    calls = 0
+
+    def unstructure(obj: Any) -> Any:
+        # The first COMPILE_AFTER calls take the loop above (a --dry-run writes each class once or twice).
+        if written:
+            return written[0](obj)
+        nonlocal calls
+        calls += 1
+        if calls <= COMPILE_AFTER:
+            return slow(obj)
+        scope = {"item": item, "slow": slow}
+        written.append(generate(f"unstructure {cls.__module__}.{cls.__qualname__}", "\n".join(lines), scope))
+        return written[0](obj)
+
+    return unstructure
 
 
 def _scalar_rules() -> list[Rule]:

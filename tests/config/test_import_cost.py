@@ -172,3 +172,30 @@ def test_a_target_re_bound_after_a_resolve_is_checked_and_built_again(
     assert type(resolve_root(raw).optimizer) is Replaced
     monkeypatch.undo()
     assert type(resolve_root(raw).optimizer) is optimizer.AdamW.Config
+
+
+def test_a_class_is_written_by_a_loop_until_it_is_written_more_than_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # --dry-run's summary writes each group once: no compiled writer for it.
+    from hyper_parallel.components.dataloader import DatasetConfig
+    from hyper_parallel.config import codegen
+    from hyper_parallel.config.conversion import ConfigConverter
+
+    compiled: list[str] = []
+    real = codegen.generate
+
+    def counting(label: str, source: str, scope: dict[str, Any]) -> Any:
+        compiled.append(label)
+        return real(label, source, scope)
+
+    monkeypatch.setattr(codegen, "generate", counting)
+    conv = ConfigConverter()
+    value = DatasetConfig(source="jsonl", paths=("a.jsonl", "ünï.jsonl"), seed=3)
+    written = [conv.unstructure(value) for _ in range(type_rules.COMPILE_AFTER)]
+    assert compiled == []
+    written += [conv.unstructure(value) for _ in range(2)]
+    assert compiled == ["unstructure hyper_parallel.components.dataloader.DatasetConfig"]
+    want = {f.name: getattr(value, f.name) for f in attrs.fields(DatasetConfig)}
+    want["paths"] = ["a.jsonl", "ünï.jsonl"]
+    assert written == [want] * len(written)
