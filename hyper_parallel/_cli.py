@@ -12,6 +12,10 @@ aborts the process now and then ("terminate called without an active exception")
 into a crash. Such a process flushes its output and leaves without finalising: nothing else remains to
 run.
 
+While a command starts (its modules load, its config is read) the cyclic collector is paused
+(:func:`collection_paused`): what is made then lives as long as the process, and a collection finds
+nothing to free however often it runs (Mercurial pauses it the same way while it builds large structures).
+
 Any process first takes every object out of the collector's sight (``gc.freeze()``): finalising runs a
 full collection over everything the process ever made (every imported module, class and compiled
 function), which is most of the time a short command such as ``--dry-run`` spends leaving, and gives back
@@ -24,13 +28,25 @@ import contextlib
 import gc
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NoReturn
 
-__all__ = ["EXIT_BROKEN_PIPE", "finish", "run"]
+__all__ = ["EXIT_BROKEN_PIPE", "collection_paused", "finish", "run"]
 
 EXIT_BROKEN_PIPE = 141
 """The status of a command whose reader stopped reading: a shell's status for a process killed by SIGPIPE."""
+
+
+@contextlib.contextmanager
+def collection_paused() -> Iterator[None]:
+    """The cyclic garbage collector off inside the block, as it was after it (see the module's docstring)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def run(main: Callable[[], int]) -> NoReturn:

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
+from hyper_parallel._cli import collection_paused
 from hyper_parallel.config import ConfigError, Issue, converter, dump_config, write_config
 from hyper_parallel.config.errors import did_you_mean, echo, warning_line
 from hyper_parallel.config.help import config_help, group_of_field, summary
@@ -248,6 +249,16 @@ def main(
     """Run the launch command line; returns the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
+    with collection_paused():  # reading the config makes long-lived objects, no garbage worth a collection
+        checked = _checked(argv, prog, out, err)
+    if isinstance(checked, int):
+        return checked
+    return _train(checked, prog, out, err)
+
+
+def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) -> "int | TrainerConfig":
+    """Everything before training: the command line read, the config resolved, checked and printed as
+    asked; the exit status when that is all there is to do, else the config to train with."""
     args, issues = _parse(list(sys.argv[1:] if argv is None else argv))
     if args.help and args.config_file is None:
         out.write(_usage(prog))
@@ -301,7 +312,7 @@ def main(
         return 0
     if args.print_config or args.dump_config:
         return 0
-    return _train(cfg, prog, out, err)
+    return cfg
 
 
 def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:

@@ -3,8 +3,10 @@
 The config is resolved and checked in full before anything is built; see ``hyper_parallel.launch``.
 """
 
-from hyper_parallel._cli import run
-from hyper_parallel.launch import main
+from hyper_parallel._cli import collection_paused, run
+
+with collection_paused():  # the modules loading make what the process keeps: nothing to collect yet
+    from hyper_parallel.launch import main
 
 __all__ = ["main"]
 
