@@ -11,7 +11,6 @@ fields), or the factory and the arguments it was called with.
 """
 
 import functools
-import sys
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -35,6 +34,7 @@ from hyper_parallel.config.targets import (
     TargetError,
     load_target,
     qualified_name,
+    still_reached,
 )
 from hyper_parallel.config.types import (
     attrs_hook,
@@ -133,11 +133,9 @@ def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
 _INVALID: Any = object()
 
 #: A group's way straight to its Config class's hook: the class, the allowed prefixes its ``_target_`` was
-#: checked under, and where that name hangs (the module's name and the module, the module attribute and
-#: what it held, and the class's attribute of it or None: ``AdamW`` and ``Config`` for ``...AdamW.Config``).
-#: It is taken while the name still reaches the class that way, as :func:`.targets.still_reached` says.
-_Route = tuple[type, tuple[str, ...], str, Any, str, Any, "str | None"]
-_MODULES = sys.modules
+#: checked under and the checked target (taken while its name still reaches the class:
+#: :func:`.targets.still_reached`).
+_Route = tuple[type, tuple[str, ...], Any]
 _TARGET_ONLY = frozenset({TARGET_KEY})
 
 
@@ -182,13 +180,7 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
         if type(node) is dict and call:  # the common case: a Config class this group was structured as
             target_name = node.get(TARGET_KEY)
             route = routes.get((name, target_name)) if type(target_name) is str else None
-            if (
-                route is not None
-                and route[1] is allowed
-                and _MODULES.get(route[2]) is route[3]
-                and route[3].__dict__.get(route[4]) is route[5]
-                and (route[5] if route[6] is None else getattr(route[5], route[6], None)) is route[0]
-            ):
+            if route is not None and route[1] is allowed and still_reached(route[2]):
                 try:
                     groups[kwargs[name]] = hooks[route[0]](node, route[0])
                 except Exception as exc:
@@ -394,11 +386,8 @@ def _resolve_group(
         return _INVALID
     hook = group_hook(conv, target.obj)
     hit = conv.checked_targets.get((node[TARGET_KEY], field_type, allowed))
-    if hit is not None and hit[0] is target and 1 <= len(hit[1][2]) <= 2:  # the next resolve goes straight
-        module_name, module, rest = hit[1]  # to the hook, while the name reaches the class the same way
-        inner = rest[1] if len(rest) == 2 else None
-        route = (target.obj, allowed, module_name, module, rest[0], module.__dict__.get(rest[0]), inner)
-        facts.routes[(path[0], node[TARGET_KEY])] = route
+    if hit is not None and hit[0] is target:  # the next resolve goes straight to the hook
+        facts.routes[(path[0], node[TARGET_KEY])] = (target.obj, allowed, hit)
     try:
         return hook(node, target.obj)
     except Exception as exc:

@@ -236,7 +236,7 @@ _Anchor = tuple[str, object, tuple[str, ...]]
 def still_reached(hit: tuple[Target, _Anchor]) -> bool:
     """Whether a target checked before (an entry of :data:`CheckedTargets`) is still what its dotted name
     reaches through the imported modules (not re-bound, its module not re-imported)."""
-    module_name, module, rest = hit[1]
+    target, (module_name, module, rest) = hit
     if not rest or _MODULES.get(module_name) is not module:
         return False
     # The module's own dict (no module __getattr__ is run), then the class's Config if named.
@@ -244,7 +244,7 @@ def still_reached(hit: tuple[Target, _Anchor]) -> bool:
     if len(rest) > 1:
         for part in rest[1:]:
             obj = getattr(obj, part, _MISSING)
-    return obj is hit[0].obj
+    return obj is target[1]  # target.obj (a field by its index: this runs for every group of a resolve)
 
 
 _MODULES = sys.modules
