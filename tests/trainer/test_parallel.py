@@ -3,9 +3,9 @@
 Each case trains the tiny debug config for 4 steps on 2 CPU processes and compares every step's loss with a
 single-process run of the same global batch (fp32, 1e-5), then checks from the ranks' own report that the
 parameters really are sharded as the layout says; Qwen 3.5 MoE on micro-batches of 2 sequences trains to
-the same losses with and without expert parallelism (``ep 2`` of ``dp_shard 2``, 1e-6). The layout grid
-runs 50 layouts through the resolver's checks (``--dry-run``) and through the runtime with those checks
-bypassed: the verdicts must agree.
+the same losses with expert parallelism (``ep 2`` of ``dp_shard 2``) and operator-level activation
+checkpointing as without either (1e-6). The layout grid runs 50 layouts through the resolver's checks
+(``--dry-run``) and through the runtime with those checks bypassed: the verdicts must agree.
 """
 
 from __future__ import annotations
@@ -47,7 +47,17 @@ LAYOUTS = {
     },
 }
 #: Qwen 3.5 MoE on micro-batches of 2 sequences (the tiny run's), without and with expert parallelism.
-MOE_LAYOUTS = {"dp_shard2": LAYOUTS["dp_shard2"], "ep2": {"parallelism.dp_shard": "2", "parallelism.ep": "2"}}
+#: The ep run also checkpoints every block at the operator level (``selective_option`` 'op'), which
+#: recomputes the element-wise operators in the backward and keeps the matmuls and the all-to-all outputs.
+MOE_LAYOUTS = {
+    "dp_shard2": LAYOUTS["dp_shard2"],
+    "ep2": {
+        "parallelism.dp_shard": "2",
+        "parallelism.ep": "2",
+        "activation_checkpoint.mode": "selective",
+        "activation_checkpoint.selective_option": "op",
+    },
+}
 DATA = {"dataloader.dataset.source": "python_docs"}
 TIMEOUTS = {"comm.init_timeout_seconds": "123", "comm.train_timeout_seconds": "45"}
 
@@ -114,9 +124,11 @@ def test_two_processes_match_one_and_really_shard(
         assert residual == [{"dtensor": False, "placements": [], "local": [2, 32, 64]}] * 2
 
 
-def test_expert_parallelism_on_micro_batches_of_two_is_bitwise_fsdp_alone(
+def test_expert_parallelism_with_op_checkpointing_on_micro_batches_of_two_matches_fsdp_alone(
     two_process_runs: dict[str, list[dict[str, Any]]],
 ) -> None:
+    # the reference is the same layout without ep or checkpointing, not one process: with micro-batches
+    # of 2 one process groups the sequences differently, and the load-balancing loss is per micro-batch
     plain, ep = two_process_runs["qwen3_5_moe-dp_shard2"], two_process_runs["qwen3_5_moe-ep2"]
     for rank in range(2):
         # micro-batches of 2 sequences of 32 tokens on both layouts
