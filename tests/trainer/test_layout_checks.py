@@ -439,9 +439,9 @@ EP_RULES = [
 def test_what_expert_parallelism_cannot_run_with_is_refused_at_resolve_time(
     flags: dict[str, str], path: str, message: str
 ) -> None:
-    """Activation checkpointing (whole blocks: tests/trainer/test_expert_parallel.py; operators:
-    tests/trainer/test_parallel.py) and compile with graph breaks run under ep (compile measured by hand,
-    too slow for the suite)."""
+    """Activation checkpointing (whole blocks and operators: tests/trainer/test_expert_parallel.py and
+    test_parallel.py) and compile with graph breaks run under ep (compile measured by hand, too slow for
+    the suite)."""
     moe = {**tiny_overrides("qwen3_5_moe"), "parallelism.dp_shard": "2", "parallelism.ep": "2"}
     with pytest.raises(ConfigError) as info:
         load_config(debug_config_path("qwen3_5_moe"), {**moe, **flags}, world_size=2)
