@@ -64,9 +64,13 @@ def _ignore_profiler_annotations() -> None:
     from torch.utils.checkpoint import SAC_IGNORED_OPS
 
     profiler = torch.ops.profiler
-    SAC_IGNORED_OPS.update(
-        {profiler._record_function_enter_new.default, profiler._record_function_exit._RecordFunction}
-    )
+    for name, overload in (
+        ("_record_function_enter_new", "default"),
+        ("_record_function_exit", "_RecordFunction"),
+    ):
+        op = getattr(getattr(profiler, name, None), overload, None)
+        if op is not None:
+            SAC_IGNORED_OPS.add(op)
 
 
 def _checkpointed(forward: Callable[..., Any], config: ActivationCheckpointConfig) -> Callable[..., Any]:
