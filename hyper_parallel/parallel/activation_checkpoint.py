@@ -2,7 +2,9 @@
 
 The block's ``forward`` is wrapped in place (non-reentrant ``torch.utils.checkpoint``), so its class and
 parameter names, hence state-dict keys, never change. Selective op-level checkpointing keeps the outputs of
-matmuls, attention and reduce-scatters and recomputes the cheap element-wise operations.
+matmuls (the experts' grouped ones too), attention and reduce-scatters and recomputes the cheap element-wise
+operations (and, under expert parallelism, the experts' all-to-all dispatch, as whole-block checkpointing
+does).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def _saved_ops() -> frozenset[Any]:
         "mm",
         "addmm",
         "bmm",
+        "_grouped_mm",  # the experts' matmul of a mixture of experts
         "_scaled_dot_product_flash_attention",
         "_scaled_dot_product_flash_attention_for_cpu",
         "_scaled_dot_product_efficient_attention",
@@ -35,8 +38,9 @@ def _saved_ops() -> frozenset[Any]:
     )
     ops = {getattr(aten, name) for name in names if hasattr(aten, name)}
     c10d = getattr(torch.ops, "_c10d_functional", None)
-    if c10d is not None and hasattr(c10d, "reduce_scatter_tensor"):
-        ops.add(c10d.reduce_scatter_tensor)  # recomputing a collective costs communication
+    for name in ("reduce_scatter_tensor", "all_to_all_single"):  # recomputing a collective communicates
+        if c10d is not None and hasattr(c10d, name):
+            ops.add(getattr(c10d, name))
     return frozenset(ops)
 
 
@@ -45,6 +49,28 @@ def _op_policy(saved: frozenset[Any], ctx: Any, op: Any, *args: Any, **kwargs: A
 
     packet = getattr(op, "overloadpacket", op)
     return CheckpointPolicy.MUST_SAVE if packet in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _ignore_profiler_annotations() -> None:
+    """Have selective checkpointing run profiler annotations as they come, without counting them.
+
+    Selective checkpointing replays the forward's operators by count, and torch 2.13 counts the
+    ``record_function`` annotations among them. FSDP2 annotates its hooks, and the hooks of a module
+    sharded on its own inside a checkpointed block (the experts under expert parallelism) run a different
+    number of times in the recomputation than in the forward, which then fails ("invocation index ...
+    not found in storage"). Annotations compute nothing, so they join ``SAC_IGNORED_OPS``, the operators
+    selective checkpointing already leaves alone.
+    """
+    from torch.utils.checkpoint import SAC_IGNORED_OPS
+
+    profiler = torch.ops.profiler
+    for name, overload in (
+        ("_record_function_enter_new", "default"),
+        ("_record_function_exit", "_RecordFunction"),
+    ):
+        op = getattr(getattr(profiler, name, None), overload, None)
+        if op is not None:
+            SAC_IGNORED_OPS.add(op)
 
 
 def _checkpointed(forward: Callable[..., Any], config: ActivationCheckpointConfig) -> Callable[..., Any]:
@@ -56,6 +82,7 @@ def _checkpointed(forward: Callable[..., Any], config: ActivationCheckpointConfi
         "early_stop": config.early_stop,
     }
     if config.mode == "selective" and config.selective_option == "op":
+        _ignore_profiler_annotations()
         policy = functools.partial(_op_policy, _saved_ops())
         options["context_fn"] = functools.partial(create_selective_checkpoint_contexts, policy)
 

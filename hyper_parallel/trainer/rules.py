@@ -84,8 +84,7 @@ def cross_group_issues(cfg: "TrainerConfig") -> Issues:
 
 
 def expert_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
-    """Expert parallelism needs a model with experts, runs with FSDP alone (no ``dp_replicate`` yet), and
-    with activation checkpointing of whole blocks (``full``, or every n-th block; not of operators).
+    """Expert parallelism needs a model with experts and runs with FSDP alone (no ``dp_replicate`` yet).
 
     That ``ep`` divides the experts is the model's rule (``ModelArgs.parallel_issues``) and that it divides
     ``dp_shard x cp`` the parallelism group's (``ParallelismConfig.world_size_issues``).
@@ -106,15 +105,6 @@ def expert_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
             "parallelism.ep",
             f"expert parallelism with dp_replicate > 1 (HSDP, {replicate}) is not supported yet; "
             f"shard over dp_shard instead, got ep {ep}",
-        )
-    ac = cfg.activation_checkpoint
-    experts = cfg.model.args.expert_count() is not None
-    if experts and ac.mode == "selective" and ac.selective_option == "op":
-        yield (
-            "activation_checkpoint.selective_option",
-            "'op' (selective checkpointing of operators) is not supported with expert parallelism yet "
-            f"(parallelism.ep = {ep}): recomputing the experts' all-to-all dispatch fails in the "
-            "backward; use mode 'full' or an integer selective_option",
         )
 
 

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from hyper_parallel.models import llama3, qwen3_5  # noqa: E402
+from hyper_parallel.models import llama3, qwen3_5, qwen3_5_moe  # noqa: E402
 from hyper_parallel.models.spec import ModelSpec  # noqa: E402
 from hyper_parallel.trainer.config import (  # noqa: E402
     ActivationCheckpointConfig,
@@ -87,6 +87,26 @@ def test_activation_checkpointing_recomputes_per_mode(model_name: str) -> None:
     assert ops["full"][sdpa] > ops["op"][sdpa] == ops["none"][sdpa] == 0
     assert ops["full"]["rsqrt"] > ops["none"]["rsqrt"]
     assert ops["op"]["rsqrt"] > ops["none"]["rsqrt"]
+
+
+def test_op_checkpointing_of_a_moe_model_keeps_the_expert_matmuls_and_the_gradients() -> None:
+    spec = qwen3_5_moe.create_model_spec(
+        "debugmodel",
+        overrides={"dim": 64, "n_layers": 2, "full_attention_interval": 2, "vocab_size": 128, "head_dim": 16},
+    )
+    grads = {}
+    ops = {}
+    for mode, config in AC.items():
+        model = _model(spec, activation_checkpoint=config)
+        ops[mode] = _backward_ops(model)
+        grads[mode] = {name: p.grad for name, p in model.named_parameters()}
+    # the grouped expert matmuls' outputs are kept (full recomputation repeats them), the SwiGLU is redone
+    assert ops["full"]["_grouped_mm"] > ops["op"]["_grouped_mm"] == ops["none"]["_grouped_mm"]
+    assert ops["op"]["silu"] == ops["full"]["silu"] > ops["none"]["silu"]
+    # the same gradients: recomputation sees the kept matmul outputs as the forward left them
+    for mode in ("full", "op"):
+        for name, grad in grads["none"].items():
+            torch.testing.assert_close(grads[mode][name], grad, rtol=0, atol=0, msg=f"{mode}: {name}")
 
 
 def test_activation_checkpointing_without_config_keeps_activations() -> None:

@@ -1,13 +1,14 @@
 """Qwen 3.5 MoE under expert parallelism: same losses as one process, experts really split, checkpoints.
 
 One launch of 4 CPU processes (``ep 2`` x ``dp_shard 4``, so each expert is also FSDP-sharded over 2
-ranks) trains the tiny MoE config for 4 steps with checkpoints at steps 2 and 4 and activation
-checkpointing of every 2nd block; one process trains the same global batch without it. Losses and
-load-balancing losses agree within 1e-5 (fp32; ``micro_batch_size`` 1 keeps each micro-batch the same
-sequence, which the per-micro-batch auxiliary loss needs); every rank says which experts it stores and
-computes with. The EP checkpoint of step 2 resumes in one process, the one-process checkpoint of step 2
-resumes under ``ep 2`` on 2 processes (every block checkpointed), both with the uninterrupted losses;
-the EP checkpoint exports to a folder transformers loads to the trained logits.
+ranks) trains the tiny MoE config for 4 steps with checkpoints at steps 2 and 4 and operator-level
+activation checkpointing (``selective_option`` 'op': the matmuls' and all-to-alls' outputs kept, the rest
+recomputed); one process trains the same global batch without checkpointing. Losses and load-balancing
+losses agree within 1e-5 (fp32; ``micro_batch_size`` 1 keeps each micro-batch the same sequence, which the
+per-micro-batch auxiliary loss needs); every rank says which experts it stores and computes with. The EP
+checkpoint of step 2 resumes in one process, the one-process checkpoint of step 2 resumes under ``ep 2``
+on 2 processes (every block checkpointed), both with the uninterrupted losses; the EP checkpoint exports
+to a folder transformers loads to the trained logits.
 """
 
 from __future__ import annotations
@@ -41,13 +42,14 @@ RUN = {
     "checkpoint.last_save_model_only": "false",
     "dataloader.dataset.synthetic_num_samples": "12",
 }
-# The EP launches checkpoint activations (one process does not): every 2nd block with ep 2 x dp_shard 4,
-# every block after the resume with ep 2; the experts' all-to-all is recomputed in the backward.
+# The EP launches checkpoint activations (one process does not): operator by operator with ep 2 x
+# dp_shard 4 (the all-to-all outputs kept), every whole block after the resume with ep 2 (the experts'
+# all-to-all recomputed in the backward).
 EP4 = {
     "parallelism.dp_shard": "4",
     "parallelism.ep": "2",
     "activation_checkpoint.mode": "selective",
-    "activation_checkpoint.selective_option": "2",
+    "activation_checkpoint.selective_option": "op",
 }
 EP2 = {"parallelism.dp_shard": "2", "parallelism.ep": "2", "activation_checkpoint.mode": "full"}
 

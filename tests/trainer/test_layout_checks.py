@@ -427,13 +427,6 @@ EP_RULES = [
     ("flags", "path", "message"),
     [
         (
-            {"activation_checkpoint.mode": "selective", "activation_checkpoint.selective_option": "op"},
-            "activation_checkpoint.selective_option",
-            "'op' (selective checkpointing of operators) is not supported with expert parallelism yet "
-            "(parallelism.ep = 2): recomputing the experts' all-to-all dispatch fails in the backward; use "
-            "mode 'full' or an integer selective_option",
-        ),
-        (
             {"compile.enable": "true", "compile.fullgraph": "true"},
             "compile.fullgraph",
             "a mixture-of-experts model compiles with graph breaks only (its grouped expert matmul runs "
@@ -441,18 +434,20 @@ EP_RULES = [
             "the host); use fullgraph: false",
         ),
     ],
-    ids=["selective-op-ac", "fullgraph"],
+    ids=["fullgraph"],
 )
 def test_what_expert_parallelism_cannot_run_with_is_refused_at_resolve_time(
     flags: dict[str, str], path: str, message: str
 ) -> None:
-    """Whole-block checkpointing (full, every n-th block) and compile with graph breaks run under ep
-    (tests/trainer/test_expert_parallel.py; compile measured by hand, too slow for the suite)."""
+    """Activation checkpointing (whole blocks and operators: tests/trainer/test_expert_parallel.py and
+    test_parallel.py) and compile with graph breaks run under ep (compile measured by hand, too slow for
+    the suite)."""
     moe = {**tiny_overrides("qwen3_5_moe"), "parallelism.dp_shard": "2", "parallelism.ep": "2"}
     with pytest.raises(ConfigError) as info:
         load_config(debug_config_path("qwen3_5_moe"), {**moe, **flags}, world_size=2)
     assert [(issue.path, issue.message) for issue in info.value.issues] == [(path, message)]
-    for ok in ({"activation_checkpoint.mode": "full"}, {"compile.enable": "true"}):
+    op = {"activation_checkpoint.mode": "selective", "activation_checkpoint.selective_option": "op"}
+    for ok in ({"activation_checkpoint.mode": "full"}, op, {"compile.enable": "true"}):
         assert load_config(debug_config_path("qwen3_5_moe"), {**moe, **ok}, world_size=2).parallelism.ep == 2
 
 
@@ -460,7 +455,7 @@ def test_what_expert_parallelism_cannot_run_with_is_refused_at_resolve_time(
 def test_expert_parallel_layouts_are_checked_at_resolve_time(
     tmp_path: Path, parallelism: dict[str, Any], world_size: int | None, expected: list[tuple[str, str]]
 ) -> None:
-    # whole-block checkpointing: the default, operator-level, is refused under ep (test above)
+    # whole-block checkpointing (any mode runs under ep: test above)
     ac = {"_target_": "hyper_parallel.trainer.config.ActivationCheckpointConfig", "mode": "full"}
     path = _config(tmp_path, MOE, "debugmodel", parallelism, activation_checkpoint=ac)
     if not expected:

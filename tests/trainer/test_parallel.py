@@ -2,8 +2,10 @@
 
 Each case trains the tiny debug config for 4 steps on 2 CPU processes and compares every step's loss with a
 single-process run of the same global batch (fp32, 1e-5), then checks from the ranks' own report that the
-parameters really are sharded as the layout says. The layout grid runs 50 layouts through the resolver's
-checks (``--dry-run``) and through the runtime with those checks bypassed: the verdicts must agree.
+parameters really are sharded as the layout says; Qwen 3.5 MoE on micro-batches of 2 sequences trains to
+the same losses with expert parallelism (``ep 2`` of ``dp_shard 2``) and operator-level activation
+checkpointing as without either (1e-6). The layout grid runs 50 layouts through the resolver's checks
+(``--dry-run``) and through the runtime with those checks bypassed: the verdicts must agree.
 """
 
 from __future__ import annotations
@@ -44,6 +46,18 @@ LAYOUTS = {
         "parallelism.sequence_parallel": "false",
     },
 }
+#: Qwen 3.5 MoE on micro-batches of 2 sequences (the tiny run's), without and with expert parallelism.
+#: The ep run also checkpoints every block at the operator level (``selective_option`` 'op'), which
+#: recomputes the element-wise operators in the backward and keeps the matmuls and the all-to-all outputs.
+MOE_LAYOUTS = {
+    "dp_shard2": LAYOUTS["dp_shard2"],
+    "ep2": {
+        "parallelism.dp_shard": "2",
+        "parallelism.ep": "2",
+        "activation_checkpoint.mode": "selective",
+        "activation_checkpoint.selective_option": "op",
+    },
+}
 DATA = {"dataloader.dataset.source": "python_docs"}
 TIMEOUTS = {"comm.init_timeout_seconds": "123", "comm.train_timeout_seconds": "45"}
 
@@ -68,6 +82,9 @@ def two_process_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list
         for model in ("llama3", "qwen3_5")
         for layout in LAYOUTS
     }
+    runs.update(
+        {f"qwen3_5_moe-{layout}": ("qwen3_5_moe", {**DATA, **MOE_LAYOUTS[layout]}) for layout in MOE_LAYOUTS}
+    )
     return train_runs_under_torchrun(2, tmp_path_factory.mktemp("two-processes"), runs)[0]
 
 
@@ -105,6 +122,27 @@ def test_two_processes_match_one_and_really_shard(
         assert residual == [{"dtensor": True, "placements": ["Shard(dim=1)"], "local": [2, 16, 64]}] * 2
     else:
         assert residual == [{"dtensor": False, "placements": [], "local": [2, 32, 64]}] * 2
+
+
+def test_expert_parallelism_with_op_checkpointing_on_micro_batches_of_two_matches_fsdp_alone(
+    two_process_runs: dict[str, list[dict[str, Any]]],
+) -> None:
+    # the reference is the same layout without ep or checkpointing, not one process: with micro-batches
+    # of 2 one process groups the sequences differently, and the load-balancing loss is per micro-batch
+    plain, ep = two_process_runs["qwen3_5_moe-dp_shard2"], two_process_runs["qwen3_5_moe-ep2"]
+    for rank in range(2):
+        # micro-batches of 2 sequences of 32 tokens on both layouts
+        assert plain[rank]["residual_norm_output"]["local"] == [2, 32, 64]
+        assert ep[rank]["residual_norm_output"]["local"] == [2, 32, 64]
+        # the same per-step losses, load-balancing losses and expert loads, and gradient norms, to
+        # rounding: the routed outputs are scaled by their routing weights after the experts under
+        # expert parallelism, on the experts' hidden state without it (the same product)
+        assert ep[rank]["losses"] == pytest.approx(plain[rank]["losses"], abs=1e-6, rel=0)
+        assert ep[rank]["grad_norms"] == pytest.approx(plain[rank]["grad_norms"], abs=0, rel=1e-6)
+        for ours, theirs in zip(ep[rank]["extras"], plain[rank]["extras"], strict=True):
+            assert ours == pytest.approx(theirs, abs=1e-6, rel=0)
+        assert plain[rank]["experts"]["computes"] == [0, 1, 2, 3]
+        assert ep[rank]["experts"]["computes"] == [2 * rank, 2 * rank + 1]  # the all-to-all really ran
 
 
 def test_train_lm_under_torchrun_trains_and_only_rank_zero_prints(tmp_path: Path) -> None:

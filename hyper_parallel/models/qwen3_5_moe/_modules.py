@@ -248,8 +248,16 @@ class MoE(nn.Module):
         # hidden state (the block is FSDP2's unit, not the shared expert, so its weights are gathered here)
         gate_up = F.linear(flat, torch.cat((shared.w1.weight, shared.w3.weight)))
         hidden = gated_swiglu(gate_up, torch.sigmoid(scores[:, n]))
-        # each routed output added to its token's shared-expert output, in place (w2 keeps no output)
-        result: torch.Tensor = shared.w2(hidden).index_add_(0, token_of, out).reshape(shape)
+        # each routed output added to its token's shared-expert output: in place without gradients; with
+        # them into a new tensor, since selective activation checkpointing keeps the matmul's output for
+        # the backward and an in-place add would change it
+        shared_out = shared.w2(hidden)
+        summed = (
+            shared_out.index_add(0, token_of, out)
+            if torch.is_grad_enabled()
+            else shared_out.index_add_(0, token_of, out)
+        )
+        result: torch.Tensor = summed.reshape(shape)
         return result
 
 
