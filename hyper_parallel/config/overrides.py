@@ -30,7 +30,15 @@ from typing import Any
 import attrs
 
 from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path
-from hyper_parallel.config.recipes import Given, given_of, recipe_of, remember, remember_given
+from hyper_parallel.config.recipes import (
+    Given,
+    Recipe,
+    carries_recipe,
+    given_of,
+    recipe_of,
+    remember,
+    remember_given,
+)
 from hyper_parallel.config.root import (
     Resolved,
     RootFacts,
@@ -39,7 +47,7 @@ from hyper_parallel.config.root import (
     unknown_root_field,
     unstructure_group,
 )
-from hyper_parallel.config.targets import TARGET_KEY, Target, TargetError, load_target
+from hyper_parallel.config.targets import TARGET_KEY, Target, TargetError, load_target, qualified_name
 from hyper_parallel.config.types import (
     NO_CHILD,
     child_names,
@@ -166,9 +174,36 @@ class OverridePatch:
         self._removals: list[Override] = []
         self._switches: list[Override] = []
         self._values: list[Override] = []
+        removals, switches, values = self._removals, self._switches, self._values
+        #: The overrides of each group when every override sets a field of a group (``optimizer.lr``: no
+        #: removal, switch or value inside a value; the common case, see :meth:`_user_tree_of_fields`).
+        self._fields: dict[str, list[Override]] | None = None
+        fields: dict[Any, list[Override]] = {}  # by the path's first item, a group name if it is known
+        simple = True
         for o in overrides:
-            kind = self._removals if o.delete else self._switches if _is_switch(o) else self._values
-            kind.append(o)
+            path = o.path
+            if o.key[:1] == "~":
+                removals.append(o)
+                simple = False
+            elif len(path) != 2:
+                values.append(o)
+                simple = False
+            elif path[1] == TARGET_KEY:
+                switches.append(o)
+                simple = False
+            else:
+                values.append(o)
+                if simple:
+                    named = fields.get(path[0])
+                    if named is None:
+                        fields[path[0]] = [o]
+                    else:
+                        named.append(o)
+                    simple = type(path[1]) is str
+        if simple:
+            self._fields = fields
+        #: Whether :meth:`user_tree` patched the overrides in already (see :meth:`_user_tree_of_fields`).
+        self._patched = False
         #: What a target may be under: the root's packages, then what trusted code allows (``allowed``).
         self.allowed = facts.allowed(allowed)
         #: Every problem found so far, in the order found.
@@ -205,6 +240,10 @@ class OverridePatch:
         """
         self._old = given = given_of(cfg)
         self._cfg = cfg if given is not None else None
+        if given is not None and self._fields is not None:
+            fast = self._user_tree_of_fields(cfg, given, self._fields)
+            if fast is not None:
+                return fast
         # A config this layer resolved keeps every group no override names as it is: the resolve checked
         # it, the restructure takes it unchanged (a factory is not called again) and runs the cross-group
         # rules. A config built in Python (no record) is written out whole, so every check runs again.
@@ -247,6 +286,128 @@ class OverridePatch:
             tree[group] = body
         return tree
 
+    def _user_tree_of_fields(
+        self, cfg: Any, given: Given, by_group: dict[str, list[Override]]
+    ) -> dict[str, Any] | None:
+        """:meth:`user_tree` and :meth:`patch` at once, for a recorded config whose overrides each set a
+        field of a group (the common case): the same tree and the same record, in one pass over the
+        groups, each override read once against the target that built its group.
+
+        Returns None, having changed nothing, when anything is not plain (an unknown group, a field not
+        looked up before, a value that cannot be read, a group that cannot be written): the general steps
+        then run and report it in their order.
+        """
+        facts = self.facts
+        types = facts.types
+        if not by_group.keys() <= types.keys():
+            return None
+        conv = self.conv
+        cache = conv.override_fields
+        checked = conv.checked_targets
+        allowed = self.allowed
+        packages = facts.packages
+        # Every group as it is (in the root's order), and what was set in those no override names looked up
+        # when needed (see _names_of); the groups the overrides name are replaced below, in place.
+        untouched = {group: getattr(cfg, group) for group in types}
+        tree: dict[str, Any] = {group: _resolved((value,)) for group, value in untouched.items()}
+        set_names: dict[str, frozenset[str] | None] = {}
+        origins: dict[tuple[str, str], str | None] = {}
+        reshaped: set[str] = set()
+        unrecorded: set[str] = set()
+        reused: dict[str, frozenset[str] | None] = {}
+        problems: list[Problem] = []
+        for group, overrides in by_group.items():
+            value = untouched.pop(group)
+            recipe = recipe_of(value)
+            if recipe is not None:
+                name = recipe.target
+            elif carries_recipe(value):  # built by hand: the general steps report that it cannot be written
+                return None
+            else:
+                name = _class_target(type(value))
+            try:
+                target = load_target(name, types[group], allowed, checked, packages=packages)
+            except TargetError:
+                return None
+            obj = target.obj
+            if recipe is None and obj is not type(value):
+                return None
+            reads = []
+            same = True
+            for o in overrides:
+                field = o.path[1]
+                found = cache.get((obj, (field,)))
+                if found is None:
+                    return None
+                new = o.value
+                if isinstance(new, str):
+                    try:
+                        new = found[1](expand_env(new) if "${" in new else new)
+                    except ConfigError:
+                        return None
+                reads.append((field, new))
+                if same:  # whether the field holds that value, as the written group would hold it
+                    if recipe is None:
+                        old = getattr(value, field)  # type: ignore[arg-type]
+                    elif field in recipe.given:  # a factory's group is written with what the user set
+                        old = recipe.args[field]  # type: ignore[index]
+                    else:
+                        same = False
+                        continue
+                    if type(old) is not type(new) or type(new) not in _SCALARS or old != new or new != new:
+                        same = False
+                    elif (type(new) is str and not new.isascii()) or (
+                        type(new) is float and new - new != 0.0
+                    ):
+                        same = self._written(old) == old  # not written as it is (see attrs_unstructure)
+            if same:  # every override sets the value the group holds: it is taken as it is (see _reuse)
+                if recipe is None:  # what was set in it is looked up when needed, as for the others
+                    untouched[group] = value
+                    reused[group] = None
+                    continue
+                names = frozenset(recipe.given)
+                origins.update(((group, n), where) for n, where in recipe.given.items())
+                set_names[group] = names
+                reshaped.add(group)
+                reused[group] = names.union([TARGET_KEY], (str(o.path[1]) for o in overrides))
+                tree[group] = _resolved((self._set_again(value, recipe, overrides),))
+                continue
+            body = unstructure_group(conv, group, value, problems)
+            if problems:
+                return None
+            names_set: frozenset[str] | None
+            if recipe is not None:  # its recipe says what was set, and where (it travels with copies)
+                names_set = frozenset(recipe.given)
+                origins.update(((group, n), where) for n, where in recipe.given.items())
+                reshaped.add(group)
+                keep = names_set.union([TARGET_KEY])
+                body = {k: v for k, v in body.items() if k in keep}
+            elif group not in given.unrecorded:
+                names_set = given.names.get(group, frozenset())
+            else:  # built in Python: every value other than the default counts as set
+                unrecorded.add(group)
+                names_set = None
+            set_names[group] = names_set
+            for field, new in reads:
+                body[field] = new
+            tree[group] = body
+        self._untouched = untouched
+        self._set_names = set_names
+        self._origins = origins
+        self._reshaped = reshaped
+        self._unrecorded = unrecorded
+        self._reused = reused
+        self._tree = tree
+        self._patched = True
+        return tree
+
+    def _written(self, value: Any) -> Any:
+        """``value`` as a written tree holds it (unstructured), or a marker if it cannot be written."""
+        try:
+            return self.conv.get_unstructure_hook(value.__class__)(value)
+        except Exception:
+            return _ABSENT
+
     def _names_of(self, group: str) -> frozenset[str] | None:
         """What the user set in ``group`` of the config :meth:`user_tree` wrote (None: set in Python)."""
         if group in self._untouched and group not in self._set_names:
@@ -282,6 +443,8 @@ class OverridePatch:
         new target.
         """
         self._tree = tree
+        if self._patched:  # user_tree patched them in already
+            return
         for o in self._removals:
             self._delete(tree, o)
         for o in self._switches:
@@ -317,12 +480,19 @@ class OverridePatch:
         node = tree[group]
         recipe = recipe_of(value)
         if recipe is not None:  # the same call, its arguments now set where the overrides set them
-            given = dict(recipe.given)
-            given.update((o.path[1], o.origin) for o in self._values if o.path[0] == group)  # type: ignore[misc]
-            value = copy.copy(value)
-            remember(value, recipe._replace(given=given))
+            value = self._set_again(value, recipe, [o for o in self._values if o.path[0] == group])
         self._reused[group] = frozenset(node) if group in self._reshaped else None
         tree[group] = Resolved(value)
+
+    def _set_again(self, value: Any, recipe: Recipe, overrides: list[Override]) -> Any:
+        """A copy of factory result ``value`` whose recipe records the arguments ``overrides`` set (each to
+        the value it had) as set by them."""
+        given = dict(recipe.given)
+        for o in overrides:
+            given[o.path[1]] = o.origin  # type: ignore[index]
+        value = copy.copy(value)
+        remember(value, recipe._replace(given=given))
+        return value
 
     def where(self, path: Path) -> str | None:
         """Where the value at ``path`` of the config :meth:`user_tree` wrote was set, if known."""
@@ -341,19 +511,26 @@ class OverridePatch:
         problem of a value set in a file is located there even when the file is no longer at hand).
 
         A field's own key (what the resolver asks for each factory parameter given) is looked up in a table
-        of the overrides first, so the cost does not grow with their number.
+        of the overrides first, so the cost does not grow with their number; the table is made when first
+        needed (a restructure that calls no factory and finds no problem never asks).
         """
-        exact: dict[Path, str] = {}  # as ``locate`` finds them: the first override of the field itself,
-        for o in reversed(self.overrides):  # else the first of a value inside it
-            if len(o.path) > 2:
-                exact[o.path[:2]] = o.origin
-        exact.update((o.path, o.origin) for o in reversed(self.overrides) if len(o.path) == 2)
-
+        tables: list[dict[Path, str]] = []
         known = self._origins  # the factory parameters set before, where they were set (None: not known)
+
+        def exact_table() -> dict[Path, str]:
+            if not tables:
+                exact: dict[Path, str] = {}  # as ``locate`` finds them: the first override of the field
+                for o in reversed(self.overrides):  # itself, else the first of a value inside it
+                    if len(o.path) > 2:
+                        exact[o.path[:2]] = o.origin
+                exact.update((o.path, o.origin) for o in reversed(self.overrides) if len(o.path) == 2)
+                tables.append(exact)
+            return tables[0]
 
         def located(problem: Problem) -> str | None:
             path = problem.path
             if problem.anchor == "key" and len(path) == 2:
+                exact = exact_table()
                 if path in exact:
                     return exact[path]
                 if isinstance(path[0], str):
@@ -689,6 +866,21 @@ def _holds(node: Any, path: Path, value: Any) -> bool:
 
 _ABSENT = object()
 _SCALARS = frozenset({type(None), bool, int, float, str})
+
+
+#: A :class:`Resolved` made without a Python-level ``__new__`` (``_resolved((value,))``).
+_resolved = functools.partial(tuple.__new__, Resolved)
+
+#: The ``_target_`` naming each Config class seen (classes live as long as the process; there are few).
+_CLASS_TARGETS: dict[type, str] = {}
+
+
+def _class_target(cls: type) -> str:
+    """``qualified_name(cls)``, worked out once per class."""
+    name = _CLASS_TARGETS.get(cls)
+    if name is None:
+        name = _CLASS_TARGETS[cls] = qualified_name(cls)
+    return name
 
 
 def _has(node: Any, seg: str | int) -> bool:
