@@ -22,18 +22,19 @@ explicitly, so such a value is taken as the default and the new class's default 
 import contextlib
 import copy
 import functools
+import operator
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path
 from hyper_parallel.config.recipes import (
+    RECIPE_FIELD,
     Given,
     Recipe,
-    carries_recipe,
     given_of,
     recipe_of,
     remember,
@@ -170,38 +171,31 @@ class OverridePatch:
         self.conv = conv
         self.facts = facts
         self.overrides = overrides
-        #: The overrides by kind: removals (``~group.field``), ``_target_`` switches, and values.
-        self._removals: list[Override] = []
-        self._switches: list[Override] = []
-        self._values: list[Override] = []
-        removals, switches, values = self._removals, self._switches, self._values
         #: The overrides of each group when every override sets a field of a group (``optimizer.lr``: no
         #: removal, switch or value inside a value; the common case, see :meth:`_user_tree_of_fields`).
         self._fields: dict[str, list[Override]] | None = None
         fields: dict[Any, list[Override]] = {}  # by the path's first item, a group name if it is known
-        simple = True
         for o in overrides:
             path = o.path
-            if o.key[:1] == "~":
-                removals.append(o)
-                simple = False
-            elif len(path) != 2:
-                values.append(o)
-                simple = False
-            elif path[1] == TARGET_KEY:
-                switches.append(o)
-                simple = False
+            if len(path) != 2 or type(path[1]) is not str or path[1] == TARGET_KEY or o.key[:1] == "~":
+                break
+            named = fields.get(path[0])
+            if named is None:
+                fields[path[0]] = [o]
             else:
-                values.append(o)
-                if simple:
-                    named = fields.get(path[0])
-                    if named is None:
-                        fields[path[0]] = [o]
-                    else:
-                        named.append(o)
-                    simple = type(path[1]) is str
-        if simple:
+                named.append(o)
+        else:
             self._fields = fields
+        #: The overrides by kind: removals (``~group.field``), ``_target_`` switches, and values.
+        self._removals: list[Override] = []
+        self._switches: list[Override] = []
+        self._values: list[Override] = []
+        if self._fields is not None:  # values only
+            self._values = list(overrides)
+        else:
+            for o in overrides:
+                kind = self._removals if o.delete else self._switches if _is_switch(o) else self._values
+                kind.append(o)
         #: Whether :meth:`user_tree` patched the overrides in already (see :meth:`_user_tree_of_fields`).
         self._patched = False
         #: What a target may be under: the root's packages, then what trusted code allows (``allowed``).
@@ -308,8 +302,9 @@ class OverridePatch:
         packages = facts.packages
         # Every group as it is (in the root's order), and what was set in those no override names looked up
         # when needed (see _names_of); the groups the overrides name are replaced below, in place.
-        untouched = {group: getattr(cfg, group) for group in types}
-        tree: dict[str, Any] = {group: _resolved((value,)) for group, value in untouched.items()}
+        values = _groups_getter(facts.cls, types)(cfg)
+        untouched = dict(zip(types, values, strict=True))
+        tree: dict[str, Any] = dict(zip(types, map(_resolved, zip(values)), strict=True))
         set_names: dict[str, frozenset[str] | None] = {}
         origins: dict[tuple[str, str], str | None] = {}
         reshaped: set[str] = set()
@@ -319,12 +314,13 @@ class OverridePatch:
         for group, overrides in by_group.items():
             value = untouched.pop(group)
             recipe = recipe_of(value)
+            name: str | None
             if recipe is not None:
                 name = recipe.target
-            elif carries_recipe(value):  # built by hand: the general steps report that it cannot be written
-                return None
             else:
-                name = _class_target(type(value))
+                name = _config_target(type(value))
+                if name is None:  # a spec built by hand: the general steps report that it cannot be written
+                    return None
             try:
                 target = load_target(name, types[group], allowed, checked, packages=packages)
             except TargetError:
@@ -369,12 +365,19 @@ class OverridePatch:
                 origins.update(((group, n), where) for n, where in recipe.given.items())
                 set_names[group] = names
                 reshaped.add(group)
-                reused[group] = names.union([TARGET_KEY], (str(o.path[1]) for o in overrides))
+                reused[group] = names.union([TARGET_KEY])  # the overrides' fields are among the names
                 tree[group] = _resolved((self._set_again(value, recipe, overrides),))
                 continue
-            body = unstructure_group(conv, group, value, problems)
-            if problems:
-                return None
+            writer = conv.group_writers.get(obj) if recipe is None else None
+            if writer is not None:  # what unstructure_group calls for a Config group written before
+                try:
+                    body = writer(value)
+                except Exception:
+                    return None
+            else:
+                body = unstructure_group(conv, group, value, problems)
+                if problems:
+                    return None
             names_set: frozenset[str] | None
             if recipe is not None:  # its recipe says what was set, and where (it travels with copies)
                 names_set = frozenset(recipe.given)
@@ -871,16 +874,36 @@ _SCALARS = frozenset({type(None), bool, int, float, str})
 #: A :class:`Resolved` made without a Python-level ``__new__`` (``_resolved((value,))``).
 _resolved = functools.partial(tuple.__new__, Resolved)
 
-#: The ``_target_`` naming each Config class seen (classes live as long as the process; there are few).
-_CLASS_TARGETS: dict[type, str] = {}
+#: The ``_target_`` naming each class of a group's value seen, None for a class that factories make (a
+#: ``ModelSpec``): such a value without a recipe was built by hand (classes live as long as the process).
+_CLASS_TARGETS: dict[type, str | None] = {}
 
 
-def _class_target(cls: type) -> str:
-    """``qualified_name(cls)``, worked out once per class."""
-    name = _CLASS_TARGETS.get(cls)
-    if name is None:
-        name = _CLASS_TARGETS[cls] = qualified_name(cls)
-    return name
+def _config_target(cls: type) -> str | None:
+    """The ``_target_`` naming ``cls``, a group value's class; None if factories make it (see above)."""
+    try:
+        return _CLASS_TARGETS[cls]
+    except KeyError:
+        name = _CLASS_TARGETS[cls] = None if _makes_recipes(cls) else qualified_name(cls)
+        return name
+
+
+def _makes_recipes(cls: type) -> bool:
+    field = attrs.fields_dict(cls).get(RECIPE_FIELD) if attrs.has(cls) else None
+    return field is not None and not field.init
+
+
+#: A function returning every group of a root config (in the root's order), by root class.
+_GETTERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+
+
+def _groups_getter(cls: type, groups: Iterable[str]) -> Callable[[Any], tuple[Any, ...]]:
+    getter = _GETTERS.get(cls)
+    if getter is None:
+        names = tuple(groups)
+        one = operator.attrgetter(*names)
+        getter = _GETTERS[cls] = one if len(names) > 1 else lambda root: (one(root),)
+    return getter
 
 
 def _has(node: Any, seg: str | int) -> bool:
