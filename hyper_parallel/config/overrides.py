@@ -493,7 +493,7 @@ class OverridePatch:
         given = dict(recipe.given)
         for o in overrides:
             given[o.path[1]] = o.origin  # type: ignore[index]
-        value = copy.copy(value)
+        value = _copy(value)
         remember(value, recipe._replace(given=given))
         return value
 
@@ -891,6 +891,56 @@ def _config_target(cls: type) -> str | None:
 def _makes_recipes(cls: type) -> bool:
     field = attrs.fields_dict(cls).get(RECIPE_FIELD) if attrs.has(cls) else None
     return field is not None and not field.init
+
+
+#: The attributes a copy of each factory result class seen is made of, when ``copy.copy`` would copy just
+#: those (a slotted attrs class whose state is its fields, by attrs' own methods), else None.
+_COPIED: dict[type, tuple[str, ...] | None] = {}
+
+
+def _copy(value: Any) -> Any:
+    """``copy.copy(value)``, without the pickle protocol's steps for a slotted attrs class (see above)."""
+    cls: Any = type(value)
+    try:
+        names = _COPIED[cls]
+    except KeyError:
+        names = _COPIED[cls] = _copied_attributes(cls)
+    if names is None:
+        return copy.copy(value)
+    new = cls.__new__(cls)
+    for name in names:
+        object.__setattr__(new, name, getattr(value, name))
+    return new
+
+
+def _module_of(obj: object) -> object:
+    return getattr(obj, "__module__", None)
+
+
+#: The module whose functions attrs puts on the classes it makes (the state methods of a slotted class).
+_ATTRS = attrs.fields.__module__
+
+
+def _copied_attributes(cls: type) -> tuple[str, ...] | None:
+    import copyreg
+
+    if (
+        not attrs.has(cls)
+        or "__slots__" not in vars(cls)
+        or cls in copyreg.dispatch_table
+        or hasattr(cls, "__copy__")
+        or cls.__reduce_ex__ is not object.__reduce_ex__
+        or cls.__reduce__ is not object.__reduce__
+        or _module_of(getattr(cls, "__getstate__", None)) != _ATTRS
+        or _module_of(getattr(cls, "__setstate__", None)) != _ATTRS
+    ):
+        return None
+    names = tuple(a.name for a in attrs.fields(cls))
+    slots: set[str] = set()
+    for klass in cls.__mro__:
+        declared = vars(klass).get("__slots__", ())
+        slots.update((declared,) if isinstance(declared, str) else declared)
+    return names if slots - {"__weakref__"} == set(names) else None  # a hash cache: copy.copy knows
 
 
 #: A function returning every group of a root config (in the root's order), by root class.
