@@ -337,11 +337,12 @@ def _parse_overrides(overrides: Mapping[str, object], command_line: bool) -> "li
 
     make = tuple.__new__  # Override(...) without its Python-level __new__
     parsed: list[Override] = []
+    add = parsed.append
     for key, value in overrides.items():
         path = parse_path(key) if isinstance(key, str) else None
         if path is None:
             break
-        parsed.append(make(Override, (key, path, value, override_origin(key, command_line))))
+        add(make(Override, (key, path, value, override_origin(key, command_line))))
     else:
         return parsed
     problems = [

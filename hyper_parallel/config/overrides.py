@@ -328,33 +328,32 @@ class OverridePatch:
             obj = target.obj
             if recipe is None and obj is not type(value):
                 return None
-            reads = []
+            reads: dict[str, Any] = {}
             same = True
             for o in overrides:
-                field = o.path[1]
+                field: Any = o.path[1]
                 found = cache.get((obj, (field,)))
                 if found is None:
                     return None
-                new = o.value
+                new: Any = o.value
                 if isinstance(new, str):
                     try:
                         new = found[1](expand_env(new) if "${" in new else new)
                     except ConfigError:
                         return None
-                reads.append((field, new))
+                reads[field] = new
                 if same:  # whether the field holds that value, as the written group would hold it
                     if recipe is None:
-                        old = getattr(value, field)  # type: ignore[arg-type]
+                        old = getattr(value, field)
                     elif field in recipe.given:  # a factory's group is written with what the user set
-                        old = recipe.args[field]  # type: ignore[index]
+                        old = recipe.args[field]
                     else:
                         same = False
                         continue
-                    if type(old) is not type(new) or type(new) not in _SCALARS or old != new or new != new:
+                    kind = type(new)
+                    if kind is not type(old) or kind not in _SCALARS or old != new or new != new:
                         same = False
-                    elif (type(new) is str and not new.isascii()) or (
-                        type(new) is float and new - new != 0.0
-                    ):
+                    elif (kind is str and not new.isascii()) or (kind is float and new - new != 0.0):
                         same = self._written(old) == old  # not written as it is (see attrs_unstructure)
             if same:  # every override sets the value the group holds: it is taken as it is (see _reuse)
                 if recipe is None:  # what was set in it is looked up when needed, as for the others
@@ -391,8 +390,7 @@ class OverridePatch:
                 unrecorded.add(group)
                 names_set = None
             set_names[group] = names_set
-            for field, new in reads:
-                body[field] = new
+            body.update(reads)
             tree[group] = body
         self._untouched = untouched
         self._set_names = set_names
