@@ -351,10 +351,16 @@ class OverridePatch:
                         same = False
                         continue
                     kind = type(new)
-                    if kind is not type(old) or kind not in _SCALARS or old != new or new != new:
+                    if kind not in _SCALARS or new != new:  # as _holds: a scalar, not NaN
                         same = False
-                    elif (kind is str and not new.isascii()) or (kind is float and new - new != 0.0):
-                        same = self._written(old) == old  # not written as it is (see attrs_unstructure)
+                        continue
+                    if (
+                        type(old) is not kind
+                        or (kind is str and not old.isascii())
+                        or (kind is float and old - old != 0.0)
+                    ):
+                        old = self._written(old)  # not written as it is (an enum member, non-ASCII text)
+                    same = type(old) is kind and old == new
             if same:  # every override sets the value the group holds: it is taken as it is (see _reuse)
                 if recipe is None:  # what was set in it is looked up when needed, as for the others
                     untouched[group] = value
