@@ -230,7 +230,9 @@ class OverridePatch:
         Only the groups that a switch or a removal reshapes (and factory groups, whose unset parameters
         the factory fills in) are cut down to the values set; the others keep every value, which
         restructures to the same config. A group that cannot be written (a ``ModelSpec`` built in Python)
-        is carried over as it is while no override names it; an override of it is reported.
+        is carried over as it is while no override names it; an override of it is reported. When every
+        override sets a field of a group of a recorded config, the overrides are patched in here too (see
+        :meth:`_user_tree_of_fields`), and :meth:`patch` has nothing left to do.
         """
         self._old = given = given_of(cfg)
         self._cfg = cfg if given is not None else None
@@ -285,7 +287,9 @@ class OverridePatch:
     ) -> dict[str, Any] | None:
         """:meth:`user_tree` and :meth:`patch` at once, for a recorded config whose overrides each set a
         field of a group (the common case): the same tree and the same record, in one pass over the
-        groups, each override read once against the target that built its group.
+        groups, each override read once against the target that built its group. A group whose overrides
+        all set the values it holds is taken as it is without being written out at all (see :meth:`_reuse`);
+        the others are written and patched, and the caller's restructure checks them.
 
         Returns None, having changed nothing, when anything is not plain (an unknown group, a field not
         looked up before, a value that cannot be read, a group that cannot be written): the general steps
