@@ -22,15 +22,24 @@ explicitly, so such a value is taken as the default and the new class's default 
 import contextlib
 import copy
 import functools
+import operator
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path
-from hyper_parallel.config.recipes import Given, given_of, recipe_of, remember, remember_given
+from hyper_parallel.config.recipes import (
+    RECIPE_FIELD,
+    Given,
+    Recipe,
+    given_of,
+    recipe_of,
+    remember,
+    remember_given,
+)
 from hyper_parallel.config.root import (
     Resolved,
     RootFacts,
@@ -39,7 +48,7 @@ from hyper_parallel.config.root import (
     unknown_root_field,
     unstructure_group,
 )
-from hyper_parallel.config.targets import TARGET_KEY, Target, TargetError, load_target
+from hyper_parallel.config.targets import TARGET_KEY, Target, TargetError, load_target, qualified_name
 from hyper_parallel.config.types import (
     NO_CHILD,
     child_names,
@@ -162,13 +171,33 @@ class OverridePatch:
         self.conv = conv
         self.facts = facts
         self.overrides = overrides
+        #: The overrides of each group when every override sets a field of a group (``optimizer.lr``: no
+        #: removal, switch or value inside a value; the common case, see :meth:`_user_tree_of_fields`).
+        self._fields: dict[str, list[Override]] | None = None
+        fields: dict[Any, list[Override]] = {}  # by the path's first item, a group name if it is known
+        for o in overrides:
+            path = o.path
+            if len(path) != 2 or type(path[1]) is not str or path[1] == TARGET_KEY or o.key[:1] == "~":
+                break
+            named = fields.get(path[0])
+            if named is None:
+                fields[path[0]] = [o]
+            else:
+                named.append(o)
+        else:
+            self._fields = fields
         #: The overrides by kind: removals (``~group.field``), ``_target_`` switches, and values.
         self._removals: list[Override] = []
         self._switches: list[Override] = []
         self._values: list[Override] = []
-        for o in overrides:
-            kind = self._removals if o.delete else self._switches if _is_switch(o) else self._values
-            kind.append(o)
+        if self._fields is not None:  # values only
+            self._values = list(overrides)
+        else:
+            for o in overrides:
+                kind = self._removals if o.delete else self._switches if _is_switch(o) else self._values
+                kind.append(o)
+        #: Whether :meth:`user_tree` patched the overrides in already (see :meth:`_user_tree_of_fields`).
+        self._patched = False
         #: What a target may be under: the root's packages, then what trusted code allows (``allowed``).
         self.allowed = facts.allowed(allowed)
         #: Every problem found so far, in the order found.
@@ -201,10 +230,16 @@ class OverridePatch:
         Only the groups that a switch or a removal reshapes (and factory groups, whose unset parameters
         the factory fills in) are cut down to the values set; the others keep every value, which
         restructures to the same config. A group that cannot be written (a ``ModelSpec`` built in Python)
-        is carried over as it is while no override names it; an override of it is reported.
+        is carried over as it is while no override names it; an override of it is reported. When every
+        override sets a field of a group of a recorded config, the overrides are patched in here too (see
+        :meth:`_user_tree_of_fields`), and :meth:`patch` has nothing left to do.
         """
         self._old = given = given_of(cfg)
         self._cfg = cfg if given is not None else None
+        if given is not None and self._fields is not None:
+            fast = self._user_tree_of_fields(cfg, given, self._fields)
+            if fast is not None:
+                return fast
         # A config this layer resolved keeps every group no override names as it is: the resolve checked
         # it, the restructure takes it unchanged (a factory is not called again) and runs the cross-group
         # rules. A config built in Python (no record) is written out whole, so every check runs again.
@@ -247,6 +282,143 @@ class OverridePatch:
             tree[group] = body
         return tree
 
+    def _user_tree_of_fields(
+        self, cfg: Any, given: Given, by_group: dict[str, list[Override]]
+    ) -> dict[str, Any] | None:
+        """:meth:`user_tree` and :meth:`patch` at once, for a recorded config whose overrides each set a
+        field of a group (the common case): the same tree and the same record, in one pass over the
+        groups, each override read once against the target that built its group. A group whose overrides
+        all set the values it holds is taken as it is without being written out at all (see :meth:`_reuse`);
+        the others are written and patched, and the caller's restructure checks them.
+
+        Returns None, having changed nothing, when anything is not plain (an unknown group, a field not
+        looked up before, a value that cannot be read, a group that cannot be written): the general steps
+        then run and report it in their order.
+        """
+        facts = self.facts
+        types = facts.types
+        if not by_group.keys() <= types.keys():
+            return None
+        conv = self.conv
+        cache = conv.override_fields
+        checked = conv.checked_targets
+        allowed = self.allowed
+        packages = facts.packages
+        # Every group as it is (in the root's order), and what was set in those no override names looked up
+        # when needed (see _names_of); the groups the overrides name are replaced below, in place.
+        values = _groups_getter(facts.cls, types)(cfg)
+        untouched = dict(zip(types, values, strict=True))
+        tree: dict[str, Any] = dict(zip(types, map(_resolved, zip(values)), strict=True))
+        set_names: dict[str, frozenset[str] | None] = {}
+        origins: dict[tuple[str, str], str | None] = {}
+        reshaped: set[str] = set()
+        unrecorded: set[str] = set()
+        reused: dict[str, frozenset[str] | None] = {}
+        problems: list[Problem] = []
+        for group, overrides in by_group.items():
+            value = untouched.pop(group)
+            recipe = recipe_of(value)
+            name: str | None
+            if recipe is not None:
+                name = recipe.target
+            else:
+                name = _config_target(type(value))
+                if name is None:  # a spec built by hand: the general steps report that it cannot be written
+                    return None
+            try:
+                target = load_target(name, types[group], allowed, checked, packages=packages)
+            except TargetError:
+                return None
+            obj = target.obj
+            if recipe is None and obj is not type(value):
+                return None
+            reads: dict[str, Any] = {}
+            same = True
+            for o in overrides:
+                field: Any = o.path[1]
+                found = cache.get((obj, (field,)))
+                if found is None:
+                    return None
+                new: Any = o.value
+                if isinstance(new, str):
+                    try:
+                        new = found[1](expand_env(new) if "${" in new else new)
+                    except ConfigError:
+                        return None
+                reads[field] = new
+                if same:  # whether the field holds that value, as the written group would hold it
+                    if recipe is None:
+                        old = getattr(value, field)
+                    elif field in recipe.given:  # a factory's group is written with what the user set
+                        old = recipe.args[field]
+                    else:
+                        same = False
+                        continue
+                    kind = type(new)
+                    if kind not in _SCALARS or new != new:  # as _holds: a scalar, not NaN
+                        same = False
+                        continue
+                    if (
+                        type(old) is not kind
+                        or (kind is str and not old.isascii())
+                        or (kind is float and old - old != 0.0)
+                    ):
+                        old = self._written(old)  # not written as it is (an enum member, non-ASCII text)
+                    same = type(old) is kind and old == new
+            if same:  # every override sets the value the group holds: it is taken as it is (see _reuse)
+                if recipe is None:  # what was set in it is looked up when needed, as for the others
+                    untouched[group] = value
+                    reused[group] = None
+                    continue
+                names = frozenset(recipe.given)
+                origins.update(((group, n), where) for n, where in recipe.given.items())
+                set_names[group] = names
+                reshaped.add(group)
+                reused[group] = names.union([TARGET_KEY])  # the overrides' fields are among the names
+                tree[group] = _resolved((self._set_again(value, recipe, overrides),))
+                continue
+            writer = conv.group_writers.get(obj) if recipe is None else None
+            if writer is not None:  # what unstructure_group calls for a Config group written before
+                try:
+                    body = writer(value)
+                except Exception:
+                    return None
+            else:
+                body = unstructure_group(conv, group, value, problems)
+                if problems:
+                    return None
+            names_set: frozenset[str] | None
+            if recipe is not None:  # its recipe says what was set, and where (it travels with copies)
+                names_set = frozenset(recipe.given)
+                origins.update(((group, n), where) for n, where in recipe.given.items())
+                reshaped.add(group)
+                keep = names_set.union([TARGET_KEY])
+                body = {k: v for k, v in body.items() if k in keep}
+            elif group not in given.unrecorded:
+                names_set = given.names.get(group, frozenset())
+            else:  # built in Python: every value other than the default counts as set
+                unrecorded.add(group)
+                names_set = None
+            set_names[group] = names_set
+            body.update(reads)
+            tree[group] = body
+        self._untouched = untouched
+        self._set_names = set_names
+        self._origins = origins
+        self._reshaped = reshaped
+        self._unrecorded = unrecorded
+        self._reused = reused
+        self._tree = tree
+        self._patched = True
+        return tree
+
+    def _written(self, value: Any) -> Any:
+        """``value`` as a written tree holds it (unstructured), or a marker if it cannot be written."""
+        try:
+            return self.conv.get_unstructure_hook(value.__class__)(value)
+        except Exception:
+            return _ABSENT
+
     def _names_of(self, group: str) -> frozenset[str] | None:
         """What the user set in ``group`` of the config :meth:`user_tree` wrote (None: set in Python)."""
         if group in self._untouched and group not in self._set_names:
@@ -282,6 +454,8 @@ class OverridePatch:
         new target.
         """
         self._tree = tree
+        if self._patched:  # user_tree patched them in already
+            return
         for o in self._removals:
             self._delete(tree, o)
         for o in self._switches:
@@ -317,12 +491,19 @@ class OverridePatch:
         node = tree[group]
         recipe = recipe_of(value)
         if recipe is not None:  # the same call, its arguments now set where the overrides set them
-            given = dict(recipe.given)
-            given.update((o.path[1], o.origin) for o in self._values if o.path[0] == group)  # type: ignore[misc]
-            value = copy.copy(value)
-            remember(value, recipe._replace(given=given))
+            value = self._set_again(value, recipe, [o for o in self._values if o.path[0] == group])
         self._reused[group] = frozenset(node) if group in self._reshaped else None
         tree[group] = Resolved(value)
+
+    def _set_again(self, value: Any, recipe: Recipe, overrides: list[Override]) -> Any:
+        """A copy of factory result ``value`` whose recipe records the arguments ``overrides`` set (each to
+        the value it had) as set by them."""
+        given = dict(recipe.given)
+        for o in overrides:
+            given[o.path[1]] = o.origin  # type: ignore[index]
+        value = _copy(value)
+        remember(value, recipe._replace(given=given))
+        return value
 
     def where(self, path: Path) -> str | None:
         """Where the value at ``path`` of the config :meth:`user_tree` wrote was set, if known."""
@@ -341,19 +522,26 @@ class OverridePatch:
         problem of a value set in a file is located there even when the file is no longer at hand).
 
         A field's own key (what the resolver asks for each factory parameter given) is looked up in a table
-        of the overrides first, so the cost does not grow with their number.
+        of the overrides first, so the cost does not grow with their number; the table is made when first
+        needed (a restructure that calls no factory and finds no problem never asks).
         """
-        exact: dict[Path, str] = {}  # as ``locate`` finds them: the first override of the field itself,
-        for o in reversed(self.overrides):  # else the first of a value inside it
-            if len(o.path) > 2:
-                exact[o.path[:2]] = o.origin
-        exact.update((o.path, o.origin) for o in reversed(self.overrides) if len(o.path) == 2)
-
+        tables: list[dict[Path, str]] = []
         known = self._origins  # the factory parameters set before, where they were set (None: not known)
+
+        def exact_table() -> dict[Path, str]:
+            if not tables:
+                exact: dict[Path, str] = {}  # as ``locate`` finds them: the first override of the field
+                for o in reversed(self.overrides):  # itself, else the first of a value inside it
+                    if len(o.path) > 2:
+                        exact[o.path[:2]] = o.origin
+                exact.update((o.path, o.origin) for o in reversed(self.overrides) if len(o.path) == 2)
+                tables.append(exact)
+            return tables[0]
 
         def located(problem: Problem) -> str | None:
             path = problem.path
             if problem.anchor == "key" and len(path) == 2:
+                exact = exact_table()
                 if path in exact:
                     return exact[path]
                 if isinstance(path[0], str):
@@ -689,6 +877,91 @@ def _holds(node: Any, path: Path, value: Any) -> bool:
 
 _ABSENT = object()
 _SCALARS = frozenset({type(None), bool, int, float, str})
+
+
+#: A :class:`Resolved` made without a Python-level ``__new__`` (``_resolved((value,))``).
+_resolved = functools.partial(tuple.__new__, Resolved)
+
+#: The ``_target_`` naming each class of a group's value seen, None for a class that factories make (a
+#: ``ModelSpec``): such a value without a recipe was built by hand (classes live as long as the process).
+_CLASS_TARGETS: dict[type, str | None] = {}
+
+
+def _config_target(cls: type) -> str | None:
+    """The ``_target_`` naming ``cls``, a group value's class; None if factories make it (see above)."""
+    try:
+        return _CLASS_TARGETS[cls]
+    except KeyError:
+        name = _CLASS_TARGETS[cls] = None if _makes_recipes(cls) else qualified_name(cls)
+        return name
+
+
+def _makes_recipes(cls: type) -> bool:
+    field = attrs.fields_dict(cls).get(RECIPE_FIELD) if attrs.has(cls) else None
+    return field is not None and not field.init
+
+
+#: The attributes a copy of each factory result class seen is made of, when ``copy.copy`` would copy just
+#: those (a slotted attrs class whose state is its fields, by attrs' own methods), else None.
+_COPIED: dict[type, tuple[str, ...] | None] = {}
+
+
+def _copy(value: Any) -> Any:
+    """``copy.copy(value)``, without the pickle protocol's steps for a slotted attrs class (see above)."""
+    cls: Any = type(value)
+    try:
+        names = _COPIED[cls]
+    except KeyError:
+        names = _COPIED[cls] = _copied_attributes(cls)
+    if names is None:
+        return copy.copy(value)
+    new = cls.__new__(cls)
+    for name in names:
+        object.__setattr__(new, name, getattr(value, name))
+    return new
+
+
+def _module_of(obj: object) -> object:
+    return getattr(obj, "__module__", None)
+
+
+#: The module whose functions attrs puts on the classes it makes (the state methods of a slotted class).
+_ATTRS = attrs.fields.__module__
+
+
+def _copied_attributes(cls: type) -> tuple[str, ...] | None:
+    import copyreg
+
+    if (
+        not attrs.has(cls)
+        or "__slots__" not in vars(cls)
+        or cls in copyreg.dispatch_table
+        or hasattr(cls, "__copy__")
+        or cls.__reduce_ex__ is not object.__reduce_ex__
+        or cls.__reduce__ is not object.__reduce__
+        or _module_of(getattr(cls, "__getstate__", None)) != _ATTRS
+        or _module_of(getattr(cls, "__setstate__", None)) != _ATTRS
+    ):
+        return None
+    names = tuple(a.name for a in attrs.fields(cls))
+    slots: set[str] = set()
+    for klass in cls.__mro__:
+        declared = vars(klass).get("__slots__", ())
+        slots.update((declared,) if isinstance(declared, str) else declared)
+    return names if slots - {"__weakref__"} == set(names) else None  # a hash cache: copy.copy knows
+
+
+#: A function returning every group of a root config (in the root's order), by root class.
+_GETTERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+
+
+def _groups_getter(cls: type, groups: Iterable[str]) -> Callable[[Any], tuple[Any, ...]]:
+    getter = _GETTERS.get(cls)
+    if getter is None:
+        names = tuple(groups)
+        one = operator.attrgetter(*names)
+        getter = _GETTERS[cls] = one if len(names) > 1 else lambda root: (one(root),)
+    return getter
 
 
 def _has(node: Any, seg: str | int) -> bool:

@@ -180,3 +180,97 @@ def test_an_overridden_config_does_not_keep_the_one_it_was_made_from(full: Train
     gc.collect()
     assert gone() is None
     assert apply_overrides(second, {"training.seed": "9"}).training.seed == 9
+
+
+def _outcome(cfg: TrainerConfig, overrides: dict[str, Any]) -> tuple[Any, ...]:
+    """What ``apply_overrides`` gives: the config with its record and what it reused, or the issues."""
+    from hyper_parallel.config.recipes import given_of
+
+    try:
+        result = apply_overrides(cfg, overrides)
+    except ConfigError as exc:
+        return tuple((i.location, i.path, str(i.message)) for i in exc.issues)
+    record = given_of(result)
+    assert record is not None
+    recipe = recipe_of(result.model)
+    reused = [g for g in GROUPS if getattr(result, g) is getattr(cfg, g)]
+    return result, dict(record.names), dict(record.origins), record.unrecorded, recipe, reused
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"model.flavor": "0.8B", "optimizer.lr": "1e-4"},  # a factory's group set to what it holds
+        {"model.weights_path": "/new", "training.seed": "7", "training.max_steps": "6000"},
+        {"loss.reduction": "mean", "activation_checkpoint.mode": "selective", "tokenizer.path": "null"},
+        {"training.max_steps": 5000, "metrics.run_name": "naïve", "optimizer.eps": "1e-8"},
+        {"dataloader.num_workers": "${env:HP_TEST_WORKERS}", "parallelism.dp_replicate": "2"},
+        {"parallelism.pp": True, "loss.reduction": "mean"},  # equal to what it holds, of another type
+        {"training.max_steps": 5000.0},
+        {"training.max_steps": "x", "loss.reduction": "mean", "training.seed": "${env:HP_TEST_UNSET}"},
+        {"optimizer.lr": "1e-4", "training.no_such_field": "1", "no_such_group.x": "1"},
+    ],
+)
+def test_the_one_pass_route_gives_what_the_general_steps_give(
+    full: TrainerConfig, overrides: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hyper_parallel.config.overrides import OverridePatch
+
+    monkeypatch.setenv("HP_TEST_WORKERS", "4")  # the value the file gives: the group is taken as it is
+    one_pass = OverridePatch._user_tree_of_fields
+    taken = []
+
+    def counted(self: OverridePatch, *args: Any) -> Any:
+        tree = one_pass(self, *args)
+        taken.append(tree is not None)
+        return tree
+
+    for cfg in (full, apply_overrides(full, {"metrics.run_name": "naïve", "training.seed": "3"})):
+        monkeypatch.setattr(OverridePatch, "_user_tree_of_fields", lambda *args: None)
+        general = _outcome(cfg, overrides)  # the general steps (which also look each field up)
+        monkeypatch.setattr(OverridePatch, "_user_tree_of_fields", counted)
+        assert _outcome(cfg, overrides) == general
+    # The one pass ran where every override names a known field with a value that can be read.
+    known = all("no_such" not in k and "UNSET" not in str(v) for k, v in overrides.items())
+    assert taken == [known, known]
+
+
+def test_a_field_never_overridden_before_takes_the_general_steps(full: TrainerConfig) -> None:
+    from hyper_parallel.config.manager import _parse_overrides, converter
+    from hyper_parallel.config.overrides import OverridePatch
+
+    converter.override_fields.clear()  # no field was looked up yet: the general steps look it up
+    parsed = _parse_overrides({"training.seed": "7"}, False)
+    first = OverridePatch(converter, converter.root_facts(TrainerConfig), parsed, ())
+    first.patch(first.user_tree(full))
+    second = OverridePatch(converter, converter.root_facts(TrainerConfig), parsed, ())
+    second.user_tree(full)
+    assert (first._patched, second._patched) == (False, True)
+
+
+def test_a_factory_result_is_copied_as_copy_copy_copies_it(full: TrainerConfig) -> None:
+    import copy
+
+    from hyper_parallel.config.overrides import _copy
+
+    @attrs.frozen(cache_hash=True)
+    class Hashed:  # a hash cache is state beyond the fields: copy.copy's own steps copy it
+        x: int
+
+    class Copied:
+        def __init__(self) -> None:
+            self.x = 1
+
+        def __copy__(self) -> str:
+            return "own copy"
+
+    made, copied = _copy(full.model), copy.copy(full.model)
+    assert made == copied
+    assert made is not full.model
+    assert [getattr(made, f.name) for f in attrs.fields(type(made))] == [
+        getattr(copied, f.name) for f in attrs.fields(type(copied))
+    ]
+    assert recipe_of(made) is recipe_of(full.model)
+    hashed = Hashed(1)
+    assert hash(_copy(hashed)) == hash(hashed)
+    assert _copy(Copied()) == "own copy"

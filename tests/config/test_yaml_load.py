@@ -698,6 +698,32 @@ def test_parse_scalar(text: str, expected: object) -> None:
     assert type(value) is type(expected)
 
 
+_SCALAR_WORDS = ["null", "Null", "NULL", "~", "true", "True", "TRUE", "false", "FALSE", ".inf", ".nan"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(alphabet="0123456789+-.eEox_aF", max_size=12), st.sampled_from(_SCALAR_WORDS)))
+def test_parse_scalar_reads_a_short_value_as_its_general_steps_do(text: str) -> None:
+    # A short word or decimal number is read without the general steps; a leading space takes those
+    # steps (the text is stripped before it is read as a plain scalar), which must give the same value.
+    short, general = parse_scalar(text), parse_scalar(" " + text)
+    if isinstance(general, str):
+        assert (short, general) == (text, " " + text)
+    else:
+        assert type(short) is type(general)
+        assert short == general or (short != short and general != general)  # NaN
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("9" * 64, int("9" * 64)), ("9" * 65, int("9" * 65)), ("1" * 63 + ".5", float("1" * 63 + ".5"))],
+)
+def test_parse_scalar_reads_long_numbers_by_its_general_steps(text: str, expected: object) -> None:
+    value = parse_scalar(text)
+    assert value == expected
+    assert type(value) is type(expected)
+
+
 @pytest.mark.parametrize(
     ("text", "location", "fragment"),
     [
