@@ -32,9 +32,9 @@ import attrs
 
 from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path
 from hyper_parallel.config.recipes import (
-    RECIPE_FIELD,
     Given,
     Recipe,
+    carries_recipe,
     given_of,
     recipe_of,
     remember,
@@ -322,7 +322,7 @@ class OverridePatch:
             if recipe is not None:
                 name = recipe.target
             else:
-                name = _config_target(type(value))
+                name = _config_target(value)
                 if name is None:  # a spec built by hand: the general steps report that it cannot be written
                     return None
             try:
@@ -501,7 +501,7 @@ class OverridePatch:
         given = dict(recipe.given)
         for o in overrides:
             given[o.path[1]] = o.origin  # type: ignore[index]
-        value = _copy(value)
+        value = copy.copy(value)
         remember(value, recipe._replace(given=given))
         return value
 
@@ -887,68 +887,14 @@ _resolved = functools.partial(tuple.__new__, Resolved)
 _CLASS_TARGETS: dict[type, str | None] = {}
 
 
-def _config_target(cls: type) -> str | None:
-    """The ``_target_`` naming ``cls``, a group value's class; None if factories make it (see above)."""
+def _config_target(value: Any) -> str | None:
+    """The ``_target_`` naming a group value's class; None if factories make it (see above)."""
+    cls = type(value)
     try:
         return _CLASS_TARGETS[cls]
     except KeyError:
-        name = _CLASS_TARGETS[cls] = None if _makes_recipes(cls) else qualified_name(cls)
+        name = _CLASS_TARGETS[cls] = None if carries_recipe(value) else qualified_name(cls)
         return name
-
-
-def _makes_recipes(cls: type) -> bool:
-    field = attrs.fields_dict(cls).get(RECIPE_FIELD) if attrs.has(cls) else None
-    return field is not None and not field.init
-
-
-#: The attributes a copy of each factory result class seen is made of, when ``copy.copy`` would copy just
-#: those (a slotted attrs class whose state is its fields, by attrs' own methods), else None.
-_COPIED: dict[type, tuple[str, ...] | None] = {}
-
-
-def _copy(value: Any) -> Any:
-    """``copy.copy(value)``, without the pickle protocol's steps for a slotted attrs class (see above)."""
-    cls: Any = type(value)
-    try:
-        names = _COPIED[cls]
-    except KeyError:
-        names = _COPIED[cls] = _copied_attributes(cls)
-    if names is None:
-        return copy.copy(value)
-    new = cls.__new__(cls)
-    for name in names:
-        object.__setattr__(new, name, getattr(value, name))
-    return new
-
-
-def _module_of(obj: object) -> object:
-    return getattr(obj, "__module__", None)
-
-
-#: The module whose functions attrs puts on the classes it makes (the state methods of a slotted class).
-_ATTRS = attrs.fields.__module__
-
-
-def _copied_attributes(cls: type) -> tuple[str, ...] | None:
-    import copyreg
-
-    if (
-        not attrs.has(cls)
-        or "__slots__" not in vars(cls)
-        or cls in copyreg.dispatch_table
-        or hasattr(cls, "__copy__")
-        or cls.__reduce_ex__ is not object.__reduce_ex__
-        or cls.__reduce__ is not object.__reduce__
-        or _module_of(getattr(cls, "__getstate__", None)) != _ATTRS
-        or _module_of(getattr(cls, "__setstate__", None)) != _ATTRS
-    ):
-        return None
-    names = tuple(a.name for a in attrs.fields(cls))
-    slots: set[str] = set()
-    for klass in cls.__mro__:
-        declared = vars(klass).get("__slots__", ())
-        slots.update((declared,) if isinstance(declared, str) else declared)
-    return names if slots - {"__weakref__"} == set(names) else None  # a hash cache: copy.copy knows
 
 
 #: A function returning every group of a root config (in the root's order), by root class.

@@ -246,31 +246,3 @@ def test_a_field_never_overridden_before_takes_the_general_steps(full: TrainerCo
     second = OverridePatch(converter, converter.root_facts(TrainerConfig), parsed, ())
     second.user_tree(full)
     assert (first._patched, second._patched) == (False, True)
-
-
-def test_a_factory_result_is_copied_as_copy_copy_copies_it(full: TrainerConfig) -> None:
-    import copy
-
-    from hyper_parallel.config.overrides import _copy
-
-    @attrs.frozen(cache_hash=True)
-    class Hashed:  # a hash cache is state beyond the fields: copy.copy's own steps copy it
-        x: int
-
-    class Copied:
-        def __init__(self) -> None:
-            self.x = 1
-
-        def __copy__(self) -> str:
-            return "own copy"
-
-    made, copied = _copy(full.model), copy.copy(full.model)
-    assert made == copied
-    assert made is not full.model
-    assert [getattr(made, f.name) for f in attrs.fields(type(made))] == [
-        getattr(copied, f.name) for f in attrs.fields(type(copied))
-    ]
-    assert recipe_of(made) is recipe_of(full.model)
-    hashed = Hashed(1)
-    assert hash(_copy(hashed)) == hash(hashed)
-    assert _copy(Copied()) == "own copy"
