@@ -9,9 +9,10 @@ functions compiled, targets imported): the median over repeated samples, each sa
 calls with ``time.perf_counter_ns`` sized to last about a millisecond; the rows' samples are interleaved
 round by round, as the cold commands are, so that machine drift hits every row of a ratio alike. Cold
 figures time whole fresh ``python`` processes with ``subprocess``; the commands are interleaved round by
-round so that machine drift hits all of them alike, and the median per command is reported. Ratios are
-computed from figures taken in the same run, so they hold on any machine; absolute numbers are for this
-machine only.
+round so that machine drift hits all of them alike, and the median per command is reported. A ratio is the
+median over rounds of the quotient of the two rows' samples of the same round (a slow spell of a shared
+machine lands on both samples and cancels), from figures of one run, so it holds on any machine; absolute
+numbers are for this machine only.
 
 Rows:
 
@@ -70,6 +71,8 @@ class Timing:
     samples: int
     calls_per_sample: int
     kind: str  # "warm" or "cold"
+    #: The per-call time of each sample, in the order the rounds ran (for ratios paired by round).
+    rounds_us: list[float] = attrs.field(factory=list, repr=False)
 
 
 def _quantiles(values: list[float]) -> tuple[float, float, float]:
@@ -132,7 +135,7 @@ def measure_warm_rows(
     out = {}
     for name, values in per_call.items():
         p25, med, p75 = _quantiles(values)
-        out[name] = Timing(name, med, p25, p75, samples, int(batches[name]), "warm")
+        out[name] = Timing(name, med, p25, p75, samples, int(batches[name]), "warm", values)
     return out
 
 
@@ -155,8 +158,20 @@ def measure_cold(commands: dict[str, list[str]], rounds: int) -> dict[str, Timin
     out = {}
     for name, values in times.items():
         p25, med, p75 = _quantiles(values)
-        out[name] = Timing(name, med, p25, p75, len(values), 1, "cold")
+        out[name] = Timing(name, med, p25, p75, len(values), 1, "cold", values)
     return out
+
+
+def paired_ratio(a: Timing, b: Timing) -> float:
+    """The median over rounds of ``a``'s sample divided by ``b``'s sample of the same round.
+
+    Both rows were sampled in every round, one right after the other, so a slow spell of a shared machine
+    (another job, a throttled core) lands on both samples of a round and cancels in their quotient; the
+    quotient of the two medians would instead compare samples from different spells. Falls back to that
+    quotient when the rows were not sampled round by round together."""
+    if len(a.rounds_us) != len(b.rounds_us) or not a.rounds_us:
+        return a.median_us / b.median_us
+    return statistics.median(x / y for x, y in zip(a.rounds_us, b.rounds_us, strict=True))
 
 
 def _plain(value: Any) -> Any:
@@ -253,20 +268,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"  {name:<28} {_fmt_us(timing.median_us):>12}", file=sys.stderr)
 
     med = {name: t.median_us for name, t in timings.items()}
+
+    def ratio(a: str, b: str) -> float:
+        return paired_ratio(timings[a], timings[b])
+
     ratios = {
-        "overrides(1)/resolve": med["overrides(1)"] / med["resolve"],
-        "overrides(10)/resolve": med["overrides(10)"] / med["resolve"],
-        "overrides(100)/resolve": med["overrides(100)"] / med["resolve"],
-        "dump/resolve": med["dump"] / med["resolve"],
-        "dump+reload/resolve": med["dump+reload"] / med["resolve"],
-        "parse (locations)/CSafeLoader": med["parse (locations)"] / med["yaml CSafeLoader"],
-        "cold dry-run/import floor": med["cold dry-run"] / med["cold import floor"],
-        "cold dry-run/python": med["cold dry-run"] / med["cold python -c pass"],
-        "cold load_config/import floor": med["cold ours load_config"] / med["cold import floor"],
+        "overrides(1)/resolve": ratio("overrides(1)", "resolve"),
+        "overrides(10)/resolve": ratio("overrides(10)", "resolve"),
+        "overrides(100)/resolve": ratio("overrides(100)", "resolve"),
+        "dump/resolve": ratio("dump", "resolve"),
+        "dump+reload/resolve": ratio("dump+reload", "resolve"),
+        "parse (locations)/CSafeLoader": ratio("parse (locations)", "yaml CSafeLoader"),
+        "cold dry-run/import floor": ratio("cold dry-run", "cold import floor"),
+        "cold dry-run/python": ratio("cold dry-run", "cold python -c pass"),
+        "cold load_config/import floor": ratio("cold ours load_config", "cold import floor"),
     }
     for name in peer_modules:
-        ratios[f"ours/{name}"] = med["resolve"] / med[name]
-        ratios[f"cold ours/{name}"] = med["cold ours load_config"] / med[f"cold {name} load"]
+        ratios[f"ours/{name}"] = ratio("resolve", name)
+        ratios[f"cold ours/{name}"] = ratio("cold ours load_config", f"cold {name} load")
     checks = []
     for label, key, limit, unit in TARGETS:
         value = med.get(key) if unit == "us" else ratios.get(key)
