@@ -98,22 +98,27 @@ def test_second_resolve_reuses_compiled_hooks(raw: Any, monkeypatch: pytest.Monk
     assert converter.get_structure_hook(TrainerConfig) is root_hook
 
 
-def test_a_class_is_compiled_only_once_it_is_structured_more_than_twice(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A cold --dry-run structures each class once: it must not pay for compiling its function.
-    from hyper_parallel.components.optimizer import AdamW
+@pytest.fixture
+def compiled(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The label of every function the config layer compiles from now on."""
     from hyper_parallel.config import codegen
-    from hyper_parallel.config.conversion import ConfigConverter
 
-    compiled: list[str] = []
+    labels: list[str] = []
     real = codegen.generate
 
     def counting(label: str, source: str, scope: dict[str, Any]) -> Any:
-        compiled.append(label)
+        labels.append(label)
         return real(label, source, scope)
 
     monkeypatch.setattr(codegen, "generate", counting)
+    return labels
+
+
+def test_a_class_is_compiled_only_once_it_is_structured_more_than_twice(compiled: list[str]) -> None:
+    # A cold --dry-run structures each class once: it must not pay for compiling its function.
+    from hyper_parallel.components.optimizer import AdamW
+    from hyper_parallel.config.conversion import ConfigConverter
+
     hook = ConfigConverter().get_structure_hook(AdamW.Config)
     given = {"lr": 0.001, "betas": [0.8, 0.9], "implementation": "foreach"}
     want = AdamW.Config(lr=0.001, betas=(0.8, 0.9), implementation="foreach")
@@ -174,22 +179,11 @@ def test_a_target_re_bound_after_a_resolve_is_checked_and_built_again(
     assert type(resolve_root(raw).optimizer) is optimizer.AdamW.Config
 
 
-def test_a_class_is_written_by_a_loop_until_it_is_written_more_than_twice(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_class_is_written_by_a_loop_until_it_is_written_more_than_twice(compiled: list[str]) -> None:
     # --dry-run's summary writes each group once: no compiled writer for it.
     from hyper_parallel.components.dataloader import DatasetConfig
-    from hyper_parallel.config import codegen
     from hyper_parallel.config.conversion import ConfigConverter
 
-    compiled: list[str] = []
-    real = codegen.generate
-
-    def counting(label: str, source: str, scope: dict[str, Any]) -> Any:
-        compiled.append(label)
-        return real(label, source, scope)
-
-    monkeypatch.setattr(codegen, "generate", counting)
     conv = ConfigConverter()
     value = DatasetConfig(source="jsonl", paths=("a.jsonl", "ünï.jsonl"), seed=3)
     written = [conv.unstructure(value) for _ in range(type_rules.COMPILE_AFTER)]
