@@ -335,24 +335,18 @@ def _parse_overrides(overrides: Mapping[str, object], command_line: bool) -> "li
         return []
     from hyper_parallel.config.overrides import Override, parse_path
 
-    make = tuple.__new__  # Override(...) without its Python-level __new__
     parsed: list[Override] = []
-    add = parsed.append
+    problems: list[Problem] = []
     for key, value in overrides.items():
         path = parse_path(key) if isinstance(key, str) else None
         if path is None:
-            break
-        add(make(Override, (key, path, value, override_origin(key, command_line))))
-    else:
-        return parsed
-    problems = [
-        Problem(
-            (), f"malformed override key {echo(key)}: expected a dotted path such as 'optimizer.lr'", "key"
-        )
-        for key in overrides
-        if not isinstance(key, str) or parse_path(key) is None
-    ]
-    raise to_config_error(problems, None)
+            message = f"malformed override key {echo(key)}: expected a dotted path such as 'optimizer.lr'"
+            problems.append(Problem((), message, "key"))
+        else:  # Override(...) without NamedTuple's Python-level __new__: one per override, every call
+            parsed.append(tuple.__new__(Override, (key, path, value, override_origin(key, command_line))))
+    if problems:
+        raise to_config_error(problems, None)
+    return parsed
 
 
 def _locator(parsed: "list[Override]", sources: SourceMap | None) -> Locate:

@@ -22,10 +22,9 @@ explicitly, so such a value is taken as the default and the new class's default 
 import contextlib
 import copy
 import functools
-import operator
 import re
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -44,6 +43,7 @@ from hyper_parallel.config.root import (
     Resolved,
     RootFacts,
     elsewhere,
+    group_writer,
     made_from_hint,
     unknown_root_field,
     unstructure_group,
@@ -306,9 +306,8 @@ class OverridePatch:
         packages = facts.packages
         # Every group as it is (in the root's order), and what was set in those no override names looked up
         # when needed (see _names_of); the groups the overrides name are replaced below, in place.
-        values = _groups_getter(facts.cls, types)(cfg)
-        untouched = dict(zip(types, values, strict=True))
-        tree: dict[str, Any] = dict(zip(types, map(_resolved, zip(values)), strict=True))
+        untouched = {group: getattr(cfg, group) for group in types}
+        tree: dict[str, Any] = dict(zip(types, map(_resolved, zip(untouched.values())), strict=True))
         set_names: dict[str, frozenset[str] | None] = {}
         origins: dict[tuple[str, str], str | None] = {}
         reshaped: set[str] = set()
@@ -354,17 +353,13 @@ class OverridePatch:
                     else:
                         same = False
                         continue
-                    kind = type(new)
-                    if kind not in _SCALARS or new != new:  # as _holds: a scalar, not NaN
-                        same = False
-                        continue
                     if (
-                        type(old) is not kind
-                        or (kind is str and not old.isascii())
-                        or (kind is float and old - old != 0.0)
+                        type(old) is not type(new)
+                        or (type(old) is str and not old.isascii())
+                        or (type(old) is float and old - old != 0.0)
                     ):
                         old = self._written(old)  # not written as it is (an enum member, non-ASCII text)
-                    same = type(old) is kind and old == new
+                    same = _same_scalar(old, new)
             if same:  # every override sets the value the group holds: it is taken as it is (see _reuse)
                 if recipe is None:  # what was set in it is looked up when needed, as for the others
                     untouched[group] = value
@@ -377,10 +372,9 @@ class OverridePatch:
                 reused[group] = names.union([TARGET_KEY])  # the overrides' fields are among the names
                 tree[group] = _resolved((self._set_again(value, recipe, overrides),))
                 continue
-            writer = conv.group_writers.get(obj) if recipe is None else None
-            if writer is not None:  # what unstructure_group calls for a Config group written before
+            if recipe is None:  # a Config group: its class's writer (unstructure_group's, without its checks)
                 try:
-                    body = writer(value)
+                    body = group_writer(conv, obj)(value)
                 except Exception:
                     return None
             else:
@@ -871,16 +865,20 @@ def _holds(node: Any, path: Path, value: Any) -> bool:
     scalar of the same type and equal: ``1`` is not ``True`` nor ``1.0``, which the field may refuse)."""
     if len(path) != 2 or type(node) is not dict or path[1] == TARGET_KEY:
         return False
-    old = node.get(path[1], _ABSENT)
-    return type(old) is type(value) and type(value) in _SCALARS and old == value and value == value
+    return _same_scalar(node.get(path[1], _ABSENT), value)
+
+
+def _same_scalar(old: Any, new: Any) -> bool:
+    """Whether ``new`` is the scalar ``old`` of the same type, equal (NaN never is): ``1`` is not ``True`` nor
+    ``1.0``, which the field may refuse."""
+    return type(old) is type(new) and type(new) in _SCALARS and old == new and new == new
 
 
 _ABSENT = object()
-_SCALARS = frozenset({type(None), bool, int, float, str})
-
-
-#: A :class:`Resolved` made without a Python-level ``__new__`` (``_resolved((value,))``).
+#: ``Resolved(value)`` as ``_resolved((value,))``, without NamedTuple's Python-level ``__new__`` (the one
+#: pass wraps every group its overrides leave alone, on every call).
 _resolved = functools.partial(tuple.__new__, Resolved)
+_SCALARS = frozenset({type(None), bool, int, float, str})
 
 #: The ``_target_`` naming each class of a group's value seen, None for a class that factories make (a
 #: ``ModelSpec``): such a value without a recipe was built by hand (classes live as long as the process).
@@ -895,19 +893,6 @@ def _config_target(value: Any) -> str | None:
     except KeyError:
         name = _CLASS_TARGETS[cls] = None if carries_recipe(value) else qualified_name(cls)
         return name
-
-
-#: A function returning every group of a root config (in the root's order), by root class.
-_GETTERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
-
-
-def _groups_getter(cls: type, groups: Iterable[str]) -> Callable[[Any], tuple[Any, ...]]:
-    getter = _GETTERS.get(cls)
-    if getter is None:
-        names = tuple(groups)
-        one = operator.attrgetter(*names)
-        getter = _GETTERS[cls] = one if len(names) > 1 else lambda root: (one(root),)
-    return getter
 
 
 def _has(node: Any, seg: str | int) -> bool:

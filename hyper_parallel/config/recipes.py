@@ -161,10 +161,7 @@ def remember(result: object, recipe: Recipe) -> None:
 
 def recipe_of(obj: object) -> Recipe | None:
     """The factory call that made ``obj`` during a resolve, or None (a Config instance, a hand-built spec)."""
-    carries = _CARRIES.get(type(obj))
-    if carries is None:
-        carries = _carries_recipe(type(obj))
-    if carries:
+    if _carries_recipe(type(obj)):
         recipe = getattr(obj, RECIPE_FIELD)
         return recipe if isinstance(recipe, Recipe) else None
     return _RECIPES.get(obj) if _RECIPES else None

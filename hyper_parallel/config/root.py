@@ -62,6 +62,8 @@ __all__ = [
     "RootFacts",
     "check_groups",
     "elsewhere",
+    "group_hook",
+    "group_writer",
     "made_from_hint",
     "root_facts",
     "structure_root",
@@ -83,13 +85,14 @@ class RootFacts(typing.NamedTuple):
     default_targets: Mapping[str, str]
     #: The packages whose public modules hold the Config classes and factories a document of this root
     #: may name (its binding says which: the generic machinery knows no package).
-    packages: tuple[str, ...] = ()
+    packages: tuple[str, ...]
     #: Each group's keyword in the root class's ``__init__`` (its attrs alias).
-    kwargs: Mapping[str, str] = {}
+    kwargs: Mapping[str, str]
     #: The groups without a default, which every document must give.
-    required: tuple[str, ...] = ()
-    #: The Config classes groups were structured as, by ``(group, '_target_')`` (see :func:`structure_root`).
-    routes: "dict[tuple[str, str], _Route]" = {}
+    required: tuple[str, ...]
+    #: The Config classes groups were structured as, by ``(group, '_target_')`` (see :func:`structure_root`);
+    #: filled by the resolves, so each root's facts have their own.
+    routes: "dict[tuple[str, str], _Route]"
 
     def allowed(self, extra: tuple[str, ...]) -> tuple[str, ...]:
         """What a ``_target_`` may be under: the root's packages, then ``extra`` (trusted code's)."""
@@ -157,14 +160,13 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
         raise Invalid(f"expected a mapping of root groups, got {describe_value(raw)}")
     types = facts.types
     problems: list[Problem] = []
-    if not raw.keys() <= types.keys():
-        for key in raw:
-            if key not in types:
-                if isinstance(key, str):
-                    message = unknown_root_field(conv, facts, key, None)
-                else:
-                    message = f"root field names must be strings, got {describe_value(key)}"
-                problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
+    for key in raw:
+        if key not in types:
+            if isinstance(key, str):
+                message = unknown_root_field(conv, facts, key, None)
+            else:
+                message = f"root field names must be strings, got {describe_value(key)}"
+            problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
     # While the document names a group that does not exist, every other group is still checked by names
     # and types (RFC 9.2), but no target is called: no factory, no Config class constructed.
     call = not problems
@@ -200,10 +202,11 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
         raise Problems("invalid config", [_in_wrong_group(conv, facts, raw, p) for p in problems])
     root = construct(facts.cls, groups, options.root_checks)
     # What the document gave in each group, for a later '_target_' switch (see recipes.Given).
+    # (a Resolved group is a tuple: telling it apart first spares the Mapping check, an ABC's, for each)
     given = {
         k: frozenset(v)
         for k, v in raw.items()
-        if type(v) is dict or (not isinstance(v, Resolved) and isinstance(v, Mapping))
+        if type(v) is dict or (type(v) is not Resolved and isinstance(v, Mapping))
     }
     remember_given(root, Given(given, None, options.locate))
     return root
@@ -408,7 +411,7 @@ def _call_factory(
     before = len(problems)
     short = target.name.rpartition(".")[2]
     params = target.params
-    for key in args if not args.keys() <= params.keys() else ():
+    for key in args:
         if key not in params:
             shown = key if isinstance(key, str) and key != TARGET_KEY else echo(key)
             hint = did_you_mean(key, target.params) if isinstance(key, str) else ""
@@ -419,7 +422,7 @@ def _call_factory(
             problems.append(
                 Problem((*path, shown), f"unknown parameter {echo(key)} of {short}(){hint}", "key")
             )
-    for name in sorted(target.required - args.keys()) if not target.required <= args.keys() else ():
+    for name in sorted(target.required - args.keys()):
         problems.append(Problem((*path, name), f"missing required parameter {name!r} of {short}()", "parent"))
     hooks = conv.param_hooks.get(target.obj)
     if hooks is None:  # each parameter's hook, found once (its annotation is hashed on every lookup)
@@ -537,13 +540,13 @@ def unstructure_group(conv: "ConfigConverter", name: str, value: Any, problems: 
         )
         return {}
     try:
-        return _group_writer(conv, type(value))(value)
+        return group_writer(conv, type(value))(value)
     except Exception as exc:
         problems.extend(problems_of(exc, (name,)))
         return {}
 
 
-def _group_writer(conv: "ConfigConverter", cls: Any) -> Callable[[Any], dict[str, Any]]:
+def group_writer(conv: "ConfigConverter", cls: Any) -> Callable[[Any], dict[str, Any]]:
     """The unstructure function of a root group's Config class: ``_target_`` first, then every field."""
     writers = conv.group_writers
     writer = writers.get(cls)

@@ -28,6 +28,7 @@ from cattrs.dispatch import _DispatchNotFound
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 from cattrs.gen import make_dict_structure_fn
 
+from hyper_parallel.config import codegen
 from hyper_parallel.config.attrs_validators import shape_of
 from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.config.errors import did_you_mean, echo
@@ -879,12 +880,6 @@ def attrs_hook(
 _REFUSED: Any = object()
 
 
-#: Calls a class's structure hook answers with a loop over its fields before the function written out for
-#: them is compiled (about half a millisecond a class): a command that structures each class once or twice
-#: (a cold ``--dry-run``) never pays for compiling; a process that resolves again switches on the next call.
-COMPILE_AFTER = 2
-
-
 def _sound_structure(
     cls: type,
     conv: cattrs.Converter,
@@ -898,9 +893,10 @@ def _sound_structure(
     and a mapping at its first problem (a value a hook refuses, a validator, a finding), goes to
     ``detailed``, which finds and reports every problem.
 
-    The first :data:`COMPILE_AFTER` calls loop over the fields; after that a function written out for them
-    (:func:`_written_structure`) does the same work faster. Both give the same result: the written one
-    only skips the call of a hook for a value the table's :meth:`Rule.as_is` says it returns unchanged."""
+    The first calls loop over the fields; then a function written out for them (:func:`_written_structure`,
+    compiled by :func:`.codegen.compiled_when_used`) does the same work faster. Both give the same result:
+    the written one only skips the call of a hook for a value the table's :meth:`Rule.as_is` says it
+    returns unchanged."""
     fields: list[tuple[str, str, Hook, Any, str | None]] = []  # name, keyword, hook, type, as-is test
     for f in attrs.fields(cls):
         if not f.init:
@@ -910,19 +906,8 @@ def _sound_structure(
         hook = conv.get_structure_hook(f.type)
         test = rule_for(f.type).as_is(f.type) if getattr(hook, "_from_table", False) else None
         fields.append((f.name, f.alias or f.name, hook, f.type, test))
-    written: list[Hook] = []
-    calls = 0
 
     def structure_attrs(o: Any, _tp: Any = None) -> Any:
-        if written:
-            return written[0](o, _tp)
-        nonlocal calls
-        calls += 1
-        if calls > COMPILE_AFTER:
-            written.append(_written_structure(cls, fields, checked, allowed, detailed))
-            if installed is not None:
-                installed(written[0])
-            return written[0](o, _tp)
         if type(o) is dict and o.keys() <= allowed:
             try:
                 obj = cls(**{key: hook(o[name], tp) for name, key, hook, tp, _ in fields if name in o})
@@ -934,7 +919,11 @@ def _sound_structure(
                 return obj
         return detailed(o)
 
-    return structure_attrs
+    def write() -> Hook:
+        return _written_structure(cls, fields, checked, allowed, detailed)
+
+    fn: Hook = codegen.compiled_when_used(structure_attrs, write, installed)
+    return fn
 
 
 def _written_structure(
@@ -946,8 +935,6 @@ def _written_structure(
 ) -> Hook:
     """:func:`_sound_structure`'s loop written out for ``cls``'s ``fields``: each field's access spelled out,
     and a sound scalar tested in place (its :meth:`Rule.as_is` test) instead of a call of its hook."""
-    from hyper_parallel.config.codegen import generate
-
     scope: dict[str, Any] = {"cls": cls, "refused": _REFUSED, "allowed": allowed, "detailed": detailed}
     lines = [
         "def structure_attrs(o, _tp=None):",
@@ -979,7 +966,7 @@ def _written_structure(
         "    return detailed(o)",
     ]
     label = f"structure {cls.__module__}.{cls.__qualname__}"
-    fn: Hook = generate(label, "\n".join(lines), scope)
+    fn: Hook = codegen.generate(label, "\n".join(lines), scope)
     return fn
 
 
@@ -1189,10 +1176,9 @@ def _unstructure_any(conv: cattrs.Converter) -> Callable[[Any], Any]:
 
 def attrs_unstructure(cls: type, conv: cattrs.Converter, target: str | None = None) -> Callable[[Any], Any]:
     """The unstructure hook of attrs class ``cls``: a loop over its fields, and once the class is written
-    more than :data:`COMPILE_AFTER` times, a function written out for them (a failure is re-run field by
-    field to name the field). With ``target``, the mapping starts with that ``_target_`` (a root group's)."""
-    from hyper_parallel.config.codegen import generate
-
+    often (:func:`.codegen.compiled_when_used`), a function written out for them (a failure is re-run field
+    by field to name the field). With ``target``, the mapping starts with that ``_target_`` (a root
+    group's)."""
     names = [f.name for f in attrs.fields(cls) if f.init]
     first = "{}" if target is None else f"{{{TARGET_KEY!r}: {target!r}}}"
     lines = ["def unstructure(o):", "    try:", f"        out = {first}"]
@@ -1215,22 +1201,14 @@ def attrs_unstructure(cls: type, conv: cattrs.Converter, target: str | None = No
             raise ClassValidationError(f"While unstructuring {cls.__qualname__}", errors, cls)
         return out
 
-    written: list[Callable[[Any], Any]] = []
-    calls = 0
+    def write() -> Callable[[Any], Any]:
+        label = f"unstructure {cls.__module__}.{cls.__qualname__}"
+        fn: Callable[[Any], Any] = codegen.generate(label, "\n".join(lines), {"item": item, "slow": slow})
+        return fn
 
-    def unstructure(obj: Any) -> Any:
-        # The first COMPILE_AFTER calls take the loop above (a --dry-run writes each class once or twice).
-        if written:
-            return written[0](obj)
-        nonlocal calls
-        calls += 1
-        if calls <= COMPILE_AFTER:
-            return slow(obj)
-        scope = {"item": item, "slow": slow}
-        written.append(generate(f"unstructure {cls.__module__}.{cls.__qualname__}", "\n".join(lines), scope))
-        return written[0](obj)
-
-    return unstructure
+    return codegen.compiled_when_used(
+        slow, write
+    )  # the loop (slow) also names a field that cannot be written
 
 
 def _scalar_rules() -> list[Rule]:

@@ -124,13 +124,13 @@ _FLOAT_RE = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+
 #: Characters YAML 1.2 does not allow anywhere in a stream (everything outside c-printable), listed as they
 #: are rather than as the complement of c-printable: the same set, compiled seven times faster (a start-up
 #: cost of every command).
+_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]")
 #: What :func:`parse_scalar` reads without its general steps: text of at most ``_SHORT`` characters that
 #: is one of the core schema's null and boolean words, or a decimal integer (``_INT_DEC``) or float
 #: (``_FLOAT_RE``), tried in that order as :func:`_resolve_plain` tries them.
 _SHORT = 64
 _WORDS: dict[str, object] = {**dict.fromkeys(_NULLS - {""}), **_BOOLS}
 _DECIMAL = re.compile(f"(?P<int>{_INT_DEC.pattern})|(?P<float>{_FLOAT_RE.pattern})")
-_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]")
 _MAX_MESSAGE = 200
 
 

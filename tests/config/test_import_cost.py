@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import pytest
 
-from hyper_parallel.config import converter, resolve_root
+from hyper_parallel.config import codegen, converter, resolve_root
 from hyper_parallel.config import types as type_rules
 from hyper_parallel.config.recipes import recipe_of
 from hyper_parallel.config.yaml_load import load_yaml_file
@@ -101,7 +101,6 @@ def test_second_resolve_reuses_compiled_hooks(raw: Any, monkeypatch: pytest.Monk
 @pytest.fixture
 def compiled(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The label of every function the config layer compiles from now on."""
-    from hyper_parallel.config import codegen
 
     labels: list[str] = []
     real = codegen.generate
@@ -123,7 +122,7 @@ def test_a_class_is_compiled_only_once_it_is_structured_more_than_twice(compiled
     given = {"lr": 0.001, "betas": [0.8, 0.9], "implementation": "foreach"}
     want = AdamW.Config(lr=0.001, betas=(0.8, 0.9), implementation="foreach")
     results = []
-    for _ in range(type_rules.COMPILE_AFTER):
+    for _ in range(codegen.COMPILE_AFTER):
         results.append(hook(given, AdamW.Config))
     assert compiled == []
     results.append(hook(given, AdamW.Config))
@@ -133,7 +132,7 @@ def test_a_class_is_compiled_only_once_it_is_structured_more_than_twice(compiled
     assert all(type(r.betas) is tuple for r in results)
 
 
-@pytest.mark.parametrize("calls", [1, type_rules.COMPILE_AFTER + 2])
+@pytest.mark.parametrize("calls", [1, codegen.COMPILE_AFTER + 2])
 @pytest.mark.parametrize(
     ("given", "message"),
     [
@@ -186,7 +185,7 @@ def test_a_class_is_written_by_a_loop_until_it_is_written_more_than_twice(compil
 
     conv = ConfigConverter()
     value = DatasetConfig(source="jsonl", paths=("a.jsonl", "ünï.jsonl"), seed=3)
-    written = [conv.unstructure(value) for _ in range(type_rules.COMPILE_AFTER)]
+    written = [conv.unstructure(value) for _ in range(codegen.COMPILE_AFTER)]
     assert compiled == []
     written += [conv.unstructure(value) for _ in range(2)]
     assert compiled == ["unstructure hyper_parallel.components.dataloader.DatasetConfig"]

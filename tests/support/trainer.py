@@ -98,6 +98,17 @@ TINY_RUN: dict[str, str] = {
 }
 
 
+def saving_every_two_steps(folder: Path) -> dict[str, str]:
+    """Overrides checkpointing into ``folder`` every 2 steps, with the optimizer (so a resume repeats the
+    steps after the checkpoint it starts from)."""
+    return {
+        "checkpoint.enable": "true",
+        "checkpoint.folder": str(folder),
+        "checkpoint.interval": "2",
+        "checkpoint.last_save_model_only": "false",
+    }
+
+
 def debug_config_path(model: str) -> Path:
     """The shipped ``configs/<model>_debug.yaml``."""
     return ROOT / "configs" / f"{model}_debug.yaml"

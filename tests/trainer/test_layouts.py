@@ -30,6 +30,7 @@ from tests.support.trainer import (  # noqa: E402
     WORKER,
     debug_config_path,
     grid_overrides,
+    saving_every_two_steps,
     tiny_config,
     train_runs_under_torchrun,
 )
@@ -111,16 +112,6 @@ def test_ddp_matches_one_process_and_keeps_replicas_identical(model: str, tmp_pa
     _assert_held(ranks[0]["params"], ["dp_replicate"], ["Replicate()"], 1)  # whole, on the replicate mesh
 
 
-def _saving(folder: Path) -> dict[str, str]:
-    """Checkpoints into ``folder`` at steps 2 and 4, with the optimizer (a resume repeats steps 3 and 4)."""
-    return {
-        "checkpoint.enable": "true",
-        "checkpoint.folder": str(folder),
-        "checkpoint.interval": "2",
-        "checkpoint.last_save_model_only": "false",
-    }
-
-
 @pytest.fixture(scope="module")
 def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     """The 4-rank runs of this module, trained in one torchrun job (start-up paid once): HSDP and TP x FSDP2
@@ -130,7 +121,7 @@ def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[
     for model in ("llama3", "qwen3_5"):
         runs[f"hsdp-{model}"] = (model, {**MICRO, **HSDP})
         runs[f"tp_fsdp-{model}"] = (model, {**MICRO, **TP_FSDP, **NO_SP[model]})
-    runs["hsdp-checkpoint"] = ("llama3", {**MICRO, **HSDP, **_saving(tmp / "ckpt")})
+    runs["hsdp-checkpoint"] = ("llama3", {**MICRO, **HSDP, **saving_every_two_steps(tmp / "ckpt")})
     reports, stderr = train_runs_under_torchrun(4, tmp, runs)
     # the global gradient norm is one all-reduce over the flattened split dimensions, not one per dimension
     assert "sequential all_reduce operations" not in stderr
@@ -174,7 +165,7 @@ def test_hsdp_checkpoint_resumes_with_the_uninterrupted_losses(four_ranks: Any, 
     assert sorted(p.name for p in saved.iterdir()) == ["step-2", "step-4"]
     folder = tmp_path / "ckpt"
     shutil.copytree(saved / "step-2", folder / "step-2")  # step 4 lost
-    resumed = _train(4, "llama3", tmp_path / "resumed", {**HSDP, **_saving(folder)})
+    resumed = _train(4, "llama3", tmp_path / "resumed", {**HSDP, **saving_every_two_steps(folder)})
     _assert_single_process_losses("llama3", first)
     for before, after in zip(first, resumed, strict=True):
         assert (before["resumed_from"], after["resumed_from"]) == (0, 2)

@@ -24,7 +24,12 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 from hyper_parallel.trainer import LLMTrainer, rules  # noqa: E402
 from hyper_parallel.trainer.config import PP_STAGES_PER_RANK, TrainerConfig  # noqa: E402
 from tests.support.processes import torchrun  # noqa: E402
-from tests.support.trainer import WORKER, tiny_config, train_runs_under_torchrun  # noqa: E402
+from tests.support.trainer import (  # noqa: E402
+    WORKER,
+    saving_every_two_steps,
+    tiny_config,
+    train_runs_under_torchrun,
+)
 
 DATA = {"dataloader.dataset.source": "python_docs"}  # packed documents: document_ids reach every stage
 PIPE = {"parallelism.dp_shard": "1", "parallelism.pp": "2"}
@@ -41,15 +46,6 @@ def _single_process(overrides: dict[str, str]) -> tuple[list[float], list[float]
         trainer.close()
 
 
-def _saving(folder: Path) -> dict[str, str]:
-    return {
-        "checkpoint.enable": "true",
-        "checkpoint.folder": str(folder),
-        "checkpoint.interval": "2",
-        "checkpoint.last_save_model_only": "false",
-    }
-
-
 @pytest.fixture(scope="module")
 def pp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Every 2-rank pipeline run of this module, trained in one torchrun job (start-up paid once), by name;
@@ -62,7 +58,7 @@ def pp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
     runs["microbatches-4"] = {**PIPE, **batch, "parallelism.pp_microbatches": "4"}
     runs["microbatches-default"] = {**PIPE, **batch}
-    runs["checkpoint"] = {**PIPE, **_saving(tmp / "pp")}
+    runs["checkpoint"] = {**PIPE, **saving_every_two_steps(tmp / "pp")}
     try:
         from tests.support.llama3_reference import hf_model
     except ImportError:  # transformers: the pretrained-weights test skips
@@ -181,7 +177,9 @@ def test_pretrained_weights_reach_every_stage(pp_runs: Any) -> None:
 
 
 def _resume_to_step_6(folder: Path) -> list[float]:
-    trainer = LLMTrainer(tiny_config("llama3", {**DATA, **_saving(folder), "training.max_steps": "6"}))
+    trainer = LLMTrainer(
+        tiny_config("llama3", {**DATA, **saving_every_two_steps(folder), "training.max_steps": "6"})
+    )
     try:
         assert trainer.resumed_from == 4
         return [r.loss for r in trainer.train()]
@@ -198,7 +196,7 @@ def test_a_pipeline_checkpoint_resumes_in_one_process(pp_runs: Any, tmp_path: Pa
     ranks, saved = pp_runs["checkpoint"], pp_runs["pp"]
     assert sorted(p.name for p in saved.iterdir()) == ["step-2", "step-4"]
     shutil.copytree(saved, tmp_path / "pp")  # the resumed run saves beside them
-    losses, _, _ = _single_process(_saving(tmp_path / "one"))
+    losses, _, _ = _single_process(saving_every_two_steps(tmp_path / "one"))
     assert ranks[0]["losses"] == pytest.approx(losses, abs=1e-5)
     assert _resume_to_step_6(tmp_path / "pp") == pytest.approx(_resume_to_step_6(tmp_path / "one"), abs=1e-5)
 
