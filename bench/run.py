@@ -104,12 +104,20 @@ def measure_warm(name: str, fn: Callable[[], object], samples: int, min_sample_n
     return Timing(name, med, p25, p75, samples, int(batch), "warm")
 
 
+#: Untimed calls of a row right before each of its samples. Without them a sample's first calls pay for
+#: what the previous row did to the caches: a pydantic sample taken right after the Hydra row ran ~60%
+#: slower than one taken after pydantic's own, and since the order alternates every round, the paired
+#: ratios alternated between two values (1.5x and 2.4x for ours/pydantic in one run).
+WARMUP_CALLS = 3
+
+
 def measure_warm_rows(
     fns: dict[str, Callable[[], object]], samples: int, min_sample_ns: int = 1_000_000
 ) -> dict[str, Timing]:
     """:func:`measure_warm` of several rows at once, their samples interleaved round by round (the order
     reversed every other round), so that machine drift hits every row alike, as it does the cold rows:
-    each row's batch is sized alone, exactly as :func:`measure_warm` sizes it."""
+    each row's batch is sized alone, exactly as :func:`measure_warm` sizes it, and each sample follows
+    :data:`WARMUP_CALLS` untimed calls of its own row."""
     batches: dict[str, int] = {}
     for name, fn in fns.items():
         for _ in range(3):
@@ -128,6 +136,8 @@ def measure_warm_rows(
             order.reverse()
         for name, fn in order:
             batch = batches[name]
+            for _ in range(WARMUP_CALLS):  # the row before left the caches in its own state
+                fn()
             t0 = time.perf_counter_ns()
             for _ in range(batch):
                 fn()

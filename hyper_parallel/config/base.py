@@ -11,10 +11,12 @@ from typing import Any, ClassVar
 
 import attrs
 
+from hyper_parallel.config.attrs_validators import fast_validators
+
 __all__ = ["ConfigBase"]
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
 class ConfigBase:
     """Base of Config classes: no fields; no cross-field findings; ``build`` names the missing subclass."""
 

@@ -11,12 +11,13 @@ from typing import Any, ClassVar
 import attrs
 
 from hyper_parallel._checks import RuleTypeViolation
+from hyper_parallel.config.attrs_validators import fast_validators
 from hyper_parallel.config.base import ConfigBase
 
 __all__ = ["ModelArgs", "ModelSpec"]
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
 class ModelArgs(ConfigBase):
     """Base of every model's architecture arguments (``Llama3Args``, ``Qwen3_5Args`` ...); subclasses add
     their dimension checks in ``cross_check``."""
@@ -59,7 +60,7 @@ def _is_class(instance: object, attribute: "attrs.Attribute[Any]", value: object
         raise RuleTypeViolation(attribute.name, "must be a class", value)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
 class ModelSpec:
     """A model chosen by name and flavor, with its arguments and runtime hooks (not yet called)."""
 

@@ -24,6 +24,7 @@ from hyper_parallel.components.optimizer import AdamW, Optimizer
 from hyper_parallel.components.profiler import Profiler, TorchProfiler
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer, Tokenizer
 from hyper_parallel.components.validator import LossValidator, Validator
+from hyper_parallel.config.attrs_validators import fast_validators
 from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.models import ModelSpec
 from hyper_parallel.trainer import rules
@@ -49,7 +50,7 @@ _pos = attrs.validators.gt(0)
 _optional_pos: Callable[[Any, Any, Any], Any] = attrs.validators.optional(attrs.validators.gt(0))
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
 class TrainingConfig(ConfigBase):
     """The training loop: length, batch geometry, precision and initialization."""
 
@@ -176,7 +177,7 @@ def _not_yet(name: str, value: int) -> str:
     return f"{_NOT_YET[name]}, got {value}"
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
 class ParallelismConfig(ConfigBase):
     """Parallel degrees and strategies; dp_replicate * dp_shard * cp * tp * pp equals the world size."""
 
@@ -326,7 +327,7 @@ def _selective_option(instance: object, attribute: "attrs.Attribute[Any]", value
         raise RuleViolation(attribute.name, "must be 'op' or a layer frequency >= 1", value, bound=1)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
 class ActivationCheckpointConfig(ConfigBase):
     """Activation checkpointing (recomputation in backward) to trade compute for memory."""
 
@@ -355,7 +356,7 @@ class ActivationCheckpointConfig(ConfigBase):
     )
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
 class DebugConfig(ConfigBase):
     """Determinism and numerical checks for debugging (all off by default)."""
 
@@ -402,7 +403,7 @@ class DebugConfig(ConfigBase):
             )
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
 class CompileConfig(ConfigBase):
     """torch.compile of the model and/or the loss."""
 
@@ -432,7 +433,7 @@ class CompileConfig(ConfigBase):
             yield "components", "is empty, so compile.enable has nothing to compile"
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
 class CommConfig(ConfigBase):
     """Collective-communication backend and timeouts."""
 
@@ -462,7 +463,7 @@ class CommConfig(ConfigBase):
     )
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
 class TrainerConfig(ConfigBase):
     """The whole training configuration: one field per root YAML group (RFC table 5.1)."""
 

@@ -6,6 +6,8 @@ from typing import Any
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hyper_parallel._checks import (
     RuleTypeViolation,
@@ -13,7 +15,7 @@ from hyper_parallel._checks import (
     minus_one_or_at_least,
     positive_or_auto,
 )
-from hyper_parallel.config.attrs_validators import shape_of, violation
+from hyper_parallel.config.attrs_validators import fast, shape_of, violation
 from hyper_parallel.config.validation import _check_value
 
 V = attrs.validators
@@ -151,3 +153,114 @@ def test_an_attrs_failure_becomes_a_structured_error() -> None:
     kind = violation(V.instance_of(int), "x", "a", TypeError())
     assert isinstance(kind, RuleTypeViolation)
     assert isinstance(kind, TypeError)
+
+
+# --- fast validators: what attrs accepts, each in one plain function ----------------------------------
+
+_FAST_SHAPES = {
+    "gt": V.gt(0.0),
+    "ge_int": V.ge(0),
+    "optional_gt": V.optional(V.gt(0.0)),
+    "and_ge_lt": V.and_(V.ge(0.0), V.lt(1.0)),
+    "optional_and": V.optional(V.and_(V.ge(0.0), V.le(1.0))),
+    "min_len": V.min_len(1),
+    "optional_min_len": V.optional(V.min_len(1)),
+    "deep_min_len": V.deep_iterable(member_validator=V.min_len(1)),
+    "deep_and": V.deep_iterable(member_validator=V.and_(V.ge(0.0), V.lt(1.0))),
+}
+_VALUES: list[object] = [
+    None,
+    0,
+    1,
+    -1,
+    0.0,
+    0.5,
+    1.0,
+    -0.5,
+    2.0,
+    float("nan"),
+    float("inf"),
+    "",
+    "a",
+    "abc",
+    (),
+    ("a",),
+    ("a", ""),
+    (0.9, 0.95),
+    (0.9, 1.0),
+    (-0.1, 0.5),
+    [0.2],
+    [""],
+    object(),
+    True,
+]
+
+
+def _outcome(validator: Any, value: object) -> tuple[str, str] | None:
+    try:
+        validator(None, FIELD, value)
+    except Exception as exc:  # the exact error a user of each would see
+        return type(exc).__name__, str(exc)
+    return None
+
+
+@pytest.mark.parametrize("name", list(_FAST_SHAPES))
+def test_a_fast_validator_accepts_and_refuses_exactly_what_attrs_does_with_attrs_words(name: str) -> None:
+    original = _FAST_SHAPES[name]
+    quick = fast(original)
+    assert quick is not original
+    assert quick.__wrapped__ is original  # type: ignore[attr-defined]
+    assert shape_of(quick) == shape_of(original)  # schema and messages read it as what it checks
+    for value in _VALUES:
+        assert _outcome(quick, value) == _outcome(original, value), value
+
+
+@given(
+    value=st.one_of(
+        st.none(),
+        st.floats(),
+        st.integers(),
+        st.text(max_size=3),
+        st.lists(st.one_of(st.floats(), st.text(max_size=2)), max_size=3).map(tuple),
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_fast_validators_agree_with_attrs_on_any_value(value: object) -> None:
+    for original in _FAST_SHAPES.values():
+        assert _outcome(fast(original), value) == _outcome(original, value)
+
+
+def test_a_shape_fast_does_not_know_is_kept_as_it_is() -> None:
+    for original in (V.in_(["a"]), V.instance_of(int), positive_or_auto, V.optional(V.instance_of(int))):
+        assert fast(original) is original
+    assert fast(fast(V.gt(0))).__wrapped__ is not None  # type: ignore[attr-defined]
+
+
+def _config_classes() -> list[type]:
+    import hyper_parallel.launch  # every Config class of the shipped targets
+    import hyper_parallel.models.llama3
+    import hyper_parallel.models.qwen3_5_moe
+    from hyper_parallel.components.dataloader import DatasetConfig
+    from hyper_parallel.config.base import ConfigBase
+    from hyper_parallel.models.spec import ModelSpec
+
+    # the Config classes, and the other classes a config holds (a dataset entry, a spec and its parts)
+    held = [DatasetConfig, ModelSpec, hyper_parallel.models.llama3.args.RopeScaling]
+    held.append(hyper_parallel.models.qwen3_5.Qwen3_5VisionArgs)
+    found, todo = list(held), [ConfigBase]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def test_every_config_class_checks_its_fields_with_fast_validators() -> None:
+    slow = {
+        f"{cls.__qualname__}.{f.name}"
+        for cls in _config_classes()
+        for f in attrs.fields(cls)
+        if f.validator is not None and fast(f.validator) is not f.validator
+    }
+    assert len(_config_classes()) > 30
+    assert slow == set()  # a class declared without field_transformer=fast_validators shows here

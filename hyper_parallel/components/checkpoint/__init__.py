@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
+from hyper_parallel.config.attrs_validators import fast_validators
 from hyper_parallel.config.base import ConfigBase
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class Checkpoint:
     subclass both, ``Impl(Checkpoint)`` with ``Impl.Config(Checkpoint.Config)``.
     """
 
-    @attrs.frozen(kw_only=True)
+    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
     class Config(ConfigBase):
         """Save and load options shared by every checkpoint format."""
 
@@ -145,7 +146,7 @@ class Checkpoint:
 class DCPCheckpoint(Checkpoint):
     """Sharded checkpoints in the torch.distributed.checkpoint (DCP) format."""
 
-    @attrs.frozen(kw_only=True)
+    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
     class Config(Checkpoint.Config):
         """DCP options."""
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
+from hyper_parallel.config.attrs_validators import fast_validators
 from hyper_parallel.config.base import ConfigBase
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ _FILE_SOURCES = ("jsonl", "text", "tokenized")
 _GENERATED_SOURCES = ("synthetic", "shapes")
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
 class DatasetConfig:
     """A nested ``dataset`` section: which text to read and how to turn it into training samples."""
 
@@ -222,7 +223,7 @@ class DataLoader:
     subclass both, ``Impl(DataLoader)`` with ``Impl.Config(DataLoader.Config)``.
     """
 
-    @attrs.frozen(kw_only=True)
+    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
     class Config(ConfigBase):
         """Worker-process and host-memory options shared by every data loader.
 
@@ -269,7 +270,7 @@ class DataLoader:
 class TextDataLoader(DataLoader):
     """Loads tokenized text for causal language modelling from a nested ``dataset`` section."""
 
-    @attrs.frozen(kw_only=True)
+    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
     class Config(DataLoader.Config):
         """A text data loader: the dataset section plus sampling options."""
 

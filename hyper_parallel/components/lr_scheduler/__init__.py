@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import attrs
 
+from hyper_parallel.config.attrs_validators import fast_validators
 from hyper_parallel.config.base import ConfigBase
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ class LRScheduler:
     subclass both, ``Impl(LRScheduler)`` with ``Impl.Config(LRScheduler.Config)``.
     """
 
-    @attrs.frozen(kw_only=True)
+    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
     class Config(ConfigBase):
         """The linear warmup every schedule starts with."""
 
@@ -43,7 +44,7 @@ class LRScheduler:
 class WarmupDecay(LRScheduler):
     """Linear warmup, an optional constant plateau, then a linear or cosine decay (or none)."""
 
-    @attrs.frozen(kw_only=True)
+    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
     class Config(LRScheduler.Config):
         """Warmup, plateau and decay; the decay phase is the last ``decay_ratio`` of the run."""
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 import attrs
 
+from hyper_parallel.config.attrs_validators import fast_validators
 from hyper_parallel.config.base import ConfigBase
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ class Metrics:
     subclass both, ``Impl(Metrics)`` with ``Impl.Config(Metrics.Config)``.
     """
 
-    @attrs.frozen(kw_only=True)
+    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
     class Config(ConfigBase):
         """Options shared by every metrics processor."""
 
@@ -48,7 +49,7 @@ class Metrics:
 class MetricsLogger(Metrics):
     """Logs metrics to the console and, optionally, to TensorBoard, W&B and a JSON-lines file."""
 
-    @attrs.frozen(kw_only=True)
+    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
     class Config(Metrics.Config):
         """Output sinks of the metrics logger."""
 
