@@ -90,9 +90,9 @@ class RootFacts(typing.NamedTuple):
     kwargs: Mapping[str, str]
     #: The groups without a default, which every document must give.
     required: tuple[str, ...]
-    #: The Config classes groups were structured as, by ``(group, '_target_')`` (see :func:`structure_root`);
-    #: filled by the resolves, so each root's facts have their own.
-    routes: "dict[tuple[str, str], _Route]"
+    #: The Config classes groups were structured as, by group and then ``_target_`` (see
+    #: :func:`structure_root`); filled by the resolves, so each root's facts have their own.
+    routes: "dict[str, dict[str, _Route]]"
 
     def allowed(self, extra: tuple[str, ...]) -> tuple[str, ...]:
         """What a ``_target_`` may be under: the root's packages, then ``extra`` (trusted code's)."""
@@ -129,7 +129,7 @@ def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
         names,
         {n: f.alias or n for n, f in fields.items()},
         tuple(n for n, f in fields.items() if f.default is attrs.NOTHING),
-        {},
+        {n: {} for n in fields},
     )
 
 
@@ -181,7 +181,7 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
             continue
         if type(node) is dict and call:  # the common case: a Config class this group was structured as
             target_name = node.get(TARGET_KEY)
-            route = routes.get((name, target_name)) if type(target_name) is str else None
+            route = routes[name].get(target_name) if type(target_name) is str else None
             if route is not None and route[1] is allowed and still_reached(route[2]):
                 try:
                     groups[kwargs[name]] = hooks[route[0]](node, route[0])
@@ -390,7 +390,7 @@ def _resolve_group(
     hook = group_hook(conv, target.obj)
     hit = conv.checked_targets.get((node[TARGET_KEY], field_type, allowed))
     if hit is not None and hit[0] is target:  # the next resolve goes straight to the hook
-        facts.routes[(path[0], node[TARGET_KEY])] = (target.obj, allowed, hit)
+        facts.routes[path[0]][node[TARGET_KEY]] = (target.obj, allowed, hit)
     try:
         return hook(node, target.obj)
     except Exception as exc:

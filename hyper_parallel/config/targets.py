@@ -228,22 +228,21 @@ def load_target(
     return target
 
 
-#: Where a checked target hangs: the deepest imported module on its dotted name, that module, and the
-#: attributes below it.
-_Anchor = tuple[str, object, tuple[str, ...]]
+#: Where a checked target hangs: the deepest imported module on its dotted name, that module, the name
+#: in the module's dict, and the attributes below that (``AdamW.Config``: ``"AdamW"``, ``("Config",)``).
+_Anchor = tuple[str, object, str, tuple[str, ...]]
 
 
 def still_reached(hit: tuple[Target, _Anchor]) -> bool:
     """Whether a target checked before (an entry of :data:`CheckedTargets`) is still what its dotted name
     reaches through the imported modules (not re-bound, its module not re-imported)."""
-    target, (module_name, module, rest) = hit
-    if not rest or _MODULES.get(module_name) is not module:
+    target, (module_name, module, first, below) = hit
+    if _MODULES.get(module_name) is not module:
         return False
     # The module's own dict (no module __getattr__ is run), then the class's Config if named.
-    obj: object = module.__dict__.get(rest[0], _MISSING)
-    if len(rest) > 1:
-        for part in rest[1:]:
-            obj = getattr(obj, part, _MISSING)
+    obj: object = module.__dict__.get(first, _MISSING)
+    for part in below:
+        obj = getattr(obj, part, _MISSING)
     return obj is target[1]  # target.obj (a field by its index: this runs for every group of a resolve)
 
 
@@ -255,8 +254,8 @@ def _anchor(parts: list[str]) -> _Anchor:
         name = ".".join(parts[:end])
         module = sys.modules.get(name)
         if module is not None:
-            return name, module, tuple(parts[end:])
-    return "", _MISSING, ()
+            return name, module, parts[end], tuple(parts[end + 1 :])
+    return "", _MISSING, "", ()
 
 
 def check_target_name(name: str, allowed: tuple[str, ...], packages: tuple[str, ...] = ()) -> None:
