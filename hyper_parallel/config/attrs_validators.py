@@ -11,7 +11,7 @@ JSON schema (:func:`hyper_parallel.config.types.constrain_schema`) and the messa
 ``tests/config/test_attrs_adapter.py`` pins what this reads, so an attrs release that changes it fails there.
 
 :func:`fast_validators` is the ``field_transformer`` of every Config class: it replaces each field's
-bound, length and ``optional``/``and_``/``deep_iterable`` combination of them with one plain function that
+bound, length and callable check and each ``optional``/``and_``/``deep_iterable`` of them with one plain function that
 tests the value inline and calls the attrs validator only for a value that fails (so the error is attrs'
 own, word for word). attrs calls a validator object through its ``__call__``, and a combinator through
 one more per member: a third of constructing a Config was spent there.
@@ -228,6 +228,19 @@ def fast(validator: Any) -> Any:
 
             def check(inst: Any, attr: Any, value: Any) -> None:
                 if len(value) < n:
+                    validator(inst, attr, value)
+
+    elif type(inner) is _CALLABLE:
+        if optional:
+
+            def check(inst: Any, attr: Any, value: Any) -> None:
+                if value is not None and not callable(value):
+                    validator(inst, attr, value)
+
+        else:
+
+            def check(inst: Any, attr: Any, value: Any) -> None:
+                if not callable(value):
                     validator(inst, attr, value)
 
     elif type(validator) is _DEEP_ITERABLE and validator.iterable_validator is None:  # type: ignore[attr-defined]

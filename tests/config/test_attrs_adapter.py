@@ -167,6 +167,8 @@ _FAST_SHAPES = {
     "optional_min_len": V.optional(V.min_len(1)),
     "deep_min_len": V.deep_iterable(member_validator=V.min_len(1)),
     "deep_and": V.deep_iterable(member_validator=V.and_(V.ge(0.0), V.lt(1.0))),
+    "callable": V.is_callable(),
+    "optional_callable": V.optional(V.is_callable()),
 }
 _VALUES: list[object] = [
     None,
