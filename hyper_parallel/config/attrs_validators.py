@@ -189,7 +189,7 @@ def _test(validator: Any) -> Callable[[Any], bool] | None:
 def fast(validator: Any) -> Any:
     """A plain function accepting what ``validator`` accepts and calling it on anything else (so it raises
     attrs' own error), for the shapes Config fields use; ``validator`` itself for any other."""
-    if hasattr(validator, "__wrapped__"):
+    if validator is None or hasattr(validator, "__wrapped__"):
         return validator
     optional = type(validator) is _OPTIONAL
     inner = validator.validator if optional else validator
@@ -262,4 +262,8 @@ def fast(validator: Any) -> Any:
 
 def fast_validators(cls: type, fields: list[attrs.Attribute]) -> list[attrs.Attribute]:  # type: ignore[type-arg]
     """attrs ``field_transformer``: each field's validator as :func:`fast` makes it (see the module doc)."""
-    return [f if f.validator is None else f.evolve(validator=fast(f.validator)) for f in fields]
+    out = []
+    for f in fields:
+        quick = fast(f.validator)  # an inherited field's is fast already: kept as it is
+        out.append(f if quick is f.validator else f.evolve(validator=quick))
+    return out
