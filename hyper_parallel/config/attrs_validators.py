@@ -11,10 +11,10 @@ JSON schema (:func:`hyper_parallel.config.types.constrain_schema`) and the messa
 ``tests/config/test_attrs_adapter.py`` pins what this reads, so an attrs release that changes it fails there.
 
 :func:`fast_validators` is the ``field_transformer`` of every Config class: it replaces each field's
-bound, length and callable check and each ``optional``/``and_``/``deep_iterable`` of them with one plain function that
-tests the value inline and calls the attrs validator only for a value that fails (so the error is attrs'
-own, word for word). attrs calls a validator object through its ``__call__``, and a combinator through
-one more per member: a third of constructing a Config was spent there.
+bound, length and callable check, and each ``optional``/``and_``/``deep_iterable`` of them, with one plain
+function that tests the value inline and calls the attrs validator only for a value that fails (so the
+error is attrs' own, word for word). attrs calls a validator object through its ``__call__``, and a
+combinator through one more per member: a third of constructing a Config was spent there.
 """
 
 from collections.abc import Callable

@@ -4,6 +4,18 @@ The resolver asks a Config three things and nothing else: whether it is an abstr
 ``__abstract__`` marker in a class's own body), what its fields say together (``cross_check``), and, at run
 time, to ``build`` what it configures. A base gives the defaults once, so a Config with nothing to check
 writes no ``cross_check`` and a base that cannot build writes no ``build`` that only raises.
+
+How a Config class is made, once for all of them, because every command that reads a config pays for it
+(a ``--dry-run`` makes some forty classes, a resolve constructs seventeen objects):
+
+- ``@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)``: frozen, keyword-only;
+  an instance keeps its fields in a ``__dict__``, which a frozen class writes directly where a slotted one
+  goes through ``object.__setattr__`` per field (a third of constructing it); each field's attrs validator
+  is checked by one plain function (:func:`~hyper_parallel.config.attrs_validators.fast_validators`).
+- The repr and the hash are this base's :func:`config_repr` and :func:`config_hash` (attrs' own format and
+  fields), given to each subclass as it is created, so that attrs, which writes no method a class has
+  itself, compiles none: writing and compiling them per class was a fifth of a cold ``--dry-run``.
+  ``__eq__`` and ``__init__`` stay attrs' own, compiled per class: a resolve runs them.
 """
 
 from collections.abc import Iterator
@@ -13,7 +25,29 @@ import attrs
 
 from hyper_parallel.config.attrs_validators import fast_validators
 
-__all__ = ["ConfigBase"]
+__all__ = ["ConfigBase", "config_hash", "config_repr"]
+
+
+def config_repr(self: object) -> str:
+    """``AdamW.Config(lr=0.0003, ...)``: attrs' repr (the fields it shows, their own ``repr=`` if any),
+    one function for every Config class."""
+    shown = []
+    for f in attrs.fields(type(self)):  # type: ignore[arg-type]
+        if f.repr:
+            value = getattr(self, f.name)
+            shown.append(f"{f.name}={f.repr(value) if callable(f.repr) else repr(value)}")
+    return f"{type(self).__qualname__.rsplit('>.', 1)[-1]}({', '.join(shown)})"
+
+
+def config_hash(self: object) -> int:
+    """attrs' hash of a frozen class: its type and the fields it hashes (``hash=``, else ``eq=``), through
+    their ``eq_key`` if any, so that equal Configs hash alike; one function for every Config class."""
+    values: list[object] = [type(self)]
+    for f in attrs.fields(type(self)):  # type: ignore[arg-type]
+        if f.hash if f.hash is not None else f.eq:
+            value = getattr(self, f.name)
+            values.append(f.eq_key(value) if f.eq_key is not None else value)
+    return hash(tuple(values))
 
 
 @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
@@ -23,6 +57,18 @@ class ConfigBase:
     #: A base: a config names one of its subclasses as ``_target_``, never this class. The marker counts
     #: only in the body of the class that declares it, so each abstract base declares its own.
     __abstract__: ClassVar[bool] = True
+
+    __repr__ = config_repr
+    __hash__ = config_hash
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # attrs then writes neither (its auto-detection keeps a method the class has); a class that writes
+        # its own keeps it
+        if "__repr__" not in cls.__dict__:
+            cls.__repr__ = config_repr  # type: ignore[method-assign,assignment]
+        if "__hash__" not in cls.__dict__:
+            cls.__hash__ = config_hash  # type: ignore[method-assign,assignment]
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(relative field path, message)`` for settings that conflict; a plain Config has none."""

@@ -6,6 +6,7 @@ built: no target is imported again and no structuring function or converter hook
 """
 
 import importlib
+import linecache
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from hyper_parallel.config import codegen, converter, resolve_root
 from hyper_parallel.config import types as type_rules
+from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.config.recipes import recipe_of
 from hyper_parallel.config.yaml_load import load_yaml_file
 from hyper_parallel.trainer.config import TrainerConfig
@@ -192,3 +194,51 @@ def test_a_class_is_written_by_a_loop_until_it_is_written_more_than_twice(compil
     want = {f.name: getattr(value, f.name) for f in attrs.fields(DatasetConfig)}
     want["paths"] = ["a.jsonl", "ünï.jsonl"]
     assert written == [want] * len(written)
+
+
+# --- what attrs does not compile for a Config class ----------------------------------------------------
+
+
+def _twins(name: str) -> tuple[type, type]:
+    """The same fields as a Config class and as a plain attrs class (attrs' own repr and hash)."""
+
+    def body() -> dict[str, object]:
+        return {
+            "lr": attrs.field(default=0.1),
+            "names": attrs.field(default=("a",)),
+            "hidden": attrs.field(default=1, repr=False),
+            "shown": attrs.field(default=2, repr=lambda v: f"<{v}>"),
+            "noted": attrs.field(default=3, eq=False),
+            "unhashed": attrs.field(default=4, hash=False),
+        }
+
+    ours = attrs.make_class(name, body(), bases=(ConfigBase,), frozen=True, kw_only=True, slots=False)
+    theirs = attrs.make_class(name, body(), frozen=True, kw_only=True)
+    return ours, theirs
+
+
+@pytest.mark.parametrize(
+    "changes", [{}, {"lr": 2.5}, {"names": ()}, {"hidden": 9}, {"shown": "x"}, {"noted": 7}, {"unhashed": 8}]
+)
+def test_a_config_class_reprs_and_hashes_as_attrs_would(changes: dict[str, object]) -> None:
+    ours, theirs = _twins("Twin")
+    assert repr(ours(**changes)) == repr(theirs(**changes))
+    # equal Configs hash alike; a field attrs leaves out of the hash (hash=False, eq=False) changes nothing
+    same = hash(ours(**changes)) == hash(ours())
+    assert same == (hash(theirs(**changes)) == hash(theirs()))
+    assert (ours(**changes) == ours()) == (theirs(**changes) == theirs())
+
+
+def test_attrs_compiles_no_repr_or_hash_for_a_config_class() -> None:
+    from hyper_parallel.components.optimizer import AdamW
+    from hyper_parallel.config.base import config_hash, config_repr
+
+    assert AdamW.Config.__repr__ is config_repr
+    assert AdamW.Config.__hash__ is config_hash
+    generated = [
+        "".join(entry[2])
+        for name, entry in linecache.cache.items()
+        if "attrs generated" in name and "AdamW.Config" in name
+    ]
+    assert generated  # attrs wrote its __init__ and __eq__ ...
+    assert all("def __repr__" not in text and "def __hash__" not in text for text in generated)  # ... only
