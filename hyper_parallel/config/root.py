@@ -552,8 +552,8 @@ def group_writer(conv: "ConfigConverter", cls: Any) -> Callable[[Any], dict[str,
     writer = writers.get(cls)
     if writer is None:
         target, why = _target_name(cls)
-        if why is None:
-            writer = attrs_unstructure(cls, conv, target)
+        if why is None:  # the written function replaces the loop here once it is compiled
+            writer = attrs_unstructure(cls, conv, target, lambda fn: writers.__setitem__(cls, fn))
         else:
 
             def writer(value: Any) -> dict[str, Any]:

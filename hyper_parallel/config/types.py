@@ -1164,6 +1164,32 @@ _PLAIN = (
 )
 
 
+#: The part of :data:`_PLAIN` that a value of each scalar annotation passes, tested first.
+_PLAIN_OF: dict[object, str] = {
+    float: "(type(v) is float and v - v == 0.0) or ",
+    int: "type(v) is int or ",
+    bool: "type(v) is bool or ",
+    str: "(type(v) is str and v.isascii()) or ",
+    type(None): "v is None or ",
+}
+
+
+def _likely_plain(tp: object) -> str | None:
+    """The test a value of annotation ``tp`` most likely passes, to put before :data:`_PLAIN` (``""`` when
+    there is none to add); None for an annotation no plain scalar matches (a container, an attrs class)."""
+    if tp in _PLAIN_OF:
+        return _PLAIN_OF[tp]
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "".join(dict.fromkeys(_PLAIN_OF.get(type(a), "") for a in typing.get_args(tp)))
+    if origin in (Union, types.UnionType):
+        parts = [_likely_plain(a) for a in typing.get_args(tp)]
+        return "".join(p for p in parts if p)
+    if origin in (tuple, list, dict, set, frozenset) or (isinstance(tp, type) and attrs.has(tp)):
+        return None
+    return ""
+
+
 def _unstructure_any(conv: cattrs.Converter) -> Callable[[Any], Any]:
     """Unstructure by each value's runtime class (a field typed with a base class holds a subclass)."""
     hook = conv.get_unstructure_hook
@@ -1174,17 +1200,26 @@ def _unstructure_any(conv: cattrs.Converter) -> Callable[[Any], Any]:
     return unstructure_value
 
 
-def attrs_unstructure(cls: type, conv: cattrs.Converter, target: str | None = None) -> Callable[[Any], Any]:
+def attrs_unstructure(
+    cls: type,
+    conv: cattrs.Converter,
+    target: str | None = None,
+    installed: Callable[[Callable[[Any], Any]], object] | None = None,
+) -> Callable[[Any], Any]:
     """The unstructure hook of attrs class ``cls``: a loop over its fields, and once the class is written
-    often (:func:`.codegen.compiled_when_used`), a function written out for them (a failure is re-run field
-    by field to name the field). With ``target``, the mapping starts with that ``_target_`` (a root
-    group's)."""
-    names = [f.name for f in attrs.fields(cls) if f.init]
+    often (:func:`.codegen.compiled_when_used`, which gives ``installed`` the written function), a function
+    written out for them (a failure is re-run field by field to name the field). With ``target``, the
+    mapping starts with that ``_target_`` (a root group's)."""
+    fields = [f for f in attrs.fields(cls) if f.init]
     first = "{}" if target is None else f"{{{TARGET_KEY!r}: {target!r}}}"
     lines = ["def unstructure(o):", "    try:", f"        out = {first}"]
-    for name in names:
-        lines.append(f"        v = o.{name}")
-        lines.append(f"        out[{name!r}] = v if {_PLAIN} else item(v)")  # plain scalars: no call
+    for f in fields:
+        lines.append(f"        v = o.{f.name}")
+        likely = _likely_plain(f.type)
+        if likely is None:  # a tuple, a list, a Config: never a plain scalar
+            lines.append(f"        out[{f.name!r}] = item(v)")
+        else:  # plain scalars need no call; the field's own type is tested first
+            lines.append(f"        out[{f.name!r}] = v if {likely}{_PLAIN} else item(v)")
     lines += ["        return out", "    except Exception:", "        return slow(o)"]
     item = _unstructure_any(conv)
 
@@ -1206,9 +1241,7 @@ def attrs_unstructure(cls: type, conv: cattrs.Converter, target: str | None = No
         fn: Callable[[Any], Any] = codegen.generate(label, "\n".join(lines), {"item": item, "slow": slow})
         return fn
 
-    return codegen.compiled_when_used(
-        slow, write
-    )  # the loop (slow) also names a field that cannot be written
+    return codegen.compiled_when_used(slow, write, installed)  # the loop (slow) also names a bad field
 
 
 def _scalar_rules() -> list[Rule]:
