@@ -7,7 +7,8 @@ Run from the repository root (``pip install -e '.[bench]'`` installs Hydra, Omeg
 Warm figures time one call in a process that has already done the work once (imports done, structuring
 functions compiled, targets imported): the median over repeated samples, each sample timing a batch of
 calls with ``time.perf_counter_ns`` sized to last about a millisecond; the rows' samples are interleaved
-round by round, as the cold commands are, so that machine drift hits every row of a ratio alike. Cold
+round by round, as the cold commands are, so that machine drift hits every row of a ratio alike, and each
+sample follows a few untimed calls of its own row (see :data:`WARMUP_CALLS`). Cold
 figures time whole fresh ``python`` processes with ``subprocess``; the commands are interleaved round by
 round so that machine drift hits all of them alike, and the median per command is reported. A ratio is the
 median over rounds of the quotient of the two rows' samples of the same round (a slow spell of a shared
