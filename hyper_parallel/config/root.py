@@ -136,9 +136,9 @@ def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
 _INVALID: Any = object()
 
 #: A group's way straight to its Config class's hook: the class, the allowed prefixes its ``_target_`` was
-#: checked under and the checked target (taken while its name still reaches the class:
-#: :func:`.targets.still_reached`).
-_Route = tuple[type, tuple[str, ...], Any]
+#: checked under, the checked target (taken while its name still reaches the class:
+#: :func:`.targets.still_reached`) and the group's keyword in the root's ``__init__``.
+_Route = tuple[type, tuple[str, ...], Any, str]
 _TARGET_ONLY = frozenset({TARGET_KEY})
 
 
@@ -176,22 +176,30 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     hooks = conv.group_hooks
     kwargs = facts.kwargs
     groups: dict[str, Any] = {}
+    # What the document gave in each group, for a later '_target_' switch (see recipes.Given).
+    given: dict[str, frozenset[str]] = {}
     for name, node in raw.items():
+        if type(node) is dict:
+            given[name] = frozenset(node)
+            if call:  # every name is a group: the common case, a Config class it was structured as
+                target_name = node.get(TARGET_KEY)
+                route = routes[name].get(target_name) if type(target_name) is str else None
+                if route is not None and route[1] is allowed and still_reached(route[2]):
+                    cls = route[0]
+                    try:
+                        groups[route[3]] = hooks[cls](node, cls)
+                    except Exception as exc:
+                        problems.extend(problems_of(exc, (name,)))
+                    continue
         if name not in types:
             continue
-        if type(node) is dict and call:  # the common case: a Config class this group was structured as
-            target_name = node.get(TARGET_KEY)
-            route = routes[name].get(target_name) if type(target_name) is str else None
-            if route is not None and route[1] is allowed and still_reached(route[2]):
-                try:
-                    groups[kwargs[name]] = hooks[route[0]](node, route[0])
-                except Exception as exc:
-                    problems.extend(problems_of(exc, (name,)))
-                continue
         if isinstance(node, Resolved):
             if _check_resolved(facts, name, node.value, problems):
                 groups[kwargs[name]] = node.value
-        elif _check_group_shape(name, node, problems):
+            continue
+        if type(node) is not dict and isinstance(node, Mapping):
+            given[name] = frozenset(node)
+        if _check_group_shape(name, node, problems):
             value = _resolve_group(conv, facts, (name,), node, allowed, problems, call)
             if value is not _INVALID:
                 groups[kwargs[name]] = value
@@ -201,13 +209,6 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     if problems:
         raise Problems("invalid config", [_in_wrong_group(conv, facts, raw, p) for p in problems])
     root = construct(facts.cls, groups, options.root_checks)
-    # What the document gave in each group, for a later '_target_' switch (see recipes.Given).
-    # (a Resolved group is a tuple: telling it apart first spares the Mapping check, an ABC's, for each)
-    given = {
-        k: frozenset(v)
-        for k, v in raw.items()
-        if type(v) is dict or (type(v) is not Resolved and isinstance(v, Mapping))
-    }
     remember_given(root, Given(given, None, options.locate))
     return root
 
@@ -390,7 +391,7 @@ def _resolve_group(
     hook = group_hook(conv, target.obj)
     hit = conv.checked_targets.get((node[TARGET_KEY], field_type, allowed))
     if hit is not None and hit[0] is target:  # the next resolve goes straight to the hook
-        facts.routes[path[0]][node[TARGET_KEY]] = (target.obj, allowed, hit)
+        facts.routes[path[0]][node[TARGET_KEY]] = (target.obj, allowed, hit, facts.kwargs[path[0]])
     try:
         return hook(node, target.obj)
     except Exception as exc:
