@@ -188,7 +188,8 @@ def _test(validator: Any) -> Callable[[Any], bool] | None:
 
 def fast(validator: Any) -> Any:
     """A plain function accepting what ``validator`` accepts and calling it on anything else (so it raises
-    attrs' own error), for the shapes Config fields use; ``validator`` itself for any other."""
+    attrs' own error), for the shapes Config fields use; ``validator`` itself for any other. A shape and
+    its ``optional`` are written apart: testing a flag inside one function would cost every field a step."""
     if validator is None or hasattr(validator, "__wrapped__"):
         return validator
     optional = type(validator) is _OPTIONAL

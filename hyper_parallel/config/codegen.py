@@ -27,20 +27,20 @@ def compiled_when_used(
     """A function that answers its first :data:`COMPILE_AFTER` calls with ``loop``, then compiles
     ``write()`` (the same work, written out) and answers with that; ``installed`` is given the compiled
     function, for a caller that keeps the hook where it can put that function instead."""
-    written: list[Callable[..., Any]] = []
+    written: Callable[..., Any] | None = None
     calls = 0
 
     def call(*args: Any) -> Any:
-        if written:
-            return written[0](*args)
-        nonlocal calls
+        nonlocal written, calls
+        if written is not None:
+            return written(*args)
         calls += 1
         if calls <= COMPILE_AFTER:
             return loop(*args)
-        written.append(write())
+        written = write()
         if installed is not None:
-            installed(written[0])
-        return written[0](*args)
+            installed(written)
+        return written(*args)
 
     return call
 

@@ -265,9 +265,8 @@ class OverridePatch:
                 continue
             recipe = recipe_of(value)
             names: frozenset[str] | None
-            if recipe is not None:  # its recipe says what was set, and where (it travels with copies)
-                names = frozenset(recipe.given)
-                self._origins.update(((group, n), where) for n, where in recipe.given.items())
+            if recipe is not None:
+                names = _recipe_names(group, recipe, self._origins)
                 reshaped.add(group)
             elif given is not None and group not in given.unrecorded:
                 names = given.names.get(group, frozenset())
@@ -365,8 +364,7 @@ class OverridePatch:
                     untouched[group] = value
                     reused[group] = None
                     continue
-                names = frozenset(recipe.given)
-                origins.update(((group, n), where) for n, where in recipe.given.items())
+                names = _recipe_names(group, recipe, origins)
                 set_names[group] = names
                 reshaped.add(group)
                 reused[group] = names.union([TARGET_KEY])  # the overrides' fields are among the names
@@ -382,9 +380,8 @@ class OverridePatch:
                 if problems:
                     return None
             names_set: frozenset[str] | None
-            if recipe is not None:  # its recipe says what was set, and where (it travels with copies)
-                names_set = frozenset(recipe.given)
-                origins.update(((group, n), where) for n, where in recipe.given.items())
+            if recipe is not None:
+                names_set = _recipe_names(group, recipe, origins)
                 reshaped.add(group)
                 keep = names_set.union([TARGET_KEY])
                 body = {k: v for k, v in body.items() if k in keep}
@@ -880,8 +877,10 @@ _ABSENT = object()
 _resolved = functools.partial(tuple.__new__, Resolved)
 _SCALARS = frozenset({type(None), bool, int, float, str})
 
+
 #: The ``_target_`` naming each class of a group's value seen, None for a class that factories make (a
-#: ``ModelSpec``): such a value without a recipe was built by hand (classes live as long as the process).
+#: ``ModelSpec``): such a value without a recipe was built by hand (classes live as long as the process;
+#: working it out for each overridden group was 2% of ten overrides).
 _CLASS_TARGETS: dict[type, str | None] = {}
 
 
@@ -893,6 +892,12 @@ def _config_target(value: Any) -> str | None:
     except KeyError:
         name = _CLASS_TARGETS[cls] = None if carries_recipe(value) else qualified_name(cls)
         return name
+
+
+def _recipe_names(group: str, recipe: Recipe, origins: dict[tuple[str, str], str | None]) -> frozenset[str]:
+    """What a factory group's recipe says was set (it travels with copies); where, added to ``origins``."""
+    origins.update(((group, n), where) for n, where in recipe.given.items())
+    return frozenset(recipe.given)
 
 
 def _has(node: Any, seg: str | int) -> bool:
