@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # annotations only: parallel sits below the trainer layer and
 __all__ = ["apply_activation_checkpointing"]
 
 
+@functools.cache
 def _saved_ops() -> frozenset[Any]:
     """Operators whose outputs selective op-level checkpointing keeps: matmuls and attention."""
     aten = torch.ops.aten
@@ -51,6 +52,7 @@ def _op_policy(saved: frozenset[Any], ctx: Any, op: Any, *args: Any, **kwargs: A
     return CheckpointPolicy.MUST_SAVE if packet in saved else CheckpointPolicy.PREFER_RECOMPUTE
 
 
+@functools.cache  # once per process: every checkpointed block asks
 def _ignore_profiler_annotations() -> None:
     """Have selective checkpointing run profiler annotations as they come, without counting them.
 
