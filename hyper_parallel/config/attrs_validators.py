@@ -25,7 +25,7 @@ import attrs
 
 from hyper_parallel._checks import RuleTypeViolation, RuleViolation
 
-__all__ = ["Kind", "Shape", "fast_validators", "shape_of", "violation"]
+__all__ = ["Kind", "Shape", "fast_validators", "inline_check", "shape_of", "violation"]
 
 Kind = Literal[
     "bound",
@@ -259,6 +259,40 @@ def fast(validator: Any) -> Any:
         return validator
     check.__wrapped__ = validator  # type: ignore[attr-defined]
     return check
+
+
+#: The comparisons attrs' bounds make, as Python operators.
+_OPERATORS = frozenset({"<", "<=", ">", ">="})
+
+
+def inline_check(validator: Any, name: str) -> tuple[str, dict[str, Any]] | None:
+    """A Python condition on ``v`` that is true exactly when ``validator`` accepts ``v``, and the names it
+    reads (``name``, ``name`` + ``"_2"``), for a structure function that tests a field in place; None for a
+    shape that has none (the validator is then called). A condition that raises counts as false."""
+    validator = getattr(validator, "__wrapped__", validator)
+    optional = type(validator) is _OPTIONAL
+    inner = validator.validator if optional else validator
+    pairs = _bounds(inner)
+    n = _min_length(inner)
+    scope: dict[str, Any] = {}
+    if pairs is not None:
+        ops = [getattr(v, "compare_op", None) for v in getattr(inner, "_validators", (inner,))]
+        if not all(op in _OPERATORS for op in ops):
+            return None
+        terms = []
+        for i, (op, (_, bound)) in enumerate(zip(ops, pairs, strict=True)):
+            key = name if i == 0 else f"{name}_2"
+            scope[key] = bound
+            terms.append(f"v {op} {key}")
+        test = " and ".join(terms)
+    elif n is not None:
+        scope[name] = n
+        test = f"len(v) >= {name}"
+    elif type(inner) is _CALLABLE:
+        test = "callable(v)"
+    else:
+        return None
+    return (f"v is None or ({test})" if optional else test), scope
 
 
 def fast_validators(cls: type, fields: list[attrs.Attribute]) -> list[attrs.Attribute]:  # type: ignore[type-arg]

@@ -15,7 +15,8 @@ How a Config class is made, once for all of them, because every command that rea
 - The repr and the hash are this base's :func:`config_repr` and :func:`config_hash` (attrs' own format and
   fields), given to each subclass as it is created, so that attrs, which writes no method a class has
   itself, compiles none: writing and compiling them per class was a fifth of a cold ``--dry-run``.
-  ``__eq__`` and ``__init__`` stay attrs' own, compiled per class: a resolve runs them.
+  ``__eq__`` and ``__init__`` stay attrs' own, compiled per class (a warm resolve stores a sound
+  mapping's fields as that ``__init__`` does, see :mod:`~hyper_parallel.config.attrs_init`).
 """
 
 from collections.abc import Iterator

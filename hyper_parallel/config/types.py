@@ -29,7 +29,8 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 from cattrs.gen import make_dict_structure_fn
 
 from hyper_parallel.config import codegen
-from hyper_parallel.config.attrs_validators import shape_of
+from hyper_parallel.config.attrs_init import plain_init
+from hyper_parallel.config.attrs_validators import inline_check, shape_of
 from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.targets import TARGET_KEY
@@ -934,24 +935,65 @@ def _written_structure(
     detailed: Callable[[Any], Any],
 ) -> Hook:
     """:func:`_sound_structure`'s loop written out for ``cls``'s ``fields``: each field's access spelled out,
-    and a sound scalar tested in place (its :meth:`Rule.as_is` test) instead of a call of its hook."""
+    and a sound scalar tested in place (its :meth:`Rule.as_is` test) instead of a call of its hook.
+
+    For a class whose ``__init__`` only stores its fields (:func:`.attrs_init.plain_init`), the function
+    stores them itself, as that ``__init__`` would, and tests each validator of a known shape in place
+    (:func:`.attrs_validators.inline_check`; any other is called as attrs calls it, after every field is
+    stored): the object is the one ``cls(**fields)`` makes, without the keyword call. Whatever fails (a
+    hook, a test, a missing required field) sends the mapping to ``detailed``, which constructs it by
+    calling ``cls`` and reports attrs' own error."""
     scope: dict[str, Any] = {"cls": cls, "refused": _REFUSED, "allowed": allowed, "detailed": detailed}
+    init = plain_init(cls)
     lines = [
         "def structure_attrs(o, _tp=None):",
         "    if type(o) is dict and o.keys() <= allowed:",
         "        try:",
-        "            kw = {}",
     ]
-    for i, (name, key, hook, tp, test) in enumerate(fields):
-        scope[f"h{i}"], scope[f"t{i}"] = hook, tp
-        call = f"h{i}(v, t{i})"
-        read = call if test is None else f"v if {test} else {call}"
-        lines += [
-            f"            if {name!r} in o:",
-            f"                v = o[{name!r}]",
-            f"                kw[{key!r}] = {read}",
-        ]
-    lines.append("            obj = cls(**kw)")
+    if init is None:
+        lines.append("            kw = {}")
+        for i, (name, key, hook, tp, test) in enumerate(fields):
+            scope[f"h{i}"], scope[f"t{i}"] = hook, tp
+            call = f"h{i}(v, t{i})"
+            read = call if test is None else f"v if {test} else {call}"
+            lines += [
+                f"            if {name!r} in o:",
+                f"                v = o[{name!r}]",
+                f"                kw[{key!r}] = {read}",
+            ]
+        lines.append("            obj = cls(**kw)")
+    else:
+        scope["new"], scope["Refused"] = object.__new__, _Refused
+        lines += ["            obj = new(cls)", "            d = obj.__dict__"]
+        called = []  # validators without an inline test, called once every field is stored
+        for i, ((name, _, hook, tp, test), field) in enumerate(zip(fields, init, strict=True)):
+            scope[f"h{i}"], scope[f"t{i}"] = hook, tp
+            call = f"v = h{i}(v, t{i})"
+            given = [f"v = o[{name!r}]", call if test is None else f"if not ({test}): {call}"]
+            if field.missing == "required":
+                missing = ["raise Refused"]
+            else:
+                scope[f"d{i}"] = field.default
+                missing = [f"v = d{i}()" if field.missing == "factory" else f"v = d{i}"]
+            after = []  # what either branch's value must pass
+            check = inline_check(field.validator, f"c{i}") if field.validator is not None else None
+            if check is not None:
+                scope.update(check[1])
+                test = f"if not ({check[0]}): raise Refused"
+                if field.missing == "value" and _passes(check, field.default):
+                    given.append(test)  # the default passes it once and for all
+                else:
+                    after.append(test)
+            elif field.validator is not None:
+                scope[f"v{i}"], scope[f"a{i}"] = field.validator, field.attribute
+                called.append(f"            v{i}(obj, a{i}, d[{name!r}])")
+            lines.append(f"            if {name!r} in o:")
+            lines += [f"                {line}" for line in given]
+            lines.append("            else:")
+            lines += [f"                {line}" for line in missing]
+            lines += [f"            {line}" for line in after]
+            lines.append(f"            d[{name!r}] = v")
+        lines += called
     if checked:  # a finding, like any failure, sends the mapping to the detailed path that reports it
         lines += [
             "            for _ in obj.cross_check():",
@@ -968,6 +1010,21 @@ def _written_structure(
     label = f"structure {cls.__module__}.{cls.__qualname__}"
     fn: Hook = codegen.generate(label, "\n".join(lines), scope)
     return fn
+
+
+def _passes(check: tuple[str, dict[str, Any]], default: object) -> bool:
+    """Whether a field's default (an immutable scalar: one that cannot change after this test) passes its
+    inline ``check``, so the function written for its class need not test it on each call."""
+    if type(default) not in (int, float, str, bool, type(None)):
+        return False
+    try:
+        return bool(eval(check[0], {**check[1], "v": default}))  # our own condition, on a default
+    except Exception:
+        return False
+
+
+class _Refused(Exception):
+    """A written structure function's test failed: the mapping goes to the detailed path."""
 
 
 def _holds_attrs(tp: Any) -> bool:

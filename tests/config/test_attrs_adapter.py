@@ -6,6 +6,7 @@ from typing import Any
 
 import attrs
 import pytest
+from cattrs.errors import ClassValidationError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +16,9 @@ from hyper_parallel._checks import (
     minus_one_or_at_least,
     positive_or_auto,
 )
-from hyper_parallel.config.attrs_validators import fast, shape_of, violation
+from hyper_parallel.config.attrs_init import plain_init
+from hyper_parallel.config.attrs_validators import fast, fast_validators, inline_check, shape_of, violation
+from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.config.validation import _check_value
 
 V = attrs.validators
@@ -232,6 +235,49 @@ def test_fast_validators_agree_with_attrs_on_any_value(value: object) -> None:
         assert _outcome(fast(original), value) == _outcome(original, value)
 
 
+def _inline_accepts(validator: Any, value: object) -> bool:
+    found = inline_check(validator, "c")
+    assert found is not None
+    condition, names = found
+    try:
+        return bool(eval(condition, {**names, "v": value}))  # the condition under test
+    except Exception:  # a condition that raises counts as false: the mapping goes the detailed way
+        return False
+
+
+_INLINE_SHAPES = {k: v for k, v in _FAST_SHAPES.items() if not k.startswith("deep_")}
+
+
+@pytest.mark.parametrize("name", list(_INLINE_SHAPES))
+@pytest.mark.parametrize("wrapped", [False, True], ids=["attrs", "fast"])
+def test_an_inline_check_is_true_exactly_for_what_the_validator_accepts(name: str, wrapped: bool) -> None:
+    original = _INLINE_SHAPES[name]
+    validator = fast(original) if wrapped else original
+    for value in _VALUES:
+        assert _inline_accepts(validator, value) == (_outcome(original, value) is None), value
+
+
+@given(
+    value=st.one_of(
+        st.none(),
+        st.floats(),
+        st.integers(),
+        st.text(max_size=3),
+        st.lists(st.one_of(st.floats(), st.text(max_size=2)), max_size=3).map(tuple),
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_inline_checks_agree_with_attrs_on_any_value(value: object) -> None:
+    for original in _INLINE_SHAPES.values():
+        assert _inline_accepts(original, value) == (_outcome(original, value) is None)
+
+
+def test_a_shape_without_an_inline_check_has_none() -> None:
+    for validator in (V.in_(["a"]), V.instance_of(int), positive_or_auto, _FAST_SHAPES["deep_min_len"]):
+        assert inline_check(validator, "c") is None
+    assert inline_check(V.and_(V.ge(0), V.lt(3)), "c7") == ("v >= c7 and v < c7_2", {"c7": 0, "c7_2": 3})
+
+
 def test_a_shape_fast_does_not_know_is_kept_as_it_is() -> None:
     for original in (V.in_(["a"]), V.instance_of(int), positive_or_auto, V.optional(V.instance_of(int))):
         assert fast(original) is original
@@ -268,3 +314,183 @@ def test_every_config_class_checks_its_fields_with_fast_validators() -> None:
     assert len(_config_classes()) > 30
     assert slow == set()  # a class declared without field_transformer=fast_validators shows here
     assert slotted == set()  # ... and one declared without slots=False here (see config.base)
+
+
+# --- plain construction: what attrs' __init__ stores, stored by a written structure function ----------
+
+
+def test_every_config_class_is_constructed_by_storing_its_fields() -> None:
+    # The written structure function of each stores the fields itself (see config.attrs_init).
+    classes = _config_classes()
+    # (a spec is made by its factory, never from a mapping; its recipe field is not an argument)
+    assert [cls.__qualname__ for cls in classes if plain_init(cls) is None] == ["ModelSpec"]
+    dataloader = next(cls for cls in classes if cls.__qualname__ == "TextDataLoader.Config")
+    init = plain_init(dataloader)
+    assert init is not None
+    assert [f.name for f in init] == [f.name for f in attrs.fields(dataloader)]
+    assert {f.name: f.missing for f in init}["dataset"] == "factory"
+
+
+def _above_low(instance: Any, attribute: "attrs.Attribute[Any]", value: int) -> None:
+    if value <= instance.low:
+        raise ValueError(f"'{attribute.name}' must be above low ({instance.low}), got {value}")
+
+
+@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+class _Plain(ConfigBase):
+    """A test's own Config class: a bound, a validator of its own reading another field, a required
+    field, a factory default and a default its own validator refuses."""
+
+    low: int = attrs.field(default=0, validator=V.ge(0))
+    high: int = attrs.field(default=1, validator=_above_low)
+    name: str
+    counts: dict[str, int] = attrs.field(factory=dict)
+    ratio: float = attrs.field(default=0.0, validator=V.gt(0.0))
+
+
+def _not_plain() -> dict[str, type]:
+    @attrs.frozen(kw_only=True, slots=False)
+    class WithPostInit:
+        x: int = 0
+
+        def __attrs_post_init__(self) -> None:
+            pass
+
+    @attrs.frozen(kw_only=True, slots=False)
+    class WithPreInit:
+        x: int = 0
+
+        def __attrs_pre_init__(self) -> None:
+            pass
+
+    @attrs.frozen(kw_only=True, slots=False)
+    class WithConverter:
+        x: int = attrs.field(default=0, converter=int)
+
+    @attrs.frozen(kw_only=True)
+    class Slotted:
+        x: int = 0
+
+    @attrs.define(kw_only=True, slots=False)
+    class Mutable:
+        x: int = 0
+
+    @attrs.frozen(kw_only=True, slots=False)
+    class TakesSelf:
+        x: int = 0
+        y: int = attrs.field(default=attrs.Factory(lambda self: self.x, takes_self=True))
+
+    @attrs.frozen(kw_only=True, slots=False)
+    class NotInit:
+        x: int = attrs.field(default=0, init=False)
+
+    @attrs.frozen(kw_only=True, slots=False, cache_hash=True)
+    class CachedHash:
+        x: int = 0
+
+    @attrs.frozen(kw_only=True, slots=False, init=False)
+    class OwnInit:
+        x: int = 0
+
+        def __init__(self) -> None:
+            object.__setattr__(self, "x", 1)
+
+    class SubclassInit(_Plain):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+
+    class NotAttrs:
+        x: int = 0
+
+    return {cls.__name__: cls for cls in locals().values() if isinstance(cls, type)}
+
+
+@pytest.mark.parametrize("name", list(_not_plain()))
+def test_a_class_whose_construction_is_more_than_storing_is_constructed_by_calling_it(name: str) -> None:
+    assert plain_init(_not_plain()[name]) is None
+
+
+def _written_hook(cls: type) -> Any:
+    from hyper_parallel.config import codegen
+    from hyper_parallel.config.conversion import ConfigConverter
+
+    hook = ConfigConverter().get_structure_hook(cls)
+    for _ in range(codegen.COMPILE_AFTER + 1):  # past the loop: the written function answers
+        with pytest.raises(ClassValidationError):  # a refusal counts as a use, as the compile is
+            hook({"unknown": 1}, cls)
+        hook({"name": "a", "ratio": 1.0} if cls is _Plain else {}, cls)
+    return hook
+
+
+def _fields_of(value: object) -> list[tuple[str, type, object]]:
+    return [(k, type(v), v) for k, v in vars(value).items()]
+
+
+def test_every_default_config_written_out_and_structured_again_is_the_object_calling_it_makes() -> None:
+    from hyper_parallel.config import converter
+
+    checked = 0
+    for cls in _config_classes():
+        if not cls.__module__.startswith("hyper_parallel.") or not attrs.has(cls):
+            continue
+        try:
+            expected = cls()
+        except TypeError:  # a required field: a model's arguments, made by its factory
+            continue
+        try:
+            written = converter.unstructure(expected)
+        except Exception:  # what a file cannot hold (a spec's functions)
+            continue
+        written.pop("_target_", None)
+        hook = _written_hook(cls)
+        got = hook(written, cls)
+        assert type(got) is cls
+        assert got == expected
+        assert _fields_of(got) == _fields_of(expected), cls.__qualname__  # same values, types and order
+        assert _fields_of(hook({}, cls)) == _fields_of(expected)  # every default as __init__ stores it
+        checked += 1
+    assert checked > 25
+
+
+def test_the_written_construction_runs_every_validator_and_makes_each_factory_default_anew() -> None:
+    hook = _written_hook(_Plain)
+    got = hook({"name": "a", "low": 2, "high": 3, "ratio": 0.5}, _Plain)
+    assert _fields_of(got) == _fields_of(_Plain(name="a", low=2, high=3, ratio=0.5))
+    first, second = hook({"name": "a", "ratio": 1.0}, _Plain), hook({"name": "b", "ratio": 1.0}, _Plain)
+    assert first.counts == {}
+    assert first.counts is not second.counts  # made anew, as __init__ makes it
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"name": "a", "ratio": 1.0, "low": 5, "high": 3}, "high: 'high' must be above low (5), got 3"),
+        ({"name": "a", "ratio": 1.0, "low": -1}, "low: must be >= 0, got -1"),
+        ({"name": "a"}, "ratio: must be > 0.0, got 0.0"),  # the default itself is refused
+        ({"ratio": 1.0}, "name: missing required field 'name'"),
+        ({"name": "a", "ratio": 1.0, "low": "2"}, "low: expected an integer, got the string '2'"),
+    ],
+)
+def test_a_mapping_the_written_construction_refuses_reads_as_calling_the_class_would(
+    given: dict[str, Any], message: str
+) -> None:
+    from hyper_parallel.config.conversion import ConfigConverter
+    from hyper_parallel.config.errors import ConfigError
+
+    conv = ConfigConverter()
+    texts = []
+    for compiled in (False, True):
+        hook = _written_hook(_Plain) if compiled else conv.get_structure_hook(_Plain)
+        with pytest.raises(ConfigError) as caught:
+            conv.structure(given, _Plain) if not compiled else _raise_config_error(hook, given)
+        texts.append(str(caught.value))
+    assert texts == [message, message]
+
+
+def _raise_config_error(hook: Any, given: dict[str, Any]) -> None:
+    from hyper_parallel.config.validation import problems_of, to_config_error
+
+    try:
+        hook(given, _Plain)
+    except Exception as exc:
+        raise to_config_error(problems_of(exc), None) from None
