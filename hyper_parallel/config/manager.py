@@ -387,16 +387,18 @@ def _apply(
     tree = patch.user_tree(cfg)  # a fresh tree of what the user set, the patch's own
     patch.patch(tree)
     problems = patch.problems
-    locate = patch.locator(locate)  # also where the values of ``cfg`` were set
-    # Restructure even when some overrides could not be placed, so every bad override is reported at once.
-    try:
-        with resolve_options(locate=locate):
-            result = converter.structure(tree, TrainerConfig)
-    except ConfigError as exc:
-        found = [*to_config_error(problems, locate).issues, *exc.issues] if problems else exc.issues
-        raise ConfigError(found) from None
-    if problems:
-        raise to_config_error(problems, locate)
+    result: TrainerConfig | None = patch.built()  # no factory to call, no problem: the root built at once
+    if result is None:
+        locate = patch.locator(locate)  # also where the values of ``cfg`` were set
+        # Restructure even when some overrides could not be placed: every bad override reported at once.
+        try:
+            with resolve_options(locate=locate, record=False):  # patch.record marks it
+                result = converter.structure(tree, TrainerConfig)
+        except ConfigError as exc:
+            found = [*to_config_error(problems, locate).issues, *exc.issues] if problems else exc.issues
+            raise ConfigError(found) from None
+        if problems:
+            raise to_config_error(problems, locate)
     patch.record(result)
     return result
 

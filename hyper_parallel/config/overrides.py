@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 
 from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path
+from hyper_parallel.config.options import current_options
 from hyper_parallel.config.recipes import (
     Given,
     Recipe,
@@ -43,12 +44,20 @@ from hyper_parallel.config.root import (
     Resolved,
     RootFacts,
     elsewhere,
+    group_hook,
     group_writer,
     made_from_hint,
     unknown_root_field,
     unstructure_group,
 )
-from hyper_parallel.config.targets import TARGET_KEY, Target, TargetError, load_target, qualified_name
+from hyper_parallel.config.targets import (
+    TARGET_KEY,
+    Target,
+    TargetError,
+    load_target,
+    qualified_name,
+    still_reached,
+)
 from hyper_parallel.config.types import (
     NO_CHILD,
     child_names,
@@ -58,7 +67,7 @@ from hyper_parallel.config.types import (
     strip_optional,
     takes_text,
 )
-from hyper_parallel.config.validation import Locate, Path, Problem, field_default, problems_of
+from hyper_parallel.config.validation import Locate, Path, Problem, construct, field_default, problems_of
 from hyper_parallel.config.yaml_load import expand_env, parse_scalar
 
 if typing.TYPE_CHECKING:  # the converter module imports this one
@@ -223,6 +232,9 @@ class OverridePatch:
         #: Groups the overrides named without changing them, taken as they were (see :meth:`_reuse`),
         #: with the names set in them when they were cut down to those (None: the names set before).
         self._reused: dict[str, frozenset[str] | None] = {}
+        #: The class of each group :meth:`_user_tree_of_fields` wrote and patched, when every other group
+        #: is taken as it was (see :meth:`built`); None otherwise.
+        self._classes: dict[str, type] | None = None
 
     def user_tree(self, cfg: Any) -> dict[str, Any]:
         """The tree of what the user set in ``cfg``: every group's ``_target_`` and the values set in it.
@@ -301,6 +313,7 @@ class OverridePatch:
         conv = self.conv
         cache = conv.override_fields
         checked = conv.checked_targets
+        routes = facts.routes
         allowed = self.allowed
         packages = facts.packages
         # Every group as it is (in the root's order), and what was set in those no override names looked up
@@ -312,6 +325,7 @@ class OverridePatch:
         reshaped: set[str] = set()
         unrecorded: set[str] = set()
         reused: dict[str, frozenset[str] | None] = {}
+        classes: dict[str, type] | None = {}  # of the groups written (None: a factory to call again)
         problems: list[Problem] = []
         for group, overrides in by_group.items():
             value = untouched.pop(group)
@@ -323,13 +337,22 @@ class OverridePatch:
                 name = _config_target(value)
                 if name is None:  # a spec built by hand: the general steps report that it cannot be written
                     return None
-            try:
-                target = load_target(name, types[group], allowed, checked, packages=packages)
-            except TargetError:
-                return None
-            obj = target.obj
-            if recipe is None and obj is not type(value):
-                return None
+            route = routes[group].get(name) if recipe is None else None
+            if (
+                route is not None
+                and route[0] is type(value)
+                and route[1] is allowed
+                and still_reached(route[2])
+            ):
+                obj = route[0]  # the class the resolve went straight to, still what its name reaches
+            else:
+                try:
+                    target = load_target(name, types[group], allowed, checked, packages=packages)
+                except TargetError:
+                    return None
+                obj = target.obj
+                if recipe is None and obj is not type(value):
+                    return None
             reads: dict[str, Any] = {}
             same = True
             for o in overrides:
@@ -375,10 +398,13 @@ class OverridePatch:
                     body = group_writer(conv, obj)(value)
                 except Exception:
                     return None
+                if classes is not None:
+                    classes[group] = obj
             else:
                 body = unstructure_group(conv, group, value, problems)
                 if problems:
                     return None
+                classes = None
             names_set: frozenset[str] | None
             if recipe is not None:
                 names_set = _recipe_names(group, recipe, origins)
@@ -399,9 +425,31 @@ class OverridePatch:
         self._reshaped = reshaped
         self._unrecorded = unrecorded
         self._reused = reused
+        self._classes = classes
         self._tree = tree
         self._patched = True
         return tree
+
+    def built(self) -> Any:
+        """The root restructured from the tree :meth:`_user_tree_of_fields` patched, where no factory is
+        called again: each group written and patched goes through its class's structure hook (the one the
+        root's hook goes to for it: every type check, validator and the group's checks), each other is taken
+        as the config had it, and the root class is constructed with its checks, as the root's hook does.
+        None when the tree is not of that kind, or at anything that fails: the caller's restructure then
+        finds and reports every problem, with its location."""
+        classes, tree = self._classes, self._tree
+        if classes is None or tree is None or self.problems:
+            return None
+        conv, facts = self.conv, self.facts
+        kwargs = facts.kwargs
+        groups: dict[str, Any] = {}
+        try:
+            for group, node in tree.items():
+                cls = classes.get(group)
+                groups[kwargs[group]] = node[0] if cls is None else group_hook(conv, cls)(node, cls)
+            return construct(facts.cls, groups, current_options().root_checks)
+        except Exception:
+            return None
 
     def _written(self, value: Any) -> Any:
         """``value`` as a written tree holds it (unstructured), or a marker if it cannot be written."""

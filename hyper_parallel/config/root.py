@@ -177,10 +177,11 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     kwargs = facts.kwargs
     groups: dict[str, Any] = {}
     # What the document gave in each group, for a later '_target_' switch (see recipes.Given).
-    given: dict[str, frozenset[str]] = {}
+    given: dict[str, frozenset[str]] | None = {} if options.record else None
     for name, node in raw.items():
         if type(node) is dict:
-            given[name] = frozenset(node)
+            if given is not None:
+                given[name] = frozenset(node)
             if call:  # every name is a group: the common case, a Config class it was structured as
                 target_name = node.get(TARGET_KEY)
                 route = routes[name].get(target_name) if type(target_name) is str else None
@@ -197,7 +198,7 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
             if _check_resolved(facts, name, node.value, problems):
                 groups[kwargs[name]] = node.value
             continue
-        if type(node) is not dict and isinstance(node, Mapping):
+        if given is not None and type(node) is not dict and isinstance(node, Mapping):
             given[name] = frozenset(node)
         if _check_group_shape(name, node, problems):
             value = _resolve_group(conv, facts, (name,), node, allowed, problems, call)
@@ -209,7 +210,8 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     if problems:
         raise Problems("invalid config", [_in_wrong_group(conv, facts, raw, p) for p in problems])
     root = construct(facts.cls, groups, options.root_checks)
-    remember_given(root, Given(given, None, options.locate))
+    if given is not None:
+        remember_given(root, Given(given, None, options.locate))
     return root
 
 

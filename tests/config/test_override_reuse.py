@@ -209,6 +209,9 @@ def _outcome(cfg: TrainerConfig, overrides: dict[str, Any]) -> tuple[Any, ...]:
         {"training.max_steps": 5000.0},
         {"training.max_steps": "x", "loss.reduction": "mean", "training.seed": "${env:HP_TEST_UNSET}"},
         {"optimizer.lr": "1e-4", "training.no_such_field": "1", "no_such_group.x": "1"},
+        {"optimizer.lr": "-1", "training.seed": "7"},  # read, then refused by the group's validator
+        {"parallelism.tp": "3", "training.seed": "7"},  # every group sound, the root's own rule refuses
+        {"dataloader.shuffle": "false", "optimizer.lr": "1e-4", "comm.backend": "gloo"},
     ],
 )
 def test_the_one_pass_route_gives_what_the_general_steps_give(
@@ -217,22 +220,32 @@ def test_the_one_pass_route_gives_what_the_general_steps_give(
     from hyper_parallel.config.overrides import OverridePatch
 
     monkeypatch.setenv("HP_TEST_WORKERS", "4")  # the value the file gives: the group is taken as it is
-    one_pass = OverridePatch._user_tree_of_fields
-    taken = []
+    one_pass, build = OverridePatch._user_tree_of_fields, OverridePatch.built
+    taken, built = [], []
 
     def counted(self: OverridePatch, *args: Any) -> Any:
         tree = one_pass(self, *args)
         taken.append(tree is not None)
         return tree
 
+    def building(self: OverridePatch) -> Any:
+        result = build(self)
+        built.append(result is not None)
+        return result
+
     for cfg in (full, apply_overrides(full, {"metrics.run_name": "naïve", "training.seed": "3"})):
         monkeypatch.setattr(OverridePatch, "_user_tree_of_fields", lambda *args: None)
+        monkeypatch.setattr(OverridePatch, "built", build)
         general = _outcome(cfg, overrides)  # the general steps (which also look each field up)
         monkeypatch.setattr(OverridePatch, "_user_tree_of_fields", counted)
+        monkeypatch.setattr(OverridePatch, "built", building)
         assert _outcome(cfg, overrides) == general
-    # The one pass ran where every override names a known field with a value that can be read.
+    # The one pass ran where every override names a known field with a value that can be read; the root
+    # was built at once from its tree where it also calls no factory again and nothing is refused.
     known = all("no_such" not in k and "UNSET" not in str(v) for k, v in overrides.items())
     assert taken == [known, known]
+    at_once = known and "model.weights_path" not in overrides and not isinstance(general[0], tuple)
+    assert built == [at_once, at_once]
 
 
 def test_a_field_never_overridden_before_takes_the_general_steps(full: TrainerConfig) -> None:
