@@ -139,6 +139,20 @@ def _reader(tp: Any, conv: "ConfigConverter") -> Callable[[str], Any]:
     return parse_scalar
 
 
+@functools.lru_cache(maxsize=4096)
+def _sets_a_field(key: str) -> bool:
+    """Whether override key ``key`` sets a field of a group (``optimizer.lr``): no removal, no
+    ``_target_`` switch, no value inside a value (asked once per key, for each override of every call)."""
+    path = parse_path(key)
+    return (
+        path is not None
+        and len(path) == 2
+        and type(path[1]) is str
+        and path[1] != TARGET_KEY
+        and not key.startswith("~")
+    )
+
+
 def _is_switch(o: Override) -> bool:
     """Whether ``o`` switches a group's implementation (``--group._target_ NAME``)."""
     return len(o.path) == 2 and o.path[1] == TARGET_KEY and not o.delete
@@ -185,14 +199,9 @@ class OverridePatch:
         self._fields: dict[str, list[Override]] | None = None
         fields: dict[Any, list[Override]] = {}  # by the path's first item, a group name if it is known
         for o in overrides:
-            path = o.path
-            if len(path) != 2 or type(path[1]) is not str or path[1] == TARGET_KEY or o.key[:1] == "~":
+            if not _sets_a_field(o.key):
                 break
-            named = fields.get(path[0])
-            if named is None:
-                fields[path[0]] = [o]
-            else:
-                named.append(o)
+            fields.setdefault(o.path[0], []).append(o)
         else:
             self._fields = fields
         #: The overrides by kind: removals (``~group.field``), ``_target_`` switches, and values.
@@ -318,8 +327,9 @@ class OverridePatch:
         packages = facts.packages
         # Every group as it is (in the root's order), and what was set in those no override names looked up
         # when needed (see _names_of); the groups the overrides name are replaced below, in place.
-        untouched = {group: getattr(cfg, group) for group in types}
-        tree: dict[str, Any] = dict(zip(types, map(_resolved, zip(untouched.values())), strict=True))
+        values = facts.read_groups(cfg)
+        untouched = dict(zip(types, values, strict=True))
+        tree: dict[str, Any] = dict(zip(types, map(_resolved, zip(values)), strict=True))
         set_names: dict[str, frozenset[str] | None] = {}
         origins: dict[tuple[str, str], str | None] = {}
         reshaped: set[str] = set()

@@ -11,6 +11,7 @@ fields), or the factory and the arguments it was called with.
 """
 
 import functools
+import operator
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -93,6 +94,8 @@ class RootFacts(typing.NamedTuple):
     #: The Config classes groups were structured as, by group and then ``_target_`` (see
     #: :func:`structure_root`); filled by the resolves, so each root's facts have their own.
     routes: "dict[str, dict[str, _Route]]"
+    #: A root's groups, in declaration order, as a tuple (``operator.attrgetter`` of every group).
+    read_groups: Callable[[Any], tuple[Any, ...]]
 
     def allowed(self, extra: tuple[str, ...]) -> tuple[str, ...]:
         """What a ``_target_`` may be under: the root's packages, then ``extra`` (trusted code's)."""
@@ -130,7 +133,15 @@ def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
         {n: f.alias or n for n, f in fields.items()},
         tuple(n for n, f in fields.items() if f.default is attrs.NOTHING),
         {n: {} for n in fields},
+        _group_reader(tuple(fields)),
     )
+
+
+def _group_reader(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """A function giving a root's groups ``names`` as a tuple (one C call for all of them)."""
+    if len(names) > 1:
+        return operator.attrgetter(*names)
+    return lambda root: tuple(getattr(root, n) for n in names)
 
 
 _INVALID: Any = object()

@@ -1247,6 +1247,18 @@ def _likely_plain(tp: object) -> str | None:
     return ""
 
 
+def _likely_plain_items(tp: object) -> str | None:
+    """For a tuple annotation of scalars (``tuple[float, float]``, ``tuple[str, ...]``), the test its items
+    most likely pass (as :func:`_likely_plain`); None for any other annotation. A tuple unstructures to the
+    list of its items, each unstructured."""
+    if typing.get_origin(tp) is not tuple:
+        return None
+    parts = [_likely_plain(a) for a in typing.get_args(tp) if a is not Ellipsis]
+    if not parts or any(p is None for p in parts):
+        return None
+    return "".join(dict.fromkeys(p for p in parts if p))
+
+
 def _unstructure_any(conv: cattrs.Converter) -> Callable[[Any], Any]:
     """Unstructure by each value's runtime class (a field typed with a base class holds a subclass)."""
     hook = conv.get_unstructure_hook
@@ -1273,7 +1285,13 @@ def attrs_unstructure(
     for f in fields:
         lines.append(f"        v = o.{f.name}")
         likely = _likely_plain(f.type)
-        if likely is None:  # a tuple, a list, a Config: never a plain scalar
+        items = _likely_plain_items(f.type)
+        if items is not None:  # a tuple of scalars: a list of its items, each plain one as it is
+            lines.append(
+                f"        out[{f.name!r}] = [v if {items}{_PLAIN} else item(v) for v in o.{f.name}]"
+                " if type(v) is tuple else item(v)"
+            )
+        elif likely is None:  # a list, a mapping, a Config: never a plain scalar
             lines.append(f"        out[{f.name!r}] = item(v)")
         else:  # plain scalars need no call; the field's own type is tested first
             lines.append(f"        out[{f.name!r}] = v if {likely}{_PLAIN} else item(v)")
