@@ -41,9 +41,10 @@ class InitField(NamedTuple):
 def plain_init(cls: type) -> list[InitField] | None:
     """``cls``'s fields in the order attrs' generated ``__init__`` stores them, or None when constructing
     ``cls`` is more than storing them (see the module doc)."""
-    if "__attrs_props__" not in cls.__dict__:  # not decorated itself (a plain subclass): called
+    describe = getattr(attrs, "inspect", None)  # attrs >= 25.4; before it, every class is called
+    if describe is None or "__attrs_props__" not in cls.__dict__:  # not decorated itself: called
         return None
-    props = attrs.inspect(cls)
+    props = describe(cls)
     if (
         not props.added_init
         or props.is_slotted
