@@ -29,7 +29,6 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 from cattrs.gen import make_dict_structure_fn
 
 from hyper_parallel.config import codegen
-from hyper_parallel.config.attrs_init import plain_init
 from hyper_parallel.config.attrs_validators import inline_check, shape_of
 from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.config.errors import did_you_mean, echo
@@ -943,6 +942,8 @@ def _written_structure(
     stored): the object is the one ``cls(**fields)`` makes, without the keyword call. Whatever fails (a
     hook, a test, a missing required field) sends the mapping to ``detailed``, which constructs it by
     calling ``cls`` and reports attrs' own error."""
+    from hyper_parallel.config.attrs_init import plain_init  # only a class compiled for a warm resolve
+
     scope: dict[str, Any] = {"cls": cls, "refused": _REFUSED, "allowed": allowed, "detailed": detailed}
     init = plain_init(cls)
     lines = [
