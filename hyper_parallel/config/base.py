@@ -12,11 +12,12 @@ How a Config class is made, once for all of them, because every command that rea
   an instance keeps its fields in a ``__dict__``, which a frozen class writes directly where a slotted one
   goes through ``object.__setattr__`` per field (a third of constructing it); each field's attrs validator
   is checked by one plain function (:func:`~hyper_parallel.config.attrs_validators.fast_validators`).
-- The repr and the hash are this base's :func:`config_repr` and :func:`config_hash` (attrs' own format and
-  fields), given to each subclass as it is created, so that attrs, which writes no method a class has
-  itself, compiles none: writing and compiling them per class was a fifth of a cold ``--dry-run``.
-  ``__eq__`` and ``__init__`` stay attrs' own, compiled per class (a warm resolve stores a sound
-  mapping's fields as that ``__init__`` does, see :mod:`~hyper_parallel.config.attrs_init`).
+- The repr, the equality and the hash are this base's :func:`config_repr`, :func:`config_eq` and
+  :func:`config_hash` (attrs' own format, fields and ``eq_key``), given to each subclass as it is created,
+  so that attrs, which writes no method a class has itself, compiles none: writing and compiling them per
+  class was a fifth of a cold ``--dry-run``. Only ``__init__`` stays attrs' own, compiled per class (a warm
+  resolve stores a sound mapping's fields as that ``__init__`` does, see
+  :mod:`~hyper_parallel.config.attrs_init`); comparing two configs is rare and not worth a compile each.
 """
 
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ import attrs
 
 from hyper_parallel.config.attrs_validators import fast_validators
 
-__all__ = ["ConfigBase", "config_hash", "config_repr"]
+__all__ = ["ConfigBase", "config_eq", "config_hash", "config_repr"]
 
 
 def config_repr(self: object) -> str:
@@ -51,6 +52,22 @@ def config_hash(self: object) -> int:
     return hash(tuple(values))
 
 
+def _compared(obj: object) -> tuple[object, ...]:
+    return tuple(
+        f.eq_key(getattr(obj, f.name)) if f.eq_key is not None else getattr(obj, f.name)
+        for f in attrs.fields(type(obj))  # type: ignore[arg-type]
+        if f.eq
+    )
+
+
+def config_eq(self: object, other: object) -> bool:
+    """attrs' equality: ``NotImplemented`` for another class, else the tuples of the fields it compares
+    (``eq=``, through their ``eq_key`` if any), one function for every Config class."""
+    if other.__class__ is not self.__class__:
+        return NotImplemented  # type: ignore[no-any-return]  # typeshed: Any outside a class body
+    return _compared(self) == _compared(other)
+
+
 @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
 class ConfigBase:
     """Base of Config classes: no fields; no cross-field findings; ``build`` names the missing subclass."""
@@ -60,14 +77,17 @@ class ConfigBase:
     __abstract__: ClassVar[bool] = True
 
     __repr__ = config_repr
+    __eq__ = config_eq
     __hash__ = config_hash
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # attrs then writes neither (its auto-detection keeps a method the class has); a class that writes
-        # its own keeps it
+        # attrs then writes none of them (its auto-detection keeps a method the class has); a class that
+        # writes its own keeps it
         if "__repr__" not in cls.__dict__:
             cls.__repr__ = config_repr  # type: ignore[method-assign,assignment]
+        if "__eq__" not in cls.__dict__ and "__ne__" not in cls.__dict__:
+            cls.__eq__ = config_eq  # type: ignore[method-assign,assignment]
         if "__hash__" not in cls.__dict__:
             cls.__hash__ = config_hash  # type: ignore[method-assign,assignment]
 

@@ -210,6 +210,7 @@ def _twins(name: str) -> tuple[type, type]:
             "shown": attrs.field(default=2, repr=lambda v: f"<{v}>"),
             "noted": attrs.field(default=3, eq=False),
             "unhashed": attrs.field(default=4, hash=False),
+            "folded": attrs.field(default="A", eq=str.lower),
         }
 
     ours = attrs.make_class(name, body(), bases=(ConfigBase,), frozen=True, kw_only=True, slots=False)
@@ -217,28 +218,50 @@ def _twins(name: str) -> tuple[type, type]:
     return ours, theirs
 
 
+_NAN = float("nan")
+
+
 @pytest.mark.parametrize(
-    "changes", [{}, {"lr": 2.5}, {"names": ()}, {"hidden": 9}, {"shown": "x"}, {"noted": 7}, {"unhashed": 8}]
+    "changes",
+    [
+        {},
+        {"lr": 2.5},
+        {"lr": _NAN},  # the same NaN object: equal, as in attrs' tuples; another NaN object is not
+        {"names": ()},
+        {"hidden": 9},
+        {"shown": "x"},
+        {"noted": 7},
+        {"unhashed": 8},
+        {"folded": "a"},  # equal through its eq_key
+        {"folded": "b"},
+    ],
 )
-def test_a_config_class_reprs_and_hashes_as_attrs_would(changes: dict[str, object]) -> None:
+def test_a_config_class_reprs_compares_and_hashes_as_attrs_would(changes: dict[str, object]) -> None:
     ours, theirs = _twins("Twin")
     assert repr(ours(**changes)) == repr(theirs(**changes))
     # equal Configs hash alike; a field attrs leaves out of the hash (hash=False, eq=False) changes nothing
     same = hash(ours(**changes)) == hash(ours())
     assert same == (hash(theirs(**changes)) == hash(theirs()))
     assert (ours(**changes) == ours()) == (theirs(**changes) == theirs())
+    assert (ours(**changes) != ours()) == (theirs(**changes) != theirs())
+    assert (ours(**changes) == ours(**changes)) == (theirs(**changes) == theirs(**changes))
+    nan = {k: (float("nan") if v is _NAN else v) for k, v in changes.items()}  # a NaN of its own
+    assert (ours(**changes) == ours(**nan)) == (theirs(**changes) == theirs(**nan))
+    assert ours().__eq__(theirs()) is NotImplemented  # another class: Python then asks the other side
 
 
-def test_attrs_compiles_no_repr_or_hash_for_a_config_class() -> None:
+def test_attrs_compiles_no_repr_eq_or_hash_for_a_config_class() -> None:
     from hyper_parallel.components.optimizer import AdamW
-    from hyper_parallel.config.base import config_hash, config_repr
+    from hyper_parallel.config.base import config_eq, config_hash, config_repr
 
     assert AdamW.Config.__repr__ is config_repr
+    assert AdamW.Config.__eq__ is config_eq
     assert AdamW.Config.__hash__ is config_hash
     generated = [
         "".join(entry[2])
         for name, entry in linecache.cache.items()
         if "attrs generated" in name and "AdamW.Config" in name
     ]
-    assert generated  # attrs wrote its __init__ and __eq__ ...
-    assert all("def __repr__" not in text and "def __hash__" not in text for text in generated)  # ... only
+    assert generated  # attrs wrote its __init__ ...
+    assert any("def __init__" in text for text in generated)
+    assert all(f"def {m}" not in text for text in generated for m in ("__repr__", "__eq__", "__hash__"))
