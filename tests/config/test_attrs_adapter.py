@@ -220,15 +220,17 @@ def test_a_fast_validator_accepts_and_refuses_exactly_what_attrs_does_with_attrs
         assert _outcome(quick, value) == _outcome(original, value), value
 
 
-@given(
-    value=st.one_of(
-        st.none(),
-        st.floats(),
-        st.integers(),
-        st.text(max_size=3),
-        st.lists(st.one_of(st.floats(), st.text(max_size=2)), max_size=3).map(tuple),
-    )
+#: Values of every kind the shapes meet: None, floats (NaN and infinities too), integers, text, tuples.
+_ANY_VALUE = st.one_of(
+    st.none(),
+    st.floats(),
+    st.integers(),
+    st.text(max_size=3),
+    st.lists(st.one_of(st.floats(), st.text(max_size=2)), max_size=3).map(tuple),
 )
+
+
+@given(value=_ANY_VALUE)
 @settings(max_examples=300, deadline=None)
 def test_fast_validators_agree_with_attrs_on_any_value(value: object) -> None:
     for original in _FAST_SHAPES.values():
@@ -257,15 +259,7 @@ def test_an_inline_check_is_true_exactly_for_what_the_validator_accepts(name: st
         assert _inline_accepts(validator, value) == (_outcome(original, value) is None), value
 
 
-@given(
-    value=st.one_of(
-        st.none(),
-        st.floats(),
-        st.integers(),
-        st.text(max_size=3),
-        st.lists(st.one_of(st.floats(), st.text(max_size=2)), max_size=3).map(tuple),
-    )
-)
+@given(value=_ANY_VALUE)
 @settings(max_examples=300, deadline=None)
 def test_inline_checks_agree_with_attrs_on_any_value(value: object) -> None:
     for original in _INLINE_SHAPES.values():
