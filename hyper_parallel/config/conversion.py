@@ -39,8 +39,8 @@ class ConfigConverter(cattrs.Converter):
         self.group_writers: dict[type, Any] = {}
         #: Targets checked by this converter's resolves (see :func:`.targets.load_target`).
         self.checked_targets: CheckedTargets = {}
-        #: Structure hooks of factories' parameters, by factory (see :func:`.root.structure_root`).
-        self.param_hooks: dict[object, dict[str, Any]] = {}
+        #: What calling each factory takes: its parameters' hooks and defaults (see ``root._call_factory``).
+        self.param_hooks: dict[object, Any] = {}
         #: Per-converter caches of the overrides machinery: (target, path) -> (type, text reader).
         self.override_fields: dict[tuple[object, tuple[str | int, ...]], tuple[Any, Any]] = {}
         register_rules(self)

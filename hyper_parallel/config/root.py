@@ -171,13 +171,14 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
         raise Invalid(f"expected a mapping of root groups, got {describe_value(raw)}")
     types = facts.types
     problems: list[Problem] = []
-    for key in raw:
-        if key not in types:
-            if isinstance(key, str):
-                message = unknown_root_field(conv, facts, key, None)
-            else:
-                message = f"root field names must be strings, got {describe_value(key)}"
-            problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
+    if not raw.keys() <= types.keys():  # some key is not a group (one test for all of them)
+        for key in raw:
+            if key not in types:
+                if isinstance(key, str):
+                    message = unknown_root_field(conv, facts, key, None)
+                else:
+                    message = f"root field names must be strings, got {describe_value(key)}"
+                problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
     # While the document names a group that does not exist, every other group is still checked by names
     # and types (RFC 9.2), but no target is called: no factory, no Config class constructed.
     call = not problems
@@ -438,9 +439,14 @@ def _call_factory(
             )
     for name in sorted(target.required - args.keys()):
         problems.append(Problem((*path, name), f"missing required parameter {name!r} of {short}()", "parent"))
-    hooks = conv.param_hooks.get(target.obj)
-    if hooks is None:  # each parameter's hook, found once (its annotation is hashed on every lookup)
-        hooks = conv.param_hooks[target.obj] = {n: conv.get_structure_hook(tp) for n, tp in params.items()}
+    calling = conv.param_hooks.get(target.obj)
+    if calling is None:  # found once per factory (an annotation is hashed on every hook lookup)
+        calling = conv.param_hooks[target.obj] = _FactoryCall(
+            {n: conv.get_structure_hook(tp) for n, tp in params.items()},
+            {n: target.defaults.get(n) for n in params},
+            undecorated(target.obj),
+        )
+    hooks = calling.hooks
     kwargs = {}
     for name, value in args.items():
         if name in params:
@@ -455,7 +461,7 @@ def _call_factory(
     if len(problems) > before or not call:
         return _INVALID
     try:
-        result = undecorated(target.obj)(**kwargs)  # the call is recorded below, with its locations
+        result = calling.function(**kwargs)  # the call is recorded below, with its locations
     except Problems as exc:  # the factory's own checks, each at its own argument
         problems.extend(problems_of(exc, path))
         return _INVALID
@@ -473,14 +479,27 @@ def _call_factory(
     if len(problems) > before:
         return _INVALID
     # Every parameter explicit, in signature order, so a dump shows what the factory really received.
-    explicit = {n: kwargs.get(n, target.defaults.get(n)) for n in target.params}
+    explicit = dict(calling.defaults)
+    explicit.update(kwargs)  # every key given is a parameter (else refused above): the order stays
     locate = current_options().locate
     if locate is None:
         given: dict[str, str | None] = dict.fromkeys(kwargs)
     else:
         given = {n: locate(Problem((*path, n), "", "key")) for n in kwargs}
-    remember(result, Recipe(target.name, explicit, target.obj, given))
+    # Recipe(...) without NamedTuple's Python-level __new__: one per factory call of every resolve
+    remember(result, tuple.__new__(Recipe, (target.name, explicit, target.obj, given)))
     return result
+
+
+class _FactoryCall(typing.NamedTuple):
+    """What calling a factory takes, found once per converter and factory."""
+
+    #: Each parameter's structure hook.
+    hooks: dict[str, Any]
+    #: Every parameter in signature order, with its default (None for a required one, always given).
+    defaults: dict[str, object]
+    #: The function the resolver calls (:func:`.factory_calls.undecorated`: it records the call itself).
+    function: Callable[..., Any]
 
 
 def made_from_hint(result_type: Any, name: str, path: Path, inner: str | None) -> str:
