@@ -5,6 +5,7 @@ Every stage (YAML loading, resolving, overrides, dumping) reports problems the s
 one error per run.
 """
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
@@ -68,6 +69,7 @@ def split_path(path: str) -> tuple[PathPart, ...]:
     return tuple(parts)
 
 
+@functools.lru_cache(maxsize=4096)  # asked for each override of every call, of the same few keys
 def override_origin(key: str, command_line: bool) -> str:
     """Where an override came from, as issues name it: the flag ``--optimizer.lr`` on the command line,
     ``overrides['optimizer.lr']`` from the Python API."""

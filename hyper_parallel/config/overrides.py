@@ -21,6 +21,7 @@ explicitly, so such a value is taken as the default and the new class's default 
 
 import contextlib
 import copy
+import copyreg
 import functools
 import re
 import typing
@@ -550,8 +551,9 @@ class OverridePatch:
         given = dict(recipe.given)
         for o in overrides:
             given[o.path[1]] = o.origin  # type: ignore[index]
-        value = copy.copy(value)
-        remember(value, recipe._replace(given=given))
+        value = _copy(value)
+        # recipe._replace(given=given), without NamedTuple's Python-level _make
+        remember(value, tuple.__new__(Recipe, (recipe.target, recipe.args, recipe.factory, given)))
         return value
 
     def where(self, path: Path) -> str | None:
@@ -940,6 +942,38 @@ _SCALARS = frozenset({type(None), bool, int, float, str})
 #: ``ModelSpec``): such a value without a recipe was built by hand (classes live as long as the process;
 #: working it out for each overridden group was 2% of ten overrides).
 _CLASS_TARGETS: dict[type, str | None] = {}
+
+
+def _copy(value: Any) -> Any:
+    """``copy.copy(value)``. For an instance of a class that keeps it all in the instance ``__dict__`` and
+    copies by the default protocol (:func:`_copied_by_its_dict`: a ``ModelSpec``), what that protocol
+    does, a new instance given the same dict entries, without its five Python-level steps."""
+    cls: Any = type(value)
+    if _copied_by_its_dict(cls):
+        new = object.__new__(cls)
+        new.__dict__.update(value.__dict__)
+        return new
+    return copy.copy(value)
+
+
+@functools.cache
+def _copied_by_its_dict(cls: Any) -> bool:
+    """Whether ``copy.copy`` of a ``cls`` instance is ``object.__new__(cls)`` given the instance's
+    ``__dict__``: no ``__copy__``, reduce, state or ``__new__`` of its own, no slots, no ``copyreg`` entry."""
+    own = {name: getattr(cls, name, None) for name in _COPY_PROTOCOL}
+    return (
+        all(own[name] is default for name, default in _COPY_PROTOCOL.items())
+        and cls not in copyreg.dispatch_table
+        and all("__slots__" not in vars(k) for k in cls.__mro__[:-1])
+        and "__dict__" in dir(cls)
+    )
+
+
+#: What :func:`copy.copy` asks of a class, and what ``object`` answers (None: it has none).
+_COPY_PROTOCOL: dict[str, object] = {
+    name: getattr(object, name, None)
+    for name in ("__copy__", "__reduce_ex__", "__reduce__", "__getstate__", "__setstate__", "__new__")
+}
 
 
 def _config_target(value: Any) -> str | None:

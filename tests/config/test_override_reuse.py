@@ -259,3 +259,66 @@ def test_a_field_never_overridden_before_takes_the_general_steps(full: TrainerCo
     second = OverridePatch(converter, converter.root_facts(TrainerConfig), parsed, ())
     second.user_tree(full)
     assert (first._patched, second._patched) == (False, True)
+
+
+# --- a reused factory result is copied as copy.copy copies it ----------------------------------------
+
+
+@attrs.frozen(slots=False)
+class _DictBased:
+    x: int = 1
+
+
+@attrs.frozen
+class _Slotted:
+    x: int = 1
+
+
+class _OwnCopy:
+    def __init__(self) -> None:
+        self.x = 1
+
+    def __copy__(self) -> "_OwnCopy":
+        return self  # a class's own protocol is followed, whatever it does
+
+
+class _OwnReduce:
+    def __init__(self) -> None:
+        self.x = 1
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return (_OwnReduce, ())
+
+
+@pytest.mark.parametrize(
+    ("make", "by_its_dict"),
+    [(_DictBased, True), (_Slotted, False), (_OwnCopy, False), (_OwnReduce, False), (dict, False)],
+)
+def test_a_reused_factory_result_is_copied_as_copy_copy_copies_it(make: Any, by_its_dict: bool) -> None:
+    import copy
+
+    from hyper_parallel.config.overrides import _copied_by_its_dict, _copy
+
+    value = make()
+    assert _copied_by_its_dict(type(value)) is by_its_dict
+    ours, theirs = _copy(value), copy.copy(value)
+    assert type(ours) is type(theirs)
+    assert (ours is value) == (theirs is value)
+    assert getattr(ours, "__dict__", None) == getattr(theirs, "__dict__", None)
+
+
+def test_the_spec_of_a_group_set_to_what_it_holds_is_a_copy_with_the_overrides_recorded(
+    full: TrainerConfig,
+) -> None:
+    from hyper_parallel.config.overrides import _copied_by_its_dict
+
+    assert _copied_by_its_dict(type(full.model))  # a ModelSpec copies by its dict
+    again = apply_overrides(full, {"model.flavor": "0.8B"})
+    assert again.model is not full.model
+    assert again.model == full.model
+    assert vars(again.model).keys() == vars(full.model).keys()
+    recipe, before = recipe_of(again.model), recipe_of(full.model)
+    assert recipe is not None
+    assert before is not None
+    assert recipe.given["flavor"] == "overrides['model.flavor']"
+    assert before.given["flavor"] == f"{FULL}:6:3"  # the config it was copied from keeps its own
