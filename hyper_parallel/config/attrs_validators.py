@@ -153,11 +153,12 @@ def violation(validator: Any, field: str, value: object, exc: BaseException) -> 
 Validator = Callable[[Any, Any, Any], None]
 
 
-def _bounds(validator: Any) -> tuple[tuple[Callable[[Any, Any], bool], Any], ...] | None:
-    """The ``(compare, bound)`` pairs of a bound or an ``and_`` of at most two bounds; None otherwise."""
+def _bounds(validator: Any) -> tuple[tuple[str, Callable[[Any, Any], bool], Any], ...] | None:
+    """The ``(operator, compare, bound)`` of a bound, or of each bound of an ``and_`` of at most two;
+    None otherwise."""
     cls = type(validator)
     if cls is _NUMBER:
-        return ((validator.compare_func, validator.bound),)
+        return ((validator.compare_op, validator.compare_func, validator.bound),)
     if cls is _AND and 1 <= len(validator._validators) <= 2:
         pairs = tuple(_bounds(v) for v in validator._validators)
         if all(p is not None and len(p) == 1 for p in pairs):
@@ -175,10 +176,10 @@ def _test(validator: Any) -> Callable[[Any], bool] | None:
     items of a ``deep_iterable``; None for anything else."""
     pairs = _bounds(validator)
     if pairs is not None and len(pairs) == 1:
-        ((compare, bound),) = pairs
+        ((_, compare, bound),) = pairs
         return lambda value: compare(value, bound)
     if pairs is not None:
-        (compare, bound), (compare2, bound2) = pairs
+        (_, compare, bound), (_, compare2, bound2) = pairs
         return lambda value: compare(value, bound) and compare2(value, bound2)
     n = _min_length(validator)
     if n is not None:
@@ -198,7 +199,7 @@ def fast(validator: Any) -> Any:
     n = _min_length(inner)
     check: Validator
     if pairs is not None and len(pairs) == 1:
-        ((compare, bound),) = pairs
+        ((_, compare, bound),) = pairs
         if optional:
 
             def check(inst: Any, attr: Any, value: Any) -> None:
@@ -212,7 +213,7 @@ def fast(validator: Any) -> Any:
                     validator(inst, attr, value)
 
     elif pairs is not None:
-        (compare, bound), (compare2, bound2) = pairs
+        (_, compare, bound), (_, compare2, bound2) = pairs
 
         def check(inst: Any, attr: Any, value: Any) -> None:
             if not (value is None and optional) and not (compare(value, bound) and compare2(value, bound2)):
@@ -276,11 +277,10 @@ def inline_check(validator: Any, name: str) -> tuple[str, dict[str, Any]] | None
     n = _min_length(inner)
     scope: dict[str, Any] = {}
     if pairs is not None:
-        ops = [getattr(v, "compare_op", None) for v in getattr(inner, "_validators", (inner,))]
-        if not all(op in _OPERATORS for op in ops):
+        if not all(op in _OPERATORS for op, _, _ in pairs):
             return None
         terms = []
-        for i, (op, (_, bound)) in enumerate(zip(ops, pairs, strict=True)):
+        for i, (op, _, bound) in enumerate(pairs):
             key = name if i == 0 else f"{name}_2"
             scope[key] = bound
             terms.append(f"v {op} {key}")

@@ -41,23 +41,20 @@ def config_repr(self: object) -> str:
     return f"{type(self).__qualname__.rsplit('>.', 1)[-1]}({', '.join(shown)})"
 
 
-def config_hash(self: object) -> int:
-    """attrs' hash of a frozen class: its type and the fields it hashes (``hash=``, else ``eq=``), through
-    their ``eq_key`` if any, so that equal Configs hash alike; one function for every Config class."""
-    values: list[object] = [type(self)]
-    for f in attrs.fields(type(self)):  # type: ignore[arg-type]
-        if f.hash if f.hash is not None else f.eq:
-            value = getattr(self, f.name)
-            values.append(f.eq_key(value) if f.eq_key is not None else value)
-    return hash(tuple(values))
-
-
-def _compared(obj: object) -> tuple[object, ...]:
+def _compared(obj: object, hashed: bool = False) -> tuple[object, ...]:
+    """The values of the fields attrs compares (``eq=``), or hashes (``hash=``, else ``eq=``), each through
+    its ``eq_key`` if any."""
     return tuple(
         f.eq_key(getattr(obj, f.name)) if f.eq_key is not None else getattr(obj, f.name)
         for f in attrs.fields(type(obj))  # type: ignore[arg-type]
-        if f.eq
+        if (f.hash if hashed and f.hash is not None else f.eq)
     )
+
+
+def config_hash(self: object) -> int:
+    """attrs' hash of a frozen class: its type and the fields it hashes, so that equal Configs hash alike;
+    one function for every Config class."""
+    return hash((type(self), *_compared(self, hashed=True)))
 
 
 def config_eq(self: object, other: object) -> bool:

@@ -39,8 +39,9 @@ class ConfigConverter(cattrs.Converter):
         self.group_writers: dict[type, Any] = {}
         #: Targets checked by this converter's resolves (see :func:`.targets.load_target`).
         self.checked_targets: CheckedTargets = {}
-        #: What calling each factory takes: its parameters' hooks and defaults (see ``root._call_factory``).
-        self.param_hooks: dict[object, Any] = {}
+        #: What calling each factory takes, by factory: its parameters' hooks and defaults, the function
+        #: to call (``root._FactoryCall``).
+        self.factory_calls: dict[object, Any] = {}
         #: Per-converter caches of the overrides machinery: (target, path) -> (type, text reader).
         self.override_fields: dict[tuple[object, tuple[str | int, ...]], tuple[Any, Any]] = {}
         register_rules(self)

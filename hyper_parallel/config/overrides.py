@@ -552,8 +552,7 @@ class OverridePatch:
         for o in overrides:
             given[o.path[1]] = o.origin  # type: ignore[index]
         value = _copy(value)
-        # recipe._replace(given=given), without NamedTuple's Python-level _make
-        remember(value, tuple.__new__(Recipe, (recipe.target, recipe.args, recipe.factory, given)))
+        remember(value, Recipe(recipe.target, recipe.args, recipe.factory, given))
         return value
 
     def where(self, path: Path) -> str | None:
@@ -960,12 +959,11 @@ def _copy(value: Any) -> Any:
 def _copied_by_its_dict(cls: Any) -> bool:
     """Whether ``copy.copy`` of a ``cls`` instance is ``object.__new__(cls)`` given the instance's
     ``__dict__``: no ``__copy__``, reduce, state or ``__new__`` of its own, no slots, no ``copyreg`` entry."""
-    own = {name: getattr(cls, name, None) for name in _COPY_PROTOCOL}
     return (
-        all(own[name] is default for name, default in _COPY_PROTOCOL.items())
+        all(getattr(cls, name, None) is default for name, default in _COPY_PROTOCOL.items())
         and cls not in copyreg.dispatch_table
         and all("__slots__" not in vars(k) for k in cls.__mro__[:-1])
-        and "__dict__" in dir(cls)
+        and cls.__dictoffset__ != 0  # its instances have a __dict__
     )
 
 

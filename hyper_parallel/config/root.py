@@ -439,9 +439,9 @@ def _call_factory(
             )
     for name in sorted(target.required - args.keys()):
         problems.append(Problem((*path, name), f"missing required parameter {name!r} of {short}()", "parent"))
-    calling = conv.param_hooks.get(target.obj)
+    calling = conv.factory_calls.get(target.obj)
     if calling is None:  # found once per factory (an annotation is hashed on every hook lookup)
-        calling = conv.param_hooks[target.obj] = _FactoryCall(
+        calling = conv.factory_calls[target.obj] = _FactoryCall(
             {n: conv.get_structure_hook(tp) for n, tp in params.items()},
             {n: target.defaults.get(n) for n in params},
             undecorated(target.obj),
@@ -486,8 +486,7 @@ def _call_factory(
         given: dict[str, str | None] = dict.fromkeys(kwargs)
     else:
         given = {n: locate(Problem((*path, n), "", "key")) for n in kwargs}
-    # Recipe(...) without NamedTuple's Python-level __new__: one per factory call of every resolve
-    remember(result, tuple.__new__(Recipe, (target.name, explicit, target.obj, given)))
+    remember(result, Recipe(target.name, explicit, target.obj, given))
     return result
 
 

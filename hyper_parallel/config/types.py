@@ -981,7 +981,7 @@ def _written_structure(
             if check is not None:
                 scope.update(check[1])
                 test = f"if not ({check[0]}): raise Refused"
-                if field.missing == "value" and _passes(check, field.default):
+                if field.missing == "value" and _passes(field, field.default):
                     given.append(test)  # the default passes it once and for all
                 else:
                     after.append(test)
@@ -1013,15 +1013,17 @@ def _written_structure(
     return fn
 
 
-def _passes(check: tuple[str, dict[str, Any]], default: object) -> bool:
-    """Whether a field's default (an immutable scalar: one that cannot change after this test) passes its
-    inline ``check``, so the function written for its class need not test it on each call."""
+def _passes(field: Any, default: object) -> bool:
+    """Whether a field's default (an immutable scalar: one that cannot change after this test) passes the
+    field's validator (one with an inline check, which reads no other field), so the function written for
+    its class need not test it on each call."""
     if type(default) not in (int, float, str, bool, type(None)):
         return False
     try:
-        return bool(eval(check[0], {**check[1], "v": default}))  # our own condition, on a default
+        field.validator(None, field.attribute, default)
     except Exception:
         return False
+    return True
 
 
 class _Refused(Exception):
