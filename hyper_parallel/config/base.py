@@ -21,13 +21,22 @@ How a Config class is made, once for all of them, because every command that rea
 """
 
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
+from typing_extensions import dataclass_transform
 
 from hyper_parallel.config.attrs_validators import fast_validators
 
-__all__ = ["ConfigBase", "config_eq", "config_hash", "config_repr"]
+T = TypeVar("T")
+
+__all__ = ["ConfigBase", "config_class", "config_eq", "config_hash", "config_repr"]
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(attrs.field,))
+def config_class(cls: type[T]) -> type[T]:
+    """Make ``cls`` a Config class: frozen and keyword-only, with the settings every Config class shares."""
+    return attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)(cls)
 
 
 def config_repr(self: object) -> str:

@@ -12,12 +12,12 @@ import attrs
 
 from hyper_parallel._checks import RuleTypeViolation
 from hyper_parallel.config.attrs_validators import fast_validators
-from hyper_parallel.config.base import ConfigBase
+from hyper_parallel.config.base import ConfigBase, config_class
 
 __all__ = ["ModelArgs", "ModelSpec"]
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@config_class
 class ModelArgs(ConfigBase):
     """Base of every model's architecture arguments (``Llama3Args``, ``Qwen3_5Args`` ...); subclasses add
     their dimension checks in ``cross_check``."""

@@ -24,8 +24,7 @@ from hyper_parallel.components.optimizer import AdamW, Optimizer
 from hyper_parallel.components.profiler import Profiler, TorchProfiler
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer, Tokenizer
 from hyper_parallel.components.validator import LossValidator, Validator
-from hyper_parallel.config.attrs_validators import fast_validators
-from hyper_parallel.config.base import ConfigBase
+from hyper_parallel.config.base import ConfigBase, config_class
 from hyper_parallel.models import ModelSpec
 from hyper_parallel.trainer import rules
 
@@ -50,7 +49,7 @@ _pos = attrs.validators.gt(0)
 _optional_pos: Callable[[Any, Any, Any], Any] = attrs.validators.optional(attrs.validators.gt(0))
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@config_class
 class TrainingConfig(ConfigBase):
     """The training loop: length, batch geometry, precision and initialization."""
 
@@ -177,7 +176,7 @@ def _not_yet(name: str, value: int) -> str:
     return f"{_NOT_YET[name]}, got {value}"
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@config_class
 class ParallelismConfig(ConfigBase):
     """Parallel degrees and strategies; dp_replicate * dp_shard * cp * tp * pp equals the world size."""
 
@@ -327,7 +326,7 @@ def _selective_option(instance: object, attribute: "attrs.Attribute[Any]", value
         raise RuleViolation(attribute.name, "must be 'op' or a layer frequency >= 1", value, bound=1)
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@config_class
 class ActivationCheckpointConfig(ConfigBase):
     """Activation checkpointing (recomputation in backward) to trade compute for memory."""
 
@@ -356,7 +355,7 @@ class ActivationCheckpointConfig(ConfigBase):
     )
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@config_class
 class DebugConfig(ConfigBase):
     """Determinism and numerical checks for debugging (all off by default)."""
 
@@ -403,7 +402,7 @@ class DebugConfig(ConfigBase):
             )
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@config_class
 class CompileConfig(ConfigBase):
     """torch.compile of the model and/or the loss."""
 
@@ -433,7 +432,7 @@ class CompileConfig(ConfigBase):
             yield "components", "is empty, so compile.enable has nothing to compile"
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@config_class
 class CommConfig(ConfigBase):
     """Collective-communication backend and timeouts."""
 
@@ -463,7 +462,7 @@ class CommConfig(ConfigBase):
     )
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@config_class
 class TrainerConfig(ConfigBase):
     """The whole training configuration: one field per root YAML group (RFC table 5.1)."""
 

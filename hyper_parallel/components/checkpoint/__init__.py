@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
-from hyper_parallel.config.attrs_validators import fast_validators
-from hyper_parallel.config.base import ConfigBase
+from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
     from hyper_parallel.components.checkpoint._manager import CheckpointManager
@@ -57,7 +56,7 @@ class Checkpoint:
     subclass both, ``Impl(Checkpoint)`` with ``Impl.Config(Checkpoint.Config)``.
     """
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(ConfigBase):
         """Save and load options shared by every checkpoint format."""
 
@@ -146,7 +145,7 @@ class Checkpoint:
 class DCPCheckpoint(Checkpoint):
     """Sharded checkpoints in the torch.distributed.checkpoint (DCP) format."""
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(Checkpoint.Config):
         """DCP options."""
 

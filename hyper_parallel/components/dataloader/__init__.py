@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import attrs
 
 from hyper_parallel.config.attrs_validators import fast_validators
-from hyper_parallel.config.base import ConfigBase
+from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
     from hyper_parallel.components.dataloader._loader import ResumableLoader
@@ -223,7 +223,7 @@ class DataLoader:
     subclass both, ``Impl(DataLoader)`` with ``Impl.Config(DataLoader.Config)``.
     """
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(ConfigBase):
         """Worker-process and host-memory options shared by every data loader.
 
@@ -270,7 +270,7 @@ class DataLoader:
 class TextDataLoader(DataLoader):
     """Loads tokenized text for causal language modelling from a nested ``dataset`` section."""
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(DataLoader.Config):
         """A text data loader: the dataset section plus sampling options."""
 

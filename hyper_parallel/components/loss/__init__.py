@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import attrs
 
-from hyper_parallel.config.attrs_validators import fast_validators
-from hyper_parallel.config.base import ConfigBase
+from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
     from hyper_parallel.components.loss._runtime import CausalLMLossFn
@@ -24,7 +23,7 @@ class Loss:
     subclass both, ``Impl(Loss)`` with ``Impl.Config(Loss.Config)``.
     """
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(ConfigBase):
         """Options shared by every loss."""
 
@@ -43,7 +42,7 @@ class Loss:
 class CausalLMLoss(Loss):
     """Next-token cross entropy for causal language models, with optional smoothing and z-loss."""
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(Loss.Config):
         """Cross-entropy options."""
 

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import attrs
 
-from hyper_parallel.config.attrs_validators import fast_validators
-from hyper_parallel.config.base import ConfigBase
+from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
     import torch
@@ -27,7 +26,7 @@ class LRScheduler:
     subclass both, ``Impl(LRScheduler)`` with ``Impl.Config(LRScheduler.Config)``.
     """
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(ConfigBase):
         """The linear warmup every schedule starts with."""
 
@@ -44,7 +43,7 @@ class LRScheduler:
 class WarmupDecay(LRScheduler):
     """Linear warmup, an optional constant plateau, then a linear or cosine decay (or none)."""
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(LRScheduler.Config):
         """Warmup, plateau and decay; the decay phase is the last ``decay_ratio`` of the run."""
 

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 import attrs
 
-from hyper_parallel.config.attrs_validators import fast_validators
-from hyper_parallel.config.base import ConfigBase
+from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
     from hyper_parallel.components.metrics._runtime import MetricsProcessor
@@ -28,7 +27,7 @@ class Metrics:
     subclass both, ``Impl(Metrics)`` with ``Impl.Config(Metrics.Config)``.
     """
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(ConfigBase):
         """Options shared by every metrics processor."""
 
@@ -49,7 +48,7 @@ class Metrics:
 class MetricsLogger(Metrics):
     """Logs metrics to the console and, optionally, to TensorBoard, W&B and a JSON-lines file."""
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(Metrics.Config):
         """Output sinks of the metrics logger."""
 

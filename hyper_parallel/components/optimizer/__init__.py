@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
-from hyper_parallel.config.attrs_validators import fast_validators
-from hyper_parallel.config.base import ConfigBase
+from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
     import torch
@@ -27,7 +26,7 @@ class Optimizer:
     subclass both, ``Impl(Optimizer)`` with ``Impl.Config(Optimizer.Config)``.
     """
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(ConfigBase):
         """Learning rate and weight-decay options shared by every optimizer."""
 
@@ -72,7 +71,7 @@ class Optimizer:
 class AdamW(Optimizer):
     """Adam with decoupled weight decay, the default optimizer for large-model pretraining."""
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(Optimizer.Config):
         """AdamW options; weight decay defaults to 0.1 here, as is usual for LLM pretraining."""
 
@@ -117,7 +116,7 @@ class AdamW(Optimizer):
 class SGD(Optimizer):
     """Stochastic gradient descent with optional (Nesterov) momentum."""
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(Optimizer.Config):
         """SGD options."""
 

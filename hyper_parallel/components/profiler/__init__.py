@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, ClassVar
 import attrs
 
 from hyper_parallel._checks import quote, said
-from hyper_parallel.config.attrs_validators import fast_validators
-from hyper_parallel.config.base import ConfigBase
+from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
     from hyper_parallel.components.profiler._runtime import NullProfiler, TorchProfilerContext
@@ -27,7 +26,7 @@ class Profiler:
     subclass both, ``Impl(Profiler)`` with ``Impl.Config(Profiler.Config)``.
     """
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(ConfigBase):
         """Options shared by every profiler."""
 
@@ -53,7 +52,7 @@ class Profiler:
 class TorchProfiler(Profiler):
     """The PyTorch profiler, scheduled as wait, warmup, active within each ``profile_freq`` cycle."""
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(Profiler.Config):
         """Schedule and recording options of the PyTorch profiler."""
 

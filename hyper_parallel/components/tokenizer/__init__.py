@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import attrs
 
-from hyper_parallel.config.attrs_validators import fast_validators
-from hyper_parallel.config.base import ConfigBase
+from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
     from hyper_parallel.components.tokenizer._runtime import ByteLevelTokenizer, HFTokenizer
@@ -33,7 +32,7 @@ class Tokenizer:
     subclass both, ``Impl(Tokenizer)`` with ``Impl.Config(Tokenizer.Config)``.
     """
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(ConfigBase):
         """Options every tokenizer understands."""
 
@@ -68,7 +67,7 @@ class Tokenizer:
 class HuggingFaceTokenizer(Tokenizer):
     """A tokenizer stored in the Hugging Face ``tokenizer.json`` / ``tokenizer_config.json`` format."""
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(Tokenizer.Config):
         """Options of a Hugging Face tokenizer; token overrides default to the tokenizer's own tokens."""
 
@@ -137,7 +136,7 @@ class ByteTokenizer(Tokenizer):
     VOCAB_SIZE = 259
     """Number of ids: 256 byte values and three special tokens."""
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(Tokenizer.Config):
         """A byte-level tokenizer; ``path`` must stay null since there is nothing to load."""
 

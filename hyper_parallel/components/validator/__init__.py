@@ -13,8 +13,7 @@ import attrs
 
 from hyper_parallel._checks import minus_one_or_at_least
 from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest
-from hyper_parallel.config.attrs_validators import fast_validators
-from hyper_parallel.config.base import ConfigBase
+from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -33,7 +32,7 @@ class Validator:
     subclass both, ``Impl(Validator)`` with ``Impl.Config(Validator.Config)``.
     """
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(ConfigBase):
         """When and how long to validate."""
 
@@ -62,7 +61,7 @@ class Validator:
 class LossValidator(Validator):
     """Reports the training loss on a held-out dataset."""
 
-    @attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+    @config_class
     class Config(Validator.Config):
         """The validation dataset and batch size."""
 

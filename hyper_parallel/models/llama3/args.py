@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from hyper_parallel._checks import quote, said
-from hyper_parallel.config.attrs_validators import fast_validators
+from hyper_parallel.config.base import config_class
 from hyper_parallel.models.spec import ModelArgs
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ __all__ = ["LLAMA3_FLAVORS", "Llama3Args", "RopeScaling"]
 _pos_int = attrs.validators.gt(0)
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@config_class
 class RopeScaling:
     """Llama 3.1 frequency-dependent RoPE scaling (a nested ``rope_scaling`` section)."""
 
@@ -59,7 +59,7 @@ class RopeScaling:
             )
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@config_class
 class Llama3Args(ModelArgs):
     """Dimensions of a Llama 3 decoder (grouped-query attention, SwiGLU feed-forward, RMSNorm)."""
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 from hyper_parallel._checks import quote, rebased, said
-from hyper_parallel.config.attrs_validators import fast_validators
+from hyper_parallel.config.base import config_class
 from hyper_parallel.models.spec import ModelArgs
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ __all__ = [
 _pos_int = attrs.validators.gt(0)
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@config_class
 class Qwen3_5Args(ModelArgs):
     """Dimensions of the hybrid Qwen 3.5 language model (dense feed-forward)."""
 
@@ -210,7 +210,7 @@ class Qwen3_5Args(ModelArgs):
         return Qwen3_5Costs(self)
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@config_class
 class Qwen3_5VisionArgs:
     """The vision tower of the Qwen 3.5 vision-language model (a nested ``vision`` section)."""
 
@@ -249,7 +249,7 @@ class Qwen3_5VisionArgs:
             )
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@config_class
 class Qwen3_5VLArgs(ModelArgs):
     """Qwen 3.5 vision-language model: the hybrid language model plus a vision tower."""
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from hyper_parallel._checks import quote, said
-from hyper_parallel.config.attrs_validators import fast_validators
+from hyper_parallel.config.base import config_class
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ __all__ = ["QWEN3_5_MOE_FLAVORS", "Qwen3_5MoeArgs"]
 _pos_int = attrs.validators.gt(0)
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@config_class
 class Qwen3_5MoeArgs(Qwen3_5Args):
     """Dimensions of the hybrid Qwen 3.5 language model with mixture-of-experts feed-forward networks."""
 
