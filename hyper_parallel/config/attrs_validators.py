@@ -9,23 +9,15 @@ a :class:`~hyper_parallel._checks.RuleViolation`, the structured error our own v
 JSON schema (:func:`hyper_parallel.config.types.constrain_schema`) and the messages
 (:mod:`hyper_parallel.config.validation`) are both built from these, never from attrs' message text.
 ``tests/config/test_attrs_adapter.py`` pins what this reads, so an attrs release that changes it fails there.
-
-:func:`fast_validators` is the ``field_transformer`` of every Config class: it replaces each field's
-bound, length and callable check, and each ``optional``/``and_``/``deep_iterable`` of them, with one plain
-function that tests the value inline and calls the attrs validator only for a value that fails (so the
-error is attrs' own, word for word). attrs calls a validator object through its ``__call__``, and a
-combinator through one more per member: a third of constructing a Config was spent there.
 """
 
-from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 import attr.validators as _attrs_validators
-import attrs
 
 from hyper_parallel._checks import RuleTypeViolation, RuleViolation
 
-__all__ = ["Kind", "Shape", "fast_validators", "inline_check", "shape_of", "violation"]
+__all__ = ["Kind", "Shape", "shape_of", "violation"]
 
 Kind = Literal[
     "bound",
@@ -148,157 +140,3 @@ def violation(validator: Any, field: str, value: object, exc: BaseException) -> 
         return RuleViolation(field, f"must match {shape.pattern!r}", value)
     text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
     return RuleViolation(field, text, value, shown=None)
-
-
-Validator = Callable[[Any, Any, Any], None]
-
-
-def _bounds(validator: Any) -> tuple[tuple[str, Callable[[Any, Any], bool], Any], ...] | None:
-    """The ``(operator, compare, bound)`` of a bound, or of each bound of an ``and_`` of at most two;
-    None otherwise."""
-    cls = type(validator)
-    if cls is _NUMBER:
-        return ((validator.compare_op, validator.compare_func, validator.bound),)
-    if cls is _AND and 1 <= len(validator._validators) <= 2:
-        pairs = tuple(_bounds(v) for v in validator._validators)
-        if all(p is not None and len(p) == 1 for p in pairs):
-            return tuple(p[0] for p in pairs if p is not None)
-    return None
-
-
-def _min_length(validator: Any) -> int | None:
-    found: int | None = getattr(validator, "min_length", None) if type(validator) is _MIN_LEN else None
-    return found
-
-
-def _test(validator: Any) -> Callable[[Any], bool] | None:
-    """A one-argument test equal to ``validator`` passing (a bound pair, two, or a minimum length), for the
-    items of a ``deep_iterable``; None for anything else."""
-    pairs = _bounds(validator)
-    if pairs is not None and len(pairs) == 1:
-        ((_, compare, bound),) = pairs
-        return lambda value: compare(value, bound)
-    if pairs is not None:
-        (_, compare, bound), (_, compare2, bound2) = pairs
-        return lambda value: compare(value, bound) and compare2(value, bound2)
-    n = _min_length(validator)
-    if n is not None:
-        return lambda value: len(value) >= n
-    return None
-
-
-def fast(validator: Any) -> Any:
-    """A plain function accepting what ``validator`` accepts and calling it on anything else (so it raises
-    attrs' own error), for the shapes Config fields use; ``validator`` itself for any other. A shape and
-    its ``optional`` are written apart: testing a flag inside one function would cost every field a step."""
-    if validator is None or hasattr(validator, "__wrapped__"):
-        return validator
-    optional = type(validator) is _OPTIONAL
-    inner = validator.validator if optional else validator
-    pairs = _bounds(inner)
-    n = _min_length(inner)
-    check: Validator
-    if pairs is not None and len(pairs) == 1:
-        ((_, compare, bound),) = pairs
-        if optional:
-
-            def check(inst: Any, attr: Any, value: Any) -> None:
-                if value is not None and not compare(value, bound):
-                    validator(inst, attr, value)
-
-        else:
-
-            def check(inst: Any, attr: Any, value: Any) -> None:
-                if not compare(value, bound):
-                    validator(inst, attr, value)
-
-    elif pairs is not None:
-        (_, compare, bound), (_, compare2, bound2) = pairs
-
-        def check(inst: Any, attr: Any, value: Any) -> None:
-            if not (value is None and optional) and not (compare(value, bound) and compare2(value, bound2)):
-                validator(inst, attr, value)
-
-    elif n is not None:
-        if optional:
-
-            def check(inst: Any, attr: Any, value: Any) -> None:
-                if value is not None and len(value) < n:
-                    validator(inst, attr, value)
-
-        else:
-
-            def check(inst: Any, attr: Any, value: Any) -> None:
-                if len(value) < n:
-                    validator(inst, attr, value)
-
-    elif type(inner) is _CALLABLE:
-        if optional:
-
-            def check(inst: Any, attr: Any, value: Any) -> None:
-                if value is not None and not callable(value):
-                    validator(inst, attr, value)
-
-        else:
-
-            def check(inst: Any, attr: Any, value: Any) -> None:
-                if not callable(value):
-                    validator(inst, attr, value)
-
-    elif type(validator) is _DEEP_ITERABLE and validator.iterable_validator is None:  # type: ignore[attr-defined]
-        member = validator.member_validator  # type: ignore[attr-defined]
-        test = _test(member)
-        if test is None:
-            return validator
-
-        def check(inst: Any, attr: Any, value: Any) -> None:
-            for item in value:
-                if not test(item):
-                    member(inst, attr, item)  # the item attrs would stop at, with attrs' message
-
-    else:
-        return validator
-    check.__wrapped__ = validator  # type: ignore[attr-defined]
-    return check
-
-
-#: The comparisons attrs' bounds make, as Python operators.
-_OPERATORS = frozenset({"<", "<=", ">", ">="})
-
-
-def inline_check(validator: Any, name: str) -> tuple[str, dict[str, Any]] | None:
-    """A Python condition on ``v`` that is true exactly when ``validator`` accepts ``v``, and the names it
-    reads (``name``, ``name`` + ``"_2"``), for a structure function that tests a field in place; None for a
-    shape that has none (the validator is then called). A condition that raises counts as false."""
-    validator = getattr(validator, "__wrapped__", validator)
-    optional = type(validator) is _OPTIONAL
-    inner = validator.validator if optional else validator
-    pairs = _bounds(inner)
-    n = _min_length(inner)
-    scope: dict[str, Any] = {}
-    if pairs is not None:
-        if not all(op in _OPERATORS for op, _, _ in pairs):
-            return None
-        terms = []
-        for i, (op, _, bound) in enumerate(pairs):
-            key = name if i == 0 else f"{name}_2"
-            scope[key] = bound
-            terms.append(f"v {op} {key}")
-        test = " and ".join(terms)
-    elif n is not None:
-        scope[name] = n
-        test = f"len(v) >= {name}"
-    elif type(inner) is _CALLABLE:
-        test = "callable(v)"
-    else:
-        return None
-    return (f"v is None or ({test})" if optional else test), scope
-
-
-def fast_validators(cls: type, fields: list[attrs.Attribute]) -> list[attrs.Attribute]:  # type: ignore[type-arg]
-    """attrs ``field_transformer``: each field's validator as :func:`fast` makes it (see the module doc)."""
-    out = []
-    for f in fields:
-        quick = fast(f.validator)  # an inherited field's is fast already: kept as it is
-        out.append(f if quick is f.validator else f.evolve(validator=quick))
-    return out

@@ -5,19 +5,12 @@ The resolver asks a Config three things and nothing else: whether it is an abstr
 time, to ``build`` what it configures. A base gives the defaults once, so a Config with nothing to check
 writes no ``cross_check`` and a base that cannot build writes no ``build`` that only raises.
 
-How a Config class is made, once for all of them, because every command that reads a config pays for it
-(a ``--dry-run`` makes some forty classes, a resolve constructs seventeen objects):
-
-- ``@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)``: frozen, keyword-only;
-  an instance keeps its fields in a ``__dict__``, which a frozen class writes directly where a slotted one
-  goes through ``object.__setattr__`` per field (a third of constructing it); each field's attrs validator
-  is checked by one plain function (:func:`~hyper_parallel.config.attrs_validators.fast_validators`).
-- The repr, the equality and the hash are this base's :func:`config_repr`, :func:`config_eq` and
-  :func:`config_hash` (attrs' own format, fields and ``eq_key``), given to each subclass as it is created,
-  so that attrs, which writes no method a class has itself, compiles none: writing and compiling them per
-  class was a fifth of a cold ``--dry-run``. Only ``__init__`` stays attrs' own, compiled per class (a warm
-  resolve stores a sound mapping's fields as that ``__init__`` does, see
-  :mod:`~hyper_parallel.config.attrs_init`); comparing two configs is rare and not worth a compile each.
+Every Config class is made by one decorator, :func:`config_class`: attrs' ``frozen`` (keyword-only, the
+fields in an instance ``__dict__``), with ``repr=False, eq=False`` so that attrs writes no repr, equality or
+hash per class and each class inherits this base's, which give attrs' own format and semantics (the fields
+attrs shows and compares, their ``eq_key``). Writing and compiling those three methods for each of the
+forty classes a ``--dry-run`` imports was a tenth of its start-up. ``__init__`` and validators are attrs'
+own.
 """
 
 from collections.abc import Iterator
@@ -26,8 +19,6 @@ from typing import Any, ClassVar, TypeVar
 import attrs
 from typing_extensions import dataclass_transform
 
-from hyper_parallel.config.attrs_validators import fast_validators
-
 T = TypeVar("T")
 
 __all__ = ["ConfigBase", "config_class", "config_eq", "config_hash", "config_repr"]
@@ -35,8 +26,9 @@ __all__ = ["ConfigBase", "config_class", "config_eq", "config_hash", "config_rep
 
 @dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(attrs.field,))
 def config_class(cls: type[T]) -> type[T]:
-    """Make ``cls`` a Config class: frozen and keyword-only, with the settings every Config class shares."""
-    return attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)(cls)
+    """Make ``cls`` a Config class: frozen and keyword-only, its repr, equality and hash :class:`ConfigBase`'s
+    (a class that writes its own keeps it)."""
+    return attrs.frozen(kw_only=True, slots=False, repr=False, eq=False)(cls)
 
 
 def config_repr(self: object) -> str:
@@ -74,7 +66,8 @@ def config_eq(self: object, other: object) -> bool:
     return _compared(self) == _compared(other)
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+# config_class's settings, spelled out here so that mypy's attrs plugin sees every Config class as attrs'
+@attrs.frozen(kw_only=True, slots=False, repr=False, eq=False)
 class ConfigBase:
     """Base of Config classes: no fields; no cross-field findings; ``build`` names the missing subclass."""
 
@@ -85,17 +78,6 @@ class ConfigBase:
     __repr__ = config_repr
     __eq__ = config_eq
     __hash__ = config_hash
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # attrs then writes none of them (its auto-detection keeps a method the class has); a class that
-        # writes its own keeps it
-        if "__repr__" not in cls.__dict__:
-            cls.__repr__ = config_repr  # type: ignore[method-assign,assignment]
-        if "__eq__" not in cls.__dict__ and "__ne__" not in cls.__dict__:
-            cls.__eq__ = config_eq  # type: ignore[method-assign,assignment]
-        if "__hash__" not in cls.__dict__:
-            cls.__hash__ = config_hash  # type: ignore[method-assign,assignment]
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(relative field path, message)`` for settings that conflict; a plain Config has none."""

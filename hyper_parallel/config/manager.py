@@ -382,23 +382,20 @@ def _apply(
 ) -> TrainerConfig:
     from hyper_parallel.config.overrides import OverridePatch
 
-    facts = converter.root_facts(TrainerConfig)
-    patch = OverridePatch(converter, facts, parsed, current_options().allowed)
-    tree = patch.user_tree(cfg)  # a fresh tree of what the user set, the patch's own
+    patch = OverridePatch(converter, converter.root_facts(TrainerConfig), parsed, current_options().allowed)
+    tree = patch.user_tree(cfg)  # the whole config written out, the patch's own
     patch.patch(tree)
     problems = patch.problems
-    result: TrainerConfig | None = patch.built()  # no factory to call, no problem: the root built at once
-    if result is None:
-        locate = patch.locator(locate)  # also where the values of ``cfg`` were set
-        # Restructure even when some overrides could not be placed: every bad override reported at once.
-        try:
-            with resolve_options(locate=locate, record=False):  # patch.record marks it
-                result = converter.structure(tree, TrainerConfig)
-        except ConfigError as exc:
-            found = [*to_config_error(problems, locate).issues, *exc.issues] if problems else exc.issues
-            raise ConfigError(found) from None
-        if problems:
-            raise to_config_error(problems, locate)
+    locate = patch.locator(locate)  # also where the values of ``cfg`` were set
+    # Restructure even when some overrides could not be placed: every bad override reported at once.
+    try:
+        with resolve_options(locate=locate):
+            result = converter.structure(tree, TrainerConfig)
+    except ConfigError as exc:
+        found = [*to_config_error(problems, locate).issues, *exc.issues] if problems else exc.issues
+        raise ConfigError(found) from None
+    if problems:
+        raise to_config_error(problems, locate)
     patch.record(result)
     return result
 

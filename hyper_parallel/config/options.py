@@ -26,9 +26,6 @@ class ResolveOptions(typing.NamedTuple):
     #: rules itself afterwards, with more of them (the world size, the trainer), turns it off so that every
     #: rule reports in one pass.
     root_checks: bool = True
-    #: Whether the resolved root is marked with what each group gave (for a later ``_target_`` switch); a
-    #: caller that marks it itself (overrides, with what they set and where) turns it off.
-    record: bool = True
 
 
 _OPTIONS: contextvars.ContextVar[ResolveOptions | None] = contextvars.ContextVar(
@@ -52,7 +49,6 @@ class resolve_options:
         allowed_targets: Iterable[str] | None = None,
         locate: Locate | None = None,
         root_checks: bool | None = None,
-        record: bool = True,
     ) -> None:
         outer = _OPTIONS.get()
         if allowed_targets is None and outer is not None:
@@ -62,7 +58,7 @@ class resolve_options:
         if root_checks is None:
             root_checks = outer.root_checks if outer is not None else True
         locate = locate or (outer.locate if outer else None)
-        self._options = ResolveOptions(allowed, locate, root_checks, record)
+        self._options = ResolveOptions(allowed, locate, root_checks)
         self._token: contextvars.Token[ResolveOptions | None] | None = None
 
     def __enter__(self) -> ResolveOptions:

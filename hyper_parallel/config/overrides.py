@@ -19,9 +19,6 @@ values are those that differ from the class default: attrs cannot tell a default
 explicitly, so such a value is taken as the default and the new class's default replaces it.
 """
 
-import contextlib
-import copy
-import copyreg
 import functools
 import re
 import typing
@@ -31,22 +28,16 @@ from typing import Any
 import attrs
 
 from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path
-from hyper_parallel.config.options import current_options
 from hyper_parallel.config.recipes import (
     Given,
-    Recipe,
-    carries_recipe,
     given_of,
     recipe_of,
-    remember,
     remember_given,
 )
 from hyper_parallel.config.root import (
     Resolved,
     RootFacts,
     elsewhere,
-    group_hook,
-    group_writer,
     made_from_hint,
     unknown_root_field,
     unstructure_group,
@@ -56,8 +47,6 @@ from hyper_parallel.config.targets import (
     Target,
     TargetError,
     load_target,
-    qualified_name,
-    still_reached,
 )
 from hyper_parallel.config.types import (
     NO_CHILD,
@@ -68,7 +57,7 @@ from hyper_parallel.config.types import (
     strip_optional,
     takes_text,
 )
-from hyper_parallel.config.validation import Locate, Path, Problem, construct, field_default, problems_of
+from hyper_parallel.config.validation import Locate, Path, Problem, field_default, problems_of
 from hyper_parallel.config.yaml_load import expand_env, parse_scalar
 
 if typing.TYPE_CHECKING:  # the converter module imports this one
@@ -140,20 +129,6 @@ def _reader(tp: Any, conv: "ConfigConverter") -> Callable[[str], Any]:
     return parse_scalar
 
 
-@functools.lru_cache(maxsize=4096)
-def _sets_a_field(key: str) -> bool:
-    """Whether override key ``key`` sets a field of a group (``optimizer.lr``): no removal, no
-    ``_target_`` switch, no value inside a value (asked once per key, for each override of every call)."""
-    path = parse_path(key)
-    return (
-        path is not None
-        and len(path) == 2
-        and type(path[1]) is str
-        and path[1] != TARGET_KEY
-        and not key.startswith("~")
-    )
-
-
 def _is_switch(o: Override) -> bool:
     """Whether ``o`` switches a group's implementation (``--group._target_ NAME``)."""
     return len(o.path) == 2 and o.path[1] == TARGET_KEY and not o.delete
@@ -179,10 +154,10 @@ def _group_fields(target: Target) -> dict[str, Any]:
 class OverridePatch:
     """One application of overrides to a root config: what every step needs, and the problems found.
 
-    :meth:`user_tree` writes a resolved config as the tree of what the user set, :meth:`patch` applies
-    every override to such a tree (removals first, then ``_target_`` switches, then values), the caller
-    restructures the tree under :meth:`locator`, and :meth:`record` marks the result with what the user set
-    and where, for the next switch.
+    :meth:`user_tree` writes a resolved config out whole, :meth:`patch` applies every override to that tree
+    (removals first, then ``_target_`` switches, then values), the caller restructures the tree under
+    :meth:`locator` through the root's structure hook, and :meth:`record` marks the result with what the
+    user set and where, for the next switch.
     """
 
     def __init__(
@@ -195,28 +170,10 @@ class OverridePatch:
         self.conv = conv
         self.facts = facts
         self.overrides = overrides
-        #: The overrides of each group when every override sets a field of a group (``optimizer.lr``: no
-        #: removal, switch or value inside a value; the common case, see :meth:`_user_tree_of_fields`).
-        self._fields: dict[str, list[Override]] | None = None
-        fields: dict[Any, list[Override]] = {}  # by the path's first item, a group name if it is known
-        for o in overrides:
-            if not _sets_a_field(o.key):
-                break
-            fields.setdefault(o.path[0], []).append(o)
-        else:
-            self._fields = fields
         #: The overrides by kind: removals (``~group.field``), ``_target_`` switches, and values.
-        self._removals: list[Override] = []
-        self._switches: list[Override] = []
-        self._values: list[Override] = []
-        if self._fields is not None:  # values only
-            self._values = list(overrides)
-        else:
-            for o in overrides:
-                kind = self._removals if o.delete else self._switches if _is_switch(o) else self._values
-                kind.append(o)
-        #: Whether :meth:`user_tree` patched the overrides in already (see :meth:`_user_tree_of_fields`).
-        self._patched = False
+        self._removals = [o for o in overrides if o.delete]
+        self._switches = [o for o in overrides if _is_switch(o)]
+        self._values = [o for o in overrides if not o.delete and not _is_switch(o)]
         #: What a target may be under: the root's packages, then what trusted code allows (``allowed``).
         self.allowed = facts.allowed(allowed)
         #: Every problem found so far, in the order found.
@@ -225,62 +182,34 @@ class OverridePatch:
         self._tree: Mapping[str, Any] | None = None
         #: What the user had set in the config :meth:`user_tree` wrote, if it was recorded.
         self._old: Given | None = None
-        #: The names set in each group of that config (None: not known, a group built in Python), and the
-        #: known locations of those values.
+        #: The names set in each group of that config (None: every value other than the default counts).
         self._set_names: dict[str, frozenset[str] | None] = {}
         #: Groups :meth:`user_tree` cut down to the values set.
         self._reshaped: set[str] = set()
+        #: Known locations of the values set in the factory groups.
         self._origins: dict[tuple[str, str], str | None] = {}
         #: Groups of that config with no record, whose non-default values count as set.
         self._unrecorded: set[str] = set()
         #: Groups carried over as they are (they cannot be written); overrides of them were refused.
         self._kept: set[str] = set()
-        #: Groups no override names, by value: what was set in them is looked up when first needed.
-        self._untouched: dict[str, Any] = {}
-        #: The config :meth:`user_tree` wrote, when this layer resolved it (groups can be reused).
-        self._cfg: Any = None
-        #: Groups the overrides named without changing them, taken as they were (see :meth:`_reuse`),
-        #: with the names set in them when they were cut down to those (None: the names set before).
-        self._reused: dict[str, frozenset[str] | None] = {}
-        #: The class of each group :meth:`_user_tree_of_fields` wrote and patched, when every other group
-        #: is taken as it was (see :meth:`built`); None otherwise.
-        self._classes: dict[str, type] | None = None
 
     def user_tree(self, cfg: Any) -> dict[str, Any]:
-        """The tree of what the user set in ``cfg``: every group's ``_target_`` and the values set in it.
+        """``cfg`` written out whole: every group's ``_target_`` and fields, so that restructuring the tree
+        runs every check of every group again.
 
-        Only the groups that a switch or a removal reshapes (and factory groups, whose unset parameters
-        the factory fills in) are cut down to the values set; the others keep every value, which
-        restructures to the same config. A group that cannot be written (a ``ModelSpec`` built in Python)
-        is carried over as it is while no override names it; an override of it is reported. When every
-        override sets a field of a group of a recorded config, the overrides are patched in here too (see
-        :meth:`_user_tree_of_fields`), and :meth:`patch` has nothing left to do.
+        The groups that a switch or a removal reshapes, and factory groups (whose unset parameters the
+        factory fills in), are cut down to the values the user set. A group that cannot be written (a
+        ``ModelSpec`` built in Python) is carried over as it is (its type is checked again) while no
+        override names it; an override of it is reported.
         """
         self._old = given = given_of(cfg)
-        self._cfg = cfg if given is not None else None
-        if given is not None and self._fields is not None:
-            fast = self._user_tree_of_fields(cfg, given, self._fields)
-            if fast is not None:
-                return fast
-        # A config this layer resolved keeps every group no override names as it is: the resolve checked
-        # it, the restructure takes it unchanged (a factory is not called again) and runs the cross-group
-        # rules. A config built in Python (no record) is written out whole, so every check runs again.
-        touched = {o.path[0] for o in self.overrides} if given is not None else None
-        full = None
-        if touched is None:  # if some group cannot be written, each is written on its own below
-            with contextlib.suppress(ConfigError):
-                full = self.conv.unstructure(cfg)
         # An override inside a value ('optimizer.betas[0]') patches the whole current value.
         inside = {o.path[:2] for o in self._values if len(o.path) > 2}
         reshaped = {o.path[0] for o in (*self._removals, *self._switches)}
         tree: dict[str, Any] = {}
         for group in self.facts.types:
             value = getattr(cfg, group)
-            if touched is not None and group not in touched:
-                tree[group] = Resolved(value)
-                self._untouched[group] = value  # what was set in it: see _names_of
-                continue
-            body = full[group] if full is not None else self._group_body(group, value)
+            body = self._group_body(group, value)
             if body is None:
                 tree[group] = Resolved(value)
                 self._kept.add(group)
@@ -288,7 +217,8 @@ class OverridePatch:
             recipe = recipe_of(value)
             names: frozenset[str] | None
             if recipe is not None:
-                names = _recipe_names(group, recipe, self._origins)
+                self._origins.update(((group, n), where) for n, where in recipe.given.items())
+                names = frozenset(recipe.given)
                 reshaped.add(group)
             elif given is not None and group not in given.unrecorded:
                 names = given.names.get(group, frozenset())
@@ -302,189 +232,6 @@ class OverridePatch:
                 body = {k: v for k, v in body.items() if k in keep}
             tree[group] = body
         return tree
-
-    def _user_tree_of_fields(
-        self, cfg: Any, given: Given, by_group: dict[str, list[Override]]
-    ) -> dict[str, Any] | None:
-        """:meth:`user_tree` and :meth:`patch` at once, for a recorded config whose overrides each set a
-        field of a group (the common case): the same tree and the same record, in one pass over the
-        groups, each override read once against the target that built its group. A group whose overrides
-        all set the values it holds is taken as it is without being written out at all (see :meth:`_reuse`);
-        the others are written and patched, and the caller's restructure checks them.
-
-        Returns None, having changed nothing, when anything is not plain (an unknown group, a field not
-        looked up before, a value that cannot be read, a group that cannot be written): the general steps
-        then run and report it in their order.
-        """
-        facts = self.facts
-        types = facts.types
-        if not by_group.keys() <= types.keys():
-            return None
-        conv = self.conv
-        cache = conv.override_fields
-        checked = conv.checked_targets
-        routes = facts.routes
-        allowed = self.allowed
-        packages = facts.packages
-        # Every group as it is (in the root's order), and what was set in those no override names looked up
-        # when needed (see _names_of); the groups the overrides name are replaced below, in place.
-        values = facts.read_groups(cfg)
-        untouched = dict(zip(types, values, strict=True))
-        tree: dict[str, Any] = dict(zip(types, map(_resolved, zip(values)), strict=True))
-        set_names: dict[str, frozenset[str] | None] = {}
-        origins: dict[tuple[str, str], str | None] = {}
-        reshaped: set[str] = set()
-        unrecorded: set[str] = set()
-        reused: dict[str, frozenset[str] | None] = {}
-        classes: dict[str, type] | None = {}  # of the groups written (None: a factory to call again)
-        problems: list[Problem] = []
-        for group, overrides in by_group.items():
-            value = untouched.pop(group)
-            recipe = recipe_of(value)
-            name: str | None
-            if recipe is not None:
-                name = recipe.target
-            else:
-                name = _config_target(value)
-                if name is None:  # a spec built by hand: the general steps report that it cannot be written
-                    return None
-            route = routes[group].get(name) if recipe is None else None
-            if (
-                route is not None
-                and route[0] is type(value)
-                and route[1] is allowed
-                and still_reached(route[2])
-            ):
-                obj = route[0]  # the class the resolve went straight to, still what its name reaches
-            else:
-                try:
-                    target = load_target(name, types[group], allowed, checked, packages=packages)
-                except TargetError:
-                    return None
-                obj = target.obj
-                if recipe is None and obj is not type(value):
-                    return None
-            reads: dict[str, Any] = {}
-            same = True
-            for o in overrides:
-                field: Any = o.path[1]
-                found = cache.get((obj, (field,)))
-                if found is None:
-                    return None
-                new: Any = o.value
-                if isinstance(new, str):
-                    try:
-                        new = found[1](expand_env(new) if "${" in new else new)
-                    except ConfigError:
-                        return None
-                reads[field] = new
-                if same:  # whether the field holds that value, as the written group would hold it
-                    if recipe is None:
-                        old = getattr(value, field)
-                    elif field in recipe.given:  # a factory's group is written with what the user set
-                        old = recipe.args[field]
-                    else:
-                        same = False
-                        continue
-                    if (
-                        type(old) is not type(new)
-                        or (type(old) is str and not old.isascii())
-                        or (type(old) is float and old - old != 0.0)
-                    ):
-                        old = self._written(old)  # not written as it is (an enum member, non-ASCII text)
-                    same = _same_scalar(old, new)
-            if same:  # every override sets the value the group holds: it is taken as it is (see _reuse)
-                if recipe is None:  # what was set in it is looked up when needed, as for the others
-                    untouched[group] = value
-                    reused[group] = None
-                    continue
-                names = _recipe_names(group, recipe, origins)
-                set_names[group] = names
-                reshaped.add(group)
-                reused[group] = names.union([TARGET_KEY])  # the overrides' fields are among the names
-                tree[group] = _resolved((self._set_again(value, recipe, overrides),))
-                continue
-            if recipe is None:  # a Config group: its class's writer (unstructure_group's, without its checks)
-                try:
-                    body = group_writer(conv, obj)(value)
-                except Exception:
-                    return None
-                if classes is not None:
-                    classes[group] = obj
-            else:
-                body = unstructure_group(conv, group, value, problems)
-                if problems:
-                    return None
-                classes = None
-            names_set: frozenset[str] | None
-            if recipe is not None:
-                names_set = _recipe_names(group, recipe, origins)
-                reshaped.add(group)
-                keep = names_set.union([TARGET_KEY])
-                body = {k: v for k, v in body.items() if k in keep}
-            elif group not in given.unrecorded:
-                names_set = given.names.get(group, frozenset())
-            else:  # built in Python: every value other than the default counts as set
-                unrecorded.add(group)
-                names_set = None
-            set_names[group] = names_set
-            body.update(reads)
-            tree[group] = body
-        self._untouched = untouched
-        self._set_names = set_names
-        self._origins = origins
-        self._reshaped = reshaped
-        self._unrecorded = unrecorded
-        self._reused = reused
-        self._classes = classes
-        self._tree = tree
-        self._patched = True
-        return tree
-
-    def built(self) -> Any:
-        """The root restructured from the tree :meth:`_user_tree_of_fields` patched, where no factory is
-        called again: each group written and patched goes through its class's structure hook (the one the
-        root's hook goes to for it: every type check, validator and the group's checks), each other is taken
-        as the config had it, and the root class is constructed with its checks, as the root's hook does.
-        None when the tree is not of that kind, or at anything that fails: the caller's restructure then
-        finds and reports every problem, with its location."""
-        classes, tree = self._classes, self._tree
-        if classes is None or tree is None or self.problems:
-            return None
-        conv, facts = self.conv, self.facts
-        kwargs = facts.kwargs
-        groups: dict[str, Any] = {}
-        try:
-            for group, node in tree.items():
-                cls = classes.get(group)
-                groups[kwargs[group]] = node[0] if cls is None else group_hook(conv, cls)(node, cls)
-            return construct(facts.cls, groups, current_options().root_checks)
-        except Exception:
-            return None
-
-    def _written(self, value: Any) -> Any:
-        """``value`` as a written tree holds it (unstructured), or a marker if it cannot be written."""
-        try:
-            return self.conv.get_unstructure_hook(value.__class__)(value)
-        except Exception:
-            return _ABSENT
-
-    def _names_of(self, group: str) -> frozenset[str] | None:
-        """What the user set in ``group`` of the config :meth:`user_tree` wrote (None: set in Python)."""
-        if group in self._untouched and group not in self._set_names:
-            self._set_names[group] = self._names_set(group, self._untouched[group], self._old)
-        return self._set_names.get(group)
-
-    def _names_set(self, group: str, value: Any, given: Given | None) -> frozenset[str] | None:
-        """What the user set in an untouched group (None: set in Python, not recorded)."""
-        recipe = recipe_of(value)
-        if recipe is not None:
-            self._origins.update(((group, n), where) for n, where in recipe.given.items())
-            return frozenset(recipe.given)
-        if given is not None and group not in given.unrecorded:
-            return given.names.get(group, frozenset())
-        self._unrecorded.add(group)
-        return None
 
     def _group_body(self, group: str, value: Any) -> dict[str, Any] | None:
         """``value`` written as root group ``group``, or None if it cannot be (reported if overridden)."""
@@ -504,16 +251,12 @@ class OverridePatch:
         new target.
         """
         self._tree = tree
-        if self._patched:  # user_tree patched them in already
-            return
         for o in self._removals:
             self._delete(tree, o)
         for o in self._switches:
             self._switch(tree, o)
         refused = {p.path for p in self.problems}  # fields a switch already reported are not reported twice
         targets: dict[str, Target | None] = {}
-        # Groups whose values the overrides change; the others they name are set to what they hold.
-        changed = {o.path[0] for o in (*self._removals, *self._switches)}
         for o in self._values:
             if o.path[:2] in refused:
                 continue
@@ -525,44 +268,16 @@ class OverridePatch:
             target = targets[group]
             read = self._read(o, target) if target is not None else None
             if read is not None:
-                if group not in changed and not _holds(tree[group], o.path, read[1]):
-                    changed.add(group)
                 self._set(tree, o.path, read[1])
-        if self._cfg is not None and not self.problems:
-            for same in dict.fromkeys(o.path[0] for o in self._values if o.path[0] not in changed):
-                if same in tree:
-                    self._reuse(tree, same)
-
-    def _reuse(self, tree: dict[str, Any], group: str) -> None:
-        """Take ``group`` as the resolved config has it: every override of it sets a value it already
-        holds, so restructuring it would build an equal value again (a factory would be called with the
-        arguments it was called with). Its values are still recorded as set by those overrides."""
-        value = getattr(self._cfg, group)
-        node = tree[group]
-        recipe = recipe_of(value)
-        if recipe is not None:  # the same call, its arguments now set where the overrides set them
-            value = self._set_again(value, recipe, [o for o in self._values if o.path[0] == group])
-        self._reused[group] = frozenset(node) if group in self._reshaped else None
-        tree[group] = Resolved(value)
-
-    def _set_again(self, value: Any, recipe: Recipe, overrides: list[Override]) -> Any:
-        """A copy of factory result ``value`` whose recipe records the arguments ``overrides`` set (each to
-        the value it had) as set by them."""
-        given = dict(recipe.given)
-        for o in overrides:
-            given[o.path[1]] = o.origin  # type: ignore[index]
-        value = _copy(value)
-        remember(value, Recipe(recipe.target, recipe.args, recipe.factory, given))
-        return value
 
     def where(self, path: Path) -> str | None:
         """Where the value at ``path`` of the config :meth:`user_tree` wrote was set, if known."""
         if len(path) < 2 or not isinstance(path[0], str) or not isinstance(path[1], str):
             return None
         key = (path[0], path[1])
-        names = self._names_of(path[0])
         if key in self._origins:
             return self._origins[key]
+        names = self._set_names.get(path[0])
         if self._old is None or path[0] in self._unrecorded or path[1] not in (names or ()):
             return None
         return self._old.where(*key)
@@ -594,8 +309,6 @@ class OverridePatch:
                 exact = exact_table()
                 if path in exact:
                     return exact[path]
-                if isinstance(path[0], str):
-                    self._names_of(path[0])  # an untouched group's factory parameters, into ``known``
                 if path in known:
                     return known[path]
             return locate(problem) or self.where(path)
@@ -604,25 +317,7 @@ class OverridePatch:
 
     def record(self, result: Any) -> None:
         """Mark ``result`` (restructured from the patched tree) with what the user set in each group: what
-        was set before and is still there, and what the overrides set, each where it was set.
-
-        The record is worked out when it is first read (the next overrides of ``result``), from this patch
-        and the record of the config it patched; that one is worked out now if it was left for later, so a
-        chain of overridden configs never holds more than one record not yet made.
-        """
-        old = self._old
-        if old is not None:
-            old.names  # noqa: B018 - reading it makes it
-        self._cfg = None  # the patched config is not needed any more
-        remember_given(result, Given.later(self._made_record, old.locate if old is not None else None))
-
-    def _made_record(
-        self,
-    ) -> "tuple[dict[str, frozenset[str]], dict[tuple[str, str], str | None], frozenset[str]]":
-        """The parts of the record :meth:`record` leaves for later (see :class:`~.recipes.Given`)."""
-        for group in self._untouched:
-            self._names_of(group)
-        tree = self._tree or {}
+        was set before and is still there, and what the overrides set, each where it was set."""
         by_group: dict[str, set[str]] = {}
         exact: dict[tuple[str, str], str] = {}  # the last override of each value
         within: dict[tuple[str, str], str] = {}  # the first override of a value inside each value
@@ -638,17 +333,9 @@ class OverridePatch:
                 within.setdefault(key, o.origin)
         names: dict[str, frozenset[str]] = {}
         unrecorded = set()
-        for group, node in tree.items():
+        for group, node in (self._tree or {}).items():
             before = self._set_names.get(group)
-            if group in self._reused:  # a group the overrides named but did not change (see _reuse)
-                reused = self._reused[group]
-                if reused is not None:
-                    names[group] = reused
-                elif before is None:
-                    unrecorded.add(group)
-                else:
-                    names[group] = before.union(by_group.get(group, ()))
-            elif group in self._reshaped:
+            if group in self._reshaped:
                 names[group] = frozenset(node)
             elif before is None:  # values set in Python (or a group carried over without a record)
                 unrecorded.add(group)
@@ -663,7 +350,8 @@ class OverridePatch:
             if key not in exact and key[1] not in (self._set_names.get(key[0]) or ()):
                 origins[key] = origin
         origins.update(exact)
-        return names, origins, frozenset(unrecorded)
+        locate = old.locate if old is not None else None
+        remember_given(result, Given(names, origins, locate, frozenset(unrecorded)))
 
     def check(self, raw: object) -> None:
         """Check the overrides against a document that did not resolve: their paths and value types only.
@@ -914,80 +602,6 @@ class OverridePatch:
             )
             return
         node[last] = value
-
-
-def _holds(node: Any, path: Path, value: Any) -> bool:
-    """Whether the written group ``node`` already holds ``value`` at ``path`` (a field of the group, a
-    scalar of the same type and equal: ``1`` is not ``True`` nor ``1.0``, which the field may refuse)."""
-    if len(path) != 2 or type(node) is not dict or path[1] == TARGET_KEY:
-        return False
-    return _same_scalar(node.get(path[1], _ABSENT), value)
-
-
-def _same_scalar(old: Any, new: Any) -> bool:
-    """Whether ``new`` is the scalar ``old`` of the same type, equal (NaN never is): ``1`` is not ``True`` nor
-    ``1.0``, which the field may refuse."""
-    return type(old) is type(new) and type(new) in _SCALARS and old == new and new == new
-
-
-_ABSENT = object()
-#: ``Resolved(value)`` as ``_resolved((value,))``, without NamedTuple's Python-level ``__new__`` (the one
-#: pass wraps every group its overrides leave alone, on every call).
-_resolved = functools.partial(tuple.__new__, Resolved)
-_SCALARS = frozenset({type(None), bool, int, float, str})
-
-
-#: The ``_target_`` naming each class of a group's value seen, None for a class that factories make (a
-#: ``ModelSpec``): such a value without a recipe was built by hand (classes live as long as the process;
-#: working it out for each overridden group was 2% of ten overrides).
-_CLASS_TARGETS: dict[type, str | None] = {}
-
-
-def _copy(value: Any) -> Any:
-    """``copy.copy(value)``. For an instance of a class that keeps it all in the instance ``__dict__`` and
-    copies by the default protocol (:func:`_copied_by_its_dict`: a ``ModelSpec``), what that protocol
-    does, a new instance given the same dict entries, without its five Python-level steps."""
-    cls: Any = type(value)
-    if _copied_by_its_dict(cls):
-        new = object.__new__(cls)
-        new.__dict__.update(value.__dict__)
-        return new
-    return copy.copy(value)
-
-
-@functools.cache
-def _copied_by_its_dict(cls: Any) -> bool:
-    """Whether ``copy.copy`` of a ``cls`` instance is ``object.__new__(cls)`` given the instance's
-    ``__dict__``: no ``__copy__``, reduce, state or ``__new__`` of its own, no slots, no ``copyreg`` entry."""
-    return (
-        all(getattr(cls, name, None) is default for name, default in _COPY_PROTOCOL.items())
-        and cls not in copyreg.dispatch_table
-        and all("__slots__" not in vars(k) for k in cls.__mro__[:-1])
-        and cls.__dictoffset__ != 0  # its instances have a __dict__
-    )
-
-
-#: What :func:`copy.copy` asks of a class, and what ``object`` answers (None: it has none).
-_COPY_PROTOCOL: dict[str, object] = {
-    name: getattr(object, name, None)
-    for name in ("__copy__", "__reduce_ex__", "__reduce__", "__getstate__", "__setstate__", "__new__")
-}
-
-
-def _config_target(value: Any) -> str | None:
-    """The ``_target_`` naming a group value's class; None if factories make it (see above)."""
-    cls = type(value)
-    try:
-        return _CLASS_TARGETS[cls]
-    except KeyError:
-        name = _CLASS_TARGETS[cls] = None if carries_recipe(value) else qualified_name(cls)
-        return name
-
-
-def _recipe_names(group: str, recipe: Recipe, origins: dict[tuple[str, str], str | None]) -> frozenset[str]:
-    """What a factory group's recipe says was set (it travels with copies); where, added to ``origins``."""
-    origins.update(((group, n), where) for n, where in recipe.given.items())
-    return frozenset(recipe.given)
 
 
 def _has(node: Any, seg: str | int) -> bool:

@@ -7,13 +7,13 @@ Two facts are kept about a resolved config:
   itself, in an attrs field named :data:`RECIPE_FIELD` that the result's class declares with
   ``init=False, eq=False`` (``ModelSpec.recipe``): it survives ``copy.copy``, ``copy.deepcopy`` and
   ``pickle``, never takes part in equality, and is dropped by ``attrs.evolve`` (whose result the recipe no
-  longer describes). A result whose class declares no such field keeps its recipe by identity, beside it.
+  longer describes). A result whose class declares no such field keeps it in its instance ``__dict__``.
 * Every root config the resolver builds is marked with what the user gave in each group (:class:`Given`):
   the fields present in the document or set by an override, each with where it was set. A ``_target_``
   switch keeps exactly those. A factory's own record (``Recipe.given``) is part of its recipe, so it
-  travels with the value; the root's record is kept by identity beside the root (Config instances are
-  frozen, slotted classes that the components declare), so a copy of the root, or a root built in Python
-  (``attrs.evolve`` included), has none: each of its Config groups then counts as set every field whose
+  travels with the value; the root's record is kept on the root, in its instance ``__dict__`` beside the
+  fields (so copies and pickles keep it), and a root built in Python (``attrs.evolve`` included) has
+  none: each of its Config groups then counts as set every field whose
   value differs from the class default (attrs cannot tell a default from the same value passed
   explicitly), and its factory groups what their recipes say.
 """
@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 
 import attrs
 
-from hyper_parallel.config.identity import IdentityMap
 from hyper_parallel.config.validation import Locate, Problem
 
 __all__ = [
@@ -40,6 +39,7 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+V = TypeVar("V")
 
 #: Name of the attrs field (``init=False, eq=False``) in which a factory's result carries its recipe.
 RECIPE_FIELD = "recipe"
@@ -92,6 +92,16 @@ class Given:
         given._later = make
         return given
 
+    def __getstate__(self) -> "GivenParts":
+        """A copy or a pickle holds what was set, worked out now; the locator (a closure over the source
+        map of a resolve) stays behind, so a value known only to it has no location there."""
+        return (self.names, self.origins, self.unrecorded)
+
+    def __setstate__(self, state: "GivenParts") -> None:
+        self._names, self._origins, self._unrecorded = state
+        self._later = None
+        self.locate = None
+
     def _made(self) -> None:
         make = self._later
         if make is not None:
@@ -134,8 +144,10 @@ class Given:
 GivenParts = tuple[Mapping[str, frozenset[str]], Mapping[tuple[str, str], str | None], frozenset[str]]
 
 
-_RECIPES: IdentityMap[Recipe] = IdentityMap()
-_GIVEN: IdentityMap[Given] = IdentityMap()
+#: Name of the instance attribute holding the record of a resolved root (:class:`Given`), or the recipe of a
+#: factory's result whose class declares no recipe field. Kept in the instance ``__dict__``, beside the
+#: fields: attrs compares, hashes and prints only fields, and ``attrs.evolve`` (a new value) drops it.
+_RECORD = "__hyper_parallel_record__"
 
 
 #: Whether each class seen has a recipe field (classes live as long as the process; there are few).
@@ -151,12 +163,24 @@ def _carries_recipe(cls: type) -> bool:
     return found
 
 
+def _note(obj: object, value: object) -> None:
+    """Keep ``value`` on ``obj`` (a fresh value nobody has seen yet); an object without an instance
+    ``__dict__`` (a slotted class) keeps no record, and is then treated as built in Python."""
+    if hasattr(obj, "__dict__"):
+        object.__setattr__(obj, _RECORD, value)
+
+
+def _noted(obj: object, kind: type[V]) -> V | None:
+    found = getattr(obj, "__dict__", {}).get(_RECORD)
+    return found if isinstance(found, kind) else None
+
+
 def remember(result: object, recipe: Recipe) -> None:
-    """Record that ``recipe`` built ``result``: on the value when its class has a recipe field."""
+    """Record that ``recipe`` built ``result``: in its recipe field when its class has one."""
     if _carries_recipe(type(result)):
         object.__setattr__(result, RECIPE_FIELD, recipe)  # a fresh result: nobody has seen it yet
     else:
-        _RECIPES.set(result, recipe)
+        _note(result, recipe)
 
 
 def recipe_of(obj: object) -> Recipe | None:
@@ -164,7 +188,7 @@ def recipe_of(obj: object) -> Recipe | None:
     if _carries_recipe(type(obj)):
         recipe = getattr(obj, RECIPE_FIELD)
         return recipe if isinstance(recipe, Recipe) else None
-    return _RECIPES.get(obj) if _RECIPES else None
+    return _noted(obj, Recipe)
 
 
 def carries_recipe(obj: object) -> bool:
@@ -173,10 +197,10 @@ def carries_recipe(obj: object) -> bool:
 
 
 def remember_given(root: object, given: Given) -> None:
-    """Record what the user set in the groups of ``root``, a resolved root config."""
-    _GIVEN.set(root, given)
+    """Record on ``root``, a resolved root config, what the user set in its groups."""
+    _note(root, given)
 
 
 def given_of(root: object) -> Given | None:
-    """What the user set in ``root``'s groups, or None when there is no record (built in Python, a copy)."""
-    return _GIVEN.get(root)
+    """What the user set in ``root``'s groups, or None when there is no record (built in Python, evolved)."""
+    return _noted(root, Given)

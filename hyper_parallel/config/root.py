@@ -11,7 +11,6 @@ fields), or the factory and the arguments it was called with.
 """
 
 import functools
-import operator
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -35,7 +34,6 @@ from hyper_parallel.config.targets import (
     TargetError,
     load_target,
     qualified_name,
-    still_reached,
 )
 from hyper_parallel.config.types import (
     attrs_hook,
@@ -91,11 +89,6 @@ class RootFacts(typing.NamedTuple):
     kwargs: Mapping[str, str]
     #: The groups without a default, which every document must give.
     required: tuple[str, ...]
-    #: The Config classes groups were structured as, by group and then ``_target_`` (see
-    #: :func:`structure_root`); filled by the resolves, so each root's facts have their own.
-    routes: "dict[str, dict[str, _Route]]"
-    #: A root's groups, in declaration order, as a tuple (``operator.attrgetter`` of every group).
-    read_groups: Callable[[Any], tuple[Any, ...]]
 
     def allowed(self, extra: tuple[str, ...]) -> tuple[str, ...]:
         """What a ``_target_`` may be under: the root's packages, then ``extra`` (trusted code's)."""
@@ -132,24 +125,11 @@ def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
         names,
         {n: f.alias or n for n, f in fields.items()},
         tuple(n for n, f in fields.items() if f.default is attrs.NOTHING),
-        {n: {} for n in fields},
-        _group_reader(tuple(fields)),
     )
-
-
-def _group_reader(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
-    """A function giving a root's groups ``names`` as a tuple (one C call for all of them)."""
-    if len(names) > 1:
-        return operator.attrgetter(*names)
-    return lambda root: tuple(getattr(root, n) for n in names)
 
 
 _INVALID: Any = object()
 
-#: A group's way straight to its Config class's hook: the class, the allowed prefixes its ``_target_`` was
-#: checked under, the checked target (taken while its name still reaches the class:
-#: :func:`.targets.still_reached`) and the group's keyword in the root's ``__init__``.
-_Route = tuple[type, tuple[str, ...], Any, str]
 _TARGET_ONLY = frozenset({TARGET_KEY})
 
 
@@ -184,33 +164,18 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     call = not problems
     options = current_options()
     allowed = facts.allowed(options.allowed)
-    routes = facts.routes
-    hooks = conv.group_hooks
     kwargs = facts.kwargs
     groups: dict[str, Any] = {}
     # What the document gave in each group, for a later '_target_' switch (see recipes.Given).
-    given: dict[str, frozenset[str]] | None = {} if options.record else None
+    given: dict[str, frozenset[str]] = {}
     for name, node in raw.items():
-        if type(node) is dict:
-            if given is not None:
-                given[name] = frozenset(node)
-            if call:  # every name is a group: the common case, a Config class it was structured as
-                target_name = node.get(TARGET_KEY)
-                route = routes[name].get(target_name) if type(target_name) is str else None
-                if route is not None and route[1] is allowed and still_reached(route[2]):
-                    cls = route[0]
-                    try:
-                        groups[route[3]] = hooks[cls](node, cls)
-                    except Exception as exc:
-                        problems.extend(problems_of(exc, (name,)))
-                    continue
         if name not in types:
             continue
         if isinstance(node, Resolved):
             if _check_resolved(facts, name, node.value, problems):
                 groups[kwargs[name]] = node.value
             continue
-        if given is not None and type(node) is not dict and isinstance(node, Mapping):
+        if isinstance(node, Mapping):
             given[name] = frozenset(node)
         if _check_group_shape(name, node, problems):
             value = _resolve_group(conv, facts, (name,), node, allowed, problems, call)
@@ -222,8 +187,7 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     if problems:
         raise Problems("invalid config", [_in_wrong_group(conv, facts, raw, p) for p in problems])
     root = construct(facts.cls, groups, options.root_checks)
-    if given is not None:
-        remember_given(root, Given(given, None, options.locate))
+    remember_given(root, Given(given, None, options.locate))
     return root
 
 
@@ -371,11 +335,11 @@ def _check_group_shape(name: str, node: object, problems: list[Problem]) -> bool
 
 def group_hook(conv: "ConfigConverter", cls: type) -> Any:
     """The structure hook of root group class ``cls`` (a mapping that also holds its ``_target_``), made
-    once per converter; once the class is compiled, its compiled function stands in its place."""
+    once per converter."""
     hooks = conv.group_hooks
     hook = hooks.get(cls)
     if hook is None:
-        hook = hooks[cls] = attrs_hook(cls, conv, _TARGET_ONLY, lambda fn: hooks.__setitem__(cls, fn))
+        hook = hooks[cls] = attrs_hook(cls, conv, _TARGET_ONLY)
     return hook
 
 
@@ -403,9 +367,6 @@ def _resolve_group(
         problems.extend(check_shape(conv, target.obj, node, path, _TARGET_ONLY))
         return _INVALID
     hook = group_hook(conv, target.obj)
-    hit = conv.checked_targets.get((node[TARGET_KEY], field_type, allowed))
-    if hit is not None and hit[0] is target:  # the next resolve goes straight to the hook
-        facts.routes[path[0]][node[TARGET_KEY]] = (target.obj, allowed, hit, facts.kwargs[path[0]])
     try:
         return hook(node, target.obj)
     except Exception as exc:
@@ -584,8 +545,8 @@ def group_writer(conv: "ConfigConverter", cls: Any) -> Callable[[Any], dict[str,
     writer = writers.get(cls)
     if writer is None:
         target, why = _target_name(cls)
-        if why is None:  # the written function replaces the loop here once it is compiled
-            writer = attrs_unstructure(cls, conv, target, lambda fn: writers.__setitem__(cls, fn))
+        if why is None:
+            writer = attrs_unstructure(cls, conv, target)
         else:
 
             def writer(value: Any) -> dict[str, Any]:

@@ -11,7 +11,6 @@ Invalid` for a value they refuse and cattrs' ``ClassValidationError`` / ``Iterab
 notes naming the attribute, index or key) for containers, so ``cattrs`` users can read them as usual.
 """
 
-import contextlib
 import enum
 import functools
 import math
@@ -28,8 +27,7 @@ from cattrs.dispatch import _DispatchNotFound
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 from cattrs.gen import make_dict_structure_fn
 
-from hyper_parallel.config import codegen
-from hyper_parallel.config.attrs_validators import inline_check, shape_of
+from hyper_parallel.config.attrs_validators import shape_of
 from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.targets import TARGET_KEY
@@ -163,14 +161,6 @@ class Rule:
         """Whether a string can be a value of ``tp`` (then text that parses but does not fit stays text)."""
         return False
 
-    def as_is(self, tp: Any) -> str | None:
-        """A Python condition on ``v`` under which the hook of ``tp`` returns ``v`` itself, or None.
-
-        A generated structure function tests it in place of a call (a sound scalar costs no call); when it
-        is false the hook is called as usual, so the condition only has to be exact where it is true.
-        """
-        return None
-
     def child(self, tp: Any, segment: str | int) -> Any:
         """The annotation one override path segment below ``tp``, or :data:`NO_CHILD`."""
         return NO_CHILD
@@ -254,19 +244,6 @@ class _Scalar(Rule):
 
     def takes_text(self, tp: Any) -> bool:
         return self.cls is str
-
-    def as_is(self, tp: Any) -> str | None:
-        return _SCALAR_AS_IS.get(self.cls)
-
-
-#: What each scalar hook returns unchanged, as a condition on ``v`` (see :meth:`Rule.as_is`).
-_SCALAR_AS_IS: dict[type, str] = {
-    bool: "v is True or v is False",
-    int: f"type(v) is int and {-INT_LIMIT - 1} <= v <= {INT_LIMIT}",
-    float: "type(v) is float and v - v == 0.0",
-    str: "type(v) is str and v.isascii()",
-    type(None): "v is None",
-}
 
 
 def _structure_int(value: Any, _tp: Any) -> Any:
@@ -408,12 +385,6 @@ class _Literal(Rule):
 
     def takes_text(self, tp: Any) -> bool:
         return self.text_as_is(tp)
-
-    def as_is(self, tp: Any) -> str | None:
-        choices = typing.get_args(tp)
-        if not all(type(c) is str for c in choices):
-            return None
-        return f"type(v) is str and v in {tuple(choices)!r}"
 
 
 class _Enum(Rule):
@@ -577,11 +548,6 @@ class _Union(Rule):
 
     def takes_text(self, tp: Any) -> bool:
         return any(rule_for(m).takes_text(m) for m in typing.cast(tuple[Any, ...], union_args(tp)))
-
-    def as_is(self, tp: Any) -> str | None:
-        bare, nullable = strip_optional(tp)
-        inner = rule_for(bare).as_is(bare) if nullable and bare is not tp else None
-        return None if inner is None else f"v is None or ({inner})"
 
     def child(self, tp: Any, segment: str | int) -> Any:
         bare, _ = strip_optional(tp)
@@ -810,30 +776,23 @@ class _Attrs(Rule):
         return list(class_fields(tp))
 
 
-def attrs_hook(
-    cls: type,
-    conv: cattrs.Converter,
-    also: frozenset[str] = frozenset(),
-    installed: Callable[[Hook], object] | None = None,
-) -> Hook:
-    """The structure hook of attrs class ``cls``: a function written out for its fields, and, for a mapping
-    it refuses, cattrs' generated function, whose errors are completed and reported.
+def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozenset()) -> Hook:
+    """The structure hook of attrs class ``cls``: one loop over its fields, and, for a mapping it refuses,
+    cattrs' generated function, whose errors are completed and reported.
 
-    ``also`` names keys the mapping may hold besides the fields (a root group's ``_target_``). The fast
-    path (:func:`_sound_structure`) takes a sound mapping through every field's hook (once the class is
-    used often, a sound scalar through its :meth:`Rule.as_is` test instead), ``cls(**fields)`` (every
-    validator) and the class's ``cross_check``; at the first thing that fails it gives up, and the
-    mapping is structured again the detailed way, which finds and names every problem. So errors read as
-    cattrs' always did, and a valid document pays neither for their bookkeeping nor for generating it
-    (cattrs' function is made the first time a mapping of ``cls`` is refused). Unknown keys are checked
-    here with a subset test on the keys view and reported as cattrs' ``ForbiddenExtraKeysError`` all the
-    same. ``installed`` is called with the compiled function once there is one, for a caller that keeps
-    the hook where it can put that function instead.
+    ``also`` names keys the mapping may hold besides the fields (a root group's ``_target_``). A sound
+    mapping goes through every field's hook, ``cls(**fields)`` (attrs' ``__init__``: every validator) and
+    the class's ``cross_check``; at the first thing that fails, it is structured again the detailed way,
+    which finds and names every problem. So errors read as cattrs' always did, and a valid document pays
+    neither for their bookkeeping nor for generating cattrs' function (made the first time a mapping of
+    ``cls`` is refused: 13% of a cold ``--dry-run``). A key that is no field is reported before ``cls`` is
+    called, with every problem of the known fields found by their own hooks, so no ``__init__`` or
+    ``__attrs_post_init__`` runs on a mapping with an unknown key (RFC 9.2).
     """
     attrs.resolve_types(cls)
     made: list[Hook] = []  # cattrs' function, once made
 
-    def inner(value: Any, _cl: Any) -> Any:
+    def generated(value: Any) -> Any:
         if not made:
             made.append(
                 make_dict_structure_fn(
@@ -842,29 +801,32 @@ def attrs_hook(
             )
         return made[0](value, cls)
 
-    allowed = frozenset(f.name for f in attrs.fields(cls) if f.init) | also
+    init_fields = [f for f in attrs.fields(cls) if f.init]
+    allowed = frozenset(f.name for f in init_fields) | also
     title = cls.__qualname__
-    # The base's cross_check finds nothing: a class that keeps it is not asked (one call less per object).
+    # The base's cross_check finds nothing: a class that keeps it is not asked.
     checked = getattr(cls, "cross_check", ConfigBase.cross_check) is not ConfigBase.cross_check
 
     def structure(value: Any, field_tp: Any) -> Any:
         return conv.get_structure_hook(field_tp)(value, field_tp)
 
-    def _with_unknown_keys(value: Any) -> Exception:
+    def with_unknown_keys(value: Mapping[str, Any]) -> Exception:
         errors: list[Exception] = [ForbiddenExtraKeysError("", cls, {k for k in value if k not in allowed})]
-        try:
-            inner(value, cls)
-        except ClassValidationError as exc:
-            errors.extend(exc.exceptions)
+        for f in init_fields:
+            if f.name in value:
+                try:
+                    structure(value[f.name], f.type)
+                except Exception as exc:
+                    errors.append(at_attribute(exc, cls, f.name, f.type))
         return class_error(cls, value, errors, structure)
 
-    def structure_detailed(value: Any) -> Any:
+    def detailed(value: Any) -> Any:
         if type(value) is not dict and not isinstance(value, Mapping):
             raise Invalid(f"expected a mapping for {title}, got {describe_value(value)}")
         if not value.keys() <= allowed:
-            raise _with_unknown_keys(value)
+            raise with_unknown_keys(value)
         try:
-            obj = inner(value, cls)
+            obj = generated(value)
         except ClassValidationError as exc:
             raise class_error(cls, value, list(exc.exceptions), structure) from None
         if checked:
@@ -873,161 +835,22 @@ def attrs_hook(
                 raise ClassValidationError(f"While checking {title}", found, cls)
         return obj
 
-    return _sound_structure(cls, conv, checked, allowed, structure_detailed, installed)
-
-
-#: What a step of :func:`_sound_structure`'s function gives for a mapping it does not take.
-_REFUSED: Any = object()
-
-
-def _sound_structure(
-    cls: type,
-    conv: cattrs.Converter,
-    checked: bool,
-    allowed: frozenset[str],
-    detailed: Callable[[Any], Any],
-    installed: Callable[[Hook], object] | None = None,
-) -> Hook:
-    """The structure hook of ``cls``: a ``dict`` of known keys goes through every field's hook,
-    ``cls(**fields)`` (every validator) and, if ``checked``, the class's ``cross_check``; any other value,
-    and a mapping at its first problem (a value a hook refuses, a validator, a finding), goes to
-    ``detailed``, which finds and reports every problem.
-
-    The first calls loop over the fields; then a function written out for them (:func:`_written_structure`,
-    compiled by :func:`.codegen.compiled_when_used`) does the same work faster. Both give the same result:
-    the written one only skips the call of a hook for a value the table's :meth:`Rule.as_is` says it
-    returns unchanged."""
-    fields: list[tuple[str, str, Hook, Any, str | None]] = []  # name, keyword, hook, type, as-is test
-    for f in attrs.fields(cls):
-        if not f.init:
-            continue
-        if f.type is None:  # no annotation: cattrs passes the value on; so does the detailed path
-            return lambda value, _tp: detailed(value)
-        hook = conv.get_structure_hook(f.type)
-        test = rule_for(f.type).as_is(f.type) if getattr(hook, "_from_table", False) else None
-        fields.append((f.name, f.alias or f.name, hook, f.type, test))
+    if any(f.type is None for f in init_fields):  # no annotation: cattrs passes the value on
+        return lambda value, _tp: detailed(value)
+    fields = [(f.name, f.alias or f.name, conv.get_structure_hook(f.type), f.type) for f in init_fields]
 
     def structure_attrs(o: Any, _tp: Any = None) -> Any:
         if type(o) is dict and o.keys() <= allowed:
             try:
-                obj = cls(**{key: hook(o[name], tp) for name, key, hook, tp, _ in fields if name in o})
-                if checked and next(iter(obj.cross_check()), _REFUSED) is not _REFUSED:
-                    obj = _REFUSED  # a finding: the detailed path reports it
+                obj = cls(**{key: hook(o[name], tp) for name, key, hook, tp in fields if name in o})
+                sound = not checked or next(iter(obj.cross_check()), None) is None
             except Exception:
-                obj = _REFUSED
-            if obj is not _REFUSED:
+                sound = False
+            if sound:
                 return obj
         return detailed(o)
 
-    def write() -> Hook:
-        return _written_structure(cls, fields, checked, allowed, detailed)
-
-    fn: Hook = codegen.compiled_when_used(structure_attrs, write, installed)
-    return fn
-
-
-def _written_structure(
-    cls: type,
-    fields: list[tuple[str, str, Hook, Any, str | None]],
-    checked: bool,
-    allowed: frozenset[str],
-    detailed: Callable[[Any], Any],
-) -> Hook:
-    """:func:`_sound_structure`'s loop written out for ``cls``'s ``fields``: each field's access spelled out,
-    and a sound scalar tested in place (its :meth:`Rule.as_is` test) instead of a call of its hook.
-
-    For a class whose ``__init__`` only stores its fields (:func:`.attrs_init.plain_init`), the function
-    stores them itself, as that ``__init__`` would, and tests each validator of a known shape in place
-    (:func:`.attrs_validators.inline_check`; any other is called as attrs calls it, after every field is
-    stored): the object is the one ``cls(**fields)`` makes, without the keyword call. Whatever fails (a
-    hook, a test, a missing required field) sends the mapping to ``detailed``, which constructs it by
-    calling ``cls`` and reports attrs' own error."""
-    from hyper_parallel.config.attrs_init import plain_init  # only a class compiled for a warm resolve
-
-    scope: dict[str, Any] = {"cls": cls, "refused": _REFUSED, "allowed": allowed, "detailed": detailed}
-    init = plain_init(cls)
-    lines = [
-        "def structure_attrs(o, _tp=None):",
-        "    if type(o) is dict and o.keys() <= allowed:",
-        "        try:",
-    ]
-    if init is None:
-        lines.append("            kw = {}")
-        for i, (name, key, hook, tp, test) in enumerate(fields):
-            scope[f"h{i}"], scope[f"t{i}"] = hook, tp
-            call = f"h{i}(v, t{i})"
-            read = call if test is None else f"v if {test} else {call}"
-            lines += [
-                f"            if {name!r} in o:",
-                f"                v = o[{name!r}]",
-                f"                kw[{key!r}] = {read}",
-            ]
-        lines.append("            obj = cls(**kw)")
-    else:
-        scope["new"], scope["Refused"] = object.__new__, _Refused
-        lines += ["            obj = new(cls)", "            d = obj.__dict__"]
-        called = []  # validators without an inline test, called once every field is stored
-        for i, ((name, _, hook, tp, test), field) in enumerate(zip(fields, init, strict=True)):
-            scope[f"h{i}"], scope[f"t{i}"] = hook, tp
-            call = f"v = h{i}(v, t{i})"
-            given = [f"v = o[{name!r}]", call if test is None else f"if not ({test}): {call}"]
-            if field.missing == "required":
-                missing = ["raise Refused"]
-            else:
-                scope[f"d{i}"] = field.default
-                missing = [f"v = d{i}()" if field.missing == "factory" else f"v = d{i}"]
-            after = []  # what either branch's value must pass
-            check = inline_check(field.validator, f"c{i}") if field.validator is not None else None
-            if check is not None:
-                scope.update(check[1])
-                test = f"if not ({check[0]}): raise Refused"
-                if field.missing == "value" and _passes(field, field.default):
-                    given.append(test)  # the default passes it once and for all
-                else:
-                    after.append(test)
-            elif field.validator is not None:
-                scope[f"v{i}"], scope[f"a{i}"] = field.validator, field.attribute
-                called.append(f"            v{i}(obj, a{i}, d[{name!r}])")
-            lines.append(f"            if {name!r} in o:")
-            lines += [f"                {line}" for line in given]
-            lines.append("            else:")
-            lines += [f"                {line}" for line in missing]
-            lines += [f"            {line}" for line in after]
-            lines.append(f"            d[{name!r}] = v")
-        lines += called
-    if checked:  # a finding, like any failure, sends the mapping to the detailed path that reports it
-        lines += [
-            "            for _ in obj.cross_check():",
-            "                obj = refused",
-            "                break",
-        ]
-    lines += [
-        "        except Exception:",
-        "            obj = refused",
-        "        if obj is not refused:",
-        "            return obj",
-        "    return detailed(o)",
-    ]
-    label = f"structure {cls.__module__}.{cls.__qualname__}"
-    fn: Hook = codegen.generate(label, "\n".join(lines), scope)
-    return fn
-
-
-def _passes(field: Any, default: object) -> bool:
-    """Whether a field's default (an immutable scalar: one that cannot change after this test) passes the
-    field's validator (one with an inline check, which reads no other field), so the function written for
-    its class need not test it on each call."""
-    if type(default) not in (int, float, str, bool, type(None)):
-        return False
-    try:
-        field.validator(None, field.attribute, default)
-    except Exception:
-        return False
-    return True
-
-
-class _Refused(Exception):
-    """A written structure function's test failed: the mapping goes to the detailed path."""
+    return structure_attrs
 
 
 def _holds_attrs(tp: Any) -> bool:
@@ -1217,51 +1040,6 @@ def _narrow(schema: Schema, json_types: tuple[str, ...] | None, keyword: str, va
             branch[keyword] = [v for v in old if v in value]
 
 
-#: True when ``v`` is a scalar that unstructures to itself (a finite float included).
-_PLAIN = (
-    "v is None or (type(v) is str and v.isascii()) or type(v) is int or type(v) is bool"
-    " or (type(v) is float and v - v == 0.0)"
-)
-
-
-#: The part of :data:`_PLAIN` that a value of each scalar annotation passes, tested first.
-_PLAIN_OF: dict[object, str] = {
-    float: "(type(v) is float and v - v == 0.0) or ",
-    int: "type(v) is int or ",
-    bool: "type(v) is bool or ",
-    str: "(type(v) is str and v.isascii()) or ",
-    type(None): "v is None or ",
-}
-
-
-def _likely_plain(tp: object) -> str | None:
-    """The test a value of annotation ``tp`` most likely passes, to put before :data:`_PLAIN` (``""`` when
-    there is none to add); None for an annotation no plain scalar matches (a container, an attrs class)."""
-    if tp in _PLAIN_OF:
-        return _PLAIN_OF[tp]
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return "".join(dict.fromkeys(_PLAIN_OF.get(type(a), "") for a in typing.get_args(tp)))
-    if origin in (Union, types.UnionType):
-        parts = [_likely_plain(a) for a in typing.get_args(tp)]
-        return "".join(p for p in parts if p)
-    if origin in (tuple, list, dict, set, frozenset) or (isinstance(tp, type) and attrs.has(tp)):
-        return None
-    return ""
-
-
-def _likely_plain_items(tp: object) -> str | None:
-    """For a tuple annotation of scalars (``tuple[float, float]``, ``tuple[str, ...]``), the test its items
-    most likely pass (as :func:`_likely_plain`); None for any other annotation. A tuple unstructures to the
-    list of its items, each unstructured."""
-    if typing.get_origin(tp) is not tuple:
-        return None
-    parts = [_likely_plain(a) for a in typing.get_args(tp) if a is not Ellipsis]
-    if not parts or any(p is None for p in parts):
-        return None
-    return "".join(dict.fromkeys(p for p in parts if p))
-
-
 def _unstructure_any(conv: cattrs.Converter) -> Callable[[Any], Any]:
     """Unstructure by each value's runtime class (a field typed with a base class holds a subclass)."""
     hook = conv.get_unstructure_hook
@@ -1272,54 +1050,25 @@ def _unstructure_any(conv: cattrs.Converter) -> Callable[[Any], Any]:
     return unstructure_value
 
 
-def attrs_unstructure(
-    cls: type,
-    conv: cattrs.Converter,
-    target: str | None = None,
-    installed: Callable[[Callable[[Any], Any]], object] | None = None,
-) -> Callable[[Any], Any]:
-    """The unstructure hook of attrs class ``cls``: a loop over its fields, and once the class is written
-    often (:func:`.codegen.compiled_when_used`, which gives ``installed`` the written function), a function
-    written out for them (a failure is re-run field by field to name the field). With ``target``, the
-    mapping starts with that ``_target_`` (a root group's)."""
-    fields = [f for f in attrs.fields(cls) if f.init]
-    first = "{}" if target is None else f"{{{TARGET_KEY!r}: {target!r}}}"
-    lines = ["def unstructure(o):", "    try:", f"        out = {first}"]
-    for f in fields:
-        lines.append(f"        v = o.{f.name}")
-        likely = _likely_plain(f.type)
-        items = _likely_plain_items(f.type)
-        if items is not None:  # a tuple of scalars: a list of its items, each plain one as it is
-            lines.append(
-                f"        out[{f.name!r}] = [v if {items}{_PLAIN} else item(v) for v in o.{f.name}]"
-                " if type(v) is tuple else item(v)"
-            )
-        elif likely is None:  # a list, a mapping, a Config: never a plain scalar
-            lines.append(f"        out[{f.name!r}] = item(v)")
-        else:  # plain scalars need no call; the field's own type is tested first
-            lines.append(f"        out[{f.name!r}] = v if {likely}{_PLAIN} else item(v)")
-    lines += ["        return out", "    except Exception:", "        return slow(o)"]
+def attrs_unstructure(cls: type, conv: cattrs.Converter, target: str | None = None) -> Callable[[Any], Any]:
+    """The unstructure hook of attrs class ``cls``: each ``init`` field by its value's runtime class (a
+    failure names its field). With ``target``, the mapping starts with that ``_target_`` (a root group's)."""
+    fields = [(f.name, f.type) for f in attrs.fields(cls) if f.init]
     item = _unstructure_any(conv)
 
-    def slow(obj: Any) -> Any:
+    def unstructure(obj: Any) -> Any:
         out: dict[str, Any] = {} if target is None else {TARGET_KEY: target}
         errors = []
-        for f in attrs.fields(cls):
-            if f.init:
-                try:
-                    out[f.name] = item(getattr(obj, f.name))
-                except Exception as exc:
-                    errors.append(at_attribute(exc, cls, f.name, f.type))
+        for name, tp in fields:
+            try:
+                out[name] = item(getattr(obj, name))
+            except Exception as exc:
+                errors.append(at_attribute(exc, cls, name, tp))
         if errors:
             raise ClassValidationError(f"While unstructuring {cls.__qualname__}", errors, cls)
         return out
 
-    def write() -> Callable[[Any], Any]:
-        label = f"unstructure {cls.__module__}.{cls.__qualname__}"
-        fn: Callable[[Any], Any] = codegen.generate(label, "\n".join(lines), {"item": item, "slow": slow})
-        return fn
-
-    return codegen.compiled_when_used(slow, write, installed)  # the loop (slow) also names a bad field
+    return unstructure
 
 
 def _scalar_rules() -> list[Rule]:
@@ -1417,14 +1166,7 @@ def register_rules(conv: cattrs.Converter) -> None:
 
 
 def _structure_factory(rule: Rule, conv: cattrs.Converter) -> Callable[[Any], Hook]:
-    def make(tp: Any) -> Hook:
-        hook = rule.structure(tp, conv)
-        # The table's own hook (not one registered over it): its rule's ``as_is`` test may stand in for it.
-        with contextlib.suppress(AttributeError, TypeError):
-            hook._from_table = True  # type: ignore[attr-defined]
-        return hook
-
-    return make
+    return lambda tp: rule.structure(tp, conv)
 
 
 def _unstructure_factory(rule: Rule, conv: cattrs.Converter) -> Callable[[Any], Callable[[Any], Any]]:

@@ -11,7 +11,6 @@ from typing import Any, ClassVar
 import attrs
 
 from hyper_parallel._checks import RuleTypeViolation
-from hyper_parallel.config.attrs_validators import fast_validators
 from hyper_parallel.config.base import ConfigBase, config_class
 
 __all__ = ["ModelArgs", "ModelSpec"]
@@ -60,7 +59,7 @@ def _is_class(instance: object, attribute: "attrs.Attribute[Any]", value: object
         raise RuleTypeViolation(attribute.name, "must be a class", value)
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@attrs.frozen(kw_only=True, slots=False)
 class ModelSpec:
     """A model chosen by name and flavor, with its arguments and runtime hooks (not yet called)."""
 

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import pytest
 
-from hyper_parallel.config import codegen, converter, resolve_root
+from hyper_parallel.config import converter, resolve_root
 from hyper_parallel.config import types as type_rules
 from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.config.recipes import recipe_of
@@ -100,41 +100,7 @@ def test_second_resolve_reuses_compiled_hooks(raw: Any, monkeypatch: pytest.Monk
     assert converter.get_structure_hook(TrainerConfig) is root_hook
 
 
-@pytest.fixture
-def compiled(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The label of every function the config layer compiles from now on."""
-
-    labels: list[str] = []
-    real = codegen.generate
-
-    def counting(label: str, source: str, scope: dict[str, Any]) -> Any:
-        labels.append(label)
-        return real(label, source, scope)
-
-    monkeypatch.setattr(codegen, "generate", counting)
-    return labels
-
-
-def test_a_class_is_compiled_only_once_it_is_structured_more_than_twice(compiled: list[str]) -> None:
-    # A cold --dry-run structures each class once: it must not pay for compiling its function.
-    from hyper_parallel.components.optimizer import AdamW
-    from hyper_parallel.config.conversion import ConfigConverter
-
-    hook = ConfigConverter().get_structure_hook(AdamW.Config)
-    given = {"lr": 0.001, "betas": [0.8, 0.9], "implementation": "foreach"}
-    want = AdamW.Config(lr=0.001, betas=(0.8, 0.9), implementation="foreach")
-    results = []
-    for _ in range(codegen.COMPILE_AFTER):
-        results.append(hook(given, AdamW.Config))
-    assert compiled == []
-    results.append(hook(given, AdamW.Config))
-    results.append(hook(given, AdamW.Config))
-    assert compiled == ["structure hyper_parallel.components.optimizer.AdamW.Config"]
-    assert results == [want] * len(results)
-    assert all(type(r.betas) is tuple for r in results)
-
-
-@pytest.mark.parametrize("calls", [1, codegen.COMPILE_AFTER + 2])
+@pytest.mark.parametrize("calls", [1, 4])
 @pytest.mark.parametrize(
     ("given", "message"),
     [
@@ -143,7 +109,7 @@ def test_a_class_is_compiled_only_once_it_is_structured_more_than_twice(compiled
         ({"eps": 1e-8, "nesterov": True}, "nesterov: unknown field 'nesterov' for AdamW.Config"),
     ],
 )
-def test_a_refused_mapping_reads_the_same_before_and_after_its_class_is_compiled(
+def test_a_refused_mapping_reads_the_same_however_often_its_class_was_structured(
     calls: int, given: dict[str, Any], message: str
 ) -> None:
     from hyper_parallel.components.optimizer import AdamW
@@ -180,17 +146,13 @@ def test_a_target_re_bound_after_a_resolve_is_checked_and_built_again(
     assert type(resolve_root(raw).optimizer) is optimizer.AdamW.Config
 
 
-def test_a_class_is_written_by_a_loop_until_it_is_written_more_than_twice(compiled: list[str]) -> None:
-    # --dry-run's summary writes each group once: no compiled writer for it.
+def test_a_class_is_written_field_by_field_by_its_runtime_class() -> None:
     from hyper_parallel.components.dataloader import DatasetConfig
     from hyper_parallel.config.conversion import ConfigConverter
 
     conv = ConfigConverter()
     value = DatasetConfig(source="jsonl", paths=("a.jsonl", "ünï.jsonl"), seed=3)
-    written = [conv.unstructure(value) for _ in range(codegen.COMPILE_AFTER)]
-    assert compiled == []
-    written += [conv.unstructure(value) for _ in range(2)]
-    assert compiled == ["unstructure hyper_parallel.components.dataloader.DatasetConfig"]
+    written = [conv.unstructure(value) for _ in range(3)]
     want = {f.name: getattr(value, f.name) for f in attrs.fields(DatasetConfig)}
     want["paths"] = ["a.jsonl", "ünï.jsonl"]
     assert written == [want] * len(written)

@@ -238,36 +238,6 @@ def test_every_field_kind_is_set_from_command_line_text_and_survives_a_dump(
     assert _reload(dump_yaml(CONV.unstructure(patched))) == patched
 
 
-def _patched_by(root: KindsRoot, overrides: dict[str, str], one_pass: bool) -> tuple[Any, ...]:
-    """Overrides patched into a resolved root by the one pass over fields, or by the general steps."""
-    parsed = [Override(k, parse_path(k), v, f"--{k}") for k, v in overrides.items()]  # type: ignore[arg-type]
-    patch = OverridePatch(CONV, CONV.root_facts(KindsRoot), parsed, allowed_prefixes(ALLOWED))
-    if not one_pass:
-        patch._fields = None  # what marks overrides the one pass may take
-    with resolve_options(allowed_targets=ALLOWED):
-        tree = patch.user_tree(root)
-        patch.patch(tree)
-        result = CONV.structure(tree, KindsRoot)
-    return patch._patched, patch.problems, tree, result, result.kinds is root.kinds
-
-
-@settings(max_examples=40, deadline=None)
-@given(_KINDS, _KINDS)
-def test_every_field_kind_is_read_alike_by_the_one_pass_and_the_general_steps(
-    before: Kinds.Config, after: Kinds.Config
-) -> None:
-    loaded = _reload(dump_yaml(CONV.unstructure(KindsRoot(before))))
-    fields = {k: v for k, v in _as_text(after).items() if k.count(".") == 1}  # a field of the group each
-    scalars = ("kinds.color", "kinds.level", "kinds.path", "kinds.maybe_path", "kinds.mode")
-    held = {k: v for k, v in _as_text(before).items() if k in scalars}
-    for overrides in (fields, held):  # new values, and values it holds
-        general = _patched_by(loaded, overrides, False)  # also looks each field up, for the one pass
-        one_pass = _patched_by(loaded, overrides, True)
-        assert (one_pass[0], general[0]) == (True, False)
-        assert one_pass[1:] == general[1:]
-    assert one_pass[4]  # every value it holds (an enum member, a path): the group is taken as it is
-
-
 def attrs_evolve(cfg: Kinds.Config, **changes: Any) -> Kinds.Config:
     import attrs
 

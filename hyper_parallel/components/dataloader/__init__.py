@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
-from hyper_parallel.config.attrs_validators import fast_validators
 from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
@@ -29,7 +28,7 @@ _FILE_SOURCES = ("jsonl", "text", "tokenized")
 _GENERATED_SOURCES = ("synthetic", "shapes")
 
 
-@attrs.frozen(kw_only=True, slots=False, field_transformer=fast_validators)
+@attrs.frozen(kw_only=True, slots=False)
 class DatasetConfig:
     """A nested ``dataset`` section: which text to read and how to turn it into training samples."""
 
