@@ -257,6 +257,36 @@ def test_unknown_root_field_calls_no_target_but_checks_every_group_by_names_and_
     assert sorted(fake.CALLS) == ["RecordingOptimizerConfig", "recording_model_spec"]
 
 
+def test_an_unknown_key_of_a_config_group_is_reported_before_its_class_is_called() -> None:
+    raw = {
+        "model": {"_target_": "tests.support.fake_targets.recording_model_spec"},
+        "optimizer": {
+            "_target_": "tests.support.fake_targets.RecordingOptimizerConfig",
+            "lrr": 0.1,
+            "lr": -1,
+        },
+        "training": {"_target_": TRAINING, "seq_len": -4},
+    }
+    assert issues(raw, TESTS) == [
+        ("optimizer.lr", "must be > 0.0, got -1.0"),
+        ("optimizer.lrr", "unknown field 'lrr' for RecordingOptimizerConfig; did you mean 'lr'?"),
+        ("training.seq_len", "must be > 0, got -4"),
+    ]
+    assert fake.CALLS == ["recording_model_spec"]  # the factory ran; the Config class was never constructed
+
+
+def test_a_config_class_may_use_attrs_converters_and_post_init() -> None:
+    raw = {
+        "model": model(),
+        "optimizer": {"_target_": "tests.support.fake_targets.PercentOptimizerConfig", "lr": 5},
+    }
+    cfg = resolve_root(raw, allowed_targets=TESTS)
+    assert (type(cfg.optimizer).__name__, cfg.optimizer.lr) == ("PercentOptimizerConfig", 0.05)
+    raw["optimizer"] = {"_target_": "tests.support.fake_targets.RecordingOptimizerConfig", "lr": 0.5}
+    assert resolve_root(raw, allowed_targets=TESTS).optimizer.lr == 0.5
+    assert fake.CALLS == ["RecordingOptimizerConfig"]
+
+
 def test_every_unknown_root_field_is_reported() -> None:
     raw = doc(trainig={"_target_": TRAINING}, foo={}, _target_="x.y")
     assert issues(raw) == [

@@ -72,3 +72,14 @@ class AbstractOptimizerConfig(Optimizer.Config, abc.ABC):
     @abc.abstractmethod
     def schedule_name(self) -> str:
         """Implemented by subclasses."""
+
+
+def _percent(value: float) -> float:
+    return value / 100
+
+
+@attrs.frozen(kw_only=True)
+class PercentOptimizerConfig(Optimizer.Config):
+    """An optimizer Config whose ``lr`` is given in percent and stored as a fraction (an attrs converter)."""
+
+    lr: float = attrs.field(default=1.0, converter=_percent, metadata={"help": "learning rate, in percent"})
