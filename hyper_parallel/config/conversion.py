@@ -18,7 +18,6 @@ import cattrs
 from hyper_parallel.config.errors import ConfigError
 from hyper_parallel.config.options import current_options
 from hyper_parallel.config.root import RootFacts, root_facts, structure_root, unstructure_root
-from hyper_parallel.config.targets import CheckedTargets
 from hyper_parallel.config.types import register_rules
 from hyper_parallel.config.validation import problems_of, to_config_error
 
@@ -37,11 +36,6 @@ class ConfigConverter(cattrs.Converter):
         self.group_hooks: dict[type, Any] = {}
         #: Unstructure functions of root groups' Config classes, which write the ``_target_`` first.
         self.group_writers: dict[type, Any] = {}
-        #: Targets checked by this converter's resolves (see :func:`.targets.load_target`).
-        self.checked_targets: CheckedTargets = {}
-        #: What calling each factory takes, by factory: its parameters' hooks and defaults, the function
-        #: to call (``root._FactoryCall``).
-        self.factory_calls: dict[object, Any] = {}
         #: Per-converter caches of the overrides machinery: (target, path) -> (type, text reader).
         self.override_fields: dict[tuple[object, tuple[str | int, ...]], tuple[Any, Any]] = {}
         register_rules(self)

@@ -375,7 +375,6 @@ class OverridePatch:
                     name,
                     self.facts.types[group],
                     self.allowed,
-                    self.conv.checked_targets,
                     packages=self.facts.packages,
                 )
             except TargetError as exc:
@@ -415,7 +414,6 @@ class OverridePatch:
                 tree[group].get(TARGET_KEY),
                 self.facts.types[group],
                 self.allowed,
-                self.conv.checked_targets,
                 packages=self.facts.packages,
             )
         except TargetError as exc:
@@ -540,7 +538,6 @@ class OverridePatch:
                 o.value,
                 self.facts.types[group],
                 self.allowed,
-                self.conv.checked_targets,
                 packages=self.facts.packages,
             )
         except TargetError as exc:

@@ -297,7 +297,7 @@ def field_owners(
         else:
             target_name = facts.default_targets.get(group)
         try:
-            target = load_target(target_name, tp, allowed, conv.checked_targets, packages=facts.packages)
+            target = load_target(target_name, tp, allowed, packages=facts.packages)
         except TargetError:
             continue
         if name in (target.params if target.is_factory else class_fields(target.obj)):
@@ -354,9 +354,7 @@ def _resolve_group(
 ) -> Any:
     field_type = facts.types[path[0]]
     try:
-        target = load_target(
-            node[TARGET_KEY], field_type, allowed, conv.checked_targets, packages=facts.packages
-        )
+        target = load_target(node[TARGET_KEY], field_type, allowed, packages=facts.packages)
     except TargetError as exc:
         problems.append(Problem((*path, TARGET_KEY), str(exc)))
         return _INVALID
@@ -400,14 +398,6 @@ def _call_factory(
             )
     for name in sorted(target.required - args.keys()):
         problems.append(Problem((*path, name), f"missing required parameter {name!r} of {short}()", "parent"))
-    calling = conv.factory_calls.get(target.obj)
-    if calling is None:  # found once per factory (an annotation is hashed on every hook lookup)
-        calling = conv.factory_calls[target.obj] = _FactoryCall(
-            {n: conv.get_structure_hook(tp) for n, tp in params.items()},
-            {n: target.defaults.get(n) for n in params},
-            undecorated(target.obj),
-        )
-    hooks = calling.hooks
     kwargs = {}
     for name, value in args.items():
         if name in params:
@@ -416,13 +406,13 @@ def _call_factory(
                 problems.extend(check_shape(conv, tp, value, (*path, name)))
                 continue
             try:
-                kwargs[name] = hooks[name](value, tp)
+                kwargs[name] = conv.get_structure_hook(tp)(value, tp)
             except Exception as exc:
                 problems.extend(problems_of(exc, (*path, name)))
     if len(problems) > before or not call:
         return _INVALID
     try:
-        result = calling.function(**kwargs)  # the call is recorded below, with its locations
+        result = undecorated(target.obj)(**kwargs)  # the call is recorded below, with its locations
     except Problems as exc:  # the factory's own checks, each at its own argument
         problems.extend(problems_of(exc, path))
         return _INVALID
@@ -440,7 +430,7 @@ def _call_factory(
     if len(problems) > before:
         return _INVALID
     # Every parameter explicit, in signature order, so a dump shows what the factory really received.
-    explicit = dict(calling.defaults)
+    explicit = {n: target.defaults.get(n) for n in params}
     explicit.update(kwargs)  # every key given is a parameter (else refused above): the order stays
     locate = current_options().locate
     if locate is None:
@@ -449,17 +439,6 @@ def _call_factory(
         given = {n: locate(Problem((*path, n), "", "key")) for n in kwargs}
     remember(result, Recipe(target.name, explicit, target.obj, given))
     return result
-
-
-class _FactoryCall(typing.NamedTuple):
-    """What calling a factory takes, found once per converter and factory."""
-
-    #: Each parameter's structure hook.
-    hooks: dict[str, Any]
-    #: Every parameter in signature order, with its default (None for a required one, always given).
-    defaults: dict[str, object]
-    #: The function the resolver calls (:func:`.factory_calls.undecorated`: it records the call itself).
-    function: Callable[..., Any]
 
 
 def made_from_hint(result_type: Any, name: str, path: Path, inner: str | None) -> str:

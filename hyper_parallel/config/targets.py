@@ -34,7 +34,6 @@ __all__ = [
     "ABSTRACT_MARKER",
     "ALLOWED_TARGETS_ENV",
     "TARGET_KEY",
-    "CheckedTargets",
     "Target",
     "TargetError",
     "allowed_prefixes",
@@ -45,7 +44,6 @@ __all__ = [
     "is_public",
     "load_target",
     "qualified_name",
-    "still_reached",
     "target_rule",
 ]
 
@@ -194,68 +192,9 @@ def _submodule(name: str, module: types.ModuleType, part: str, allowed: tuple[st
 #: Checked targets by ``(name, field type, allowed prefixes)`` (a converter keeps one). Failures are never
 #: cached, and a hit is used only while the dotted name still reaches the same object through the imported
 #: modules, so a re-bound or re-imported target is checked again. Keeps a warm resolve from re-importing and
-#: re-inspecting every target (``typing.get_type_hints`` and ``inspect.signature`` of each factory).
-CheckedTargets = dict[tuple[str, type, tuple[str, ...]], tuple[Target, "_Anchor"]]
+
+
 _MISSING = object()
-
-
-def load_target(
-    name: object,
-    field_type: type,
-    allowed: tuple[str, ...],
-    checked: CheckedTargets | None = None,
-    *,
-    packages: tuple[str, ...] = (),
-) -> Target:
-    """Check, import and classify ``name`` for a root field of type ``field_type``; nothing is called.
-
-    ``allowed`` are the packages a target may be in (the root's config packages, then what trusted code
-    allows); ``packages`` are the root's own, walked to list the choices when ``name`` is a base. Raises
-    :class:`TargetError` with a user-facing message for anything that is not an allowed Config class
-    deriving from ``field_type`` or an allowed, fully annotated factory declared to return one; a name
-    outside the rule (:func:`target_rule`) is refused before anything is imported. With ``checked``, a
-    target checked before with the same field type and allowed prefixes is taken from there while the name
-    still reaches the same object.
-    """
-    if not isinstance(name, str) or checked is None:
-        return _load_target(name, field_type, allowed, packages)
-    key = (name, field_type, allowed)
-    hit = checked.get(key)
-    if hit is not None and still_reached(hit):
-        return hit[0]
-    target = _load_target(name, field_type, allowed, packages)
-    checked[key] = (target, _anchor(name.split(".")))
-    return target
-
-
-#: Where a checked target hangs: the deepest imported module on its dotted name, that module, the name
-#: in the module's dict, and the attributes below that (``AdamW.Config``: ``"AdamW"``, ``("Config",)``).
-_Anchor = tuple[str, object, str, tuple[str, ...]]
-
-
-def still_reached(hit: tuple[Target, _Anchor]) -> bool:
-    """Whether a target checked before (an entry of :data:`CheckedTargets`) is still what its dotted name
-    reaches through the imported modules (not re-bound, its module not re-imported)."""
-    target, (module_name, module, first, below) = hit
-    if _MODULES.get(module_name) is not module:
-        return False
-    # The module's own dict (no module __getattr__ is run), then the class's Config if named.
-    obj: object = module.__dict__.get(first, _MISSING)
-    for part in below:
-        obj = getattr(obj, part, _MISSING)
-    return obj is target[1]  # target.obj (a field by its index: this runs for every group of a resolve)
-
-
-_MODULES = sys.modules
-
-
-def _anchor(parts: list[str]) -> _Anchor:
-    for end in range(len(parts) - 1, 0, -1):
-        name = ".".join(parts[:end])
-        module = sys.modules.get(name)
-        if module is not None:
-            return name, module, parts[end], tuple(parts[end + 1 :])
-    return "", _MISSING, "", ()
 
 
 def check_target_name(name: str, allowed: tuple[str, ...], packages: tuple[str, ...] = ()) -> None:
@@ -289,9 +228,17 @@ def check_target_name(name: str, allowed: tuple[str, ...], packages: tuple[str, 
     )
 
 
-def _load_target(
-    name: object, field_type: type, allowed: tuple[str, ...], packages: tuple[str, ...]
+def load_target(
+    name: object, field_type: type, allowed: tuple[str, ...], *, packages: tuple[str, ...] = ()
 ) -> Target:
+    """Check, import and classify ``name`` for a root field of type ``field_type``; nothing is called.
+
+    ``allowed`` are the packages a target may be in (the root's config packages, then what trusted code
+    allows); ``packages`` are the root's own, walked to list the choices when ``name`` is a base. Raises
+    :class:`TargetError` with a user-facing message for anything that is not an allowed Config class
+    deriving from ``field_type`` or an allowed, fully annotated factory declared to return one; a name
+    outside the rule (:func:`target_rule`) is refused before anything is imported.
+    """
     expected = (
         f"expected a Config class deriving from {field_type.__qualname__}, "
         f"or a factory function declared to return one"
