@@ -154,19 +154,6 @@ _Dumper.add_representer(type(None), yaml.SafeDumper.represent_none)
 _Dumper.add_representer(None, _represent_other)  # type: ignore[arg-type]  # None = fallback
 
 
-class _Fallback(Exception):
-    """Raised by the direct writer for what it leaves to PyYAML (and PyYAML's errors)."""
-
-
-#: The text of each scalar and key as PyYAML writes it in block context, by (type, value): PyYAML's
-#: emitter analyses every scalar character by character (80% of a dump), and a config's scalars repeat
-#: from dump to dump. Bounded: cleared when full.
-_SCALARS: dict[tuple[type, object], str] = {}
-_KEYS: dict[str, str] = {}
-_CACHE_SIZE = 4096
-_SCALAR_TYPES = frozenset((str, int, float, bool, type(None)))
-
-
 def _pyyaml(data: object) -> str:
     text: str = yaml.dump(
         data,
@@ -179,77 +166,6 @@ def _pyyaml(data: object) -> str:
     return text
 
 
-def _scalar(value: object) -> str:
-    """``value`` as PyYAML writes it as a block mapping's value (one line: width is unbounded)."""
-    cls = type(value)
-    if cls not in _SCALAR_TYPES:
-        raise _Fallback
-    key = (cls, repr(value) if cls is float else value)  # -0.0 == 0.0, but they are written apart
-    text = _SCALARS.get(key)
-    if text is None:
-        rendered = _pyyaml({"k": value})
-        if not rendered.startswith("k: ") or rendered.count("\n") != 1:
-            raise _Fallback
-        text = rendered[3:-1]
-        if len(_SCALARS) >= _CACHE_SIZE:
-            _SCALARS.clear()
-        _SCALARS[key] = text
-    return text
-
-
-def _key(name: object) -> str:
-    """Mapping key ``name`` as PyYAML writes it."""
-    if type(name) is not str:
-        raise _Fallback
-    text = _KEYS.get(name)
-    if text is None:
-        rendered = _pyyaml({name: 0})
-        if not rendered.endswith(": 0\n") or rendered.count("\n") != 1:
-            raise _Fallback
-        text = rendered[: -len(": 0\n")]
-        if len(_KEYS) >= _CACHE_SIZE:
-            _KEYS.clear()
-        _KEYS[name] = text
-    return text
-
-
-def _write_map(data: dict[Any, Any], indent: str, out: list[str], depth: int) -> None:
-    if depth >= MAX_DEPTH - 1:
-        raise _Fallback  # PyYAML's path says where
-    for name, value in data.items():
-        key = _key(name)
-        cls = type(value)
-        if cls is dict and value:
-            out.append(f"{indent}{key}:\n")
-            _write_map(value, indent + "  ", out, depth + 1)
-        elif cls is list and value:
-            out.append(f"{indent}{key}:\n")
-            _write_items(value, indent + "  ", out, depth + 1)
-        elif cls is dict or cls is list:
-            out.append(f"{indent}{key}: {'{}' if cls is dict else '[]'}\n")
-        else:
-            out.append(f"{indent}{key}: {_scalar(value)}\n")
-
-
-def _write_items(items: list[Any], indent: str, out: list[str], depth: int) -> None:
-    if depth >= MAX_DEPTH - 1:
-        raise _Fallback
-    inner = indent + "  "
-    for value in items:
-        cls = type(value)
-        if (cls is dict or cls is list) and value:
-            start = len(out)
-            if cls is dict:
-                _write_map(value, inner, out, depth + 1)
-            else:
-                _write_items(value, inner, out, depth + 1)
-            out[start] = f"{indent}- {out[start][len(inner) :]}"  # the first line goes beside the dash
-        elif cls is dict or cls is list:
-            out.append(f"{indent}- {'{}' if cls is dict else '[]'}\n")
-        else:
-            out.append(f"{indent}- {_scalar(value)}\n")
-
-
 def dump_yaml(data: object) -> str:
     """YAML text for a tree of dict/list/str/int/float/bool/None that loads back equal.
 
@@ -257,15 +173,5 @@ def dump_yaml(data: object) -> str:
     aside, which is never equal to itself).  Raises ``TypeError`` for any other type and ``ValueError``
     for self-containing or too deeply nested data.
 
-    The block structure is written directly and each scalar as PyYAML writes it (cached), which gives
-    PyYAML's text at a fraction of its cost; anything else (errors included) goes through PyYAML.
     """
-    if type(data) is dict and data:
-        out: list[str] = []
-        try:
-            _write_map(data, "", out, 0)
-        except (_Fallback, RecursionError):
-            pass
-        else:
-            return "".join(out)
     return _pyyaml(data)
