@@ -286,27 +286,19 @@ class OverridePatch:
         """``locate``, falling back to where the config :meth:`user_tree` wrote had each value set (so a
         problem of a value set in a file is located there even when the file is no longer at hand).
 
-        A field's own key (what the resolver asks for each factory parameter given) is looked up in a table
-        of the overrides first, so the cost does not grow with their number; the table is made when first
-        needed (a restructure that calls no factory and finds no problem never asks).
+        A field's own key (what the resolver asks for each factory parameter given) is the override of the
+        field itself, else the first of a value inside it, else where the factory's record says it was set.
         """
-        tables: list[dict[Path, str]] = []
-        known = self._origins  # the factory parameters set before, where they were set (None: not known)
-
-        def exact_table() -> dict[Path, str]:
-            if not tables:
-                exact: dict[Path, str] = {}  # as ``locate`` finds them: the first override of the field
-                for o in reversed(self.overrides):  # itself, else the first of a value inside it
-                    if len(o.path) > 2:
-                        exact[o.path[:2]] = o.origin
-                exact.update((o.path, o.origin) for o in reversed(self.overrides) if len(o.path) == 2)
-                tables.append(exact)
-            return tables[0]
+        exact: dict[Path, str] = {}
+        for o in reversed(self.overrides):
+            if len(o.path) > 2:
+                exact[o.path[:2]] = o.origin
+        exact.update((o.path, o.origin) for o in reversed(self.overrides) if len(o.path) == 2)
+        known = self._origins
 
         def located(problem: Problem) -> str | None:
             path = problem.path
             if problem.anchor == "key" and len(path) == 2:
-                exact = exact_table()
                 if path in exact:
                     return exact[path]
                 if path in known:

@@ -64,11 +64,10 @@ class Given:
 
     ``where(group, name)`` is looked up in ``origins`` first, then asked of ``locate`` (the locator of the
     resolve that made the config, over the source map of its document), so a resolve pays for a location
-    only when a message needs one. A record made by :meth:`later` is worked out when it is first read: a
-    config that is never overridden again never pays for it.
+    only when a message needs one.
     """
 
-    __slots__ = ("_later", "_names", "_origins", "_unrecorded", "locate")
+    __slots__ = ("locate", "names", "origins", "unrecorded")
 
     def __init__(
         self,
@@ -77,66 +76,30 @@ class Given:
         locate: Locate | None = None,
         unrecorded: frozenset[str] = frozenset(),
     ) -> None:
-        self._names = names
-        self._unrecorded = unrecorded
-        self._origins: Mapping[tuple[str, str], str | None] = origins or {}
-        self._later: Callable[[], GivenParts] | None = None
+        #: The fields (or factory parameters) the user set, by group (``_target_`` may be among them); a
+        #: group not named set nothing, unless it is ``unrecorded``.
+        self.names = names
+        #: Known locations, by ``(group, name)``.
+        self.origins: Mapping[tuple[str, str], str | None] = origins or {}
         #: Finds the location of a value not in ``origins``.
         self.locate = locate
-
-    @classmethod
-    def later(cls, make: "Callable[[], GivenParts]", locate: Locate | None = None) -> "Given":
-        """A record whose names, origins and unrecorded groups ``make()`` returns when first read (it must
-        give the same answer whenever it is called: two threads may both call it)."""
-        given = cls({}, None, locate)
-        given._later = make
-        return given
+        #: Groups whose values were set in Python: each value other than its default counts as set.
+        self.unrecorded = unrecorded
 
     def __getstate__(self) -> "GivenParts":
-        """A copy or a pickle holds what was set, worked out now; the locator (a closure over the source
-        map of a resolve) stays behind, so a value known only to it has no location there."""
+        """A pickle holds what was set; the locator (a closure over the source map of a resolve) stays
+        behind, so a value known only to it has no location there."""
         return (self.names, self.origins, self.unrecorded)
 
     def __setstate__(self, state: "GivenParts") -> None:
-        self._names, self._origins, self._unrecorded = state
-        self._later = None
+        self.names, self.origins, self.unrecorded = state
         self.locate = None
-
-    def _made(self) -> None:
-        make = self._later
-        if make is not None:
-            self._names, origins, self._unrecorded = make()
-            self._origins = origins
-            self._later = None
-
-    @property
-    def names(self) -> Mapping[str, frozenset[str]]:
-        """The fields (or factory parameters) the user set, by group (``_target_`` may be among them); a
-        group not named set nothing, unless it is ``unrecorded``."""
-        if self._later is not None:
-            self._made()
-        return self._names
-
-    @property
-    def unrecorded(self) -> frozenset[str]:
-        """Groups whose values were set in Python: each value other than its default counts as set."""
-        if self._later is not None:
-            self._made()
-        return self._unrecorded
-
-    @property
-    def origins(self) -> Mapping[tuple[str, str], str | None]:
-        """Known locations, by ``(group, name)``."""
-        if self._later is not None:
-            self._made()
-        return self._origins
 
     def where(self, group: str, name: str) -> str | None:
         """Where ``group.name`` was set (a file position or an override's origin), or None if not known."""
         key = (group, name)
-        origins = self.origins
-        if key in origins:
-            return origins[key]
+        if key in self.origins:
+            return self.origins[key]
         return self.locate(Problem(key, "", "key")) if self.locate is not None else None
 
 
