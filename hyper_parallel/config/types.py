@@ -479,23 +479,6 @@ class _Union(Rule):
         rest = [(m, conv.get_structure_hook(m)) for m in members if m is not type(None)]
         if len(rest) == 1:
             ((only, hook),) = rest
-            # The most common optional fields take no call when sound.
-            if only is str:
-
-                def structure_optional_str(value: Any, _tp: Any) -> Any:
-                    if value is None or (type(value) is str and value.isascii()):
-                        return value
-                    return hook(value, only)
-
-                return structure_optional_str
-            if only is bool:
-
-                def structure_optional_bool(value: Any, _tp: Any) -> Any:
-                    if value is None or value is True or value is False:
-                        return value
-                    return hook(value, only)
-
-                return structure_optional_bool
 
             def structure_optional(value: Any, _tp: Any) -> Any:
                 return None if value is None else hook(value, only)
@@ -560,17 +543,15 @@ class _Union(Rule):
 
 def _items(value: Any, hook: Hook, item_tp: Any, tp: Any) -> list[Any]:
     """Structure every item of a sequence; one ``IterableValidationError`` naming each bad index."""
-    try:
-        return [hook(v, item_tp) for v in value]
-    except Exception:
-        pass
     out, errors = [], []
     for i, v in enumerate(value):
         try:
             out.append(hook(v, item_tp))
         except Exception as exc:
             errors.append(at_index(exc, i, item_tp))
-    raise IterableValidationError(f"While structuring {tp!r}", errors, tp)
+    if errors:
+        raise IterableValidationError(f"While structuring {tp!r}", errors, tp)
+    return out
 
 
 class _FixedTuple(Rule):
@@ -590,10 +571,6 @@ class _FixedTuple(Rule):
                 raise Invalid(f"expected a list of {size} items, got {describe_value(value)}")
             if len(value) != size:
                 raise Invalid(f"expected a list of {size} items, got {len(value)}")
-            try:  # the common case: every item sound
-                return tuple([h(v, t) for h, t, v in zip(hooks, item_tps, value, strict=True)])
-            except Exception:
-                pass
             out, errors = [], []
             for i, (hook, item_tp, v) in enumerate(zip(hooks, item_tps, value, strict=True)):
                 try:
