@@ -298,6 +298,7 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
         if args.print_config:
             out.write(dump_config(cfg))
     except ConfigError as exc:
+        _warn(exc.warnings, err)
         return _report(exc.issues, err)
     _warn(loaded.warnings, err)
     if args.dry_run:

@@ -69,7 +69,9 @@ class ConfigConverter(cattrs.Converter):
         except ConfigError:
             raise
         except Exception as exc:
-            raise to_config_error(problems_of(exc), current_options().locate) from None
+            unmade: frozenset[str] = getattr(exc, "unmade", frozenset())
+            config = getattr(exc, "config", None)
+            raise to_config_error(problems_of(exc), current_options().locate, config, unmade) from None
 
     def unstructure(self, obj: Any, unstructure_as: Any = None) -> Any:
         """The raw form of ``obj`` (by its runtime class); :class:`ConfigError` for what cannot be written."""

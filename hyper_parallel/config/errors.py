@@ -7,7 +7,7 @@ one error per run.
 
 import functools
 from collections.abc import Iterable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
@@ -20,6 +20,7 @@ __all__ = [
     "ConfigWarning",
     "InputFileError",
     "Issue",
+    "closest",
     "did_you_mean",
     "format_path",
     "override_origin",
@@ -90,14 +91,20 @@ def echo(value: object) -> str:
     return text
 
 
-def did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    """A ``"; did you mean 'x'?"`` suffix naming the closest candidate, or ``""`` when none is close."""
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate closest to ``name``, or None when none is close."""
     if len(name) > 200:
-        return ""
+        return None
     import difflib  # only a user's mistake pays for it
 
     close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """A ``"; did you mean 'x'?"`` suffix naming the closest candidate, or ``""`` when none is close."""
+    close = closest(name, candidates)
+    return f"; did you mean {close!r}?" if close else ""
 
 
 def _clip_end(text: str) -> str:
@@ -187,11 +194,28 @@ class ConfigError(ValueError):
     """
 
     issues: tuple[Issue, ...]
+    #: The warnings found in the same run (a config that fails is not refused for them; they are said too).
+    warnings: tuple[Issue, ...]
+    #: The config of every group that could be made (those refused only by their own checks included) and
+    #: the root's defaults for the ``unmade`` others, or None: the rules that span groups run on it, so
+    #: that what they find in the groups that were made is in the same report as the groups' problems.
+    config: Any
+    #: The root groups ``config`` holds defaults for: what the rules say of them is not reported.
+    unmade: frozenset[str]
 
-    def __init__(self, issues: Iterable[Issue]) -> None:
+    def __init__(
+        self,
+        issues: Iterable[Issue],
+        *,
+        warnings: Iterable[Issue] = (),
+        config: Any = None,
+        unmade: frozenset[str] = frozenset(),
+    ) -> None:
         self.issues = tuple(sorted(issues, key=_position))
         if not self.issues:
             raise ValueError("ConfigError needs at least one issue")
+        self.warnings = tuple(sorted(warnings, key=_position))
+        self.config, self.unmade = config, unmade
         super().__init__(str(self))
 
     def __str__(self) -> str:

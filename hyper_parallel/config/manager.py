@@ -170,26 +170,33 @@ def load_config_report(
     cfg: TrainerConfig | None = None
     # The root's rules run below with the world size and the trainer's, so all of them report in one pass.
     with resolve_options(allowed_targets=allowed_targets, locate=_file_locator(sources), root_checks=False):
+        made: TrainerConfig | None = None  # see ConfigError.config: the rules still run on it
+        unmade: frozenset[str] = frozenset()
         try:
             cfg = converter.structure(raw, TrainerConfig)
         except ConfigError as exc:
             # Report what is wrong with the overrides too, not in a second run.
             found += [*exc.issues, *(_override_issues(raw, parsed, locate) if parsed else ())]
+            if not parsed:  # without the overrides' values, the rules would mislead
+                made, unmade = exc.config, exc.unmade
         if cfg is not None and parsed:
             try:
                 cfg = _apply(cfg, parsed, sources, locate)
             except ConfigError as exc:
                 found += exc.issues
-                cfg = None
+                made, unmade, cfg = exc.config, exc.unmade, None
     warned: list[Issue] = []
-    if cfg is not None:
+    made = cfg if cfg is not None else made
+    if made is not None:
         names = rules.COMMANDS if command_line else rules.TRAINER_CLASSES
-        found += _root_issues(cfg, world_size, trainer, names, locate)
-        warned = _issues(rules.warnings(cfg), locate)
+        known = {(i.path, str(i.message)) for i in found}
+        spanning = _root_issues(made, world_size, trainer, names, locate)
+        found += [i for i in spanning if (i.path, str(i.message)) not in known and not _reads(i, unmade)]
+        warned = [i for i in _issues(rules.warnings(made), locate) if not _reads(i, unmade)]
     if strict:
         found, warned = [*found, *warned], []
     if found:
-        raise ConfigError(_cite_overrides(found, parsed))
+        raise ConfigError(_cite_overrides(found, parsed), warnings=_cite_overrides(warned, parsed))
     assert cfg is not None
     given = {path[:end] for path in sources.paths() for end in range(1, len(path) + 1)}
     given.update(o.path[:end] for o in parsed for end in range(1, len(o.path) + 1))
@@ -269,6 +276,16 @@ def _root_issues(
     pairs += rules.trainer_issues(cfg, trainer, names)
     problems += [Problem(split_path(field), message) for field, message in pairs]
     return list(to_config_error(problems, locate).issues) if problems else []
+
+
+def _reads(issue: Issue, groups: frozenset[str]) -> bool:
+    """Whether ``issue`` is at, or quotes a value of, one of root ``groups``."""
+    paths = (
+        [issue.path, *(q.path for q in issue.message.quotes)]
+        if isinstance(issue.message, Said)
+        else [issue.path]
+    )
+    return any(path.partition(".")[0].partition("[")[0] in groups for path in paths)
 
 
 def _issues(pairs: Iterable[tuple[str, str]], locate: Locate | None) -> list[Issue]:
@@ -393,7 +410,8 @@ def _apply(
             result = converter.structure(tree, TrainerConfig)
     except ConfigError as exc:
         found = [*to_config_error(problems, locate).issues, *exc.issues] if problems else exc.issues
-        raise ConfigError(found) from None
+        config, unmade = (None, frozenset[str]()) if problems else (exc.config, exc.unmade)
+        raise ConfigError(found, config=config, unmade=unmade) from None
     if problems:
         raise to_config_error(problems, locate)
     patch.record(result)

@@ -363,16 +363,17 @@ class OverridePatch:
                 given = isinstance(node, Mapping) and TARGET_KEY in node
                 name = node[TARGET_KEY] if given else self.facts.default_targets.get(group)  # type: ignore[index]
             try:
-                target = load_target(
-                    name,
-                    self.facts.types[group],
-                    self.allowed,
-                    packages=self.facts.packages,
-                )
+                target = self._load(name, group)
             except TargetError as exc:
                 if _is_switch(o):
                     self.problems.append(Problem(o.path, str(exc)))
-                continue  # a bad '_target_' in the document is reported by the resolve itself
+                    continue
+                # A bad '_target_' in the document is reported by the resolve itself; the override is
+                # checked against the target it most likely meant, as the group's values are.
+                try:
+                    target = self._load(exc.suggestion, group)
+                except TargetError:
+                    continue
             if o.delete:
                 if len(o.path) > 1:
                     self._field_type(_group_fields(target), o.path[1:], o.path[:1])
@@ -385,6 +386,9 @@ class OverridePatch:
                     self.problems.extend(problems_of(exc, o.path))
 
     # -- steps ---------------------------------------------------------------------------------------------
+
+    def _load(self, name: object, group: str) -> Target:
+        return load_target(name, self.facts.types[group], self.allowed, packages=self.facts.packages)
 
     def _group_of(self, o: Override) -> str | None:
         """The root group an override names, or None after recording that there is no such group."""
@@ -402,12 +406,7 @@ class OverridePatch:
 
     def _target_of(self, tree: dict[str, Any], group: str) -> Target | None:
         try:
-            return load_target(
-                tree[group].get(TARGET_KEY),
-                self.facts.types[group],
-                self.allowed,
-                packages=self.facts.packages,
-            )
+            return self._load(tree[group].get(TARGET_KEY), group)
         except TargetError as exc:
             self.problems.append(Problem((group, TARGET_KEY), str(exc)))
             return None
@@ -526,12 +525,7 @@ class OverridePatch:
         if group is None:
             return
         try:
-            new = load_target(
-                o.value,
-                self.facts.types[group],
-                self.allowed,
-                packages=self.facts.packages,
-            )
+            new = self._load(o.value, group)
         except TargetError as exc:
             self.problems.append(Problem(o.path, str(exc)))
             return

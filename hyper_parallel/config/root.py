@@ -10,6 +10,7 @@ Unstructuring writes each group's runtime class (never the declared base, which 
 fields), or the factory and the arguments it was called with.
 """
 
+import contextlib
 import functools
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -43,6 +44,7 @@ from hyper_parallel.config.types import (
     describe_value,
 )
 from hyper_parallel.config.validation import (
+    CheckedGroup,
     Invalid,
     Path,
     Problem,
@@ -185,7 +187,13 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
         if name not in raw:
             problems.append(Problem((name,), f"missing required root group {name!r}", "parent"))
     if problems:
-        raise Problems("invalid config", [_in_wrong_group(conv, facts, raw, p) for p in problems])
+        made = None
+        if call:  # the groups that were made (some refused by their own checks), the rest their defaults
+            with contextlib.suppress(Exception):
+                made = facts.cls(**groups)
+        unmade = frozenset(n for n in raw if kwargs[n] not in groups) if made is not None else frozenset()
+        found = [_in_wrong_group(conv, facts, raw, p) for p in problems]
+        raise Problems("invalid config", found, made, unmade)
     root = construct(facts.cls, groups, options.root_checks)
     remember_given(root, Given(given, None, options.locate))
     return root
@@ -357,6 +365,11 @@ def _resolve_group(
         target = load_target(node[TARGET_KEY], field_type, allowed, packages=facts.packages)
     except TargetError as exc:
         problems.append(Problem((*path, TARGET_KEY), str(exc)))
+        if exc.suggestion is not None:  # the values are checked against the target it most likely meant
+            meant = {**node, TARGET_KEY: exc.suggestion}
+            with contextlib.suppress(TargetError):
+                load_target(exc.suggestion, field_type, allowed, packages=facts.packages)
+                _resolve_group(conv, facts, path, meant, allowed, problems, call=False)
         return _INVALID
     if target.is_factory:
         args = {k: v for k, v in node.items() if k != TARGET_KEY}
@@ -369,7 +382,7 @@ def _resolve_group(
         return hook(node, target.obj)
     except Exception as exc:
         problems.extend(problems_of(exc, path))
-        return _INVALID
+        return exc.made if isinstance(exc, CheckedGroup) else _INVALID
 
 
 def _call_factory(

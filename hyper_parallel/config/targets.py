@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from hyper_parallel.config.errors import ConfigError, Issue, did_you_mean, echo
+from hyper_parallel.config.errors import ConfigError, Issue, closest, echo
 
 __all__ = [
     "ABSTRACT_MARKER",
@@ -58,7 +58,12 @@ MAX_TARGET_LENGTH = 256
 
 
 class TargetError(Exception):
-    """A ``_target_`` that cannot be used; the message is for the user."""
+    """A ``_target_`` that cannot be used; the message is for the user, ``suggestion`` the target it most
+    likely meant (a misspelled name's closest), so the group's values can still be checked against it."""
+
+    def __init__(self, message: str, suggestion: str | None = None) -> None:
+        super().__init__(message)
+        self.suggestion = suggestion
 
 
 class Target(typing.NamedTuple):
@@ -156,7 +161,7 @@ def _import(name: str, allowed: tuple[str, ...]) -> object:
     except Exception as exc:
         raise TargetError(f"importing {parts[0]!r} failed: {type(exc).__name__}: {exc}") from None
     done = parts[0]
-    for part in parts[1:]:
+    for i, part in enumerate(parts[1:], start=1):
         here = f"{done}.{part}"
         if inspect.ismodule(obj):
             found = vars(obj).get(part, _MISSING)
@@ -165,9 +170,17 @@ def _import(name: str, allowed: tuple[str, ...]) -> object:
             obj = getattr(obj, part)
         else:
             public = [n for n in dir(obj) if not n.startswith("_")]
-            raise TargetError(f"{done!r} has no attribute {part!r}{did_you_mean(part, public)}")
+            raise _no_attribute(f"{done!r}", parts, i, public)
         done = here
     return obj
+
+
+def _no_attribute(owner: str, parts: list[str], i: int, public: list[str]) -> TargetError:
+    """``owner`` has no attribute ``parts[i]``: the error, with the dotted name the closest one makes."""
+    close = closest(parts[i], public)
+    hint = f"; did you mean {close!r}?" if close else ""
+    guess = ".".join([*parts[:i], close, *parts[i + 1 :]]) if close else None
+    return TargetError(f"{owner} has no attribute {parts[i]!r}{hint}", guess)
 
 
 def _submodule(name: str, module: types.ModuleType, part: str, allowed: tuple[str, ...]) -> object:
@@ -186,7 +199,8 @@ def _submodule(name: str, module: types.ModuleType, part: str, allowed: tuple[st
             f"used): {target_rule(allowed)}"
         )
     public = [n for n in vars(module) if not n.startswith("_")]
-    raise TargetError(f"module {module.__name__!r} has no attribute {part!r}{did_you_mean(part, public)}")
+    depth = module.__name__.count(".") + 1  # where ``part`` stands in ``name``
+    raise _no_attribute(f"module {module.__name__!r}", name.split("."), depth, public)
 
 
 #: Checked targets by ``(name, field type, allowed prefixes)`` (a converter keeps one). Failures are never
@@ -264,7 +278,9 @@ def load_target(
     nested = getattr(obj, "Config", None) if isinstance(obj, type) else None
     if isinstance(nested, type) and attrs.has(nested) and issubclass(nested, field_type):
         # ``...AdamW`` for ``...AdamW.Config``: the component class, not the Config that builds it.
-        raise TargetError(f"{echo(name)} is {_kind_of(obj)}; did you mean {name + '.Config'!r}?")
+        raise TargetError(
+            f"{echo(name)} is {_kind_of(obj)}; did you mean {name + '.Config'!r}?", name + ".Config"
+        )
     if isinstance(obj, type) and issubclass(obj, field_type):
         raise TargetError(f"{echo(name)} is {_kind_of(obj)}, which is not an attrs Config class; {expected}")
     raise TargetError(f"{echo(name)} is {_kind_of(obj)}; {expected}")

@@ -32,6 +32,7 @@ from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.targets import TARGET_KEY
 from hyper_parallel.config.validation import (
+    CheckedGroup,
     Invalid,
     Path,
     Problem,
@@ -809,7 +810,9 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
         if checked:
             found = cross_check_errors(obj)
             if found:
-                raise ClassValidationError(f"While checking {title}", found, cls)
+                refused = CheckedGroup(f"While checking {title}", found, cls)
+                refused.made = obj
+                raise refused
         return obj
 
     if any(f.type is None for f in init_fields):  # no annotation: cattrs passes the value on

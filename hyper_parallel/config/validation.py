@@ -42,6 +42,7 @@ from hyper_parallel.config.errors import (
 from hyper_parallel.config.targets import TARGET_KEY
 
 __all__ = [
+    "CheckedGroup",
     "Invalid",
     "Locate",
     "Path",
@@ -91,10 +92,18 @@ class Invalid(ValueError):
 
 
 class Problems(ValueError):
-    """Several problems at once, with paths relative to where it is raised (a factory's own checks)."""
+    """Several problems at once, with paths relative to where it is raised (a factory's own checks);
+    ``config`` and ``unmade`` as :class:`.ConfigError` has them."""
 
-    def __init__(self, summary: str, problems: Iterable[Problem]) -> None:
+    def __init__(
+        self,
+        summary: str,
+        problems: Iterable[Problem],
+        config: Any = None,
+        unmade: frozenset[str] = frozenset(),
+    ) -> None:
         self.problems = tuple(problems)
+        self.config, self.unmade = config, unmade
         detail = "; ".join(f"{format_path(p.path)}: {p.message}" for p in self.problems)
         super().__init__(f"{summary}: {detail}")
 
@@ -175,7 +184,19 @@ def nested_target(path: Path) -> Problem:
     )
 
 
-def to_config_error(problems: Iterable[Problem], locate: Locate | None) -> ConfigError:
+class CheckedGroup(ClassValidationError):
+    """A Config its own ``cross_check`` refused: it was made all the same (``made``), so the rules that span
+    groups can still run on it in the same report."""
+
+    made: Any = None
+
+
+def to_config_error(
+    problems: Iterable[Problem],
+    locate: Locate | None,
+    config: Any = None,
+    unmade: frozenset[str] = frozenset(),
+) -> ConfigError:
     """Turn problems into one :class:`ConfigError`, each issue located by ``locate``."""
     seen: dict[tuple[Path, str], Issue] = {}
     for p in problems:
@@ -183,7 +204,7 @@ def to_config_error(problems: Iterable[Problem], locate: Locate | None) -> Confi
             (p.path, p.message),
             Issue(format_path(p.path), p.message, locate(p) if locate else None, parts=p.path),
         )
-    return ConfigError(seen.values())
+    return ConfigError(seen.values(), config=config, unmade=unmade)
 
 
 def validator_message(
