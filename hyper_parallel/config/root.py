@@ -423,6 +423,14 @@ def _call_factory(
             except Exception as exc:
                 problems.extend(problems_of(exc, (*path, name)))
     if len(problems) > before or not call:
+        check = getattr(target.obj, "check_arguments", None)  # what it can check without being called
+        if call and callable(check):
+            try:
+                check(**kwargs)
+            except Problems as exc:
+                problems.extend(problems_of(exc, path))
+            except Exception:
+                pass
         return _INVALID
     try:
         result = undecorated(target.obj)(**kwargs)  # the call is recorded below, with its locations

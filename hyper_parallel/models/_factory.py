@@ -17,7 +17,15 @@ import attrs
 
 from hyper_parallel.models.spec import ModelArgs, ModelSpec
 
-__all__ = ["OverrideValue", "create_spec", "lookup_flavor", "override_args", "require_torch", "suggest"]
+__all__ = [
+    "OverrideValue",
+    "create_spec",
+    "lookup_flavor",
+    "override_args",
+    "overrides_check",
+    "require_torch",
+    "suggest",
+]
 
 #: Values ``overrides`` may carry: model arguments are scalars (nested sections via dotted keys).
 OverrideValue = int | float | bool | str | None
@@ -98,6 +106,27 @@ def override_args(args: A, overrides: Mapping[str, OverrideValue] | None, what: 
     if problems:
         raise Problems(f"invalid model arguments for {what}", problems)
     return result
+
+
+def overrides_check(table: Mapping[str, ModelArgs]) -> Callable[..., None]:
+    """What a factory of ``table``'s flavors can check of its arguments without being called: each override's
+    key and value against the flavor's arguments (the first flavor's when the flavor is not known). The
+    resolver asks it when another argument keeps the factory from being called, so that a file's mistakes
+    are all in one report; the checks of the whole result wait for the call."""
+
+    def check_arguments(
+        flavor: str | None = None, overrides: Mapping[str, OverrideValue] | None = None, **_: object
+    ) -> None:
+        from hyper_parallel.config.validation import Problem, Problems
+
+        base = table.get(flavor) if flavor is not None else None
+        args = base if base is not None else next(iter(table.values()))
+        found = [_override_one(args, str(key), value) for key, value in (overrides or {}).items()]
+        problems = [p for p in found if isinstance(p, Problem)]
+        if problems:
+            raise Problems("invalid model arguments", problems)
+
+    return check_arguments
 
 
 def _override_one(args: A, key: str, value: object) -> "A | Any":

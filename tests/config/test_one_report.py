@@ -27,23 +27,29 @@ def run(path: Path, *flags: str) -> tuple[int, list[str]]:
 
 def test_values_under_a_wrong_target_and_flags_are_in_the_first_report(tmp_path: Path) -> None:
     path = tmp_path / "run.yaml"
+    model = "model:\n  _target_: hyper_parallel.models.llama3.create_model_spec\n  flavour: debugmodel\n"
     path.write_text(
-        MODEL
+        model
+        + "  overrides:\n    vocab_size: '512'\n"
+        + "tokenizer:\n  _target_: hyper_parallel.components.tokenizer.ByteTokenizer.Config\n"
         + "training:\n  _target_: hyper_parallel.trainer.config.TraningConfig\n  max_steps: 100.0\n"
         + "optimizer:\n  _target_: hyper_parallel.components.optimizer.AdamW\n  lrr: 0.1\n"
     )
     code, lines = run(path, "--training.seq_len", "x", "--optimizr.lr", "3")
     assert code == 2
     assert lines == [
-        f"{path}:7:13: training._target_: module 'hyper_parallel.trainer.config' has no attribute "
+        f"{path}:3:3: model.flavour: unknown parameter 'flavour' of create_model_spec(); "
+        "did you mean 'flavor'?",
+        f"{path}:5:17: model.overrides.vocab_size: expected an integer, got the string '512'",
+        f"{path}:9:13: training._target_: module 'hyper_parallel.trainer.config' has no attribute "
         "'TraningConfig'; did you mean 'TrainingConfig'?",
-        f"{path}:8:14: training.max_steps: expected an integer, got the number 100.0",
-        f"{path}:10:13: optimizer._target_: 'hyper_parallel.components.optimizer.AdamW' is the class AdamW; "
+        f"{path}:10:14: training.max_steps: expected an integer, got the number 100.0",
+        f"{path}:12:13: optimizer._target_: 'hyper_parallel.components.optimizer.AdamW' is the class AdamW; "
         "did you mean 'hyper_parallel.components.optimizer.AdamW.Config'?",
-        f"{path}:11:3: optimizer.lrr: unknown field 'lrr' for AdamW.Config; did you mean 'lr'?",
+        f"{path}:13:3: optimizer.lrr: unknown field 'lrr' for AdamW.Config; did you mean 'lr'?",
         "--optimizr.lr: optimizr: unknown root field 'optimizr'; did you mean 'optimizer'?",
         "--training.seq_len: expected an integer, got the string 'x'",
-        "6 problems found; nothing was started.",
+        "8 problems found; nothing was started.",
     ]
 
 

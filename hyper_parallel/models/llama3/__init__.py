@@ -7,7 +7,7 @@ never touches the filesystem (``weights_path`` is checked when the weights are l
 from typing import Literal
 
 from hyper_parallel.config.factory_calls import records_call
-from hyper_parallel.models._factory import create_spec
+from hyper_parallel.models._factory import create_spec, overrides_check
 from hyper_parallel.models.llama3._runtime import (
     Llama3StateDictAdapter,
     build_model,
@@ -50,3 +50,6 @@ def create_model_spec(
         state_dict_adapter=Llama3StateDictAdapter,
         init_fn=init_parameter,
     )
+
+
+create_model_spec.check_arguments = overrides_check(LLAMA3_FLAVORS)  # type: ignore[attr-defined]

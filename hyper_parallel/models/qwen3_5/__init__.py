@@ -8,7 +8,7 @@ never touch the filesystem (``weights_path`` is checked when the weights are loa
 from typing import Literal
 
 from hyper_parallel.config.factory_calls import records_call
-from hyper_parallel.models._factory import create_spec
+from hyper_parallel.models._factory import create_spec, overrides_check
 from hyper_parallel.models.qwen3_5._runtime import (
     Qwen3_5StateDictAdapter,
     Qwen3_5VLStateDictAdapter,
@@ -98,3 +98,7 @@ def create_vl_model_spec(
         state_dict_adapter=Qwen3_5VLStateDictAdapter,
         init_fn=init_vl_parameter,
     )
+
+
+create_model_spec.check_arguments = overrides_check(QWEN3_5_FLAVORS)  # type: ignore[attr-defined]
+create_vl_model_spec.check_arguments = overrides_check(QWEN3_5_VL_FLAVORS)  # type: ignore[attr-defined]

@@ -7,7 +7,7 @@ The factory only picks a flavor's arguments, applies typed overrides and returns
 from typing import Literal
 
 from hyper_parallel.config.factory_calls import records_call
-from hyper_parallel.models._factory import create_spec
+from hyper_parallel.models._factory import create_spec, overrides_check
 from hyper_parallel.models.qwen3_5_moe._runtime import (
     Qwen3_5MoeStateDictAdapter,
     build_model,
@@ -49,3 +49,6 @@ def create_model_spec(
         state_dict_adapter=Qwen3_5MoeStateDictAdapter,
         init_fn=init_parameter,
     )
+
+
+create_model_spec.check_arguments = overrides_check(QWEN3_5_MOE_FLAVORS)  # type: ignore[attr-defined]
