@@ -32,13 +32,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import shutil
 import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from hyper_parallel._dtypes import DTYPE_NAMES, torch_dtype
+from hyper_parallel._numbers import UNIT_NAMES, read_size
 
 if TYPE_CHECKING:
     import torch
@@ -56,20 +58,7 @@ __all__ = [
 ]
 
 #: The dtypes ``dtype`` / ``--dtype`` accept.
-DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+DTYPES = DTYPE_NAMES
 _log = logging.getLogger(__name__)
 _SINGLE_PROCESS = r"torch\.distributed is (disabled, )?(unavailable or uninitialized|unavailable)"
 
@@ -83,13 +72,13 @@ def parse_size(size: int | str) -> int:
     if isinstance(size, int):
         value = size
     else:
-        match = _SIZE.fullmatch(size.strip().lower())
-        if match is None or match.group(2) not in _UNITS:
+        read = read_size(size)
+        if read is None:
             raise ExportError(
                 f"max_shard_size: cannot read {size!r} as a size; write bytes or a number with a unit "
-                "(KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. '5GB'"
+                f"({UNIT_NAMES}), e.g. '5GB'"
             )
-        value = int(float(match.group(1)) * _UNITS[match.group(2)])
+        value = read[0]
     if value < 1:
         raise ExportError(f"max_shard_size: must be at least 1 byte, got {size!r}")
     return value
@@ -127,9 +116,7 @@ def export_checkpoint(
     tokenizer = _tokenizer_files(cfg)
     weights = _read_model(step, metadata)
     if dtype is not None:
-        import torch
-
-        target = getattr(torch, dtype)
+        target = torch_dtype(dtype)
         weights = {k: v.to(target) if v.is_floating_point() else v for k, v in weights.items()}
     try:
         hf = adapter.to_hf(weights)

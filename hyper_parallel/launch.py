@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from hyper_parallel._cli import collection_paused
+from hyper_parallel._numbers import read_world_size
 from hyper_parallel.config import ConfigError, Issue, converter, dump_config, write_config
 from hyper_parallel.config.errors import did_you_mean, echo, warning_line
 from hyper_parallel.config.help import config_help, group_of_field, summary
@@ -54,7 +55,6 @@ _FLAGS = (
     "--device-memory",
     "--help",
 )
-_WORLD_SIZE = re.compile(r"[0-9]{1,9}")
 #: The trainer each launch command feeds (the resolver checks the config against it).
 _TRAINERS: dict[str, "TrainerKind"] = {"train_lm": "lm", "train_vl": "vl"}
 _SWITCHES = frozenset({"--dry-run", "--strict", "--print-config", "--help"})
@@ -138,7 +138,8 @@ class _Args:
         self.overrides: dict[str, str | None] = {}
 
 
-def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
+def parse_arguments(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
+    """The launch options and overrides of ``argv`` and the problems found (for commands sharing them)."""
     args = _Args()
     issues: list[Issue] = []
     i = 0
@@ -183,47 +184,27 @@ def _parse(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
     return args, issues
 
 
-def parse_arguments(argv: Sequence[str]) -> tuple[_Args, list[Issue]]:
-    """The launch options and overrides of ``argv`` and the problems found (for commands sharing them)."""
-    return _parse(argv)
-
-
 def _world_size(args: _Args, issues: list[Issue]) -> int | None:
     text, origin = args.world_size, "--world-size"
     if text is None:
         text, origin = os.environ.get("WORLD_SIZE"), "$WORLD_SIZE"
     if text is None:
         return None
-    # ASCII digits only ("²".isdigit() is true but int() refuses it) and few of them (int() refuses 4300+).
-    if not _WORLD_SIZE.fullmatch(text.strip()) or int(text) < 1:
+    world_size = read_world_size(text)
+    if world_size is None:
         issues.append(Issue("", f"world size must be a positive integer, got {echo(text)}", origin))
-        return None
-    return int(text)
-
-
-def _is_rank0() -> bool:
-    rank = os.environ.get("RANK", "0")
-    return rank.strip() in ("", "0")
+    return world_size
 
 
 def is_rank0() -> bool:
     """Whether this process is rank 0 of a torchrun launch (or not under torchrun at all)."""
-    return _is_rank0()
+    rank = os.environ.get("RANK", "0")
+    return rank.strip() in ("", "0")
 
 
 def warn_issues(issues: Sequence[Issue], err: TextIO) -> None:
-    """Print the config's warnings on rank 0, as a launch does."""
-    _warn(issues, err)
-
-
-def report_issues(issues: Sequence[Issue], err: TextIO) -> int:
-    """Print input errors on rank 0 as a launch does; returns ``EXIT_INPUT_ERROR``."""
-    return _report(issues, err)
-
-
-def _warn(issues: Sequence[Issue], err: TextIO) -> None:
-    """Print warnings once (rank 0), each at its location, as compilers do."""
-    if not issues or not _is_rank0():
+    """Print the config's warnings once (rank 0), each at its location, as compilers do."""
+    if not issues or not is_rank0():
         return
     for issue in issues:
         err.write(warning_line(issue) + "\n")
@@ -231,8 +212,9 @@ def _warn(issues: Sequence[Issue], err: TextIO) -> None:
     err.write(f"{count} warning{'s' if count != 1 else ''} (--strict refuses them)\n")
 
 
-def _report(issues: Sequence[Issue], err: TextIO) -> int:
-    if _is_rank0():
+def report_issues(issues: Sequence[Issue], err: TextIO) -> int:
+    """Print input errors on rank 0 as a launch does; returns ``EXIT_INPUT_ERROR``."""
+    if is_rank0():
         err.write(f"{ConfigError(issues)}\n")
         count = len(issues)
         err.write(f"{count} problem{'s' if count != 1 else ''} found; nothing was started.\n")
@@ -259,7 +241,7 @@ def main(
 def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) -> "int | TrainerConfig":
     """Everything before training: the command line read, the config resolved, checked and printed as
     asked; the exit status when that is all there is to do, else the config to train with."""
-    args, issues = _parse(list(sys.argv[1:] if argv is None else argv))
+    args, issues = parse_arguments(list(sys.argv[1:] if argv is None else argv))
     if args.help and args.config_file is None:
         out.write(_usage(prog))
         return 0
@@ -269,7 +251,7 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
     if args.dump_config and args.config_file and _same_file(args.dump_config, args.config_file):
         issues.append(Issue("", "refusing to overwrite the config file it was given", "--dump-config"))
     if issues:
-        return _report(issues, err)
+        return report_issues(issues, err)
     assert args.config_file is not None
     training = not (args.dry_run or args.print_config or args.dump_config or args.help)
     if training and world_size is None:
@@ -298,11 +280,11 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
         if args.print_config:
             out.write(dump_config(cfg))
     except ConfigError as exc:
-        _warn(exc.warnings, err)
-        return _report(exc.issues, err)
-    _warn(loaded.warnings, err)
+        warn_issues(exc.warnings, err)
+        return report_issues(exc.issues, err)
+    warn_issues(loaded.warnings, err)
     if args.dry_run:
-        if not args.print_config and _is_rank0():
+        if not args.print_config and is_rank0():
             from hyper_parallel.preflight import preflight_report
 
             summary_text = summary(
@@ -329,12 +311,12 @@ def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:
         finally:
             trainer.close()  # inside the try: its final barrier may time out too (CollectiveError)
     except ConfigError as exc:  # a file the config names, found wrong once the run started: FILE: problem
-        if _is_rank0():
+        if is_rank0():
             err.write(f"{exc}\n")
         return EXIT_INPUT_ERROR
     except TrainingError as exc:
         # a collective cut short by a stalled rank (CollectiveError) is told by each rank that saw it
-        if _is_rank0() or getattr(exc, "every_rank", False):
+        if is_rank0() or getattr(exc, "every_rank", False):
             err.write(f"training stopped: {exc}\n")
         # ranks that disagree (RanksDisagreeError) are an input error: exit 2
         return int(getattr(exc, "exit_status", EXIT_TRAINING_ERROR))

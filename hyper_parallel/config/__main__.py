@@ -10,6 +10,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from hyper_parallel._numbers import read_world_size
 from hyper_parallel.config import ConfigError
 from hyper_parallel.config.errors import warning_line
 from hyper_parallel.config.manager import config_schema, load_config_report
@@ -57,10 +58,10 @@ def _options(
                 return f"{name} needs a value"
             if name == "--allow-target":
                 allowed.append(value)
-            elif not value.isdigit() or int(value) < 1:
-                return f"--world-size must be a positive integer, got {value!r}"
             else:
-                world_size = int(value)
+                world_size = read_world_size(value)
+                if world_size is None:
+                    return f"--world-size must be a positive integer, got {value!r}"
         elif arg == "--":
             files.extend(it)
         elif arg.startswith("-") and arg != "-":

@@ -14,16 +14,12 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
+from hyper_parallel._dtypes import torch_dtype
+
 if TYPE_CHECKING:  # annotations only: parallel sits below the trainer layer and never imports it
     from hyper_parallel.trainer.config import ParallelismConfig, TrainingConfig
 
 __all__ = ["apply_fsdp"]
-
-
-def _dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, name)
-    assert isinstance(dtype, torch.dtype), name
-    return dtype
 
 
 def apply_fsdp(
@@ -56,8 +52,8 @@ def apply_fsdp(
     offload: OffloadPolicy = OffloadPolicy()
     if training is not None:
         mp_policy = MixedPrecisionPolicy(
-            param_dtype=_dtype(training.mixed_precision_param),
-            reduce_dtype=_dtype(training.mixed_precision_reduce),
+            param_dtype=torch_dtype(training.mixed_precision_param),
+            reduce_dtype=torch_dtype(training.mixed_precision_reduce),
         )
         if training.enable_cpu_offload:
             # Pinned host memory needs an accelerator; on a CPU-only machine offloading is a no-op anyway.

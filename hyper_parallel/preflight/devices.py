@@ -8,6 +8,8 @@ achieved TFLOP/s into model FLOPs utilisation; ``training.peak_tflops`` replaces
 import re
 from typing import NamedTuple
 
+from hyper_parallel._numbers import read_size
+
 __all__ = ["DEVICES", "Device", "parse_device", "peak_flops", "table_entry"]
 
 _MIB = 2**20
@@ -63,9 +65,6 @@ _ALIASES = {
     "910b64gb": "Ascend-910B",
     "ascend910b64gb": "Ascend-910B",
 }
-_UNITS = {"": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
-_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
-_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)")
 
 
 def _key(text: str) -> str:
@@ -79,11 +78,11 @@ def parse_device(text: str) -> Device:
 
     Raises ``ValueError`` with a message naming the accepted forms.
     """
-    size = _SIZE.fullmatch(text.strip().lower())
-    if size and size.group(2) in _UNITS:
-        if size.group(2) == "":
+    size = read_size(text)
+    if size is not None and size[1] != "b":  # '910B' names a device
+        nbytes, unit = size
+        if unit == "":
             raise ValueError(f"device memory {text!r} needs a unit, e.g. 80GiB or 80GB")
-        nbytes = int(float(size.group(1)) * _UNITS[size.group(2)])
         if nbytes <= 0:
             raise ValueError(f"device memory must be positive, got {text!r}")
         return Device("", nbytes)

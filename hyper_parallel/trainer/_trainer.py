@@ -44,6 +44,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 
 from hyper_parallel._checks import counted
+from hyper_parallel._dtypes import torch_dtype
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 from hyper_parallel.components.dataloader import LoaderRequest
 from hyper_parallel.config import dump_config, validate
@@ -74,8 +75,6 @@ __all__ = [
     "Trainer",
     "TrainingError",
 ]
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class TrainingError(RuntimeError):
@@ -274,7 +273,7 @@ class Trainer:
         self.fsdp = self.pipeline.fsdp if self.pipeline is not None else isinstance(self.model, FSDPModule)
         moe_layers = getattr(self.model, "moe_layers", None)  # mixture-of-experts models expose them
         self._moe_layers: list[Any] = list(moe_layers()) if callable(moe_layers) else []
-        self._autocast_dtype = _DTYPES[training.mixed_precision_param]
+        self._autocast_dtype = torch_dtype(training.mixed_precision_param)
 
         # 4. optimizer, schedule, loss
         self.optimizer = config.optimizer.build(self.model)

@@ -44,11 +44,11 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from hyper_parallel._dtypes import torch_dtype
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 
 __all__ = ["Stateful", "TrainingState", "decode_json", "encode_json", "is_full", "model_shape_differences"]
 
-_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 _PER_RANK = ("dataloader", "rng", "train_state")
 
 
@@ -209,7 +209,7 @@ class TrainingState:
 
     def export(self, dtype: str) -> dict[str, Any]:
         """The weights-only export: the model's floating-point tensors cast to ``dtype``."""
-        cast = _DTYPES[dtype]
+        cast = torch_dtype(dtype)
         model = self.model_state()["model"]
         return {
             "model": {
