@@ -79,7 +79,6 @@ def shape_of(validator: Any) -> Shape:
     """What ``validator`` requires; a list of validators (attrs accepts one for a field) is their ``and_``."""
     if isinstance(validator, (list, tuple)):
         return Shape("all", members=tuple(validator))
-    validator = getattr(validator, "__wrapped__", validator)  # a fast check reads as what it checks
     cls = type(validator)
     if cls is _NUMBER:
         return Shape("bound", op=validator.compare_op, bound=validator.bound)

@@ -14,7 +14,7 @@ which then takes its default again; ``~group`` gives a whole group its default.
 What "set by the user" means: the fields a document gave (in the file, or in the mapping given to
 ``resolve_root``) and those an override set, as the resolver and :meth:`OverridePatch.record` note on the
 resolved config (:mod:`hyper_parallel.config.recipes`); a factory-built group's own note travels with it.
-For a config with no note (built in Python, ``attrs.evolve``-d, copied or unpickled), a Config group's set
+For a config with no note (built in Python or ``attrs.evolve``-d), a Config group's set
 values are those that differ from the class default: attrs cannot tell a default from the same value passed
 explicitly, so such a value is taken as the default and the new class's default replaces it.
 """

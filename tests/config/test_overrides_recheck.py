@@ -63,15 +63,15 @@ def test_a_group_no_override_names_is_checked_again(cfg: TrainerConfig) -> None:
 
 
 def test_the_target_allowlist_is_applied_again_to_groups_no_override_names(tmp_path: Path) -> None:
-    from tests.config.test_hardening import RECORDER_TARGET, minimal_with_optimizer
-
-    path = minimal_with_optimizer(tmp_path, RECORDER_TARGET)
+    recorder = "tests.support.import_recorder.RecorderOptimizerConfig"
+    path = tmp_path / "run.yaml"
+    path.write_text(MINIMAL.read_text().replace("hyper_parallel.components.optimizer.AdamW.Config", recorder))
     cfg = load_config(path, allowed_targets=["tests"])
     with pytest.raises(ConfigError) as info:
         apply_overrides(cfg, {"training.seed": "3"})
     ((location, at, message),) = _issues(info)
     assert (location, at) == (f"{path}:15:3", "optimizer._target_")
-    assert message.startswith(f"{RECORDER_TARGET!r} is outside the allowed target prefixes (")
+    assert message.startswith(f"{recorder!r} is outside the allowed target prefixes (")
     assert apply_overrides(cfg, {"training.seed": "3"}, allowed_targets=["tests"]).training.seed == 3
 
 
