@@ -224,7 +224,22 @@ class Trainer:
         training, debug = config.training, config.debug
         self.seed = debug.seed if debug.seed is not None else training.seed
 
-        # 1. processes (which must agree on the config), device, determinism
+        self._build_processes(config)
+        self._build_mesh(config)
+        # The files the config names, before anything is built: data, weights, then the tokenizer
+        # (loaded here: the model's vocabulary must hold its ids). A bad one is an InputFileError, exit 2.
+        self.phase = "start-up (the files the config names)"
+        check_files(config)
+        self.tokenizer = build_tokenizer(config)
+        self._build_model_and_training(config)
+        self._build_data(config)
+        self._build_checkpoint(config)
+        self._build_observers(config)
+        self.phase = "start-up"
+
+    def _build_processes(self, config: TrainerConfig) -> None:
+        """1. The processes (which must agree on the config), the device, determinism."""
+        training, debug = config.training, config.debug
         self.env: DistributedEnv = init_distributed(config.comm)
         self._ranks_must_agree = dist.is_initialized()
         self.cpu_threads, self._threads_reason = intra_op_threads(training.cpu_threads)
@@ -246,7 +261,9 @@ class Trainer:
             torch.use_deterministic_algorithms(True, warn_only=debug.deterministic_warn_only)
         torch.autograd.set_detect_anomaly(debug.detect_anomaly)
 
-        # 2. mesh and this rank's data-parallel coordinates
+    def _build_mesh(self, config: TrainerConfig) -> None:
+        """2. The device mesh and this rank's data-parallel coordinates."""
+        training = config.training
         self.phase = "start-up (the device mesh)"
         self.mesh = self.dims.build_mesh(self.device.type)
         set_collective_timeout(config.comm.init_timeout_seconds, self.mesh)  # its groups too, until step 1
@@ -259,13 +276,10 @@ class Trainer:
         self.dp_rank = self.dims.dp_rank(self.env.rank)
         self.accumulation_steps = training.gradient_accumulation_steps(self.dims.dp_size)
 
-        # The files the config names, before anything is built: data, weights, then the tokenizer
-        # (loaded here: the model's vocabulary must hold its ids). A bad one is an InputFileError, exit 2.
-        self.phase = "start-up (the files the config names)"
-        check_files(config)
-        self.tokenizer = build_tokenizer(config)
-
-        # 3. model (under pipeline parallelism: this rank's stages, see ``parallel.pipeline``)
+    def _build_model_and_training(self, config: TrainerConfig) -> None:
+        """3. The model (under pipeline parallelism: this rank's stages, see ``parallel.pipeline``); 4. its
+        optimizer, schedule and loss."""
+        training = config.training
         self.pipeline: Pipeline | None = None
         self._parameter_count: int | None = None
         self.phase = "start-up (the model and its weights)"
@@ -275,7 +289,6 @@ class Trainer:
         self._moe_layers: list[Any] = list(moe_layers()) if callable(moe_layers) else []
         self._autocast_dtype = torch_dtype(training.mixed_precision_param)
 
-        # 4. optimizer, schedule, loss
         self.optimizer = config.optimizer.build(self.model)
         self.lr_scheduler = config.lr_scheduler.build(self.optimizer, training.max_steps)
         self.loss_fn = config.loss.build()
@@ -291,7 +304,9 @@ class Trainer:
         if self.pipeline is not None:
             self.pipeline.sum_and_count = self._sum_and_count
 
-        # 5. data
+    def _build_data(self, config: TrainerConfig) -> None:
+        """5. The data loader of this rank's share."""
+        training = config.training
         self.phase = "start-up (the data)"
         self.data_request = LoaderRequest(
             self.tokenizer,
@@ -306,7 +321,9 @@ class Trainer:
         )
         self.dataloader = config.dataloader.build(self.data_request)
 
-        # 6. checkpoint and resume (every checkpoint holds the run's config, for export)
+    def _build_checkpoint(self, config: TrainerConfig) -> None:
+        """6. The checkpointer, and the resume (every checkpoint holds the run's config, for export)."""
+        training = config.training
         self.phase = "start-up (the checkpoint folder and the resume)"
         self.train_state = _TrainState()
         self.checkpointer = config.checkpoint.build(
@@ -328,7 +345,9 @@ class Trainer:
             raise TrainingError(str(exc)) from None
         self.resumed_from = self.step
 
-        # 7. metrics, profiler, validator
+    def _build_observers(self, config: TrainerConfig) -> None:
+        """7. Metrics, profiler and validator."""
+        training, debug = config.training, config.debug
         self.flops_per_step = self._flops_per_step()
         self.peak_flops, self._peak_source = self._peak_flops()
         self.metrics = config.metrics.build(
@@ -343,7 +362,6 @@ class Trainer:
         self._data: Iterator[Mapping[str, torch.Tensor]] | None = None
         if debug.print_config:
             self._print(self.config_yaml.rstrip("\n"))
-        self.phase = "start-up"
 
     # -- building --------------------------------------------------------------------------------------
     def _build_model(self) -> torch.nn.Module:
