@@ -130,6 +130,7 @@ def _load_hf_folder(folder: Path, device: str) -> Loaded:
         spec = spec_from_hf_config(hf_config, str(folder))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise GenerateError(f"{str(config_file)!r}: {exc}") from None
+    _refuse_oversized(folder, config_file, spec)
     try:
         weights = spec.state_dict_adapter(spec.args, str(folder)).from_hf(read_safetensors_folder(folder))
     except (OSError, KeyError, ValueError) as exc:
@@ -145,6 +146,29 @@ def _load_hf_folder(folder: Path, device: str) -> Loaded:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise GenerateError(f"{str(folder)!r}: the tokenizer cannot be loaded: {exc}") from None
     return Loaded(model, tokenizer, spec.args.max_sequence_length(), f"{folder} ({spec.name} {spec.flavor})")
+
+
+def _refuse_oversized(folder: Path, config_file: Path, spec: Any) -> None:
+    """Refuse a ``config.json`` describing a model larger than the safetensors headers store.
+
+    Read from the headers alone (bounded: ``read_header``), before the model is built: a
+    ``num_hidden_layers`` of 100,000 would otherwise build for minutes and gigabytes.
+    """
+    import math
+
+    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.models._stored_size import size_problem
+    from hyper_parallel.models._weights_check import read_header, weight_files
+
+    try:
+        stored = sum(
+            math.prod(entry.shape) for file in weight_files(folder) for entry in read_header(file).values()
+        )
+    except InputFileError as exc:
+        raise GenerateError(str(exc.issues[0])) from None
+    problem = size_problem(spec.args, stored)
+    if problem is not None:
+        raise GenerateError(f"{str(config_file)!r}: {problem}")
 
 
 def generate_text(

@@ -25,6 +25,7 @@ the same way without digests (``Inspection.verified`` is False: the caller warns
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import pickle
 from pathlib import Path
@@ -36,8 +37,10 @@ from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-from torch.distributed.checkpoint.planner import ReadItem
+from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem
+from torch.futures import Future
 
+from hyper_parallel.components.checkpoint._bounds import check_declared
 from hyper_parallel.components.checkpoint._manifest import UnreadableCheckpointError, verify_files
 
 __all__ = [
@@ -123,7 +126,31 @@ def read_metadata(path: Path) -> Metadata:
 
 
 class SafeReader(FileSystemReader):
-    """A ``FileSystemReader`` whose ``read_metadata`` runs no code from the folder (``read_metadata``)."""
+    """A ``FileSystemReader`` whose ``read_metadata`` runs no code from the folder (``read_metadata``).
+
+    ``read_data`` reads file by file, so a chunk that fails to load (one that is a pickle torch's
+    ``weights_only`` loader refuses, bytes that are not a saved tensor, a file gone) is an
+    ``UnreadableCheckpointError`` naming its file: the loaders then fall back to an older step as they do
+    for a step that fails ``inspect``.
+    """
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        per_file: dict[str, list[ReadItem]] = {}
+        for item in plan.items:
+            per_file.setdefault(self.storage_data[item.storage_index].relative_path, []).append(item)
+        for relative, items in per_file.items():
+            try:
+                super().read_data(dataclasses.replace(plan, items=items), planner).wait()
+            except UnreadableCheckpointError:
+                raise
+            except Exception as exc:  # MemoryError, RecursionError, UnpicklingError, OSError, ...
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise UnreadableCheckpointError(
+                    f"{Path(self.path) / relative}: cannot be read ({type(exc).__name__}: {first[:200]})"
+                ) from None
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         metadata = read_metadata(Path(self._get_metadata_path(kwargs.get("rank"))))
@@ -195,6 +222,7 @@ def inspect(folder: Path, *, digests: bool = True) -> Inspection:
     if meta_path.stat().st_size == 0:
         raise UnreadableCheckpointError(f"{meta_path}: empty")
     metadata = read_metadata(meta_path)
+    check_declared(meta_path, metadata)
     sizes: dict[str, int] = {}
     for info in (metadata.storage_data or {}).values():
         relative = getattr(info, "relative_path", None)
