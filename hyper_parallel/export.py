@@ -269,7 +269,8 @@ def _check_model(step: Path, cfg: TrainerConfig, metadata: Any) -> None:
     if problem is not None:
         raise ExportError(f"{meta_file}: {problem}")
     model = cfg.model.build_model_fn(cfg.model.args, device="meta")
-    for name, tensor in model.state_dict().items():
+    ours = model.state_dict()
+    for name, tensor in ours.items():
         if name not in stored:
             raise ExportError(f"{meta_file}: tensor model.{name}: missing; the config's model has it")
         if stored[name] != list(tensor.shape):
@@ -277,24 +278,19 @@ def _check_model(step: Path, cfg: TrainerConfig, metadata: Any) -> None:
                 f"{meta_file}: tensor model.{name}: saved of size {stored[name]}, the config's model "
                 f"has {list(tensor.shape)}"
             )
+    extra = sorted(name for name in stored if name not in ours)
+    if extra:
+        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        raise ExportError(
+            f"{meta_file}: tensor model.{extra[0]}{more}: saved, and the config's model has no such tensor"
+        )
 
 
 def locate_step(path: Path) -> tuple[Path, Any]:
     """The ``step-<N>`` folder to export and its DCP metadata: ``path`` itself, or its newest intact step."""
-    from hyper_parallel.components.checkpoint._layout import complete_steps
     from hyper_parallel.components.checkpoint._safe_read import UnreadableCheckpointError, inspect
 
-    if not path.is_dir():
-        raise ExportError(f"{str(path)!r}: no such folder")
-    if (path / ".metadata").is_file():
-        candidates = [path]
-    else:
-        candidates = [path / f"step-{step}" for step in reversed(complete_steps(path))]
-        if not candidates:
-            raise ExportError(
-                f"{str(path)!r} is not a checkpoint: it holds neither a DCP '.metadata' file nor a complete "
-                "step-<N> folder"
-            )
+    candidates = _candidates(path)
     problems = []
     for candidate in candidates:
         try:
@@ -345,6 +341,7 @@ def _read_model(step: Path, metadata: Any) -> dict[str, torch.Tensor]:
         SafePlanner,
         SafeReader,
         UnreadableCheckpointError,
+        unreadable,
     )
 
     # Sizes checked to be tiled by stored chunks (``inspect``); zeros all the same, so that nothing but
@@ -371,7 +368,7 @@ def _read_model(step: Path, metadata: Any) -> dict[str, torch.Tensor]:
             for failure, _trace in exc.failures.values():
                 if isinstance(failure, UnreadableCheckpointError):
                     raise UnreadableCheckpointError(str(failure)) from None
-            raise
+            raise unreadable(step, exc) from None
     return model
 
 

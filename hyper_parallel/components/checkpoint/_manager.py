@@ -72,6 +72,7 @@ from hyper_parallel.components.checkpoint._safe_read import (
     SafeReader,
     UnreadableCheckpointError,
     inspect,
+    unreadable,
 )
 from hyper_parallel.components.checkpoint._state import (
     Stateful,
@@ -522,7 +523,7 @@ class CheckpointManager:
             for failure, _trace in exc.failures.values():
                 if isinstance(failure, UnreadableCheckpointError):
                     raise UnreadableCheckpointError(str(failure)) from None
-            raise
+            raise unreadable(path, exc) from None
 
     def _load_model(self, path: Path, inspection: Inspection) -> None:
         items = inspection.metadata.state_dict_metadata

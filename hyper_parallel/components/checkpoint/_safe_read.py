@@ -51,6 +51,7 @@ __all__ = [
     "UnreadableCheckpointError",
     "inspect",
     "read_metadata",
+    "unreadable",
 ]
 
 _DCP_METADATA = "torch.distributed.checkpoint.metadata"
@@ -123,6 +124,18 @@ def read_metadata(path: Path) -> Metadata:
             f"{path}: not a DCP .metadata file (it holds a {type(metadata).__name__})"
         )
     return metadata
+
+
+def unreadable(folder: Path, exc: BaseException) -> UnreadableCheckpointError:
+    """A DCP load of ``folder`` that failed otherwise than through our reader (its ``.metadata`` gone
+    while read, a plan that does not fit) as the error every reader falls back on, naming the folder."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        exc = next(iter(failures.values()))[0]
+    lines = str(exc).strip().splitlines()
+    return UnreadableCheckpointError(
+        f"{folder}: cannot be read ({type(exc).__name__}: {lines[-1][:300] if lines else ''})"
+    )
 
 
 class SafeReader(FileSystemReader):
