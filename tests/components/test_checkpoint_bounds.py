@@ -353,3 +353,35 @@ Box = tuple[tuple[int, ...], tuple[int, ...]]
 )
 def test_overlapping_chunks_are_found(boxes: list[Box], pair: tuple[int, int] | None) -> None:
     assert _overlap(boxes) == pair
+
+
+def test_generate_refuses_a_config_json_larger_than_its_safetensors_before_building(
+    ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from hyper_parallel.export import export_checkpoint
+    from hyper_parallel.generate import main as generate_main
+
+    out = export_checkpoint(ckpt / "step-2", tmp_path / "hf")
+    config = json.loads((out / "config.json").read_text())
+    config["num_hidden_layers"] = 100000
+    (out / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    assert generate_main([str(out), "--prompt", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"generate: {str(out / 'config.json')!r}: its config describes a model of ")
+    assert err.count("\n") == 1
+
+
+def test_evaluate_refuses_a_config_larger_than_the_checkpoint_before_building(ckpt: Path) -> None:
+    from hyper_parallel.evaluate import main as evaluate_main
+
+    step = ckpt / "step-2"
+    flags = ["--validator.dataset.source", "synthetic", "--validator.steps", "1"]
+    argv = ["--config-file", str(step / "config.yaml"), "--checkpoint", str(step), *flags]
+    out, err = io.StringIO(), io.StringIO()
+    assert evaluate_main([*argv, "--model.overrides.n_layers", "100000"], out=out, err=err) == 2
+    assert err.getvalue().startswith(f"evaluate: {step / '.metadata'}: its config describes a model of ")
+    assert err.getvalue().count("\n") == 1
+    assert out.getvalue() == ""
