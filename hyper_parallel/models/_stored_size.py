@@ -23,7 +23,8 @@ def parameter_count(args: Any) -> int | None:
     preflight = getattr(args, "preflight", None)
     if not callable(preflight):
         return None
-    return sum(group.numel * group.copies for group in preflight().parameters())
+    count: int = sum(group.numel * group.copies for group in preflight().parameters())
+    return count
 
 
 def size_problem(args: Any, stored: int) -> str | None:
