@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,11 +32,17 @@ OFFSET = 100
 
 
 @pytest.fixture(scope="module")
-def corrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, int]:
-    """(the prepared folder, its tokens file holding one id of vocab_size + 5 at ``OFFSET``, vocab_size)."""
+def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A prepared folder (byte tokenizer, one shard)."""
     root = tmp_path_factory.mktemp("data_bounds")
     data = write_jsonl(root / "train.jsonl", 20)
-    prepared = prepare([data], root / "prep", tokenizer_config(root / "cfg"))
+    return prepare([data], root / "prep", tokenizer_config(root / "cfg"))
+
+
+@pytest.fixture(scope="module")
+def corrupted(clean: Path) -> tuple[Path, Path, int]:
+    """(the prepared folder, its tokens file holding one id of vocab_size + 5 at ``OFFSET``, vocab_size)."""
+    prepared = Path(shutil.copytree(clean, clean.parent / "corrupted"))
     vocab = ByteTokenizer.Config().build().vocab_size
     tokens_file = prepared / "shard-00000" / "tokens.npy"
     tokens = np.load(tokens_file)
@@ -93,3 +102,102 @@ def test_train_lm_exits_2_with_the_line(corrupted: tuple[Path, Path, int]) -> No
     assert main(argv, out=out, err=err) == 2, err.getvalue()
     assert _expected(tokens_file, vocab) in err.getvalue()
     assert "Traceback" not in err.getvalue()
+
+
+# -- hostile manifests: one line, exit 2, in verify and in training (N8, N18) ----------------------------
+def _nested(manifest: dict[str, Any]) -> Any:
+    return "[" * 100_000 + "]" * 100_000
+
+
+def _with(**changes: Any) -> Callable[[dict[str, Any]], Any]:
+    def change(manifest: dict[str, Any]) -> Any:
+        manifest.update(changes)
+        return manifest
+
+    return change
+
+
+def _shard(**changes: Any) -> Callable[[dict[str, Any]], Any]:
+    def change(manifest: dict[str, Any]) -> Any:
+        manifest["shards"][0].update(changes)
+        return manifest
+
+    return change
+
+
+HOSTILE_MANIFESTS: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
+    "nested 100,000 deep": (_nested, "not a manifest: JSON nested too deeply"),
+    "shards not a list": (_with(shards={"a": 1}), "not a valid manifest: 'shards' is not a list"),
+    "a shard outside the folder": (
+        _shard(name="../../elsewhere"),
+        "not a valid manifest: shard entry 0 names '../../elsewhere', not a shard-NNNNN folder of its own",
+    ),
+    "an absolute shard path": (
+        _shard(name="/etc"),
+        "not a valid manifest: shard entry 0 names '/etc', not a shard-NNNNN folder of its own",
+    ),
+    "an object dtype": (
+        _with(dtype="object"),
+        "not a valid manifest: token dtype 'object' (prepare writes uint16 or uint32)",
+    ),
+    "negative counts": (
+        _shard(documents=-1),
+        "not a valid manifest: shard shard-00000: its documents and tokens are not non-negative integers",
+    ),
+    "totals that are not the sums": (
+        _with(tokens=10**15),
+        "not a valid manifest: its totals (",
+    ),
+    "a shard entry that is a string": (
+        _with(shards=["x"]),
+        "not a valid manifest: shard entry 0 is not an object",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_MANIFESTS))
+def test_a_hostile_manifest_is_one_line_and_exit_2_in_verify_and_training(
+    clean: Path, tmp_path: Path, case: str
+) -> None:
+    from hyper_parallel.components.dataloader._prepared import PreparedDataError
+    from tests.support.prepared import run_prepare
+
+    change, problem = HOSTILE_MANIFESTS[case]
+    folder = Path(shutil.copytree(clean, tmp_path / "prep"))
+    manifest_file = folder / "manifest.json"
+    changed = change(json.loads(manifest_file.read_text()))
+    manifest_file.write_text(changed if isinstance(changed, str) else json.dumps(changed))
+    status, out, err = run_prepare("verify", folder)
+    assert status == 2
+    assert err.startswith(f"{manifest_file}: {problem}")
+    assert err.count("\n") == 1
+    assert out == ""
+    dataset = DatasetConfig(source="tokenized", paths=(str(folder),))
+    cfg = TextDataLoader.Config(num_workers=0, pin_memory=False, dataset=dataset)
+    request = LoaderRequest(ByteTokenizer.Config().build(), 0, 1, seq_len=16, micro_batch_size=2, seed=3)
+    with pytest.raises(PreparedDataError) as info:
+        cfg.build(request)
+    assert str(info.value).startswith(f"{manifest_file}: dataset.paths: {problem}")
+
+
+def test_offsets_that_do_not_cover_the_tokens_are_refused(clean: Path, tmp_path: Path) -> None:
+    from hyper_parallel.components.dataloader._prepared import PreparedDataError
+
+    folder = Path(shutil.copytree(clean, tmp_path / "prep"))
+    offsets_file = folder / "shard-00000" / "offsets.npy"
+    offsets = np.load(offsets_file)
+    offsets[1] = offsets[-1] + 10  # a document past the end, then offsets going back
+    np.save(offsets_file, offsets)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    size = offsets_file.stat().st_size
+    entry = manifest["shards"][0]["files"]["offsets"]
+    entry.update(size=size, sha256=file_digest(offsets_file), quick=_quick_digest(offsets_file, size))
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    dataset = DatasetConfig(source="tokenized", paths=(str(folder),))
+    cfg = TextDataLoader.Config(num_workers=0, pin_memory=False, dataset=dataset)
+    request = LoaderRequest(ByteTokenizer.Config().build(), 0, 1, seq_len=16, micro_batch_size=2, seed=3)
+    with pytest.raises(PreparedDataError) as info:
+        cfg.build(request)
+    assert str(info.value) == (
+        f"{folder / 'shard-00000'}: dataset.paths: offsets.npy decreases somewhere: documents would overlap"
+    )
