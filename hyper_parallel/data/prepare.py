@@ -18,6 +18,7 @@ is written last.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import itertools
@@ -98,12 +99,57 @@ def _under(folder: Path, forced: str | None) -> list[Path]:
     )
 
 
+def _component_matches(pattern: str, name: str) -> bool:
+    """One path component against one glob component; a hidden name only against a hidden pattern."""
+    return (not name.startswith(".") or pattern.startswith(".")) and fnmatch.fnmatchcase(name, pattern)
+
+
+def _parts_match(patterns: Sequence[str], parts: Sequence[str]) -> bool:
+    """Whether a relative path's components match a pattern's (``**``: any number of folders)."""
+    if not patterns:
+        return not parts
+    if patterns[0] == "**":
+        return any(
+            _parts_match(patterns[1:], parts[skip:])
+            for skip in range(len(parts) + 1)
+            if all(not part.startswith(".") for part in parts[:skip])
+        )
+    return bool(parts) and _component_matches(patterns[0], parts[0]) and _parts_match(patterns[1:], parts[1:])
+
+
+def _matching(raw: str) -> list[Path]:
+    """The paths a glob ``raw`` matches, sorted; ``**`` walks folders without following symbolic links.
+
+    ``glob.glob(recursive=True)`` follows links to folders, so a link to a parent folder made it walk
+    forever (two such links: 2^40 paths before the kernel's ELOOP); here a link to a folder is neither
+    entered nor matched (a link to a file is an input like any file). A pattern without ``**`` cannot
+    descend further than it names and is left to ``glob``.
+    """
+    if "**" not in raw:
+        return [Path(p) for p in sorted(glob.glob(raw))]
+    parts = Path(raw).parts
+    fixed = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+    root = Path(*parts[:fixed]) if fixed else Path(".")
+    patterns = parts[fixed:]
+    found: list[Path] = []
+    for current, folders, files in os.walk(root, followlinks=False):
+        here = Path(current).relative_to(root).parts
+        folders[:] = sorted(
+            f for f in folders if not f.startswith(".") or any(p.startswith(".") for p in patterns)
+        )
+        links = [f for f in folders if os.path.islink(os.path.join(current, f))]  # listed by no match
+        for name in [*(f for f in folders if f not in links), *files]:
+            if _parts_match(patterns, (*here, name)):
+                found.append(root / Path(*here, name) if fixed else Path(*here, name))
+    return sorted(found)
+
+
 def find_inputs(inputs: Sequence[str], forced: str | None) -> list[tuple[Path, str]]:
     """The files named by ``inputs`` (files, folders searched recursively, globs), each with its format."""
     found: list[tuple[Path, str]] = []
     for raw in inputs:
         if glob.has_magic(raw):
-            matches = [Path(p) for p in sorted(glob.glob(raw, recursive=True))]
+            matches = _matching(raw)
             if not matches:
                 raise InputError(f"{raw}: no file matches this pattern")
         else:

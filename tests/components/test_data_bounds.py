@@ -201,3 +201,22 @@ def test_offsets_that_do_not_cover_the_tokens_are_refused(clean: Path, tmp_path:
     assert str(info.value) == (
         f"{folder / 'shard-00000'}: dataset.paths: offsets.npy decreases somewhere: documents would overlap"
     )
+
+
+@pytest.mark.timeout(60)  # the former glob never ended here
+def test_a_glob_never_follows_links_to_folders(tmp_path: Path) -> None:
+    """Two links back up the tree made ``glob(recursive=True)`` walk 2^40 paths; they are not entered."""
+    from hyper_parallel.data.prepare import find_inputs
+
+    data = tmp_path / "data" / "inner"
+    data.mkdir(parents=True)
+    write_jsonl(data / "train.jsonl", 3)
+    (data / "up").symlink_to("..")
+    (data / "self").symlink_to(".")
+    (tmp_path / "data" / "linked.jsonl").symlink_to(data / "train.jsonl")  # a link to a file is an input
+    found = find_inputs([f"{tmp_path}/data/**/*.jsonl"], None)
+    assert found == [
+        (tmp_path / "data" / "inner" / "train.jsonl", "jsonl"),
+        (tmp_path / "data" / "linked.jsonl", "jsonl"),
+    ]
+    assert find_inputs([f"{tmp_path}/data/*/train.jsonl"], None) == [(data / "train.jsonl", "jsonl")]
