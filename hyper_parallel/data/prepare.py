@@ -18,6 +18,8 @@ is written last.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import fnmatch
 import glob
 import hashlib
@@ -43,6 +45,8 @@ _CHAT = ("chat", "chat-parquet")
 _ROW_GROUPS = ("parquet", "chat-parquet")
 _SUFFIXES = {".jsonl": "jsonl", ".txt": "text", ".parquet": "parquet"}
 _PLAN = ".prepare-plan.json"
+#: Held by the prepare writing the folder (see ``_output_lock``).
+_LOCK = ".prepare.lock"
 #: Documents encoded per ``encode_batch`` call.
 _BATCH = 1024
 #: Input bytes of one unit of work: a worker encodes a unit and sends its arrays back; the main process
@@ -619,49 +623,52 @@ def prepare(
         "inputs": records,
         "shards": [[attrs.asdict(p) for p in pieces] for pieces in tasks],
     }
-    _claim(folder, the_plan)
-    entries: dict[int, dict[str, Any]] = {}
-    todo: list[_Unit] = []
-    for index, pieces in enumerate(tasks):
-        entry = shards.finished_shard(folder, shards.shard_name(index))
-        if entry is not None:
-            entries[index] = entry
-        else:
-            todo.extend(_units(index, pieces, min(options.shard_bytes, _UNIT_BYTES)))
-    progress = _Progress(stream, len(tasks), len(entries))
-    collector = _Collector(folder, todo, entries, progress)
-    try:
-        if workers <= 1 or len(todo) <= 1:
-            _worker_init(tokenizer, options, dtype.name)
-            collector.collect(map(_work, todo))
-        else:
-            context = multiprocessing.get_context("spawn")
-            with context.Pool(
-                min(workers, len(todo)), initializer=_worker_init, initargs=(tokenizer, options, dtype.name)
-            ) as pool:
-                collector.collect(pool.imap_unordered(_work, todo))
-    finally:
-        progress.close()
-        _WORKER.clear()
-    ordered = [entries[i] for i in range(len(tasks))]
-    manifest = {
-        "format": shards.FORMAT,
-        "version": shards.FORMAT_VERSION,
-        "tokenizer": {"fingerprint": fingerprint, "description": description},
-        "dtype": dtype.name,
-        "input_format": options.format,
-        "text_field": options.text_field,
-        "chat": any(p.format in _CHAT for pieces in tasks for p in pieces),
-        "chat_template_sha256": (
-            None if template is None else hashlib.sha256(template.encode("utf-8")).hexdigest()
-        ),
-        "inputs": [{k: r[k] for k in ("name", "size", "sha256")} for r in records],
-        "shards": ordered,
-        "documents": sum(int(e["documents"]) for e in ordered),
-        "tokens": sum(int(e["tokens"]) for e in ordered),
-    }
-    shards.write_manifest(folder, manifest)
-    return manifest
+    with _output_lock(folder):
+        _claim(folder, the_plan)
+        entries: dict[int, dict[str, Any]] = {}
+        todo: list[_Unit] = []
+        for index, pieces in enumerate(tasks):
+            entry = shards.finished_shard(folder, shards.shard_name(index))
+            if entry is not None:
+                entries[index] = entry
+            else:
+                todo.extend(_units(index, pieces, min(options.shard_bytes, _UNIT_BYTES)))
+        progress = _Progress(stream, len(tasks), len(entries))
+        collector = _Collector(folder, todo, entries, progress)
+        try:
+            if workers <= 1 or len(todo) <= 1:
+                _worker_init(tokenizer, options, dtype.name)
+                collector.collect(map(_work, todo))
+            else:
+                context = multiprocessing.get_context("spawn")
+                with context.Pool(
+                    min(workers, len(todo)),
+                    initializer=_worker_init,
+                    initargs=(tokenizer, options, dtype.name),
+                ) as pool:
+                    collector.collect(pool.imap_unordered(_work, todo))
+        finally:
+            progress.close()
+            _WORKER.clear()
+        ordered = [entries[i] for i in range(len(tasks))]
+        manifest = {
+            "format": shards.FORMAT,
+            "version": shards.FORMAT_VERSION,
+            "tokenizer": {"fingerprint": fingerprint, "description": description},
+            "dtype": dtype.name,
+            "input_format": options.format,
+            "text_field": options.text_field,
+            "chat": any(p.format in _CHAT for pieces in tasks for p in pieces),
+            "chat_template_sha256": (
+                None if template is None else hashlib.sha256(template.encode("utf-8")).hexdigest()
+            ),
+            "inputs": [{k: r[k] for k in ("name", "size", "sha256")} for r in records],
+            "shards": ordered,
+            "documents": sum(int(e["documents"]) for e in ordered),
+            "tokens": sum(int(e["tokens"]) for e in ordered),
+        }
+        shards.write_manifest(folder, manifest)
+        return manifest
 
 
 class _Collector:
@@ -697,13 +704,42 @@ class _Collector:
             self.progress.update(arrays, self.sizes[shard, unit], whole)
 
 
+@contextlib.contextmanager
+def _output_lock(folder: Path) -> Iterator[None]:
+    """Hold ``folder/.prepare.lock`` (``fcntl.flock``) inside the block; refuse a folder another holds.
+
+    Two prepares of the same plan into one folder would both pass ``_claim`` and write the same shards
+    at once. The file stays empty (a finished folder is byte-identical whoever wrote it) and is opened
+    without following a symbolic link; the kernel drops the lock with the descriptor or the process.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{folder}: exists and is not a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / _LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open the lock file: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(
+                f"{folder}: another prepare is writing this folder; wait for it to end or give another "
+                "--output"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
 def _claim(folder: Path, the_plan: dict[str, Any]) -> None:
     """Make ``folder`` this prepare's: new or empty, or holding an unfinished prepare of the same plan."""
     text = json.dumps(the_plan, sort_keys=True)
     marker = folder / _PLAN
     if folder.exists() and not folder.is_dir():
         raise InputError(f"{folder}: exists and is not a folder")
-    if folder.is_dir() and any(folder.iterdir()):
+    if folder.is_dir() and any(p.name != _LOCK for p in folder.iterdir()):
         if not marker.is_file() or marker.read_text(encoding="utf-8") != text:
             raise InputError(
                 f"{folder}: not empty and not an unfinished prepare of these inputs with this tokenizer and "

@@ -220,3 +220,29 @@ def test_a_glob_never_follows_links_to_folders(tmp_path: Path) -> None:
         (tmp_path / "data" / "linked.jsonl", "jsonl"),
     ]
     assert find_inputs([f"{tmp_path}/data/*/train.jsonl"], None) == [(data / "train.jsonl", "jsonl")]
+
+
+def test_prepare_refuses_a_folder_another_prepare_is_writing(tmp_path: Path) -> None:
+    import fcntl
+    import os
+
+    from tests.support.prepared import run_prepare
+
+    data = write_jsonl(tmp_path / "train.jsonl", 3)
+    output = tmp_path / "out"
+    output.mkdir()
+    held = os.open(output / ".prepare.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running prepare holds it
+        status, _, err = run_prepare(
+            "prepare", data, "--output", output, "--config-file", tokenizer_config(tmp_path / "cfg")
+        )
+    finally:
+        os.close(held)
+    assert status == 2
+    assert (
+        err
+        == f"{output}: another prepare is writing this folder; wait for it to end or give another --output\n"
+    )
+    assert sorted(p.name for p in output.iterdir()) == [".prepare.lock"]  # nothing written
+    assert prepare([data], output, tokenizer_config(tmp_path / "cfg")) == output  # free again: it runs
