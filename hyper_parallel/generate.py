@@ -25,11 +25,12 @@ command line is read.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from hyper_parallel._json import loads
 
 if TYPE_CHECKING:
     from torch import nn
@@ -124,7 +125,7 @@ def _load_hf_folder(folder: Path, device: str) -> Loaded:
 
     config_file = folder / "config.json"
     try:
-        hf_config = json.loads(config_file.read_text(encoding="utf-8"))
+        hf_config = loads(config_file.read_text(encoding="utf-8"))
         if not isinstance(hf_config, dict):
             raise ValueError("not a JSON object")
         spec = spec_from_hf_config(hf_config, str(folder))
@@ -140,7 +141,7 @@ def _load_hf_folder(folder: Path, device: str) -> Loaded:
     tokenizer_config = folder / "tokenizer_config.json"
     try:
         if tokenizer_config.is_file():
-            saved = json.loads(tokenizer_config.read_text(encoding="utf-8"))
+            saved = loads(tokenizer_config.read_text(encoding="utf-8"))
             add_bos = not isinstance(saved, dict) or saved.get("add_bos_token", True) is not False
         tokenizer = HuggingFaceTokenizer.Config(path=str(folder), add_bos=add_bos).build()
     except (OSError, UnicodeDecodeError, ValueError) as exc:

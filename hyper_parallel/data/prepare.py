@@ -36,6 +36,7 @@ from typing import Any, TextIO
 import attrs
 import numpy as np
 
+from hyper_parallel._json import loads
 from hyper_parallel.data import shards
 
 __all__ = ["InputError", "Piece", "PrepareOptions", "plan", "prepare"]
@@ -310,7 +311,7 @@ def _lines(piece: Piece) -> Iterator[tuple[int, str]]:
 
 def _record(piece: Piece, number: int, line: str) -> dict[str, Any]:
     try:
-        record = json.loads(line)
+        record = loads(line)
     except json.JSONDecodeError as exc:
         raise InputError(f"{piece.file}:{number}: not a JSON object: {exc.msg}") from None
     if not isinstance(record, dict):

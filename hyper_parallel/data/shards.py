@@ -35,6 +35,8 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from hyper_parallel._json import loads
+
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
@@ -175,7 +177,7 @@ def finished_shard(folder: Path, name: str) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
+        entry = loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
     return entry if isinstance(entry, dict) and entry.get("name") == name else None
@@ -202,11 +204,9 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if path.stat().st_size > 64 << 20:
         raise PreparedError(path, "larger than 64 MiB, not a manifest")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PreparedError(path, f"not JSON ({exc})") from None
-    except RecursionError:
-        raise PreparedError(path, "not a manifest: JSON nested too deeply") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise PreparedError(path, f"not a {FORMAT} manifest")
     if manifest.get("version") != FORMAT_VERSION:

@@ -126,7 +126,7 @@ def _shard(**changes: Any) -> Callable[[dict[str, Any]], Any]:
 
 
 HOSTILE_MANIFESTS: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
-    "nested 100,000 deep": (_nested, "not a manifest: JSON nested too deeply"),
+    "nested 100,000 deep": (_nested, "not JSON (nested deeper than 100 levels)"),
     "shards not a list": (_with(shards={"a": 1}), "not a valid manifest: 'shards' is not a list"),
     "a shard outside the folder": (
         _shard(name="../../elsewhere"),

@@ -45,6 +45,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from hyper_parallel._dtypes import torch_dtype
+from hyper_parallel._json import loads
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 from hyper_parallel.components.checkpoint._bounds import MAX_JSON_BYTES
 from hyper_parallel.components.checkpoint._manifest import UnreadableCheckpointError
@@ -70,8 +71,8 @@ def encode_json(value: Any) -> torch.Tensor:
 def decode_json(saved: torch.Tensor | str) -> Any:
     """The JSON value of a saved part: a ``uint8`` tensor of UTF-8 text, or (older checkpoints) a string."""
     if isinstance(saved, str):
-        return json.loads(saved)
-    return json.loads(saved.numpy().tobytes().decode("utf-8"))
+        return loads(saved)
+    return loads(saved.numpy().tobytes().decode("utf-8"))
 
 
 def _placeholder(item: STORAGE_TYPES) -> torch.Tensor | str:

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hyper_parallel._json import loads
 from hyper_parallel.config.errors import InputFileError
 
 if TYPE_CHECKING:
@@ -269,7 +270,7 @@ def read_tokenizer_config(config_file: Path | None) -> dict[str, Any]:
     if config_file is None:
         return {}
     try:
-        saved = json.loads(config_file.read_bytes().decode("utf-8"))
+        saved = loads(config_file.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputFileError.at(config_file, f"not a JSON file: {exc}") from None
     if not isinstance(saved, dict):
