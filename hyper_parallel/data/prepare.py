@@ -50,6 +50,8 @@ _PLAN = ".prepare-plan.json"
 _LOCK = ".prepare.lock"
 #: Documents encoded per ``encode_batch`` call.
 _BATCH = 1024
+#: Characters per batch of documents encoded at once (one longer document is a batch alone).
+_BATCH_CHARS = 8 << 20
 #: Input bytes of one unit of work: a worker encodes a unit and sends its arrays back; the main process
 #: joins a shard's units and writes it. Units much smaller than a shard keep every worker busy to the end
 #: (a 100 MB corpus in 64 MB shards is 25 units, not 2), and large enough that a unit's encoding
@@ -381,9 +383,30 @@ def _parquet_texts(piece: Piece, text_field: str) -> Iterator[str]:
 
 
 # -- encoding ------------------------------------------------------------------------------------------
+def _chars(item: Any) -> int:
+    """Characters of a text, or of a conversation's message contents."""
+    if isinstance(item, str):
+        return len(item)
+    if isinstance(item, list):
+        return sum(
+            len(m["content"]) for m in item if isinstance(m, dict) and isinstance(m.get("content"), str)
+        )
+    return 0
+
+
 def _batches(items: Iterator[Any]) -> Iterator[list[Any]]:
-    while chunk := list(itertools.islice(items, _BATCH)):
-        yield chunk
+    """Batches of at most ``_BATCH`` items and, past the first item, ``_BATCH_CHARS`` characters: what the
+    tokenizer holds at once (times its normalizer's growth, bounded when it was loaded) stays bounded."""
+    batch: list[Any] = []
+    chars = 0
+    for item in items:
+        batch.append(item)
+        chars += _chars(item)
+        if len(batch) >= _BATCH or chars >= _BATCH_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
 
 
 def encode_pieces(
