@@ -318,6 +318,8 @@ def _run_config(step: Path, config: str | Path | TrainerConfig | None) -> Traine
         return config
     path = Path(config) if config is not None else step / CONFIG_FILE
     if not path.is_file():
+        if path.exists():  # a FIFO, a device, a folder: reading it could wait forever
+            raise ExportError(f"config file {str(path)!r} is not a regular file")
         if config is not None:
             raise ExportError(f"config file {str(path)!r} does not exist")
         raise ExportError(

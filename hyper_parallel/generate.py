@@ -99,7 +99,11 @@ def _assign(model: nn.Module, weights: dict[str, Any], where: str, device: str) 
             f"{where}: the weights do not match the model (missing {missing[:3]}, unexpected "
             f"{list(result.unexpected_keys)[:3]})"
         )
-    return model.to(device).eval()
+    try:
+        return model.to(device).eval()
+    except (RuntimeError, AssertionError) as exc:  # a device this machine has not ("not compiled with")
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GenerateError(f"--device {device}: cannot be used here: {first}") from None
 
 
 def _load_checkpoint(folder: Path, config: str | Path | None, device: str) -> Loaded:
@@ -239,8 +243,16 @@ def _check_options(args: argparse.Namespace) -> None:
         raise GenerateError(f"--temperature: must be >= 0, got {args.temperature}")
     if not 0 < args.top_p <= 1:
         raise GenerateError(f"--top-p: must be in (0, 1], got {args.top_p}")
-    if args.seed < 0:
-        raise GenerateError(f"--seed: must be >= 0, got {args.seed}")
+    if not 0 <= args.seed < 2**63:
+        raise GenerateError(f"--seed: must be in [0, 2**63), got {args.seed}")
+    import torch
+
+    try:
+        torch.device(args.device)
+    except (RuntimeError, ValueError, TypeError):
+        raise GenerateError(
+            f"--device: {args.device!r} is not a torch device (e.g. cpu, cuda, cuda:1)"
+        ) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -385,3 +385,41 @@ def test_evaluate_refuses_a_config_larger_than_the_checkpoint_before_building(ck
     assert err.getvalue().startswith(f"evaluate: {step / '.metadata'}: its config describes a model of ")
     assert err.getvalue().count("\n") == 1
     assert out.getvalue() == ""
+
+
+# -- command-line values that ended in tracebacks or waited (N12) -------------------------------------------
+@pytest.mark.timeout(60)  # reading a FIFO waits for a writer that never comes
+def test_export_and_generate_values_are_one_line_and_exit_2(
+    ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hyper_parallel.generate import main as generate_main
+
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)
+    step = str(ckpt / "step-2")
+    fifo_text = f"config file {str(fifo)!r} is not a regular file"
+    cases = [
+        (
+            export_main,
+            [step, str(tmp_path / "a"), "--max-shard-size", "9" * 400 + "GB"],
+            "export: max_shard_size: ",
+        ),
+        (export_main, [step, str(tmp_path / "b"), "--config-file", str(fifo)], f"export: {fifo_text}"),
+        (generate_main, [step, "--prompt", "x", "--config-file", str(fifo)], f"generate: {fifo_text}"),
+        (
+            generate_main,
+            [step, "--prompt", "x", "--device", "foo"],
+            "generate: --device: 'foo' is not a torch",
+        ),
+        (
+            generate_main,
+            [step, "--prompt", "x", "--seed", "9" * 30],
+            "generate: --seed: must be in [0, 2**63)",
+        ),
+    ]
+    capsys.readouterr()
+    for main, argv, start in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(start), err
+        assert err.count("\n") == 1
