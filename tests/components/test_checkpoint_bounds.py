@@ -423,3 +423,28 @@ def test_export_and_generate_values_are_one_line_and_exit_2(
         err = capsys.readouterr().err
         assert err.startswith(start), err
         assert err.count("\n") == 1
+
+
+def test_without_a_manifest_a_flipped_byte_in_a_chunk_falls_back_on_resume(
+    ckpt: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A step saved before manifests: the CRC-32 of torch's zip records finds the change (N19)."""
+    from hyper_parallel.launch import main
+
+    step = ckpt / "step-2"
+    (step / "checksums.json").unlink()
+    info = read_metadata(step / ".metadata").storage_data[MetadataIndex(EMBED, [0, 0])]
+    shard = step / info.relative_path
+    with open(shard, "r+b") as stream:
+        stream.seek(info.offset + info.length // 2)
+        byte = stream.read(1)
+        stream.seek(info.offset + info.length // 2)
+        stream.write(bytes([byte[0] ^ 0xFF]))
+    err = io.StringIO()
+    with caplog.at_level(logging.WARNING, logger=MANAGER_LOG):
+        assert main(_launch_argv(ckpt, 3), out=io.StringIO(), err=err) == 0, err.getvalue()
+    assert (
+        f"skipping the checkpoint of step 2: {shard}: record archive/data/0 at byte {info.offset} is damaged "
+        "(Bad CRC-32 for file 'archive/data/0')"
+    ) in caplog.text
+    assert (ckpt / "step-3").is_dir()
