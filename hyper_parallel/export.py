@@ -414,8 +414,11 @@ def _write(
     limit: int,
     extra: dict[str, bytes],
 ) -> None:
-    """Write the folder as ``.OUT.partial``, then rename it; ``extra`` maps more file names to contents."""
-    from safetensors.torch import save_file
+    """Write the folder as ``.OUT.partial``, then rename it; ``extra`` maps more file names to contents.
+
+    A write that fails (a full disk: ENOSPC, a quota) removes the partial folder and is an ``ExportError``.
+    """
+    from safetensors import SafetensorError
 
     partial = _partial(out)
     _check_output(out)  # again, just before writing
@@ -423,6 +426,30 @@ def _write(
         shutil.rmtree(partial)
     partial.parent.mkdir(parents=True, exist_ok=True)
     partial.mkdir()  # exclusive: fails if anything took its place
+    try:
+        _write_files(partial, tensors, config, limit, extra)
+    except (OSError, SafetensorError) as exc:  # a full disk, a quota
+        shutil.rmtree(partial, ignore_errors=True)
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+        raise ExportError(
+            f"{str(out)!r}: cannot write the export ({detail}); nothing was published: free space or "
+            "choose another output folder"
+        ) from None
+    if out.exists():
+        out.rmdir()  # checked empty above
+    partial.rename(out)
+
+
+def _write_files(
+    partial: Path,
+    tensors: dict[str, torch.Tensor],
+    config: dict[str, Any],
+    limit: int,
+    extra: dict[str, bytes],
+) -> None:
+    """The files of ``_write`` into the partial folder."""
+    from safetensors.torch import save_file
+
     # safetensors creates its files 0600; every file gets the mode open() would give it (the umask's),
     # read from a file created the ordinary way rather than by changing the process-wide umask.
     probe = partial / "config.json"
@@ -445,9 +472,6 @@ def _write(
         (partial / name).write_bytes(content)
     for file in partial.iterdir():
         file.chmod(mode)
-    if out.exists():
-        out.rmdir()  # checked empty above
-    partial.rename(out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -448,3 +448,45 @@ def test_without_a_manifest_a_flipped_byte_in_a_chunk_falls_back_on_resume(
         "(Bad CRC-32 for file 'archive/data/0')"
     ) in caplog.text
     assert (ckpt / "step-3").is_dir()
+
+
+def test_a_full_disk_during_export_is_one_line_and_publishes_nothing(
+    ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """N10: the write fails with ENOSPC (``safetensors`` made to fail as a full disk makes it)."""
+    import errno
+
+    import safetensors.torch
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(args[1]))
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    out = tmp_path / "hf"
+    assert export_main([str(ckpt / "step-2"), str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"export: {str(out)!r}: cannot write the export (No space left on device); nothing was published: "
+        "free space or choose another output folder\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # neither OUT nor its partial folder
+
+
+def test_a_full_disk_when_the_lock_is_written_is_an_input_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from hyper_parallel.components.checkpoint._layout import CheckpointFolderError, lock_folder
+
+    def full(fd: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "ftruncate", full)
+    with pytest.raises(CheckpointFolderError) as info:
+        lock_folder(tmp_path / "ckpt")
+    assert str(info.value) == (
+        f"{tmp_path / 'ckpt' / '.lock'}: checkpoint.folder: cannot write the lock file: No space left on "
+        "device"
+    )
+    monkeypatch.undo()
+    lock_folder(tmp_path / "ckpt").release()  # nothing held: the folder is free
