@@ -180,7 +180,7 @@ def test_resume_skips_a_hostile_step_for_the_older_intact_one(
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
-def test_a_64_gib_declaration_is_refused_under_a_1_gib_address_space_cap(ckpt: Path, tmp_path: Path) -> None:
+def test_a_64_gib_declaration_is_refused_under_a_3_gib_address_space_cap(ckpt: Path, tmp_path: Path) -> None:
     change, problem = HOSTILE["64 GiB declared with its chunk (N1)"]
     step = ckpt / "step-2"
     rewrite(step, change)
