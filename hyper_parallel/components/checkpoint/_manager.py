@@ -81,7 +81,7 @@ from hyper_parallel.components.checkpoint._state import (
     model_shape_differences,
 )
 from hyper_parallel.config.errors import InputFileError
-from hyper_parallel.parallel.process_group import new_group
+from hyper_parallel.parallel.process_group import new_group, peer_failure
 
 if TYPE_CHECKING:
     from hyper_parallel.components.checkpoint import DCPCheckpoint
@@ -523,6 +523,8 @@ class CheckpointManager:
             for failure, _trace in exc.failures.values():
                 if isinstance(failure, UnreadableCheckpointError):
                     raise UnreadableCheckpointError(str(failure)) from None
+            if any(peer_failure(failure) is not None for failure, _trace in exc.failures.values()):
+                raise  # another rank stopped: not this step's fault, and no older step would read better
             raise unreadable(path, exc) from None
 
     def _load_model(self, path: Path, inspection: Inspection) -> None:
