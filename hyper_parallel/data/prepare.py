@@ -112,16 +112,24 @@ def _component_matches(pattern: str, name: str) -> bool:
 
 
 def _parts_match(patterns: Sequence[str], parts: Sequence[str]) -> bool:
-    """Whether a relative path's components match a pattern's (``**``: any number of folders)."""
-    if not patterns:
-        return not parts
-    if patterns[0] == "**":
-        return any(
-            _parts_match(patterns[1:], parts[skip:])
-            for skip in range(len(parts) + 1)
-            if all(not part.startswith(".") for part in parts[:skip])
-        )
-    return bool(parts) and _component_matches(patterns[0], parts[0]) and _parts_match(patterns[1:], parts[1:])
+    """Whether a relative path's components match a pattern's (``**``: any number of folders).
+
+    Dynamic programming over (pattern, component) positions: ``len(patterns) * len(parts)`` steps, where
+    matching ``**`` by backtracking took exponential time on patterns of several ``**``.
+    """
+    # matched[j]: the patterns seen so far match parts[:j]
+    matched = [True] + [False] * len(parts)
+    for pattern in patterns:
+        if pattern == "**":
+            following = [False] * (len(parts) + 1)
+            for j in range(len(parts) + 1):
+                following[j] = matched[j] or (j > 0 and following[j - 1] and not parts[j - 1].startswith("."))
+        else:
+            following = [False] + [
+                matched[j - 1] and _component_matches(pattern, parts[j - 1]) for j in range(1, len(parts) + 1)
+            ]
+        matched = following
+    return matched[len(parts)]
 
 
 def _matching(raw: str) -> list[Path]:

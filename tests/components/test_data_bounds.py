@@ -246,3 +246,12 @@ def test_prepare_refuses_a_folder_another_prepare_is_writing(tmp_path: Path) -> 
     )
     assert sorted(p.name for p in output.iterdir()) == [".prepare.lock"]  # nothing written
     assert prepare([data], output, tokenizer_config(tmp_path / "cfg")) == output  # free again: it runs
+
+
+@pytest.mark.timeout(60)  # backtracking took C(90, 30) steps here (N16)
+def test_a_pattern_of_many_double_stars_matches_in_polynomial_time() -> None:
+    from hyper_parallel.data.prepare import _parts_match
+
+    assert not _parts_match(("**",) * 30 + ("y",), ("a",) * 60)
+    assert _parts_match(("**",) * 30 + ("y",), ("a",) * 60 + ("y",))
+    assert not _parts_match(("**", "*.jsonl"), (".hidden", "x.jsonl"))
