@@ -204,7 +204,10 @@ def _read_newest(
                 cfg = _run_config(candidate, config)
                 _check_model(candidate, cfg, metadata)
                 if before_read is not None:
-                    before_read(cfg)
+                    try:
+                        before_read(cfg)
+                    except OSError as exc:  # a file the config names (its tokenizer), not the checkpoint
+                        raise ExportError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
                 weights = _read_model(candidate, metadata)
             except (UnreadableCheckpointError, OSError) as exc:
                 if len(candidates) > 1 and _vanished(path, candidate, candidates):

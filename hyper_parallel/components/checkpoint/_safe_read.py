@@ -20,7 +20,10 @@ cannot:
 ``inspect(folder)``: the checksum manifest's files must exist with their sizes and digests (``_manifest``),
 ``.metadata`` must be non-empty and unpickle through the restricted loader, and every byte range it points
 at must lie inside an existing file of the folder. A checkpoint saved before manifests existed is inspected
-the same way without digests (``Inspection.verified`` is False: the caller warns).
+the same way without digests (``Inspection.verified`` is False: the caller warns), and its stored zip
+records are checked against their CRC-32 instead (``_check_records``). ``inspect`` also checks the sizes
+``.metadata`` declares against what the folder stores (``_bounds.check_declared``) before any reader
+allocates them.
 """
 
 from __future__ import annotations
