@@ -19,7 +19,10 @@ def read_size(text: str) -> tuple[int, str] | None:
     size = _SIZE.fullmatch(text.strip().lower())
     if size is None or size.group(2) not in _UNITS:
         return None
-    return int(float(size.group(1)) * _UNITS[size.group(2)]), size.group(2)
+    number = float(size.group(1)) * _UNITS[size.group(2)]
+    if not number < 2**63:  # 400 digits read as infinity: no byte count is that large
+        return None
+    return int(number), size.group(2)
 
 
 #: ASCII digits only (``"²".isdigit()`` is true but ``int()`` refuses it), and few of them (``int()`` refuses

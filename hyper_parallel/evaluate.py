@@ -28,7 +28,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from hyper_parallel.config import ConfigError, Issue
 from hyper_parallel.config.manager import load_config_report
@@ -122,10 +122,29 @@ def _weights_step(cfg: TrainerConfig, checkpoint: str | None) -> Path | None:
             return None
         checkpoint = str(folder)
     try:
-        step, _ = locate_step(Path(checkpoint))
+        step, metadata = locate_step(Path(checkpoint))
     except ExportError as exc:
         raise EvaluateError(str(exc)) from None
+    _refuse_oversized(cfg, step, metadata)
     return step
+
+
+def _refuse_oversized(cfg: TrainerConfig, step: Path, metadata: Any) -> None:
+    """Refuse a config whose model is larger than the checkpoint stores, before the trainer builds it."""
+    import math
+
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from hyper_parallel.models._stored_size import size_problem
+
+    stored = sum(
+        math.prod(item.size)
+        for key, item in metadata.state_dict_metadata.items()
+        if key.startswith("model.") and isinstance(item, TensorStorageMetadata)
+    )
+    problem = size_problem(cfg.model.args, stored)
+    if problem is not None:
+        raise EvaluateError(f"{step / '.metadata'}: {problem}")
 
 
 def evaluate(

@@ -35,7 +35,7 @@ import logging
 import shutil
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,16 +105,19 @@ def export_checkpoint(
     limit = parse_size(max_shard_size)
     out = Path(out_dir)
     _check_output(out)
-    step, metadata = locate_step(Path(checkpoint))
-    cfg = _run_config(step, config)
-    adapter = cfg.model.state_dict_adapter(cfg.model.args)
-    try:
-        hf_config: dict[str, Any] = adapter.hf_config()
-    except (AttributeError, NotImplementedError, ValueError) as exc:
-        detail = str(exc) if not isinstance(exc, AttributeError) else "its adapter writes no config.json"
-        raise ExportError(f"model {cfg.model.name} {cfg.model.flavor}: {detail}") from None
-    tokenizer = _tokenizer_files(cfg)
-    weights = _read_model(step, metadata)
+    found: dict[str, Any] = {}
+
+    def before_read(cfg: TrainerConfig) -> None:  # what the config alone decides, before the weights
+        adapter = cfg.model.state_dict_adapter(cfg.model.args)
+        try:
+            found["hf_config"] = adapter.hf_config()
+        except (AttributeError, NotImplementedError, ValueError) as exc:
+            detail = str(exc) if not isinstance(exc, AttributeError) else "its adapter writes no config.json"
+            raise ExportError(f"model {cfg.model.name} {cfg.model.flavor}: {detail}") from None
+        found["adapter"], found["tokenizer"] = adapter, _tokenizer_files(cfg)
+
+    step, cfg, weights = _read_newest(Path(checkpoint), config, before_read)
+    adapter, hf_config, tokenizer = found["adapter"], found["hf_config"], found["tokenizer"]
     if dtype is not None:
         target = torch_dtype(dtype)
         weights = {k: v.to(target) if v.is_floating_point() else v for k, v in weights.items()}
@@ -141,9 +144,7 @@ def read_checkpoint(
     newest intact step is read; the config saved beside the weights unless one is given). Read safely in
     this process; raises ``ExportError`` (one line) for anything the caller can fix.
     """
-    step, metadata = locate_step(Path(checkpoint))
-    cfg = _run_config(step, config)
-    return step, cfg, _read_model(step, metadata)
+    return _read_newest(Path(checkpoint), config)
 
 
 def _tokenizer_files(cfg: TrainerConfig) -> dict[str, bytes]:
@@ -155,22 +156,144 @@ def _tokenizer_files(cfg: TrainerConfig) -> dict[str, bytes]:
         raise ExportError(str(exc)) from None
 
 
-def locate_step(path: Path) -> tuple[Path, Any]:
-    """The ``step-<N>`` folder to export and its DCP metadata: ``path`` itself, or its newest intact step."""
+#: Times a reader lists a live ``checkpoint.folder`` again when the step it read vanished under it (the
+#: training run saved a newer step and pruned the one being read).
+_ATTEMPTS = 5
+
+
+def _candidates(path: Path) -> list[Path]:
+    """The step folders to try, newest first: ``path`` itself, or the complete steps of a folder of them."""
     from hyper_parallel.components.checkpoint._layout import complete_steps
-    from hyper_parallel.components.checkpoint._safe_read import UnreadableCheckpointError, inspect
 
     if not path.is_dir():
         raise ExportError(f"{str(path)!r}: no such folder")
     if (path / ".metadata").is_file():
-        candidates = [path]
-    else:
-        candidates = [path / f"step-{step}" for step in reversed(complete_steps(path))]
-        if not candidates:
+        return [path]
+    candidates = [path / f"step-{step}" for step in reversed(complete_steps(path))]
+    if not candidates:
+        raise ExportError(
+            f"{str(path)!r} is not a checkpoint: it holds neither a DCP '.metadata' file nor a complete "
+            "step-<N> folder"
+        )
+    return candidates
+
+
+def _read_newest(
+    path: Path,
+    config: str | Path | TrainerConfig | None,
+    before_read: Callable[[TrainerConfig], None] | None = None,
+) -> tuple[Path, TrainerConfig, dict[str, torch.Tensor]]:
+    """The step folder read, its config and model weights: ``path``, or its newest step that reads.
+
+    A step that fails inspection or fails when read is skipped with a warning for the next older one;
+    one that vanished meanwhile (pruned by the run still training into the folder) makes the folder be
+    listed again, at most ``_ATTEMPTS`` times. ``before_read`` sees the config before the weights are read.
+    Before the weights are allocated, the model the config builds must match them (``_check_model``).
+    """
+    from hyper_parallel.components.checkpoint._safe_read import UnreadableCheckpointError, inspect
+
+    problems: list[str] = []
+    for _attempt in range(_ATTEMPTS):
+        candidates = _candidates(path)
+        problems = []
+        relist = False
+        for candidate in candidates:
+            try:
+                inspection = inspect(candidate)
+                metadata = inspection.metadata
+                cfg = _run_config(candidate, config)
+                _check_model(candidate, cfg, metadata)
+                if before_read is not None:
+                    try:
+                        before_read(cfg)
+                    except OSError as exc:  # a file the config names (its tokenizer), not the checkpoint
+                        raise ExportError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+                weights = _read_model(candidate, metadata)
+            except (UnreadableCheckpointError, OSError) as exc:
+                if len(candidates) > 1 and _vanished(path, candidate, candidates):
+                    _log.warning("%s was removed while it was read: reading the newest step again", candidate)
+                    relist = True
+                    break
+                if len(candidates) == 1:
+                    raise ExportError(f"{str(candidate)!r} is damaged: {exc}") from None
+                _log.warning("skipping the damaged checkpoint %s: %s", candidate.name, exc)
+                problems.append(str(exc))
+                continue
+            if not inspection.verified:
+                _log.warning(
+                    "%s holds no checksums.json (saved by an older version): read unverified", candidate
+                )
+            return candidate, cfg, weights
+        if not relist:
+            break
+    if not problems:
+        raise ExportError(f"{str(path)!r}: its steps kept vanishing while they were read ({_ATTEMPTS} tries)")
+    raise ExportError(f"{str(path)!r}: no intact checkpoint to export ({'; '.join(problems)})")
+
+
+def _vanished(path: Path, candidate: Path, candidates: list[Path]) -> bool:
+    """Whether ``candidate`` was removed (or a newer step published) since ``path`` was listed."""
+    from hyper_parallel.components.checkpoint._layout import CheckpointFolderError, complete_steps
+
+    try:
+        now = [path / f"step-{step}" for step in reversed(complete_steps(path))]
+    except (CheckpointFolderError, OSError):
+        return False
+    return candidate not in now or now[:1] != candidates[:1]
+
+
+def _stored_values(metadata: Any) -> dict[str, list[int]]:
+    """The model tensors' sizes in a checkpoint's (checked) metadata, by our names."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    return {
+        key.removeprefix("model."): list(item.size)
+        for key, item in metadata.state_dict_metadata.items()
+        if key.startswith("model.") and isinstance(item, TensorStorageMetadata)
+    }
+
+
+def _check_model(step: Path, cfg: TrainerConfig, metadata: Any) -> None:
+    """Refuse a config whose model is not the one stored in ``step``, before any weight is allocated.
+
+    The parameter count first (from the arguments alone: a config of 100,000 layers is never built), then
+    each tensor's shape against the model built on ``meta``: a tensor the model has and the checkpoint
+    lacks or stores at another size is ``.metadata: tensor NAME: ...``.
+    """
+    import math
+
+    from hyper_parallel.models._stored_size import size_problem
+
+    stored = _stored_values(metadata)
+    if not stored:
+        raise ExportError(f"{str(step)!r} holds no model weights")
+    meta_file = step / ".metadata"
+    problem = size_problem(cfg.model.args, sum(math.prod(size) for size in stored.values()))
+    if problem is not None:
+        raise ExportError(f"{meta_file}: {problem}")
+    model = cfg.model.build_model_fn(cfg.model.args, device="meta")
+    ours = model.state_dict()
+    for name, tensor in ours.items():
+        if name not in stored:
+            raise ExportError(f"{meta_file}: tensor model.{name}: missing; the config's model has it")
+        if stored[name] != list(tensor.shape):
             raise ExportError(
-                f"{str(path)!r} is not a checkpoint: it holds neither a DCP '.metadata' file nor a complete "
-                "step-<N> folder"
+                f"{meta_file}: tensor model.{name}: saved of size {stored[name]}, the config's model "
+                f"has {list(tensor.shape)}"
             )
+    extra = sorted(name for name in stored if name not in ours)
+    if extra:
+        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        raise ExportError(
+            f"{meta_file}: tensor model.{extra[0]}{more}: saved, and the config's model has no such tensor"
+        )
+
+
+def locate_step(path: Path) -> tuple[Path, Any]:
+    """The ``step-<N>`` folder to export and its DCP metadata: ``path`` itself, or its newest intact step."""
+    from hyper_parallel.components.checkpoint._safe_read import UnreadableCheckpointError, inspect
+
+    candidates = _candidates(path)
     problems = []
     for candidate in candidates:
         try:
@@ -198,6 +321,8 @@ def _run_config(step: Path, config: str | Path | TrainerConfig | None) -> Traine
         return config
     path = Path(config) if config is not None else step / CONFIG_FILE
     if not path.is_file():
+        if path.exists():  # a FIFO, a device, a folder: reading it could wait forever
+            raise ExportError(f"config file {str(path)!r} is not a regular file")
         if config is not None:
             raise ExportError(f"config file {str(path)!r} does not exist")
         raise ExportError(
@@ -221,10 +346,13 @@ def _read_model(step: Path, metadata: Any) -> dict[str, torch.Tensor]:
         SafePlanner,
         SafeReader,
         UnreadableCheckpointError,
+        unreadable,
     )
 
+    # Sizes checked to be tiled by stored chunks (``inspect``); zeros all the same, so that nothing but
+    # stored values or zeros could ever reach a published file.
     model = {
-        key.removeprefix("model."): torch.empty(meta.size, dtype=meta.properties.dtype)
+        key.removeprefix("model."): torch.zeros(meta.size, dtype=meta.properties.dtype)
         for key, meta in metadata.state_dict_metadata.items()
         if key.startswith("model.") and isinstance(meta, TensorStorageMetadata)
     }
@@ -244,8 +372,8 @@ def _read_model(step: Path, metadata: Any) -> dict[str, torch.Tensor]:
         except CheckpointException as exc:
             for failure, _trace in exc.failures.values():
                 if isinstance(failure, UnreadableCheckpointError):
-                    raise ExportError(str(failure)) from None
-            raise
+                    raise UnreadableCheckpointError(str(failure)) from None
+            raise unreadable(step, exc) from None
     return model
 
 
@@ -289,8 +417,11 @@ def _write(
     limit: int,
     extra: dict[str, bytes],
 ) -> None:
-    """Write the folder as ``.OUT.partial``, then rename it; ``extra`` maps more file names to contents."""
-    from safetensors.torch import save_file
+    """Write the folder as ``.OUT.partial``, then rename it; ``extra`` maps more file names to contents.
+
+    A write that fails (a full disk: ENOSPC, a quota) removes the partial folder and is an ``ExportError``.
+    """
+    from safetensors import SafetensorError
 
     partial = _partial(out)
     _check_output(out)  # again, just before writing
@@ -298,6 +429,30 @@ def _write(
         shutil.rmtree(partial)
     partial.parent.mkdir(parents=True, exist_ok=True)
     partial.mkdir()  # exclusive: fails if anything took its place
+    try:
+        _write_files(partial, tensors, config, limit, extra)
+    except (OSError, SafetensorError) as exc:  # a full disk, a quota
+        shutil.rmtree(partial, ignore_errors=True)
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+        raise ExportError(
+            f"{str(out)!r}: cannot write the export ({detail}); nothing was published: free space or "
+            "choose another output folder"
+        ) from None
+    if out.exists():
+        out.rmdir()  # checked empty above
+    partial.rename(out)
+
+
+def _write_files(
+    partial: Path,
+    tensors: dict[str, torch.Tensor],
+    config: dict[str, Any],
+    limit: int,
+    extra: dict[str, bytes],
+) -> None:
+    """The files of ``_write`` into the partial folder."""
+    from safetensors.torch import save_file
+
     # safetensors creates its files 0600; every file gets the mode open() would give it (the umask's),
     # read from a file created the ordinary way rather than by changing the process-wide umask.
     probe = partial / "config.json"
@@ -320,9 +475,6 @@ def _write(
         (partial / name).write_bytes(content)
     for file in partial.iterdir():
         file.chmod(mode)
-    if out.exists():
-        out.rmdir()  # checked empty above
-    partial.rename(out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

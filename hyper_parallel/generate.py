@@ -25,11 +25,12 @@ command line is read.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from hyper_parallel._json import loads
 
 if TYPE_CHECKING:
     from torch import nn
@@ -98,7 +99,11 @@ def _assign(model: nn.Module, weights: dict[str, Any], where: str, device: str) 
             f"{where}: the weights do not match the model (missing {missing[:3]}, unexpected "
             f"{list(result.unexpected_keys)[:3]})"
         )
-    return model.to(device).eval()
+    try:
+        return model.to(device).eval()
+    except (RuntimeError, AssertionError) as exc:  # a device this machine has not ("not compiled with")
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GenerateError(f"--device {device}: cannot be used here: {first}") from None
 
 
 def _load_checkpoint(folder: Path, config: str | Path | None, device: str) -> Loaded:
@@ -124,12 +129,13 @@ def _load_hf_folder(folder: Path, device: str) -> Loaded:
 
     config_file = folder / "config.json"
     try:
-        hf_config = json.loads(config_file.read_text(encoding="utf-8"))
+        hf_config = loads(config_file.read_text(encoding="utf-8"))
         if not isinstance(hf_config, dict):
             raise ValueError("not a JSON object")
         spec = spec_from_hf_config(hf_config, str(folder))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise GenerateError(f"{str(config_file)!r}: {exc}") from None
+    _refuse_oversized(folder, config_file, spec)
     try:
         weights = spec.state_dict_adapter(spec.args, str(folder)).from_hf(read_safetensors_folder(folder))
     except (OSError, KeyError, ValueError) as exc:
@@ -139,12 +145,35 @@ def _load_hf_folder(folder: Path, device: str) -> Loaded:
     tokenizer_config = folder / "tokenizer_config.json"
     try:
         if tokenizer_config.is_file():
-            saved = json.loads(tokenizer_config.read_text(encoding="utf-8"))
+            saved = loads(tokenizer_config.read_text(encoding="utf-8"))
             add_bos = not isinstance(saved, dict) or saved.get("add_bos_token", True) is not False
         tokenizer = HuggingFaceTokenizer.Config(path=str(folder), add_bos=add_bos).build()
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise GenerateError(f"{str(folder)!r}: the tokenizer cannot be loaded: {exc}") from None
     return Loaded(model, tokenizer, spec.args.max_sequence_length(), f"{folder} ({spec.name} {spec.flavor})")
+
+
+def _refuse_oversized(folder: Path, config_file: Path, spec: Any) -> None:
+    """Refuse a ``config.json`` describing a model larger than the safetensors headers store.
+
+    Read from the headers alone (bounded: ``read_header``), before the model is built: a
+    ``num_hidden_layers`` of 100,000 would otherwise build for minutes and gigabytes.
+    """
+    import math
+
+    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.models._stored_size import size_problem
+    from hyper_parallel.models._weights_check import read_header, weight_files
+
+    try:
+        stored = sum(
+            math.prod(entry.shape) for file in weight_files(folder) for entry in read_header(file).values()
+        )
+    except InputFileError as exc:
+        raise GenerateError(str(exc.issues[0])) from None
+    problem = size_problem(spec.args, stored)
+    if problem is not None:
+        raise GenerateError(f"{str(config_file)!r}: {problem}")
 
 
 def generate_text(
@@ -214,8 +243,16 @@ def _check_options(args: argparse.Namespace) -> None:
         raise GenerateError(f"--temperature: must be >= 0, got {args.temperature}")
     if not 0 < args.top_p <= 1:
         raise GenerateError(f"--top-p: must be in (0, 1], got {args.top_p}")
-    if args.seed < 0:
-        raise GenerateError(f"--seed: must be >= 0, got {args.seed}")
+    if not 0 <= args.seed < 2**63:
+        raise GenerateError(f"--seed: must be in [0, 2**63), got {args.seed}")
+    import torch
+
+    try:
+        torch.device(args.device)
+    except (RuntimeError, ValueError, TypeError):
+        raise GenerateError(
+            f"--device: {args.device!r} is not a torch device (e.g. cpu, cuda, cuda:1)"
+        ) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

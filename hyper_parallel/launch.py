@@ -270,6 +270,7 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
         machine = machine_issues(cfg, training=training)
         if machine:
             raise ConfigError([Issue(path, message, args.config_file) for path, message in machine])
+        _refuse_impossible_size(cfg, args.config_file)
         device = _device_memory_check(cfg, world_size, args.device_memory)
         if args.help:
             out.write(_usage(prog))
@@ -326,6 +327,15 @@ def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:
     import signal  # the trainer has it loaded already; a dry run never gets here
 
     return 128 + int(signal.Signals[stopped])
+
+
+def _refuse_impossible_size(cfg: "TrainerConfig", source: str) -> None:
+    """A ``ConfigError`` when the model has more parameters than any machine holds (``preflight.limits``)."""
+    from hyper_parallel.preflight.limits import size_issues
+
+    problems = size_issues(cfg)
+    if problems:
+        raise ConfigError([Issue(path, message, source) for path, message in problems])
 
 
 def _device_memory_check(cfg: "TrainerConfig", world_size: int | None, text: str | None) -> "Device | None":

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from hyper_parallel._json import loads
+
 __all__ = ["Run", "main", "plot_metrics", "read_metrics", "split_runs"]
 
 _USAGE = "usage: python -m hyper_parallel.plot METRICS.jsonl [MORE.jsonl ...] [-o OUTPUT.png]\n"
@@ -40,7 +42,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{number}: not a JSON object: {exc.msg}") from None
             if not isinstance(record, dict) or not isinstance(record.get("step"), int):

@@ -17,12 +17,83 @@ the EOS id, and the assistant content and that EOS are what is trained on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-__all__ = ["ChatRenderer", "builtin_chat"]
+__all__ = ["MAX_RENDER_CHARS", "MAX_RENDER_SECONDS", "MAX_RENDER_STEPS", "ChatRenderer", "builtin_chat"]
 
 _OPEN, _CLOSE = "\ue000", "\ue001"  # private-use characters marking generation spans while rendering
+
+#: Most characters one conversation may render to (the template's output, and any string or list an
+#: expression builds on the way: ``'x' * 10**11`` is refused before it is built).
+MAX_RENDER_CHARS = 16 << 20
+#: Most iterations of ``range`` loops in one rendering (nested loops over ``range(100000)``).
+MAX_RENDER_STEPS = 1_000_000
+#: Most seconds one rendering may take (in a main thread, where a timer can interrupt it).
+MAX_RENDER_SECONDS = 10.0
+
+
+class _Budget:
+    """What one rendering has spent: ``range`` steps; reset before each rendering."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.steps > MAX_RENDER_STEPS:
+            raise ValueError(
+                f"the chat_template ran more than {MAX_RENDER_STEPS} loop steps for one conversation"
+            )
+
+
+class _Timeout(Exception):
+    """Raised by the rendering timer."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Interrupt the block after ``seconds`` (a ``SIGALRM`` timer; only in a process's main thread)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _Timeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _size(value: Any) -> int | None:
+    return len(value) if isinstance(value, (str, bytes, list, tuple)) else None
+
+
+def _checked_binop(operator: str, left: Any, right: Any) -> None:
+    """Refuse an operation whose result would exceed ``MAX_RENDER_CHARS`` before it is computed."""
+    if operator == "*":
+        for seq, times in ((left, right), (right, left)):
+            size = _size(seq)
+            if size is not None and isinstance(times, int) and size * times > MAX_RENDER_CHARS:
+                raise ValueError(
+                    f"the chat_template builds a value of {size * times} items (at most {MAX_RENDER_CHARS})"
+                )
+    elif operator == "+":
+        sizes = (_size(left), _size(right))
+        if None not in sizes and sum(sizes) > MAX_RENDER_CHARS:  # type: ignore[arg-type]
+            raise ValueError(f"the chat_template builds a value of more than {MAX_RENDER_CHARS} items")
+    elif (
+        operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 64
+    ):
+        raise ValueError(f"the chat_template computes {left} ** {right}, a number too large to need")
 
 
 def builtin_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[list[int], list[int]]:
@@ -63,8 +134,15 @@ class ChatRenderer:
         source = template if template is not None else getattr(tokenizer, "chat_template", None)
         self.template_text: str | None = source
         self._template: Any = None
+        self._budget = _Budget()
         if source is None:
             return
+        if not hasattr(tokenizer, "encode_with_offsets"):
+            raise ValueError(
+                "a chat template needs a tokenizer that reports character offsets (a Hugging Face "
+                f"tokenizer); {type(tokenizer).__name__} uses the built-in chat format: leave "
+                "--chat-template out"
+            )
         if "generation" not in source:
             raise ValueError(
                 "the tokenizer's chat_template has no {% generation %} marks, so no assistant token would be "
@@ -88,10 +166,27 @@ class ChatRenderer:
         def _raise(message: str) -> None:
             raise jinja2.exceptions.TemplateError(message)
 
-        environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        class _Bounded(jinja2.sandbox.ImmutableSandboxedEnvironment):
+            """The sandbox, with the operators that grow values checked first (``_checked_binop``)."""
+
+            intercepted_binops = frozenset({"*", "+", "**"})
+
+            def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+                _checked_binop(operator, left, right)
+                return super().call_binop(context, operator, left, right)
+
+        budget = self._budget
+
+        def _range(*args: int) -> Iterator[int]:
+            for value in jinja2.sandbox.safe_range(*args):
+                budget.step()
+                yield value
+
+        environment = _Bounded(
             trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols]
         )
         environment.globals["raise_exception"] = _raise
+        environment.globals["range"] = _range
         try:
             self._template = environment.from_string(source)
         except jinja2.exceptions.TemplateError as exc:
@@ -106,16 +201,36 @@ class ChatRenderer:
         for message in messages:
             if _OPEN in message["content"] or _CLOSE in message["content"]:
                 raise ValueError("a message holds the private-use characters U+E000/U+E001")
+        self._budget.steps = 0
+        chunks: list[str] = []
+        size = 0
         try:
-            marked = self._template.render(
-                messages=list(messages),
-                add_generation_prompt=False,
-                bos_token=getattr(tok, "bos_token", None) or "",
-                eos_token=getattr(tok, "eos_token", None) or "",
-                pad_token=getattr(tok, "pad_token", None) or "",
-            )
+            with _time_limit(MAX_RENDER_SECONDS):
+                for chunk in self._template.generate(
+                    messages=list(messages),
+                    add_generation_prompt=False,
+                    bos_token=getattr(tok, "bos_token", None) or "",
+                    eos_token=getattr(tok, "eos_token", None) or "",
+                    pad_token=getattr(tok, "pad_token", None) or "",
+                ):
+                    size += len(chunk)
+                    if size > MAX_RENDER_CHARS:
+                        raise ValueError(
+                            f"the chat_template renders more than {MAX_RENDER_CHARS} characters for one "
+                            "conversation"
+                        )
+                    chunks.append(chunk)
         except jinja2.exceptions.TemplateError as exc:
             raise ValueError(f"the chat_template failed: {exc}") from None
+        except _Timeout:
+            raise ValueError(
+                f"the chat_template took more than {MAX_RENDER_SECONDS:g} s for one conversation"
+            ) from None
+        except RecursionError:
+            raise ValueError("the chat_template recursed too deeply (a macro calling itself?)") from None
+        except MemoryError:
+            raise ValueError("the chat_template ran out of memory rendering one conversation") from None
+        marked = "".join(chunks)
         text: list[str] = []
         spans: list[tuple[int, int]] = []
         length = 0

@@ -18,6 +18,9 @@ is written last.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import fnmatch
 import glob
 import hashlib
 import itertools
@@ -33,6 +36,7 @@ from typing import Any, TextIO
 import attrs
 import numpy as np
 
+from hyper_parallel._json import loads
 from hyper_parallel.data import shards
 
 __all__ = ["InputError", "Piece", "PrepareOptions", "plan", "prepare"]
@@ -42,8 +46,12 @@ _CHAT = ("chat", "chat-parquet")
 _ROW_GROUPS = ("parquet", "chat-parquet")
 _SUFFIXES = {".jsonl": "jsonl", ".txt": "text", ".parquet": "parquet"}
 _PLAN = ".prepare-plan.json"
+#: Held by the prepare writing the folder (see ``_output_lock``).
+_LOCK = ".prepare.lock"
 #: Documents encoded per ``encode_batch`` call.
 _BATCH = 1024
+#: Characters per batch of documents encoded at once (one longer document is a batch alone).
+_BATCH_CHARS = 8 << 20
 #: Input bytes of one unit of work: a worker encodes a unit and sends its arrays back; the main process
 #: joins a shard's units and writes it. Units much smaller than a shard keep every worker busy to the end
 #: (a 100 MB corpus in 64 MB shards is 25 units, not 2), and large enough that a unit's encoding
@@ -98,12 +106,65 @@ def _under(folder: Path, forced: str | None) -> list[Path]:
     )
 
 
+def _component_matches(pattern: str, name: str) -> bool:
+    """One path component against one glob component; a hidden name only against a hidden pattern."""
+    return (not name.startswith(".") or pattern.startswith(".")) and fnmatch.fnmatchcase(name, pattern)
+
+
+def _parts_match(patterns: Sequence[str], parts: Sequence[str]) -> bool:
+    """Whether a relative path's components match a pattern's (``**``: any number of folders).
+
+    Dynamic programming over (pattern, component) positions: ``len(patterns) * len(parts)`` steps, where
+    matching ``**`` by backtracking took exponential time on patterns of several ``**``.
+    """
+    # matched[j]: the patterns seen so far match parts[:j]
+    matched = [True] + [False] * len(parts)
+    for pattern in patterns:
+        if pattern == "**":
+            following = [False] * (len(parts) + 1)
+            for j in range(len(parts) + 1):
+                following[j] = matched[j] or (j > 0 and following[j - 1] and not parts[j - 1].startswith("."))
+        else:
+            following = [False] + [
+                matched[j - 1] and _component_matches(pattern, parts[j - 1]) for j in range(1, len(parts) + 1)
+            ]
+        matched = following
+    return matched[len(parts)]
+
+
+def _matching(raw: str) -> list[Path]:
+    """The paths a glob ``raw`` matches, sorted; ``**`` walks folders without following symbolic links.
+
+    ``glob.glob(recursive=True)`` follows links to folders, so a link to a parent folder made it walk
+    forever (two such links: 2^40 paths before the kernel's ELOOP); here a link to a folder is neither
+    entered nor matched (a link to a file is an input like any file). A pattern without ``**`` cannot
+    descend further than it names and is left to ``glob``.
+    """
+    if "**" not in raw:
+        return [Path(p) for p in sorted(glob.glob(raw))]
+    parts = Path(raw).parts
+    fixed = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+    root = Path(*parts[:fixed]) if fixed else Path(".")
+    patterns = parts[fixed:]
+    found: list[Path] = []
+    for current, folders, files in os.walk(root, followlinks=False):
+        here = Path(current).relative_to(root).parts
+        folders[:] = sorted(
+            f for f in folders if not f.startswith(".") or any(p.startswith(".") for p in patterns)
+        )
+        links = [f for f in folders if os.path.islink(os.path.join(current, f))]  # listed by no match
+        for name in [*(f for f in folders if f not in links), *files]:
+            if _parts_match(patterns, (*here, name)):
+                found.append(root / Path(*here, name) if fixed else Path(*here, name))
+    return sorted(found)
+
+
 def find_inputs(inputs: Sequence[str], forced: str | None) -> list[tuple[Path, str]]:
     """The files named by ``inputs`` (files, folders searched recursively, globs), each with its format."""
     found: list[tuple[Path, str]] = []
     for raw in inputs:
         if glob.has_magic(raw):
-            matches = [Path(p) for p in sorted(glob.glob(raw, recursive=True))]
+            matches = _matching(raw)
             if not matches:
                 raise InputError(f"{raw}: no file matches this pattern")
         else:
@@ -260,7 +321,7 @@ def _lines(piece: Piece) -> Iterator[tuple[int, str]]:
 
 def _record(piece: Piece, number: int, line: str) -> dict[str, Any]:
     try:
-        record = json.loads(line)
+        record = loads(line)
     except json.JSONDecodeError as exc:
         raise InputError(f"{piece.file}:{number}: not a JSON object: {exc.msg}") from None
     if not isinstance(record, dict):
@@ -330,9 +391,30 @@ def _parquet_texts(piece: Piece, text_field: str) -> Iterator[str]:
 
 
 # -- encoding ------------------------------------------------------------------------------------------
+def _chars(item: Any) -> int:
+    """Characters of a text, or of a conversation's message contents."""
+    if isinstance(item, str):
+        return len(item)
+    if isinstance(item, list):
+        return sum(
+            len(m["content"]) for m in item if isinstance(m, dict) and isinstance(m.get("content"), str)
+        )
+    return 0
+
+
 def _batches(items: Iterator[Any]) -> Iterator[list[Any]]:
-    while chunk := list(itertools.islice(items, _BATCH)):
-        yield chunk
+    """Batches of at most ``_BATCH`` items and, past the first item, ``_BATCH_CHARS`` characters: what the
+    tokenizer holds at once (times its normalizer's growth, bounded when it was loaded) stays bounded."""
+    batch: list[Any] = []
+    chars = 0
+    for item in items:
+        batch.append(item)
+        chars += _chars(item)
+        if len(batch) >= _BATCH or chars >= _BATCH_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
 
 
 def encode_pieces(
@@ -573,49 +655,52 @@ def prepare(
         "inputs": records,
         "shards": [[attrs.asdict(p) for p in pieces] for pieces in tasks],
     }
-    _claim(folder, the_plan)
-    entries: dict[int, dict[str, Any]] = {}
-    todo: list[_Unit] = []
-    for index, pieces in enumerate(tasks):
-        entry = shards.finished_shard(folder, shards.shard_name(index))
-        if entry is not None:
-            entries[index] = entry
-        else:
-            todo.extend(_units(index, pieces, min(options.shard_bytes, _UNIT_BYTES)))
-    progress = _Progress(stream, len(tasks), len(entries))
-    collector = _Collector(folder, todo, entries, progress)
-    try:
-        if workers <= 1 or len(todo) <= 1:
-            _worker_init(tokenizer, options, dtype.name)
-            collector.collect(map(_work, todo))
-        else:
-            context = multiprocessing.get_context("spawn")
-            with context.Pool(
-                min(workers, len(todo)), initializer=_worker_init, initargs=(tokenizer, options, dtype.name)
-            ) as pool:
-                collector.collect(pool.imap_unordered(_work, todo))
-    finally:
-        progress.close()
-        _WORKER.clear()
-    ordered = [entries[i] for i in range(len(tasks))]
-    manifest = {
-        "format": shards.FORMAT,
-        "version": shards.FORMAT_VERSION,
-        "tokenizer": {"fingerprint": fingerprint, "description": description},
-        "dtype": dtype.name,
-        "input_format": options.format,
-        "text_field": options.text_field,
-        "chat": any(p.format in _CHAT for pieces in tasks for p in pieces),
-        "chat_template_sha256": (
-            None if template is None else hashlib.sha256(template.encode("utf-8")).hexdigest()
-        ),
-        "inputs": [{k: r[k] for k in ("name", "size", "sha256")} for r in records],
-        "shards": ordered,
-        "documents": sum(int(e["documents"]) for e in ordered),
-        "tokens": sum(int(e["tokens"]) for e in ordered),
-    }
-    shards.write_manifest(folder, manifest)
-    return manifest
+    with _output_lock(folder):
+        _claim(folder, the_plan)
+        entries: dict[int, dict[str, Any]] = {}
+        todo: list[_Unit] = []
+        for index, pieces in enumerate(tasks):
+            entry = shards.finished_shard(folder, shards.shard_name(index))
+            if entry is not None:
+                entries[index] = entry
+            else:
+                todo.extend(_units(index, pieces, min(options.shard_bytes, _UNIT_BYTES)))
+        progress = _Progress(stream, len(tasks), len(entries))
+        collector = _Collector(folder, todo, entries, progress)
+        try:
+            if workers <= 1 or len(todo) <= 1:
+                _worker_init(tokenizer, options, dtype.name)
+                collector.collect(map(_work, todo))
+            else:
+                context = multiprocessing.get_context("spawn")
+                with context.Pool(
+                    min(workers, len(todo)),
+                    initializer=_worker_init,
+                    initargs=(tokenizer, options, dtype.name),
+                ) as pool:
+                    collector.collect(pool.imap_unordered(_work, todo))
+        finally:
+            progress.close()
+            _WORKER.clear()
+        ordered = [entries[i] for i in range(len(tasks))]
+        manifest = {
+            "format": shards.FORMAT,
+            "version": shards.FORMAT_VERSION,
+            "tokenizer": {"fingerprint": fingerprint, "description": description},
+            "dtype": dtype.name,
+            "input_format": options.format,
+            "text_field": options.text_field,
+            "chat": any(p.format in _CHAT for pieces in tasks for p in pieces),
+            "chat_template_sha256": (
+                None if template is None else hashlib.sha256(template.encode("utf-8")).hexdigest()
+            ),
+            "inputs": [{k: r[k] for k in ("name", "size", "sha256")} for r in records],
+            "shards": ordered,
+            "documents": sum(int(e["documents"]) for e in ordered),
+            "tokens": sum(int(e["tokens"]) for e in ordered),
+        }
+        shards.write_manifest(folder, manifest)
+        return manifest
 
 
 class _Collector:
@@ -651,13 +736,42 @@ class _Collector:
             self.progress.update(arrays, self.sizes[shard, unit], whole)
 
 
+@contextlib.contextmanager
+def _output_lock(folder: Path) -> Iterator[None]:
+    """Hold ``folder/.prepare.lock`` (``fcntl.flock``) inside the block; refuse a folder another holds.
+
+    Two prepares of the same plan into one folder would both pass ``_claim`` and write the same shards
+    at once. The file stays empty (a finished folder is byte-identical whoever wrote it) and is opened
+    without following a symbolic link; the kernel drops the lock with the descriptor or the process.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{folder}: exists and is not a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / _LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open the lock file: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(
+                f"{folder}: another prepare is writing this folder; wait for it to end or give another "
+                "--output"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
 def _claim(folder: Path, the_plan: dict[str, Any]) -> None:
     """Make ``folder`` this prepare's: new or empty, or holding an unfinished prepare of the same plan."""
     text = json.dumps(the_plan, sort_keys=True)
     marker = folder / _PLAN
     if folder.exists() and not folder.is_dir():
         raise InputError(f"{folder}: exists and is not a folder")
-    if folder.is_dir() and any(folder.iterdir()):
+    if folder.is_dir() and any(p.name != _LOCK for p in folder.iterdir()):
         if not marker.is_file() or marker.read_text(encoding="utf-8") != text:
             raise InputError(
                 f"{folder}: not empty and not an unfinished prepare of these inputs with this tokenizer and "

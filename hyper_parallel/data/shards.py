@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +34,8 @@ from typing import Any
 import attrs
 import numpy as np
 import numpy.typing as npt
+
+from hyper_parallel._json import loads
 
 __all__ = [
     "FORMAT",
@@ -63,6 +66,8 @@ SHARD_ENTRY = "shard.json"
 #: Bytes hashed at each end of a file for the quick digest checked at start-up.
 _QUICK_BYTES = 1 << 20
 _ARRAYS = ("tokens", "offsets", "appended", "mask")
+#: Offsets checked at a time when a shard is opened.
+_OFFSETS_BLOCK = 1 << 20
 
 
 class PreparedError(ValueError):
@@ -172,7 +177,7 @@ def finished_shard(folder: Path, name: str) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
+        entry = loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
     return entry if isinstance(entry, dict) and entry.get("name") == name else None
@@ -199,7 +204,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if path.stat().st_size > 64 << 20:
         raise PreparedError(path, "larger than 64 MiB, not a manifest")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PreparedError(path, f"not JSON ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -210,7 +215,58 @@ def read_manifest(folder: Path) -> dict[str, Any]:
             f"format version {manifest.get('version')!r}, this release reads version "
             f"{FORMAT_VERSION}: prepare the corpus again",
         )
+    problem = _manifest_problem(manifest)
+    if problem is not None:
+        raise PreparedError(path, f"not a valid manifest: {problem}")
     return manifest
+
+
+_SHARD_NAME = re.compile(r"shard-\d{5,}")
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _manifest_problem(manifest: Mapping[str, Any]) -> str | None:
+    """What makes a manifest of the right format and version unusable, or None (nothing in it trusted).
+
+    The token dtype must be one ``prepare`` writes; every shard entry must name a folder ``shard-NNNNN``
+    of the prepared folder (never a path elsewhere), carry non-negative counts and the files entries of
+    the arrays a shard has; the totals must be the sums of the shards' counts.
+    """
+    if manifest.get("dtype") not in ("uint16", "uint32"):
+        return f"token dtype {str(manifest.get('dtype'))[:40]!r} (prepare writes uint16 or uint32)"
+    entries = manifest.get("shards")
+    if not isinstance(entries, list):
+        return "'shards' is not a list"
+    documents = tokens = 0
+    for number, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            return f"shard entry {number} is not an object"
+        name = entry.get("name")
+        if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name):
+            return f"shard entry {number} names {str(name)[:60]!r}, not a shard-NNNNN folder of its own"
+        if not (_count(entry.get("documents")) and _count(entry.get("tokens"))):
+            return f"shard {name}: its documents and tokens are not non-negative integers"
+        files = entry.get("files")
+        required = {"tokens", "offsets", "appended"}
+        if not isinstance(files, dict) or not required <= set(files) <= set(_ARRAYS):
+            return f"shard {name}: its files are not {sorted(required)} (and optionally mask)"
+        for key, recorded in files.items():
+            if not (
+                isinstance(recorded, dict)
+                and _count(recorded.get("size"))
+                and isinstance(recorded.get("sha256"), str)
+                and isinstance(recorded.get("quick"), str)
+            ):
+                return f"shard {name}: its {key} entry is not a size and digests"
+        documents += entry["documents"]
+        tokens += entry["tokens"]
+    if manifest.get("documents") != documents or manifest.get("tokens") != tokens:
+        said = f"{str(manifest.get('documents'))[:20]} documents, {str(manifest.get('tokens'))[:20]} tokens"
+        return f"its totals ({said}) are not the sums of its shards' ({documents}, {tokens})"
+    return None
 
 
 @attrs.frozen
@@ -289,8 +345,34 @@ def open_prepared(
         shard = ShardArrays(arrays["tokens"], arrays["offsets"], arrays["appended"], arrays.get("mask"))
         if shard.documents != entry.get("documents") or shard.tokens.shape[0] != entry.get("tokens"):
             raise PreparedError(where, "its arrays disagree with the manifest's counts")
+        problem = _arrays_problem(shard)
+        if problem is not None:
+            raise PreparedError(where, problem)
         shards.append(shard)
     return PreparedCorpus(root, manifest, tuple(shards))
+
+
+def _arrays_problem(shard: ShardArrays) -> str | None:
+    """What makes a shard's arrays disagree with each other, or None (cheap: no pass over the tokens).
+
+    The offsets must start at 0, end at the token count and never decrease (one pass over ``documents +
+    1`` integers, a small fraction of the tokens); ``appended`` has one entry per document, ``mask`` one
+    per token.
+    """
+    offsets, count = shard.offsets, int(shard.tokens.shape[0])
+    if offsets.dtype.kind not in "iu" or offsets.shape[0] < 1:
+        return f"offsets.npy is a {offsets.dtype} array of {offsets.shape[0]} entries"
+    if int(offsets[0]) != 0 or int(offsets[-1]) != count:
+        return f"offsets.npy runs from {int(offsets[0])} to {int(offsets[-1])}, the tokens from 0 to {count}"
+    for start in range(0, offsets.shape[0] - 1, _OFFSETS_BLOCK):  # in blocks: memory stays flat
+        block = np.asarray(offsets[start : start + _OFFSETS_BLOCK + 1])
+        if bool((np.diff(block) < 0).any()):
+            return "offsets.npy decreases somewhere: documents would overlap"
+    if shard.appended.shape[0] != shard.documents:
+        return f"appended.npy has {shard.appended.shape[0]} entries for {shard.documents} documents"
+    if shard.mask is not None and shard.mask.shape[0] != count:
+        return f"mask.npy has {shard.mask.shape[0]} entries for {count} tokens"
+    return None
 
 
 def _describe(description: object) -> str:

@@ -18,7 +18,6 @@ Every finding is an ``InputFileError`` naming the file (exit status 2). Private 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import torch
 
+from hyper_parallel._json import loads
 from hyper_parallel.config.errors import InputFileError, Issue
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def read_header(file: Path) -> dict[str, TensorEntry]:
     except OSError as exc:
         raise InputFileError.at(file, f"cannot be read: {exc.strerror or exc}") from None
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InputFileError.at(file, f"not a safetensors file: its header is not JSON ({exc})") from None
     if not isinstance(header, dict):
@@ -136,7 +136,7 @@ def weight_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_bytes().decode("utf-8"))["weight_map"]
+            weight_map = loads(index.read_bytes().decode("utf-8"))["weight_map"]
             names = sorted({str(name) for name in weight_map.values()})
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputFileError.at(index, f"not a safetensors index (no weight_map): {exc}") from None
@@ -262,7 +262,7 @@ def _check_config_json(spec: ModelSpec, adapter: Any, file: Path) -> None:
     if not file.is_file():
         return
     try:
-        saved = json.loads(file.read_bytes().decode("utf-8"))
+        saved = loads(file.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InputFileError.at(file, f"not a JSON file: {exc}") from None
     if not isinstance(saved, dict):

@@ -150,16 +150,22 @@ def test_a_metadata_payload_is_refused_by_initial_load_path_and_export(tmp: Path
 
 @pytest.mark.filterwarnings(SINGLE_PROCESS_SAVE)
 @pytest.mark.parametrize("part", ["step", "lr_scheduler", "dataloader", "rng", "train_state"])
-def test_a_pickled_payload_in_a_former_json_item_is_refused(tmp: Path, part: str) -> None:
+def test_a_pickled_payload_in_a_former_json_item_is_refused(
+    tmp: Path, part: str, caplog: pytest.LogCaptureFixture
+) -> None:
     marker = tmp / "ran"
     state = Run(tmp).ckpt.state.full(6)
     state[part] = {"rank0": Payload(marker)} if isinstance(state[part], dict) else Payload(marker)
     folder = step_dir(tmp, 6)  # the layout of earlier versions: pickled items, no manifest
     dcp.save(state, checkpoint_id=str(folder), no_dist=True)
-    with pytest.raises(CheckpointNotResumableError) as info:
-        Run(tmp).ckpt.load()
+    assert resumed_after(tmp, caplog) == 4  # refused when read: skipped like a step failing inspection
     key = f"{part}.rank0" if part in ("dataloader", "rng", "train_state") else part
-    assert str(info.value).startswith(f"{folder / SHARD}: refused item {key!r}: ")
+    assert f"skipping the checkpoint of step 6: {folder / SHARD}: refused item {key!r}: " in caplog.text
+    with pytest.raises(CheckpointNotResumableError) as info:  # named explicitly: refused, naming the file
+        Run(tmp, load_step=6).ckpt.load()
+    assert str(info.value).startswith(
+        f"checkpoint.load_step 6: the checkpoint is damaged: {folder / SHARD}: refused item {key!r}: "
+    )
     assert not marker.exists()
 
 

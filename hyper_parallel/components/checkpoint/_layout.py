@@ -181,8 +181,12 @@ def _acquire(folder: Path, path: Path) -> int:
         if same:  # not a file its holder removed between our open and our lock: ours now
             break
         os.close(fd)
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+    except OSError as exc:  # a full disk (ENOSPC), a quota
+        os.close(fd)
+        raise _folder_error(path, f"cannot write the lock file: {exc.strerror or exc}") from None
     return fd
 
 

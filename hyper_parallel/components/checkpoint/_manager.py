@@ -72,6 +72,7 @@ from hyper_parallel.components.checkpoint._safe_read import (
     SafeReader,
     UnreadableCheckpointError,
     inspect,
+    unreadable,
 )
 from hyper_parallel.components.checkpoint._state import (
     Stateful,
@@ -80,7 +81,7 @@ from hyper_parallel.components.checkpoint._state import (
     model_shape_differences,
 )
 from hyper_parallel.config.errors import InputFileError
-from hyper_parallel.parallel.process_group import new_group
+from hyper_parallel.parallel.process_group import new_group, peer_failure
 
 if TYPE_CHECKING:
     from hyper_parallel.components.checkpoint import DCPCheckpoint
@@ -386,13 +387,23 @@ class CheckpointManager:
                 raise CheckpointNotResumableError(
                     f"checkpoint.load_step {self.cfg.load_step}: the checkpoint is damaged: {problem}"
                 )
-            return self._resume(self.cfg.load_step, inspection, steps, explicit=True)
+            try:
+                return self._resume(self.cfg.load_step, inspection, steps, explicit=True)
+            except UnreadableCheckpointError as exc:
+                raise CheckpointNotResumableError(
+                    f"checkpoint.load_step {self.cfg.load_step}: the checkpoint is damaged: {exc}"
+                ) from None
         if steps:
             problems: list[str] = []
             for step in reversed(steps):
                 inspection = self._intact(step, problems)
-                if inspection is not None:
+                if inspection is None:
+                    continue
+                try:
                     return self._resume(step, inspection, steps, explicit=False)
+                except UnreadableCheckpointError as exc:  # failed when read: as if it failed inspection
+                    _log.warning("skipping the checkpoint of step %d: %s", step, exc)
+                    problems.append(f"step {step}: {exc}")
             raise CheckpointNotResumableError(
                 f"checkpoint.folder {str(self.folder)!r}: no intact checkpoint to resume ("
                 + "; ".join(problems)
@@ -401,7 +412,13 @@ class CheckpointManager:
             )
         if self.cfg.initial_load_path is None:
             return 0
-        return self._load_initial(Path(self.cfg.initial_load_path))
+        path = Path(self.cfg.initial_load_path)
+        try:
+            return self._load_initial(path)
+        except UnreadableCheckpointError as exc:
+            raise CheckpointNotResumableError(
+                f"checkpoint.initial_load_path {str(path)!r} is damaged: {exc}"
+            ) from None
 
     def _inspect(self, path: Path) -> tuple[Inspection | None, str]:
         """``inspect`` on every rank (rank 0 hashes): the inspection if all passed, else the problem."""
@@ -485,7 +502,13 @@ class CheckpointManager:
         return self._load_full(path, inspection)
 
     def _read(self, state: dict[str, Any], path: Path) -> None:
-        """``dcp.load`` of ``state`` from ``path`` through the safe reader and planner."""
+        """``dcp.load`` of ``state`` from ``path`` through the safe reader and planner.
+
+        Raises ``UnreadableCheckpointError`` naming the file when a part fails to read (a refused item, a
+        chunk that is no saved tensor): ``load`` skips an automatically chosen step for an older one then,
+        and every rank sees the failure (DCP gathers them), so every rank falls back alike. The state
+        read so far is overwritten by the older step's, whose every part is read again.
+        """
         reader = SafeReader(str(path))
         try:
             with _single_process_ok():
@@ -499,10 +522,10 @@ class CheckpointManager:
         except CheckpointException as exc:
             for failure, _trace in exc.failures.values():
                 if isinstance(failure, UnreadableCheckpointError):
-                    raise CheckpointNotResumableError(str(failure)) from None
-            raise
-        except UnreadableCheckpointError as exc:
-            raise CheckpointNotResumableError(str(exc)) from None
+                    raise UnreadableCheckpointError(str(failure)) from None
+            if any(peer_failure(failure) is not None for failure, _trace in exc.failures.values()):
+                raise  # another rank stopped: not this step's fault, and no older step would read better
+            raise unreadable(path, exc) from None
 
     def _load_model(self, path: Path, inspection: Inspection) -> None:
         items = inspection.metadata.state_dict_metadata

@@ -20,6 +20,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hyper_parallel._json import loads
+
 __all__ = ["MANIFEST", "UnreadableCheckpointError", "verify_files", "write_manifest"]
 
 #: The checksum manifest in every checkpoint folder saved by this version.
@@ -62,7 +64,7 @@ def _manifest_files(folder: Path) -> dict[str, dict[str, Any]] | None:
     if not path.is_file():
         return None
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = loads(path.read_text(encoding="utf-8"))
         files = manifest["files"]
         if manifest.get("version") != _VERSION or not isinstance(files, dict):
             raise ValueError("unknown layout")

@@ -20,13 +20,18 @@ cannot:
 ``inspect(folder)``: the checksum manifest's files must exist with their sizes and digests (``_manifest``),
 ``.metadata`` must be non-empty and unpickle through the restricted loader, and every byte range it points
 at must lie inside an existing file of the folder. A checkpoint saved before manifests existed is inspected
-the same way without digests (``Inspection.verified`` is False: the caller warns).
+the same way without digests (``Inspection.verified`` is False: the caller warns), and its stored zip
+records are checked against their CRC-32 instead (``_check_records``). ``inspect`` also checks the sizes
+``.metadata`` declares against what the folder stores (``_bounds.check_declared``) before any reader
+allocates them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +41,10 @@ from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-from torch.distributed.checkpoint.planner import ReadItem
+from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem
+from torch.futures import Future
 
+from hyper_parallel.components.checkpoint._bounds import check_declared
 from hyper_parallel.components.checkpoint._manifest import UnreadableCheckpointError, verify_files
 
 __all__ = [
@@ -48,6 +55,7 @@ __all__ = [
     "UnreadableCheckpointError",
     "inspect",
     "read_metadata",
+    "unreadable",
 ]
 
 _DCP_METADATA = "torch.distributed.checkpoint.metadata"
@@ -122,8 +130,44 @@ def read_metadata(path: Path) -> Metadata:
     return metadata
 
 
+def unreadable(folder: Path, exc: BaseException) -> UnreadableCheckpointError:
+    """A DCP load of ``folder`` that failed otherwise than through our reader (its ``.metadata`` gone
+    while read, a plan that does not fit) as the error every reader falls back on, naming the folder."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        exc = next(iter(failures.values()))[0]
+    lines = str(exc).strip().splitlines()
+    return UnreadableCheckpointError(
+        f"{folder}: cannot be read ({type(exc).__name__}: {lines[-1][:300] if lines else ''})"
+    )
+
+
 class SafeReader(FileSystemReader):
-    """A ``FileSystemReader`` whose ``read_metadata`` runs no code from the folder (``read_metadata``)."""
+    """A ``FileSystemReader`` whose ``read_metadata`` runs no code from the folder (``read_metadata``).
+
+    ``read_data`` reads file by file, so a chunk that fails to load (one that is a pickle torch's
+    ``weights_only`` loader refuses, bytes that are not a saved tensor, a file gone) is an
+    ``UnreadableCheckpointError`` naming its file: the loaders then fall back to an older step as they do
+    for a step that fails ``inspect``.
+    """
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        per_file: dict[str, list[ReadItem]] = {}
+        for item in plan.items:
+            per_file.setdefault(self.storage_data[item.storage_index].relative_path, []).append(item)
+        for relative, items in per_file.items():
+            try:
+                super().read_data(dataclasses.replace(plan, items=items), planner).wait()
+            except UnreadableCheckpointError:
+                raise
+            except Exception as exc:  # MemoryError, RecursionError, UnpicklingError, OSError, ...
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise UnreadableCheckpointError(
+                    f"{Path(self.path) / relative}: cannot be read ({type(exc).__name__}: {first[:200]})"
+                ) from None
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         metadata = read_metadata(Path(self._get_metadata_path(kwargs.get("rank"))))
@@ -195,6 +239,7 @@ def inspect(folder: Path, *, digests: bool = True) -> Inspection:
     if meta_path.stat().st_size == 0:
         raise UnreadableCheckpointError(f"{meta_path}: empty")
     metadata = read_metadata(meta_path)
+    check_declared(meta_path, metadata)
     sizes: dict[str, int] = {}
     for info in (metadata.storage_data or {}).values():
         relative = getattr(info, "relative_path", None)
@@ -212,4 +257,69 @@ def inspect(folder: Path, *, digests: bool = True) -> Inspection:
                 f"{folder / relative}: truncated ({sizes[relative]} bytes, .metadata reads up to "
                 f"{int(info.offset) + int(info.length)})"
             )
+    if not verified and digests:
+        _check_records(folder, metadata)
     return Inspection(metadata=metadata, verified=verified)
+
+
+class _Slice(io.RawIOBase):
+    """Bytes ``[start, start + length)`` of an open file, as a seekable file of their own."""
+
+    def __init__(self, stream: io.BufferedReader, start: int, length: int) -> None:
+        super().__init__()
+        self._stream, self._start, self._length, self._at = stream, start, length, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._at
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: self._length}[whence]
+        self._at = max(0, base + offset)
+        return self._at
+
+    def readinto(self, buffer: Any) -> int:
+        size = max(0, min(len(buffer), self._length - self._at))
+        self._stream.seek(self._start + self._at)
+        data = self._stream.read(size)
+        buffer[: len(data)] = data
+        self._at += len(data)
+        return len(data)
+
+
+def _check_records(folder: Path, metadata: Metadata) -> None:
+    """For a step without a manifest: every stored item's zip records against their CRC-32.
+
+    ``torch.save`` (how DCP stores each item) writes a zip whose records carry a CRC-32 that torch does
+    not check when it reads them: a flipped byte in tensor data loaded silently. Reading each record
+    once (what the manifest's digests cost) finds it; an item that is not a zip, or a record saved
+    without a CRC (``torch.serialization.set_crc32_options(False)``: 0), is left to the reader.
+    """
+    per_file: dict[str, list[Any]] = {}
+    for info in (metadata.storage_data or {}).values():
+        per_file.setdefault(info.relative_path, []).append(info)
+    for relative, infos in per_file.items():
+        path = folder / relative
+        with open(path, "rb") as stream:
+            for info in infos:
+                try:
+                    archive = zipfile.ZipFile(_Slice(stream, info.offset, info.length))  # type: ignore[arg-type]
+                except (zipfile.BadZipFile, OSError, ValueError):
+                    continue
+                with archive:
+                    for member in archive.infolist():
+                        if member.CRC == 0:
+                            continue
+                        try:
+                            with archive.open(member) as record:
+                                while record.read(1 << 22):
+                                    pass
+                        except (zipfile.BadZipFile, OSError, ValueError) as exc:
+                            raise UnreadableCheckpointError(
+                                f"{path}: record {member.filename} at byte {info.offset} is damaged ({exc})"
+                            ) from None

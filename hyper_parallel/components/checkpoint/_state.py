@@ -45,7 +45,10 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from hyper_parallel._dtypes import torch_dtype
+from hyper_parallel._json import loads
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
+from hyper_parallel.components.checkpoint._bounds import MAX_JSON_BYTES
+from hyper_parallel.components.checkpoint._manifest import UnreadableCheckpointError
 
 __all__ = ["Stateful", "TrainingState", "decode_json", "encode_json", "is_full", "model_shape_differences"]
 
@@ -68,14 +71,19 @@ def encode_json(value: Any) -> torch.Tensor:
 def decode_json(saved: torch.Tensor | str) -> Any:
     """The JSON value of a saved part: a ``uint8`` tensor of UTF-8 text, or (older checkpoints) a string."""
     if isinstance(saved, str):
-        return json.loads(saved)
-    return json.loads(saved.numpy().tobytes().decode("utf-8"))
+        return loads(saved)
+    return loads(saved.numpy().tobytes().decode("utf-8"))
 
 
 def _placeholder(item: STORAGE_TYPES) -> torch.Tensor | str:
     """What DCP loads a saved JSON part into: a tensor of its saved size, or a string (older layout)."""
     if isinstance(item, TensorStorageMetadata):
-        return torch.empty(item.size, dtype=item.properties.dtype)
+        # ``_bounds.check_declared`` (in every ``inspect``) refused anything else; checked again here so
+        # that no declared size decides an allocation whoever calls this.
+        size = tuple(item.size)
+        if len(size) != 1 or item.properties.dtype != torch.uint8 or not 0 <= size[0] <= MAX_JSON_BYTES:
+            raise UnreadableCheckpointError(f"a JSON part declared {item.properties.dtype} {list(size)}")
+        return torch.zeros(size, dtype=torch.uint8)
     return ""
 
 

@@ -26,7 +26,29 @@ import torch.utils.data
 
 from hyper_parallel.data.shards import ShardArrays
 
-__all__ = ["ConcatSamples", "Corpus", "PackedSamples", "PaddedSamples", "Samples", "corpus_in_memory"]
+__all__ = [
+    "ConcatSamples",
+    "Corpus",
+    "PackedSamples",
+    "PaddedSamples",
+    "Samples",
+    "TokenIdError",
+    "corpus_in_memory",
+]
+
+
+class TokenIdError(ValueError):
+    """A prepared file holds a token id outside the vocabulary: ``FILE: offset N: token id ...``.
+
+    One string argument, so that torch's data loader can raise it again in the main process when a worker
+    found it (the loader then reads the message back: :meth:`problem`).
+    """
+
+    def problem(self) -> str:
+        """The ``FILE: offset N: ...`` line, also out of the text a data-loader worker wraps it in."""
+        text = str(self)
+        marker = f"{type(self).__name__}: "
+        return text.rpartition(marker)[2].strip() if marker in text else text.strip()
 
 
 class Samples(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
@@ -43,13 +65,22 @@ class Corpus:
     """Shards read as one sequence of tokens and one sequence of documents; ``documents`` may cut it short.
 
     ``first`` and ``documents`` select documents ``[first, first + documents)`` (a held-out split); by
-    default all of them.
+    default all of them. With ``vocab_size`` (a prepared corpus: files from disk), every token read is
+    checked to lie below it, where it is read (in the data-loader worker, on the host): a corrupted id
+    would otherwise end the first batch in an ``IndexError`` (on CUDA, a device-side assert on every rank,
+    hours in), and the launch's integrity check hashes only each file's first and last MiB.
     """
 
     def __init__(
-        self, shards: Sequence[ShardArrays], *, first: int = 0, documents: int | None = None
+        self,
+        shards: Sequence[ShardArrays],
+        *,
+        first: int = 0,
+        documents: int | None = None,
+        vocab_size: int | None = None,
     ) -> None:
         self.shards = list(shards)
+        self.vocab_size = vocab_size
         self.doc_starts = [0]
         self.token_starts = [0]
         for shard in self.shards:
@@ -98,6 +129,8 @@ class Corpus:
             array = getattr(self.shards[shard], key)
             take = min(stop, self.token_starts[shard + 1]) - start
             parts.append(np.asarray(array[start - base : start - base + take]))
+            if key == "tokens":
+                self._check_ids(parts[-1], array, start - base)
             start += take
             shard += 1
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -113,7 +146,19 @@ class Corpus:
         arrays, local = self.shards[shard], doc - self.doc_starts[shard]
         start, stop = int(arrays.offsets[local]), int(arrays.offsets[local + 1]) - int(arrays.appended[local])
         mask = None if arrays.mask is None else np.asarray(arrays.mask[start:stop])
-        return np.asarray(arrays.tokens[start:stop]), mask
+        tokens = np.asarray(arrays.tokens[start:stop])
+        self._check_ids(tokens, arrays.tokens, start)
+        return tokens, mask
+
+    def _check_ids(self, tokens: npt.NDArray[Any], array: npt.NDArray[Any], offset: int) -> None:
+        """Refuse an id at or above ``vocab_size`` among ``tokens``, read from ``array`` at ``offset``."""
+        if self.vocab_size is None or tokens.size == 0 or int(tokens.max()) < self.vocab_size:
+            return
+        first = int(np.argmax(tokens >= self.vocab_size))
+        raise TokenIdError(
+            f"{getattr(array, 'filename', None) or 'tokens'}: offset {offset + first}: token id "
+            f"{int(tokens[first])} >= vocab_size {self.vocab_size} (run python -m hyper_parallel.data verify)"
+        )
 
 
 def _portable(array: npt.NDArray[Any] | None) -> Any:

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from hyper_parallel.components.dataloader._corpus import ConcatSamples
+from hyper_parallel.components.dataloader._corpus import ConcatSamples, TokenIdError
 from hyper_parallel.components.dataloader._order import SampleOrder
 from hyper_parallel.components.dataloader._samples import Samples, WithFiller, build_samples, collate_fn
 from hyper_parallel.config.errors import InputFileError
@@ -167,7 +167,15 @@ class ResumableLoader:
         return {name: count * self.seq_len for name, count in zip(self.source_names, totals, strict=True)}
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        for batch in self._torch_loader:
+        batches = iter(self._torch_loader)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except TokenIdError as exc:  # found in this process or a worker: an input error, exit 2
+                where, _, problem = exc.problem().partition(": ")
+                raise InputFileError.at(where, problem) from None
             self._batch_index += 1
             if self._batch_index == self.batches_per_epoch:
                 self._epoch, self._batch_index = self._epoch + 1, 0

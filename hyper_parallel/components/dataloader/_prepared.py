@@ -30,7 +30,9 @@ class PreparedDataError(ConfigError):
     """A prepared folder the config names cannot be trained on: ``FILE: dataset.paths: PROBLEM``, exit 2."""
 
 
-def _corpus(path: str, cfg: DatasetConfig, fingerprint: tuple[str, dict[str, object]]) -> Corpus:
+def _corpus(
+    path: str, cfg: DatasetConfig, fingerprint: tuple[str, dict[str, object]], vocab_size: int
+) -> Corpus:
     try:
         prepared = open_prepared(path, tokenizer=fingerprint)
     except PreparedError as exc:
@@ -38,8 +40,8 @@ def _corpus(path: str, cfg: DatasetConfig, fingerprint: tuple[str, dict[str, obj
     total = prepared.documents
     held = int(total * cfg.holdout_fraction)
     if cfg.split == "holdout":
-        return Corpus(prepared.shards, first=total - held, documents=held)
-    return Corpus(prepared.shards, documents=total - held)
+        return Corpus(prepared.shards, first=total - held, documents=held, vocab_size=vocab_size)
+    return Corpus(prepared.shards, documents=total - held, vocab_size=vocab_size)
 
 
 def prepared_samples(cfg: DatasetConfig, request: LoaderRequest, *, max_samples: int | None) -> Samples:
@@ -49,7 +51,7 @@ def prepared_samples(cfg: DatasetConfig, request: LoaderRequest, *, max_samples:
     eos = getattr(tokenizer, "eos_id", None)
     sources: list[Samples] = []
     for path in cfg.paths:
-        corpus = _corpus(path, cfg, fingerprint)
+        corpus = _corpus(path, cfg, fingerprint, tokenizer.vocab_size)
         if cfg.pack_sequences:
             if eos is None:
                 raise ValueError("packing documents needs a tokenizer with an eos token")

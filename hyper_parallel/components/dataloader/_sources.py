@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 # ``python_docs()`` would depend on whether the caller had imported torch yet.
 import torch  # noqa: F401
 
+from hyper_parallel._json import loads
 from hyper_parallel.config.errors import InputFileError, Issue
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def _records(file: Path, text_field: str) -> Iterator[str]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = loads(line)
             except json.JSONDecodeError as exc:
                 message = f"not a JSON object: {exc.msg} at column {exc.colno}"
                 raise InputFileError.at(f"{file}:{number}", message) from None

@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from hyper_parallel._json import loads
+
 if TYPE_CHECKING:
     from hyper_parallel.components.tokenizer import Tokenizer
 
@@ -124,7 +126,7 @@ def _hf_files(cfg: Any, weights_path: str | None) -> dict[str, bytes]:
         files = {"tokenizer.json": file.read_bytes()}
         saved = read_tokenizer_config(config_file)
         specials_file = file.parent / "special_tokens_map.json"
-        special_map = json.loads(specials_file.read_text(encoding="utf-8")) if specials_file.is_file() else {}
+        special_map = loads(specials_file.read_text(encoding="utf-8")) if specials_file.is_file() else {}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"tokenizer {where!r}: {exc}") from None
     for key in _OVERRIDES:

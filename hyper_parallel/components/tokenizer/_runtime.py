@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hyper_parallel._json import loads
 from hyper_parallel.config.errors import InputFileError
 
 if TYPE_CHECKING:
@@ -269,12 +270,31 @@ def read_tokenizer_config(config_file: Path | None) -> dict[str, Any]:
     if config_file is None:
         return {}
     try:
-        saved = json.loads(config_file.read_bytes().decode("utf-8"))
+        saved = loads(config_file.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputFileError.at(config_file, f"not a JSON file: {exc}") from None
     if not isinstance(saved, dict):
         raise InputFileError.at(config_file, "not a JSON object")
     return saved
+
+
+def _refuse_growth(file: Path, rust: _RustTokenizer) -> None:
+    """Refuse a normalizer that can lengthen text more than ``MAX_GROWTH`` times (see ``_growth``)."""
+    from hyper_parallel.components.tokenizer._growth import MAX_GROWTH, normalizer_growth
+
+    normalizer = rust.normalizer
+    if normalizer is None:
+        return
+    try:
+        described = loads(normalizer.__getstate__())  # its JSON, as tokenizer.json holds it
+    except (ValueError, TypeError, AttributeError):
+        described = None
+    growth = normalizer_growth(described)
+    if growth > MAX_GROWTH:
+        shown = "without bound" if growth == float("inf") else f"{growth:,.0f} times"
+        raise InputFileError.at(
+            file, f"its normalizer can lengthen text {shown} (at most {MAX_GROWTH} accepted): refused"
+        )
 
 
 def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | None) -> HFTokenizer:
@@ -296,6 +316,7 @@ def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | Non
         raise InputFileError.at(
             file, f"not a tokenizer file the tokenizers library reads: {reason}"
         ) from None
+    _refuse_growth(file, rust)
     # transformers' switch (our byte tokenizer's export sets it): a special token's text in the input is
     # encoded as text, not as the special id.
     rust.encode_special_tokens = saved.get("split_special_tokens") is True

@@ -1,0 +1,189 @@
+"""Sizes a checkpoint declares, checked against what it stores before anything is allocated.
+
+DCP's ``.metadata`` declares each tensor's global size, dtype and chunks, and readers allocate tensors of
+the declared sizes before reading a byte (``torch.empty(size)``): a few changed bytes in a 46 KB
+``.metadata`` declared 64 GiB, and where the chunks did not cover the declared size the rest of the tensor
+kept whatever the allocator left there, which an export then published. ``check_declared`` (called by
+``_safe_read.inspect``, so by every reader: resume, ``initial_load_path``, export, generate, evaluate)
+refuses such a ``.metadata`` before any allocation, so memory follows the bytes the folder holds:
+
+- every item is DCP's own kind with values of the right types (a ``torch.Size`` of non-negative ints, a
+  ``torch.dtype``, chunks of ``ChunkStorageMetadata``), at most ``MAX_DIMS`` dimensions;
+- the chunks of each tensor tile its declared size exactly: each lies inside the tensor, no two overlap
+  (a sweep along one dimension, see ``_overlap``) and their elements add up to the tensor's;
+- each chunk has its storage entry, untransformed (a compressed chunk could expand past its bytes), of at
+  least the chunk's bytes: DCP's writer stores a chunk's raw data uncompressed, so a declared tensor is
+  never larger than the bytes stored for it (``inspect`` already checks every range lies inside a file);
+- the trainer's JSON parts (``step``, ``lr_scheduler``, ``dataloader.rank<r>``, ``rng.rank<r>``,
+  ``train_state.rank<r>``) are 1-D ``uint8`` of at most ``MAX_JSON_BYTES``.
+
+A problem is an ``UnreadableCheckpointError`` reading ``FILE: tensor NAME: problem`` (``FILE`` the
+``.metadata``): resume skips that step for the newest intact one, export and generate exit 2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    TensorStorageMetadata,
+)
+
+from hyper_parallel.components.checkpoint._manifest import UnreadableCheckpointError
+
+__all__ = ["MAX_DIMS", "MAX_JSON_BYTES", "check_declared", "is_json_part"]
+
+#: Most dimensions a saved tensor may declare (torch itself allows 64).
+MAX_DIMS = 64
+#: Largest JSON part (data position, RNG, scheduler, step) a checkpoint may declare, in bytes.
+MAX_JSON_BYTES = 64 << 20
+_JSON_PARTS = ("step", "lr_scheduler")
+_PER_RANK_JSON = ("dataloader.rank", "rng.rank", "train_state.rank")
+
+
+def is_json_part(key: str) -> bool:
+    """Whether ``key`` names one of the trainer's JSON parts (saved as 1-D ``uint8`` tensors)."""
+    if key in _JSON_PARTS:
+        return True
+    return any(key.startswith(p) and key[len(p) :].isdigit() for p in _PER_RANK_JSON)
+
+
+class _Refused(Exception):
+    """One problem of one item; ``check_declared`` adds the file and the item's name."""
+
+
+def _size(value: Any, what: str, ndim: int | None = None) -> tuple[int, ...]:
+    """``value`` as a tuple of non-negative ints (a ``torch.Size`` or a sequence of ints)."""
+    if not isinstance(value, (torch.Size, tuple, list)):
+        raise _Refused(f"{what} is a {type(value).__name__}, not a size")
+    if len(value) > MAX_DIMS:
+        raise _Refused(f"{what} has {len(value)} dimensions (at most {MAX_DIMS})")
+    if ndim is not None and len(value) != ndim:
+        raise _Refused(f"{what} has {len(value)} dimensions, the tensor {ndim}")
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value):
+        raise _Refused(f"{what} {list(value)!r} is not a list of non-negative integers")
+    return tuple(value)
+
+
+def _overlap(boxes: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> tuple[int, int] | None:
+    """Indices of two boxes (offsets, sizes) that overlap, or None.
+
+    A sweep along the dimension with the most distinct offsets: sorted by their start there, a box is
+    compared only with the boxes still open at its start, so chunks split along any one dimension (FSDP,
+    tensor parallelism) or on a grid cost about n log n, not n^2.
+    """
+    if len(boxes) < 2 or not boxes[0][0]:  # a scalar's one chunk (two would not add up)
+        return None
+    ndim = len(boxes[0][0])
+    dim = max(range(ndim), key=lambda d: len({b[0][d] for b in boxes}))
+    order = sorted(range(len(boxes)), key=lambda i: boxes[i][0][dim])
+    open_boxes: list[int] = []
+    for i in order:
+        offsets, sizes = boxes[i]
+        if 0 in sizes:
+            continue
+        open_boxes = [j for j in open_boxes if boxes[j][0][dim] + boxes[j][1][dim] > offsets[dim]]
+        for j in open_boxes:
+            other, other_sizes = boxes[j]
+            if all(
+                offsets[d] < other[d] + other_sizes[d] and other[d] < offsets[d] + sizes[d]
+                for d in range(ndim)
+            ):
+                return (j, i)
+        open_boxes.append(i)
+    return None
+
+
+def _check_tensor(fqn: str, item: TensorStorageMetadata, storage: Mapping[Any, Any]) -> None:
+    size = _size(item.size, "its size")
+    dtype = getattr(item.properties, "dtype", None)
+    if not isinstance(dtype, torch.dtype):
+        raise _Refused(f"its dtype is a {type(dtype).__name__}, not a torch.dtype")
+    element = torch.empty((), dtype=dtype).element_size()
+    chunks = item.chunks
+    if not isinstance(chunks, Sequence) or not all(isinstance(c, ChunkStorageMetadata) for c in chunks):
+        raise _Refused("its chunks are not a list of DCP chunk metadata")
+    if is_json_part(fqn) and (len(size) != 1 or dtype != torch.uint8 or size[0] > MAX_JSON_BYTES):
+        raise _Refused(
+            f"declared {dtype} of size {list(size)}, where the trainer saves 1-D torch.uint8 JSON of at "
+            f"most {MAX_JSON_BYTES} bytes"
+        )
+    boxes = []
+    covered = 0
+    for chunk in chunks:
+        offsets = _size(chunk.offsets, "a chunk's offsets", len(size))
+        sizes = _size(chunk.sizes, "a chunk's sizes", len(size))
+        if any(o + s > n for o, s, n in zip(offsets, sizes, size, strict=True)):
+            raise _Refused(
+                f"chunk at {list(offsets)} of size {list(sizes)} lies outside its declared size {list(size)}"
+            )
+        numel = math.prod(sizes)
+        info = storage.get(MetadataIndex(fqn, offsets))
+        if info is None:
+            raise _Refused(f"chunk at {list(offsets)} has no stored data")
+        if getattr(info, "transform_descriptors", None):
+            raise _Refused(
+                f"chunk at {list(offsets)} is stored transformed {list(info.transform_descriptors)}"
+            )
+        length = info.length
+        if length < numel * element:
+            raise _Refused(
+                f"chunk at {list(offsets)} declares {numel * element} bytes of {dtype} and stores {length}"
+            )
+        covered += numel
+        boxes.append((offsets, sizes))
+    total = math.prod(size)
+    if covered != total:
+        raise _Refused(
+            f"its chunks hold {covered} of the {total} elements its declared size {list(size)} has"
+            + ("" if covered < total else " (they overlap)")
+        )
+    pair = _overlap(boxes)
+    if pair is not None:
+        a, b = (boxes[i] for i in pair)
+        raise _Refused(f"chunks at {list(a[0])} and {list(b[0])} overlap")
+
+
+def check_declared(meta_path: Path, metadata: Metadata) -> None:
+    """Refuse a ``.metadata`` whose declared sizes are not what its folder stores (see the module doc).
+
+    Raises ``UnreadableCheckpointError`` reading ``META_PATH: tensor NAME: problem`` for the first item
+    found wrong (``META_PATH: problem`` when the whole metadata is of the wrong shape).
+    """
+    items = metadata.state_dict_metadata
+    storage = metadata.storage_data
+    if not isinstance(items, Mapping) or not all(isinstance(k, str) for k in items):
+        raise UnreadableCheckpointError(f"{meta_path}: its state_dict_metadata is not a mapping of names")
+    if not isinstance(storage, Mapping) or not all(isinstance(k, MetadataIndex) for k in storage):
+        raise UnreadableCheckpointError(f"{meta_path}: its storage_data is not a mapping of DCP indices")
+    for index, info in storage.items():
+        if not (
+            isinstance(info, _StorageInfo)
+            and isinstance(info.relative_path, str)
+            and all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (info.offset, info.length)
+            )
+        ):
+            raise UnreadableCheckpointError(
+                f"{meta_path}: tensor {index.fqn}: its storage entry is not a file, offset and length"
+            )
+    for fqn, item in items.items():
+        try:
+            if isinstance(item, TensorStorageMetadata):
+                _check_tensor(fqn, item, storage)
+            elif isinstance(item, BytesStorageMetadata):
+                if storage.get(MetadataIndex(fqn)) is None:
+                    raise _Refused("has no stored data")
+            else:
+                raise _Refused(f"is a {type(item).__name__}, not DCP storage metadata")
+        except _Refused as exc:
+            raise UnreadableCheckpointError(f"{meta_path}: tensor {fqn}: {exc}") from None

@@ -1,0 +1,50 @@
+"""How much a ``tokenizer.json``'s normalizer can lengthen text, checked when the tokenizer is loaded.
+
+A normalizer runs before the model, inside the Rust library: a ``Replace`` of one character by 1 MB made
+``prepare`` and ``generate`` ask for 12.6 GB and abort (SIGABRT, exit 134, no message). The growth factor
+is read from the normalizer's description (never by running it): a ``Replace`` of a string pattern
+multiplies text by at most ``len(content) / len(pattern)``, of a regex (which may match one character,
+or none between two) by ``len(content) + 1``; ``Prepend`` by ``len(prepend) + 1`` (once per piece);
+Unicode normalizations by their longest expansion (NFD/NFC 4, NFKD/NFKC and a precompiled map 18);
+``BertNormalizer`` by 3 (spaces around CJK characters); a ``Sequence`` by the product of its members.
+Above ``MAX_GROWTH`` the tokenizer is refused with the figure. No shipped or published tokenizer this
+project reads comes near it (Llama's, a ``Prepend`` and a one-character ``Replace``: 2).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["MAX_GROWTH", "normalizer_growth"]
+
+#: Largest factor a normalizer may lengthen text by.
+MAX_GROWTH = 1024
+
+_UNICODE = {"NFD": 4, "NFC": 4, "NFKD": 18, "NFKC": 18, "Precompiled": 18, "BertNormalizer": 3}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def normalizer_growth(node: Any, depth: int = 0) -> float:
+    """The factor the normalizer described by ``node`` (its JSON) can lengthen a text by, at most."""
+    if not isinstance(node, dict) or depth > 32:
+        return 1.0 if node is None else math.inf
+    kind = node.get("type")
+    if kind == "Sequence":
+        members = node.get("normalizers")
+        if not isinstance(members, list):
+            return math.inf
+        return math.prod(normalizer_growth(member, depth + 1) for member in members)
+    if kind == "Replace":
+        found = node.get("pattern")
+        pattern: dict[str, Any] = found if isinstance(found, dict) else {}
+        content = len(_text(node.get("content")))
+        if "String" in pattern:
+            return max(1.0, content / max(1, len(_text(pattern["String"]))))
+        return float(content + 1)
+    if kind == "Prepend":
+        return float(len(_text(node.get("prepend"))) + 1)
+    return float(_UNICODE.get(str(kind), 1))

@@ -1,0 +1,39 @@
+"""Model sizes no machine could hold, refused by ``--dry-run`` and the launch alike (with the count).
+
+A config (or an override, ``--model.overrides.n_layers 10000000``) describing a model of trillions of
+parameters resolved, and the preflight printed its 272 TiB per rank without a word: the launch would
+then spend minutes building it before the allocator gave up. ``MAX_PARAMETERS`` is 2^42 (4.4 T), four
+times the largest openly trained model (about 1 T parameters); counting needs the architecture arguments
+alone (``ModelCosts.parameters()``), so the check costs microseconds and never depends on the layout or
+world size.
+"""
+
+from typing import TYPE_CHECKING
+
+from hyper_parallel.preflight.estimate import model_costs
+
+if TYPE_CHECKING:
+    from hyper_parallel.trainer.config import TrainerConfig
+
+__all__ = ["MAX_PARAMETERS", "size_issues"]
+
+#: Most parameters a model may have (2^42, about 4.4 T).
+MAX_PARAMETERS = 1 << 42
+
+
+def size_issues(cfg: "TrainerConfig") -> list[tuple[str, str]]:
+    """``(field path, message)`` when ``cfg``'s model has more than ``MAX_PARAMETERS`` parameters."""
+    costs = model_costs(cfg)
+    if costs is None:
+        return []
+    count = sum(group.numel * group.copies for group in costs.parameters())
+    if count <= MAX_PARAMETERS:
+        return []
+    return [
+        (
+            "model",
+            f"{cfg.model.name} {cfg.model.flavor} with these arguments has {count:,} parameters, more than "
+            f"{MAX_PARAMETERS:,} (2^42, four times the largest model trained in the open): no machine holds "
+            "it; check the model's overrides (a layer count, width or vocabulary)",
+        )
+    ]
