@@ -57,6 +57,7 @@ A dump writes the resolved values.  Command-line override values use :func:`expa
 import functools
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 
 import attrs
@@ -744,7 +745,12 @@ def load_yaml_file(path: str | os.PathLike[str]) -> tuple[object, SourceMap]:
     """Read and parse a YAML file; ``Mark.file`` and error locations use the path as given."""
     name = os.fspath(path)
     try:
-        with open(name, "rb") as stream:
+        # Opened without blocking and checked on the descriptor: a FIFO or a device would wait forever.
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with open(fd, "rb") as stream:
+            mode = os.fstat(fd).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a folder is refused below, by its read
+                raise ConfigError([Issue("", "not a regular file (a FIFO, socket or device)", name)])
             data = stream.read(MAX_BYTES + 1)
     except FileNotFoundError:
         reason = "file not found"

@@ -843,3 +843,15 @@ def test_dump_never_overwrites_the_config_file(
     assert "--dump-config: refusing to overwrite the config file it was given" in err
     assert src.read_bytes() == before
     assert sorted(p.name for p in src.parent.iterdir()) == ["in.yaml"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_config_path_that_is_not_a_regular_file_is_refused_without_waiting(tmp_path: Path) -> None:
+    fifo = tmp_path / "run.yaml"
+    os.mkfifo(fifo)  # nobody writes to it: reading it would wait forever
+    code, out, err = run("--config-file", str(fifo), "--dry-run")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"{fifo}: not a regular file (a FIFO, socket or device)",
+        "1 problem found; nothing was started.",
+    ]
