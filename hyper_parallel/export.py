@@ -9,7 +9,9 @@ checkpoint on one process, whatever layout saved them (one process, FSDP2, tenso
 (``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``; the byte tokenizer as an
 equivalent ``tokenizer.json``, see ``components.tokenizer._export``), so
 ``AutoTokenizer.from_pretrained(OUT)`` and ``python -m hyper_parallel.generate OUT`` need the folder
-alone. Every file's mode follows the umask.
+alone; it encodes as training did (BOS as configured). ``config.json`` and ``generation_config.json``
+carry the tokenizer's ``bos_token_id`` / ``eos_token_id`` / ``pad_token_id``, so transformers'
+``generate()`` stops at end of text. Every file's mode follows the umask.
 
 ``CKPT`` is a ``step-<N>`` folder (a full checkpoint or the final weights-only export) or a
 ``checkpoint.folder``, whose newest complete step is exported. The model comes from the resolved config the
@@ -114,7 +116,8 @@ def export_checkpoint(
         except (AttributeError, NotImplementedError, ValueError) as exc:
             detail = str(exc) if not isinstance(exc, AttributeError) else "its adapter writes no config.json"
             raise ExportError(f"model {cfg.model.name} {cfg.model.flavor}: {detail}") from None
-        found["adapter"], found["tokenizer"] = adapter, _tokenizer_files(cfg)
+        files = {**_tokenizer_files(cfg), **_generation_files(cfg, found["hf_config"])}
+        found["adapter"], found["tokenizer"] = adapter, files
 
     step, cfg, weights = _read_newest(Path(checkpoint), config, before_read)
     adapter, hf_config, tokenizer = found["adapter"], found["hf_config"], found["tokenizer"]
@@ -154,6 +157,23 @@ def _tokenizer_files(cfg: TrainerConfig) -> dict[str, bytes]:
         return tokenizer_files(cfg.tokenizer, cfg.model.weights_path)
     except (NotImplementedError, ValueError) as exc:
         raise ExportError(str(exc)) from None
+
+
+def _generation_files(cfg: TrainerConfig, hf_config: dict[str, Any]) -> dict[str, bytes]:
+    """``generation_config.json``, with the tokenizer's special ids also set in ``hf_config``.
+
+    transformers' ``generate()`` stops at ``eos_token_id`` and pads with ``pad_token_id``; without them
+    it runs to ``max_new_tokens`` past the end of text training taught the model to emit.
+    """
+    from hyper_parallel.components.tokenizer._export import special_token_ids
+
+    try:
+        ids = special_token_ids(cfg.tokenizer, cfg.model.weights_path)
+    except (NotImplementedError, ValueError) as exc:
+        raise ExportError(str(exc)) from None
+    hf_config.update(ids)
+    generation = {**ids, "_from_model_config": False}
+    return {"generation_config.json": (json.dumps(generation, indent=2) + "\n").encode("utf-8")}
 
 
 #: Times a reader lists a live ``checkpoint.folder`` again when the step it read vanished under it (the
