@@ -21,6 +21,7 @@ from hyper_parallel.components.loss import CausalLMLoss, Loss
 from hyper_parallel.components.lr_scheduler import LRScheduler, WarmupDecay
 from hyper_parallel.components.metrics import Metrics, MetricsLogger
 from hyper_parallel.components.optimizer import AdamW, Optimizer
+from hyper_parallel.components.peft import PEFT, FullFineTuning
 from hyper_parallel.components.profiler import Profiler, TorchProfiler
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer, Tokenizer
 from hyper_parallel.components.validator import LossValidator, Validator
@@ -528,6 +529,13 @@ class TrainerConfig(ConfigBase):
     comm: CommConfig = attrs.field(
         default=attrs.Factory(CommConfig),
         metadata={"help": "Communication backend and timeouts."},
+    )
+    peft: PEFT.Config = attrs.field(
+        default=attrs.Factory(FullFineTuning.Config),
+        metadata={
+            "help": "Parameter-efficient fine-tuning: LoRA adapters on a frozen model, or (the default) "
+            "every weight trains."
+        },
     )
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
