@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DTYPES",
     "ExportError",
+    "export_adapter",
     "export_checkpoint",
     "locate_step",
     "main",
@@ -120,6 +121,7 @@ def export_checkpoint(
         found["adapter"], found["tokenizer"] = adapter, files
 
     step, cfg, weights = _read_newest(Path(checkpoint), config, before_read)
+    weights = _merged(cfg, weights)
     adapter, hf_config, tokenizer = found["adapter"], found["hf_config"], found["tokenizer"]
     if dtype is not None:
         target = torch_dtype(dtype)
@@ -136,6 +138,70 @@ def export_checkpoint(
     hf_config["dtype"] = str(floating[0]).removeprefix("torch.") if floating else "float32"
     _write(out, hf, hf_config, limit, tokenizer)
     return out
+
+
+def _merged(cfg: TrainerConfig, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``weights`` with LoRA's adapters merged into the layers they adapt (other weights: as they are)."""
+    from hyper_parallel.components.peft import LoRA
+    from hyper_parallel.components.peft._runtime import is_adapter, merge_adapters
+
+    if not any(is_adapter(name) for name in weights):
+        return weights
+    if not isinstance(cfg.peft, LoRA.Config):
+        raise ExportError("the checkpoint holds LoRA adapters but its config's peft is not LoRA.Config")
+    return merge_adapters(weights, cfg.peft.scale)
+
+
+def export_adapter(
+    checkpoint: str | Path, out_dir: str | Path, *, config: str | Path | TrainerConfig | None = None
+) -> Path:
+    """Write the LoRA adapters of ``checkpoint`` as a ``peft`` adapter folder ``out_dir``; returns it.
+
+    ``adapter_config.json`` and ``adapter_model.safetensors`` (float32, the ``peft`` library's key
+    names and module names of the Hugging Face model ``export_checkpoint`` writes), so
+    ``peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE), out_dir)`` gives the
+    merged export's model. ``BASE`` is the base model (``model.weights_path``, written into
+    ``base_model_name_or_path``). ``ExportError`` when the run trained no adapters.
+    """
+    from hyper_parallel.components.peft import LoRA
+    from hyper_parallel.components.peft._runtime import is_adapter, peft_adapter
+
+    out = Path(out_dir)
+    _check_output(out)
+    step, cfg, read = _read_newest(Path(checkpoint), config)
+    if not isinstance(cfg.peft, LoRA.Config):
+        raise ExportError(f"{str(step)!r} was trained without LoRA (peft): it holds no adapters to export")
+    weights = {k: v.float() for k, v in read.items() if is_adapter(k)}
+    if not weights:
+        raise ExportError(f"{str(step)!r} holds no LoRA adapters")
+    adapter = cfg.model.state_dict_adapter(cfg.model.args)
+    try:
+        tensors, adapter_config = peft_adapter(weights, cfg.peft, adapter.to_hf)
+    except (KeyError, ValueError) as exc:
+        raise ExportError(f"the adapters of {str(step)!r} cannot be written for peft: {exc}") from None
+    adapter_config["base_model_name_or_path"] = cfg.model.weights_path
+    _write_adapter(out, tensors, adapter_config)
+    return out
+
+
+def _write_adapter(out: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any]) -> None:
+    """``adapter_config.json`` and ``adapter_model.safetensors`` as ``.OUT.partial``, then renamed."""
+    from safetensors.torch import save_file
+
+    partial = _partial(out)
+    _check_output(out)
+    if partial.is_dir():
+        shutil.rmtree(partial)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.mkdir()
+    probe = partial / "adapter_config.json"
+    probe.write_text(json.dumps(config, indent=2) + "\n")
+    mode = probe.stat().st_mode & 0o777
+    save_file(tensors, str(partial / "adapter_model.safetensors"), metadata={"format": "pt"})
+    (partial / "adapter_model.safetensors").chmod(mode)
+    if out.exists():
+        out.rmdir()
+    partial.rename(out)
 
 
 def read_checkpoint(
@@ -291,7 +357,7 @@ def _check_model(step: Path, cfg: TrainerConfig, metadata: Any) -> None:
     problem = size_problem(cfg.model.args, sum(math.prod(size) for size in stored.values()))
     if problem is not None:
         raise ExportError(f"{meta_file}: {problem}")
-    model = cfg.model.build_model_fn(cfg.model.args, device="meta")
+    model = cfg.peft.apply(cfg.model.build_model_fn(cfg.model.args, device="meta"))  # LoRA: with adapters
     ours = model.state_dict()
     for name, tensor in ours.items():
         if name not in stored:
@@ -509,15 +575,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", help=f"cast floating-point weights to one of {', '.join(DTYPES)}")
     parser.add_argument("--max-shard-size", default="5GB", help="largest safetensors file (default 5GB)")
     parser.add_argument("--config-file", help="the run's config, when the checkpoint holds no config.yaml")
+    parser.add_argument(
+        "--adapter-only",
+        action="store_true",
+        help="write the LoRA adapters as a peft adapter folder instead of the merged model",
+    )
     args = parser.parse_args(argv)
     try:
-        out = export_checkpoint(
-            args.checkpoint,
-            args.out,
-            dtype=args.dtype,
-            max_shard_size=args.max_shard_size,
-            config=args.config_file,
-        )
+        if args.adapter_only:
+            out = export_adapter(args.checkpoint, args.out, config=args.config_file)
+        else:
+            out = export_checkpoint(
+                args.checkpoint,
+                args.out,
+                dtype=args.dtype,
+                max_shard_size=args.max_shard_size,
+                config=args.config_file,
+            )
     except ExportError as exc:
         print(f"export: {exc}", file=sys.stderr)
         return 2
