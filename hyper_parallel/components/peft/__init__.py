@@ -5,7 +5,7 @@ The default, ``FullFineTuning.Config``, trains every weight (the model is left a
 ``LoRA.Config`` freezes the model (no gradient, no optimizer state) and adds to each targeted linear layer
 ``y = W x + (alpha / rank) * B A dropout(x)``, with ``A`` (``rank x in``) drawn at random and ``B``
 (``out x rank``) zero, so training starts from the model's own outputs and only ``A`` and ``B`` train.
-The adapters live inside the layers they adapt (``<layer>.lora_A.weight``, ``<layer>.lora_B.weight``), so
+The adapters are parameters of the layers they adapt (``<layer>.lora_A``, ``<layer>.lora_B``), so
 FSDP2 shards them with their block, activation checkpointing and compile wrap them with it, and a
 checkpoint holds them beside the base. ``python -m hyper_parallel.export`` writes the merged model, or
 with ``--adapter-only`` an adapter folder the ``peft`` library loads.
@@ -23,10 +23,11 @@ from hyper_parallel.config.base import ConfigBase, config_class
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEFAULT_TARGETS", "FullFineTuning", "LoRA", "PEFT"]
+__all__ = ["DEFAULT_TARGETS", "PEFT", "FullFineTuning", "LoRA"]
 
-#: The linear layers LoRA adapts by default (those of them a model has): attention (``wq``, ``wk``, ``wv``, ``wo``), the MLP
-#: (``w1``, ``w2``, ``w3``, shared experts' included) and Qwen 3.5's Gated DeltaNet projections.
+#: The linear layers LoRA adapts by default (those of them a model has): attention (``wq``, ``wk``,
+#: ``wv``, ``wo``), the MLP (``w1``, ``w2``, ``w3``, shared experts' included) and Qwen 3.5's Gated
+#: DeltaNet projections.
 DEFAULT_TARGETS: tuple[str, ...] = (
     "wq",
     "wk",

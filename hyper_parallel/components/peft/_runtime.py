@@ -2,13 +2,14 @@
 
 Imported only from the Config's methods, the trainer and the export; this module imports torch.
 
-An adapter is two bias-free ``nn.Linear`` children of the layer it adapts, ``lora_A`` and ``lora_B``
-(the names the ``peft`` library gives them), and a forward hook on that layer adding their product to its
-output. Being children, they are parameters of the block: FSDP2 shards them with it, tensor parallelism's
-plan for the layer distributes them with its weight (``DTensor`` computes the product), activation
-checkpointing and compile wrap them with the block. A parameter named ``...lora_A.weight`` or
-``...lora_B.weight`` is an adapter everywhere (``is_adapter``): weight loading and initialisation of the
-base skip them, and ``initialize_adapters`` draws them, layout-independently like the base.
+An adapter is two parameters of the layer it adapts, ``lora_A`` (``rank x in``) and ``lora_B``
+(``out x rank``), and a forward hook on that layer adding their product to its output. Being the
+layer's parameters, they belong to its block: FSDP2 shards them with it, tensor parallelism's plan for
+the layer distributes them with its weight (see ``_AddAdapter``), activation checkpointing and compile
+wrap them with the block. A parameter named ``<layer>.lora_A`` or ``<layer>.lora_B`` is an adapter
+everywhere (``is_adapter``): weight loading and initialisation of the base skip them, and
+``initialize_adapters`` draws them, layout-independently like the base. The export names them as the
+``peft`` library does (``<hf layer>.lora_A.weight``).
 """
 
 from __future__ import annotations
@@ -35,13 +36,13 @@ __all__ = [
 
 #: The names of an adapter's two matrices, as the ``peft`` library names them.
 ADAPTER_PARTS = ("lora_A", "lora_B")
-_ADAPTER = re.compile(r"(^|\.)lora_[AB]\.weight$")
+_ADAPTER = re.compile(r"(^|\.)lora_[AB]$")
 #: Where the block's layers are (``layers.<i>.``): LoRA never adapts embeddings or the output head.
 _IN_BLOCK = re.compile(r"^layers\.\d+\.")
 
 
 def is_adapter(name: str) -> bool:
-    """Whether parameter ``name`` is an adapter matrix (``...lora_A.weight`` / ``...lora_B.weight``)."""
+    """Whether parameter ``name`` is an adapter matrix (``<layer>.lora_A`` / ``<layer>.lora_B``)."""
     return _ADAPTER.search(_clean(name)) is not None
 
 
@@ -51,14 +52,25 @@ def _clean(name: str) -> str:
 
 
 class _AddAdapter:
-    """The forward hook of an adapted layer: ``output + scale * lora_B(lora_A(dropout(input)))``."""
+    """The forward hook of an adapted layer: ``output + scale * B (A dropout(input))``.
 
-    def __init__(self, scale: float) -> None:
+    Under tensor parallelism the layer's input and the adapter matrices are ``DTensor``s (a column-wise
+    plan shards ``A`` and ``B`` on their rows like the weight, ``replicate_remaining_params`` replicates
+    those a row-wise plan leaves alone) and ``DTensor`` computes the product.
+    """
+
+    def __init__(self, scale: float, dropout: float) -> None:
         self.scale = scale
+        self.dropout = dropout
 
     def __call__(self, layer: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-        x = layer.lora_dropout(args[0])
-        return output + layer.lora_B(layer.lora_A(x)) * self.scale
+        import torch.nn.functional as F
+
+        x = args[0]
+        a, b = layer.get_parameter("lora_A"), layer.get_parameter("lora_B")
+        if self.dropout:
+            x = F.dropout(x, self.dropout, training=layer.training)
+        return output + F.linear(F.linear(x, a), b) * self.scale
 
 
 def apply_lora(cfg: LoRA.Config, model: nn.Module) -> nn.Module:
@@ -67,10 +79,10 @@ def apply_lora(cfg: LoRA.Config, model: nn.Module) -> nn.Module:
     Call it before the model is parallelized. The adapters are created on the device of the layer's
     weight (``meta`` when the model is); ``initialize_adapters`` gives them their values.
     """
-    for param in model.parameters():
-        param.requires_grad_(False)
     from hyper_parallel.components.peft import DEFAULT_TARGETS
 
+    for param in model.parameters():
+        param.requires_grad_(False)
     targets = set(cfg.targets or DEFAULT_TARGETS)
     found: set[str] = set()
     for name, module in list(model.named_modules()):
@@ -79,12 +91,13 @@ def apply_lora(cfg: LoRA.Config, model: nn.Module) -> nn.Module:
             continue
         found.add(last)
         weight = module.weight
-        a = nn.Linear(module.in_features, cfg.rank, bias=False, device=weight.device, dtype=weight.dtype)
-        b = nn.Linear(cfg.rank, module.out_features, bias=False, device=weight.device, dtype=weight.dtype)
-        module.add_module("lora_A", a)
-        module.add_module("lora_B", b)
-        module.add_module("lora_dropout", nn.Dropout(cfg.dropout) if cfg.dropout else nn.Identity())
-        module.register_forward_hook(_AddAdapter(cfg.scale))
+        for part, shape in (
+            ("lora_A", (cfg.rank, module.in_features)),
+            ("lora_B", (module.out_features, cfg.rank)),
+        ):
+            matrix = torch.empty(shape, device=weight.device, dtype=weight.dtype)
+            module.register_parameter(part, nn.Parameter(matrix))
+        module.register_forward_hook(_AddAdapter(cfg.scale, cfg.dropout))
     missing = [t for t in cfg.targets if t not in found]
     if missing or not found:
         raise ValueError(
@@ -100,12 +113,15 @@ def adapted_layers(names: Iterable[str]) -> list[str]:
     for name in names:
         clean = _clean(name)
         if is_adapter(clean):
-            layers[clean.rsplit(".", 2)[0]] = None
+            layers[clean.rsplit(".", 1)[0]] = None
     return list(layers)
 
 
 def initialize_adapters(model: nn.Module, *, seed: int) -> None:
     """Draw every adapter: ``A`` uniform in ``+-1/sqrt(in)`` (``nn.Linear``'s default), ``B`` zero.
+
+    Called once the model is parallelized and its base weights are in place; it also freezes the base
+    once more (see the loop). A model without adapters is left as it is.
 
     Each full ``A`` comes from a generator seeded with ``parameter_seed(seed, name)`` and a rank keeps
     its shard, so every layout starts from the same adapters (see ``models.initialize``).
@@ -114,14 +130,20 @@ def initialize_adapters(model: nn.Module, *, seed: int) -> None:
 
     from hyper_parallel.models._weights import parameter_seed
 
+    names = [name for name, _ in model.named_parameters()]
+    if not any(is_adapter(name) for name in names):
+        return
     generator = torch.Generator()
     with torch.no_grad():
         for name, param in model.named_parameters():
             if not is_adapter(name):
+                # Frozen again: a parallel plan may have re-registered it as a new, trainable
+                # parameter (``SequenceParallel`` does), and the optimizer is built after this.
+                param.requires_grad_(False)
                 continue
             clean = _clean(name)
             full = torch.zeros(param.shape, dtype=torch.float32)
-            if clean.endswith("lora_A.weight"):
+            if clean.endswith("lora_A"):
                 bound = 1.0 / float(param.shape[1]) ** 0.5
                 generator.manual_seed(parameter_seed(seed, clean))
                 full.uniform_(-bound, bound, generator=generator)
@@ -141,8 +163,8 @@ def merge_adapters(weights: Mapping[str, torch.Tensor], scale: float) -> dict[st
     merged = {name: tensor for name, tensor in weights.items() if not is_adapter(name)}
     for layer in adapted_layers(weights):
         weight = merged[f"{layer}.weight"]
-        a = weights[f"{layer}.lora_A.weight"].float()
-        b = weights[f"{layer}.lora_B.weight"].float()
+        a = weights[f"{layer}.lora_A"].float()
+        b = weights[f"{layer}.lora_B"].float()
         merged[f"{layer}.weight"] = (weight.float() + scale * (b @ a)).to(weight.dtype)
     return merged
 
@@ -173,7 +195,7 @@ def peft_adapter(
         padded: dict[str, torch.Tensor] = {}
         marks: dict[str, torch.Tensor] = {}
         for index, layer in enumerate(block_layers):
-            b = weights[f"{layer}.lora_B.weight"]
+            b = weights[f"{layer}.lora_B"]
             wide = torch.zeros(b.shape[0], r * count, dtype=b.dtype)
             wide[:, index * r : (index + 1) * r] = b
             mark = torch.zeros(b.shape[0], count, dtype=torch.float32)
@@ -189,7 +211,7 @@ def peft_adapter(
             key = f"base_model.model.{module}"
             tensors[f"{key}.lora_B.weight"] = wide[:, columns].contiguous()
             tensors[f"{key}.lora_A.weight"] = torch.cat(
-                [weights[f"{block_layers[i]}.lora_A.weight"] for i in used], dim=0
+                [weights[f"{block_layers[i]}.lora_A"] for i in used], dim=0
             ).contiguous()
             modules.append(module)
             if len(used) > 1:
