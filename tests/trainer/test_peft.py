@@ -172,3 +172,34 @@ def test_a_run_without_lora_has_no_adapter_to_export(tmp_path: Path, capsys: Any
         f"export: '{tmp_path / 'step-1'}' was trained without LoRA (peft): it holds no adapters to export\n"
     )
     assert capsys.readouterr().err == message
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wq = torch.nn.Linear(6, 5, bias=False)
+        self.other = torch.nn.Linear(5, 5, bias=False)
+
+    def forward(self, x: Any) -> Any:
+        return self.other(self.wq(x))
+
+
+def test_rank_alpha_dropout_and_targets_shape_what_an_adapter_adds() -> None:
+    from hyper_parallel.components.peft import LoRA
+
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleDict({"0": _Block()})
+    LoRA.Config(rank=3, alpha=6.0, dropout=0.5, targets=("wq",)).apply(model)
+    block = model.layers["0"]
+    assert (block.wq.lora_A.shape, block.wq.lora_B.shape) == ((3, 6), (5, 3))
+    assert not hasattr(block.other, "lora_A")  # only the targets are adapted
+    with torch.no_grad():
+        block.wq.lora_A.normal_(generator=torch.Generator().manual_seed(1))
+        block.wq.lora_B.normal_(generator=torch.Generator().manual_seed(2))
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(3))
+    expected = block.other(x @ block.wq.weight.T + 2.0 * (x @ block.wq.lora_A.T @ block.wq.lora_B.T))
+    model.eval()  # no dropout; the scale is alpha / rank = 2
+    assert torch.allclose(block(x), expected, atol=1e-6)
+    model.train()
+    torch.manual_seed(0)
+    assert not torch.allclose(block(x), expected, atol=1e-3)  # dropout on the adapter's input
