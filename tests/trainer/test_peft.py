@@ -2,7 +2,8 @@
 
 Tiny Llama 3 and Qwen 3.5 models: a LoRA run starts from the model's own losses (``B`` is zero), trains
 only the adapters (the base is bitwise unchanged, the optimizer holds state for the adapters alone), gives
-the one-process losses on two processes (FSDP2, tensor parallelism), resumes exactly, and exports as a
+the one-process losses on two processes (FSDP2, tensor and pipeline parallelism; expert parallelism
+gives FSDP2's), resumes exactly, and exports as a
 merged Hugging Face model and as a ``peft`` adapter folder that ``PeftModel`` loads to the same logits.
 """
 
@@ -74,14 +75,23 @@ TWO = {
     "qwen3_5-dp_shard2": ("qwen3_5", {"parallelism.dp_shard": "2"}),
     "llama3-tp2": ("llama3", {"parallelism.dp_shard": "1", "parallelism.tp": "2"}),
     "qwen3_5-tp2": ("qwen3_5", {"parallelism.dp_shard": "1", "parallelism.tp": "2"}),
+    "llama3-pp2": ("llama3", {"parallelism.dp_shard": "1", "parallelism.pp": "2"}),
+}
+#: Expert parallelism (the routed experts are never adapted) against FSDP2 on the same two processes.
+MOE = {
+    "qwen3_5_moe-dp_shard2": ("qwen3_5_moe", {"parallelism.dp_shard": "2"}),
+    "qwen3_5_moe-ep2": ("qwen3_5_moe", {"parallelism.dp_shard": "2", "parallelism.ep": "2"}),
 }
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_two_processes_give_the_one_process_lora_losses(tmp_path: Path) -> None:
-    runs = {name: (model, {**DATA, **LORA, **layout}) for name, (model, layout) in TWO.items()}
+    runs = {name: (model, {**DATA, **LORA, **layout}) for name, (model, layout) in {**TWO, **MOE}.items()}
     reports, _ = train_runs_under_torchrun(2, tmp_path, runs)
+    for rank in range(2):
+        ep, plain = reports["qwen3_5_moe-ep2"][rank], reports["qwen3_5_moe-dp_shard2"][rank]
+        assert ep["losses"] == pytest.approx(plain["losses"], abs=1e-6, rel=0)
     for name, (model, _layout) in TWO.items():
         expected, _ = _run(model, {**DATA, **LORA})
         for report in reports[name]:
