@@ -210,10 +210,12 @@ def read_checkpoint(
     """The step folder, the run's config and the full model weights (our names) of ``checkpoint``.
 
     ``checkpoint`` and ``config`` are as in :func:`export_checkpoint` (a step folder or its parent, whose
-    newest intact step is read; the config saved beside the weights unless one is given). Read safely in
+    newest intact step is read; the config saved beside the weights unless one is given). LoRA's
+    adapters come merged into the layers they adapt: the weights are those of a plain model. Read safely in
     this process; raises ``ExportError`` (one line) for anything the caller can fix.
     """
-    return _read_newest(Path(checkpoint), config)
+    step, cfg, weights = _read_newest(Path(checkpoint), config)
+    return step, cfg, _merged(cfg, weights)
 
 
 def _tokenizer_files(cfg: TrainerConfig) -> dict[str, bytes]:

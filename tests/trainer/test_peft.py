@@ -213,3 +213,43 @@ def test_rank_alpha_dropout_and_targets_shape_what_an_adapter_adds() -> None:
     model.train()
     torch.manual_seed(0)
     assert not torch.allclose(block(x), expected, atol=1e-3)  # dropout on the adapter's input
+
+
+def test_generate_works_from_the_checkpoint_the_merged_export_and_base_plus_adapter(
+    lora_run: dict[str, Any],
+) -> None:
+    from hyper_parallel.generate import generate_text, load_model
+
+    tmp = lora_run["tmp"]
+    merged = export_checkpoint(lora_run["ckpt"], tmp / "merged-gen")
+    adapter = export_adapter(lora_run["ckpt"], tmp / "adapter-gen")
+    from_ckpt = generate_text(load_model(lora_run["ckpt"]), "def ", max_new_tokens=8)
+    assert generate_text(load_model(merged), "def ", max_new_tokens=8) == from_ckpt
+    base = transformers.AutoModelForCausalLM.from_pretrained(lora_run["base"]).eval()
+    loaded = peft.PeftModel.from_pretrained(base, adapter).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(merged)
+    prompt = tokenizer("def ", return_tensors="pt")
+    with torch.no_grad():
+        out = loaded.generate(**prompt, max_new_tokens=8, do_sample=False)
+        logits = transformers.AutoModelForCausalLM.from_pretrained(merged).eval()(out).logits[0]
+    start = prompt["input_ids"].shape[1]
+    assert out.shape[1] == start + 8 or out[0, -1].item() == tokenizer.eos_token_id
+    for t in range(start - 1, out.shape[1] - 1):  # greedy: each token the merged model's best (ties aside)
+        assert float(logits[t].max() - logits[t, out[0, t + 1]]) <= 1e-4, t
+
+
+def test_activation_checkpointing_and_compile_give_the_same_lora_losses() -> None:
+    plain, _ = _run("llama3", {**DATA, **LORA, "training.max_steps": "3"})
+    wrapped, _ = _run(
+        "llama3",
+        {
+            **DATA,
+            **LORA,
+            "training.max_steps": "3",
+            "activation_checkpoint.mode": "full",
+            "compile.enable": "true",
+            "compile.components": "[model]",
+            "compile.backend": "aot_eager",
+        },
+    )
+    assert wrapped == pytest.approx(plain, abs=1e-6)
