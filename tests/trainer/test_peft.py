@@ -70,12 +70,16 @@ def test_a_target_that_names_no_layer_is_refused_with_its_name() -> None:
     assert str(caught.value) == message
 
 
+#: Llama 3.2's tied embeddings (one matrix for the embeddings and the output projection).
+TIED = {"model.overrides.tie_word_embeddings": "true"}
 TWO = {
     "llama3-dp_shard2": ("llama3", {"parallelism.dp_shard": "2"}),
     "qwen3_5-dp_shard2": ("qwen3_5", {"parallelism.dp_shard": "2"}),
     "llama3-tp2": ("llama3", {"parallelism.dp_shard": "1", "parallelism.tp": "2"}),
     "qwen3_5-tp2": ("qwen3_5", {"parallelism.dp_shard": "1", "parallelism.tp": "2"}),
     "llama3-pp2": ("llama3", {"parallelism.dp_shard": "1", "parallelism.pp": "2"}),
+    "llama3_tied-dp_shard2": ("llama3", {**TIED, "parallelism.dp_shard": "2"}),
+    "llama3_tied-tp2": ("llama3", {**TIED, "parallelism.dp_shard": "1", "parallelism.tp": "2"}),
 }
 #: Expert parallelism (the routed experts are never adapted) against FSDP2 on the same two processes.
 MOE = {
@@ -93,7 +97,7 @@ def test_two_processes_give_the_one_process_lora_losses(tmp_path: Path) -> None:
         ep, plain = reports["qwen3_5_moe-ep2"][rank], reports["qwen3_5_moe-dp_shard2"][rank]
         assert ep["losses"] == pytest.approx(plain["losses"], abs=1e-6, rel=0)
     for name, (model, _layout) in TWO.items():
-        expected, _ = _run(model, {**DATA, **LORA})
+        expected, _ = _run(model, {**DATA, **LORA, **(TIED if "tied" in name else {})})
         for report in reports[name]:
             assert report["losses"] == pytest.approx(expected, abs=1e-5), name
         held = reports[name][0]["params"]
