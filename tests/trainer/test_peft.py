@@ -257,3 +257,58 @@ def test_activation_checkpointing_and_compile_give_the_same_lora_losses() -> Non
         },
     )
     assert wrapped == pytest.approx(plain, abs=1e-6)
+
+
+def test_the_lora_sft_recipe_learns_the_answers(tmp_path: Path) -> None:
+    import random
+    import warnings
+
+    from hyper_parallel.config import ConfigWarning, load_config
+    from tests.support.prepared import run_prepare
+    from tests.support.trainer import ROOT
+
+    debug = ROOT / "configs" / "qwen3_5_debug.yaml"  # the recipe's model, as shipped: its base
+    based = {"training.max_steps": "1", "checkpoint.enable": "true", "checkpoint.folder": str(tmp_path)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)
+        pretrain = LLMTrainer(load_config(debug, {**based, "metrics.enable_jsonl": "false"}))
+    try:
+        pretrain.train()
+    finally:
+        pretrain.close()
+    base = export_checkpoint(tmp_path, tmp_path / "base")
+    words = ["apple", "river", "stone", "cloud", "green", "light", "table", "music"]
+    pick = random.Random(0)
+    with (tmp_path / "chat.jsonl").open("w") as out:
+        for _ in range(200):
+            word = pick.choice(words)
+            chat = [{"role": "user", "content": f"Spell {word} backwards."}]
+            out.write(json.dumps({"messages": [*chat, {"role": "assistant", "content": word[::-1]}]}) + "\n")
+    recipe = ROOT / "configs" / "qwen3_5_lora_sft_debug.yaml"
+    status, _, err = run_prepare(
+        "prepare",
+        tmp_path / "chat.jsonl",
+        "--format",
+        "chat",
+        "--output",
+        tmp_path / "chat",
+        "--config-file",
+        recipe,
+    )
+    assert status == 0, err
+    overrides = {
+        "model.weights_path": str(base),
+        "dataloader.dataset.source": "tokenized",
+        "dataloader.dataset.paths": f"[{tmp_path / 'chat'}]",
+        "checkpoint.folder": str(tmp_path / "lora"),
+        "metrics.enable_jsonl": "false",
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)
+        trainer = LLMTrainer(load_config(recipe, overrides))
+    try:
+        losses = [r.loss for r in trainer.train()]
+    finally:
+        trainer.close()
+    assert type(trainer.config.peft).__qualname__ == "LoRA.Config"
+    assert losses[-1] <= 0.8 * losses[0], losses  # the answer tokens' loss: only they carry labels
