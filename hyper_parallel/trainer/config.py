@@ -1,6 +1,6 @@
 """The root ``TrainerConfig`` and the parameter sections that belong to no component.
 
-``TrainerConfig`` has one field per root YAML group (16, in the order of RFC table 5.1). Component groups
+``TrainerConfig`` has one field per root YAML group (17: RFC table 5.1's 16, then ``peft``). Component groups
 are typed by their base ``Config`` (``Optimizer.Config`` ...) so any implementation fits; parameter
 groups (``training``, ``parallelism`` ...) are plain frozen sections defined here. Checks that span
 groups are the named rules of :mod:`hyper_parallel.trainer.rules`, which ``TrainerConfig.cross_check``
