@@ -62,12 +62,35 @@ def test_lora_starts_from_the_model_and_trains_only_the_adapters() -> None:
     assert with_state == {id(params[n]) for n in adapters}  # optimizer state for the adapters alone
 
 
-def test_a_target_that_names_no_layer_is_refused_with_its_name() -> None:
-    overrides = {**LORA, "peft.targets": "[wq, nope]"}
-    message = "peft.targets: 'nope' name no linear layer of the model's blocks"
-    with pytest.raises(ValueError, match=r"^peft\.targets") as caught:
-        _run("llama3", overrides)
-    assert str(caught.value) == message
+@pytest.mark.parametrize(
+    ("model", "targets", "message"),
+    [
+        (
+            "llama3",
+            "[wq, nope]",
+            "'nope' name no linear layer of llama3's blocks; choose among w1, w2, w3, wk, wo, wq, wv",
+        ),
+        (
+            "llama3",
+            "[in_proj_q]",
+            "'in_proj_q' name no linear layer of llama3's blocks; choose among w1, w2, w3, wk, wo, wq, wv",
+        ),
+        (
+            "qwen3_5",
+            "[router]",
+            "'router' name no linear layer of qwen3_5's blocks; choose among in_proj_a, in_proj_b, "
+            "in_proj_k, in_proj_q, in_proj_v, in_proj_z, out_proj, w1, w2, w3, wk, wo, wq, wv",
+        ),
+    ],
+)
+def test_a_target_that_names_no_layer_is_refused_at_resolve_time(
+    model: str, targets: str, message: str
+) -> None:
+    from hyper_parallel.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        tiny_config(model, {**LORA, "peft.targets": targets})
+    assert [(i.path, i.message) for i in caught.value.issues] == [("peft.targets", message)]
 
 
 #: Llama 3.2's tied embeddings (one matrix for the embeddings and the output projection).

@@ -38,7 +38,7 @@ __all__ = [
 ADAPTER_PARTS = ("lora_A", "lora_B")
 _ADAPTER = re.compile(r"(^|\.)lora_[AB]$")
 #: Where the block's layers are (``layers.<i>.``): LoRA never adapts embeddings or the output head.
-_IN_BLOCK = re.compile(r"^layers\.\d+\.")
+_IN_BLOCK = re.compile(r"^(language_model\.)?layers\.\d+\.")
 
 
 def is_adapter(name: str) -> bool:
@@ -184,7 +184,8 @@ def peft_adapter(
     layers = adapted_layers(weights)
     by_block: dict[str, list[str]] = {}
     for layer in layers:
-        by_block.setdefault(layer.split(".", 2)[1], []).append(layer)
+        block = re.search(r"(^|\.)layers\.(\d+)\.", layer)
+        by_block.setdefault(block.group(2) if block else layer, []).append(layer)
     tensors: dict[str, torch.Tensor] = {}
     rank_pattern: dict[str, int] = {}
     alpha_pattern: dict[str, float] = {}

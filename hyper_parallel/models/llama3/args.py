@@ -145,6 +145,10 @@ class Llama3Args(ModelArgs):
             for path, message in self.rope_scaling.cross_check():
                 yield f"rope_scaling.{path}", message
 
+    def block_linear_names(self) -> frozenset[str]:
+        """Attention ``wq wk wv wo`` and the SwiGLU ``w1 w2 w3``."""
+        return frozenset({"wq", "wk", "wv", "wo", "w1", "w2", "w3"})
+
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
         """Yield ``(root field path, message)``: tensor parallelism splits the query and key/value heads;
         tied embeddings cannot be cut into pipeline stages (the first and last stages would share them)."""
