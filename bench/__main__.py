@@ -1,4 +1,4 @@
-"""``python -m bench``: the config layer (bench.run); models, train, data, gpu: bench.<that name>."""
+"""``python -m bench``: the config layer (bench.run); models, train, data, gpu, lora: bench.<that name>."""
 
 import sys
 
@@ -14,6 +14,11 @@ if sys.argv[1:2] == ["train"]:
     from bench.train import main as train_main
 
     sys.exit(train_main(sys.argv[2:]))
+
+if sys.argv[1:2] == ["lora"]:
+    from bench.lora import main as lora_main
+
+    sys.exit(lora_main(sys.argv[2:]))
 
 if sys.argv[1:2] == ["data"]:
     from bench.data import main as data_main

@@ -9,7 +9,9 @@ checkpoint on one process, whatever layout saved them (one process, FSDP2, tenso
 (``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``; the byte tokenizer as an
 equivalent ``tokenizer.json``, see ``components.tokenizer._export``), so
 ``AutoTokenizer.from_pretrained(OUT)`` and ``python -m hyper_parallel.generate OUT`` need the folder
-alone. Every file's mode follows the umask.
+alone; it encodes as training did (BOS as configured). ``config.json`` and ``generation_config.json``
+carry the tokenizer's ``bos_token_id`` / ``eos_token_id`` / ``pad_token_id``, so transformers'
+``generate()`` stops at end of text. Every file's mode follows the umask.
 
 ``CKPT`` is a ``step-<N>`` folder (a full checkpoint or the final weights-only export) or a
 ``checkpoint.folder``, whose newest complete step is exported. The model comes from the resolved config the
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DTYPES",
     "ExportError",
+    "export_adapter",
     "export_checkpoint",
     "locate_step",
     "main",
@@ -114,9 +117,11 @@ def export_checkpoint(
         except (AttributeError, NotImplementedError, ValueError) as exc:
             detail = str(exc) if not isinstance(exc, AttributeError) else "its adapter writes no config.json"
             raise ExportError(f"model {cfg.model.name} {cfg.model.flavor}: {detail}") from None
-        found["adapter"], found["tokenizer"] = adapter, _tokenizer_files(cfg)
+        files = {**_tokenizer_files(cfg), **_generation_files(cfg, found["hf_config"])}
+        found["adapter"], found["tokenizer"] = adapter, files
 
     step, cfg, weights = _read_newest(Path(checkpoint), config, before_read)
+    weights = _merged(cfg, weights)
     adapter, hf_config, tokenizer = found["adapter"], found["hf_config"], found["tokenizer"]
     if dtype is not None:
         target = torch_dtype(dtype)
@@ -135,16 +140,82 @@ def export_checkpoint(
     return out
 
 
+def _merged(cfg: TrainerConfig, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``weights`` with LoRA's adapters merged into the layers they adapt (other weights: as they are)."""
+    from hyper_parallel.components.peft import LoRA
+    from hyper_parallel.components.peft._runtime import is_adapter, merge_adapters
+
+    if not any(is_adapter(name) for name in weights):
+        return weights
+    if not isinstance(cfg.peft, LoRA.Config):
+        raise ExportError("the checkpoint holds LoRA adapters but its config's peft is not LoRA.Config")
+    return merge_adapters(weights, cfg.peft.scale)
+
+
+def export_adapter(
+    checkpoint: str | Path, out_dir: str | Path, *, config: str | Path | TrainerConfig | None = None
+) -> Path:
+    """Write the LoRA adapters of ``checkpoint`` as a ``peft`` adapter folder ``out_dir``; returns it.
+
+    ``adapter_config.json`` and ``adapter_model.safetensors`` (float32, the ``peft`` library's key
+    names and module names of the Hugging Face model ``export_checkpoint`` writes), so
+    ``peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE), out_dir)`` gives the
+    merged export's model. ``BASE`` is the base model (``model.weights_path``, written into
+    ``base_model_name_or_path``). ``ExportError`` when the run trained no adapters.
+    """
+    from hyper_parallel.components.peft import LoRA
+    from hyper_parallel.components.peft._runtime import is_adapter, peft_adapter
+
+    out = Path(out_dir)
+    _check_output(out)
+    step, cfg, read = _read_newest(Path(checkpoint), config)
+    if not isinstance(cfg.peft, LoRA.Config):
+        raise ExportError(f"{str(step)!r} was trained without LoRA (peft): it holds no adapters to export")
+    weights = {k: v.float() for k, v in read.items() if is_adapter(k)}
+    if not weights:
+        raise ExportError(f"{str(step)!r} holds no LoRA adapters")
+    adapter = cfg.model.state_dict_adapter(cfg.model.args)
+    try:
+        tensors, adapter_config = peft_adapter(weights, cfg.peft, adapter.to_hf)
+    except (KeyError, ValueError) as exc:
+        raise ExportError(f"the adapters of {str(step)!r} cannot be written for peft: {exc}") from None
+    adapter_config["base_model_name_or_path"] = cfg.model.weights_path
+    _write_adapter(out, tensors, adapter_config)
+    return out
+
+
+def _write_adapter(out: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any]) -> None:
+    """``adapter_config.json`` and ``adapter_model.safetensors`` as ``.OUT.partial``, then renamed."""
+    from safetensors.torch import save_file
+
+    partial = _partial(out)
+    _check_output(out)
+    if partial.is_dir():
+        shutil.rmtree(partial)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.mkdir()
+    probe = partial / "adapter_config.json"
+    probe.write_text(json.dumps(config, indent=2) + "\n")
+    mode = probe.stat().st_mode & 0o777
+    save_file(tensors, str(partial / "adapter_model.safetensors"), metadata={"format": "pt"})
+    (partial / "adapter_model.safetensors").chmod(mode)
+    if out.exists():
+        out.rmdir()
+    partial.rename(out)
+
+
 def read_checkpoint(
     checkpoint: str | Path, config: str | Path | TrainerConfig | None = None
 ) -> tuple[Path, TrainerConfig, dict[str, torch.Tensor]]:
     """The step folder, the run's config and the full model weights (our names) of ``checkpoint``.
 
     ``checkpoint`` and ``config`` are as in :func:`export_checkpoint` (a step folder or its parent, whose
-    newest intact step is read; the config saved beside the weights unless one is given). Read safely in
+    newest intact step is read; the config saved beside the weights unless one is given). LoRA's
+    adapters come merged into the layers they adapt: the weights are those of a plain model. Read safely in
     this process; raises ``ExportError`` (one line) for anything the caller can fix.
     """
-    return _read_newest(Path(checkpoint), config)
+    step, cfg, weights = _read_newest(Path(checkpoint), config)
+    return step, cfg, _merged(cfg, weights)
 
 
 def _tokenizer_files(cfg: TrainerConfig) -> dict[str, bytes]:
@@ -154,6 +225,23 @@ def _tokenizer_files(cfg: TrainerConfig) -> dict[str, bytes]:
         return tokenizer_files(cfg.tokenizer, cfg.model.weights_path)
     except (NotImplementedError, ValueError) as exc:
         raise ExportError(str(exc)) from None
+
+
+def _generation_files(cfg: TrainerConfig, hf_config: dict[str, Any]) -> dict[str, bytes]:
+    """``generation_config.json``, with the tokenizer's special ids also set in ``hf_config``.
+
+    transformers' ``generate()`` stops at ``eos_token_id`` and pads with ``pad_token_id``; without them
+    it runs to ``max_new_tokens`` past the end of text training taught the model to emit.
+    """
+    from hyper_parallel.components.tokenizer._export import special_token_ids
+
+    try:
+        ids = special_token_ids(cfg.tokenizer, cfg.model.weights_path)
+    except (NotImplementedError, ValueError) as exc:
+        raise ExportError(str(exc)) from None
+    hf_config.update(ids)
+    generation = {**ids, "_from_model_config": False}
+    return {"generation_config.json": (json.dumps(generation, indent=2) + "\n").encode("utf-8")}
 
 
 #: Times a reader lists a live ``checkpoint.folder`` again when the step it read vanished under it (the
@@ -271,7 +359,7 @@ def _check_model(step: Path, cfg: TrainerConfig, metadata: Any) -> None:
     problem = size_problem(cfg.model.args, sum(math.prod(size) for size in stored.values()))
     if problem is not None:
         raise ExportError(f"{meta_file}: {problem}")
-    model = cfg.model.build_model_fn(cfg.model.args, device="meta")
+    model = cfg.peft.apply(cfg.model.build_model_fn(cfg.model.args, device="meta"))  # LoRA: with adapters
     ours = model.state_dict()
     for name, tensor in ours.items():
         if name not in stored:
@@ -489,15 +577,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", help=f"cast floating-point weights to one of {', '.join(DTYPES)}")
     parser.add_argument("--max-shard-size", default="5GB", help="largest safetensors file (default 5GB)")
     parser.add_argument("--config-file", help="the run's config, when the checkpoint holds no config.yaml")
+    parser.add_argument(
+        "--adapter-only",
+        action="store_true",
+        help="write the LoRA adapters as a peft adapter folder instead of the merged model",
+    )
     args = parser.parse_args(argv)
     try:
-        out = export_checkpoint(
-            args.checkpoint,
-            args.out,
-            dtype=args.dtype,
-            max_shard_size=args.max_shard_size,
-            config=args.config_file,
-        )
+        if args.adapter_only:
+            out = export_adapter(args.checkpoint, args.out, config=args.config_file)
+        else:
+            out = export_checkpoint(
+                args.checkpoint,
+                args.out,
+                dtype=args.dtype,
+                max_shard_size=args.max_shard_size,
+                config=args.config_file,
+            )
     except ExportError as exc:
         print(f"export: {exc}", file=sys.stderr)
         return 2

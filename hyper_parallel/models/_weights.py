@@ -142,6 +142,8 @@ def initialize(model: nn.Module, spec: ModelSpec, *, seed: int) -> nn.Module:
     generator = torch.Generator()
     with torch.no_grad():
         for name, param in model.named_parameters():
+            if _is_adapter(name):  # drawn by ``peft``'s runtime, not the model's init_fn
+                continue
             full = torch.empty(param.shape, dtype=torch.float32)
             spec.init_fn(spec.args, name, full, generator.manual_seed(parameter_seed(seed, name)))
             full = full.to(param.dtype)
@@ -204,6 +206,7 @@ def load_pretrained(
             if expected is not None
             else {name: p.dtype for name, p in model.named_parameters(remove_duplicate=False)}
         )
+        dtypes = {name: dtype for name, dtype in dtypes.items() if not _is_adapter(name)}
         try:
             adapter = spec.state_dict_adapter(spec.args, spec.weights_path)
             loaded = adapter.from_hf(read_safetensors_folder(spec.weights_path))
@@ -221,19 +224,31 @@ def load_pretrained(
         if shared[0] is not None:
             raise shared[0]
     has_dtensor = any(isinstance(p, DTensor) for p in model.parameters())
+    # A model with adapters (``peft``) loads its base: the adapters are drawn afterwards.
+    adapted = any(_is_adapter(name) for name, _ in model.named_parameters())
     if distributed or has_dtensor:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         # A stage holds a subset of the names checked above: rank 0's dict has the other stages' too.
         options = StateDictOptions(
-            full_state_dict=True, broadcast_from_rank0=distributed, strict=expected is None
+            full_state_dict=True, broadcast_from_rank0=distributed, strict=expected is None and not adapted
         )
         set_model_state_dict(model, state_dict, options=options)
     else:
         with torch.no_grad():
-            model.load_state_dict(state_dict, strict=True)
+            missing, unexpected = model.load_state_dict(state_dict, strict=False)
+            wrong = [name for name in missing if not _is_adapter(name)] + list(unexpected)
+            if wrong:
+                raise KeyError(f"checkpoint does not match the model: {wrong[:5]}")
     restore_ties(model, aliases)
     return model
+
+
+def _is_adapter(name: str) -> bool:
+    """Whether parameter ``name`` is a ``peft`` adapter matrix, which no pretrained checkpoint holds."""
+    from hyper_parallel.components.peft._runtime import is_adapter
+
+    return is_adapter(name)
 
 
 def _check_names(loaded: dict[str, Any], expected: dict[str, Any]) -> None:

@@ -45,6 +45,11 @@ class ModelArgs(ConfigBase):
         """Why ``torch.compile`` of the blocks with ``backend`` cannot run yet; ``None`` when it can."""
         return None
 
+    def block_linear_names(self) -> frozenset[str] | None:
+        """The last names of the linear layers in the transformer blocks (what ``peft.targets`` may
+        name); ``None`` when the arguments do not say."""
+        return None
+
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
         """Yield ``(root field path, message)`` for resolved parallel ``degrees`` this model cannot run.
 

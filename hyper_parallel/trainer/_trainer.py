@@ -369,6 +369,7 @@ class Trainer:
         spec = cfg.model
         init_device = "meta" if cfg.training.init_device == "meta" else str(self.device)
         model: torch.nn.Module = spec.build_model_fn(spec.args, device=init_device)
+        model = cfg.peft.apply(model)  # LoRA: frozen base and adapters, before any parallelism wraps it
         if self.dims.pp > 1:  # the whole model is only copied from: each stage is cut from it
             from hyper_parallel.parallel.pipeline import build_pipeline
 
@@ -414,6 +415,9 @@ class Trainer:
             materialize(model, spec, device=self.device, seed=self.seed)
         else:  # the same weights as from meta: each parameter drawn from (seed, its name)
             initialize(model, spec, seed=self.seed)
+        from hyper_parallel.components.peft._runtime import initialize_adapters
+
+        initialize_adapters(model, seed=self.seed)  # LoRA's adapters (none: nothing to do)
         return model
 
     def _build_validator(self) -> Any:

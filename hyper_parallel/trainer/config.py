@@ -1,6 +1,6 @@
 """The root ``TrainerConfig`` and the parameter sections that belong to no component.
 
-``TrainerConfig`` has one field per root YAML group (16, in the order of RFC table 5.1). Component groups
+``TrainerConfig`` has one field per root YAML group (17: RFC table 5.1's 16, then ``peft``). Component groups
 are typed by their base ``Config`` (``Optimizer.Config`` ...) so any implementation fits; parameter
 groups (``training``, ``parallelism`` ...) are plain frozen sections defined here. Checks that span
 groups are the named rules of :mod:`hyper_parallel.trainer.rules`, which ``TrainerConfig.cross_check``
@@ -21,6 +21,7 @@ from hyper_parallel.components.loss import CausalLMLoss, Loss
 from hyper_parallel.components.lr_scheduler import LRScheduler, WarmupDecay
 from hyper_parallel.components.metrics import Metrics, MetricsLogger
 from hyper_parallel.components.optimizer import AdamW, Optimizer
+from hyper_parallel.components.peft import PEFT, FullFineTuning
 from hyper_parallel.components.profiler import Profiler, TorchProfiler
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer, Tokenizer
 from hyper_parallel.components.validator import LossValidator, Validator
@@ -528,6 +529,13 @@ class TrainerConfig(ConfigBase):
     comm: CommConfig = attrs.field(
         default=attrs.Factory(CommConfig),
         metadata={"help": "Communication backend and timeouts."},
+    )
+    peft: PEFT.Config = attrs.field(
+        default=attrs.Factory(FullFineTuning.Config),
+        metadata={
+            "help": "Parameter-efficient fine-tuning: LoRA adapters on a frozen model, or (the default) "
+            "every weight trains."
+        },
     )
 
     def cross_check(self) -> Iterator[tuple[str, str]]:

@@ -58,6 +58,7 @@ def cross_group_issues(cfg: "TrainerConfig") -> Issues:
     waits for :func:`world_size_issues`). Settings that are not wrong but make the run pointless are
     :func:`warnings`, not errors."""
     yield from _tokenizer_issues(cfg)
+    yield from _peft_issues(cfg)
     yield from _compile_issues(cfg)
     yield from _activation_checkpoint_issues(cfg)
     training, par = cfg.training, cfg.parallelism
@@ -105,6 +106,24 @@ def expert_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
             "parallelism.ep",
             f"expert parallelism with dp_replicate > 1 (HSDP, {replicate}) is not supported yet; "
             f"shard over dp_shard instead, got ep {ep}",
+        )
+
+
+def _peft_issues(cfg: "TrainerConfig") -> Issues:
+    """LoRA's ``targets`` must name linear layers of the model's blocks (the model's arguments list them)."""
+    from hyper_parallel.components.peft import LoRA
+
+    if not isinstance(cfg.peft, LoRA.Config):
+        return
+    names = cfg.model.args.block_linear_names()
+    if names is None:
+        return
+    unknown = [target for target in cfg.peft.targets if target not in names]
+    if unknown:
+        yield (
+            "peft.targets",
+            f"{', '.join(repr(t) for t in unknown)} name no linear layer of {cfg.model.name}'s blocks; "
+            f"choose among {', '.join(sorted(names))}",
         )
 
 

@@ -137,7 +137,9 @@ def test_a_hugging_face_tokenizer_exports_its_files_with_the_config_overrides(fo
     cfg = HuggingFaceTokenizer.Config(path=str(folder), eos_token="<pad>", model_max_length=64)
     files = tokenizer_files(cfg, None)
     assert sorted(files) == ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
-    assert files["tokenizer.json"] == (folder / "tokenizer.json").read_bytes()
+    copy = json.loads(files["tokenizer.json"])  # the file, with a post-processor adding BOS as training did
+    assert copy["post_processor"]["single"][0] == {"SpecialToken": {"id": "<s>", "type_id": 0}}
+    assert {**copy, "post_processor": None} == json.loads((folder / "tokenizer.json").read_bytes())
     config = json.loads(files["tokenizer_config.json"])
     assert config == {
         "bos_token": "<s>",
@@ -145,6 +147,8 @@ def test_a_hugging_face_tokenizer_exports_its_files_with_the_config_overrides(fo
         "pad_token": "<pad>",
         "model_max_length": 64,
         "tokenizer_class": "PreTrainedTokenizerFast",
+        "add_bos_token": True,
+        "add_eos_token": False,
     }
     assert json.loads(files["special_tokens_map.json"]) == {
         "bos_token": "<s>",

@@ -126,6 +126,7 @@ def test_trainer_config_fields_in_rfc_order_with_concrete_defaults() -> None:
         "debug",
         "compile",
         "comm",
+        "peft",
     ]
     model_default: object = attrs.fields(TrainerConfig).model.default
     assert model_default is attrs.NOTHING

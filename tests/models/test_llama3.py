@@ -1,5 +1,6 @@
 """Llama 3 runtime: build, state-dict adapter parity with transformers, weight loading (CPU, fp32)."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,64 @@ def test_load_weights_errors(tmp_path: Path) -> None:
         load_weights(model, str(tmp_path / "missing"))
     with pytest.raises(ValueError, match=r"no \*\.safetensors"):
         load_weights(model, str(tmp_path))
+
+
+def _tied_hf_folder(folder: Path) -> tuple[Llama3Args, Path]:
+    """A random ``LlamaForCausalLM`` with ``tie_word_embeddings: true`` saved as Llama 3.2 is."""
+    import attrs
+
+    args = attrs.evolve(TINY, tie_word_embeddings=True)
+    config = transformers.LlamaConfig(**Llama3StateDictAdapter(args).hf_config())
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    return args, folder
+
+
+def test_a_tied_llama_3_2_checkpoint_loads_tied_with_the_logits_of_transformers(tmp_path: Path) -> None:
+    import json
+
+    from safetensors.torch import load_file
+
+    from hyper_parallel.models import read_safetensors_folder
+
+    args, folder = _tied_hf_folder(tmp_path / "hf")
+    saved = json.loads((folder / "config.json").read_text())
+    assert saved["tie_word_embeddings"] is True
+    assert "lm_head.weight" not in load_file(str(folder / "model.safetensors"))  # stored once
+    read = Llama3StateDictAdapter.args_from_hf_config(saved)
+    assert (read.tie_word_embeddings, read.ffn_hidden_dim) == (True, args.ffn_hidden_dim)
+    ours = llama3.create_model_spec("debugmodel").build_model_fn(args, device="cpu").eval()
+    assert ours.output.weight is ours.tok_embeddings.weight
+    weights = Llama3StateDictAdapter(args).from_hf(read_safetensors_folder(folder))
+    ours.load_state_dict(weights, strict=True)
+    assert ours.output.weight is ours.tok_embeddings.weight
+    reference = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    ids = tokens(args)
+    with torch.no_grad():
+        assert float((ours(ids) - reference(ids).logits).abs().max()) <= 1e-5
+
+
+def test_the_llama_3_2_flavors_are_tied_and_counted_once() -> None:
+    from hyper_parallel.models.llama3.args import LLAMA3_FLAVORS
+
+    def total(args: Llama3Args) -> int:
+        return sum(g.copies * math.prod(g.shape) for g in args.preflight().parameters())
+
+    one, three = LLAMA3_FLAVORS["1B"], LLAMA3_FLAVORS["3B"]
+    assert one.tie_word_embeddings
+    assert three.tie_word_embeddings
+    assert (one.ffn_hidden_dim, three.ffn_hidden_dim) == (8192, 8192)
+    assert total(one) == 1_235_814_400  # Llama 3.2 1B's published count: the shared matrix once
+    assert total(three) == 3_212_749_824
+
+
+def test_tied_llama_refuses_pipeline_stages_and_trains_otherwise() -> None:
+    from hyper_parallel.config import ConfigError
+    from tests.support.trainer import tiny_config
+
+    with pytest.raises(ConfigError) as caught:
+        tiny_config("llama3", {"model.overrides.tie_word_embeddings": "true", "parallelism.pp": "2"})
+    assert [i.message for i in caught.value.issues if i.path == "parallelism.pp"] == [
+        "pipeline parallelism is not supported yet with tie_word_embeddings (the embeddings on the first "
+        "stage are the output projection of the last); set parallelism.pp to 1"
+    ]

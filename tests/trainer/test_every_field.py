@@ -215,6 +215,11 @@ WIRED: dict[str, str] = {
     "comm.save_traces_folder": (
         "trainer/test_launch_checks.py::test_nccl_flight_recorder_follows_comm_and_other_backends_have_none"
     ),
+    # peft
+    "peft.rank": "trainer/test_peft.py::test_rank_alpha_dropout_and_targets_shape_what_an_adapter_adds",
+    "peft.alpha": "trainer/test_peft.py::test_rank_alpha_dropout_and_targets_shape_what_an_adapter_adds",
+    "peft.dropout": "trainer/test_peft.py::test_rank_alpha_dropout_and_targets_shape_what_an_adapter_adds",
+    "peft.targets": "trainer/test_peft.py::test_rank_alpha_dropout_and_targets_shape_what_an_adapter_adds",
 }
 
 #: Fields this release refuses, with a value that must be refused as "not supported yet".

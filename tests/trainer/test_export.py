@@ -52,6 +52,7 @@ def _logits_gap(ours: Any, folder: Path) -> float:
 #: What an export of a one-file model writes: the weights, their config, the tokenizer's files.
 FILES = [
     "config.json",
+    "generation_config.json",
     "model.safetensors",
     "special_tokens_map.json",
     "tokenizer.json",
@@ -359,3 +360,73 @@ def test_the_byte_tokenizer_exports_as_an_equivalent_tokenizer_json(trained: Pat
         for sequence in ids:
             assert theirs.decode(sequence) == ours.decode(sequence), sequence
             assert auto.decode(sequence) == ours.decode(sequence), sequence
+
+
+def _user_tokenizer(folder: Path, post: str) -> Path:
+    """A user's ``tokenizer.json``: word-level, whose post-processor adds nothing, or BOS and EOS."""
+    from tokenizers import processors
+
+    from tests.support.components import train_tokenizer
+
+    train_tokenizer(folder)
+    if post == "bos-and-eos":
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        specials = [("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))]
+        tok.post_processor = processors.TemplateProcessing(
+            single="<s> $A </s>", pair="<s> $A </s> $B", special_tokens=specials
+        )
+        tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+#: A corpus of the user tokenizer's words (and one unknown), each text encoded both ways.
+CORPUS = ["the lazy dog", "quick fox", "", "dog dog the", "unknownword the", "fox\n\tlazy"]
+
+
+@pytest.mark.parametrize("add_bos", [True, False])
+@pytest.mark.parametrize("post", ["none", "bos-and-eos"])
+def test_the_exported_user_tokenizer_gives_the_ids_training_gave(
+    post: str, add_bos: bool, trained: Path, tmp_path: Path
+) -> None:
+    import attrs
+
+    from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
+    from hyper_parallel.config import load_config
+
+    user = _user_tokenizer(tmp_path / "tok", post)
+    tokenizer = HuggingFaceTokenizer.Config(path=str(user), add_bos=add_bos)
+    cfg = attrs.evolve(load_config(trained / "step-2" / "config.yaml"), tokenizer=tokenizer)
+    out = export_checkpoint(trained, tmp_path / "hf", config=cfg)
+    ours = tokenizer.build()
+    auto = transformers.AutoTokenizer.from_pretrained(out)
+    for text in CORPUS:  # what training encoded in front of a document, and never an EOS: a prompt
+        assert auto(text)["input_ids"] == ours.encode(text, add_eos=False), text
+    config = json.loads((out / "config.json").read_text())
+    ids = {"bos_token_id": ours.bos_id, "eos_token_id": ours.eos_id, "pad_token_id": ours.pad_id}
+    assert (
+        {key: config[key] for key in ids} == ids == {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 3}
+    )
+    generation = json.loads((out / "generation_config.json").read_text())
+    assert {key: generation[key] for key in ids} == ids
+
+
+def test_transformers_generate_stops_at_the_exported_eos(trained: Path, tmp_path: Path) -> None:
+    out = export_checkpoint(trained, tmp_path / "hf")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert (hf.generation_config.eos_token_id, hf.generation_config.pad_token_id) == (257, 258)
+
+    class EosAtThird(transformers.LogitsProcessor):  # the model emits EOS as its third new token
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            if input_ids.shape[1] == prompt.shape[1] + 2:
+                scores[:, :] = -float("inf")
+                scores[:, 257] = 0.0
+            return scores
+
+    prompt = transformers.AutoTokenizer.from_pretrained(out)("hello", return_tensors="pt")["input_ids"]
+    assert prompt[0].tolist() == [256, *b"hello"]
+    with torch.no_grad():
+        generated = hf.generate(prompt, max_new_tokens=10, do_sample=False, logits_processor=[EosAtThird()])
+    assert generated.shape[1] == prompt.shape[1] + 3  # stopped at EOS, not at max_new_tokens
+    assert generated[0, -1].item() == 257

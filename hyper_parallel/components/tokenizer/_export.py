@@ -4,7 +4,11 @@ An exported model folder is only usable with the tokenizer it was trained with, 
 ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json`` beside the weights:
 ``AutoTokenizer.from_pretrained(folder)`` and ``python -m hyper_parallel.generate folder`` then need nothing
 else. A Hugging Face tokenizer's ``tokenizer.json`` is copied as it is; its ``tokenizer_config.json`` gets
-the config's token overrides, so the folder encodes exactly as training did.
+the config's token overrides, so the folder encodes exactly as training did: when the file's own
+post-processor does not add what training added in front of a text (its BOS when ``add_bos``, nothing
+otherwise), the copy gets a post-processor that does (``with_training_specials``), and
+``tokenizer_config.json`` says ``add_bos_token`` / ``add_eos_token`` to match, so transformers'
+``AutoTokenizer`` gives training's ids whatever tokenizer class the file names.
 
 The byte tokenizer has no files, so an equivalent ``tokenizer.json`` is built with the ``tokenizers``
 library: byte-level pre-tokenization (every byte becomes one character of GPT-2's byte alphabet, with
@@ -27,7 +31,14 @@ from hyper_parallel._json import loads
 if TYPE_CHECKING:
     from hyper_parallel.components.tokenizer import Tokenizer
 
-__all__ = ["TOKENIZER_FILES", "byte_alphabet", "byte_tokenizer_json", "tokenizer_files"]
+__all__ = [
+    "TOKENIZER_FILES",
+    "byte_alphabet",
+    "byte_tokenizer_json",
+    "special_token_ids",
+    "tokenizer_files",
+    "with_training_specials",
+]
 
 #: The files the export writes for any tokenizer, in this order.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -116,14 +127,21 @@ def tokenizer_files(cfg: Tokenizer.Config, weights_path: str | None) -> dict[str
 
 def _hf_files(cfg: Any, weights_path: str | None) -> dict[str, bytes]:
     """The configured ``tokenizer.json`` copied, its ``tokenizer_config.json`` with the config's overrides."""
-    from hyper_parallel.components.tokenizer._runtime import locate_tokenizer, read_tokenizer_config
+    from hyper_parallel.components.tokenizer._runtime import (
+        build_hf_tokenizer,
+        locate_tokenizer,
+        read_tokenizer_config,
+    )
 
     where = cfg.path if cfg.path is not None else weights_path
     if where is None:
         raise ValueError("tokenizer.path is null and the model has no weights_path to read a tokenizer from")
     try:
         file, config_file = locate_tokenizer(where)
-        files = {"tokenizer.json": file.read_bytes()}
+        built = build_hf_tokenizer(cfg, weights_path)
+        known = built.bos_token is not None and built.bos_id is not None
+        bos = (str(built.bos_token), int(built.bos_id or 0)) if cfg.add_bos and known else None
+        files = {"tokenizer.json": with_training_specials(file.read_bytes(), bos)}
         saved = read_tokenizer_config(config_file)
         specials_file = file.parent / "special_tokens_map.json"
         special_map = loads(specials_file.read_text(encoding="utf-8")) if specials_file.is_file() else {}
@@ -143,6 +161,59 @@ def _hf_files(cfg: Any, weights_path: str | None) -> dict[str, bytes]:
         elif key in saved and key not in special_map:
             special_map[key] = saved[key]
     saved.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
+    # A prompt is encoded as training encoded a document's start: BOS as configured, never EOS.
+    saved["add_bos_token"] = bos is not None
+    saved["add_eos_token"] = False
     files["tokenizer_config.json"] = _json(saved)
     files["special_tokens_map.json"] = _json(special_map)
     return files
+
+
+def with_training_specials(tokenizer_json: bytes, bos: tuple[str, int] | None) -> bytes:
+    """``tokenizer_json`` whose encoding adds ``bos`` (``(token, id)``; None: nothing) in front of a text.
+
+    Training adds BOS itself (``add_bos``) and encodes without the file's post-processor, so a file whose
+    post-processor adds nothing (most BPE files) would give ``AutoTokenizer`` other ids than training had.
+    Probed on a text: a file that already adds exactly ``bos`` is returned as it is; one adding nothing
+    keeps its post-processor (for offsets) followed by a template adding ``bos``; one adding anything else
+    (another token, an EOS) gets the template alone. ``ValueError`` when the file cannot be read.
+    """
+    from tokenizers import Tokenizer, processors
+
+    try:
+        tokenizer = Tokenizer.from_str(tokenizer_json.decode("utf-8"))
+    except Exception as exc:  # the library raises a bare Exception for any unreadable file
+        raise ValueError(f"not a tokenizer file the tokenizers library reads: {exc}") from None
+    probe = "a"
+    plain = tokenizer.encode(probe, add_special_tokens=False).ids
+    full = tokenizer.encode(probe).ids
+    head = [bos[1]] if bos is not None else []
+    if full == [*head, *plain]:
+        return tokenizer_json
+    if bos is None:
+        template = processors.TemplateProcessing(single="$A", pair="$A $B")
+    else:
+        template = processors.TemplateProcessing(
+            single=f"{bos[0]} $A", pair=f"{bos[0]} $A $B", special_tokens=[bos]
+        )
+    existing = tokenizer.post_processor
+    if existing is not None and full == plain:
+        tokenizer.post_processor = processors.Sequence([existing, template])
+    else:
+        tokenizer.post_processor = template
+    return str(tokenizer.to_str(pretty=True)).encode("utf-8") + b"\n"
+
+
+def special_token_ids(cfg: Tokenizer.Config, weights_path: str | None) -> dict[str, int]:
+    """``bos_token_id`` / ``eos_token_id`` / ``pad_token_id`` of the built tokenizer (those it has).
+
+    What ``config.json`` and ``generation_config.json`` carry, so that ``generate()`` stops at the
+    end-of-text token training appended. ``ValueError`` (one line) when the files cannot be read.
+    """
+    from hyper_parallel.components.tokenizer import ByteTokenizer, HuggingFaceTokenizer
+
+    if not isinstance(cfg, (ByteTokenizer.Config, HuggingFaceTokenizer.Config)):
+        raise NotImplementedError(f"{type(cfg).__qualname__} has no special ids to write")
+    built = cfg.build(weights_path)
+    ids = {"bos_token_id": built.bos_id, "eos_token_id": built.eos_id, "pad_token_id": built.pad_id}
+    return {key: int(value) for key, value in ids.items() if value is not None}

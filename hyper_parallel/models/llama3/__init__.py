@@ -20,7 +20,7 @@ from hyper_parallel.models.spec import ModelSpec
 __all__ = ["LLAMA3_FLAVORS", "Llama3Args", "Llama3Flavor", "RopeScaling", "create_model_spec"]
 
 #: The flavors of ``LLAMA3_FLAVORS``, as a closed choice for the resolver and ``--help``.
-Llama3Flavor = Literal["debugmodel", "8B", "70B", "405B"]
+Llama3Flavor = Literal["debugmodel", "1B", "3B", "8B", "70B", "405B"]
 
 
 @records_call

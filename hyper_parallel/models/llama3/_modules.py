@@ -166,9 +166,15 @@ class Llama3Model(nn.Module):
         self.layers = nn.ModuleDict({str(i): TransformerBlock(args) for i in range(args.n_layers)})
         self.norm: RMSNorm | None = RMSNorm(args.dim, args.norm_eps)
         self.output: nn.Linear | None = nn.Linear(args.dim, args.vocab_size, bias=False)
+        self.tie_weights()
         #: Sequence shards of the residual stream a stage without embeddings receives (tensor
         #: parallelism with sequence parallelism sets it); the rotary embedding needs the full length.
         self.residual_sequence_shards = 1
+
+    def tie_weights(self) -> None:
+        """Share the embedding matrix with the output projection when ``tie_word_embeddings``."""
+        if self.args.tie_word_embeddings and self.output is not None and self.tok_embeddings is not None:
+            self.output.weight = self.tok_embeddings.weight
 
     def rope(self, seq_len: int, device: torch.device, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Complex rotations of the rotary embedding, computed in fp32.
@@ -240,7 +246,8 @@ class Llama3Model(nn.Module):
         """Random initialisation (normal embeddings, truncated-normal linears, unit norms)."""
         depth_std = std / math.sqrt(2 * self.args.n_layers)
         if self.tok_embeddings is not None:
-            nn.init.normal_(self.tok_embeddings.weight)
+            tied = self.args.tie_word_embeddings  # then also the output: scaled like it
+            nn.init.normal_(self.tok_embeddings.weight, std=self.args.dim**-0.5 if tied else 1.0)
         for layer in self.layers.values():
             assert isinstance(layer, TransformerBlock)
             for linear in (layer.attention.wq, layer.attention.wk, layer.attention.wv):
@@ -253,7 +260,7 @@ class Llama3Model(nn.Module):
             layer.ffn_norm.reset_parameters()
         if self.norm is not None:
             self.norm.reset_parameters()
-        if self.output is not None:
+        if self.output is not None and not self.args.tie_word_embeddings:
             final_std = self.args.dim**-0.5
             nn.init.trunc_normal_(self.output.weight, std=final_std, a=-3 * final_std, b=3 * final_std)
 

@@ -40,12 +40,26 @@ def apply_tp(model: Llama3Model, tp_mesh: DeviceMesh, sequence_parallel: bool) -
         raise ValueError(f"tp={tp_mesh.size()} must divide n_heads and n_kv_heads")
     residual = Shard(1) if sequence_parallel else Replicate()
     root_plan: dict[str, ParallelStyle] = {}
-    if model.tok_embeddings is not None:  # a pipeline stage holds only what it owns
-        root_plan["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=residual)
-    if model.output is not None:
-        root_plan["output"] = ColwiseParallel(
-            input_layouts=residual, output_layouts=Replicate(), use_local_output=True
-        )
+    if model.args.tie_word_embeddings:
+        # One matrix is the embeddings and the output projection: left whole (``parallelize_model``
+        # replicates it, tie kept); with sequence parallelism the first block takes its slice of the
+        # embeddings and the output projection the gathered sequence.
+        if sequence_parallel:
+            root_plan["layers.0"] = PrepareModuleInput(
+                input_layouts=(Replicate(), None),
+                desired_input_layouts=(residual, None),
+                use_local_output=True,
+            )
+            root_plan["output"] = PrepareModuleInput(
+                input_layouts=(residual,), desired_input_layouts=(Replicate(),)
+            )
+    else:
+        if model.tok_embeddings is not None:  # a pipeline stage holds only what it owns
+            root_plan["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=residual)
+        if model.output is not None:
+            root_plan["output"] = ColwiseParallel(
+                input_layouts=residual, output_layouts=Replicate(), use_local_output=True
+            )
     if sequence_parallel and model.norm is not None:
         root_plan["norm"] = SequenceParallel()
     if root_plan:

@@ -71,13 +71,16 @@ def init_parameter(args: Llama3Args, name: str, tensor: Any, generator: Any) -> 
 
     The distributions of ``Llama3Model.init_weights``: unit-normal embeddings, truncated-normal
     projections (std 0.02; depth-scaled for ``wo``, ``w2`` and ``w3``), unit norms, and an output scaled
-    by ``dim ** -0.5``. Used by ``hyper_parallel.models.initialize`` one parameter at a time.
+    by ``dim ** -0.5`` (tied to the embeddings, these are normal with that std). Used by
+    ``hyper_parallel.models.initialize`` one parameter at a time.
     """
     from torch import nn
 
     std = 0.02
     depth_std = std / math.sqrt(2 * args.n_layers)
-    if name == "tok_embeddings.weight":
+    if name == "tok_embeddings.weight" and args.tie_word_embeddings:  # also the output: scaled like it
+        nn.init.normal_(tensor, std=args.dim**-0.5, generator=generator)
+    elif name == "tok_embeddings.weight":
         nn.init.normal_(tensor, generator=generator)
     elif name == "output.weight":
         final = args.dim**-0.5
@@ -177,6 +180,8 @@ class Llama3StateDictAdapter:
             out[f"layers.{match.group(1)}.{ours}"] = tensor
         if unknown:
             raise KeyError(f"unexpected names in the Hugging Face Llama state dict: {unknown[:5]}")
+        if self.args.tie_word_embeddings and "output.weight" not in out and "tok_embeddings.weight" in out:
+            out["output.weight"] = out["tok_embeddings.weight"]  # a tied checkpoint stores it once
         return out
 
     def to_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]:
@@ -205,13 +210,11 @@ class Llama3StateDictAdapter:
 
         The inverse of :meth:`hf_config` (RoPE under ``rope_parameters``, or the older top-level
         ``rope_theta`` / ``rope_scaling``). The feed-forward size is given as is (``multiple_of`` set to
-        ``intermediate_size``). Raises ``ValueError`` for what this model cannot express (tied
-        embeddings, biases, another RoPE type, a head size other than ``hidden_size / heads``).
+        ``intermediate_size``). Raises ``ValueError`` for what this model cannot express (biases,
+        another RoPE type, a head size other than ``hidden_size / heads``).
         """
         from hyper_parallel.models.llama3.args import RopeScaling
 
-        if config.get("tie_word_embeddings"):
-            raise ValueError("tie_word_embeddings: Llama 3 here has an untied output projection")
         if config.get("attention_bias") or config.get("mlp_bias"):
             raise ValueError("attention_bias / mlp_bias: Llama 3 here has no biases")
         rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
@@ -245,6 +248,7 @@ class Llama3StateDictAdapter:
             rope_theta=theta,
             rope_scaling=scaling,
             max_seq_len=int(config.get("max_position_embeddings", 8192)),
+            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         )
         if args.ffn_hidden_dim != hidden:
             raise ValueError(f"intermediate_size {hidden} cannot be expressed (got {args.ffn_hidden_dim})")
@@ -285,5 +289,5 @@ class Llama3StateDictAdapter:
             "rope_parameters": rope,
             "attention_bias": False,
             "mlp_bias": False,
-            "tie_word_embeddings": False,
+            "tie_word_embeddings": args.tie_word_embeddings,
         }

@@ -105,6 +105,10 @@ class Llama3Args(ModelArgs):
         validator=_pos_int,
         metadata={"help": "Longest sequence in tokens the RoPE cache is built for."},
     )
+    tie_word_embeddings: bool = attrs.field(
+        default=False,
+        metadata={"help": "Share the embedding matrix with the output projection (Llama 3.2 1B and 3B)."},
+    )
 
     @property
     def ffn_hidden_dim(self) -> int:
@@ -141,8 +145,19 @@ class Llama3Args(ModelArgs):
             for path, message in self.rope_scaling.cross_check():
                 yield f"rope_scaling.{path}", message
 
+    def block_linear_names(self) -> frozenset[str]:
+        """Attention ``wq wk wv wo`` and the SwiGLU ``w1 w2 w3``."""
+        return frozenset({"wq", "wk", "wv", "wo", "w1", "w2", "w3"})
+
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
-        """Yield ``(root field path, message)``: tensor parallelism splits the query and key/value heads."""
+        """Yield ``(root field path, message)``: tensor parallelism splits the query and key/value heads;
+        tied embeddings cannot be cut into pipeline stages (the first and last stages would share them)."""
+        if self.tie_word_embeddings and degrees.get("pp", 1) > 1:
+            yield (
+                "parallelism.pp",
+                "pipeline parallelism is not supported yet with tie_word_embeddings (the embeddings on the "
+                "first stage are the output projection of the last); set parallelism.pp to 1",
+            )
         tp, kv_heads = degrees.get("tp", 1), self.n_kv_heads or self.n_heads
         if self.n_heads % tp or kv_heads % tp:
             yield (
@@ -162,10 +177,36 @@ _LLAMA31_ROPE = RopeScaling(
     factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192
 )
 
-#: Flavor name -> arguments. Published Llama 3.1 values; debugmodel is ours.
+_LLAMA32_ROPE = RopeScaling(
+    factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192
+)
+
+#: Flavor name -> arguments. Published Llama 3.1 and 3.2 (1B, 3B) values; debugmodel is ours.
 LLAMA3_FLAVORS: dict[str, Llama3Args] = {
     "debugmodel": Llama3Args(
         dim=256, n_layers=4, n_heads=8, n_kv_heads=4, vocab_size=2048, multiple_of=64, max_seq_len=2048
+    ),
+    "1B": Llama3Args(
+        dim=2048,
+        n_layers=16,
+        n_heads=32,
+        n_kv_heads=8,
+        ffn_dim_multiplier=1.5,
+        multiple_of=256,
+        rope_scaling=_LLAMA32_ROPE,
+        max_seq_len=131_072,
+        tie_word_embeddings=True,
+    ),
+    "3B": Llama3Args(
+        dim=3072,
+        n_layers=28,
+        n_heads=24,
+        n_kv_heads=8,
+        ffn_dim_multiplier=1.0,
+        multiple_of=256,
+        rope_scaling=_LLAMA32_ROPE,
+        max_seq_len=131_072,
+        tie_word_embeddings=True,
     ),
     "8B": Llama3Args(
         dim=4096,

@@ -42,7 +42,10 @@ class Llama3Costs:
         a, layers = self.args, self.args.n_layers
         q, kv, f = a.n_heads * self._head_dim, self._kv_heads * self._head_dim, a.ffn_hidden_dim
         return (
-            ParamGroup("embedding", (a.vocab_size, a.dim), tp_dim=0, in_block=False, tp_full_grad=True),
+            # tied (Llama 3.2): one tensor, which tensor parallelism leaves whole
+            ParamGroup("embedding", (a.vocab_size, a.dim), tp_dim=None, in_block=False)
+            if a.tie_word_embeddings
+            else ParamGroup("embedding", (a.vocab_size, a.dim), tp_dim=0, in_block=False, tp_full_grad=True),
             ParamGroup("attention", (q, a.dim), layers, tp_dim=0),
             ParamGroup("attention", (kv, a.dim), 2 * layers, tp_dim=0),
             ParamGroup("attention", (a.dim, q), layers, tp_dim=1),
@@ -50,7 +53,10 @@ class Llama3Costs:
             ParamGroup("mlp", (a.dim, f), layers, tp_dim=1),
             ParamGroup("norm", (a.dim,), 2 * layers),
             ParamGroup("norm", (a.dim,), in_block=False),
-            ParamGroup("output", (a.vocab_size, a.dim), tp_dim=0, in_block=False),
+        ) + (
+            ()
+            if a.tie_word_embeddings
+            else (ParamGroup("output", (a.vocab_size, a.dim), tp_dim=0, in_block=False),)
         )
 
     def activations(self, work: Workload) -> ActivationCosts:

@@ -174,6 +174,13 @@ class Qwen3_5Args(ModelArgs):
                 ),
             )
 
+    def block_linear_names(self) -> frozenset[str]:
+        """Attention ``wq wk wv wo``, the MLP's ``w1 w2 w3`` (a shared expert's under MoE) and the Gated
+        DeltaNet's ``in_proj_q in_proj_k in_proj_v in_proj_z in_proj_a in_proj_b out_proj``."""
+        return frozenset(
+            {"wq", "wk", "wv", "wo", "w1", "w2", "w3", "out_proj"} | {f"in_proj_{part}" for part in "qkvzab"}
+        )
+
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
         """Yield ``(root field path, message)``: tensor parallelism splits both kinds of heads and the FFN;
         pipeline parallelism is not supported yet."""
@@ -291,6 +298,10 @@ class Qwen3_5VLArgs(ModelArgs):
             yield f"text.{path}", rebased(message, "text")
         for path, message in self.vision.cross_check():
             yield f"vision.{path}", rebased(message, "vision")
+
+    def block_linear_names(self) -> frozenset[str]:
+        """Those of the language model (LoRA adapts its blocks, never the vision tower's)."""
+        return self.text.block_linear_names()
 
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
         """Yield ``(root field path, message)`` of the language model (tensor parallelism leaves the

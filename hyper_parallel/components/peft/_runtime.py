@@ -1,0 +1,239 @@
+"""Runtime of ``hyper_parallel.components.peft``: adapters added to a model, initialised, merged, exported.
+
+Imported only from the Config's methods, the trainer and the export; this module imports torch.
+
+An adapter is two parameters of the layer it adapts, ``lora_A`` (``rank x in``) and ``lora_B``
+(``out x rank``), and a forward hook on that layer adding their product to its output. Being the
+layer's parameters, they belong to its block: FSDP2 shards them with it, tensor parallelism's plan for
+the layer distributes them with its weight (see ``_AddAdapter``), activation checkpointing and compile
+wrap them with the block. A parameter named ``<layer>.lora_A`` or ``<layer>.lora_B`` is an adapter
+everywhere (``is_adapter``): weight loading and initialisation of the base skip them, and
+``initialize_adapters`` draws them, layout-independently like the base. The export names them as the
+``peft`` library does (``<hf layer>.lora_A.weight``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from hyper_parallel.components.peft import LoRA
+
+__all__ = [
+    "ADAPTER_PARTS",
+    "adapted_layers",
+    "apply_lora",
+    "initialize_adapters",
+    "is_adapter",
+    "merge_adapters",
+    "peft_adapter",
+]
+
+#: The names of an adapter's two matrices, as the ``peft`` library names them.
+ADAPTER_PARTS = ("lora_A", "lora_B")
+_ADAPTER = re.compile(r"(^|\.)lora_[AB]$")
+#: Where the block's layers are (``layers.<i>.``): LoRA never adapts embeddings or the output head.
+_IN_BLOCK = re.compile(r"^(language_model\.)?layers\.\d+\.")
+
+
+def is_adapter(name: str) -> bool:
+    """Whether parameter ``name`` is an adapter matrix (``<layer>.lora_A`` / ``<layer>.lora_B``)."""
+    return _ADAPTER.search(_clean(name)) is not None
+
+
+def _clean(name: str) -> str:
+    """``name`` without the wrappers' prefixes (activation checkpointing, compile)."""
+    return name.replace("_checkpoint_wrapped_module.", "").replace("_orig_mod.", "")
+
+
+class _AddAdapter:
+    """The forward hook of an adapted layer: ``output + scale * B (A dropout(input))``.
+
+    Under tensor parallelism the layer's input and the adapter matrices are ``DTensor``s (a column-wise
+    plan shards ``A`` and ``B`` on their rows like the weight, ``replicate_remaining_params`` replicates
+    those a row-wise plan leaves alone) and ``DTensor`` computes the product.
+    """
+
+    def __init__(self, scale: float, dropout: float) -> None:
+        self.scale = scale
+        self.dropout = dropout
+
+    def __call__(self, layer: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+        import torch.nn.functional as F
+
+        x = args[0]
+        a, b = layer.get_parameter("lora_A"), layer.get_parameter("lora_B")
+        if self.dropout:
+            x = F.dropout(x, self.dropout, training=layer.training)
+        return output + F.linear(F.linear(x, a), b) * self.scale
+
+
+def apply_lora(cfg: LoRA.Config, model: nn.Module) -> nn.Module:
+    """Freeze every parameter of ``model``, then add an adapter to each targeted linear layer.
+
+    Call it before the model is parallelized. The adapters are created on the device of the layer's
+    weight (``meta`` when the model is); ``initialize_adapters`` gives them their values.
+    """
+    from hyper_parallel.components.peft import DEFAULT_TARGETS
+
+    for param in model.parameters():
+        param.requires_grad_(False)
+    targets = set(cfg.targets or DEFAULT_TARGETS)
+    found: set[str] = set()
+    for name, module in list(model.named_modules()):
+        last = name.rsplit(".", 1)[-1]
+        if last not in targets or not isinstance(module, nn.Linear) or not _IN_BLOCK.match(name):
+            continue
+        found.add(last)
+        weight = module.weight
+        for part, shape in (
+            ("lora_A", (cfg.rank, module.in_features)),
+            ("lora_B", (module.out_features, cfg.rank)),
+        ):
+            matrix = torch.empty(shape, device=weight.device, dtype=weight.dtype)
+            module.register_parameter(part, nn.Parameter(matrix))
+        module.register_forward_hook(_AddAdapter(cfg.scale, cfg.dropout))
+    missing = [t for t in cfg.targets if t not in found]
+    if missing or not found:
+        raise ValueError(
+            f"peft.targets: {', '.join(repr(t) for t in missing or DEFAULT_TARGETS)} name no linear layer "
+            "of the model's blocks"
+        )
+    return model
+
+
+def adapted_layers(names: Iterable[str]) -> list[str]:
+    """The layers (our names, without ``.weight``) that ``names`` hold adapters of, in order."""
+    layers: dict[str, None] = {}
+    for name in names:
+        clean = _clean(name)
+        if is_adapter(clean):
+            layers[clean.rsplit(".", 1)[0]] = None
+    return list(layers)
+
+
+def initialize_adapters(model: nn.Module, *, seed: int) -> None:
+    """Draw every adapter: ``A`` uniform in ``+-1/sqrt(in)`` (``nn.Linear``'s default), ``B`` zero.
+
+    Called once the model is parallelized and its base weights are in place; it also freezes the base
+    once more (see the loop). A model without adapters is left as it is.
+
+    Each full ``A`` comes from a generator seeded with ``parameter_seed(seed, name)`` and a rank keeps
+    its shard, so every layout starts from the same adapters (see ``models.initialize``).
+    """
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    from hyper_parallel.models._weights import parameter_seed
+
+    names = [name for name, _ in model.named_parameters()]
+    if not any(is_adapter(name) for name in names):
+        return
+    generator = torch.Generator()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if not is_adapter(name):
+                # Frozen again: a parallel plan may have re-registered it as a new, trainable
+                # parameter (``SequenceParallel`` does), and the optimizer is built after this.
+                param.requires_grad_(False)
+                continue
+            clean = _clean(name)
+            full = torch.zeros(param.shape, dtype=torch.float32)
+            if clean.endswith("lora_A"):
+                bound = 1.0 / float(param.shape[1]) ** 0.5
+                generator.manual_seed(parameter_seed(seed, clean))
+                full.uniform_(-bound, bound, generator=generator)
+            full = full.to(param.dtype)
+            if isinstance(param, DTensor):
+                param.copy_(distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None))
+            else:
+                param.copy_(full.to(param.device))
+
+
+def merge_adapters(weights: Mapping[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+    """``weights`` (full tensors, our names) with each adapted ``W`` replaced by ``W + scale B A``.
+
+    The adapters themselves are left out: what remains is the base model's state dict. Computed in
+    float32 and cast back to ``W``'s dtype.
+    """
+    merged = {name: tensor for name, tensor in weights.items() if not is_adapter(name)}
+    for layer in adapted_layers(weights):
+        weight = merged[f"{layer}.weight"]
+        a = weights[f"{layer}.lora_A"].float()
+        b = weights[f"{layer}.lora_B"].float()
+        merged[f"{layer}.weight"] = (weight.float() + scale * (b @ a)).to(weight.dtype)
+    return merged
+
+
+def peft_adapter(
+    weights: Mapping[str, torch.Tensor], cfg: LoRA.Config, to_hf: Any
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The adapters of ``weights`` in the ``peft`` library's layout: tensors and ``adapter_config.json``.
+
+    ``to_hf`` is the model's state-dict adapter's, which renames our weights and reorders or concatenates
+    their rows (never their columns). ``B`` goes through it as its layer's weight would; ``A`` is
+    shared by the rows. A Hugging Face layer fused from several of ours (Qwen 3.5's ``in_proj_qkv``)
+    gets one adapter of rank ``n * rank``: the ``A``s stacked, the ``B``s block-diagonal, with ``alpha``
+    scaled alike so ``alpha / rank`` is unchanged (``rank_pattern`` / ``alpha_pattern``).
+    Keys are ``base_model.model.<hf layer>.lora_A.weight`` / ``.lora_B.weight``.
+    """
+    layers = adapted_layers(weights)
+    by_block: dict[str, list[str]] = {}
+    for layer in layers:
+        block = re.search(r"(^|\.)layers\.(\d+)\.", layer)
+        by_block.setdefault(block.group(2) if block else layer, []).append(layer)
+    tensors: dict[str, torch.Tensor] = {}
+    rank_pattern: dict[str, int] = {}
+    alpha_pattern: dict[str, float] = {}
+    modules: list[str] = []
+    r = cfg.rank
+    for block_layers in by_block.values():
+        count = len(block_layers)
+        padded: dict[str, torch.Tensor] = {}
+        marks: dict[str, torch.Tensor] = {}
+        for index, layer in enumerate(block_layers):
+            b = weights[f"{layer}.lora_B"]
+            wide = torch.zeros(b.shape[0], r * count, dtype=b.dtype)
+            wide[:, index * r : (index + 1) * r] = b
+            mark = torch.zeros(b.shape[0], count, dtype=torch.float32)
+            mark[:, index] = 1.0
+            padded[f"{layer}.weight"] = wide
+            marks[f"{layer}.weight"] = mark
+        hf_b = to_hf(padded)
+        hf_marks = to_hf(marks)
+        for hf_name, wide in hf_b.items():
+            module = hf_name.removesuffix(".weight")
+            used = [i for i in range(count) if bool(hf_marks[hf_name][:, i].any())]
+            columns = [c for i in used for c in range(i * r, (i + 1) * r)]
+            key = f"base_model.model.{module}"
+            tensors[f"{key}.lora_B.weight"] = wide[:, columns].contiguous()
+            tensors[f"{key}.lora_A.weight"] = torch.cat(
+                [weights[f"{block_layers[i]}.lora_A"] for i in used], dim=0
+            ).contiguous()
+            modules.append(module)
+            if len(used) > 1:
+                rank_pattern[module] = r * len(used)
+                alpha_pattern[module] = cfg.alpha * len(used)
+    config: dict[str, Any] = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": r,
+        "lora_alpha": cfg.alpha,
+        "lora_dropout": cfg.dropout,
+        "target_modules": sorted(modules),
+        "rank_pattern": rank_pattern,
+        "alpha_pattern": alpha_pattern,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "use_rslora": False,
+        "use_dora": False,
+        "init_lora_weights": True,
+        "inference_mode": True,
+        "modules_to_save": None,
+        "base_model_name_or_path": None,
+    }
+    return tensors, config

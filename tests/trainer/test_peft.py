@@ -1,0 +1,337 @@
+"""``peft``: LoRA adapters on a frozen model train, shard, resume and export as the ``peft`` library loads.
+
+Tiny Llama 3 and Qwen 3.5 models: a LoRA run starts from the model's own losses (``B`` is zero), trains
+only the adapters (the base is bitwise unchanged, the optimizer holds state for the adapters alone), gives
+the one-process losses on two processes (FSDP2, tensor and pipeline parallelism; expert parallelism
+gives FSDP2's), resumes exactly, and exports as a
+merged Hugging Face model and as a ``peft`` adapter folder that ``PeftModel`` loads to the same logits.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+from hyper_parallel.export import ExportError, export_adapter, export_checkpoint, main  # noqa: E402
+from hyper_parallel.trainer import LLMTrainer  # noqa: E402
+from tests.support.trainer import tiny_config, train_runs_under_torchrun  # noqa: E402
+
+LORA = {
+    "peft._target_": "hyper_parallel.components.peft.LoRA.Config",
+    "peft.rank": "4",
+    "optimizer.lr": "0.01",
+}
+DATA = {"dataloader.dataset.source": "python_docs"}
+
+
+def _run(model: str, overrides: dict[str, str]) -> tuple[list[float], Any]:
+    """The losses of a tiny run and its trainer (closed; its model and optimizer stay readable)."""
+    trainer = LLMTrainer(tiny_config(model, overrides))
+    try:
+        return [r.loss for r in trainer.train()], trainer
+    finally:
+        trainer.close()
+
+
+def test_lora_starts_from_the_model_and_trains_only_the_adapters() -> None:
+    full, _ = _run("llama3", {"training.max_steps": "1"})
+    trainer = LLMTrainer(tiny_config("llama3", {**LORA, "training.max_steps": "3"}))
+    try:
+        before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        losses = [r.loss for r in trainer.train()]
+    finally:
+        trainer.close()
+    assert losses[0] == pytest.approx(full[0], abs=1e-6)  # B = 0: the adapted model is the model
+    adapters = {n for n in before if n.endswith((".lora_A", ".lora_B"))}
+    assert len(adapters) == 2 * 7 * 2  # A and B of wq wk wv wo w1 w2 w3, in 2 blocks
+    params = dict(trainer.model.named_parameters())
+    for name, param in params.items():
+        assert param.requires_grad is (name in adapters), name
+        if name not in adapters:
+            assert torch.equal(param, before[name]), name  # the base never moves
+    assert all(not torch.equal(params[n], before[n]) for n in adapters if "lora_B" in n)
+    with_state = {id(p) for p, state in trainer.optimizer.state.items() if state}
+    assert with_state == {id(params[n]) for n in adapters}  # optimizer state for the adapters alone
+
+
+@pytest.mark.parametrize(
+    ("model", "targets", "message"),
+    [
+        (
+            "llama3",
+            "[wq, nope]",
+            "'nope' name no linear layer of llama3's blocks; choose among w1, w2, w3, wk, wo, wq, wv",
+        ),
+        (
+            "llama3",
+            "[in_proj_q]",
+            "'in_proj_q' name no linear layer of llama3's blocks; choose among w1, w2, w3, wk, wo, wq, wv",
+        ),
+        (
+            "qwen3_5",
+            "[router]",
+            "'router' name no linear layer of qwen3_5's blocks; choose among in_proj_a, in_proj_b, "
+            "in_proj_k, in_proj_q, in_proj_v, in_proj_z, out_proj, w1, w2, w3, wk, wo, wq, wv",
+        ),
+    ],
+)
+def test_a_target_that_names_no_layer_is_refused_at_resolve_time(
+    model: str, targets: str, message: str
+) -> None:
+    from hyper_parallel.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        tiny_config(model, {**LORA, "peft.targets": targets})
+    assert [(i.path, i.message) for i in caught.value.issues] == [("peft.targets", message)]
+
+
+#: Llama 3.2's tied embeddings (one matrix for the embeddings and the output projection).
+TIED = {"model.overrides.tie_word_embeddings": "true"}
+TWO = {
+    "llama3-dp_shard2": ("llama3", {"parallelism.dp_shard": "2"}),
+    "qwen3_5-dp_shard2": ("qwen3_5", {"parallelism.dp_shard": "2"}),
+    "llama3-tp2": ("llama3", {"parallelism.dp_shard": "1", "parallelism.tp": "2"}),
+    "qwen3_5-tp2": ("qwen3_5", {"parallelism.dp_shard": "1", "parallelism.tp": "2"}),
+    "llama3-pp2": ("llama3", {"parallelism.dp_shard": "1", "parallelism.pp": "2"}),
+    "llama3_tied-dp_shard2": ("llama3", {**TIED, "parallelism.dp_shard": "2"}),
+    "llama3_tied-tp2": ("llama3", {**TIED, "parallelism.dp_shard": "1", "parallelism.tp": "2"}),
+}
+#: Expert parallelism (the routed experts are never adapted) against FSDP2 on the same two processes.
+MOE = {
+    "qwen3_5_moe-dp_shard2": ("qwen3_5_moe", {"parallelism.dp_shard": "2"}),
+    "qwen3_5_moe-ep2": ("qwen3_5_moe", {"parallelism.dp_shard": "2", "parallelism.ep": "2"}),
+}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_two_processes_give_the_one_process_lora_losses(tmp_path: Path) -> None:
+    runs = {name: (model, {**DATA, **LORA, **layout}) for name, (model, layout) in {**TWO, **MOE}.items()}
+    reports, _ = train_runs_under_torchrun(2, tmp_path, runs)
+    for rank in range(2):
+        ep, plain = reports["qwen3_5_moe-ep2"][rank], reports["qwen3_5_moe-dp_shard2"][rank]
+        assert ep["losses"] == pytest.approx(plain["losses"], abs=1e-6, rel=0)
+    for name, (model, _layout) in TWO.items():
+        expected, _ = _run(model, {**DATA, **LORA, **(TIED if "tied" in name else {})})
+        for report in reports[name]:
+            assert report["losses"] == pytest.approx(expected, abs=1e-5), name
+        held = reports[name][0]["params"]
+        adapters = [n for n in held if n.endswith(".lora_A")]
+        assert adapters, name
+        if "dp_shard" in name:
+            assert all(held[n]["dtensor"] for n in adapters), name  # FSDP2 shards them with their block
+
+
+def test_a_lora_run_resumes_exactly(tmp_path: Path) -> None:
+    saving = {
+        **LORA,
+        "training.max_steps": "4",
+        "checkpoint.enable": "true",
+        "checkpoint.folder": str(tmp_path / "ckpt"),
+        "checkpoint.interval": "2",
+        "checkpoint.keep_latest_k": "0",
+        "checkpoint.last_save_model_only": "false",
+    }
+    straight, _ = _run("qwen3_5", saving)
+    shutil.rmtree(tmp_path / "ckpt" / "step-4")
+    resumed, trainer = _run("qwen3_5", saving)
+    assert trainer.resumed_from == 2
+    assert resumed == straight[2:]  # bitwise: adapters, their optimizer state, data and RNG came back
+
+
+@pytest.fixture(scope="module", params=["llama3", "qwen3_5"])
+def lora_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A base exported from a 1-step run, then LoRA trained from it for 3 steps with checkpoints."""
+    model = request.param
+    tmp = tmp_path_factory.mktemp(f"lora-{model}")
+    ckpt = {"checkpoint.enable": "true"}
+    _run(model, {**ckpt, "training.max_steps": "1", "checkpoint.folder": str(tmp / "base-ckpt")})
+    base = export_checkpoint(tmp / "base-ckpt", tmp / "base")
+    over = {
+        **ckpt,
+        **LORA,
+        "training.max_steps": "3",
+        "checkpoint.folder": str(tmp / "ckpt"),
+        "model.weights_path": str(base),
+        "tokenizer._target_": "hyper_parallel.components.tokenizer.ByteTokenizer.Config",
+    }
+    _, trainer = _run(model, over)
+    return {"tmp": tmp, "base": base, "ckpt": tmp / "ckpt", "ours": trainer.model.eval()}
+
+
+def _ids() -> Any:
+    return torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(3))
+
+
+def test_the_merged_export_and_the_peft_adapter_give_the_trained_logits(lora_run: dict[str, Any]) -> None:
+    tmp = lora_run["tmp"]
+    merged = export_checkpoint(lora_run["ckpt"], tmp / "merged")
+    adapter = export_adapter(lora_run["ckpt"], tmp / "adapter")
+    assert sorted(p.name for p in adapter.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert (config["peft_type"], config["r"], config["lora_alpha"]) == ("LORA", 4, 16.0)
+    assert config["base_model_name_or_path"] == str(lora_run["base"])
+    base = transformers.AutoModelForCausalLM.from_pretrained(lora_run["base"]).eval()
+    loaded = peft.PeftModel.from_pretrained(base, adapter).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(merged).eval()
+    plain = transformers.AutoModelForCausalLM.from_pretrained(lora_run["base"]).eval()
+    ids = _ids()
+    with torch.no_grad():
+        ours, merged_logits = lora_run["ours"](ids), hf(ids).logits
+        assert float((ours - merged_logits).abs().max()) <= 1e-4
+        assert float((loaded(ids).logits - merged_logits).abs().max()) <= 1e-4
+        assert float((plain(ids).logits - merged_logits).abs().max()) > 1e-2  # the adapters did something
+
+
+def test_the_command_line_writes_the_adapter_folder(lora_run: dict[str, Any], capsys: Any) -> None:
+    out = lora_run["tmp"] / "cli-adapter"
+    assert main([str(lora_run["ckpt"]), str(out), "--adapter-only"]) == 0
+    expected = f"exported {lora_run['ckpt']} to {out}: adapter_config.json, adapter_model.safetensors\n"
+    assert capsys.readouterr().out == expected
+
+
+def test_a_run_without_lora_has_no_adapter_to_export(tmp_path: Path, capsys: Any) -> None:
+    _run(
+        "llama3", {"training.max_steps": "1", "checkpoint.enable": "true", "checkpoint.folder": str(tmp_path)}
+    )
+    with pytest.raises(ExportError):
+        export_adapter(tmp_path, tmp_path.parent / "adapter")
+    assert main([str(tmp_path), str(tmp_path.parent / "adapter"), "--adapter-only"]) == 2
+    message = (
+        f"export: '{tmp_path / 'step-1'}' was trained without LoRA (peft): it holds no adapters to export\n"
+    )
+    assert capsys.readouterr().err == message
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wq = torch.nn.Linear(6, 5, bias=False)
+        self.other = torch.nn.Linear(5, 5, bias=False)
+
+    def forward(self, x: Any) -> Any:
+        return self.other(self.wq(x))
+
+
+def test_rank_alpha_dropout_and_targets_shape_what_an_adapter_adds() -> None:
+    from hyper_parallel.components.peft import LoRA
+
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleDict({"0": _Block()})
+    LoRA.Config(rank=3, alpha=6.0, dropout=0.5, targets=("wq",)).apply(model)
+    block = model.layers["0"]
+    assert (block.wq.lora_A.shape, block.wq.lora_B.shape) == ((3, 6), (5, 3))
+    assert not hasattr(block.other, "lora_A")  # only the targets are adapted
+    with torch.no_grad():
+        block.wq.lora_A.normal_(generator=torch.Generator().manual_seed(1))
+        block.wq.lora_B.normal_(generator=torch.Generator().manual_seed(2))
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(3))
+    expected = block.other(x @ block.wq.weight.T + 2.0 * (x @ block.wq.lora_A.T @ block.wq.lora_B.T))
+    model.eval()  # no dropout; the scale is alpha / rank = 2
+    assert torch.allclose(block(x), expected, atol=1e-6)
+    model.train()
+    torch.manual_seed(0)
+    assert not torch.allclose(block(x), expected, atol=1e-3)  # dropout on the adapter's input
+
+
+def test_generate_works_from_the_checkpoint_the_merged_export_and_base_plus_adapter(
+    lora_run: dict[str, Any],
+) -> None:
+    from hyper_parallel.generate import generate_text, load_model
+
+    tmp = lora_run["tmp"]
+    merged = export_checkpoint(lora_run["ckpt"], tmp / "merged-gen")
+    adapter = export_adapter(lora_run["ckpt"], tmp / "adapter-gen")
+    from_ckpt = generate_text(load_model(lora_run["ckpt"]), "def ", max_new_tokens=8)
+    assert generate_text(load_model(merged), "def ", max_new_tokens=8) == from_ckpt
+    base = transformers.AutoModelForCausalLM.from_pretrained(lora_run["base"]).eval()
+    loaded = peft.PeftModel.from_pretrained(base, adapter).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(merged)
+    prompt = tokenizer("def ", return_tensors="pt")
+    with torch.no_grad():
+        out = loaded.generate(**prompt, max_new_tokens=8, do_sample=False)
+        logits = transformers.AutoModelForCausalLM.from_pretrained(merged).eval()(out).logits[0]
+    start = prompt["input_ids"].shape[1]
+    assert out.shape[1] == start + 8 or out[0, -1].item() == tokenizer.eos_token_id
+    for t in range(start - 1, out.shape[1] - 1):  # greedy: each token the merged model's best (ties aside)
+        assert float(logits[t].max() - logits[t, out[0, t + 1]]) <= 1e-4, t
+
+
+def test_activation_checkpointing_and_compile_give_the_same_lora_losses() -> None:
+    plain, _ = _run("llama3", {**DATA, **LORA, "training.max_steps": "3"})
+    wrapped, _ = _run(
+        "llama3",
+        {
+            **DATA,
+            **LORA,
+            "training.max_steps": "3",
+            "activation_checkpoint.mode": "full",
+            "compile.enable": "true",
+            "compile.components": "[model]",
+            "compile.backend": "aot_eager",
+        },
+    )
+    assert wrapped == pytest.approx(plain, abs=1e-6)
+
+
+def test_the_lora_sft_recipe_learns_the_answers(tmp_path: Path) -> None:
+    import random
+    import warnings
+
+    from hyper_parallel.config import ConfigWarning, load_config
+    from tests.support.prepared import run_prepare
+    from tests.support.trainer import ROOT
+
+    debug = ROOT / "configs" / "qwen3_5_debug.yaml"  # the recipe's model, as shipped: its base
+    based = {"training.max_steps": "1", "checkpoint.enable": "true", "checkpoint.folder": str(tmp_path)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)
+        pretrain = LLMTrainer(load_config(debug, {**based, "metrics.enable_jsonl": "false"}))
+    try:
+        pretrain.train()
+    finally:
+        pretrain.close()
+    base = export_checkpoint(tmp_path, tmp_path / "base")
+    words = ["apple", "river", "stone", "cloud", "green", "light", "table", "music"]
+    pick = random.Random(0)
+    with (tmp_path / "chat.jsonl").open("w") as out:
+        for _ in range(200):
+            word = pick.choice(words)
+            chat = [{"role": "user", "content": f"Spell {word} backwards."}]
+            out.write(json.dumps({"messages": [*chat, {"role": "assistant", "content": word[::-1]}]}) + "\n")
+    recipe = ROOT / "configs" / "qwen3_5_lora_sft_debug.yaml"
+    status, _, err = run_prepare(
+        "prepare",
+        tmp_path / "chat.jsonl",
+        "--format",
+        "chat",
+        "--output",
+        tmp_path / "chat",
+        "--config-file",
+        recipe,
+    )
+    assert status == 0, err
+    overrides = {
+        "model.weights_path": str(base),
+        "dataloader.dataset.source": "tokenized",
+        "dataloader.dataset.paths": f"[{tmp_path / 'chat'}]",
+        "checkpoint.folder": str(tmp_path / "lora"),
+        "metrics.enable_jsonl": "false",
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)
+        trainer = LLMTrainer(load_config(recipe, overrides))
+    try:
+        losses = [r.loss for r in trainer.train()]
+    finally:
+        trainer.close()
+    assert type(trainer.config.peft).__qualname__ == "LoRA.Config"
+    assert losses[-1] <= 0.8 * losses[0], losses  # the answer tokens' loss: only they carry labels
