@@ -7,7 +7,8 @@ does so in place, and ``load_pretrained`` loads Hugging Face weights into it (ra
 receive their shards); ``check_weights`` checks a weights folder against a spec's model before anything
 is built (``config.json``, safetensors headers, names, shapes and dtypes); ``read_safetensors_folder``
 reads such a folder's tensors (headers checked first); ``spec_from_hf_config`` rebuilds the spec an
-exported ``config.json`` describes; ``generate_ids`` decodes with the models' inference cache. They live
+exported ``config.json`` describes; ``generate_ids`` decodes with the models' inference cache; ``parameter_seed`` is the seed each named
+parameter is drawn from (adapters are drawn alike). They live
 in private torch modules and are loaded on first access, so importing this package stays cheap. The
 device mesh comes from ``hyper_parallel.parallel``.
 """
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
         initialize,
         load_pretrained,
         materialize,
+        parameter_seed,
         read_safetensors_folder,
     )
     from hyper_parallel.models._weights_check import check_weights
@@ -36,6 +38,7 @@ __all__ = [
     "initialize",
     "load_pretrained",
     "materialize",
+    "parameter_seed",
     "read_safetensors_folder",
     "spec_from_hf_config",
 ]
@@ -45,6 +48,7 @@ _LAZY = {
     "initialize": "_weights",
     "load_pretrained": "_weights",
     "materialize": "_weights",
+    "parameter_seed": "_weights",
     "read_safetensors_folder": "_weights",
     "check_weights": "_weights_check",
     "spec_from_hf_config": "_hf_config",

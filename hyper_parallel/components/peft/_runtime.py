@@ -128,7 +128,7 @@ def initialize_adapters(model: nn.Module, *, seed: int) -> None:
     """
     from torch.distributed.tensor import DTensor, distribute_tensor
 
-    from hyper_parallel.models._weights import parameter_seed
+    from hyper_parallel.models import parameter_seed
 
     names = [name for name, _ in model.named_parameters()]
     if not any(is_adapter(name) for name in names):
