@@ -135,7 +135,7 @@ def _refuse_oversized(cfg: TrainerConfig, step: Path, metadata: Any) -> None:
 
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    from hyper_parallel.models._stored_size import size_problem
+    from hyper_parallel.models import size_problem
 
     stored = sum(
         math.prod(item.size)

@@ -350,7 +350,7 @@ def _check_model(step: Path, cfg: TrainerConfig, metadata: Any) -> None:
     """
     import math
 
-    from hyper_parallel.models._stored_size import size_problem
+    from hyper_parallel.models import size_problem
 
     stored = _stored_values(metadata)
     if not stored:

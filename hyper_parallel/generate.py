@@ -159,16 +159,11 @@ def _refuse_oversized(folder: Path, config_file: Path, spec: Any) -> None:
     Read from the headers alone (bounded: ``read_header``), before the model is built: a
     ``num_hidden_layers`` of 100,000 would otherwise build for minutes and gigabytes.
     """
-    import math
-
     from hyper_parallel.config.errors import InputFileError
-    from hyper_parallel.models._stored_size import size_problem
-    from hyper_parallel.models._weights_check import read_header, weight_files
+    from hyper_parallel.models import folder_values, size_problem
 
     try:
-        stored = sum(
-            math.prod(entry.shape) for file in weight_files(folder) for entry in read_header(file).values()
-        )
+        stored = folder_values(folder)
     except InputFileError as exc:
         raise GenerateError(str(exc.issues[0])) from None
     problem = size_problem(spec.args, stored)

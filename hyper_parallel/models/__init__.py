@@ -7,10 +7,12 @@ does so in place, and ``load_pretrained`` loads Hugging Face weights into it (ra
 receive their shards); ``check_weights`` checks a weights folder against a spec's model before anything
 is built (``config.json``, safetensors headers, names, shapes and dtypes); ``read_safetensors_folder``
 reads such a folder's tensors (headers checked first); ``spec_from_hf_config`` rebuilds the spec an
-exported ``config.json`` describes; ``generate_ids`` decodes with the models' inference cache; ``parameter_seed`` is the seed each named
-parameter is drawn from (adapters are drawn alike). They live
-in private torch modules and are loaded on first access, so importing this package stays cheap. The
-device mesh comes from ``hyper_parallel.parallel``.
+exported ``config.json`` describes; ``generate_ids`` decodes with the models' inference cache;
+``parameter_seed`` is the seed each named parameter is drawn from (adapters are drawn alike);
+``size_problem`` refuses a config larger than the weights it comes with (``folder_values``: what a
+weights folder stores). They live in private modules and
+are loaded on first access, so importing this package stays cheap. The device mesh comes from
+``hyper_parallel.parallel``.
 """
 
 from importlib import import_module
@@ -21,6 +23,7 @@ from hyper_parallel.models.spec import ModelArgs, ModelSpec
 if TYPE_CHECKING:
     from hyper_parallel.models._hf_config import spec_from_hf_config
     from hyper_parallel.models._inference import generate_ids
+    from hyper_parallel.models._stored_size import folder_values, size_problem
     from hyper_parallel.models._weights import (
         initialize,
         load_pretrained,
@@ -34,12 +37,14 @@ __all__ = [
     "ModelArgs",
     "ModelSpec",
     "check_weights",
+    "folder_values",
     "generate_ids",
     "initialize",
     "load_pretrained",
     "materialize",
     "parameter_seed",
     "read_safetensors_folder",
+    "size_problem",
     "spec_from_hf_config",
 ]
 
@@ -53,6 +58,8 @@ _LAZY = {
     "check_weights": "_weights_check",
     "spec_from_hf_config": "_hf_config",
     "generate_ids": "_inference",
+    "size_problem": "_stored_size",
+    "folder_values": "_stored_size",
 }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["parameter_count", "size_problem"]
+__all__ = ["folder_values", "parameter_count", "size_problem"]
 
 
 def parameter_count(args: Any) -> int | None:
@@ -36,3 +36,13 @@ def size_problem(args: Any, stored: int) -> str | None:
         f"its config describes a model of {count:,} parameters and the weights store {stored:,} values: the "
         "config does not describe these weights (a layer count, width or vocabulary that differs)"
     )
+
+
+def folder_values(folder: Any) -> int:
+    """The values the safetensors files of weights ``folder`` store, from their headers alone (bounded:
+    :func:`~hyper_parallel.models._weights_check.read_header`); ``InputFileError`` for a bad header."""
+    import math
+
+    from hyper_parallel.models._weights_check import read_header, weight_files
+
+    return sum(math.prod(e.shape) for file in weight_files(folder) for e in read_header(file).values())
