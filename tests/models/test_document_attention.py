@@ -8,6 +8,7 @@ variable-length one on the CPU; the CUDA block mask is checked here tile by tile
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import attrs
@@ -15,18 +16,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import itertools
-
 import torch.nn.functional as F  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from hyper_parallel.models import _layers  # noqa: E402
 from hyper_parallel.models.llama3 import LLAMA3_FLAVORS  # noqa: E402
 from hyper_parallel.models.llama3 import _modules as llama_modules  # noqa: E402
-from hyper_parallel.models.qwen3_5 import (
-    QWEN3_5_FLAVORS,
-    _gated_delta,
-)
+from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS, _gated_delta  # noqa: E402
 from hyper_parallel.models.qwen3_5 import _modules as qwen_modules  # noqa: E402
 
 SEQ = 160
