@@ -119,7 +119,13 @@ def _debug_rows(out: Path, tiny: bool, device: str) -> list[dict[str, Any]]:
             "dataloader.dataset.document_masking": "true",
         }
         if tiny:  # random tokens: no corpus to tokenise in every process
-            base.update({"training.seq_len": 64, "dataloader.dataset.source": "synthetic"})
+            base.update(
+                {
+                    "training.seq_len": 64,
+                    "dataloader.dataset.source": "synthetic",
+                    "lr_scheduler.warmup_steps": 1,
+                }
+            )
         row: dict[str, Any] = {"step": "debug", "config": config, "ok": True, "notes": []}
         losses = {}
         for dtype in ("float32", "bfloat16"):
@@ -192,6 +198,7 @@ def _speed_rows(out: Path, tiny: bool) -> list[dict[str, Any]]:
                         "training.seq_len": 64,
                         "training.max_steps": 2,
                         "metrics.log_freq": 1,
+                        "lr_scheduler.warmup_steps": 1,
                         "training.mixed_precision_param": "float32",
                     }
                 )

@@ -10,6 +10,12 @@ Packed documents (``documents_from_ids``) are kept apart in attention without a 
   documents of similar length are batched together (lengths rounded up to ``VARLEN_BUCKET``) and each
   group is one ``scaled_dot_product_attention(is_causal=True)`` call; tokens are moved there and back by
   index. No mask is passed at all. A batch without document boundaries takes plain causal attention.
+
+One exception, measured: on the CPU, rows of at most ``DENSE_MASK_MAX_SEQ`` tokens keep the dense
+(batch, 1, seq, seq) boolean mask (64 KiB a row at 256 tokens), which SDPA's CPU kernel takes at the cost
+of causal attention: there the variable-length path's copies cost more than they save (attention forward
+and backward of the Llama 3 debug shape: 1.08x the dense path at 256 tokens, 0.85x at 512, 0.60x at
+1,024; the debug configs train at 256).
 """
 
 from __future__ import annotations
@@ -91,6 +97,8 @@ class FeedForward(nn.Module):
 #: multiple share one attention call. 64 measured best on the CPU (32 and 128 within 10%, powers of two
 #: up to 2x slower at 2,048 tokens).
 VARLEN_BUCKET = 64
+#: Longest row for which the CPU keeps the dense document mask (see the module docstring).
+DENSE_MASK_MAX_SEQ = 256
 #: FlexAttention's block size (its default): the block mask holds one entry per 128 x 128 tile.
 FLEX_BLOCK = 128
 
@@ -119,7 +127,8 @@ class Documents(NamedTuple):
     #: (batch, seq) int64: the document of every token, counted from 0 in each row.
     ids: torch.Tensor
     #: How attention keeps documents apart: a FlexAttention ``BlockMask`` (CUDA), a :class:`VarlenPlan`,
-    #: or None when no row holds more than one document (plain causal attention).
+    #: a dense (batch, 1, seq, seq) bool mask (CPU rows of at most ``DENSE_MASK_MAX_SEQ`` tokens), or None
+    #: when no row holds more than one document (plain causal attention).
     layout: Any
 
 
@@ -127,8 +136,9 @@ def documents_from_ids(document_ids: torch.Tensor, shape: tuple[int, ...] | torc
     """Document boundaries from ``document_ids`` (batch, seq): a document starts where the id changes.
 
     ``shape`` is the (batch, seq) of the tokens; any other shape of ``document_ids`` is an error. Nothing
-    of size ``seq x seq`` is built: on CUDA the block mask has ``(seq / 128)^2`` entries per row, and the
-    variable-length plan is a few index vectors of about ``batch * seq`` entries.
+    of size ``seq x seq`` is built (but the short CPU rows of the module docstring): on CUDA the block
+    mask has ``(seq / 128)^2`` entries per row, and the variable-length plan is a few index vectors of
+    about ``batch * seq`` entries.
     """
     if tuple(document_ids.shape) != tuple(shape):
         raise ValueError(
@@ -144,6 +154,8 @@ def documents_from_ids(document_ids: torch.Tensor, shape: tuple[int, ...] | torc
         layout = document_block_mask(ids)  # no host sync: the block mask's shapes are static
     elif not bool(resets.any()):
         layout = None
+    elif document_ids.device.type == "cpu" and document_ids.shape[1] <= DENSE_MASK_MAX_SEQ:
+        layout = (ids[:, :, None] == ids[:, None, :]).tril()[:, None]
     else:
         layout = _varlen_plan(resets)
     return Documents(resets=resets, positions=index - starts, ids=ids, layout=layout)
@@ -313,7 +325,8 @@ def attention(
     """Causal (grouped-query) attention of ``q`` (batch, seq, heads, head_dim) over ``k``/``v`` (batch,
     seq, kv_heads, head_dim), inside documents when ``documents`` says where they are.
 
-    Returns (batch, seq, heads, head_dim). No attention mask tensor is ever built (see the module doc).
+    Returns (batch, seq, heads, head_dim). No attention mask tensor is built but for short CPU rows
+    (see the module docstring).
     """
     layout = None if documents is None else documents.layout
     gqa = q.shape[2] != k.shape[2]  # no copies of the key/value heads
@@ -323,6 +336,8 @@ def attention(
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if layout is None:
         out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=gqa)
+    elif isinstance(layout, torch.Tensor):
+        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=layout, enable_gqa=gqa)
     else:
         kernel = _flex_kernel(q.device)
         assert kernel is not None, "a block mask is only built where FlexAttention runs"

@@ -25,9 +25,9 @@ from hyper_parallel.models.llama3 import _modules as llama_modules  # noqa: E402
 from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS, _gated_delta  # noqa: E402
 from hyper_parallel.models.qwen3_5 import _modules as qwen_modules  # noqa: E402
 
-SEQ = 160
+SEQ = 320  # above DENSE_MASK_MAX_SEQ: the variable-length path on the CPU
 #: Row 0: a one-token document, boundaries inside and across 64-token groups; row 1: one document.
-LENGTHS = ((5, 70, 1, 84), (SEQ,))
+LENGTHS = ((5, 70, 1, 244), (SEQ,))
 
 
 def dense_mask(documents: Any) -> Any:
@@ -125,10 +125,10 @@ def test_no_seq_by_seq_tensor_is_made_in_forward_or_backward(
     assert new.found == []
     assert calls
     assert all(mask is None and causal is True for mask, causal in calls)
-    # Row 0's documents round up to 64 and 128 tokens; row 1 is one 160-token document: three groups.
+    # Row 0's documents round up to 64, 128 and 256 tokens; row 1 is one 320-token document.
     plan = _layers.documents_from_ids(document_ids(), (2, SEQ)).layout
     assert isinstance(plan, _layers.VarlenPlan)
-    assert plan.sizes == ((2, 64), (2, 128), (1, 160))
+    assert plan.sizes == ((2, 64), (1, 128), (1, 256), (1, 320))
     # The detector sees the replaced path's mask.
     monkeypatch.setattr(llama_modules, "attention", dense_attention)
     monkeypatch.setattr(qwen_modules, "attention", dense_attention)
@@ -141,6 +141,18 @@ def test_a_batch_without_boundaries_takes_plain_causal_attention() -> None:
     documents = _layers.documents_from_ids(torch.zeros(2, 8, dtype=torch.long), (2, 8))
     assert documents.layout is None
     assert not documents.resets.any()
+
+
+def test_short_cpu_rows_keep_the_dense_mask_the_cpu_kernel_runs_fastest() -> None:
+    seq = _layers.DENSE_MASK_MAX_SEQ
+    ids = torch.cat((torch.zeros(1, 10, dtype=torch.long), torch.ones(1, seq - 10, dtype=torch.long)), dim=1)
+    mask = _layers.documents_from_ids(ids, (1, seq)).layout
+    assert isinstance(mask, torch.Tensor)
+    assert mask.shape == (1, 1, seq, seq)
+    assert mask[0, 0, 10, 9].item() is False
+    assert mask[0, 0, 11, 10].item() is True
+    longer = torch.cat((ids, torch.ones(1, 1, dtype=torch.long)), dim=1)
+    assert isinstance(_layers.documents_from_ids(longer, (1, seq + 1)).layout, _layers.VarlenPlan)
 
 
 @pytest.mark.skipif(_layers._flex_api() is None, reason="this torch has no FlexAttention")
@@ -205,7 +217,7 @@ def test_fla_gets_packed_documents_as_cu_seqlens(monkeypatch: pytest.MonkeyPatch
         torch.rand(batch, seq, heads, generator=generator),
     )
     resets = _layers.documents_from_ids(document_ids(), (batch, seq)).resets
-    assert _gated_delta.cu_seqlens_from_resets(resets).tolist() == [0, 5, 75, 76, 160, 320]
+    assert _gated_delta.cu_seqlens_from_resets(resets).tolist() == [0, 5, 75, 76, 320, 640]
     expected, expected_state = _gated_delta.chunk_gated_delta_rule(*inputs, decay, beta, resets=resets)
     monkeypatch.setattr(_gated_delta, "_fla_chunk", lambda: fake_fla)
     monkeypatch.setattr(_gated_delta, "_fla_usable", lambda query: True)
