@@ -150,6 +150,7 @@ def _debug_rows(out: Path, tiny: bool, device: str) -> list[dict[str, Any]]:
             **base,
             "checkpoint.enable": "true",
             "checkpoint.folder": str(folder),
+            "checkpoint.last_save_model_only": "false",  # the last step is a full checkpoint to resume
             "checkpoint.interval": 1,
         }
         status, _, _, log = _train(config, out, f"{config}-save", saving, 240)
