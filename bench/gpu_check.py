@@ -10,8 +10,9 @@ What it runs, each step a fresh process of the real command line, results in one
    step. bf16 keeps 8 bits of mantissa (a relative rounding of 2^-9 per operation); after a few steps at the
    debug configs' learning rate the two runs drift apart by a few parts in a thousand of the loss, while a
    wrong kernel (a leaked document, a broken mask, a wrong cast) moves it by whole percents: 3% separates
-   the two. Then a run with checkpoints, its relaunch (the ``resumed`` record must name the saved step) and
-   ``python -m hyper_parallel.generate`` from the checkpoint on the device.
+   the two. The fp32 run saves checkpoints (its last step a full one); its relaunch must resume that step
+   (the ``resumed`` record), and ``python -m hyper_parallel.generate`` continues a prompt from it on the
+   device.
 3. ``speed``: the shipped GPU configs (``configs/llama3_2_1b_gpu.yaml``, ``configs/qwen3_5_0_8b_gpu.yaml``)
    trained by the real trainer with and without ``--compile.enable true``: tokens/s, MFU and peak memory as
    the trainer's metrics record them (the last logged step), beside the preflight's memory estimate.
@@ -127,11 +128,22 @@ def _debug_rows(out: Path, tiny: bool, device: str) -> list[dict[str, Any]]:
                 }
             )
         row: dict[str, Any] = {"step": "debug", "config": config, "ok": True, "notes": []}
+        # The fp32 run saves checkpoints too (its last step a full one), which the relaunch resumes.
+        folder = out / f"{config}-ckpt"
+        saving = {
+            "checkpoint.enable": "true",
+            "checkpoint.folder": str(folder),
+            "checkpoint.last_save_model_only": "false",
+            "checkpoint.interval": max(1, steps // 2),
+        }
         losses = {}
         for dtype in ("float32", "bfloat16"):
-            status, seconds, metrics, log = _train(
-                config, out, f"{config}-{dtype}", {**base, "training.mixed_precision_param": dtype}, 240
-            )
+            settings = {
+                **base,
+                "training.mixed_precision_param": dtype,
+                **(saving if dtype == "float32" else {}),
+            }
+            status, seconds, metrics, log = _train(config, out, f"{config}-{dtype}", settings, 240)
             losses[dtype] = _losses(metrics)
             row[f"{dtype}_seconds"] = round(seconds, 1)
             if status != 0 or not losses[dtype]:
@@ -145,15 +157,8 @@ def _debug_rows(out: Path, tiny: bool, device: str) -> list[dict[str, Any]]:
             if worst > BF16_TOLERANCE:
                 row["ok"] = False
                 row["notes"].append(f"bf16 loss {worst:.1%} from fp32 (tolerance {BF16_TOLERANCE:.0%})")
-        folder = out / f"{config}-ckpt"
-        saving = {
-            **base,
-            "checkpoint.enable": "true",
-            "checkpoint.folder": str(folder),
-            "checkpoint.last_save_model_only": "false",  # the last step is a full checkpoint to resume
-            "checkpoint.interval": 1,
-        }
-        status, _, _, log = _train(config, out, f"{config}-save", saving, 240)
+        saving = {**base, "training.mixed_precision_param": "float32", **saving}
+        status = 0
         resume_metrics = out / f"{config}-resume.jsonl"
         status2, _, _, _log2 = _train(
             config,
