@@ -232,3 +232,20 @@ def test_fla_is_used_only_in_16_bits_on_an_accelerator(dtype: str) -> None:
     query = torch.zeros(1, 2, 1, 4, dtype=getattr(torch, dtype), device="meta")
     assert _gated_delta._fla_usable(query) is (dtype == "bfloat16")
     assert _gated_delta._fla_usable(torch.zeros(1, 2, 1, 4, dtype=torch.bfloat16)) is False
+
+
+@pytest.mark.skipif(_layers._flex_api() is None, reason="this torch has no FlexAttention")
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_attention_with_the_block_mask_equals_the_dense_mask_forward() -> None:
+    """FlexAttention's forward runs on the CPU (unfused; its backward is CUDA-only): full tiles skip the
+    mask function, so this checks the tile classes against the kernel, not only against each other."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    documents = _layers.documents_from_ids(document_ids(), (2, SEQ))
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 8, SEQ, 32, generator=generator)
+    k, v = (torch.randn(2, 4, SEQ, 32, generator=generator) for _ in range(2))
+    with torch.no_grad():
+        out = flex_attention(q, k, v, block_mask=_layers.document_block_mask(documents.ids), enable_gqa=True)
+        reference = F.scaled_dot_product_attention(q, k, v, attn_mask=dense_mask(documents), enable_gqa=True)
+    assert (out - reference).abs().max().item() < 1e-5
