@@ -171,20 +171,20 @@ def _flex_api() -> tuple[Callable[..., Any], Any] | None:
     return flex_attention, BlockMask
 
 
-@functools.cache
-def _compiled_flex() -> Callable[..., Any]:
-    """FlexAttention compiled once per process (uncompiled it materialises the scores)."""
-    api = _flex_api()
-    assert api is not None
-    compiled: Callable[..., Any] = torch.compile(api[0], dynamic=False)
-    return compiled
+#: FlexAttention compiled once per process (uncompiled it materialises the scores), made by
+#: :func:`_flex_kernel` when the first block mask is built, outside any compiled block; ``attention`` only
+#: reads it, so ``torch.compile`` of a block traces no cache wrapper or import.
+_FLEX_KERNEL: list[Callable[..., Any]] = []
 
 
 def _flex_kernel(device: torch.device) -> Callable[..., Any] | None:
     """The FlexAttention kernel for ``device``: CUDA only (it trains nowhere else in torch 2.11-2.13)."""
-    if device.type != "cuda" or _flex_api() is None:
+    api = _flex_api()
+    if device.type != "cuda" or api is None:
         return None
-    return _compiled_flex()
+    if not _FLEX_KERNEL:
+        _FLEX_KERNEL.append(torch.compile(api[0], dynamic=False))
+    return _FLEX_KERNEL[0]
 
 
 def document_block_mask(ids: torch.Tensor, block: int = FLEX_BLOCK) -> Any:
@@ -339,8 +339,8 @@ def attention(
     elif isinstance(layout, torch.Tensor):
         out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=layout, enable_gqa=gqa)
     else:
-        kernel = _flex_kernel(q.device)
-        assert kernel is not None, "a block mask is only built where FlexAttention runs"
-        out = kernel(qt, kt, vt, block_mask=layout, enable_gqa=gqa)
+        # The block mask was built (outside any compiled block) only where the kernel runs; the cached
+        # compiled function is read here without a call dynamo would have to trace.
+        out = _FLEX_KERNEL[0](qt, kt, vt, block_mask=layout, enable_gqa=gqa)
     result: torch.Tensor = out.transpose(1, 2)
     return result
