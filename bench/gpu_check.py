@@ -110,7 +110,7 @@ def _train(
 def _debug_rows(out: Path, tiny: bool, device: str) -> list[dict[str, Any]]:
     """bf16 against fp32, then save, resume and generate, for each debug config."""
     rows = []
-    steps = 2 if tiny else 20
+    steps = 2 if tiny else 10
     names = DEBUG_CONFIGS[:1] if tiny else DEBUG_CONFIGS
     for name in names:
         config = f"{name}_debug"
@@ -196,7 +196,8 @@ def _speed_rows(out: Path, tiny: bool) -> list[dict[str, Any]]:
     rows = []
     for config in GPU_CONFIGS:
         for compiled in (False,) if tiny else (False, True):
-            overrides: dict[str, Any] = {"compile.enable": str(compiled).lower()}
+            # 20 steps logged every 10: the record read is steps 11-20, after compilation and warm-up.
+            overrides: dict[str, Any] = {"compile.enable": str(compiled).lower(), "training.max_steps": 20}
             if tiny:
                 overrides.update({f"model.overrides.{k}": v for k, v in TINY_OVERRIDES[config].items()})
                 overrides.update(
