@@ -21,6 +21,7 @@ seconds (the test suite runs it, so the benchmark cannot rot); compile rows are 
 takes longer than the whole tiny run) and SDPA's kernel choice does not apply. Nothing is downloaded.
 
     python -m bench gpu [--tiny] [--steps N] [--warmup N] [--seq N] [--batch N] [--only TEXT] [--json PATH]
+    python -m bench gpu --check [--tiny] [--out DIR]     # every device check in one call (bench/gpu_check.py)
 """
 
 from __future__ import annotations
@@ -421,7 +422,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1, help="sequences per step (default 1)")
     parser.add_argument("--only", default="", help="only the models whose row name contains this text")
     parser.add_argument("--json", metavar="PATH", default="bench-gpu.json", help="results file")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="every device check in one call (bench/gpu_check.py); exit 1 on a failure",
+    )
+    parser.add_argument(
+        "--out", metavar="DIR", help="--check: results folder (default $OUT or bench-gpu-check)"
+    )
     args = parser.parse_args(argv)
+    if args.check:
+        from bench.gpu_check import main as check_main
+
+        return check_main(args.tiny, args.out)
     import torch
 
     if not args.tiny and not torch.cuda.is_available():

@@ -6,6 +6,9 @@ marked ``multiprocess``; select them with ``-m multiprocess`` or leave them out 
 ``MULTIPROCESS_TIMEOUT`` (pytest-timeout, the ``test`` extra), so a hang fails that test instead of the run.
 The runners of ``tests/support/processes.py`` stop the processes they started when that happens.
 
+A test marked ``cuda`` needs a CUDA device and skips without one; ``python -m bench gpu --check`` runs them
+on a GPU.
+
 The test process runs one intra-op thread, as the processes it starts do (``processes.clean_env``): the
 models are tiny, so a second thread buys nothing and costs a synchronisation per operator, and on a loaded
 2-core machine a thread that spins waiting for a busy core made a file of in-process training tests 5x
@@ -36,7 +39,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+def _cuda_available() -> bool:
+    """Whether torch is installed and sees a CUDA device (imported only when a ``cuda`` test is collected)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    cuda = None
     for item in items:
+        if item.get_closest_marker("cuda"):
+            cuda = _cuda_available() if cuda is None else cuda
+            if not cuda:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
         if item.get_closest_marker("multiprocess") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(MULTIPROCESS_TIMEOUT))

@@ -52,3 +52,28 @@ def test_without_a_gpu_it_skips_with_one_line(
         "bench gpu: skipped, no CUDA device here (python -m bench gpu --tiny runs the CPU smoke mode)\n"
     )
     assert not (tmp_path / "gpu.json").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: Any) -> None:
+    assert main(["--check", "--tiny", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "check.json").read_text())
+    assert results["tiny"] is True
+    rows = {(r["step"], r["config"], r.get("compiled", False)): r for r in results["rows"]}
+    assert list(rows) == [
+        ("tests", "-m cuda", False),
+        ("debug", "llama3_debug", False),
+        ("speed", "llama3_2_1b_gpu", False),
+        ("speed", "qwen3_5_0_8b_gpu", False),
+    ]
+    assert all(r["ok"] for r in rows.values()), [r["notes"] for r in rows.values()]
+    debug = rows[("debug", "llama3_debug", False)]
+    assert debug["resumed_at"] == [2]  # the relaunch resumed the step the first run saved last
+    assert debug["bf16_vs_fp32_max_rel"] <= 0.03
+    assert "\ndef " in debug["generated"]  # the prompt and its continuation, after the banner
+    for config in ("llama3_2_1b_gpu", "qwen3_5_0_8b_gpu"):
+        speed = rows[("speed", config, False)]
+        assert speed["tokens_per_second"] > 0
+        assert speed["preflight_memory_gib"] > 0
+    assert "4/4 passed" in capsys.readouterr().out

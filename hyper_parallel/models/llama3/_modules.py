@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hyper_parallel.models._layers import Documents, FeedForward, documents_from_ids, rms_norm
+from hyper_parallel.models._layers import Documents, FeedForward, attention, documents_from_ids, rms_norm
 from hyper_parallel.models.llama3.args import Llama3Args, RopeScaling
 
 if TYPE_CHECKING:
@@ -102,10 +102,10 @@ class Attention(nn.Module):
         self,
         x: torch.Tensor,
         rope: torch.Tensor,
-        mask: torch.Tensor | None = None,
+        documents: Documents | None = None,
         cache: LayerCache | None = None,
     ) -> torch.Tensor:
-        """``mask`` (batch, 1, seq, seq), True where a query may attend a key; None: plain causal.
+        """Causal attention, inside the packed ``documents`` when given (no mask tensor is built).
 
         With ``cache``, ``x`` holds the new tokens only: their keys and values join the cached ones.
         """
@@ -115,19 +115,15 @@ class Attention(nn.Module):
         k = self.wk(x).view(batch, seq, -1, self.head_dim)
         v = self.wv(x).view(batch, seq, -1, self.head_dim)
         q, k = apply_interleaved_rope(q, rope), apply_interleaved_rope(k, rope)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        is_causal = mask is None
-        if cache is not None:
+        if cache is None:
+            out = attention(q, k, v, documents)
+        else:
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             k, v, mask, is_causal = cache.attend(k, v)
-        out = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            is_causal=is_causal,
-            enable_gqa=q.shape[1] != k.shape[1],  # no copies of the key/value heads
-        )
-        result: torch.Tensor = self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=q.shape[1] != k.shape[1]
+            ).transpose(1, 2)
+        result: torch.Tensor = self.wo(out.reshape(batch, seq, -1))
         return result
 
 
@@ -148,8 +144,7 @@ class TransformerBlock(nn.Module):
         documents: Documents | None = None,
         cache: LayerCache | None = None,
     ) -> torch.Tensor:
-        mask = None if documents is None else documents.mask
-        h: torch.Tensor = x + self.attention(self.attention_norm(x), rope, mask=mask, cache=cache)
+        h: torch.Tensor = x + self.attention(self.attention_norm(x), rope, documents=documents, cache=cache)
         out: torch.Tensor = h + self.feed_forward(self.ffn_norm(h))
         return out
 

@@ -12,7 +12,8 @@ S_{t-1}^T k_t)`` solve the unit lower-triangular system ``(I + A) delta = beta v
 for ``j < t``: the WY / UT representation of the product of Householder-like updates), so one triangular
 solve and a few matrix products replace ``C`` sequential steps; only the chunk-to-chunk state is carried
 in a Python loop. :func:`gated_delta_rule` picks flash-linear-attention's fused kernels when the package is
-installed and the tensors live on an accelerator, the chunked PyTorch path otherwise.
+installed and the tensors live on an accelerator in 16 bits (packed documents as ``cu_seqlens``), the chunked
+PyTorch path otherwise.
 
 Packed sequences: ``resets`` (batch, seq) marks the first token of each document; the state is zeroed
 before that token (exactly what the token loop does), inside and across chunks.
@@ -30,7 +31,12 @@ import torch.nn.functional as F
 
 from hyper_parallel.models._layers import rms_norm
 
-__all__ = ["chunk_gated_delta_rule", "gated_delta_rule", "recurrent_gated_delta_rule"]
+__all__ = [
+    "chunk_gated_delta_rule",
+    "cu_seqlens_from_resets",
+    "gated_delta_rule",
+    "recurrent_gated_delta_rule",
+]
 
 #: Chunk length used when the caller does not choose one.
 DEFAULT_CHUNK_SIZE = 64
@@ -205,6 +211,24 @@ def _fla_chunk() -> Callable[..., Any] | None:
     return kernel
 
 
+def cu_seqlens_from_resets(resets: torch.Tensor) -> torch.Tensor:
+    """Document offsets (documents + 1,) int64 of the flattened batch: every row start and every reset.
+
+    The variable-length form flash-linear-attention takes (``cu_seqlens``, batch 1); ``resets`` (batch,
+    seq) is the per-token form our chunked kernel takes. Finding the starts syncs the host once.
+    """
+    batch, seq = resets.shape
+    starts = resets.clone()
+    starts[:, 0] = True
+    offsets = starts.flatten().nonzero().squeeze(1)
+    return torch.cat((offsets, offsets.new_tensor([batch * seq])))
+
+
+def _fla_usable(query: torch.Tensor) -> bool:
+    """fla's kernels serve this call: installed, on an accelerator, in 16-bit (they refuse float32)."""
+    return query.device.type != "cpu" and query.dtype in (torch.bfloat16, torch.float16)
+
+
 def gated_delta_rule(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -219,29 +243,43 @@ def gated_delta_rule(
     """The gated delta rule over a sequence: output (batch, seq, v_heads, d_v) and final state.
 
     Single tokens (decoding) take the recurrent step; longer sequences the chunked algorithm, through
-    flash-linear-attention's kernels when installed and on an accelerator (not with ``resets``, which
-    its variable-length API expresses differently), else the PyTorch implementation here.
+    flash-linear-attention's kernels when installed, on an accelerator and in bf16/fp16 (packed documents
+    go to fla as ``cu_seqlens`` over the flattened batch), else the PyTorch implementation here (which
+    restarts the state at ``resets`` inside its chunks, with no host sync).
     """
     if query.shape[1] == 1:
         return recurrent_gated_delta_rule(
             query, key, value, log_decay, beta, initial_state=initial_state, resets=resets
         )
-    fla = _fla_chunk() if query.device.type != "cpu" and resets is None else None
-    if fla is not None:
+    fla = _fla_chunk() if _fla_usable(query) else None
+    if fla is not None and (resets is None or initial_state is None):
         groups = value.shape[2] // key.shape[2]
         if groups > 1:
             query, key = query.repeat_interleave(groups, dim=2), key.repeat_interleave(groups, dim=2)
+        batch, seq = value.shape[:2]
+        extra: dict[str, Any] = {}
+        if resets is not None:  # one flattened row of documents
+            cu_seqlens = cu_seqlens_from_resets(resets)
+            query, key, value, log_decay, beta = (
+                x.reshape(1, batch * seq, *x.shape[2:]) for x in (query, key, value, log_decay, beta)
+            )
+            extra["cu_seqlens"] = cu_seqlens
         out, state = fla(
             query,
-            key,
-            value,
+            key.to(query.dtype),
+            value.to(query.dtype),
             g=log_decay.float(),
-            beta=beta,
+            beta=beta.to(query.dtype),
             scale=query.shape[-1] ** -0.5,
             initial_state=initial_state,
             output_final_state=True,
             use_qk_l2norm_in_kernel=True,
+            **extra,
         )
+        if resets is not None:  # each row's last document holds its final state
+            row_ends = torch.arange(1, batch + 1, device=cu_seqlens.device) * seq
+            ends = torch.searchsorted(cu_seqlens[1:], row_ends)
+            out, state = out.reshape(batch, seq, *out.shape[2:]), state[ends]
         return out, state
     return chunk_gated_delta_rule(
         query,

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hyper_parallel.models._layers import Documents, FeedForward, documents_from_ids, rms_norm
+from hyper_parallel.models._layers import Documents, FeedForward, attention, documents_from_ids, rms_norm
 from hyper_parallel.models.qwen3_5._gated_delta import gated_delta_rule, recurrent_gated_delta_rule
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args
 
@@ -91,7 +91,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_partial_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the first ``cos.shape[-1]`` features of ``x`` (batch, heads, seq, head_dim), half-split."""
+    """Rotate the first ``cos.shape[-1]`` features of ``x`` (..., head_dim), half-split; cos/sin broadcast."""
     rotary = cos.shape[-1]
     x_rot, x_pass = x[..., :rotary], x[..., rotary:]
     rotated = x_rot * cos + _rotate_half(x_rot) * sin
@@ -115,10 +115,10 @@ class GatedAttention(nn.Module):
         self,
         x: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor],
-        mask: torch.Tensor | None = None,
+        documents: Documents | None = None,
         cache: LayerCache | None = None,
     ) -> torch.Tensor:
-        """``mask`` (batch, 1, seq, seq), True where a query may attend a key; None: plain causal.
+        """Causal attention, inside the packed ``documents`` when given (no mask tensor is built).
 
         With ``cache``, ``x`` holds the new tokens only: their keys and values join the cached ones.
         """
@@ -126,25 +126,24 @@ class GatedAttention(nn.Module):
         # -1 heads: under tensor parallelism each rank holds a slice of the heads.
         query, gate = self.wq(x).view(batch, seq, -1, 2 * self.head_dim).chunk(2, dim=-1)
         gate = gate.reshape(batch, seq, -1)
-        q = self.q_norm(query).transpose(1, 2)
-        k = self.k_norm(self.wk(x).view(batch, seq, -1, self.head_dim)).transpose(1, 2)
-        v = self.wv(x).view(batch, seq, -1, self.head_dim).transpose(1, 2)
+        q = self.q_norm(query)
+        k = self.k_norm(self.wk(x).view(batch, seq, -1, self.head_dim))
+        v = self.wv(x).view(batch, seq, -1, self.head_dim)
         cos, sin = rope
         if cos.dim() == 3:  # per-sample positions (batch, seq, rotary): broadcast over heads
+            cos, sin = cos[:, :, None], sin[:, :, None]
+        else:  # (seq, rotary): broadcast over heads
             cos, sin = cos[:, None], sin[:, None]
         q, k = apply_partial_rope(q, cos, sin), apply_partial_rope(k, cos, sin)
-        is_causal = mask is None
-        if cache is not None:
+        if cache is None:
+            out = attention(q, k, v, documents)
+        else:
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             k, v, mask, is_causal = cache.attend(k, v)
-        out = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            is_causal=is_causal,
-            enable_gqa=q.shape[1] != k.shape[1],  # no copies of the key/value heads
-        )
-        out = out.transpose(1, 2).reshape(batch, seq, -1)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=q.shape[1] != k.shape[1]
+            ).transpose(1, 2)
+        out = out.reshape(batch, seq, -1)
         result: torch.Tensor = self.wo(out * torch.sigmoid(gate))
         return result
 
@@ -294,8 +293,7 @@ class HybridBlock(nn.Module):
     ) -> torch.Tensor:
         normed = self.attention_norm(x)
         if self.attention is not None:
-            mask = None if documents is None else documents.mask
-            mixed = self.attention(normed, rope, mask=mask, cache=cache)
+            mixed = self.attention(normed, rope, documents=documents, cache=cache)
         else:
             assert self.linear_attn is not None
             resets = None if documents is None else documents.resets

@@ -24,6 +24,7 @@ needs no cache: each token picks its experts from its own hidden state.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -62,15 +63,33 @@ class RouterStats(NamedTuple):
     tokens: int
 
 
+@functools.cache
+def _grouped_mm_runs(device_type: str, dtype: torch.dtype) -> bool:
+    """Whether this torch's ``_grouped_mm`` runs on ``device_type`` in ``dtype``, tried once on tiny operands.
+
+    Its coverage moved between releases of the supported range (CPU kernels, float32 on CUDA, GPU
+    architectures); where it does not run, the experts take one matmul per group instead of failing.
+    """
+    if not hasattr(torch, "_grouped_mm"):
+        return False
+    try:
+        x = torch.ones(16, 8, device=device_type, dtype=dtype)
+        weight = torch.ones(2, 8, 8, device=device_type, dtype=dtype)
+        torch._grouped_mm(x, weight, offs=torch.tensor([8, 16], device=device_type, dtype=torch.int32))
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
 def _can_group(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether ``torch._grouped_mm`` takes these operands: torch has it, and rows are 16-byte aligned."""
+    """Whether ``torch._grouped_mm`` takes these operands: torch runs it here, rows are 16-byte aligned."""
     size = x.element_size()
-    return (
+    runs = (
         hasattr(torch, "_grouped_mm")
-        and x.shape[0] > 0
-        and (x.shape[1] * size) % 16 == 0
-        and (weight.shape[1] * size) % 16 == 0
+        if torch.compiler.is_compiling()
+        else _grouped_mm_runs(x.device.type, x.dtype)
     )
+    return runs and x.shape[0] > 0 and (x.shape[1] * size) % 16 == 0 and (weight.shape[1] * size) % 16 == 0
 
 
 def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,336 @@
+"""``python -m bench gpu --check``: every device check of the project, in one call (aimed at under 8 minutes).
+
+What it runs, each step a fresh process of the real command line, results in one table and one JSON file:
+
+1. ``tests``: the suite's ``cuda``-marked tests (``tests/models/test_cuda_paths.py``; they skip without
+   CUDA).
+2. ``debug``: each debug config (``llama3``, ``qwen3_5``, ``qwen3_5_moe``, ``qwen3_5_vl``) trained through
+   ``python -m hyper_parallel.train_lm`` / ``train_vl`` with document masking on, in bf16 and in fp32 on
+   the same device; the bf16 losses must stay within ``BF16_TOLERANCE`` of the fp32 ones at every logged
+   step. bf16 keeps 8 bits of mantissa (a relative rounding of 2^-9 per operation); after a few steps at the
+   debug configs' learning rate the two runs drift apart by a few parts in a thousand of the loss, while a
+   wrong kernel (a leaked document, a broken mask, a wrong cast) moves it by whole percents: 3% separates
+   the two. The fp32 run saves checkpoints (its last step a full one); its relaunch must resume that step
+   (the ``resumed`` record), and ``python -m hyper_parallel.generate`` continues a prompt from it on the
+   device.
+3. ``speed``: the shipped GPU configs (``configs/llama3_2_1b_gpu.yaml``, ``configs/qwen3_5_0_8b_gpu.yaml``)
+   trained by the real trainer with and without ``--compile.enable true``: tokens/s, MFU and peak memory as
+   the trainer's metrics record them (the last logged step), beside the preflight's memory estimate.
+4. ``transformers``: transformers' implementation of the same two models, same batch, one training step
+   at a time (``bench.gpu``'s measurement), for tokens/s.
+
+``--tiny`` runs the same code on the CPU in tiny shapes (one debug config, two steps, small overrides of
+the GPU configs, no compile) so the suite can run it; ``--out DIR`` (default ``$OUT`` or ``bench-gpu-check``)
+receives ``check.json`` and every run's metrics. Exit status 1 if any step failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BF16_TOLERANCE", "main"]
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Largest relative difference of a logged bf16 loss from the fp32 one (see the module docstring).
+BF16_TOLERANCE = 0.03
+DEBUG_CONFIGS = ("llama3", "qwen3_5", "qwen3_5_moe", "qwen3_5_vl")
+GPU_CONFIGS = ("llama3_2_1b_gpu", "qwen3_5_0_8b_gpu")
+#: The GPU configs' shapes in the tiny mode (model overrides), so a CPU runs them in seconds.
+TINY_OVERRIDES = {
+    "llama3_2_1b_gpu": {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 512},
+    "qwen3_5_0_8b_gpu": {
+        "dim": 64,
+        "n_layers": 2,
+        "full_attention_interval": 2,
+        "ffn_hidden_dim": 128,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "head_dim": 16,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 16,
+        "vocab_size": 512,
+    },
+}
+
+
+def _run(command: list[str], timeout: float, log: Path) -> tuple[int, float]:
+    """Run ``command`` from the repository root (this checkout first on the path); exit status, seconds."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    started = time.perf_counter()
+    with log.open("w", encoding="utf-8") as out:
+        try:
+            status = subprocess.run(
+                command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
+            ).returncode
+        except subprocess.TimeoutExpired:
+            status = 124
+    return status, time.perf_counter() - started
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _losses(path: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in _records(path) if "loss" in r}
+
+
+def _launcher(name: str) -> str:
+    return "hyper_parallel.train_vl" if name.endswith("_vl") else "hyper_parallel.train_lm"
+
+
+def _train(
+    config: str, out: Path, tag: str, overrides: dict[str, Any], timeout: float
+) -> tuple[int, float, Path, Path]:
+    metrics = out / f"{tag}.jsonl"
+    metrics.unlink(missing_ok=True)
+    command = [sys.executable, "-m", _launcher(config), "--config-file", f"configs/{config}.yaml"]
+    settings = {"metrics.enable_jsonl": "true", "metrics.jsonl_path": str(metrics), **overrides}
+    for key, value in settings.items():
+        command += [f"--{key}", str(value)]
+    log = out / f"{tag}.log"
+    status, seconds = _run(command, timeout, log)
+    return status, seconds, metrics, log
+
+
+def _debug_rows(out: Path, tiny: bool, device: str) -> list[dict[str, Any]]:
+    """bf16 against fp32, then save, resume and generate, for each debug config."""
+    rows = []
+    steps = 2 if tiny else 10
+    names = DEBUG_CONFIGS[:1] if tiny else DEBUG_CONFIGS
+    for name in names:
+        config = f"{name}_debug"
+        base: dict[str, Any] = {
+            "training.max_steps": steps,
+            "metrics.log_freq": 1,
+            "dataloader.dataset.document_masking": "true",
+        }
+        if tiny:  # random tokens: no corpus to tokenise in every process
+            base.update(
+                {
+                    "training.seq_len": 64,
+                    "dataloader.dataset.source": "synthetic",
+                    "lr_scheduler.warmup_steps": 1,
+                }
+            )
+        row: dict[str, Any] = {"step": "debug", "config": config, "ok": True, "notes": []}
+        # The fp32 run saves checkpoints too (its last step a full one), which the relaunch resumes.
+        folder = out / f"{config}-ckpt"
+        saving = {
+            "checkpoint.enable": "true",
+            "checkpoint.folder": str(folder),
+            "checkpoint.last_save_model_only": "false",
+            "checkpoint.interval": max(1, steps // 2),
+        }
+        losses = {}
+        for dtype in ("float32", "bfloat16"):
+            settings = {
+                **base,
+                "training.mixed_precision_param": dtype,
+                **(saving if dtype == "float32" else {}),
+            }
+            status, seconds, metrics, log = _train(config, out, f"{config}-{dtype}", settings, 240)
+            losses[dtype] = _losses(metrics)
+            row[f"{dtype}_seconds"] = round(seconds, 1)
+            if status != 0 or not losses[dtype]:
+                row["ok"] = False
+                row["notes"].append(f"{dtype} run exited {status} (see {log.name})")
+        if row["ok"]:
+            worst = max(
+                abs(losses["bfloat16"][s] - loss) / abs(loss) for s, loss in losses["float32"].items()
+            )
+            row["bf16_vs_fp32_max_rel"] = worst
+            if worst > BF16_TOLERANCE:
+                row["ok"] = False
+                row["notes"].append(f"bf16 loss {worst:.1%} from fp32 (tolerance {BF16_TOLERANCE:.0%})")
+        saving = {**base, "training.mixed_precision_param": "float32", **saving}
+        status = 0
+        resume_metrics = out / f"{config}-resume.jsonl"
+        status2, _, _, _log2 = _train(
+            config,
+            out,
+            f"{config}-resume",
+            {**saving, "training.max_steps": steps + 1},
+            240,
+        )
+        resumed = [r["step"] for r in _records(resume_metrics) if r.get("event") == "resumed"]
+        row["resumed_at"] = resumed
+        if status or status2 or resumed != [steps]:
+            row["ok"] = False
+            row["notes"].append(
+                f"save/resume: exits {status}/{status2}, resumed at {resumed} (expected [{steps}])"
+            )
+        if not name.endswith("_vl"):  # generate serves the text models
+            gen = [sys.executable, "-m", "hyper_parallel.generate", str(folder), "--prompt", "def ",
+                   "--max-new-tokens", "8", "--device", device]  # fmt: skip
+            status, _ = _run(gen, 120, out / f"{config}-generate.log")
+            text = (out / f"{config}-generate.log").read_text(encoding="utf-8")
+            row["generated"] = text[-200:]
+            if status != 0:
+                row["ok"] = False
+                row["notes"].append(f"generate exited {status}")
+        print(_format(row), flush=True)
+        rows.append(row)
+    return rows
+
+
+def _speed_rows(out: Path, tiny: bool) -> list[dict[str, Any]]:
+    """The shipped GPU configs through the trainer, with and without compile (compile only on CUDA)."""
+    from hyper_parallel.config import load_config
+    from hyper_parallel.preflight import estimate
+
+    rows = []
+    for config in GPU_CONFIGS:
+        for compiled in (False,) if tiny else (False, True):
+            # 20 steps logged every 10: the record read is steps 11-20, after compilation and warm-up.
+            overrides: dict[str, Any] = {"compile.enable": str(compiled).lower(), "training.max_steps": 20}
+            if tiny:
+                overrides.update({f"model.overrides.{k}": v for k, v in TINY_OVERRIDES[config].items()})
+                overrides.update(
+                    {
+                        "training.seq_len": 64,
+                        "training.max_steps": 2,
+                        "metrics.log_freq": 1,
+                        "lr_scheduler.warmup_steps": 1,
+                        "training.mixed_precision_param": "float32",
+                    }
+                )
+            tag = f"{config}-{'compiled' if compiled else 'eager'}"
+            status, seconds, metrics, log = _train(config, out, tag, overrides, 300)
+            last = [r for r in _records(metrics) if "tokens_per_second" in r][-1:]
+            cfg = load_config(ROOT / "configs" / f"{config}.yaml", {k: str(v) for k, v in overrides.items()})
+            est = estimate(cfg, 1)
+            row = {
+                "step": "speed",
+                "config": config,
+                "compiled": compiled,
+                "ok": status == 0 and bool(last),
+                "seconds": round(seconds, 1),
+                "tokens_per_second": last[0]["tokens_per_second"] if last else None,
+                "mfu": last[0].get("mfu") if last else None,
+                "peak_memory_gib": last[0].get("memory_gib") if last else None,
+                "preflight_memory_gib": None if est is None else est.device_total / 2**30,
+                "notes": [] if status == 0 else [f"exited {status} (see {log.name})"],
+            }
+            print(_format(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def _transformers_rows(out: Path, tiny: bool) -> list[dict[str, Any]]:
+    """transformers' models of the same shapes and batch: ``bench.gpu``'s measured step."""
+    json_path = out / "transformers.json"
+    command = [sys.executable, "-m", "bench", "gpu", "--json", str(json_path)]
+    command += ["--tiny"] if tiny else ["--seq", "4096", "--batch", "2", "--steps", "5", "--warmup", "2"]
+    status, _seconds = _run(command, 360, out / "transformers.log")
+    rows = []
+    if json_path.exists():
+        for row in json.loads(json_path.read_text(encoding="utf-8"))["rows"]:
+            if row["implementation"] == "transformers":
+                rows.append({"step": "transformers", "config": row["model"], "ok": status == 0,
+                             "tokens_per_second": row["tokens_per_second"], "mfu": row["mfu"],
+                             "peak_memory_gib": row["peak_memory_gib"], "notes": []})  # fmt: skip
+    if status != 0 or not rows:
+        rows.append({"step": "transformers", "config": "-", "ok": False, "notes": [f"exited {status}"]})
+    for row in rows:
+        print(_format(row), flush=True)
+    return rows
+
+
+def _format(row: dict[str, Any]) -> str:
+    def shown(key: str, spec: str) -> str:
+        value = row.get(key)
+        return "-" if value is None else format(value, spec)
+
+    setting = "compiled" if row.get("compiled") else ""
+    return (
+        f"| {row['step']:<12} | {row['config']:<22} | {setting:<8} | {'PASS' if row['ok'] else 'FAIL'} "
+        f"| {shown('tokens_per_second', ',.0f'):>10} | {shown('mfu', '.1f'):>5} "
+        f"| {shown('peak_memory_gib', '.2f'):>8} | {shown('preflight_memory_gib', '.2f'):>9} "
+        f"| {'; '.join(row.get('notes', []))}"
+    )
+
+
+HEADER = (
+    "| step         | config                 | setting  | ok   |   tokens/s |  MFU% | peak GiB | preflight "
+    "| notes\n"
+    "|--------------|------------------------|----------|------|-----------:|------:|---------:|----------:|------"
+)
+
+
+def check(tiny: bool, out: Path) -> int:
+    """Run every step; write ``out/check.json``; 0 when every row passed."""
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    cuda = torch.cuda.is_available() and not tiny
+    started = time.perf_counter()
+    print(HEADER, flush=True)
+    tests_status, tests_seconds = _run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "cuda",
+            "tests/models/test_cuda_paths.py",
+        ],
+        240,
+        out / "tests.log",
+    )
+    # pytest's 5: every test deselected or skipped (no CUDA), which is the expected outcome on a CPU.
+    rows: list[dict[str, Any]] = [
+        {
+            "step": "tests",
+            "config": "-m cuda",
+            "ok": tests_status in ((0,) if cuda else (0, 5)),
+            "seconds": round(tests_seconds, 1),
+            "notes": [f"pytest exit {tests_status} (see tests.log)"],
+        }
+    ]
+    print(_format(rows[0]), flush=True)
+    rows += _debug_rows(out, tiny, "cuda" if cuda else "cpu")
+    rows += _speed_rows(out, tiny)
+    if not tiny:  # the tiny mode of bench gpu runs in the suite on its own (test_speed_gpu_bench.py)
+        rows += _transformers_rows(out, tiny)
+    result = {
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        "torch": torch.__version__,
+        "tiny": tiny,
+        "seconds": round(time.perf_counter() - started, 1),
+        "rows": rows,
+    }
+    (out / "check.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    failed = [r for r in rows if not r["ok"]]
+    print(
+        f"{len(rows) - len(failed)}/{len(rows)} passed in {result['seconds']:.0f} s; "
+        f"wrote {out / 'check.json'}"
+    )
+    return 1 if failed else 0
+
+
+def main(tiny: bool, out: str | None) -> int:
+    folder = Path(out or os.environ.get("OUT") or "bench-gpu-check")
+    import torch
+
+    if not tiny and not torch.cuda.is_available():
+        print("bench gpu --check: skipped, no CUDA device here (--tiny runs the CPU smoke mode)")
+        return 0
+    return check(tiny, folder.resolve())

@@ -1,0 +1,115 @@
+"""The CUDA paths: bf16 training step, FlexAttention document masking, no host sync in an unlogged step.
+
+Every test is marked ``cuda`` and skips without a CUDA device (``tests/conftest.py``); ``python -m bench
+gpu --check`` runs them on a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+
+from hyper_parallel.models import _layers  # noqa: E402
+from hyper_parallel.models.llama3 import LLAMA3_FLAVORS  # noqa: E402
+from hyper_parallel.models.llama3 import _modules as llama_modules  # noqa: E402
+from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS  # noqa: E402
+from hyper_parallel.models.qwen3_5 import _modules as qwen_modules  # noqa: E402
+
+pytestmark = pytest.mark.cuda
+
+SEQ = 512
+LENGTHS = ((5, 200, 1, 306), (SEQ,))
+
+
+def document_ids(device: str) -> Any:
+    rows = [torch.cat([torch.full((n,), i % 2) for i, n in enumerate(row)]) for row in LENGTHS]
+    return torch.stack(rows).to(device)
+
+
+def build(name: str, dtype: Any = torch.float32) -> Any:
+    torch.manual_seed(0)
+    if name == "llama3":
+        model = llama_modules.build_llama3(attrs.evolve(LLAMA3_FLAVORS["debugmodel"], vocab_size=512), "cuda")
+    else:
+        model = qwen_modules.build_qwen3_5(
+            attrs.evolve(QWEN3_5_FLAVORS["debugmodel"], vocab_size=512), "cuda"
+        )
+    return model.to(dtype)
+
+
+def loss_of(model: Any, ids: Any, tokens: Any = None) -> Any:
+    if tokens is None:
+        tokens = torch.randint(0, 512, (2, SEQ + 1), generator=torch.Generator().manual_seed(1)).cuda()
+    logits = model(tokens[:, :-1], document_ids=ids)
+    return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+
+
+@pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
+def test_flex_attention_document_masking_equals_the_variable_length_path(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = build(name)
+    ids = document_ids("cuda")
+    documents = _layers.documents_from_ids(ids, ids.shape)
+    assert not isinstance(documents.layout, (_layers.VarlenPlan, type(None)))  # a FlexAttention block mask
+    flex = loss_of(model, ids)
+    flex.backward()
+    flex_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    monkeypatch.setattr(_layers, "_flex_kernel", lambda device: None)  # the variable-length path on CUDA
+    varlen = loss_of(model, ids)
+    varlen.backward()
+    assert abs(flex.item() - varlen.item()) < 1e-4
+    for key, grad in flex_grads.items():
+        other = dict(model.named_parameters())[key].grad
+        assert (grad - other).abs().max().item() <= 1e-3 * max(1.0, other.abs().max().item()), key
+
+
+@pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
+def test_a_bf16_training_step_stays_near_fp32(name: str) -> None:
+    ids = document_ids("cuda")
+    losses = []
+    for dtype in (torch.float32, torch.bfloat16):
+        model = build(name, dtype)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for _ in range(3):
+            loss = loss_of(model, ids)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        losses.append(loss.item())
+    assert abs(losses[1] - losses[0]) <= 0.03 * losses[0]
+
+
+@pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
+def test_an_unlogged_step_never_syncs_the_host(name: str) -> None:
+    model = build(name, torch.bfloat16)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True, capturable=True)
+    ids = document_ids("cuda")
+    loss_of(model, ids).backward()  # warm-up: compile FlexAttention, allocate the optimizer state
+    optimizer.step()
+    optimizer.zero_grad()
+    torch.cuda.synchronize()
+    if name == "qwen3_5" and _layers_fla_installed():
+        pytest.skip("fla's variable-length kernels read cu_seqlens on the host (their API)")
+    tokens = torch.randint(0, 512, (2, SEQ + 1), device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss_of(model, ids, tokens).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def _layers_fla_installed() -> bool:
+    from hyper_parallel.models.qwen3_5 import _gated_delta
+
+    return _gated_delta._fla_chunk() is not None

@@ -1,0 +1,251 @@
+"""Packed documents are kept apart without a (seq x seq) mask, and give the dense-masked path's losses.
+
+The reference is the path this release replaced: ``scaled_dot_product_attention`` with a dense
+(batch, 1, seq, seq) boolean mask, patched in for the models' attention. The new path is the
+variable-length one on the CPU; the CUDA block mask is checked here tile by tile against the dense mask
+(FlexAttention itself trains only on CUDA: ``tests/models/test_cuda_paths.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import attrs
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from hyper_parallel.models import _layers  # noqa: E402
+from hyper_parallel.models.llama3 import LLAMA3_FLAVORS  # noqa: E402
+from hyper_parallel.models.llama3 import _modules as llama_modules  # noqa: E402
+from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS, _gated_delta  # noqa: E402
+from hyper_parallel.models.qwen3_5 import _modules as qwen_modules  # noqa: E402
+
+SEQ = 320  # above DENSE_MASK_MAX_SEQ: the variable-length path on the CPU
+#: Row 0: a one-token document, boundaries inside and across 64-token groups; row 1: one document.
+LENGTHS = ((5, 70, 1, 244), (SEQ,))
+
+
+def dense_mask(documents: Any) -> Any:
+    """The (batch, 1, seq, seq) mask of the replaced path: causal, same document."""
+    ids = documents.ids
+    return (ids[:, :, None] == ids[:, None, :]).tril()[:, None]
+
+
+def dense_attention(q: Any, k: Any, v: Any, documents: Any = None) -> Any:
+    """The replaced path: SDPA with the dense document mask ((batch, seq, heads, dim) in and out)."""
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    gqa = qt.shape[1] != kt.shape[1]
+    if documents is None:
+        out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=gqa)
+    else:
+        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=dense_mask(documents), enable_gqa=gqa)
+    return out.transpose(1, 2)
+
+
+def document_ids() -> Any:
+    rows = [torch.cat([torch.full((n,), i % 2) for i, n in enumerate(row)]) for row in LENGTHS]
+    return torch.stack(rows)
+
+
+def build(name: str) -> Any:
+    torch.manual_seed(0)
+    if name == "llama3":
+        args = attrs.evolve(LLAMA3_FLAVORS["debugmodel"], vocab_size=512)
+        return llama_modules.build_llama3(args, "cpu")
+    args = attrs.evolve(QWEN3_5_FLAVORS["debugmodel"], vocab_size=512)
+    return qwen_modules.build_qwen3_5(args, "cpu")
+
+
+def loss_and_grads(model: Any) -> tuple[float, dict[str, Any]]:
+    tokens = torch.randint(0, 512, (2, SEQ + 1), generator=torch.Generator().manual_seed(1))
+    logits = model(tokens[:, :-1], document_ids=document_ids())
+    loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+    model.zero_grad()
+    loss.backward()
+    return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+class SquareTensors(TorchDispatchMode):
+    """Records every tensor an operator makes whose last two dimensions are both ``seq``."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__()
+        self.seq = seq
+        self.found: list[tuple[str, tuple[int, ...]]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, (tuple, list)) else (out,):
+            if (
+                isinstance(tensor, torch.Tensor)
+                and tensor.dim() >= 2
+                and tensor.shape[-2:] == (self.seq,) * 2
+            ):
+                self.found.append((str(func), tuple(tensor.shape)))
+        return out
+
+
+@pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
+def test_packed_losses_and_gradients_equal_the_dense_masked_path(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    new_loss, new_grads = loss_and_grads(build(name))
+    monkeypatch.setattr(llama_modules, "attention", dense_attention)
+    monkeypatch.setattr(qwen_modules, "attention", dense_attention)
+    old_loss, old_grads = loss_and_grads(build(name))
+    assert abs(new_loss - old_loss) <= 1e-5
+    assert new_grads.keys() == old_grads.keys()
+    for key, grad in new_grads.items():
+        assert (grad - old_grads[key]).abs().max().item() <= 1e-5 * max(
+            1.0, old_grads[key].abs().max().item()
+        )
+
+
+@pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
+def test_no_seq_by_seq_tensor_is_made_in_forward_or_backward(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[Any, Any]] = []
+    sdpa = F.scaled_dot_product_attention
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        calls.append((kwargs.get("attn_mask"), kwargs.get("is_causal")))
+        return sdpa(*args, **kwargs)
+
+    model = build(name)
+    with SquareTensors(SEQ) as new:
+        monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+        loss_and_grads(model)
+        monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
+    assert new.found == []
+    assert calls
+    assert all(mask is None and causal is True for mask, causal in calls)
+    # Row 0's documents round up to 64, 128 and 256 tokens; row 1 is one 320-token document.
+    plan = _layers.documents_from_ids(document_ids(), (2, SEQ)).layout
+    assert isinstance(plan, _layers.VarlenPlan)
+    assert plan.sizes == ((2, 64), (1, 128), (1, 256), (1, 320))
+    # The detector sees the replaced path's mask.
+    monkeypatch.setattr(llama_modules, "attention", dense_attention)
+    monkeypatch.setattr(qwen_modules, "attention", dense_attention)
+    with SquareTensors(SEQ) as old:
+        loss_and_grads(model)
+    assert ("aten.tril.default", (2, SEQ, SEQ)) in old.found
+
+
+def test_a_batch_without_boundaries_takes_plain_causal_attention() -> None:
+    documents = _layers.documents_from_ids(torch.zeros(2, 8, dtype=torch.long), (2, 8))
+    assert documents.layout is None
+    assert not documents.resets.any()
+
+
+def test_short_cpu_rows_keep_the_dense_mask_the_cpu_kernel_runs_fastest() -> None:
+    seq = _layers.DENSE_MASK_MAX_SEQ
+    ids = torch.cat((torch.zeros(1, 10, dtype=torch.long), torch.ones(1, seq - 10, dtype=torch.long)), dim=1)
+    mask = _layers.documents_from_ids(ids, (1, seq)).layout
+    assert isinstance(mask, torch.Tensor)
+    assert mask.shape == (1, 1, seq, seq)
+    assert mask[0, 0, 10, 9].item() is False
+    assert mask[0, 0, 11, 10].item() is True
+    longer = torch.cat((ids, torch.ones(1, 1, dtype=torch.long)), dim=1)
+    assert isinstance(_layers.documents_from_ids(longer, (1, seq + 1)).layout, _layers.VarlenPlan)
+
+
+@pytest.mark.skipif(_layers._flex_api() is None, reason="this torch has no FlexAttention")
+def test_the_cuda_block_mask_covers_exactly_the_tiles_of_the_dense_mask() -> None:
+    block = 16
+    ids = _layers.documents_from_ids(document_ids(), (2, SEQ)).ids
+    mask = _layers.document_block_mask(ids, block=block)
+    dense = (ids[:, :, None] == ids[:, None, :]).tril()
+    tiles = -(-SEQ // block)
+    padded = F.pad(dense, (0, tiles * block - SEQ, 0, tiles * block - SEQ))
+    grid = padded.view(2, tiles, block, tiles, block)
+    touched = grid.any(dim=(2, 4))
+    full = grid.all(dim=(2, 4))
+    kv_num, kv_index, full_num, full_index = (
+        mask.kv_num_blocks,
+        mask.kv_indices,
+        mask.full_kv_num_blocks,
+        mask.full_kv_indices,
+    )
+    for b in range(2):
+        for i in range(tiles):
+            partial = set(kv_index[b, 0, i, : kv_num[b, 0, i]].tolist())
+            whole = set(full_index[b, 0, i, : full_num[b, 0, i]].tolist())
+            assert partial | whole == set(torch.nonzero(touched[b, i]).flatten().tolist()), (b, i)
+            assert not partial & whole
+            assert whole <= set(torch.nonzero(full[b, i]).flatten().tolist()), (b, i)
+    with torch.no_grad():  # the mask function agrees with the dense mask on every pair
+        q = torch.arange(SEQ)
+        for b in range(2):
+            pairs = mask.mask_mod(torch.tensor(b), torch.tensor(0), q[:, None], q[None, :])
+            assert torch.equal(pairs, dense[b])
+
+
+def fake_fla(
+    q: Any, k: Any, v: Any, *, g: Any, beta: Any, scale: float, initial_state: Any, **kw: Any
+) -> Any:
+    """fla's variable-length call, computed by our chunked kernel one document at a time."""
+    assert kw["use_qk_l2norm_in_kernel"]
+    assert kw["output_final_state"]
+    assert scale == q.shape[-1] ** -0.5
+    cu = kw["cu_seqlens"].tolist()
+    assert q.shape[0] == 1
+    outs, states = [], []
+    for start, end in itertools.pairwise(cu):
+        part = [x[:, start:end] for x in (q, k, v, g, beta)]
+        out, state = _gated_delta.chunk_gated_delta_rule(*part, chunk_size=16)
+        outs.append(out)
+        states.append(state)
+    return torch.cat(outs, dim=1), torch.cat(states)
+
+
+def test_fla_gets_packed_documents_as_cu_seqlens(monkeypatch: pytest.MonkeyPatch) -> None:
+    generator = torch.Generator().manual_seed(0)
+    batch, seq, heads, d = 2, SEQ, 4, 8
+
+    def rand(*shape: int) -> Any:
+        return torch.randn(*shape, generator=generator)
+
+    inputs = (rand(batch, seq, 2, d), rand(batch, seq, 2, d), rand(batch, seq, heads, d))
+    decay, beta = (
+        -torch.rand(batch, seq, heads, generator=generator),
+        torch.rand(batch, seq, heads, generator=generator),
+    )
+    resets = _layers.documents_from_ids(document_ids(), (batch, seq)).resets
+    assert _gated_delta.cu_seqlens_from_resets(resets).tolist() == [0, 5, 75, 76, 320, 640]
+    expected, expected_state = _gated_delta.chunk_gated_delta_rule(*inputs, decay, beta, resets=resets)
+    monkeypatch.setattr(_gated_delta, "_fla_chunk", lambda: fake_fla)
+    monkeypatch.setattr(_gated_delta, "_fla_usable", lambda query: True)
+    out, state = _gated_delta.gated_delta_rule(*inputs, decay, beta, resets=resets)
+    assert out.shape == expected.shape
+    assert (out - expected).abs().max().item() < 1e-5
+    assert (state - expected_state).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fla_is_used_only_in_16_bits_on_an_accelerator(dtype: str) -> None:
+    query = torch.zeros(1, 2, 1, 4, dtype=getattr(torch, dtype), device="meta")
+    assert _gated_delta._fla_usable(query) is (dtype == "bfloat16")
+    assert _gated_delta._fla_usable(torch.zeros(1, 2, 1, 4, dtype=torch.bfloat16)) is False
+
+
+@pytest.mark.skipif(_layers._flex_api() is None, reason="this torch has no FlexAttention")
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_attention_with_the_block_mask_equals_the_dense_mask_forward() -> None:
+    """FlexAttention's forward runs on the CPU (unfused; its backward is CUDA-only): full tiles skip the
+    mask function, so this checks the tile classes against the kernel, not only against each other."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    documents = _layers.documents_from_ids(document_ids(), (2, SEQ))
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 8, SEQ, 32, generator=generator)
+    k, v = (torch.randn(2, 4, SEQ, 32, generator=generator) for _ in range(2))
+    with torch.no_grad():
+        out = flex_attention(q, k, v, block_mask=_layers.document_block_mask(documents.ids), enable_gqa=True)
+        reference = F.scaled_dot_product_attention(q, k, v, attn_mask=dense_mask(documents), enable_gqa=True)
+    assert (out - reference).abs().max().item() < 1e-5
