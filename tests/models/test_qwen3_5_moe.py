@@ -193,3 +193,22 @@ def test_a_config_json_of_another_flavor_names_the_moe_flavor_that_fits(tmp_path
         "num_experts is 256 here, qwen3_5_moe debugmodel has 8; model.overrides.n_experts: 256 fits"
         in messages
     )
+
+
+def test_a_bf16_autocast_training_step_runs() -> None:
+    """Under bf16 autocast (the trainer's bf16 run without FSDP) the shared expert's output is bf16 and the
+    routed outputs fp32; they are added in one dtype (``python -m bench gpu --check --tiny`` found it)."""
+    from hyper_parallel.components.loss._runtime import CausalLMLossFn
+    from hyper_parallel.models import qwen3_5_moe
+
+    spec = qwen3_5_moe.create_model_spec("debugmodel")
+    torch.manual_seed(0)
+    model = spec.build_model_fn(spec.args, device="cpu")
+    tokens = torch.randint(0, spec.args.vocab_size, (2, 32), generator=torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(tokens)
+    assert logits.dtype == torch.bfloat16
+    loss = CausalLMLossFn()(logits, tokens)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())

@@ -271,6 +271,9 @@ class MoE(nn.Module):
         # them into a new tensor, since selective activation checkpointing keeps the matmul's output for
         # the backward and an in-place add would change it
         shared_out = shared.w2(hidden)
+        # under bf16 autocast the shared expert's matmul gives bf16 while the routed outputs, scaled by the
+        # fp32 routing weights, are fp32: index_add takes one dtype (found by python -m bench gpu --check)
+        out = out.to(shared_out.dtype)
         summed = (
             shared_out.index_add(0, token_of, out)
             if torch.is_grad_enabled()
