@@ -202,6 +202,8 @@ def read_documents(cfg: DatasetConfig) -> Iterator[str]:
     if cfg.source == "python_docs":
         yield from python_docs()
         return
+    if cfg.source is None:  # refused before a loader is built (trainer rules); a direct caller is told
+        raise ValueError("the dataset names no source")
     for file in _files(cfg.paths, cfg.source):
         if cfg.source == "text":
             yield _text(file.read_bytes(), file)
