@@ -859,6 +859,9 @@ class Trainer:
         self._print(
             f"hyper_parallel: {self.cpu_threads} cpu thread(s) per rank ({self._threads_reason}); {mfu}"
         )
+        loaded = getattr(self.checkpointer, "loaded", None)
+        if loaded is not None:
+            self._print(f"hyper_parallel: {loaded}")
 
     def _farewell(self, results: list[StepResult]) -> None:
         if not results:

@@ -176,11 +176,17 @@ def test_initial_load_path_and_model_only_export(tmp: Path) -> None:
 
     fresh = Run(tmp, cfg(tmp, folder=str(tmp / "new"), initial_load_path=str(export)), model_seed=9)
     assert fresh.ckpt.load() == 0  # starts at step 0 from the exported weights
+    tensors = sum(key.startswith("model.") for key in meta)
+    assert fresh.ckpt.loaded == (  # a warm start says what it loaded (issue 35)
+        f"warm start from {export}: {tensors} model tensors (weights only; optimizer, schedule and data "
+        "start fresh at step 0)"
+    )
     expected = run.model.head.weight.detach().to(torch.bfloat16).float()
     assert torch.equal(fresh.model.head.weight.detach(), expected)
     assert not fresh.optimizer.state_dict()["state"]
     nothing = Run(tmp, cfg(tmp, folder=str(tmp / "empty")))
     assert nothing.ckpt.load() == 0
+    assert nothing.ckpt.loaded is None
 
 
 def test_saved_side_state_is_plain_json(tmp: Path) -> None:

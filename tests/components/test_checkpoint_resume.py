@@ -228,6 +228,14 @@ def test_initial_load_path_with_full_state(tmp: Path) -> None:
         max_steps=6,
     )
     assert run.start() == 3
+    tensors = sum(
+        key.startswith("model.")
+        for key in dcp.FileSystemReader(str(full)).read_metadata().state_dict_metadata
+    )
+    assert run.ckpt.loaded == (
+        f"warm start from {full}: the full state of step 3 ({tensors} model tensors, optimizer, schedule, "
+        "data position)"
+    )
     assert run.scheduler.last_epoch == 3
     assert run.tally.tokens == 3 * 4 * 6
     assert run.optimizer.state_dict()["state"]

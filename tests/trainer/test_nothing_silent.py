@@ -37,7 +37,9 @@ def write(folder: Path, data: str | None) -> Path:
 
 
 @pytest.mark.parametrize("prog", ["train_lm", "train_vl"])
-def test_a_run_without_a_data_source_is_refused_at_dry_run_naming_the_dataset(tmp_path: Path, prog: str) -> None:
+def test_a_run_without_a_data_source_is_refused_at_dry_run_naming_the_dataset(
+    tmp_path: Path, prog: str
+) -> None:
     path = write(tmp_path, None)
     status, _, err = launch("--config-file", str(path), "--dry-run", prog=prog)
     assert status == 2
