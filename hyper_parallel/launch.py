@@ -23,7 +23,7 @@ from hyper_parallel.config.help import config_help, group_of_field, summary
 from hyper_parallel.config.manager import load_config_report
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
 from hyper_parallel.trainer.config import TrainerConfig
-from hyper_parallel.trainer.machine import machine_issues
+from hyper_parallel.trainer.machine import machine_issues, machine_warnings
 
 if TYPE_CHECKING:
     from hyper_parallel.preflight import Device
@@ -271,6 +271,9 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
         if machine:
             raise ConfigError([Issue(path, message, args.config_file) for path, message in machine])
         _refuse_impossible_size(cfg, args.config_file)
+        costly = [Issue(path, message, args.config_file) for path, message in machine_warnings(cfg)]
+        if costly and args.strict:
+            raise ConfigError(costly)
         device = _device_memory_check(cfg, world_size, args.device_memory)
         if args.help:
             out.write(_usage(prog))
@@ -283,7 +286,7 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
     except ConfigError as exc:
         warn_issues(exc.warnings, err)
         return report_issues(exc.issues, err)
-    warn_issues(loaded.warnings, err)
+    warn_issues([*loaded.warnings, *costly], err)
     if args.dry_run:
         if not args.print_config and is_rank0():
             from hyper_parallel.preflight import preflight_report

@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from hyper_parallel.trainer.config import TrainerConfig
 
-__all__ = ["accelerator", "intra_op_threads", "machine_issues"]
+__all__ = [
+    "accelerator",
+    "cpu_has_instructions_for",
+    "intra_op_threads",
+    "machine_issues",
+    "machine_warnings",
+]
 
 #: Device files each accelerator's driver creates.
 _DEVICE_FILES = {"cuda": ("/dev/nvidia[0-9]*", "/proc/driver/nvidia/gpus/*"), "npu": ("/dev/davinci[0-9]*",)}
@@ -91,6 +97,48 @@ def machine_issues(cfg: TrainerConfig, *, training: bool) -> list[tuple[str, str
             )
         issues.extend(_missing_files(cfg))
     return issues
+
+
+#: CPU feature flags (``/proc/cpuinfo``: x86 ``flags``, Arm ``Features``) that compute each dtype natively.
+_DTYPE_FLAGS = {
+    "bfloat16": frozenset({"avx512_bf16", "amx_bf16", "bf16"}),
+    "float16": frozenset({"avx512_fp16", "amx_fp16", "fphp", "asimdhp"}),
+}
+
+
+def cpu_has_instructions_for(dtype: str, cpuinfo: str | None = None) -> bool | None:
+    """Whether this CPU computes ``dtype`` with its own instructions; None when it cannot be told (no
+    ``/proc/cpuinfo``). Without them torch emulates the dtype: ``configs/llama3_debug.yaml`` with
+    ``bfloat16`` took 6.7 s of CPU per step against 0.45 s with ``float32`` (15x) with oneDNN held to AVX2
+    (``ONEDNN_MAX_CPU_ISA=AVX2``) on a CPU that has them."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    if not flags:
+        return None
+    return bool(flags & _DTYPE_FLAGS[dtype])
+
+
+def machine_warnings(cfg: TrainerConfig, cpuinfo: str | None = None) -> list[tuple[str, str]]:
+    """``(field path, message)`` for settings this machine runs, but at a cost worth a word: a
+    reduced-precision compute dtype on a CPU without instructions for it (the default ``bfloat16``)."""
+    dtype = cfg.training.mixed_precision_param
+    if dtype == "float32" or accelerator() != "cpu" or cpu_has_instructions_for(dtype, cpuinfo) is not False:
+        return []
+    return [
+        (
+            "training.mixed_precision_param",
+            f"{dtype!r} on this CPU, which has no {dtype} instructions, is emulated: about 15x slower than "
+            "'float32' (measured on configs/llama3_debug.yaml); set it to 'float32' to train on the CPU",
+        )
+    ]
 
 
 def _torch_installed() -> bool:

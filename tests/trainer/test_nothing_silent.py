@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hyper_parallel.launch import main
+from hyper_parallel.trainer import machine
 from hyper_parallel.trainer.rules import NO_DATA
 
 LLAMA = "hyper_parallel.models.llama3.create_model_spec"
@@ -131,3 +132,48 @@ def test_a_shipped_config_turns_its_jsonl_sink_off_with_its_path() -> None:
     assert "metrics.jsonl_path: is only read when enable_jsonl is true (it is not)" in err
     flags = ["--metrics.enable_jsonl", "false", "--~metrics.jsonl_path"]
     assert launch("--config-file", config, "--dry-run", *flags)[0] == 0
+
+
+X86_FLAGS = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f {extra}\n"
+BF16_COST = (
+    "training.mixed_precision_param: 'bfloat16' on this CPU, which has no bfloat16 instructions, is "
+    "emulated: about 15x slower than 'float32' (measured on configs/llama3_debug.yaml); set it to 'float32' to train "
+    "on the CPU"
+)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "cpuinfo", "native"),
+    [
+        ("bfloat16", X86_FLAGS.format(extra=""), False),
+        ("bfloat16", X86_FLAGS.format(extra="avx512_bf16"), True),
+        ("bfloat16", X86_FLAGS.format(extra="amx_bf16 amx_tile"), True),
+        ("bfloat16", "processor\t: 0\nFeatures\t: fp asimd bf16\n", True),
+        ("float16", X86_FLAGS.format(extra="avx512_bf16"), False),
+        ("bfloat16", "", None),
+    ],
+)
+def test_cpu_instructions_for_a_dtype_are_read_from_cpuinfo(
+    dtype: str, cpuinfo: str, native: bool | None
+) -> None:
+    assert machine.cpu_has_instructions_for(dtype, cpuinfo) is native
+
+
+def test_bfloat16_on_a_cpu_without_its_instructions_is_a_warning_with_the_cost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(machine, "accelerator", lambda: "cpu")
+    monkeypatch.setattr(machine, "cpu_has_instructions_for", lambda dtype, cpuinfo=None: False)
+    config = "configs/llama3_debug.yaml"
+    flags = ["--training.mixed_precision_param", "bfloat16"]
+    status, _, err = launch("--config-file", config, "--dry-run", *flags)
+    assert status == 0
+    assert err == f"{config}: warning: {BF16_COST}\n1 warning (--strict refuses them)\n"
+    status, _, err = launch("--config-file", config, "--dry-run", "--strict", *flags)
+    assert (status, err.splitlines()[0]) == (2, f"{config}: {BF16_COST}")
+    # float32 (the debug configs' choice) costs nothing to say
+    assert launch("--config-file", config, "--dry-run", "--strict") == (
+        0,
+        launch("--config-file", config, "--dry-run")[1],
+        "",
+    )
