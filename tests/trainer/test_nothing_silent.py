@@ -137,8 +137,8 @@ def test_a_shipped_config_turns_its_jsonl_sink_off_with_its_path() -> None:
 X86_FLAGS = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f {extra}\n"
 BF16_COST = (
     "training.mixed_precision_param: 'bfloat16' on this CPU, which has no bfloat16 instructions, is "
-    "emulated: about 15x slower than 'float32' (measured on configs/llama3_debug.yaml); set it to 'float32' to train "
-    "on the CPU"
+    "emulated: about 15x slower than 'float32' (measured on configs/llama3_debug.yaml); set it to "
+    "'float32' to train on the CPU"
 )
 
 
