@@ -44,14 +44,20 @@ def accelerator() -> str:
 
 
 def intra_op_threads(
-    configured: int | None, environ: Mapping[str, str] | None = None, cores: int | None = None
+    configured: int | None,
+    environ: Mapping[str, str] | None = None,
+    cores: int | None = None,
+    load: float | None = None,
 ) -> tuple[int, str]:
     """Threads each rank's torch uses inside one operation, and why (for the banner).
 
     ``training.cpu_threads`` when set, else ``OMP_NUM_THREADS`` when exported, else the cores this process
-    may run on (its CPU affinity, which containers and schedulers restrict) divided by the ranks on this
-    node (``LOCAL_WORLD_SIZE``): torch's own default counts every core of the machine for every rank, and
-    ranks sharing cores (or a shared machine) then spend most of their time waiting for each other.
+    may run on (its CPU affinity, which containers and schedulers restrict) that other processes leave
+    free (less the 1-minute load average, ``load``), divided by the ranks on this node
+    (``LOCAL_WORLD_SIZE``), and at least 1. Torch's own default counts every core of the machine for
+    every rank; ranks sharing cores, or a machine shared with other work, then spend most of their time
+    waiting for each other: README's first command took 8m45s with two threads on a 2-core machine that
+    other jobs kept busy, 1m56s with one.
     """
     env = os.environ if environ is None else environ
     if configured is not None:
@@ -62,9 +68,19 @@ def intra_op_threads(
     if cores is None:
         affinity = getattr(os, "sched_getaffinity", None)
         cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # not on every platform
+            load = 0.0
     local = env.get("LOCAL_WORLD_SIZE", "1").strip()
     ranks = int(local) if local.isdigit() and int(local) > 0 else 1
-    return max(1, cores // ranks), f"{cores} cores available to this process / {ranks} local rank(s)"
+    busy = min(cores, round(load))
+    free = max(1, cores - busy)
+    reason = f"{cores} cores available to this process"
+    if busy:
+        reason += f", {busy} busy (load {load:.2f})"
+    return max(1, free // ranks), f"{reason} / {ranks} local rank(s)"
 
 
 def machine_issues(cfg: TrainerConfig, *, training: bool) -> list[tuple[str, str]]:
