@@ -69,6 +69,7 @@ exit status: 0 evaluated, 2 input error, 1 an error the message explains
 #: Launch options that mean nothing here.
 _NOT_HERE = {
     "dry_run": "--dry-run",
+    "no_file_checks": "--no-file-checks",
     "print_config": "--print-config",
     "dump_config": "--dump-config",
     "device_memory": "--device-memory",

@@ -4,9 +4,9 @@
 on a machine without NVIDIA GPUs (or Ascend NPUs and HCCL without them) fails here, in milliseconds,
 instead of on every rank after start-up. Accelerators are recognised by their driver's device files; a
 metrics logger switched on without its package installed (TensorBoard, W&B) is refused the same way.
-When about to train, the files the config names (weights, tokenizer, data, initial checkpoint) are
-checked too, so a typo in a path stops the launch before any model is built; a dry-run does not read
-them (configs are often checked on a machine other than the one that trains).
+When about to train, and at ``--dry-run`` (unless ``--no-file-checks``: a config checked away from its
+files), the files the config names (weights, tokenizer, data, initial checkpoint) are checked too, so a
+typo in a path stops the launch before any model is built.
 """
 
 from __future__ import annotations
@@ -83,8 +83,10 @@ def intra_op_threads(
     return max(1, free // ranks), f"{reason} / {ranks} local rank(s)"
 
 
-def machine_issues(cfg: TrainerConfig, *, training: bool) -> list[tuple[str, str]]:
-    """``(field path, message)`` for settings this machine cannot run; ``training`` adds the torch check."""
+def machine_issues(cfg: TrainerConfig, *, training: bool, files: bool | None = None) -> list[tuple[str, str]]:
+    """``(field path, message)`` for settings this machine cannot run; ``training`` adds the torch check,
+    ``files`` (default: ``training``; ``--dry-run`` asks too) that every file the config names exists
+    and has the right kind."""
     issues: list[tuple[str, str]] = []
     here = accelerator()
     device = cfg.training.init_device
@@ -106,11 +108,11 @@ def machine_issues(cfg: TrainerConfig, *, training: bool) -> list[tuple[str, str
             )
         )
     issues.extend(_missing_loggers(cfg))
-    if training:
-        if not _torch_installed():
-            issues.append(
-                ("", "training needs PyTorch, which is not installed: python -m pip install -e '.[torch]'")
-            )
+    if training and not _torch_installed():
+        issues.append(
+            ("", "training needs PyTorch, which is not installed: python -m pip install -e '.[torch]'")
+        )
+    if training if files is None else files:
         issues.extend(_missing_files(cfg))
     return issues
 
@@ -194,7 +196,7 @@ def _named_paths(cfg: TrainerConfig) -> Iterator[tuple[str, str, bool]]:
     for where, dataset in sections:
         for index, path in enumerate(getattr(dataset, "paths", ())):
             yield f"{where}.paths[{index}]", path, False
-    if cfg.checkpoint.enable and cfg.checkpoint.initial_load_path is not None:
+    if cfg.checkpoint.initial_load_path is not None:  # read with or without checkpoint.enable
         yield "checkpoint.initial_load_path", cfg.checkpoint.initial_load_path, True
 
 
