@@ -165,13 +165,16 @@ def evaluate(
 
     stream = stream if stream is not None else sys.stderr
     step = _weights_step(cfg, None if checkpoint is None else str(checkpoint))
-    store = cfg.checkpoint
-    if step is not None:
-        store = attrs.evolve(store, initial_load_path=str(step), initial_load_model_only=True)
+    start = str(step) if step is not None else cfg.checkpoint.initial_load_path
+    # Reads the weights of initial_load_path alone and never saves: a checkpoint section with nothing else
+    # (the saving options of a sink that is off are refused).
+    store = type(cfg.checkpoint)(
+        **({} if start is None else {"initial_load_path": start, "initial_load_model_only": True})
+    )
     evaluated = attrs.evolve(
         cfg,
         validator=attrs.evolve(cfg.validator, enable=True),  # built; called once below, whatever freq says
-        checkpoint=attrs.evolve(store, enable=False),  # reads initial_load_path alone; never saves
+        checkpoint=store,
         metrics=type(cfg.metrics)(),  # the defaults write no file
         profiler=type(cfg.profiler)(),
     )

@@ -118,10 +118,12 @@ def test_input_errors_exit_2_with_one_line(
     assert main(["--checkpoint"]) == 2
     assert "--checkpoint needs a value" in capsys.readouterr().err
     no_start = ["--checkpoint.enable", "false", "--checkpoint.initial_load_path", str(missing)]
+    no_start += ["--~checkpoint.folder", "--~checkpoint.interval"]  # options of the sink turned off
     assert main(["--config-file", config, *no_start]) == 2
-    assert capsys.readouterr() == (
+    assert capsys.readouterr() == (  # checked with the files, before anything is built
         "",
-        f"evaluate: checkpoint.initial_load_path {str(missing)!r} is not a complete DCP checkpoint\n",
+        f"{config}: checkpoint.initial_load_path: {str(missing)!r} is not a directory on this machine\n"
+        "1 problem found; nothing was started.\n",
     )
 
 
