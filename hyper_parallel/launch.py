@@ -281,7 +281,12 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
         if files and not training:  # the launch runs these itself, after the process group starts
             from hyper_parallel.trainer._inputs import check_without_torch
 
-            check_without_torch(cfg)
+            try:
+                check_without_torch(cfg)
+            except ConfigError as exc:  # printed as the launch prints it (see _train)
+                if _is_rank0():
+                    err.write(f"{exc}\n")
+                return EXIT_INPUT_ERROR
         costly = [Issue(path, message, args.config_file) for path, message in machine_warnings(cfg)]
         if costly and args.strict:
             raise ConfigError(costly)
