@@ -232,7 +232,7 @@ summary(cfg, source=sys.argv[1])
 before = set(sys.modules)
 out, err = io.StringIO(), io.StringIO()
 argv = ["--config-file", sys.argv[1], "--dry-run", "--no-file-checks", "--device-memory", "H100"]
-status = main(argv, out=out, err=err)
+status = main(argv, prog="train_vl" if "_vl" in sys.argv[1] else "train_lm", out=out, err=err)
 new = sorted(set(sys.modules) - before)
 heavy = sorted(name for name in ("torch", "numpy") if name in sys.modules)
 print(json.dumps({"status": status, "heavy": heavy, "new": new, "out": out.getvalue(),
