@@ -519,13 +519,17 @@ class Trainer:
     def train_step(self) -> StepResult:
         """One optimizer step: accumulate, reduce, clip, step the optimizer and the schedule."""
         step = self.step + 1
+        clock = _StepClock(self.device, self.metrics.should_log(step))
         batches = self._next_micro_batches()
+        clock.mark("data")
         token_weighted = getattr(self.config.loss, "reduction", "mean") == "sum"
         local_tokens = torch.zeros((), dtype=torch.float64, device=self.device)
         for batch in batches:
             local_tokens += self.loss_fn.count_tokens(batch["labels"])
+        clock.mark("fwd_bwd")
         # Stays on the device: a token-weighted loss divides by it there (no host sync).
         global_tokens = self._all_reduce(local_tokens).to(torch.float32).clamp(min=1.0)
+        clock.mark("comm")
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
         moe = _MoEStep(self) if self._moe_layers else None
@@ -546,7 +550,9 @@ class Trainer:
             loss_sum += loss.detach().float()
         if self.pipeline is not None:
             loss_sum = self._pipeline_steps(batches, token_weighted, global_tokens)
+        clock.mark("fwd_bwd")
         loss_tensor = self._all_reduce(loss_sum, dist.ReduceOp.SUM)
+        clock.mark("comm")
         max_norm = self.config.training.max_grad_norm
         if self.pipeline is not None:
             from hyper_parallel.parallel.pipeline import clip_grad_norm
@@ -572,10 +578,12 @@ class Trainer:
         lr = float(self.optimizer.param_groups[0]["lr"])
         self.optimizer.step()
         self.lr_scheduler.step()
+        clock.mark("optimizer")
         self.step = step
         tokens = int(sum(b["input_ids"].numel() for b in batches))
         self.train_state.tokens_seen += tokens
-        figures = moe.figures() if moe is not None else None
+        figures: dict[str, SupportsFloat] = dict(moe.figures()) if moe is not None else {}
+        figures.update(clock.figures(with_comm=self.dp_group is not None))
         return StepResult(step, Deferred(loss_tensor, self.dims.dp_size), Deferred(norm), lr, tokens, figures)
 
     # -- finite or stop --------------------------------------------------------------------------------
@@ -924,6 +932,51 @@ def _refuse(issues: Iterator[tuple[str, str]]) -> None:
     found = list(issues)
     if found:
         raise TrainingError("; ".join(f"{path}: {message}" for path, message in found))
+
+
+def _wait_for_device(device: torch.device) -> None:
+    """Block until ``device`` has run the work queued so far (a no-op on the CPU, which runs it inline)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "npu":
+        torch.npu.synchronize(device)  # type: ignore[attr-defined]
+
+
+class _StepClock:
+    """Where one step's time goes: data wait, forward and backward, optimizer, exposed communication.
+
+    Timed on logged steps only: each mark waits for the device there (so a phase holds its device work,
+    not only the launches), and on every other step a mark does nothing at all, so unlogged steps never
+    wait for the device. The time between two marks goes to the phase the second one names. ``comm`` is
+    the time the step spends blocked in the trainer's own collectives (the token and loss all-reduces):
+    communication nothing overlaps; FSDP's gathers and reductions run inside forward and backward and
+    count there, the gradient-norm reduction inside ``optimizer``.
+    """
+
+    __slots__ = ("_device", "_last", "_start", "on", "times")
+
+    def __init__(self, device: torch.device, on: bool) -> None:
+        self.on, self._device = on, device
+        self.times: dict[str, float] = {}
+        self._start = self._last = time.perf_counter() if on else 0.0
+
+    def mark(self, phase: str) -> None:
+        if not self.on:
+            return
+        _wait_for_device(self._device)
+        now = time.perf_counter()
+        self.times[phase] = self.times.get(phase, 0.0) + now - self._last
+        self._last = now
+
+    def figures(self, with_comm: bool) -> dict[str, float]:
+        """``time_data``, ``time_fwd_bwd``, ``time_optimizer`` (and ``time_comm`` under a process group),
+        and ``time_step``, the whole step from its start to the last mark; empty when not timed."""
+        if not self.on:
+            return {}
+        phases = ("data", "fwd_bwd", "optimizer", *(("comm",) if with_comm else ()))
+        figures = {f"time_{phase}": self.times.get(phase, 0.0) for phase in phases}
+        figures["time_step"] = self._last - self._start
+        return figures
 
 
 def _full(value: torch.Tensor) -> torch.Tensor:
