@@ -663,6 +663,7 @@ class Trainer:
         max_steps = cfg.training.max_steps
         results: list[StepResult] = []
         self._banner()
+        self._collapse = _CollapseWatch()
         gc_freq = cfg.training.gc_freq
         if gc_freq is not None:
             gc.disable()
@@ -680,7 +681,7 @@ class Trainer:
                         set_collective_timeout(cfg.comm.train_timeout_seconds, self.mesh)
                         self._timeout_field = "train_timeout_seconds"
                         first = False
-                    self.metrics.record(
+                    record = self.metrics.record(
                         result.step,
                         loss=result.loss_value,
                         lr=result.lr,
@@ -691,6 +692,9 @@ class Trainer:
                         data_tokens=self._data_tokens(result.step),
                         **result.extra,
                     )
+                    if record is not None:
+                        for line in self._collapse.warnings(record):
+                            self._print(line)
                     profiler.step()
                     if self._must_check_finite(self.step == max_steps):
                         self._check_finite()  # never validate, save or prune after a non-finite step
@@ -911,15 +915,67 @@ class _MoEStep:
 
     def figures(self) -> dict[str, torch.Tensor]:
         """``aux_loss`` (mean over micro-batches) and the tokens per expert of the step: the largest and
-        the mean over every MoE layer's experts (all data-parallel ranks). Device values, so that the step
-        waits for nothing; the metrics read them on logged steps."""
+        the mean over every MoE layer's experts (all data-parallel ranks), and per layer ``L``
+        ``expert_load/L/max``, ``/min``, ``/cv`` (the coefficient of variation: standard deviation over
+        mean) and ``/top_share`` (the share of the layer's tokens its busiest expert received: 1 when every
+        token goes there). Device values, so that the step waits for nothing; the metrics read them on
+        logged steps."""
         if self.counts is None:
             return {}
-        return {
+        counts = self.counts.float()  # (layers, experts)
+        figures = {
             "aux_loss": torch.stack(self.values).float().mean(),
-            "expert_load_max": self.counts.max().float(),
-            "expert_load_mean": self.counts.float().mean(),
+            "expert_load_max": counts.max(),
+            "expert_load_mean": counts.mean(),
         }
+        top_k = int(getattr(self.trainer.config.model.args, "n_experts_per_token", 1))
+        highest, lowest = counts.max(dim=1).values, counts.min(dim=1).values
+        mean = counts.mean(dim=1).clamp(min=1e-12)
+        cv = counts.std(dim=1, unbiased=False) / mean
+        share = highest * top_k / counts.sum(dim=1).clamp(min=1e-12)
+        for layer in range(counts.shape[0]):
+            figures[f"expert_load/{layer}/max"] = highest[layer]
+            figures[f"expert_load/{layer}/min"] = lowest[layer]
+            figures[f"expert_load/{layer}/cv"] = cv[layer]
+            figures[f"expert_load/{layer}/top_share"] = share[layer]
+        return figures
+
+
+#: A layer's routing has collapsed when its busiest expert receives at least this share of its tokens ...
+COLLAPSE_SHARE = 0.9
+#: ... on this many logged steps in a row.
+COLLAPSE_LOGS = 3
+
+
+class _CollapseWatch:
+    """Warns, once per layer, when a mixture-of-experts layer sends (nearly) every token to one expert.
+
+    Read from the logged records (``expert_load/L/top_share``), so it costs nothing on other steps: a
+    layer whose busiest expert gets at least :data:`COLLAPSE_SHARE` of its tokens on :data:`COLLAPSE_LOGS`
+    logged steps in a row is named with its counts, and the remedy.
+    """
+
+    def __init__(self) -> None:
+        self.runs: dict[int, int] = {}
+        self.warned: set[int] = set()
+
+    def warnings(self, record: Mapping[str, Any]) -> list[str]:
+        found = []
+        for key, value in record.items():
+            if not (key.startswith("expert_load/") and key.endswith("/top_share")):
+                continue
+            layer = int(key.split("/")[1])
+            self.runs[layer] = self.runs.get(layer, 0) + 1 if float(value) >= COLLAPSE_SHARE else 0
+            if self.runs[layer] >= COLLAPSE_LOGS and layer not in self.warned:
+                self.warned.add(layer)
+                found.append(
+                    f"warning: step {record['step']}: MoE layer {layer}'s routing collapsed: its busiest "
+                    f"expert received {float(value):.0%} of the layer's tokens on {COLLAPSE_LOGS} logged "
+                    f"steps in a row (load max {float(record[f'expert_load/{layer}/max']):.0f}, min "
+                    f"{float(record[f'expert_load/{layer}/min']):.0f}); raise "
+                    "model.overrides.router_aux_loss_coef or lower optimizer.lr"
+                )
+        return found
 
 
 def _refuse_disagreement(message: str | None) -> None:
