@@ -284,7 +284,7 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
             try:
                 check_without_torch(cfg)
             except ConfigError as exc:  # printed as the launch prints it (see _train)
-                if _is_rank0():
+                if is_rank0():
                     err.write(f"{exc}\n")
                 return EXIT_INPUT_ERROR
         costly = [Issue(path, message, args.config_file) for path, message in machine_warnings(cfg)]
