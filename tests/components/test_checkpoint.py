@@ -34,7 +34,8 @@ class Run:
         torch.manual_seed(model_seed)
         self.model = TinyLM(tok.vocab_size)
         self.optimizer = AdamW.Config(lr=0.05, weight_decay=0.1).build(self.model)
-        self.scheduler = WarmupDecay.Config(warmup_steps=2, decay_type="linear").build(self.optimizer, STEPS)
+        schedule = WarmupDecay.Config(warmup_steps=2, decay_type="linear", min_lr_factor=0.0)
+        self.scheduler = schedule.build(self.optimizer, STEPS)
         data = TextDataLoader.Config(
             num_workers=0, dataset=DatasetConfig(source="jsonl", paths=(str(tmp / "train.jsonl"),))
         )
