@@ -116,10 +116,9 @@ class DatasetConfig:
                     "source",
                     f"must name the format of paths {list(self.paths)}: 'jsonl', 'text' or 'tokenized'",
                 )
-            return
-        if self.source in _FILE_SOURCES and not self.paths:
+        elif self.source in _FILE_SOURCES and not self.paths:
             yield "paths", f"must list at least one file or directory when source is {self.source!r}"
-        if self.source not in _FILE_SOURCES and self.paths:
+        elif self.source not in _FILE_SOURCES and self.paths:
             yield (
                 "paths",
                 f"must be empty when source is {self.source!r} (or set source to 'jsonl' or 'text')",
