@@ -152,7 +152,7 @@ def test_a_larger_max_steps_on_resume_follows_the_new_schedule(tmp: Path) -> Non
         seen.append(longer.optimizer.param_groups[0]["lr"])
         longer.train(step, step)
     assert seen == pytest.approx(expected[8:], rel=1e-12)
-    assert seen[-1] == pytest.approx(0.0, abs=1e-12)  # the new schedule ends at step 20, not 8
+    assert seen[-1] == pytest.approx(0.1 * 0.05, abs=1e-12)  # the new schedule ends at step 20, not 8
 
 
 def finished_run(tmp: Path, *, interval: int, max_steps: int = 6) -> Run:
