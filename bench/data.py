@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "llama3_debug.yaml"
 _QUIET = {
     "metrics.enable_jsonl": "false",
+    "~metrics.jsonl_path": None,  # the config's path: an option of a sink that is off is refused
     "metrics.log_freq": "1000000",
     "checkpoint.enable": "false",
     "validator.enable": "false",

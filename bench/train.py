@@ -36,6 +36,7 @@ DEFAULT_CONFIG = "configs/llama3_debug.yaml"
 #: Quiet, file-free runs: no metrics files, checkpoints, profiling or validation.
 _QUIET = {
     "metrics.enable_jsonl": "false",
+    "~metrics.jsonl_path": None,  # the config's path: an option of a sink that is off is refused
     "metrics.log_freq": "1000000",
     "checkpoint.enable": "false",
     "profiler.enable": "false",

@@ -10,7 +10,7 @@ message quoting another field's value carries that field's path and value as dat
 say which override set it. This module imports attrs only.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import attrs
@@ -26,6 +26,7 @@ __all__ = [
     "quote",
     "rebased",
     "said",
+    "unread_while_off",
 ]
 
 _UNSHOWN: Any = object()
@@ -171,3 +172,28 @@ def said(*parts: "str | Quote") -> Said:
 def counted(n: int, noun: str) -> str:
     """``n`` with ``noun`` in the number it takes: ``1 step``, ``3 steps``, ``0 steps``."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def unread_while_off(
+    instance: Any, fields: Iterable[str], *, switch: str, on: bool, when: str | None = None
+) -> Iterator[tuple[str, str]]:
+    """``(field, message)`` for each of ``fields`` that holds a value of its own while its sink is off.
+
+    One rule for every sink (metrics' files, the profiler, checkpoints, the flight recorder): an option of
+    a sink that is off is refused, never quietly ignored, so a ``jsonl_path`` without ``enable_jsonl`` is
+    an error rather than a run whose metrics went nowhere. ``on`` says whether the sink is on; ``switch``
+    names what turns it on (``when``: how to say it, default ``SWITCH is true``). A field counts as set
+    when it differs from its class default (a config cannot tell a default written out from one left out).
+    """
+    if on:
+        return
+    condition = when or f"{switch} is true"
+    for field in attrs.fields(type(instance)):
+        if field.name not in fields:
+            continue
+        default = field.default.factory() if isinstance(field.default, attrs.Factory) else field.default  # type: ignore[arg-type]
+        if getattr(instance, field.name) != default:
+            yield (
+                field.name,
+                f"is only read when {condition} (it is not): set {switch} too, or leave {field.name} out",
+            )

@@ -16,8 +16,13 @@ enabled, else what training would start from (``model.weights_path``, ``checkpoi
 the seed's initialisation). Evaluation writes nothing: no checkpoint, metrics file, TensorBoard event or
 profile; ``training.max_steps`` is not read.
 
-Input errors (the config, an override, a checkpoint that is missing or damaged, no validation data) print
-one line per problem and exit 2, as ``train_lm`` does. torch is imported only once the config resolved.
+A config without a ``validator`` section (in the file or by overrides) evaluates the training data
+instead, and says so on stderr: its held-out split (``dataloader.dataset.holdout_fraction`` of prepared
+folders, ``split: holdout``), else, for data without one, the first ``validator.steps`` batches (8 unless
+set) of the training data itself, in file order: a loss on data the model trained on, said as such.
+
+Input errors (the config, an override, a checkpoint that is missing or damaged) print one line per problem
+and exit 2, as ``train_lm`` does. torch is imported only once the config resolved.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ exit status: 0 evaluated, 2 input error, 1 an error the message explains
 #: Launch options that mean nothing here.
 _NOT_HERE = {
     "dry_run": "--dry-run",
+    "no_file_checks": "--no-file-checks",
     "print_config": "--print-config",
     "dump_config": "--dump-config",
     "device_memory": "--device-memory",
@@ -164,13 +170,15 @@ def evaluate(
 
     stream = stream if stream is not None else sys.stderr
     step = _weights_step(cfg, None if checkpoint is None else str(checkpoint))
-    store = cfg.checkpoint
-    if step is not None:
-        store = attrs.evolve(store, initial_load_path=str(step), initial_load_model_only=True)
+    start = str(step) if step is not None else cfg.checkpoint.initial_load_path
+    # Reads the weights of initial_load_path alone and never saves: a checkpoint section with nothing else
+    # (the saving options of a sink that is off are refused).
+    kind = type(cfg.checkpoint)
+    store = kind() if start is None else kind(initial_load_path=start, initial_load_model_only=True)
     evaluated = attrs.evolve(
         cfg,
         validator=attrs.evolve(cfg.validator, enable=True),  # built; called once below, whatever freq says
-        checkpoint=attrs.evolve(store, enable=False),  # reads initial_load_path alone; never saves
+        checkpoint=store,
         metrics=type(cfg.metrics)(),  # the defaults write no file
         profiler=type(cfg.profiler)(),
     )
@@ -233,13 +241,53 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     if machine:
         return report_issues([Issue(path, message, args.config_file) for path, message in machine], err)
     if not cfg.validator.enable and ("validator",) not in loaded.given:
-        message = (
-            "names no validation data to evaluate: add a validator section with its dataset (enable may "
-            "stay false), or override it, e.g. --validator.dataset.source python_docs --validator.steps 8"
-        )
-        return report_issues([Issue("validator", message, args.config_file)], err)
+        fallback = training_data_validator(cfg)
+        if fallback is None:
+            message = (
+                "names no validation data to evaluate: add a validator section with its dataset (enable may "
+                "stay false), or override it, e.g. --validator.dataset.source python_docs --validator.steps 8"
+            )
+            return report_issues([Issue("validator", message, args.config_file)], err)
+        cfg, note = fallback
+        if is_rank0():
+            err.write(f"evaluate: {note}\n")
     # The config's warnings are about training (steps, logging, schedule), which evaluation does not run.
     return _run(cfg, checkpoint, as_json, out, err)
+
+
+#: Batches of the training data evaluated when it has no held-out split and validator.steps is -1.
+FALLBACK_STEPS = 8
+
+
+def training_data_validator(cfg: TrainerConfig) -> tuple[TrainerConfig, str] | None:
+    """``cfg`` evaluating its training data, and what to tell the user; None without a training dataset.
+
+    The held-out split of prepared folders when ``holdout_fraction`` sets one apart; else the first
+    ``validator.steps`` batches (:data:`FALLBACK_STEPS` for the whole set, -1) of the training data itself,
+    in file order (validation never shuffles, so the dataset's shuffle seed is left out unless the data is
+    generated from it).
+    """
+    import attrs
+
+    dataset = getattr(cfg.dataloader, "dataset", None)
+    if dataset is None or dataset.source is None or not hasattr(cfg.validator, "dataset"):
+        return None
+    steps = cfg.validator.steps
+    if dataset.source == "tokenized" and dataset.holdout_fraction > 0:
+        held = attrs.evolve(dataset, split="holdout")
+        share = f"the last {dataset.holdout_fraction:g} of each folder's documents"
+        note = f"no validator section: evaluating the training data's held-out split ({share})"
+    else:
+        steps = FALLBACK_STEPS if steps == -1 else steps
+        generated = dataset.source in ("synthetic", "shapes")
+        held = attrs.evolve(dataset, seed=dataset.seed if generated else None)
+        note = (
+            f"no validator section, and the training data ({dataset.source!r}) has no held-out split "
+            "(dataloader.dataset.holdout_fraction of prepared folders): evaluating the first "
+            f"{steps} batches of the training data itself, which the model may have trained on"
+        )
+    validator = attrs.evolve(cfg.validator, dataset=held, steps=steps)  # type: ignore[call-arg]
+    return attrs.evolve(cfg, validator=validator), note
 
 
 def _run(cfg: TrainerConfig, checkpoint: str | None, as_json: bool, out: TextIO, err: TextIO) -> int:

@@ -23,7 +23,7 @@ from hyper_parallel.config.help import config_help, group_of_field, summary
 from hyper_parallel.config.manager import load_config_report
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
 from hyper_parallel.trainer.config import TrainerConfig
-from hyper_parallel.trainer.machine import machine_issues
+from hyper_parallel.trainer.machine import machine_issues, machine_warnings
 
 if TYPE_CHECKING:
     from hyper_parallel.preflight import Device
@@ -47,6 +47,7 @@ EXIT_TRAINING_ERROR = 1
 _FLAGS = (
     "--config-file",
     "--dry-run",
+    "--no-file-checks",
     "--strict",
     "--print-config",
     "--dump-config",
@@ -57,7 +58,7 @@ _FLAGS = (
 )
 #: The trainer each launch command feeds (the resolver checks the config against it).
 _TRAINERS: dict[str, "TrainerKind"] = {"train_lm": "lm", "train_vl": "vl"}
-_SWITCHES = frozenset({"--dry-run", "--strict", "--print-config", "--help"})
+_SWITCHES = frozenset({"--dry-run", "--no-file-checks", "--strict", "--print-config", "--help"})
 #: Options of other tools (Hydra, TorchTitan) and what this command line calls them.
 _MEANT_FLAGS = {
     "--config": "--config-file",
@@ -97,7 +98,7 @@ def _option_issue(name: str) -> Issue:
 
 def _usage(prog: str) -> str:
     return f"""usage: python -m hyper_parallel.{prog} --config-file FILE [--GROUP.FIELD VALUE ...]
-       [--dry-run] [--strict] [--print-config] [--dump-config PATH] [--world-size N]
+       [--dry-run [--no-file-checks]] [--strict] [--print-config] [--dump-config PATH] [--world-size N]
        [--allow-target PREFIX] [--device-memory SIZE|DEVICE]
 
 Resolve FILE into one typed, validated TrainerConfig, apply the overrides, and train. Launch several
@@ -109,7 +110,9 @@ options:
                          ints '200', floats '1e-4', bools 'true'/'false', lists '[1, 2]', 'null' for none;
                          --GROUP._target_ NAME switches the implementation
   --~GROUP.FIELD         remove a value the file set: the field takes its default again
-  --dry-run              resolve and validate, print a summary, exit 0 (nothing is built)
+  --dry-run              resolve and validate, check the files it names as the launch does (all but the
+                         weights' tensors), print a summary, exit 0 (nothing is built)
+  --no-file-checks       with --dry-run: leave the files out (a config checked away from its files)
   --strict               refuse settings that make the run pointless (warnings) like errors, exit 2
   --print-config         print the resolved config as YAML (it loads back to an equal config)
   --dump-config PATH     write that YAML to PATH atomically (never the config file itself)
@@ -128,6 +131,7 @@ class _Args:
     def __init__(self) -> None:
         self.config_file: str | None = None
         self.dry_run = False
+        self.no_file_checks = False
         self.strict = False
         self.print_config = False
         self.help = False
@@ -248,6 +252,8 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
     if args.config_file is None and not issues:
         issues.append(Issue("", "--config-file FILE is required", "command line"))
     world_size = _world_size(args, issues)
+    if args.no_file_checks and not args.dry_run:
+        issues.append(Issue("", "only leaves files out of a --dry-run; add --dry-run", "--no-file-checks"))
     if args.dump_config and args.config_file and _same_file(args.dump_config, args.config_file):
         issues.append(Issue("", "refusing to overwrite the config file it was given", "--dump-config"))
     if issues:
@@ -267,10 +273,23 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
             trainer=_TRAINERS.get(prog),
         )
         cfg = loaded.config
-        machine = machine_issues(cfg, training=training)
+        files = training or (args.dry_run and not args.no_file_checks)
+        machine = machine_issues(cfg, training=training, files=files)
         if machine:
             raise ConfigError([Issue(path, message, args.config_file) for path, message in machine])
         _refuse_impossible_size(cfg, args.config_file)
+        if files and not training:  # the launch runs these itself, after the process group starts
+            from hyper_parallel.trainer._inputs import check_without_torch
+
+            try:
+                check_without_torch(cfg)
+            except ConfigError as exc:  # printed as the launch prints it (see _train)
+                if is_rank0():
+                    err.write(f"{exc}\n")
+                return EXIT_INPUT_ERROR
+        costly = [Issue(path, message, args.config_file) for path, message in machine_warnings(cfg)]
+        if costly and args.strict:
+            raise ConfigError(costly)
         device = _device_memory_check(cfg, world_size, args.device_memory)
         if args.help:
             out.write(_usage(prog))
@@ -283,7 +302,7 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
     except ConfigError as exc:
         warn_issues(exc.warnings, err)
         return report_issues(exc.issues, err)
-    warn_issues(loaded.warnings, err)
+    warn_issues([*loaded.warnings, *costly], err)
     if args.dry_run:
         if not args.print_config and is_rank0():
             from hyper_parallel.preflight import preflight_report

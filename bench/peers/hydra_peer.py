@@ -178,7 +178,7 @@ class WarmupDecaySchema(LRSchedulerSchema):
     _target_: str = f"{_SCHED}.WarmupDecay.Config"
     decay_type: DecayType = DecayType["cosine"]
     decay_ratio: float | None = None
-    min_lr_factor: float = 0.0
+    min_lr_factor: float = 0.1
 
 
 @dataclass

@@ -214,7 +214,7 @@ class WarmupDecayConfig(LRSchedulerConfig):
     )
     decay_type: Literal["linear", "cosine", "constant"] = "cosine"
     decay_ratio: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    min_lr_factor: UnitClosed = 0.0
+    min_lr_factor: UnitClosed = 0.1
 
 
 class LossConfig(_Model):

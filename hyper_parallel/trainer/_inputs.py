@@ -14,13 +14,17 @@ the build (exit status 1); here each is read just far enough to know it fits, an
 
 Every rank runs the data and tokenizer checks on the same files, so every rank raises the same error, and
 the launch command line prints it once (rank 0).
+
+``--dry-run`` runs the same checks that need no torch (:func:`check_without_torch`): the data files, the
+prepared folders' manifests, shards and tokenizer fingerprints, and the tokenizer against the model. Only
+the weights check (``models.check_weights``, which compares torch dtypes) waits for the launch. This
+module imports torch only where a process group may exist.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
-
-import torch.distributed as dist
 
 from hyper_parallel.config.errors import InputFileError, Issue
 from hyper_parallel.trainer import rules
@@ -28,16 +32,13 @@ from hyper_parallel.trainer import rules
 if TYPE_CHECKING:
     from hyper_parallel.trainer.config import TrainerConfig
 
-__all__ = ["build_tokenizer", "check_files"]
+__all__ = ["build_tokenizer", "check_files", "check_without_torch"]
 
 
 def check_files(config: TrainerConfig) -> None:
     """Refuse the data and weights files ``config`` names when they cannot feed its run."""
-    sections = [config.dataloader, config.validator if config.validator.enable else None]
-    for section in sections:
-        check = getattr(getattr(section, "dataset", None), "check_files", None)
-        if callable(check):
-            check()
+    for dataset in _datasets(config):
+        dataset.check_files()
     spec = config.model
     if spec.weights_path is not None:
         from hyper_parallel.models import check_weights
@@ -45,9 +46,39 @@ def check_files(config: TrainerConfig) -> None:
         _on_rank0(lambda: check_weights(spec))
 
 
+def check_without_torch(config: TrainerConfig) -> None:
+    """The launch's checks of the files ``config`` names that need no torch, raising as the launch does
+    (``InputFileError`` / ``PreparedDataError``: ``FILE: problem``, exit status 2): the datasets' files,
+    the tokenizer (built: its files, its size against the model, its EOS), then each prepared folder's
+    manifest, shards and tokenizer fingerprint."""
+    sections = _datasets(config)
+    for dataset in sections:
+        dataset.check_files()
+    tokenizer = build_tokenizer(config)
+    prepared = [d for d in sections if getattr(d, "source", None) == "tokenized"]
+    if prepared:
+        from hyper_parallel.components.dataloader._prepared_check import open_for_training
+        from hyper_parallel.data.shards import tokenizer_fingerprint
+
+        fingerprint = tokenizer_fingerprint(tokenizer)
+        for dataset in prepared:
+            for path in dataset.paths:
+                open_for_training(path, fingerprint)
+
+
+def _datasets(config: TrainerConfig) -> list[Any]:
+    """The dataset sections the run reads: the data loader's, and the validator's when it is on."""
+    sections = [config.dataloader, config.validator if config.validator.enable else None]
+    found = [getattr(section, "dataset", None) for section in sections]
+    return [dataset for dataset in found if callable(getattr(dataset, "check_files", None))]
+
+
 def _on_rank0(check: Any) -> None:
     """Run ``check()`` on rank 0 (every rank when there is no process group); every rank raises its error."""
-    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    dist: Any = sys.modules.get("torch.distributed")  # a process group exists only once torch is imported
+    distributed = (
+        dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    )
     if not distributed:
         check()
         return

@@ -519,13 +519,17 @@ class Trainer:
     def train_step(self) -> StepResult:
         """One optimizer step: accumulate, reduce, clip, step the optimizer and the schedule."""
         step = self.step + 1
+        clock = _StepClock(self.device, self.metrics.should_log(step))
         batches = self._next_micro_batches()
+        clock.mark("data")
         token_weighted = getattr(self.config.loss, "reduction", "mean") == "sum"
         local_tokens = torch.zeros((), dtype=torch.float64, device=self.device)
         for batch in batches:
             local_tokens += self.loss_fn.count_tokens(batch["labels"])
+        clock.mark("fwd_bwd")
         # Stays on the device: a token-weighted loss divides by it there (no host sync).
         global_tokens = self._all_reduce(local_tokens).to(torch.float32).clamp(min=1.0)
+        clock.mark("comm")
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
         moe = _MoEStep(self) if self._moe_layers else None
@@ -546,7 +550,9 @@ class Trainer:
             loss_sum += loss.detach().float()
         if self.pipeline is not None:
             loss_sum = self._pipeline_steps(batches, token_weighted, global_tokens)
+        clock.mark("fwd_bwd")
         loss_tensor = self._all_reduce(loss_sum, dist.ReduceOp.SUM)
+        clock.mark("comm")
         max_norm = self.config.training.max_grad_norm
         if self.pipeline is not None:
             from hyper_parallel.parallel.pipeline import clip_grad_norm
@@ -572,10 +578,12 @@ class Trainer:
         lr = float(self.optimizer.param_groups[0]["lr"])
         self.optimizer.step()
         self.lr_scheduler.step()
+        clock.mark("optimizer")
         self.step = step
         tokens = int(sum(b["input_ids"].numel() for b in batches))
         self.train_state.tokens_seen += tokens
-        figures = moe.figures() if moe is not None else None
+        figures: dict[str, SupportsFloat] = dict(moe.figures()) if moe is not None else {}
+        figures.update(clock.figures(with_comm=self.dp_group is not None))
         return StepResult(step, Deferred(loss_tensor, self.dims.dp_size), Deferred(norm), lr, tokens, figures)
 
     # -- finite or stop --------------------------------------------------------------------------------
@@ -655,6 +663,7 @@ class Trainer:
         max_steps = cfg.training.max_steps
         results: list[StepResult] = []
         self._banner()
+        self._collapse = _CollapseWatch()
         gc_freq = cfg.training.gc_freq
         if gc_freq is not None:
             gc.disable()
@@ -672,7 +681,7 @@ class Trainer:
                         set_collective_timeout(cfg.comm.train_timeout_seconds, self.mesh)
                         self._timeout_field = "train_timeout_seconds"
                         first = False
-                    self.metrics.record(
+                    record = self.metrics.record(
                         result.step,
                         loss=result.loss_value,
                         lr=result.lr,
@@ -683,6 +692,9 @@ class Trainer:
                         data_tokens=self._data_tokens(result.step),
                         **result.extra,
                     )
+                    if record is not None:
+                        for line in self._collapse.warnings(record):
+                            self._print(line)
                     profiler.step()
                     if self._must_check_finite(self.step == max_steps):
                         self._check_finite()  # never validate, save or prune after a non-finite step
@@ -859,6 +871,9 @@ class Trainer:
         self._print(
             f"hyper_parallel: {self.cpu_threads} cpu thread(s) per rank ({self._threads_reason}); {mfu}"
         )
+        loaded = getattr(self.checkpointer, "loaded", None)
+        if loaded is not None:
+            self._print(f"hyper_parallel: {loaded}")
 
     def _farewell(self, results: list[StepResult]) -> None:
         if not results:
@@ -900,15 +915,67 @@ class _MoEStep:
 
     def figures(self) -> dict[str, torch.Tensor]:
         """``aux_loss`` (mean over micro-batches) and the tokens per expert of the step: the largest and
-        the mean over every MoE layer's experts (all data-parallel ranks). Device values, so that the step
-        waits for nothing; the metrics read them on logged steps."""
+        the mean over every MoE layer's experts (all data-parallel ranks), and per layer ``L``
+        ``expert_load/L/max``, ``/min``, ``/cv`` (the coefficient of variation: standard deviation over
+        mean) and ``/top_share`` (the share of the layer's tokens its busiest expert received: 1 when every
+        token goes there). Device values, so that the step waits for nothing; the metrics read them on
+        logged steps."""
         if self.counts is None:
             return {}
-        return {
+        counts = self.counts.float()  # (layers, experts)
+        figures = {
             "aux_loss": torch.stack(self.values).float().mean(),
-            "expert_load_max": self.counts.max().float(),
-            "expert_load_mean": self.counts.float().mean(),
+            "expert_load_max": counts.max(),
+            "expert_load_mean": counts.mean(),
         }
+        top_k = int(getattr(self.trainer.config.model.args, "n_experts_per_token", 1))
+        highest, lowest = counts.max(dim=1).values, counts.min(dim=1).values
+        mean = counts.mean(dim=1).clamp(min=1e-12)
+        cv = counts.std(dim=1, unbiased=False) / mean
+        share = highest * top_k / counts.sum(dim=1).clamp(min=1e-12)
+        for layer in range(counts.shape[0]):
+            figures[f"expert_load/{layer}/max"] = highest[layer]
+            figures[f"expert_load/{layer}/min"] = lowest[layer]
+            figures[f"expert_load/{layer}/cv"] = cv[layer]
+            figures[f"expert_load/{layer}/top_share"] = share[layer]
+        return figures
+
+
+#: A layer's routing has collapsed when its busiest expert receives at least this share of its tokens ...
+COLLAPSE_SHARE = 0.9
+#: ... on this many logged steps in a row.
+COLLAPSE_LOGS = 3
+
+
+class _CollapseWatch:
+    """Warns, once per layer, when a mixture-of-experts layer sends (nearly) every token to one expert.
+
+    Read from the logged records (``expert_load/L/top_share``), so it costs nothing on other steps: a
+    layer whose busiest expert gets at least :data:`COLLAPSE_SHARE` of its tokens on :data:`COLLAPSE_LOGS`
+    logged steps in a row is named with its counts, and the remedy.
+    """
+
+    def __init__(self) -> None:
+        self.runs: dict[int, int] = {}
+        self.warned: set[int] = set()
+
+    def warnings(self, record: Mapping[str, Any]) -> list[str]:
+        found = []
+        for key, value in record.items():
+            if not (key.startswith("expert_load/") and key.endswith("/top_share")):
+                continue
+            layer = int(key.split("/")[1])
+            self.runs[layer] = self.runs.get(layer, 0) + 1 if float(value) >= COLLAPSE_SHARE else 0
+            if self.runs[layer] >= COLLAPSE_LOGS and layer not in self.warned:
+                self.warned.add(layer)
+                found.append(
+                    f"warning: step {record['step']}: MoE layer {layer}'s routing collapsed: its busiest "
+                    f"expert received {float(value):.0%} of the layer's tokens on {COLLAPSE_LOGS} logged "
+                    f"steps in a row (load max {float(record[f'expert_load/{layer}/max']):.0f}, min "
+                    f"{float(record[f'expert_load/{layer}/min']):.0f}); raise "
+                    "model.overrides.router_aux_loss_coef or lower optimizer.lr"
+                )
+        return found
 
 
 def _refuse_disagreement(message: str | None) -> None:
@@ -921,6 +988,51 @@ def _refuse(issues: Iterator[tuple[str, str]]) -> None:
     found = list(issues)
     if found:
         raise TrainingError("; ".join(f"{path}: {message}" for path, message in found))
+
+
+def _wait_for_device(device: torch.device) -> None:
+    """Block until ``device`` has run the work queued so far (a no-op on the CPU, which runs it inline)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "npu":
+        torch.npu.synchronize(device)  # type: ignore[attr-defined]
+
+
+class _StepClock:
+    """Where one step's time goes: data wait, forward and backward, optimizer, exposed communication.
+
+    Timed on logged steps only: each mark waits for the device there (so a phase holds its device work,
+    not only the launches), and on every other step a mark does nothing at all, so unlogged steps never
+    wait for the device. The time between two marks goes to the phase the second one names. ``comm`` is
+    the time the step spends blocked in the trainer's own collectives (the token and loss all-reduces):
+    communication nothing overlaps; FSDP's gathers and reductions run inside forward and backward and
+    count there, the gradient-norm reduction inside ``optimizer``.
+    """
+
+    __slots__ = ("_device", "_last", "_start", "on", "times")
+
+    def __init__(self, device: torch.device, on: bool) -> None:
+        self.on, self._device = on, device
+        self.times: dict[str, float] = {}
+        self._start = self._last = time.perf_counter() if on else 0.0
+
+    def mark(self, phase: str) -> None:
+        if not self.on:
+            return
+        _wait_for_device(self._device)
+        now = time.perf_counter()
+        self.times[phase] = self.times.get(phase, 0.0) + now - self._last
+        self._last = now
+
+    def figures(self, with_comm: bool) -> dict[str, float]:
+        """``time_data``, ``time_fwd_bwd``, ``time_optimizer`` (and ``time_comm`` under a process group),
+        and ``time_step``, the whole step from its start to the last mark; empty when not timed."""
+        if not self.on:
+            return {}
+        phases = ("data", "fwd_bwd", "optimizer", *(("comm",) if with_comm else ()))
+        figures = {f"time_{phase}": self.times.get(phase, 0.0) for phase in phases}
+        figures["time_step"] = self._last - self._start
+        return figures
 
 
 def _full(value: torch.Tensor) -> torch.Tensor:

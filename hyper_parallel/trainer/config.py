@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import attrs
 
-from hyper_parallel._checks import RuleViolation, positive_or_auto, quote, said
+from hyper_parallel._checks import RuleViolation, positive_or_auto, quote, said, unread_while_off
 from hyper_parallel.components.checkpoint import Checkpoint, DCPCheckpoint
 from hyper_parallel.components.dataloader import DataLoader, TextDataLoader
 from hyper_parallel.components.loss import CausalLMLoss, Loss
@@ -461,6 +461,17 @@ class CommConfig(ConfigBase):
         validator=attrs.validators.min_len(1),
         metadata={"help": "Directory receiving flight-recorder dumps after a timeout."},
     )
+
+    def cross_check(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field path, message)``: the dump folder of a flight recorder that is off is refused,
+        as every sink's options are (:func:`hyper_parallel._checks.unread_while_off`)."""
+        yield from unread_while_off(
+            self,
+            ("save_traces_folder",),
+            switch="trace_buf_size",
+            on=self.trace_buf_size > 0,
+            when="trace_buf_size > 0",
+        )
 
 
 @config_class

@@ -27,6 +27,7 @@ __all__ = [
     "TrainerKind",
     "batch_issues",
     "cross_group_issues",
+    "data_issues",
     "expert_issues",
     "layout_issues",
     "pipeline_issues",
@@ -412,10 +413,34 @@ def trainer_issues(
             f"{names['vl']} needs a vision-language model, but {cfg.model.name!r} has no vision tower; "
             f"use a VL factory such as hyper_parallel.models.qwen3_5.create_vl_model_spec, or {names['lm']}",
         )
+    if trainer is not None:
+        yield from data_issues(cfg)
     if trainer == "lm" and _data_source(cfg) == "shapes":
         yield (
             "dataloader.dataset.source",
             f"'shapes' is image-caption data, which {names['lm']} cannot feed; use {names['vl']}",
+        )
+
+
+#: What a config that names no data is told (random tokens are only ever trained on by name).
+NO_DATA = (
+    "names no training data: set dataloader.dataset.source with its paths ('jsonl', 'text' or "
+    "'tokenized'), or 'python_docs'; random tokens only by name: source: synthetic"
+)
+
+
+def data_issues(cfg: "TrainerConfig") -> Issues:
+    """Training needs data named by the config: a dataset section without a ``source`` is refused (it once
+    meant random tokens, which trained a whole run on noise without a word)."""
+    dataset = getattr(cfg.dataloader, "dataset", None)
+    if dataset is not None and getattr(dataset, "source", "") is None:
+        yield "dataloader.dataset", NO_DATA
+    validator = cfg.validator
+    if validator.enable and getattr(getattr(validator, "dataset", None), "source", "") is None:
+        yield (
+            "validator.dataset",
+            "names no validation data: set validator.dataset.source (and its paths), or set "
+            "validator.enable to false",
         )
 
 

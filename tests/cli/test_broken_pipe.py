@@ -21,7 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize(
     ("command", "status"),
     [
-        (["hyper_parallel.train_lm", "--config-file", "configs/qwen3_5.yaml", "--dry-run"], EXIT_BROKEN_PIPE),
+        (
+            [
+                "hyper_parallel.train_lm",
+                "--config-file",
+                "configs/qwen3_5.yaml",
+                "--dry-run",
+                "--no-file-checks",
+            ],
+            EXIT_BROKEN_PIPE,
+        ),
         (["hyper_parallel.train_vl", "--help"], EXIT_BROKEN_PIPE),
         (["hyper_parallel.config", "schema"], EXIT_BROKEN_PIPE),
         (["hyper_parallel.evaluate", "--help"], EXIT_BROKEN_PIPE),

@@ -20,6 +20,8 @@ MINIMAL = "configs/qwen3_5.yaml"
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    if "--dry-run" in args:  # the shipped configs name placeholder files: check the config alone
+        args = (*args, "--no-file-checks")
     base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     return subprocess.run(
         [sys.executable, "-m", *args],

@@ -17,7 +17,9 @@ torch = pytest.importorskip("torch")
 
 from hyper_parallel.evaluate import evaluate, main  # noqa: E402
 from hyper_parallel.trainer import LLMTrainer  # noqa: E402
-from tests.support.trainer import debug_config_path, tiny_config  # noqa: E402
+from tests.support.components import write_jsonl  # noqa: E402
+from tests.support.prepared import prepare, tokenizer_config  # noqa: E402
+from tests.support.trainer import as_flags, debug_config_path, tiny_config, tiny_overrides  # noqa: E402
 
 VALIDATION = {
     "validator.enable": "true",
@@ -104,24 +106,17 @@ def test_input_errors_exit_2_with_one_line(
     missing = tmp_path / "nope"
     assert main(["--config-file", config, "--checkpoint", str(missing)]) == 2
     assert capsys.readouterr() == ("", f"evaluate: {str(missing)!r}: no such folder\n")
-    debug = str(debug_config_path("llama3"))  # trains without validation data
-    assert main(["--config-file", debug]) == 2
-    out, err = capsys.readouterr()
-    assert out == ""
-    assert err.splitlines()[0] == (
-        f"{debug}: validator: names no validation data to evaluate: add a validator section with its "
-        "dataset (enable may stay false), or override it, e.g. --validator.dataset.source python_docs "
-        "--validator.steps 8"
-    )
     assert main(["--config-file", config, "--dry-run"]) == 2
     assert "--dry-run is not an option of evaluate" in capsys.readouterr().err
     assert main(["--checkpoint"]) == 2
     assert "--checkpoint needs a value" in capsys.readouterr().err
     no_start = ["--checkpoint.enable", "false", "--checkpoint.initial_load_path", str(missing)]
+    no_start += ["--~checkpoint.folder", "--~checkpoint.interval"]  # options of the sink turned off
     assert main(["--config-file", config, *no_start]) == 2
-    assert capsys.readouterr() == (
+    assert capsys.readouterr() == (  # checked with the files, before anything is built
         "",
-        f"evaluate: checkpoint.initial_load_path {str(missing)!r} is not a complete DCP checkpoint\n",
+        f"{config}: checkpoint.initial_load_path: {str(missing)!r} is not a directory on this machine\n"
+        "1 problem found; nothing was started.\n",
     )
 
 
@@ -138,3 +133,49 @@ def test_two_ranks_evaluate_to_the_same_figures(run: tuple[Path, dict[str, Any]]
     printed = json.loads(done.stdout)  # rank 0 alone prints, one line
     assert printed["tokens"] == int(logged["validation/tokens"])  # the set dealt over two ranks
     assert math.isclose(printed["loss"], logged["validation/loss"], rel_tol=1e-6)
+
+
+def test_a_config_without_validator_data_evaluates_its_training_data_and_says_so(capsys: Any) -> None:
+    # README's example: the training config alone (python_docs has no held-out split).
+    debug = str(debug_config_path("llama3"))
+    flags = as_flags({**tiny_overrides("llama3"), "dataloader.dataset.source": "python_docs"})
+    assert main(["--config-file", debug, *flags, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == (
+        "evaluate: no validator section, and the training data ('python_docs') has no held-out split "
+        "(dataloader.dataset.holdout_fraction of prepared folders): evaluating the first 8 batches of the "
+        "training data itself, which the model may have trained on\n"
+    )
+    assert json.loads(out)["tokens"] == 8 * 2 * 31  # 8 batches of micro_batch_size 2 x 32 tokens, shifted
+
+
+def test_prepared_training_data_evaluates_its_held_out_split(tmp_path: Path, capsys: Any) -> None:
+    corpus = write_jsonl(tmp_path / "train.jsonl", 400)
+    folder = prepare([corpus], tmp_path / "prepared", tokenizer_config(tmp_path / "prep"))
+    debug = str(debug_config_path("llama3"))
+    data = {
+        "dataloader.dataset.source": "tokenized",
+        "dataloader.dataset.paths": f"[{folder}]",
+        "dataloader.dataset.holdout_fraction": "0.25",
+    }
+    flags = as_flags({**tiny_overrides("llama3"), **data})
+    assert main(["--config-file", debug, *flags, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == (
+        "evaluate: no validator section: evaluating the training data's held-out split (the last 0.25 of "
+        "each folder's documents)\n"
+    )
+    # the whole held-out split (validator.steps -1): its 100 documents' tokens, packed into samples
+    ours = evaluate(
+        tiny_config(
+            "llama3",
+            {
+                **data,
+                "validator.dataset.source": "tokenized",
+                "validator.dataset.paths": f"[{folder}]",
+                "validator.dataset.holdout_fraction": "0.25",
+                "validator.dataset.split": "holdout",
+            },
+        ),
+    )
+    assert json.loads(out)["tokens"] == ours["tokens"]

@@ -34,7 +34,8 @@ class Run:
         torch.manual_seed(model_seed)
         self.model = TinyLM(tok.vocab_size)
         self.optimizer = AdamW.Config(lr=0.05, weight_decay=0.1).build(self.model)
-        self.scheduler = WarmupDecay.Config(warmup_steps=2, decay_type="linear").build(self.optimizer, STEPS)
+        schedule = WarmupDecay.Config(warmup_steps=2, decay_type="linear", min_lr_factor=0.0)
+        self.scheduler = schedule.build(self.optimizer, STEPS)
         data = TextDataLoader.Config(
             num_workers=0, dataset=DatasetConfig(source="jsonl", paths=(str(tmp / "train.jsonl"),))
         )
@@ -176,11 +177,17 @@ def test_initial_load_path_and_model_only_export(tmp: Path) -> None:
 
     fresh = Run(tmp, cfg(tmp, folder=str(tmp / "new"), initial_load_path=str(export)), model_seed=9)
     assert fresh.ckpt.load() == 0  # starts at step 0 from the exported weights
+    tensors = sum(key.startswith("model.") for key in meta)
+    assert fresh.ckpt.loaded == (  # a warm start says what it loaded (issue 35)
+        f"warm start from {export}: {tensors} model tensors (weights only; optimizer, schedule and data "
+        "start fresh at step 0)"
+    )
     expected = run.model.head.weight.detach().to(torch.bfloat16).float()
     assert torch.equal(fresh.model.head.weight.detach(), expected)
     assert not fresh.optimizer.state_dict()["state"]
     nothing = Run(tmp, cfg(tmp, folder=str(tmp / "empty")))
     assert nothing.ckpt.load() == 0
+    assert nothing.ckpt.loaded is None
 
 
 def test_saved_side_state_is_plain_json(tmp: Path) -> None:

@@ -152,7 +152,8 @@ def test_a_larger_max_steps_on_resume_follows_the_new_schedule(tmp: Path) -> Non
         seen.append(longer.optimizer.param_groups[0]["lr"])
         longer.train(step, step)
     assert seen == pytest.approx(expected[8:], rel=1e-12)
-    assert seen[-1] == pytest.approx(0.0, abs=1e-12)  # the new schedule ends at step 20, not 8
+    assert seen[-1] == pytest.approx(0.1 * 0.05, abs=1e-12)  # the new schedule ends at step 20 ...
+    assert seen[0] > 0.5 * 0.05  # ... so step 9 is mid-decay, not held at the end of the old 8-step one
 
 
 def finished_run(tmp: Path, *, interval: int, max_steps: int = 6) -> Run:
@@ -228,6 +229,14 @@ def test_initial_load_path_with_full_state(tmp: Path) -> None:
         max_steps=6,
     )
     assert run.start() == 3
+    tensors = sum(
+        key.startswith("model.")
+        for key in dcp.FileSystemReader(str(full)).read_metadata().state_dict_metadata
+    )
+    assert run.ckpt.loaded == (
+        f"warm start from {full}: the full state of step 3 ({tensors} model tensors, optimizer, schedule, "
+        "data position)"
+    )
     assert run.scheduler.last_epoch == 3
     assert run.tally.tokens == 3 * 4 * 6
     assert run.optimizer.state_dict()["state"]

@@ -309,7 +309,9 @@ def test_the_shapes_source_reads_its_sample_count_and_seed() -> None:
 
 
 def test_text_sources_ignore_the_vision_arguments(spec: Any, tok: Any) -> None:
-    cfg = TextDataLoader.Config(num_workers=0, dataset=DatasetConfig(synthetic_num_samples=8))
+    cfg = TextDataLoader.Config(
+        num_workers=0, dataset=DatasetConfig(source="synthetic", synthetic_num_samples=8)
+    )
     plain = take(cfg.build(LoaderRequest(tok, 0, 1, seq_len=16, micro_batch_size=2, seed=0)), 2)
     with_vision = cfg.build(
         LoaderRequest(

@@ -237,7 +237,9 @@ def test_max_samples_and_drop_last(tok: Any, corpus: Path) -> None:
 
 
 def test_synthetic_source(tok: Any) -> None:
-    cfg = TextDataLoader.Config(num_workers=0, dataset=DatasetConfig(synthetic_num_samples=12))
+    cfg = TextDataLoader.Config(
+        num_workers=0, dataset=DatasetConfig(source="synthetic", synthetic_num_samples=12)
+    )
     a = list(islice(build(cfg, tok, mbs=4, seed=3), 3))
     b = list(islice(build(cfg, tok, mbs=4, seed=3), 3))
     assert batches_equal(a, b)

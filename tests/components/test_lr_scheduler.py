@@ -163,3 +163,11 @@ def test_base_config_names_the_class() -> None:
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=PEAK)
     with pytest.raises(NotImplementedError, match=r"LRScheduler\.Config"):
         LRScheduler.Config().build(opt, 10)
+
+
+def test_the_default_schedule_trains_its_last_step_at_a_tenth_of_the_peak() -> None:
+    # A last step at learning rate 0 is a step paid for and wasted (issue 35): the default decays to 0.1x.
+    for decay_type in ("linear", "cosine"):
+        got = lrs(WarmupDecay.Config(warmup_steps=2, decay_type=decay_type), 12)  # type: ignore[arg-type]
+        assert got[-1] == pytest.approx(0.1 * PEAK)
+        assert min(got) == pytest.approx(0.1 * PEAK)

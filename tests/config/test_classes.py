@@ -268,6 +268,7 @@ CROSS_CHECKS: list[tuple[Any, list[tuple[str, str]]]] = [
     ),
     (
         DCPCheckpoint.Config(
+            enable=True,
             exclude_from_loading=("model", "optimizer", "optimizer"),
             export_dtype="bfloat16",
             last_save_model_only=False,
@@ -290,11 +291,11 @@ CROSS_CHECKS: list[tuple[Any, list[tuple[str, str]]]] = [
         ],
     ),
     (
-        TorchProfiler.Config(profile_freq=3, warmup=3, active=1),
+        TorchProfiler.Config(enable=True, profile_freq=3, warmup=3, active=1),
         [("profile_freq", "must be >= warmup + active (3 + 1 = 4), got 3")],
     ),
     (
-        TorchProfiler.Config(profile_freq=10, wait=2),
+        TorchProfiler.Config(enable=True, profile_freq=10, wait=2),
         [
             (
                 "wait",
@@ -303,7 +304,7 @@ CROSS_CHECKS: list[tuple[Any, list[tuple[str, str]]]] = [
             )
         ],
     ),
-    (TorchProfiler.Config(profile_freq=10, wait=6), []),
+    (TorchProfiler.Config(enable=True, profile_freq=10, wait=6), []),
     (
         TrainingConfig(global_batch_size=10, micro_batch_size=4),
         [("global_batch_size", "must be a multiple of micro_batch_size (4), got 10")],
@@ -913,6 +914,6 @@ def test_shipped_configs_construct_cleanly(name: str) -> None:
         assert config.optimizer.lr == 2.0e-4
         assert config.dataloader.dataset.paths[0].endswith("shard-000.jsonl")  # type: ignore[attr-defined]
     if name == "qwen3_5.yaml":
-        assert set(raw) == {"model", "training", "parallelism", "optimizer", "loss"}
+        assert set(raw) == {"model", "training", "parallelism", "optimizer", "loss", "dataloader"}
         assert config.model.name == "qwen3_5"
         assert config.parallelism.tp == 2

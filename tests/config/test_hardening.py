@@ -79,6 +79,8 @@ def recorder_imported() -> bool:
 
 
 def run(*argv: str) -> tuple[int, str, str]:
+    if "--dry-run" in argv:  # the shipped configs name placeholder files: check the config alone
+        argv = (*argv, "--no-file-checks")
     out, err = io.StringIO(), io.StringIO()
     code = main(list(argv), out=out, err=err)
     return code, out.getvalue(), err.getvalue()

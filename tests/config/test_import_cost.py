@@ -26,7 +26,9 @@ FULL = REPO / "configs" / "qwen3_5_full.yaml"
 
 @pytest.mark.multiprocess
 def test_dry_run_imports_neither_torch_nor_numpy(tmp_path: Path) -> None:
-    report = run_without_torch(tmp_path, DRY_RUN_PROBE, str(FULL))
+    # The shipped config names placeholder files; the files' checks are tested without torch elsewhere
+    # (tests/trainer/test_dry_run_files.py).
+    report = run_without_torch(tmp_path, DRY_RUN_PROBE, str(FULL), "--no-file-checks")
     assert report["status"] == 0, report["err"]
     assert "all checks passed" in report["out"]
     assert report["heavy"] == []

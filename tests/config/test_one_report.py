@@ -17,6 +17,12 @@ model:
 tokenizer:
   _target_: hyper_parallel.components.tokenizer.ByteTokenizer.Config
 """
+#: Training data, named (a run without it is refused); added after the groups each test writes.
+DATA = """dataloader:
+  _target_: hyper_parallel.components.dataloader.TextDataLoader.Config
+  dataset:
+    source: python_docs
+"""
 
 
 def run(path: Path, *flags: str) -> tuple[int, list[str]]:
@@ -56,7 +62,8 @@ def test_values_under_a_wrong_target_and_flags_are_in_the_first_report(tmp_path:
 def test_a_group_refused_by_its_own_check_hides_no_rule_that_spans_groups(tmp_path: Path) -> None:
     path = tmp_path / "run.yaml"
     validator = "hyper_parallel.components.validator.LossValidator.Config"
-    path.write_text(f"{MODEL}validator:\n  _target_: {validator}\n  enable: true\n  freq: 500\n")
+    data = "  dataset:\n    source: python_docs\n"
+    path.write_text(f"{MODEL}validator:\n  _target_: {validator}\n  enable: true\n  freq: 500\n{data}{DATA}")
     flags = ["--training.global_batch_size", "7", "--training.micro_batch_size", "4"]
     code, lines = run(path, *flags, "--training.max_steps", "10", "--parallelism.tp", "3")
     assert code == 2
@@ -80,6 +87,7 @@ def test_the_rules_do_not_speak_of_a_group_that_could_not_be_made(tmp_path: Path
         + "training:\n  _target_: hyper_parallel.trainer.config.TrainingConfig\n  seq_len: 256\n"
         + "parallelism:\n  _target_: hyper_parallel.trainer.config.ParallelismConfig\n  tp: 3\n"
         + "optimizer:\n  _target_: hyper_parallel.components.optimizer.AdamW.Config\n  lr: x\n"
+        + DATA
     )
     code, lines = run(path)
     assert code == 2

@@ -185,7 +185,6 @@ def test_a_config_class_target_dispatches_to_its_own_class() -> None:
 
 OMITTED = [
     "tokenizer",
-    "dataloader",
     "lr_scheduler",
     "checkpoint",
     "activation_checkpoint",
@@ -208,7 +207,7 @@ def test_minimal_example_takes_the_trainer_config_default_for_omitted_groups(fie
 
 def test_minimal_example_is_the_rfc_example() -> None:
     raw = load("qwen3_5.yaml")
-    assert sorted(raw) == ["loss", "model", "optimizer", "parallelism", "training"]
+    assert sorted(raw) == ["dataloader", "loss", "model", "optimizer", "parallelism", "training"]
     cfg = resolve_root(raw)
     assert type(cfg.lr_scheduler) is WarmupDecay.Config
     assert type(cfg.tokenizer) is HuggingFaceTokenizer.Config

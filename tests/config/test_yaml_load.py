@@ -314,10 +314,9 @@ def billion_laughs(levels: int = 9) -> str:
 
 
 def test_billion_laughs_refused_fast() -> None:
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time, not wall-clock: a loaded machine does not make it flaky
     issue = one_issue(billion_laughs())
-    elapsed = time.perf_counter() - start
-    assert elapsed < 1.0
+    assert time.process_time() - start < 1.0
     assert f"more than {MAX_NODES} nodes" in issue.message
     assert issue.location is not None
     assert issue.location.startswith("f.yaml:")

@@ -19,12 +19,13 @@ __all__ = ["DRY_RUN_PROBE", "run_without_torch"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: ``--dry-run`` of the file in ``argv[1]``: its exit status, output, and which heavy modules it imported.
+#: ``--dry-run`` of the file in ``argv[1]`` (more flags after it): its exit status, output, and which heavy
+#: modules it imported.
 DRY_RUN_PROBE = """
 import io, json, sys
 from hyper_parallel.launch import main
 out, err = io.StringIO(), io.StringIO()
-status = main(["--config-file", sys.argv[1], "--dry-run"], out=out, err=err)
+status = main(["--config-file", sys.argv[1], "--dry-run", *sys.argv[2:]], out=out, err=err)
 heavy = sorted(name for name in ("torch", "numpy") if name in sys.modules)
 print(json.dumps({"status": status, "heavy": heavy, "out": out.getvalue(), "err": err.getvalue()}))
 """

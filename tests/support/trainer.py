@@ -94,6 +94,7 @@ TINY_RUN: dict[str, str] = {
     "training.seq_len": "32",
     "lr_scheduler.warmup_steps": "1",
     "metrics.enable_jsonl": "false",
+    "metrics.jsonl_path": "metrics.jsonl",  # the default: an option of a sink that is off is refused
     "metrics.log_freq": "1000",
 }
 

@@ -137,7 +137,10 @@ def train(model: str, out: str, overrides: dict[str, str], *, last: bool = True)
             {
                 "losses": [r.loss for r in results],
                 "grad_norms": [r.grad_norm for r in results],
-                "extras": [{key: float(value) for key, value in r.extra.items()} for r in results],
+                "extras": [
+                    {key: float(value) for key, value in r.extra.items() if not key.startswith("time_")}
+                    for r in results
+                ],
                 "params": held,
                 "experts": experts,
                 "residual_norm_output": residual,

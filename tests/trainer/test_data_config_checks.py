@@ -81,7 +81,7 @@ def test_byte_tokenizer_resolves_from_its_target() -> None:
             ),
         ),
         (
-            {"dataloader": {"_target_": TEXT, "dataset": {"pack_sequences": False}}},
+            {"dataloader": {"_target_": TEXT, "dataset": {"source": "synthetic", "pack_sequences": False}}},
             (
                 "dataloader.dataset.pack_sequences",
                 "must be true when source is 'synthetic': its samples are full windows",
@@ -117,9 +117,14 @@ def test_settings_the_runtime_would_not_honour_are_refused(
 @pytest.mark.parametrize(
     "group",
     [
-        {"dataloader": {"_target_": TEXT, "shuffle": False, "dataset": {"seed": 3}}},  # synthetic reads it
+        {"dataloader": {"_target_": TEXT, "shuffle": False, "dataset": {"source": "synthetic", "seed": 3}}},
         {"dataloader": {"_target_": TEXT, "dataset": {"source": "python_docs", "seed": 3}}},  # shuffled
-        {"validator": {"_target_": VALIDATOR, "dataset": {"seed": 3, "synthetic_num_samples": 64}}},
+        {
+            "validator": {
+                "_target_": VALIDATOR,
+                "dataset": {"source": "synthetic", "seed": 3, "synthetic_num_samples": 64},
+            }
+        },
         {
             "dataloader": {
                 "_target_": TEXT,
@@ -178,14 +183,14 @@ def tokenized(**dataset: Any) -> dict[str, Any]:
             {"validator": {"_target_": VALIDATOR, "dataset": {"holdout_fraction": 0.1}}},
             (
                 "validator.dataset.holdout_fraction",
-                "is only read when source is 'tokenized' (source is 'synthetic'); leave it out",
+                "is only read when source is 'tokenized' (source is None); leave it out",
             ),
         ),
         (
             {"validator": {"_target_": VALIDATOR, "dataset": {"split": "holdout"}}},
             (
                 "validator.dataset.split",
-                "is only read when source is 'tokenized' (source is 'synthetic'); leave it out",
+                "is only read when source is 'tokenized' (source is None); leave it out",
             ),
         ),
     ],

@@ -178,6 +178,7 @@ def test_a_trainer_refuses_a_config_built_in_python_by_the_same_rule() -> None:
 
 
 def test_the_trainer_validates_a_config_built_in_python_before_building_anything() -> None:
+    from hyper_parallel.components.dataloader import DatasetConfig, TextDataLoader
     from hyper_parallel.components.tokenizer import ByteTokenizer
     from hyper_parallel.config import ConfigError
     from hyper_parallel.models.qwen3_5 import create_model_spec
@@ -187,6 +188,7 @@ def test_the_trainer_validates_a_config_built_in_python_before_building_anything
     cfg = TrainerConfig(
         model=create_model_spec(flavor="debugmodel"),
         tokenizer=ByteTokenizer.Config(),
+        dataloader=TextDataLoader.Config(dataset=DatasetConfig(source="synthetic")),
         parallelism=ParallelismConfig(cp=2),
     )
     with pytest.raises(ConfigError) as info:
@@ -206,11 +208,30 @@ def test_threads_follow_the_field_then_omp_num_threads_then_the_cores_per_local_
     intra_op_threads = machine.intra_op_threads
     assert intra_op_threads(3, {"OMP_NUM_THREADS": "1"}, cores=8) == (3, "training.cpu_threads")
     assert intra_op_threads(None, {"OMP_NUM_THREADS": "2"}, cores=8) == (2, "OMP_NUM_THREADS")
-    assert intra_op_threads(None, {"LOCAL_WORLD_SIZE": "4"}, cores=8) == (
+    assert intra_op_threads(None, {"LOCAL_WORLD_SIZE": "4"}, cores=8, load=0.3) == (
         2,
         "8 cores available to this process / 4 local rank(s)",
     )
-    assert intra_op_threads(None, {"LOCAL_WORLD_SIZE": "4", "OMP_NUM_THREADS": ""}, cores=2)[0] == 1
+    assert intra_op_threads(None, {"LOCAL_WORLD_SIZE": "4", "OMP_NUM_THREADS": ""}, cores=2, load=0)[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("cores", "load", "ranks", "threads", "reason"),
+    [
+        (2, 0.2, "1", 2, "2 cores available to this process / 1 local rank(s)"),
+        (2, 1.16, "1", 1, "2 cores available to this process, 1 busy (load 1.16) / 1 local rank(s)"),
+        (2, 5.0, "1", 1, "2 cores available to this process, 2 busy (load 5.00) / 1 local rank(s)"),
+        (16, 4.0, "2", 6, "16 cores available to this process, 4 busy (load 4.00) / 2 local rank(s)"),
+    ],
+)
+def test_threads_leave_the_cores_other_work_keeps_busy(
+    cores: int, load: float, ranks: str, threads: int, reason: str
+) -> None:
+    # A shared machine is not oversubscribed (issue 35): the 1-minute load takes its cores first.
+    assert machine.intra_op_threads(None, {"LOCAL_WORLD_SIZE": ranks}, cores=cores, load=load) == (
+        threads,
+        reason,
+    )
 
 
 @pytest.mark.parametrize(

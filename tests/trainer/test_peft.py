@@ -294,7 +294,8 @@ def test_the_lora_sft_recipe_learns_the_answers(tmp_path: Path) -> None:
     based = {"training.max_steps": "1", "checkpoint.enable": "true", "checkpoint.folder": str(tmp_path)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConfigWarning)
-        pretrain = LLMTrainer(load_config(debug, {**based, "metrics.enable_jsonl": "false"}))
+        quiet = {"metrics.enable_jsonl": "false", "~metrics.jsonl_path": None}  # the sink off, with its path
+        pretrain = LLMTrainer(load_config(debug, {**based, **quiet}))
     try:
         pretrain.train()
     finally:
@@ -325,6 +326,7 @@ def test_the_lora_sft_recipe_learns_the_answers(tmp_path: Path) -> None:
         "dataloader.dataset.paths": f"[{tmp_path / 'chat'}]",
         "checkpoint.folder": str(tmp_path / "lora"),
         "metrics.enable_jsonl": "false",
+        "~metrics.jsonl_path": None,  # an option of a sink that is off is refused
     }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConfigWarning)

@@ -31,11 +31,13 @@ from hyper_parallel.config.base import ConfigBase, config_class
 if TYPE_CHECKING:
     from hyper_parallel.components.checkpoint._manager import CheckpointManager
 
-from hyper_parallel._checks import minus_one_or_at_least
+from hyper_parallel._checks import minus_one_or_at_least, unread_while_off
 
 __all__ = ["Checkpoint", "CheckpointNotResumableError", "DCPCheckpoint"]
 
 _optional_nonempty = attrs.validators.optional(attrs.validators.min_len(1))
+#: Options only a run that saves reads (``enable``); ``initial_load_path`` and its options are read without.
+_SAVE_OPTIONS = ("folder", "interval", "keep_latest_k", "load_step", "last_save_model_only", "export_dtype")
 
 
 class CheckpointNotResumableError(ValueError):
@@ -129,7 +131,16 @@ class Checkpoint:
         )
 
         def cross_check(self) -> Iterator[tuple[str, str]]:
-            """Yield ``(field path, message)`` for contradictory save/load options."""
+            """Yield ``(field path, message)`` for contradictory save/load options, and options of a sink
+            that is off (saving without ``enable``, the initial load without ``initial_load_path``)."""
+            yield from unread_while_off(self, _SAVE_OPTIONS, switch="enable", on=self.enable)
+            yield from unread_while_off(
+                self,
+                ("initial_load_model_only",),
+                switch="initial_load_path",
+                on=self.initial_load_path is not None,
+                when="initial_load_path is set",
+            )
             if "model" in self.exclude_from_loading:
                 yield "exclude_from_loading", "cannot exclude 'model': a resume always restores the model"
             if len(set(self.exclude_from_loading)) != len(self.exclude_from_loading):
@@ -164,6 +175,9 @@ class DCPCheckpoint(Checkpoint):
         def cross_check(self) -> Iterator[tuple[str, str]]:
             """Yield ``(field path, message)``; an asynchronous save needs a second checkpoint to keep."""
             yield from super().cross_check()
+            yield from unread_while_off(
+                self, ("async_mode", "enable_first_step_checkpoint"), switch="enable", on=self.enable
+            )
             if self.async_mode != "disabled" and self.keep_latest_k == 1:
                 yield (
                     "keep_latest_k",

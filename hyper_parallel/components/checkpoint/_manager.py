@@ -52,6 +52,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
+from hyper_parallel._checks import counted
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 from hyper_parallel.components.checkpoint._layout import (
     CONFIG_FILE,
@@ -161,6 +162,8 @@ class CheckpointManager:
         )
         self.max_steps = max_steps
         self._in_flight: _InFlight | None = None
+        #: What ``load()`` read, in words (the launch prints it), or None when it read nothing.
+        self.loaded: str | None = None
         self._saved: tuple[int, bool] | None = None  # (step, model_only) of this manager's newest save
         self._stager: Any = None
         # Every rank builds the manager with the same config, so every rank creates the group (a
@@ -491,15 +494,25 @@ class CheckpointManager:
                 f"checkpoint.initial_load_path {str(path)!r} is damaged: {problem}"
             )
         keys = set(inspection.metadata.state_dict_metadata)
+        tensors = sum(1 for key in keys if key.startswith("model."))
         if self.cfg.initial_load_model_only:
             self._load_model(path, inspection)
+            self.loaded = (
+                f"warm start from {path}: {counted(tensors, 'model tensor')} (weights only; "
+                "optimizer, schedule and data start fresh at step 0)"
+            )
             return 0
         if not is_full(keys):
             raise CheckpointNotResumableError(
                 f"checkpoint.initial_load_path {str(path)!r} is a weights-only export: it holds no "
                 "optimizer, scheduler or data state; set checkpoint.initial_load_model_only: true"
             )
-        return self._load_full(path, inspection)
+        step = self._load_full(path, inspection)
+        self.loaded = (
+            f"warm start from {path}: the full state of step {step} ({counted(tensors, 'model tensor')}, "
+            "optimizer, schedule, data position)"
+        )
+        return step
 
     def _read(self, state: dict[str, Any], path: Path) -> None:
         """``dcp.load`` of ``state`` from ``path`` through the safe reader and planner.

@@ -32,14 +32,14 @@ _GENERATED_SOURCES = ("synthetic", "shapes")
 class DatasetConfig:
     """A nested ``dataset`` section: which text to read and how to turn it into training samples."""
 
-    source: Literal["jsonl", "text", "tokenized", "python_docs", "synthetic", "shapes"] = attrs.field(
-        default="synthetic",
+    source: Literal["jsonl", "text", "tokenized", "python_docs", "synthetic", "shapes"] | None = attrs.field(
+        default=None,
         metadata={
-            "help": "Data format: 'jsonl' (one JSON object per line), 'text' (plain text files), "
-            "'tokenized' (folders written by python -m hyper_parallel.data prepare, memory-mapped), "
-            "'python_docs' (docstrings of the Python standard library: real text, no files), "
-            "'synthetic' (random tokens, for smoke tests and benchmarks) or 'shapes' (generated "
-            "images of coloured shapes with captions, for vision-language models)."
+            "help": "Data format, required to train: 'jsonl' (one JSON object per line), 'text' (plain "
+            "text files), 'tokenized' (folders written by python -m hyper_parallel.data prepare, "
+            "memory-mapped), 'python_docs' (docstrings of the Python standard library: real text, no "
+            "files), 'synthetic' (random tokens, for smoke tests and benchmarks) or 'shapes' (generated "
+            "images of coloured shapes with captions, for vision-language models); null names no data."
         },
     )
     paths: tuple[str, ...] = attrs.field(
@@ -105,10 +105,20 @@ class DatasetConfig:
     )
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
-        """Yield ``(field path, message)``: file sources need paths, the built-in sources take none."""
-        if self.source in _FILE_SOURCES and not self.paths:
+        """Yield ``(field path, message)``: file sources need paths, the built-in sources take none.
+
+        A section that names no ``source`` is allowed here (a validator that is off, a config only
+        exported from); what trains on it refuses it (:func:`hyper_parallel.trainer.rules.trainer_issues`).
+        """
+        if self.source is None:
+            if self.paths:
+                yield (
+                    "source",
+                    f"must name the format of paths {list(self.paths)}: 'jsonl', 'text' or 'tokenized'",
+                )
+        elif self.source in _FILE_SOURCES and not self.paths:
             yield "paths", f"must list at least one file or directory when source is {self.source!r}"
-        if self.source not in _FILE_SOURCES and self.paths:
+        elif self.source not in _FILE_SOURCES and self.paths:
             yield (
                 "paths",
                 f"must be empty when source is {self.source!r} (or set source to 'jsonl' or 'text')",

@@ -16,9 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hyper_parallel.components.dataloader._corpus import ConcatSamples, Corpus, Samples
+from hyper_parallel.components.dataloader._prepared_check import PreparedDataError, open_for_training
 from hyper_parallel.components.dataloader._samples import packed_samples, padded_samples
-from hyper_parallel.config.errors import ConfigError, Issue
-from hyper_parallel.data.shards import PreparedError, open_prepared, tokenizer_fingerprint
+from hyper_parallel.config.errors import Issue
+from hyper_parallel.data.shards import tokenizer_fingerprint
 
 if TYPE_CHECKING:
     from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest
@@ -26,17 +27,10 @@ if TYPE_CHECKING:
 __all__ = ["PreparedDataError", "prepared_samples"]
 
 
-class PreparedDataError(ConfigError):
-    """A prepared folder the config names cannot be trained on: ``FILE: dataset.paths: PROBLEM``, exit 2."""
-
-
 def _corpus(
     path: str, cfg: DatasetConfig, fingerprint: tuple[str, dict[str, object]], vocab_size: int
 ) -> Corpus:
-    try:
-        prepared = open_prepared(path, tokenizer=fingerprint)
-    except PreparedError as exc:
-        raise PreparedDataError([Issue("dataset.paths", exc.problem, exc.where)]) from None
+    prepared = open_for_training(path, fingerprint)
     total = prepared.documents
     held = int(total * cfg.holdout_fraction)
     if cfg.split == "holdout":

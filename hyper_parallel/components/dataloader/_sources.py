@@ -21,11 +21,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# Unused here, but imported first on purpose: torch replaces some standard-library functions when it is
-# imported (``inspect.getfile``, for one), and a replaced function is documented elsewhere, so without it
-# ``python_docs()`` would depend on whether the caller had imported torch yet.
-import torch  # noqa: F401
-
 from hyper_parallel._json import loads
 from hyper_parallel.config.errors import InputFileError, Issue
 
@@ -185,6 +180,12 @@ def python_docs() -> tuple[str, ...]:
     the imports (about 0.15 s when the modules are not imported yet) and nothing from the network. A
     module this interpreter lacks is skipped.
     """
+    # Unused here, but imported first on purpose: torch replaces some standard-library functions when it
+    # is imported (``inspect.getfile``, for one), and a replaced function is documented elsewhere, so
+    # without it the documents would depend on whether the caller had imported torch yet. Imported here,
+    # not at the top, so that ``check_files`` runs in a ``--dry-run``, which imports no torch.
+    import torch  # noqa: F401
+
     docs: list[str] = []
     for name in _PYTHON_DOCS_MODULES:
         try:
@@ -202,6 +203,8 @@ def read_documents(cfg: DatasetConfig) -> Iterator[str]:
     if cfg.source == "python_docs":
         yield from python_docs()
         return
+    if cfg.source is None:  # refused before a loader is built (trainer rules); a direct caller is told
+        raise ValueError("the dataset names no source")
     for file in _files(cfg.paths, cfg.source):
         if cfg.source == "text":
             yield _text(file.read_bytes(), file)

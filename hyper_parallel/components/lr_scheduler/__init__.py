@@ -62,9 +62,13 @@ class WarmupDecay(LRScheduler):
             },
         )
         min_lr_factor: float = attrs.field(
-            default=0.0,
+            # Not 0: the last step would train at learning rate 0, a step paid for and wasted.
+            default=0.1,
             validator=attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.le(1.0)),
-            metadata={"help": "Final learning rate as a fraction of the peak, in [0, 1]."},
+            metadata={
+                "help": "Learning rate of the last step as a fraction of the peak, in [0, 1]; 0 spends the "
+                "last step at learning rate 0."
+            },
         )
 
         def decay_steps(self, max_steps: int) -> int:

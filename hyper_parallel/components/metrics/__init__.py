@@ -4,11 +4,12 @@ Holds how often training metrics (loss, throughput, memory) are logged and where
 backends are created at run time; TensorBoard and friends are never imported here.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 import attrs
 
+from hyper_parallel._checks import unread_while_off
 from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
@@ -17,6 +18,12 @@ if TYPE_CHECKING:
 __all__ = ["Metrics", "MetricsLogger"]
 
 _nonempty: Callable[[Any, Any, Any], Any] = attrs.validators.min_len(1)
+#: Each sink's switch and the options it alone reads.
+_SINK_OPTIONS: Mapping[str, tuple[str, ...]] = {
+    "enable_tensorboard": ("tensorboard_folder",),
+    "enable_jsonl": ("jsonl_path",),
+    "enable_wandb": ("wandb_project", "wandb_folder"),
+}
 
 
 class Metrics:
@@ -95,6 +102,13 @@ class MetricsLogger(Metrics):
             validator=attrs.validators.optional(_nonempty),
             metadata={"help": "Name of the run in the logs; null derives one from the start time."},
         )
+
+        def cross_check(self) -> Iterator[tuple[str, str]]:
+            """Yield ``(field path, message)``: the options of a sink that is off (its file or folder,
+            W&B's project) are refused, as every sink's are (``_checks.unread_while_off``)."""
+            yield from super().cross_check()
+            for switch, fields in _SINK_OPTIONS.items():
+                yield from unread_while_off(self, fields, switch=switch, on=getattr(self, switch))
 
         def build(
             self,

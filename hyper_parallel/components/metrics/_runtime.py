@@ -250,7 +250,10 @@ class MetricsProcessor:
         if record.get("step_time") is not None:
             parts.append(f"step_time {record['step_time']:.3f}s")
         parts.append(f"mem {record['memory_gib']:.2f} GiB")
-        parts.extend(f"{key} {record[key]:.4g}" for key in self._extra_keys if key in record)
+        # Per-layer figures (``group/LAYER/name``) go to the files only: a console line per layer is noise.
+        parts.extend(
+            f"{key} {record[key]:.4g}" for key in self._extra_keys if key in record and "/" not in key
+        )
         if "eta_seconds" in record:
             parts.append(f"eta {_duration(record['eta_seconds'])}")
         if record.get("data_tokens"):

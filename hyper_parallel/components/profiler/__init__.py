@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
-from hyper_parallel._checks import quote, said
+from hyper_parallel._checks import quote, said, unread_while_off
 from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
@@ -89,6 +89,21 @@ class TorchProfiler(Profiler):
         def cross_check(self) -> Iterator[tuple[str, str]]:
             """Yield ``(field path, message)``: the schedule must fit into one ``profile_freq`` cycle."""
             yield from super().cross_check()
+            yield from unread_while_off(
+                self,
+                (
+                    "profile_freq",
+                    "save_traces_folder",
+                    "wait",
+                    "warmup",
+                    "active",
+                    "record_memory",
+                    "record_shapes",
+                    "with_stack",
+                ),
+                switch="enable",
+                on=self.enable,
+            )
             busy = self.warmup + self.active
             if busy > self.profile_freq:
                 yield (

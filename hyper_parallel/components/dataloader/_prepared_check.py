@@ -1,0 +1,25 @@
+"""Opening a prepared folder for training: its manifest, shards and tokenizer fingerprint checked.
+
+One function for the two places that ask: the loader (``_prepared``, at launch) and ``--dry-run``, which
+imports no torch (this module imports numpy, through ``hyper_parallel.data.shards``, and nothing of torch).
+"""
+
+from __future__ import annotations
+
+from hyper_parallel.config.errors import ConfigError, Issue
+from hyper_parallel.data.shards import PreparedCorpus, PreparedError, open_prepared
+
+__all__ = ["PreparedDataError", "open_for_training"]
+
+
+class PreparedDataError(ConfigError):
+    """A prepared folder the config names cannot be trained on: ``FILE: dataset.paths: PROBLEM``, exit 2."""
+
+
+def open_for_training(path: str, fingerprint: tuple[str, dict[str, object]]) -> PreparedCorpus:
+    """The prepared folder at ``path``, refused (``PreparedDataError``) when its manifest or shards are
+    damaged or it was prepared with a tokenizer other than the one of ``fingerprint``."""
+    try:
+        return open_prepared(path, tokenizer=fingerprint)
+    except PreparedError as exc:
+        raise PreparedDataError([Issue("dataset.paths", exc.problem, exc.where)]) from None

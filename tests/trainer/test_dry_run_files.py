@@ -1,0 +1,147 @@
+"""``--dry-run`` checks the files a config names as the launch does, and refuses them with the launch's words.
+
+Each case runs the dry-run and then the launch itself (in process, on the same config) and asserts that the
+two print the same refusal, exit 2: whatever the run would reject a second after it starts is refused by
+the dry-run first (issue 35). ``--no-file-checks`` leaves the files out, for a config checked away from them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("tokenizers")
+
+from hyper_parallel.launch import main
+from tests.support.components import train_tokenizer, write_jsonl
+from tests.support.prepared import prepare, tokenizer_config
+from tests.support.processes import clean_env
+
+LLAMA = "hyper_parallel.models.llama3.create_model_spec"
+TEXT = "hyper_parallel.components.dataloader.TextDataLoader.Config"
+QUIET = ["--training.max_steps", "1", "--metrics.log_freq", "1"]
+
+
+def launch(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    status = main(list(argv), out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def config(folder: Path, *, data: str, tokenizer: str = "ByteTokenizer.Config", model: str = "") -> Path:
+    """A Llama 3 debug config (vocabulary 512) reading ``data`` (a dataset section's lines)."""
+    text = (
+        f"model:\n  _target_: {LLAMA}\n  flavor: debugmodel\n{model}  overrides:\n    vocab_size: 512\n"
+        f"tokenizer:\n  _target_: hyper_parallel.components.tokenizer.{tokenizer}\n"
+        f"dataloader:\n  _target_: {TEXT}\n  num_workers: 0\n  dataset:\n{data}"
+        "training:\n  _target_: hyper_parallel.trainer.config.TrainingConfig\n  seq_len: 32\n"
+        "  global_batch_size: 2\n  micro_batch_size: 2\n  mixed_precision_param: float32\n"
+        "lr_scheduler:\n  _target_: hyper_parallel.components.lr_scheduler.WarmupDecay.Config\n"
+        "  warmup_steps: 0\n"
+    )
+    path = folder / "run.yaml"
+    path.write_text(text)
+    return path
+
+
+def refused_alike(path: Path, *flags: str) -> str:
+    """The refusal of the dry-run, asserted to be the launch's own, word for word (exit 2 both)."""
+    dry = launch("--config-file", str(path), "--dry-run", *QUIET, *flags)
+    run = launch("--config-file", str(path), *QUIET, *flags)
+    assert (dry[0], run[0]) == (2, 2), (dry, run)
+    assert dry[1] == ""  # no summary: nothing was started
+    assert dry[2] == run[2]
+    assert "Traceback" not in dry[2]
+    return dry[2]
+
+
+def test_a_data_path_that_does_not_exist(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.jsonl"
+    path = config(tmp_path, data=f"    source: jsonl\n    paths: [{missing}]\n")
+    assert refused_alike(path) == (
+        f"{path}: dataloader.dataset.paths[0]: {str(missing)!r} does not exist on this machine\n"
+        "1 problem found; nothing was started.\n"
+    )
+
+
+def test_a_weights_path_that_is_not_a_folder(tmp_path: Path) -> None:
+    weights = tmp_path / "weights.safetensors"
+    weights.write_bytes(b"")
+    path = config(tmp_path, data="    source: python_docs\n", model=f"  weights_path: {weights}\n")
+    assert refused_alike(path) == (
+        f"{path}: model.weights_path: {str(weights)!r} is not a directory on this machine\n"
+        "1 problem found; nothing was started.\n"
+    )
+
+
+def test_a_jsonl_file_whose_first_record_is_not_an_object(tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text("[1, 2]\n")
+    path = config(tmp_path, data=f"    source: jsonl\n    paths: [{data}]\n")
+    message = refused_alike(path)
+    assert message.startswith(f"{data}:1: ")
+    assert "not a JSON object" in message
+
+
+def test_a_tokenizer_with_more_ids_than_the_model_embeds(tmp_path: Path) -> None:
+    folder = train_tokenizer(tmp_path / "tok")
+    corpus = write_jsonl(tmp_path / "train.jsonl", 8)
+    path = config(
+        tmp_path,
+        data=f"    source: jsonl\n    paths: [{corpus}]\n",
+        tokenizer=f"HuggingFaceTokenizer.Config\n  path: {folder}",
+    )
+    size = len(json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"])
+    message = refused_alike(path, "--model.overrides.vocab_size", "8")
+    assert f"the model embeds 8 token ids but the tokenizer produces {size}" in message
+    assert launch("--config-file", str(path), "--dry-run", *QUIET)[0] == 0  # it fits the 512 of the config
+
+
+def test_a_prepared_folder_of_another_tokenizer(tmp_path: Path) -> None:
+    corpus = write_jsonl(tmp_path / "train.jsonl", 8)
+    folder = prepare([corpus], tmp_path / "prepared", tokenizer_config(tmp_path / "prep"))
+    path = config(tmp_path, data=f"    source: tokenized\n    paths: [{folder}]\n")
+    assert launch("--config-file", str(path), "--dry-run", *QUIET)[0] == 0  # prepared with this tokenizer
+    message = refused_alike(path, "--tokenizer.add_bos", "false")
+    assert message.startswith(f"{folder}/manifest.json: dataset.paths: prepared with tokenizer ")
+
+
+def test_no_file_checks_leaves_the_files_out_of_a_dry_run_only(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.jsonl"
+    path = config(tmp_path, data=f"    source: jsonl\n    paths: [{missing}]\n")
+    status, out, err = launch("--config-file", str(path), "--dry-run", "--no-file-checks", *QUIET)
+    assert (status, err) == (0, "")
+    assert out
+    status, _, err = launch("--config-file", str(path), "--no-file-checks", *QUIET)
+    assert (status, err.splitlines()[0]) == (
+        2,
+        "--no-file-checks: only leaves files out of a --dry-run; add --dry-run",
+    )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_the_file_checks_of_a_dry_run_import_no_torch(tmp_path: Path) -> None:
+    corpus = write_jsonl(tmp_path / "train.jsonl", 8)
+    folder = prepare([corpus], tmp_path / "prepared", tokenizer_config(tmp_path / "prep"))
+    sections = f"    source: tokenized\n    paths: [{folder}]\n"
+    path = config(tmp_path, data=sections)
+    code = (
+        "import sys; from hyper_parallel.launch import main; status = main(sys.argv[1:]); "
+        "print(status, 'torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--config-file", str(path), "--dry-run", *QUIET],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=clean_env(),
+        cwd=tmp_path,
+    )
+    assert done.stdout.splitlines()[-1] == "0 False", done.stderr
