@@ -177,8 +177,12 @@ def load_config_report(
         except ConfigError as exc:
             # Report what is wrong with the overrides too, not in a second run.
             found += [*exc.issues, *(_override_issues(raw, parsed, locate) if parsed else ())]
-            if not parsed:  # without the overrides' values, the rules would mislead
-                made, unmade = exc.config, exc.unmade
+            made, unmade = exc.config, exc.unmade
+            if made is not None and parsed:  # the rules see the overrides' values too, or nothing
+                try:
+                    made = _apply(made, parsed, sources, locate)
+                except ConfigError:  # already reported, by _override_issues
+                    made = None
         if cfg is not None and parsed:
             try:
                 cfg = _apply(cfg, parsed, sources, locate)

@@ -98,3 +98,21 @@ def test_the_rules_do_not_speak_of_a_group_that_could_not_be_made(tmp_path: Path
         f"{path}:14:7: optimizer.lr: expected a number, got the string 'x'",
         "2 problems found; nothing was started.",
     ]
+
+
+def test_the_rules_see_the_flags_values_while_the_file_has_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        MODEL
+        + "parallelism:\n  _target_: hyper_parallel.trainer.config.ParallelismConfig\n  tp: 3\n"
+        + "optimizer:\n  _target_: hyper_parallel.components.optimizer.AdamW.Config\n  lr: x\n"
+        + DATA
+    )
+    code, lines = run(path, "--training.seq_len", "256", "--training.max_steps", "500")
+    assert code == 2
+    assert lines == [
+        f"{path}:11:7: optimizer.lr: expected a number, got the string 'x'",
+        "--training.seq_len: must be divisible by parallelism.tp (3) for sequence parallelism (each tp rank "
+        "holds an equal slice of the sequence; or set parallelism.sequence_parallel to false), got 256",
+        "2 problems found; nothing was started.",
+    ]
