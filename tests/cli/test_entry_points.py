@@ -46,7 +46,7 @@ def test_dry_run_resolves_and_prints_a_summary() -> None:
         "0.0001",
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"resolved {MINIMAL}: 16 groups, all checks passed\n")
+    assert done.stdout.startswith(f"resolved {MINIMAL}: 17 groups, all checks passed\n")
     assert "  optimizer              AdamW.Config: lr=0.0001" in done.stdout
     assert "  training               TrainingConfig: max_steps=200" in done.stdout
     assert done.stderr == ""

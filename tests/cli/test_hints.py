@@ -84,7 +84,7 @@ def test_an_option_given_twice_is_an_error(prog: str, flag: str, first: str, sec
     assert_reported(lines, [(flag, f"{flag} given twice ({first!r}, then {second!r}); give it once")])
 
 
-FLAVORS = ["'debugmodel'", "'8B'", "'70B'", "'405B'"]
+FLAVORS = ["'debugmodel'", "'1B'", "'3B'", "'8B'", "'70B'", "'405B'"]
 
 
 @pytest.mark.parametrize(

@@ -161,7 +161,7 @@ def test_dry_run_prints_each_warning_at_its_location_once() -> None:
     )
     assert status == 0
     assert err.splitlines() == [WARMUP, "1 warning (--strict refuses them)"]
-    assert out.startswith("resolved configs/llama3_8b.yaml: 16 groups, all checks passed\n")
+    assert out.startswith("resolved configs/llama3_8b.yaml: 17 groups, all checks passed\n")
 
 
 def test_strict_turns_warnings_into_input_errors() -> None:
