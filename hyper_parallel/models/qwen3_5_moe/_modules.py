@@ -24,7 +24,6 @@ needs no cache: each token picks its experts from its own hidden state.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -63,33 +62,24 @@ class RouterStats(NamedTuple):
     tokens: int
 
 
-@functools.cache
-def _grouped_mm_runs(device_type: str, dtype: torch.dtype) -> bool:
-    """Whether this torch's ``_grouped_mm`` runs on ``device_type`` in ``dtype``, tried once on tiny operands.
-
-    Its coverage moved between releases of the supported range (CPU kernels, float32 on CUDA, GPU
-    architectures); where it does not run, the experts take one matmul per group instead of failing.
-    """
-    if not hasattr(torch, "_grouped_mm"):
-        return False
-    try:
-        x = torch.ones(16, 8, device=device_type, dtype=dtype)
-        weight = torch.ones(2, 8, 8, device=device_type, dtype=dtype)
-        torch._grouped_mm(x, weight, offs=torch.tensor([8, 16], device=device_type, dtype=torch.int32))
-    except (RuntimeError, NotImplementedError):
-        return False
-    return True
+#: ``(device type, dtype)`` where this torch's ``_grouped_mm`` refused to run: its coverage moved between
+#: releases of the supported range (CPU kernels, float32 on CUDA, GPU architectures), and where it does not
+#: run the experts take one matmul per group instead of failing. Only refusals are kept: a call that fails
+#: leaves nothing behind, so a recomputing activation checkpoint sees the same tensors as the forward.
+_NO_GROUPED_MM: set[tuple[str, torch.dtype]] = set()
 
 
 def _can_group(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether ``torch._grouped_mm`` takes these operands: torch runs it here, rows are 16-byte aligned."""
+    """Whether ``torch._grouped_mm`` may take these operands: torch has it, it did not refuse this device
+    and dtype, rows are 16-byte aligned."""
     size = x.element_size()
-    runs = (
+    return (
         hasattr(torch, "_grouped_mm")
-        if torch.compiler.is_compiling()
-        else _grouped_mm_runs(x.device.type, x.dtype)
+        and (x.device.type, x.dtype) not in _NO_GROUPED_MM
+        and x.shape[0] > 0
+        and (x.shape[1] * size) % 16 == 0
+        and (weight.shape[1] * size) % 16 == 0
     )
-    return runs and x.shape[0] > 0 and (x.shape[1] * size) % 16 == 0 and (weight.shape[1] * size) % 16 == 0
 
 
 def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -109,8 +99,13 @@ def _grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor)
     """:func:`grouped_matmul` itself."""
     if _can_group(x, weight):
         offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
-        out: torch.Tensor = torch._grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
-        return out
+        try:
+            out: torch.Tensor = torch._grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
+            return out
+        except (RuntimeError, NotImplementedError):
+            if torch.compiler.is_compiling():
+                raise
+            _NO_GROUPED_MM.add((x.device.type, x.dtype))
     sizes = counts.tolist()
     parts = [part @ weight[e].t() for e, part in enumerate(torch.split(x, sizes, dim=0)) if sizes[e]]
     return torch.cat(parts) if parts else x.new_zeros(0, weight.shape[1])
