@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.gpu import TINY_MODELS
+
 __all__ = ["BF16_TOLERANCE", "main"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,23 +43,11 @@ ROOT = Path(__file__).resolve().parents[1]
 BF16_TOLERANCE = 0.03
 DEBUG_CONFIGS = ("llama3", "qwen3_5", "qwen3_5_moe", "qwen3_5_vl")
 GPU_CONFIGS = ("llama3_2_1b_gpu", "qwen3_5_0_8b_gpu")
-#: The GPU configs' shapes in the tiny mode (model overrides), so a CPU runs them in seconds.
+#: The GPU configs' shapes in the tiny mode (model overrides; ``bench gpu``'s tiny Qwen), so a CPU runs
+#: them in seconds.
 TINY_OVERRIDES = {
     "llama3_2_1b_gpu": {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 512},
-    "qwen3_5_0_8b_gpu": {
-        "dim": 64,
-        "n_layers": 2,
-        "full_attention_interval": 2,
-        "ffn_hidden_dim": 128,
-        "n_heads": 4,
-        "n_kv_heads": 2,
-        "head_dim": 16,
-        "linear_num_key_heads": 2,
-        "linear_num_value_heads": 4,
-        "linear_key_head_dim": 16,
-        "linear_value_head_dim": 16,
-        "vocab_size": 512,
-    },
+    "qwen3_5_0_8b_gpu": TINY_MODELS["qwen3_5"][1],
 }
 
 
