@@ -96,6 +96,8 @@ def test_train_lm_exits_2_with_the_line(corrupted: tuple[Path, Path, int]) -> No
         "training.global_batch_size": "2",
         "training.micro_batch_size": "2",
         "metrics.log_freq": "1000",
+        "metrics.enable_jsonl": "false",  # the debug config's sink writes under the working folder
+        "metrics.jsonl_path": "metrics.jsonl",
     }
     out, err = io.StringIO(), io.StringIO()
     argv = ["--config-file", str(debug_config_path("llama3")), *as_flags(overrides)]
