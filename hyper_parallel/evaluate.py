@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from hyper_parallel._numbers import read_world_size
 from hyper_parallel.config import ConfigError, Issue
 from hyper_parallel.config.manager import load_config_report
 from hyper_parallel.launch import (
@@ -219,17 +220,18 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     if issues:
         return report_issues(issues, err)
     assert args.config_file is not None
-    world_size = os.environ.get("WORLD_SIZE", "1").strip()
-    if not world_size.isascii() or not world_size.isdigit() or len(world_size) > 9 or int(world_size) < 1:
+    text = os.environ.get("WORLD_SIZE", "1")
+    world_size = read_world_size(text)
+    if world_size is None:
         return report_issues(
-            [Issue("", f"world size must be a positive integer, got {world_size!r}", "$WORLD_SIZE")], err
+            [Issue("", f"world size must be a positive integer, got {text.strip()!r}", "$WORLD_SIZE")], err
         )
     try:
         loaded = load_config_report(
             args.config_file,
             args.overrides,
             allowed_targets=args.allow_target,
-            world_size=int(world_size),
+            world_size=world_size,
             strict=args.strict,
             command_line=True,
             trainer="lm",

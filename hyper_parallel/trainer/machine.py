@@ -18,6 +18,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hyper_parallel._numbers import read_world_size
+
 if TYPE_CHECKING:
     from hyper_parallel.trainer.config import TrainerConfig
 
@@ -62,9 +64,9 @@ def intra_op_threads(
     env = os.environ if environ is None else environ
     if configured is not None:
         return configured, "training.cpu_threads"
-    exported = env.get("OMP_NUM_THREADS", "").strip()
-    if exported.isdigit() and int(exported) > 0:
-        return int(exported), "OMP_NUM_THREADS"
+    exported = read_world_size(env.get("OMP_NUM_THREADS", ""))  # a positive count, as a world size is
+    if exported is not None:
+        return exported, "OMP_NUM_THREADS"
     if cores is None:
         affinity = getattr(os, "sched_getaffinity", None)
         cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
@@ -73,8 +75,7 @@ def intra_op_threads(
             load = os.getloadavg()[0]
         except (AttributeError, OSError):  # not on every platform
             load = 0.0
-    local = env.get("LOCAL_WORLD_SIZE", "1").strip()
-    ranks = int(local) if local.isdigit() and int(local) > 0 else 1
+    ranks = read_world_size(env.get("LOCAL_WORLD_SIZE", "1")) or 1
     busy = min(cores, round(load))
     free = max(1, cores - busy)
     reason = f"{cores} cores available to this process"

@@ -44,3 +44,22 @@ def test_a_world_size_that_is_no_positive_integer_is_refused_by_every_command(te
 
 def test_a_world_size_reads_alike_everywhere() -> None:
     assert [read_world_size(t) for t in ("1", " 8 ", "0064")] == [1, 8, 64]
+
+
+@pytest.mark.parametrize("text", ["²", "0", "x"])
+def test_evaluate_reads_world_size_alike(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hyper_parallel.evaluate import main as evaluate_main
+
+    monkeypatch.setenv("WORLD_SIZE", text)
+    out, err = io.StringIO(), io.StringIO()
+    assert evaluate_main(["--config-file", CONFIG], out=out, err=err) == 2
+    assert f"$WORLD_SIZE: world size must be a positive integer, got {text!r}" in err.getvalue()
+
+
+def test_a_thread_count_is_read_as_a_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hyper_parallel.trainer.machine import intra_op_threads
+
+    assert (
+        intra_op_threads(None, {"OMP_NUM_THREADS": "²", "LOCAL_WORLD_SIZE": "²"}, cores=2, load=0.0)[0] == 2
+    )
+    assert intra_op_threads(None, {"OMP_NUM_THREADS": " 3 "}, cores=2, load=0.0)[0] == 3
