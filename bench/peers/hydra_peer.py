@@ -339,6 +339,11 @@ class CommSchema:
     save_traces_folder: str = "comm_traces"
 
 
+@dataclass
+class FullFineTuningSchema:
+    _target_: str = "hyper_parallel.components.peft.FullFineTuning.Config"
+
+
 #: Root group -> the schemas its ``_target_`` may name (what Hydra's config groups would hold).
 GROUPS: dict[str, tuple[type, ...]] = {
     "model": (Qwen35ModelSchema, Qwen35VLModelSchema),
@@ -357,6 +362,7 @@ GROUPS: dict[str, tuple[type, ...]] = {
     "debug": (DebugSchema,),
     "compile": (CompileSchema,),
     "comm": (CommSchema,),
+    "peft": (FullFineTuningSchema,),
 }
 
 

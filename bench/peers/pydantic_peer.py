@@ -428,6 +428,10 @@ class CommConfig(_Model):
     save_traces_folder: NonEmpty = "comm_traces"
 
 
+class FullFineTuningConfig(_Model):
+    target: Literal["hyper_parallel.components.peft.FullFineTuning.Config"] = Field(alias="_target_")
+
+
 def _group(*members: type) -> Any:
     return Annotated[functools.reduce(operator.or_, members), Field(discriminator="target")]
 
@@ -477,6 +481,9 @@ class TrainerConfig(_Model):
     debug: _group(DebugConfig) = _default(DebugConfig, f"{_CFG}.DebugConfig")  # type: ignore[valid-type]
     compile: _group(CompileConfig) = _default(CompileConfig, f"{_CFG}.CompileConfig")  # type: ignore[valid-type]
     comm: _group(CommConfig) = _default(CommConfig, f"{_CFG}.CommConfig")  # type: ignore[valid-type]
+    peft: _group(FullFineTuningConfig) = _default(  # type: ignore[valid-type]
+        FullFineTuningConfig, "hyper_parallel.components.peft.FullFineTuning.Config"
+    )
 
     @model_validator(mode="after")
     def _cross(self) -> "TrainerConfig":
