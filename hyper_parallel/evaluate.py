@@ -140,15 +140,10 @@ def _refuse_oversized(cfg: TrainerConfig, step: Path, metadata: Any) -> None:
     """Refuse a config whose model is larger than the checkpoint stores, before the trainer builds it."""
     import math
 
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
+    from hyper_parallel.export import stored_model_sizes
     from hyper_parallel.models import size_problem
 
-    stored = sum(
-        math.prod(item.size)
-        for key, item in metadata.state_dict_metadata.items()
-        if key.startswith("model.") and isinstance(item, TensorStorageMetadata)
-    )
+    stored = sum(math.prod(size) for size in stored_model_sizes(metadata).values())
     problem = size_problem(cfg.model.args, stored)
     if problem is not None:
         raise EvaluateError(f"{step / '.metadata'}: {problem}")

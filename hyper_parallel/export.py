@@ -58,6 +58,7 @@ __all__ = [
     "main",
     "parse_size",
     "read_checkpoint",
+    "stored_model_sizes",
 ]
 
 #: The dtypes ``dtype`` / ``--dtype`` accept.
@@ -330,7 +331,7 @@ def _vanished(path: Path, candidate: Path, candidates: list[Path]) -> bool:
     return candidate not in now or now[:1] != candidates[:1]
 
 
-def _stored_values(metadata: Any) -> dict[str, list[int]]:
+def stored_model_sizes(metadata: Any) -> dict[str, list[int]]:
     """The model tensors' sizes in a checkpoint's (checked) metadata, by our names."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
@@ -352,7 +353,7 @@ def _check_model(step: Path, cfg: TrainerConfig, metadata: Any) -> None:
 
     from hyper_parallel.models import size_problem
 
-    stored = _stored_values(metadata)
+    stored = stored_model_sizes(metadata)
     if not stored:
         raise ExportError(f"{str(step)!r} holds no model weights")
     meta_file = step / ".metadata"

@@ -23,8 +23,9 @@ def parameter_count(args: Any) -> int | None:
     preflight = getattr(args, "preflight", None)
     if not callable(preflight):
         return None
-    count: int = sum(group.numel * group.copies for group in preflight().parameters())
-    return count
+    from hyper_parallel.preflight.model import parameter_total
+
+    return parameter_total(preflight())
 
 
 def size_problem(args: Any, stored: int) -> str | None:

@@ -11,6 +11,7 @@ world size.
 from typing import TYPE_CHECKING
 
 from hyper_parallel.preflight.estimate import model_costs
+from hyper_parallel.preflight.model import parameter_total
 
 if TYPE_CHECKING:
     from hyper_parallel.trainer.config import TrainerConfig
@@ -26,7 +27,7 @@ def size_issues(cfg: "TrainerConfig") -> list[tuple[str, str]]:
     costs = model_costs(cfg)
     if costs is None:
         return []
-    count = sum(group.numel * group.copies for group in costs.parameters())
+    count = parameter_total(costs)
     if count <= MAX_PARAMETERS:
         return []
     return [

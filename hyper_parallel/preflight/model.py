@@ -8,7 +8,7 @@ preflight package needs no model names and never imports torch.
 from collections.abc import Sequence
 from typing import Literal, NamedTuple, Protocol
 
-__all__ = ["ActivationCosts", "BlockActivations", "ModelCosts", "ParamGroup", "Workload"]
+__all__ = ["ActivationCosts", "BlockActivations", "ModelCosts", "ParamGroup", "Workload", "parameter_total"]
 
 #: Layer types a parameter is reported under.
 Kind = Literal["embedding", "attention", "gated_deltanet", "mlp", "moe", "norm", "output", "vision"]
@@ -101,3 +101,8 @@ class ModelCosts(Protocol):
     def tp_degrees(self) -> Sequence[int]:
         """Tensor-parallel degrees the model's sharding plan accepts."""
         ...
+
+
+def parameter_total(costs: ModelCosts) -> int:
+    """Every parameter of the model ``costs`` describes, tied tensors once."""
+    return sum(group.numel * group.copies for group in costs.parameters())
