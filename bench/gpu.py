@@ -115,11 +115,17 @@ def _fla_installed() -> bool:
     return importlib.util.find_spec("fla") is not None
 
 
-def variants(family: str, *, cuda: bool, fla: bool) -> list[Variant]:
-    """What is timed for ``family``: ours in each setting, then transformers' model (eager)."""
+def variants(family: str, *, cuda: bool, fla: bool, quick: bool = False) -> list[Variant]:
+    """What is timed for ``family``: ours in each setting, then transformers' model (eager).
+
+    ``quick`` (the device check's comparison, where the trainer's own runs measure compile): ours eager
+    with the default kernels beside transformers'.
+    """
     gdn = ["fla", "chunked"] if family == "qwen3_5" and fla else ["chunked" if family == "qwen3_5" else "-"]
     if not cuda:
         return [Variant("ours", False, "default", gdn[-1]), Variant("transformers", False, "default", gdn[0])]
+    if quick:
+        return [Variant("ours", False, "default", gdn[0]), Variant("transformers", False, "default", gdn[0])]
     found = [Variant("ours", False, "flash", gdn[0]), Variant("ours", False, "efficient", gdn[0])]
     found += [Variant("ours", False, "flash", g) for g in gdn[1:]]
     found.append(Variant("ours", True, "flash", gdn[0]))
@@ -310,7 +316,9 @@ def _one_rank(device: Any, tiny: bool) -> Iterator[Any]:
         torch.set_num_threads(threads)
 
 
-def run(tiny: bool, steps: int, warmup: int, seq: int, batch: int, only: str) -> dict[str, Any]:
+def run(
+    tiny: bool, steps: int, warmup: int, seq: int, batch: int, only: str, quick: bool = False
+) -> dict[str, Any]:
     """Every measurement, as the JSON document ``main`` writes."""
     import torch
 
@@ -319,11 +327,11 @@ def run(tiny: bool, steps: int, warmup: int, seq: int, batch: int, only: str) ->
     if cuda:
         torch.cuda.set_device(device)
     with _one_rank(device, tiny) as mesh:
-        return _run(device, mesh, tiny, steps, warmup, seq, batch, only)
+        return _run(device, mesh, tiny, steps, warmup, seq, batch, only, quick)
 
 
 def _run(
-    device: Any, mesh: Any, tiny: bool, steps: int, warmup: int, seq: int, batch: int, only: str
+    device: Any, mesh: Any, tiny: bool, steps: int, warmup: int, seq: int, batch: int, only: str, quick: bool
 ) -> dict[str, Any]:
     import torch
 
@@ -347,7 +355,7 @@ def _run(
         flops_per_token = est.flops_per_token if est is not None else None
         generator = torch.Generator().manual_seed(1)
         tokens = torch.randint(0, args.vocab_size, (batch, seq), generator=generator).to(device)
-        for variant in variants(family, cuda=cuda, fla=fla):
+        for variant in variants(family, cuda=cuda, fla=fla, quick=quick):
             base = ours if variant.implementation == "ours" else theirs
             measured = _measure(variant, base, tokens, device, mesh, warmup, steps)
             tokens_per_second = batch * seq / measured["seconds_per_step"]
@@ -423,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="only the models whose row name contains this text")
     parser.add_argument("--json", metavar="PATH", default="bench-gpu.json", help="results file")
     parser.add_argument(
+        "--quick", action="store_true", help="ours eager with default kernels beside transformers' only"
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="every device check in one call (bench/gpu_check.py); exit 1 on a failure",
@@ -430,11 +441,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", metavar="DIR", help="--check: results folder (default $OUT or bench-gpu-check)"
     )
+    parser.add_argument(
+        "--budget", type=float, default=None, help="--check: seconds the whole check may take (default 450)"
+    )
     args = parser.parse_args(argv)
     if args.check:
         from bench.gpu_check import main as check_main
 
-        return check_main(args.tiny, args.out)
+        return check_main(args.tiny, args.out, *([] if args.budget is None else [args.budget]))
     import torch
 
     if not args.tiny and not torch.cuda.is_available():
@@ -446,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     started = time.perf_counter()
     print(_HEADER, flush=True)
-    results = run(args.tiny, steps, warmup, seq, args.batch, args.only)
+    results = run(args.tiny, steps, warmup, seq, args.batch, args.only, args.quick)
     results["seconds"] = time.perf_counter() - started
     for row in results["kernels"]:
         print(_format_kernel(row))

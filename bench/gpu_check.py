@@ -28,19 +28,25 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from bench.gpu import TINY_MODELS
 
-__all__ = ["BF16_TOLERANCE", "main"]
+__all__ = ["BF16_TOLERANCE", "attention_times", "main"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Largest relative difference of a logged bf16 loss from the fp32 one (see the module docstring).
 BF16_TOLERANCE = 0.03
+#: Largest ratio of document-masked attention (one document per row) to plain causal attention on CUDA.
+ATTENTION_TOLERANCE = 1.2
+#: Seconds the whole check may take (the device lease's one call, less start-up and transfers).
+DEFAULT_BUDGET = 450.0
 DEBUG_CONFIGS = ("llama3", "qwen3_5", "qwen3_5_moe", "qwen3_5_vl")
 GPU_CONFIGS = ("llama3_2_1b_gpu", "qwen3_5_0_8b_gpu")
 #: The GPU configs' shapes in the tiny mode (model overrides; ``bench gpu``'s tiny Qwen), so a CPU runs
@@ -51,8 +57,36 @@ TINY_OVERRIDES = {
 }
 
 
+class Deadline:
+    """The check's time budget: every step's timeout is cut to what is left of it (less a reserve for
+    writing the results), and a step that cannot start in time is reported as skipped."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.perf_counter() + seconds
+
+    def left(self) -> float:
+        return self.end - time.perf_counter()
+
+    def cap(self, timeout: float) -> float:
+        return max(0.0, min(timeout, self.left() - RESERVE))
+
+
+#: Seconds of the budget kept for writing the results after the last step.
+RESERVE = 5.0
+#: Set by :func:`check`; every subprocess's timeout is cut to it.
+_DEADLINE = Deadline(float("inf"))
+
+
 def _run(command: list[str], timeout: float, log: Path) -> tuple[int, float]:
-    """Run ``command`` from the repository root (this checkout first on the path); exit status, seconds."""
+    """Run ``command`` from the repository root (this checkout first on the path); exit status, seconds.
+
+    124 (as ``timeout`` reports it) when it ran past ``timeout`` or the check's budget, without being
+    started when nothing of the budget is left.
+    """
+    timeout = _DEADLINE.cap(timeout)
+    if timeout < 1:
+        log.write_text("skipped: the check's time budget was spent\n", encoding="utf-8")
+        return 124, 0.0
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -98,126 +132,127 @@ def _train(
 
 
 def _debug_rows(out: Path, tiny: bool, device: str) -> list[dict[str, Any]]:
-    """bf16 against fp32, then save, resume and generate, for each debug config."""
-    rows = []
-    steps = 2 if tiny else 10
+    """bf16 against fp32, then save, resume and generate, for each debug config (each config's runs in
+    order, the configs side by side: they are small, and the device and cores are many)."""
     names = DEBUG_CONFIGS[:1] if tiny else DEBUG_CONFIGS
-    for name in names:
-        config = f"{name}_debug"
-        base: dict[str, Any] = {
-            "training.max_steps": steps,
-            "metrics.log_freq": 1,
-            "dataloader.dataset.document_masking": "true",
-        }
-        if tiny:  # random tokens: no corpus to tokenise in every process
-            base.update(
-                {
-                    "training.seq_len": 64,
-                    "dataloader.dataset.source": "synthetic",
-                    "lr_scheduler.warmup_steps": 1,
-                }
-            )
-        row: dict[str, Any] = {"step": "debug", "config": config, "ok": True, "notes": []}
-        # The fp32 run saves checkpoints too (its last step a full one), which the relaunch resumes.
-        folder = out / f"{config}-ckpt"
-        saving = {
-            "checkpoint.enable": "true",
-            "checkpoint.folder": str(folder),
-            "checkpoint.last_save_model_only": "false",
-            "checkpoint.interval": max(1, steps // 2),
-        }
-        losses = {}
-        for dtype in ("float32", "bfloat16"):
-            settings = {
-                **base,
-                "training.mixed_precision_param": dtype,
-                **(saving if dtype == "float32" else {}),
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        return list(pool.map(lambda name: _debug_row(out, tiny, device, name), names))
+
+
+def _debug_row(out: Path, tiny: bool, device: str, name: str) -> dict[str, Any]:
+    steps = 2 if tiny else 10
+    config = f"{name}_debug"
+    base: dict[str, Any] = {
+        "training.max_steps": steps,
+        "metrics.log_freq": 1,
+        "dataloader.dataset.document_masking": "true",
+    }
+    if tiny:  # random tokens: no corpus to tokenise in every process
+        base.update(
+            {
+                "training.seq_len": 64,
+                "dataloader.dataset.source": "synthetic",
+                "lr_scheduler.warmup_steps": 1,
             }
-            status, seconds, metrics, log = _train(config, out, f"{config}-{dtype}", settings, 240)
-            losses[dtype] = _losses(metrics)
-            row[f"{dtype}_seconds"] = round(seconds, 1)
-            if status != 0 or not losses[dtype]:
-                row["ok"] = False
-                row["notes"].append(f"{dtype} run exited {status} (see {log.name})")
-        if row["ok"]:
-            worst = max(
-                abs(losses["bfloat16"][s] - loss) / abs(loss) for s, loss in losses["float32"].items()
-            )
-            row["bf16_vs_fp32_max_rel"] = worst
-            if worst > BF16_TOLERANCE:
-                row["ok"] = False
-                row["notes"].append(f"bf16 loss {worst:.1%} from fp32 (tolerance {BF16_TOLERANCE:.0%})")
-        saving = {**base, "training.mixed_precision_param": "float32", **saving}
-        status = 0
-        resume_metrics = out / f"{config}-resume.jsonl"
-        status2, _, _, _log2 = _train(
-            config,
-            out,
-            f"{config}-resume",
-            {**saving, "training.max_steps": steps + 1},
-            240,
         )
-        resumed = [r["step"] for r in _records(resume_metrics) if r.get("event") == "resumed"]
-        row["resumed_at"] = resumed
-        if status or status2 or resumed != [steps]:
+    row: dict[str, Any] = {"step": "debug", "config": config, "ok": True, "notes": []}
+    # The fp32 run saves checkpoints too (its last step a full one), which the relaunch resumes.
+    folder = out / f"{config}-ckpt"
+    shutil.rmtree(folder, ignore_errors=True)  # a folder of an earlier check would be resumed
+    saving = {
+        "checkpoint.enable": "true",
+        "checkpoint.folder": str(folder),
+        "checkpoint.last_save_model_only": "false",
+        "checkpoint.interval": max(1, steps // 2),
+    }
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        settings = {
+            **base,
+            "training.mixed_precision_param": dtype,
+            **(saving if dtype == "float32" else {}),
+        }
+        status, seconds, metrics, log = _train(config, out, f"{config}-{dtype}", settings, 240)
+        losses[dtype] = _losses(metrics)
+        row[f"{dtype}_seconds"] = round(seconds, 1)
+        if status != 0 or not losses[dtype]:
             row["ok"] = False
-            row["notes"].append(
-                f"save/resume: exits {status}/{status2}, resumed at {resumed} (expected [{steps}])"
-            )
-        if not name.endswith("_vl"):  # generate serves the text models
-            gen = [sys.executable, "-m", "hyper_parallel.generate", str(folder), "--prompt", "def ",
-                   "--max-new-tokens", "8", "--device", device]  # fmt: skip
-            status, _ = _run(gen, 120, out / f"{config}-generate.log")
-            text = (out / f"{config}-generate.log").read_text(encoding="utf-8")
-            row["generated"] = text[-200:]
-            if status != 0:
-                row["ok"] = False
-                row["notes"].append(f"generate exited {status}")
-        print(_format(row), flush=True)
-        rows.append(row)
-    return rows
+            row["notes"].append(f"{dtype} run exited {status} (see {log.name})")
+    if row["ok"]:
+        worst = max(abs(losses["bfloat16"][s] - loss) / abs(loss) for s, loss in losses["float32"].items())
+        row["bf16_vs_fp32_max_rel"] = worst
+        if worst > BF16_TOLERANCE:
+            row["ok"] = False
+            row["notes"].append(f"bf16 loss {worst:.1%} from fp32 (tolerance {BF16_TOLERANCE:.0%})")
+    saving = {**base, "training.mixed_precision_param": "float32", **saving}
+    status = 0
+    resume_metrics = out / f"{config}-resume.jsonl"
+    status2, _, _, _log2 = _train(
+        config,
+        out,
+        f"{config}-resume",
+        {**saving, "training.max_steps": steps + 1},
+        240,
+    )
+    resumed = [r["step"] for r in _records(resume_metrics) if r.get("event") == "resumed"]
+    row["resumed_at"] = resumed
+    if status or status2 or resumed != [steps]:
+        row["ok"] = False
+        row["notes"].append(
+            f"save/resume: exits {status}/{status2}, resumed at {resumed} (expected [{steps}])"
+        )
+    if not name.endswith("_vl"):  # generate serves the text models
+        gen = [sys.executable, "-m", "hyper_parallel.generate", str(folder), "--prompt", "def ",
+               "--max-new-tokens", "8", "--device", device]  # fmt: skip
+        status, _ = _run(gen, 120, out / f"{config}-generate.log")
+        text = (out / f"{config}-generate.log").read_text(encoding="utf-8")
+        row["generated"] = text[-200:]
+        if status != 0:
+            row["ok"] = False
+            row["notes"].append(f"generate exited {status}")
+    print(_format(row), flush=True)
+    return row
 
 
-def _speed_rows(out: Path, tiny: bool) -> list[dict[str, Any]]:
-    """The shipped GPU configs through the trainer, with and without compile (compile only on CUDA)."""
+def _speed_rows(out: Path, tiny: bool, compiled: bool) -> list[dict[str, Any]]:
+    """The shipped GPU configs through the trainer, compiled or not (compile only on CUDA)."""
     from hyper_parallel.config import load_config
     from hyper_parallel.preflight import estimate
 
     rows = []
     for config in GPU_CONFIGS:
-        for compiled in (False,) if tiny else (False, True):
-            # 20 steps logged every 10: the record read is steps 11-20, after compilation and warm-up.
-            overrides: dict[str, Any] = {"compile.enable": str(compiled).lower(), "training.max_steps": 20}
-            if tiny:
-                overrides.update({f"model.overrides.{k}": v for k, v in TINY_OVERRIDES[config].items()})
-                overrides.update(
-                    {
-                        "training.seq_len": 64,
-                        "training.max_steps": 2,
-                        "metrics.log_freq": 1,
-                        "lr_scheduler.warmup_steps": 1,
-                        "training.mixed_precision_param": "float32",
-                    }
-                )
-            tag = f"{config}-{'compiled' if compiled else 'eager'}"
-            status, seconds, metrics, log = _train(config, out, tag, overrides, 300)
-            last = [r for r in _records(metrics) if "tokens_per_second" in r][-1:]
-            cfg = load_config(ROOT / "configs" / f"{config}.yaml", {k: str(v) for k, v in overrides.items()})
-            est = estimate(cfg, 1)
-            row = {
-                "step": "speed",
-                "config": config,
-                "compiled": compiled,
-                "ok": status == 0 and bool(last),
-                "seconds": round(seconds, 1),
-                "tokens_per_second": last[0]["tokens_per_second"] if last else None,
-                "mfu": last[0].get("mfu") if last else None,
-                "peak_memory_gib": last[0].get("memory_gib") if last else None,
-                "preflight_memory_gib": None if est is None else est.device_total / 2**30,
-                "notes": [] if status == 0 else [f"exited {status} (see {log.name})"],
-            }
-            print(_format(row), flush=True)
-            rows.append(row)
+        # 20 steps logged every 10: the record read is steps 11-20, after compilation and warm-up.
+        overrides: dict[str, Any] = {"compile.enable": str(compiled).lower(), "training.max_steps": 20}
+        if tiny:
+            overrides.update({f"model.overrides.{k}": v for k, v in TINY_OVERRIDES[config].items()})
+            overrides.update(
+                {
+                    "training.seq_len": 64,
+                    "training.max_steps": 2,
+                    "metrics.log_freq": 1,
+                    "lr_scheduler.warmup_steps": 1,
+                    "training.mixed_precision_param": "float32",
+                }
+            )
+        tag = f"{config}-{'compiled' if compiled else 'eager'}"
+        status, seconds, metrics, log = _train(config, out, tag, overrides, 300)
+        last = [r for r in _records(metrics) if "tokens_per_second" in r][-1:]
+        cfg = load_config(ROOT / "configs" / f"{config}.yaml", {k: str(v) for k, v in overrides.items()})
+        est = estimate(cfg, 1)
+        row = {
+            "step": "speed",
+            "config": config,
+            "compiled": compiled,
+            "ok": status == 0 and bool(last),
+            "seconds": round(seconds, 1),
+            "tokens_per_second": last[0]["tokens_per_second"] if last else None,
+            "mfu": last[0].get("mfu") if last else None,
+            "peak_memory_gib": last[0].get("memory_gib") if last else None,
+            "preflight_memory_gib": None if est is None else est.device_total / 2**30,
+            "notes": [] if status == 0 else [f"exited {status} (see {log.name})"],
+        }
+        print(_format(row), flush=True)
+        rows.append(row)
     return rows
 
 
@@ -225,7 +260,8 @@ def _transformers_rows(out: Path, tiny: bool) -> list[dict[str, Any]]:
     """transformers' models of the same shapes and batch: ``bench.gpu``'s measured step."""
     json_path = out / "transformers.json"
     command = [sys.executable, "-m", "bench", "gpu", "--json", str(json_path)]
-    command += ["--tiny"] if tiny else ["--seq", "4096", "--batch", "2", "--steps", "5", "--warmup", "2"]
+    full = ["--quick", "--seq", "4096", "--batch", "2", "--steps", "5", "--warmup", "2"]
+    command += ["--tiny"] if tiny else full
     status, _seconds = _run(command, 360, out / "transformers.log")
     rows = []
     if json_path.exists():
@@ -262,65 +298,155 @@ HEADER = (
 )
 
 
-def check(tiny: bool, out: Path) -> int:
-    """Run every step; write ``out/check.json``; 0 when every row passed."""
+def attention_times(tiny: bool) -> dict[str, Any]:
+    """Forward + backward of one attention layer at the Llama 3.2-1B shape, 4,096 tokens (tiny: 256):
+    plain causal SDPA against document masking through :func:`hyper_parallel.models._layers.attention`
+    (FlexAttention's block mask on CUDA), with one document per row (masking that saves nothing: the
+    ratio the issue bounds by 1.2x) and with packed documents of 64 to 1,024 tokens.
+    """
     import torch
 
+    from hyper_parallel.models import _layers
+
+    cuda = torch.cuda.is_available() and not tiny
+    device = torch.device("cuda" if cuda else "cpu")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    batch, seq, heads, kv_heads, head_dim = (2, 4096, 32, 8, 64) if not tiny else (1, 256, 4, 2, 16)
+    generator = torch.Generator().manual_seed(0)
+
+    def tensor(h: int) -> Any:
+        return torch.randn(batch, seq, h, head_dim, generator=generator).to(device, dtype).requires_grad_()
+
+    q, k, v = tensor(heads), tensor(kv_heads), tensor(kv_heads)
+    grad = torch.randn(batch, seq, heads, head_dim, generator=generator).to(device, dtype)
+    lengths = torch.randint(64, 1025, (seq,), generator=generator)
+    packed = torch.repeat_interleave(torch.arange(seq), lengths)[:seq]
+    layouts = {
+        "causal": None,
+        "one_document": _layers.documents_from_ids(torch.zeros(batch, seq, dtype=torch.long, device=device),
+                                                   (batch, seq)),
+        "packed": _layers.documents_from_ids(packed.expand(batch, seq).to(device), (batch, seq)),
+    }  # fmt: skip
+
+    def once(documents: Any) -> None:
+        out = _layers.attention(q, k, v, documents)
+        torch.autograd.backward(out, grad)
+        if cuda:
+            torch.cuda.synchronize()
+        q.grad = k.grad = v.grad = None
+
+    result: dict[str, Any] = {"device": str(device), "seq": seq, "batch": batch}
+    for name, documents in layouts.items():
+        for _ in range(3):
+            once(documents)
+        samples = []
+        for _ in range(5 if tiny else 20):
+            started = time.perf_counter()
+            once(documents)
+            samples.append(time.perf_counter() - started)
+        samples.sort()
+        result[f"{name}_ms"] = samples[len(samples) // 2] * 1e3
+    result["one_document_vs_causal"] = result["one_document_ms"] / result["causal_ms"]
+    result["packed_vs_causal"] = result["packed_ms"] / result["causal_ms"]
+    return result
+
+
+def _attention_row(out: Path, tiny: bool) -> dict[str, Any]:
+    """:func:`attention_times` in its own process; passes when masking costs at most 1.2x causal."""
+    json_path = out / "attention.json"
+    code = (
+        "import json, sys; from bench.gpu_check import attention_times; "
+        f"open(sys.argv[1], 'w').write(json.dumps(attention_times({tiny})))"
+    )
+    status, seconds = _run([sys.executable, "-c", code, str(json_path)], 180, out / "attention.log")
+    row: dict[str, Any] = {"step": "attention", "config": "4096 tokens" if not tiny else "tiny",
+                           "ok": False, "seconds": round(seconds, 1), "notes": []}  # fmt: skip
+    if status == 0 and json_path.exists():
+        times = json.loads(json_path.read_text(encoding="utf-8"))
+        row.update(times)
+        # A CPU takes the variable-length path, a different kernel: the ratio is bounded on CUDA only.
+        row["ok"] = tiny or times["one_document_vs_causal"] <= ATTENTION_TOLERANCE
+        row["notes"].append(
+            f"causal {times['causal_ms']:.2f} ms; masked, one document {times['one_document_ms']:.2f} ms "
+            f"({times['one_document_vs_causal']:.2f}x), packed {times['packed_ms']:.2f} ms "
+            f"({times['packed_vs_causal']:.2f}x)"
+        )
+    else:
+        row["notes"].append(f"exited {status} (see attention.log)")
+    print(_format(row), flush=True)
+    return row
+
+
+def _tests_row(out: Path, cuda: bool) -> dict[str, Any]:
+    """The suite's ``cuda``-marked tests."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda",
+               "tests/models/test_cuda_paths.py"]  # fmt: skip
+    status, seconds = _run(command, 240, out / "tests.log")
+    # pytest's 5: every test deselected (no CUDA); 0 with every test skipped is the CPU's outcome too.
+    row = {"step": "tests", "config": "-m cuda", "ok": status in ((0,) if cuda else (0, 5)),
+           "seconds": round(seconds, 1), "notes": [f"pytest exit {status} (see tests.log)"]}  # fmt: skip
+    print(_format(row), flush=True)
+    return row
+
+
+def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET) -> int:
+    """Run every step within ``budget`` seconds; write ``out/check.json`` after each; 0 when all passed.
+
+    The small steps (the cuda tests, the debug configs, the attention timing) run side by side; the
+    speed runs one at a time after them, eager first (then transformers' step, then compiled), so that a
+    budget spent early loses the least: a step that cannot start in time is a failed row saying so.
+    """
+    import torch
+
+    global _DEADLINE
+    _DEADLINE = Deadline(budget)
     out.mkdir(parents=True, exist_ok=True)
     cuda = torch.cuda.is_available() and not tiny
     started = time.perf_counter()
-    print(HEADER, flush=True)
-    tests_status, tests_seconds = _run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-m",
-            "cuda",
-            "tests/models/test_cuda_paths.py",
-        ],
-        240,
-        out / "tests.log",
-    )
-    # pytest's 5: every test deselected or skipped (no CUDA), which is the expected outcome on a CPU.
-    rows: list[dict[str, Any]] = [
-        {
-            "step": "tests",
-            "config": "-m cuda",
-            "ok": tests_status in ((0,) if cuda else (0, 5)),
-            "seconds": round(tests_seconds, 1),
-            "notes": [f"pytest exit {tests_status} (see tests.log)"],
+    rows: list[dict[str, Any]] = []
+
+    def write() -> None:
+        result = {
+            "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+            "torch": torch.__version__,
+            "tiny": tiny,
+            "seconds": round(time.perf_counter() - started, 1),
+            "rows": rows,
         }
-    ]
-    print(_format(rows[0]), flush=True)
-    rows += _debug_rows(out, tiny, "cuda" if cuda else "cpu")
-    rows += _speed_rows(out, tiny)
-    if not tiny:  # the tiny mode of bench gpu runs in the suite on its own (test_speed_gpu_bench.py)
-        rows += _transformers_rows(out, tiny)
-    result = {
-        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
-        "torch": torch.__version__,
-        "tiny": tiny,
-        "seconds": round(time.perf_counter() - started, 1),
-        "rows": rows,
-    }
-    (out / "check.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        (out / "check.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+
+    print(HEADER, flush=True)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        small = [
+            pool.submit(_tests_row, out, cuda),
+            pool.submit(_debug_rows, out, tiny, "cuda" if cuda else "cpu"),
+            pool.submit(_attention_row, out, tiny),
+        ]
+        for future in small:
+            found = future.result()
+            rows.extend(found if isinstance(found, list) else [found])
+            write()
+    for step in ("eager", "transformers", "compiled"):
+        if step == "eager":
+            rows.extend(_speed_rows(out, tiny, compiled=False))
+        elif step == "transformers" and not tiny:  # the tiny mode of bench gpu runs in the suite alone
+            rows.extend(_transformers_rows(out, tiny))
+        elif step == "compiled" and not tiny:
+            rows.extend(_speed_rows(out, tiny, compiled=True))
+        write()
     failed = [r for r in rows if not r["ok"]]
     print(
-        f"{len(rows) - len(failed)}/{len(rows)} passed in {result['seconds']:.0f} s; "
+        f"{len(rows) - len(failed)}/{len(rows)} passed in {time.perf_counter() - started:.0f} s; "
         f"wrote {out / 'check.json'}"
     )
     return 1 if failed else 0
 
 
-def main(tiny: bool, out: str | None) -> int:
+def main(tiny: bool, out: str | None, budget: float = DEFAULT_BUDGET) -> int:
     folder = Path(out or os.environ.get("OUT") or "bench-gpu-check")
     import torch
 
     if not tiny and not torch.cuda.is_available():
         print("bench gpu --check: skipped, no CUDA device here (--tiny runs the CPU smoke mode)")
         return 0
-    return check(tiny, folder.resolve())
+    return check(tiny, folder.resolve(), budget)
