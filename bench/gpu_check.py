@@ -114,7 +114,7 @@ def _losses(path: Path) -> dict[int, float]:
 
 
 def _launcher(name: str) -> str:
-    return "hyper_parallel.train_vl" if name.endswith("_vl") else "hyper_parallel.train_lm"
+    return "hyper_parallel.train_vl" if "_vl" in name else "hyper_parallel.train_lm"
 
 
 def _train(
@@ -335,19 +335,44 @@ def attention_times(tiny: bool) -> dict[str, Any]:
             torch.cuda.synchronize()
         q.grad = k.grad = v.grad = None
 
-    result: dict[str, Any] = {"device": str(device), "seq": seq, "batch": batch}
-    for name, documents in layouts.items():
+    def median_ms(run: Any) -> float:
         for _ in range(3):
-            once(documents)
+            run()
         samples = []
         for _ in range(5 if tiny else 20):
             started = time.perf_counter()
-            once(documents)
+            run()
             samples.append(time.perf_counter() - started)
         samples.sort()
-        result[f"{name}_ms"] = samples[len(samples) // 2] * 1e3
+        return samples[len(samples) // 2] * 1e3
+
+    result: dict[str, Any] = {"device": str(device), "seq": seq, "batch": batch}
+    for name, documents in layouts.items():
+        result[f"{name}_ms"] = median_ms(lambda documents=documents: once(documents))
     result["one_document_vs_causal"] = result["one_document_ms"] / result["causal_ms"]
     result["packed_vs_causal"] = result["packed_ms"] / result["causal_ms"]
+    if cuda:  # where the time goes: forward alone, SDPA's kernels, FlexAttention with a plain causal mask
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        def forward(documents: Any) -> None:
+            with torch.no_grad():
+                _layers.attention(q, k, v, documents)
+            torch.cuda.synchronize()
+
+        for name, documents in layouts.items():
+            result[f"forward_{name}_ms"] = median_ms(lambda documents=documents: forward(documents))
+        for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
+            try:
+                with sdpa_kernel(getattr(SDPBackend, backend)):
+                    result[f"sdpa_{backend.lower()}_ms"] = median_ms(lambda: once(None))
+            except RuntimeError as error:
+                result[f"sdpa_{backend.lower()}_ms"] = f"{type(error).__name__}: {str(error)[:120]}"
+        causal_mask = create_block_mask(
+            lambda b, h, q_index, kv_index: q_index >= kv_index, None, None, seq, seq, device=device
+        )
+        plain = layouts["one_document"]._replace(layout=causal_mask)
+        result["flex_causal_mask_ms"] = median_ms(lambda: once(plain))
     return result
 
 
@@ -392,8 +417,8 @@ def _tests_row(out: Path, cuda: bool) -> dict[str, Any]:
 def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET) -> int:
     """Run every step within ``budget`` seconds; write ``out/check.json`` after each; 0 when all passed.
 
-    The small steps (the cuda tests, the debug configs, the attention timing) run side by side; the
-    speed runs one at a time after them, eager first (then transformers' step, then compiled), so that a
+    The small steps (the cuda tests, the debug configs) run side by side; the timed ones one at a time
+    after them (attention, the trainer eager, transformers' step, the trainer compiled), so that a
     budget spent early loses the least: a step that cannot start in time is a failed row saying so.
     """
     import torch
@@ -416,18 +441,19 @@ def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET) -> int:
         (out / "check.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
     print(HEADER, flush=True)
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=2) as pool:
         small = [
             pool.submit(_tests_row, out, cuda),
             pool.submit(_debug_rows, out, tiny, "cuda" if cuda else "cpu"),
-            pool.submit(_attention_row, out, tiny),
         ]
         for future in small:
             found = future.result()
             rows.extend(found if isinstance(found, list) else [found])
             write()
-    for step in ("eager", "transformers", "compiled"):
-        if step == "eager":
+    for step in ("attention", "eager", "transformers", "compiled"):
+        if step == "attention":
+            rows.append(_attention_row(out, tiny))
+        elif step == "eager":
             rows.extend(_speed_rows(out, tiny, compiled=False))
         elif step == "transformers" and not tiny:  # the tiny mode of bench gpu runs in the suite alone
             rows.extend(_transformers_rows(out, tiny))

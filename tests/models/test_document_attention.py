@@ -249,3 +249,61 @@ def test_flex_attention_with_the_block_mask_equals_the_dense_mask_forward() -> N
         out = flex_attention(q, k, v, block_mask=_layers.document_block_mask(documents.ids), enable_gqa=True)
         reference = F.scaled_dot_product_attention(q, k, v, attn_mask=dense_mask(documents), enable_gqa=True)
     assert (out - reference).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("capability", "triton_version", "tilelang", "refused"),
+    [
+        ((9, 0), "3.6.0", False, True),  # the lent H200's image: fla refuses its backward there
+        ((9, 0), "3.4.0", False, True),
+        ((9, 0), "3.7.1", False, False),
+        ((9, 0), "3.3.1", False, False),
+        ((9, 0), "3.6.0", True, False),  # tilelang serves the gated backward
+        ((8, 0), "3.6.0", False, False),  # an A100 is not affected
+        ((10, 0), "3.6.0", False, False),
+    ],
+)
+def test_fla_is_refused_where_its_gated_backward_is_wrong(
+    capability: tuple[int, int], triton_version: str, tilelang: bool, refused: bool
+) -> None:
+    reason = _gated_delta.fla_refusal(capability, triton_version, tilelang)
+    assert (reason is not None) is refused
+    if refused:
+        assert reason == (
+            f"flash-linear-attention's gated backward is wrong on Hopper GPUs with Triton {triton_version} "
+            "(fla issue #640; Triton >= 3.7.1 or tilelang fixes it)"
+        )
+
+
+def test_fla_is_looked_up_once_when_a_gated_deltanet_layer_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lookup imports fla, which dynamo cannot trace: it happens when the model is built, never inside
+    a (compiled) forward."""
+    import attrs
+
+    from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS
+    from hyper_parallel.models.qwen3_5 import _modules as qwen_modules
+
+    found: list[str] = []
+    monkeypatch.setattr(_gated_delta, "_FLA_KERNEL", [])
+    monkeypatch.setattr(_gated_delta, "_find_fla", lambda: found.append("looked up"))
+    model = qwen_modules.build_qwen3_5(attrs.evolve(QWEN3_5_FLAVORS["debugmodel"], vocab_size=64), "cpu")
+    assert found == ["looked up"]
+    model(torch.randint(0, 64, (1, 16)), document_ids=torch.zeros(1, 16, dtype=torch.long))
+    assert found == ["looked up"]
+
+
+def test_qwen3_5_runs_in_bfloat16_without_fsdp_casting_its_rope() -> None:
+    """RoPE angles are computed in fp32 and applied in the activations' dtype (a bf16 model called
+    directly, as generate and the CUDA tests do, once mixed q/k float32 with v bf16)."""
+    import attrs
+
+    from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS
+    from hyper_parallel.models.qwen3_5 import _modules as qwen_modules
+
+    torch.manual_seed(0)
+    args = attrs.evolve(QWEN3_5_FLAVORS["debugmodel"], vocab_size=64)
+    model = qwen_modules.build_qwen3_5(args, "cpu").to(torch.bfloat16)
+    ids = torch.tensor([[0] * 10 + [1] * 22])
+    logits = model(torch.randint(0, 64, (1, 32)), document_ids=ids)
+    assert logits.dtype == torch.bfloat16
+    assert torch.isfinite(logits.float()).all()

@@ -21,8 +21,10 @@ before that token (exactly what the token loop does), inside and across chunks.
 
 from __future__ import annotations
 
-import functools
 import importlib
+import importlib.util
+import re
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -200,15 +202,63 @@ def chunk_gated_delta_rule(
     return out.to(value.dtype), state.reshape(batch, heads, d_k, d_v)
 
 
-@functools.cache
+#: flash-linear-attention's chunked kernel (or None), found once per process by :func:`_fla_chunk` when a
+#: Gated DeltaNet layer is built: outside any compiled block, since dynamo cannot trace fla's import.
+_FLA_KERNEL: list[Callable[..., Any] | None] = []
+
+#: fla issue #640: Triton 3.4.0 up to (not including) 3.7.1 computes fla's gated backward wrongly on Hopper
+#: (compute capability 9); fla 0.6 refuses it there (at the first backward) unless tilelang serves it.
+_FLA_HOPPER_BAD_TRITON = ((3, 4, 0), (3, 7, 1))
+
+
 def _fla_chunk() -> Callable[..., Any] | None:
-    """flash-linear-attention's fused chunked kernel, or None when the package is not installed."""
+    """flash-linear-attention's fused chunked kernel; None where not installed or unable to train here."""
+    if not _FLA_KERNEL:
+        _FLA_KERNEL.append(_find_fla())
+    return _FLA_KERNEL[0]
+
+
+def _find_fla() -> Callable[..., Any] | None:
     try:
         module = importlib.import_module("fla.ops.gated_delta_rule")
     except ImportError:
         return None
+    refusal = fla_refusal()
+    if refusal is not None:
+        warnings.warn(f"{refusal}; Gated DeltaNet runs the PyTorch chunked kernel", stacklevel=3)
+        return None
     kernel: Callable[..., Any] | None = getattr(module, "chunk_gated_delta_rule", None)
-    return kernel
+    # fla's autograd function and Triton launches run eagerly inside a compiled block (a graph break).
+    return None if kernel is None else torch.compiler.disable(kernel)
+
+
+def fla_refusal(
+    capability: tuple[int, int] | None = None, triton_version: str | None = None, tilelang: bool | None = None
+) -> str | None:
+    """Why fla's kernels cannot train on this machine (this CUDA device and Triton), or None.
+
+    The arguments default to what this machine has; tests give them.
+    """
+    if capability is None:
+        if not torch.cuda.is_available():
+            return None
+        capability = torch.cuda.get_device_capability()
+    if triton_version is None:
+        try:
+            import triton
+        except ImportError:
+            return None
+        triton_version = triton.__version__
+    if tilelang is None:
+        tilelang = importlib.util.find_spec("tilelang") is not None
+    found = tuple(int(part) for part in re.findall(r"\d+", triton_version)[:3])
+    low, high = _FLA_HOPPER_BAD_TRITON
+    if capability[0] == 9 and low <= found < high and not tilelang:
+        return (
+            f"flash-linear-attention's gated backward is wrong on Hopper GPUs with Triton {triton_version} "
+            "(fla issue #640; Triton >= 3.7.1 or tilelang fixes it)"
+        )
+    return None
 
 
 def cu_seqlens_from_resets(resets: torch.Tensor) -> torch.Tensor:

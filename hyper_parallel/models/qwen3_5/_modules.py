@@ -33,7 +33,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from hyper_parallel.models._layers import Documents, FeedForward, attention, documents_from_ids, rms_norm
-from hyper_parallel.models.qwen3_5._gated_delta import gated_delta_rule, recurrent_gated_delta_rule
+from hyper_parallel.models.qwen3_5._gated_delta import (
+    _fla_chunk,
+    gated_delta_rule,
+    recurrent_gated_delta_rule,
+)
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args
 
 if TYPE_CHECKING:
@@ -200,6 +204,7 @@ class GatedDeltaNet(nn.Module):
 
     def __init__(self, args: Qwen3_5Args) -> None:
         super().__init__()
+        _fla_chunk()  # find fla's kernel now, outside any compiled block (see _gated_delta)
         self.n_k_heads = args.linear_num_key_heads
         self.n_v_heads = args.linear_num_value_heads
         self.head_k_dim = args.linear_key_head_dim
@@ -369,7 +374,8 @@ class Qwen3_5Model(nn.Module):
         documents = None if document_ids is None else documents_from_ids(document_ids, h.shape[:2])
         if positions is None and documents is not None:
             positions = documents.positions.expand(3, *documents.positions.shape)
-        rope = self.rope(h.shape[1], h.device, positions)
+        # Angles in fp32, applied in the activations' dtype (FSDP's mixed precision casts them likewise).
+        rope = tuple(r.to(h.dtype) for r in self.rope(h.shape[1], h.device, positions))
         for layer in self.layers:
             h = layer(h, rope, documents=documents)
         logits: torch.Tensor = self.output(self.norm(h))
