@@ -6,18 +6,28 @@ What it runs, each step a fresh process of the real command line, results in one
    CUDA).
 2. ``debug``: each debug config (``llama3``, ``qwen3_5``, ``qwen3_5_moe``, ``qwen3_5_vl``) trained through
    ``python -m hyper_parallel.train_lm`` / ``train_vl`` with document masking on, in bf16 and in fp32 on
-   the same device; the bf16 losses must stay within ``BF16_TOLERANCE`` of the fp32 ones at every logged
-   step. bf16 keeps 8 bits of mantissa (a relative rounding of 2^-9 per operation); after a few steps at the
-   debug configs' learning rate the two runs drift apart by a few parts in a thousand of the loss, while a
-   wrong kernel (a leaked document, a broken mask, a wrong cast) moves it by whole percents: 3% separates
-   the two. The fp32 run saves checkpoints (its last step a full one); its relaunch must resume that step
-   (the ``resumed`` record), and ``python -m hyper_parallel.generate`` continues a prompt from it on the
-   device.
+   the same device; the bf16 losses must stay within ``BF16_TOLERANCE`` of the fp32 ones over the first
+   half of the logged steps, and within ``BF16_DRIFT`` at every one. bf16 keeps 8 bits of mantissa (a
+   relative rounding of 2^-9 per operation); over the first steps the two runs differ by parts in a
+   thousand of the loss, while a wrong kernel (a leaked document, a broken mask, a wrong cast) moves it by
+   whole percents from the first step: 3% separates the two. Later, a recipe that memorises its data at a
+   high learning rate amplifies any rounding: the VL debug recipe's bf16 run ends 14% from fp32 on an H200
+   and 10% on a CPU, and its fp32 runs on the CPU and the H200 differ by 5.6% at step 8, so the later
+   steps are held only to ``BF16_DRIFT``. The fp32 run saves checkpoints (its last step a full one); its
+   relaunch must resume that step (the ``resumed`` record), and ``python -m hyper_parallel.generate``
+   continues a prompt from it on the device.
 3. ``speed``: the shipped GPU configs (``configs/llama3_2_1b_gpu.yaml``, ``configs/qwen3_5_0_8b_gpu.yaml``)
    trained by the real trainer with and without ``--compile.enable true``: tokens/s, MFU and peak memory as
    the trainer's metrics record them (the last logged step), beside the preflight's memory estimate.
 4. ``transformers``: transformers' implementation of the same two models, same batch, one training step
    at a time (``bench.gpu``'s measurement), for tokens/s.
+5. ``attention``: one attention layer at the 1B shape and 4,096 tokens, forward + backward, document
+   masking (one document per row, and packed) against plain causal SDPA (:func:`attention_times`).
+
+Steps 1 and 2 run side by side (small, untimed), then 5, the eager runs of 3, 4 and the compiled runs of
+3 one at a time. ``--budget SECONDS`` (default 450) bounds the whole check: each step's timeout is cut to
+what is left, and a step that cannot start in time is a failed row that says so; ``check.json`` is
+rewritten after every step, so a lease that ends early keeps what ran.
 
 ``--tiny`` runs the same code on the CPU in tiny shapes (one debug config, two steps, small overrides of
 the GPU configs, no compile) so the suite can run it; ``--out DIR`` (default ``$OUT`` or ``bench-gpu-check``)
@@ -38,11 +48,13 @@ from typing import Any
 
 from bench.gpu import TINY_MODELS
 
-__all__ = ["BF16_TOLERANCE", "attention_times", "main"]
+__all__ = ["BF16_DRIFT", "BF16_TOLERANCE", "attention_times", "main"]
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Largest relative difference of a logged bf16 loss from the fp32 one (see the module docstring).
+#: Largest relative difference of a bf16 loss from the fp32 one over the first half of the logged steps.
 BF16_TOLERANCE = 0.03
+#: Largest relative difference of any logged bf16 loss from the fp32 one (see the module docstring).
+BF16_DRIFT = 0.2
 #: Largest ratio of document-masked attention (one document per row) to plain causal attention on CUDA.
 ATTENTION_TOLERANCE = 1.2
 #: Seconds the whole check may take (the device lease's one call, less start-up and transfers).
@@ -179,11 +191,18 @@ def _debug_row(out: Path, tiny: bool, device: str, name: str) -> dict[str, Any]:
             row["ok"] = False
             row["notes"].append(f"{dtype} run exited {status} (see {log.name})")
     if row["ok"]:
-        worst = max(abs(losses["bfloat16"][s] - loss) / abs(loss) for s, loss in losses["float32"].items())
-        row["bf16_vs_fp32_max_rel"] = worst
-        if worst > BF16_TOLERANCE:
+        fp32 = sorted(losses["float32"].items())
+        gaps = [abs(losses["bfloat16"][s] - loss) / abs(loss) for s, loss in fp32]
+        early, worst = max(gaps[: max(1, len(gaps) // 2)]), max(gaps)
+        row["bf16_vs_fp32_max_rel"], row["bf16_vs_fp32_early_max_rel"] = worst, early
+        if early > BF16_TOLERANCE:
             row["ok"] = False
-            row["notes"].append(f"bf16 loss {worst:.1%} from fp32 (tolerance {BF16_TOLERANCE:.0%})")
+            row["notes"].append(
+                f"bf16 loss {early:.1%} from fp32 in the first half (tolerance {BF16_TOLERANCE:.0%})"
+            )
+        if worst > BF16_DRIFT:
+            row["ok"] = False
+            row["notes"].append(f"bf16 loss {worst:.1%} from fp32 (tolerance {BF16_DRIFT:.0%})")
     saving = {**base, "training.mixed_precision_param": "float32", **saving}
     status = 0
     resume_metrics = out / f"{config}-resume.jsonl"

@@ -6,7 +6,8 @@ after tensor parallelism split them per the model's plan; optimizer states are f
 moments and a step per tensor); compute runs in ``training.mixed_precision_param`` (see
 ``_compute_copies`` for the weight copies that takes); activations are what autograd saves for backward
 for one micro batch under the activation-checkpoint mode (stage 0 of a pipeline holds ``pp`` micro
-batches of its blocks); the loss adds the logits and their float32 copy. Context parallelism divides the
+batches of its blocks; compiled blocks save about half, see ``COMPILED_BLOCK_SAVES``); the loss adds the
+logits and their float32 copy (none when the loss is compiled). Context parallelism divides the
 sequence; ``dp_replicate`` replicates. Expert weights (``ParamGroup.experts_per_token``) are split
 along the expert dimension by ``ep`` and their remaining ``dp_shard / ep`` ranks by FSDP, so a gathered
 block holds ``1 / ep`` of its experts; each MoE layer's tokens cross ranks in four all-to-alls per micro
@@ -63,6 +64,8 @@ class Estimate(NamedTuple):
     note: str = ""
     #: Bytes each rank sends in the experts' all-to-alls over one optimizer step (0 without ``ep``).
     all_to_all_bytes: int = 0
+    #: What ``torch.compile`` covers (``compile.components`` when enabled): "model", "loss".
+    compiled: tuple[str, ...] = ()
 
     @property
     def device_total(self) -> int:
@@ -108,18 +111,32 @@ def _optimizer_states(optimizer: Any) -> tuple[str, int]:
     return name, 2  # an unknown optimizer: assume Adam-like moments
 
 
-def _activation_bytes(acts: ActivationCosts, ac: str | int, stage_blocks: int, in_flight: int) -> int:
+#: What a ``torch.compile``d block saves for backward, as a share of the eager block's saved tensors: the
+#: fused element-wise chains (norms, gates, RoPE, residuals) keep their inputs, not every intermediate.
+#: Measured on an H200 (``python -m bench gpu --check``, bf16, seq 4,096, batch 2): 0.51 for Llama 3.2-1B and
+#: 0.52 for Qwen 3.5 0.8B, from each run's compiled peak less the estimate's other terms.
+COMPILED_BLOCK_SAVES = 0.5
+
+
+def _activation_bytes(
+    acts: ActivationCosts, ac: str | int, stage_blocks: int, in_flight: int, compiled: bool = False
+) -> int:
     blocks = acts.blocks[:stage_blocks]
+    share = COMPILED_BLOCK_SAVES if compiled else 1.0
+
+    def kept_of(block: Any) -> float:
+        return block.kept * share
+
     if ac == "none":
-        kept = sum(b.kept for b in blocks)
+        kept = sum(kept_of(b) for b in blocks)
     elif ac == "full":
         kept = sum(b.inputs for b in blocks)
     elif ac == "op":
         kept = sum(b.op for b in blocks)
     else:  # every n-th block fully checkpointed, as the trainer counts blocks from 1
         n = int(ac)
-        kept = sum(b.inputs if (i + 1) % n == 0 else b.kept for i, b in enumerate(blocks))
-    return kept * in_flight + acts.outside
+        kept = sum(b.inputs if (i + 1) % n == 0 else kept_of(b) for i, b in enumerate(blocks))
+    return int(kept) * in_flight + acts.outside
 
 
 def _compute_copies(p: int, r: int, dp: int, root: int, blocks: int, block: float) -> int:
@@ -172,13 +189,18 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
     per_block = block_full / max(n_layers, 1)  # an average block (vision blocks folded in)
     name, states = _optimizer_states(cfg.optimizer)
     tokens = layout.micro_batch * training.seq_len // deg["cp"]
+    compiled_blocks = cfg.compile.enable and "model" in cfg.compile.components
+    compiled_loss = cfg.compile.enable and "loss" in cfg.compile.components
     terms = {
         "parameters": 4 * local,
         "gradients": 4 * grads,
         "optimizer": 4 * states * local + (4 * tensors if states else 0),
-        "activations": _activation_bytes(acts, layout.ac, math.ceil(n_layers * stage), pp if pp > 1 else 1),
+        "activations": _activation_bytes(
+            acts, layout.ac, math.ceil(n_layers * stage), pp if pp > 1 else 1, compiled_blocks
+        ),
         "fsdp buffers": _compute_copies(p, r, dp, root_full, block_full, per_block),
-        "logits": tokens * acts.vocab * (p + 4),
+        # The compiled loss reads the logits in chunks of its fused kernel: no float32 copy of them all.
+        "logits": tokens * acts.vocab * (p if compiled_loss else p + 4),
     }
     return Estimate(
         model=cfg.model.title(),
@@ -198,6 +220,7 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         flops_per_token=costs.flops_per_token(training.seq_len),
         note=acts.note,
         all_to_all_bytes=_all_to_all_bytes(cfg, costs, layout, p, tokens),
+        compiled=tuple(cfg.compile.components) if cfg.compile.enable else (),
     )
 
 

@@ -89,9 +89,16 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
         "gradients": f"float32{offload}",
         "optimizer": states + offload,
         "activations": f"micro batch {est.layout.micro_batch} x {est.seq} tokens, "
-        f"checkpointing {_ac(est.layout.ac)}" + (f"; {est.note}" if est.note else ""),
+        f"checkpointing {_ac(est.layout.ac)}"
+        + (", compiled blocks" if "model" in est.compiled else "")
+        + (f"; {est.note}" if est.note else ""),
         "fsdp buffers": f"gathered {est.compute_dtype} weights (root + 2 blocks), 1 block of gradients",
-        "logits": f"{est.compute_dtype} logits and their float32 copy in the loss",
+        "logits": f"{est.compute_dtype} logits"
+        + (
+            " (compiled loss: no float32 copy)"
+            if "loss" in est.compiled
+            else " and their float32 copy in the loss"
+        ),
     }
     for term, size in est.terms.items():
         lines.append(f"    {term:<13} {human_bytes(size):>10}   {notes[term]}")
