@@ -12,8 +12,10 @@ typo in a path stops the launch before any model is built.
 from __future__ import annotations
 
 import glob
+import importlib.metadata
 import importlib.util
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from hyper_parallel.trainer.config import TrainerConfig
 
 __all__ = [
+    "SUPPORTED_TORCH",
     "accelerator",
     "cpu_has_instructions_for",
     "intra_op_threads",
@@ -113,6 +116,10 @@ def machine_issues(cfg: TrainerConfig, *, training: bool, files: bool | None = N
         issues.append(
             ("", "training needs PyTorch, which is not installed: python -m pip install -e '.[torch]'")
         )
+    version = _torch_version()
+    if version is not None and version[:2] < SUPPORTED_TORCH[0]:
+        issues.append(("", f"PyTorch {_torch_version_text()} is older than {_supported_text()}, the range "
+                           "this project supports (FlexAttention, FSDP2 and DCP APIs it calls)"))  # fmt: skip
     if training if files is None else files:
         issues.extend(_missing_files(cfg))
     return issues
@@ -147,17 +154,49 @@ def cpu_has_instructions_for(dtype: str, cpuinfo: str | None = None) -> bool | N
 
 def machine_warnings(cfg: TrainerConfig, cpuinfo: str | None = None) -> list[tuple[str, str]]:
     """``(field path, message)`` for settings this machine runs, but at a cost worth a word: a
-    reduced-precision compute dtype on a CPU without instructions for it (the default ``bfloat16``)."""
+    reduced-precision compute dtype on a CPU without instructions for it (the default ``bfloat16``), and
+    a PyTorch newer than the supported range (untested, not refused)."""
+    found = []
+    version = _torch_version()
+    if version is not None and version[:2] >= SUPPORTED_TORCH[1]:
+        found.append(("", f"PyTorch {_torch_version_text()} is newer than {_supported_text()}, the range "
+                          "this project is tested on"))  # fmt: skip
     dtype = cfg.training.mixed_precision_param
     if dtype == "float32" or accelerator() != "cpu" or cpu_has_instructions_for(dtype, cpuinfo) is not False:
-        return []
+        return found
     return [
+        *found,
         (
             "training.mixed_precision_param",
             f"{dtype!r} on this CPU, which has no {dtype} instructions, is emulated: about 15x slower than "
             "'float32' (measured on configs/llama3_debug.yaml); set it to 'float32' to train on the CPU",
-        )
+        ),
     ]
+
+
+#: The PyTorch releases this project supports, ``[low, high)`` as (major, minor): the ``torch`` extra of
+#: pyproject.toml states the same range (a test holds them together).
+SUPPORTED_TORCH = ((2, 11), (2, 14))
+
+
+def _supported_text() -> str:
+    (a, b), (c, d) = SUPPORTED_TORCH
+    return f"{a}.{b} to {c}.{d - 1}"
+
+
+def _torch_version_text() -> str | None:
+    """The installed PyTorch's version string (read from its metadata: nothing imported), or None."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _torch_version() -> tuple[int, ...] | None:
+    text = _torch_version_text()
+    if text is None:
+        return None
+    return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:3])
 
 
 def _torch_installed() -> bool:

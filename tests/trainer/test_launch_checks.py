@@ -266,3 +266,32 @@ def test_a_logger_without_its_package_is_refused_at_dry_run_naming_the_extra(
     assert package in looked_up
     monkeypatch.undo()
     assert machine_issues(tiny_config("llama3"), training=False) == []  # off: nothing is looked up
+
+
+@pytest.mark.parametrize(
+    ("version", "issue", "warning"),
+    [
+        ("2.10.0+cu128", "PyTorch 2.10.0+cu128 is older than 2.11 to 2.13, the range this project supports "
+                         "(FlexAttention, FSDP2 and DCP APIs it calls)", None),
+        ("2.11.0+cu130", None, None),
+        ("2.13.0", None, None),
+        ("2.14.1", None, "PyTorch 2.14.1 is newer than 2.11 to 2.13, the range this project is tested on"),
+        ("2.15.0.dev20270101", None,
+         "PyTorch 2.15.0.dev20270101 is newer than 2.11 to 2.13, the range this project is tested on"),
+    ],
+)  # fmt: skip
+def test_a_torch_outside_the_supported_range_is_refused_or_said_at_dry_run(
+    monkeypatch: pytest.MonkeyPatch, version: str, issue: str | None, warning: str | None
+) -> None:
+    monkeypatch.setattr(machine, "_torch_version_text", lambda: version)
+    cfg = load_config(debug_config_path("llama3"))
+    issues = [m for p, m in machine_issues(cfg, training=False) if "PyTorch" in m]
+    warnings = [m for p, m in machine.machine_warnings(cfg) if "PyTorch" in m]
+    assert issues == ([issue] if issue else [])
+    assert warnings == ([warning] if warning else [])
+
+
+def test_the_supported_torch_range_is_the_one_pyproject_installs() -> None:
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+    (low_major, low_minor), (high_major, high_minor) = machine.SUPPORTED_TORCH
+    assert f'"torch>={low_major}.{low_minor},<{high_major}.{high_minor}"' in text
