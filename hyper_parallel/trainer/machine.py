@@ -12,7 +12,6 @@ typo in a path stops the launch before any model is built.
 from __future__ import annotations
 
 import glob
-import importlib.metadata
 import importlib.util
 import os
 import re
@@ -185,11 +184,17 @@ def _supported_text() -> str:
 
 
 def _torch_version_text() -> str | None:
-    """The installed PyTorch's version string (read from its metadata: nothing imported), or None."""
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
+    """The installed PyTorch's version, read from its ``torch/version.py`` as text: neither torch nor
+    ``importlib.metadata`` (which scans every installed distribution) is imported at ``--dry-run``."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
         return None
+    try:
+        text = Path(spec.origin).with_name("version.py").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return found.group(1) if found else None
 
 
 def _torch_version() -> tuple[int, ...] | None:

@@ -64,16 +64,37 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
     assert list(rows) == [
         ("tests", "-m cuda", False),
         ("debug", "llama3_debug", False),
+        ("attention", "tiny", False),
         ("speed", "llama3_2_1b_gpu", False),
         ("speed", "qwen3_5_0_8b_gpu", False),
     ]
     assert all(r["ok"] for r in rows.values()), [r["notes"] for r in rows.values()]
     debug = rows[("debug", "llama3_debug", False)]
     assert debug["resumed_at"] == [2]  # the relaunch resumed the step the first run saved last
-    assert debug["bf16_vs_fp32_max_rel"] <= 0.03
+    assert debug["bf16_vs_fp32_early_max_rel"] <= debug["bf16_vs_fp32_max_rel"] <= 0.03
     assert "\ndef " in debug["generated"]  # the prompt and its continuation, after the banner
     for config in ("llama3_2_1b_gpu", "qwen3_5_0_8b_gpu"):
         speed = rows[("speed", config, False)]
         assert speed["tokens_per_second"] > 0
         assert speed["preflight_memory_gib"] > 0
-    assert "4/4 passed" in capsys.readouterr().out
+    attention = rows[("attention", "tiny", False)]
+    assert attention["causal_ms"] > 0
+    assert attention["one_document_vs_causal"] == attention["one_document_ms"] / attention["causal_ms"]
+    assert "5/5 passed" in capsys.readouterr().out
+
+
+def test_the_checks_budget_cuts_every_step_and_reports_what_it_skipped(tmp_path: Path) -> None:
+    """A check whose budget is spent starts nothing more: each later step is a failed row saying so."""
+    from bench import gpu_check
+
+    assert gpu_check.check(True, tmp_path, budget=0.0) == 1
+    results = json.loads((tmp_path / "check.json").read_text())
+    assert [(r["step"], r["ok"]) for r in results["rows"]] == [
+        ("tests", False),
+        ("debug", False),
+        ("attention", False),
+        ("speed", False),
+        ("speed", False),
+    ]
+    assert (tmp_path / "tests.log").read_text() == "skipped: the check's time budget was spent\n"
+    assert results["rows"][2]["notes"] == ["exited 124 (see attention.log)"]

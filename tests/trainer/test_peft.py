@@ -2,8 +2,8 @@
 
 Tiny Llama 3 and Qwen 3.5 models: a LoRA run starts from the model's own losses (``B`` is zero), trains
 only the adapters (the base is bitwise unchanged, the optimizer holds state for the adapters alone), gives
-the one-process losses on two processes (FSDP2, tensor and pipeline parallelism; expert parallelism
-gives FSDP2's), resumes exactly, and exports as a
+the one-process losses on two processes (FSDP2, DDP, tensor, pipeline and expert parallelism), resumes
+exactly (also on two processes from one process's checkpoint), and exports as a
 merged Hugging Face model and as a ``peft`` adapter folder that ``PeftModel`` loads to the same logits.
 """
 
@@ -101,6 +101,7 @@ TWO = {
     "llama3-tp2": ("llama3", {"parallelism.dp_shard": "1", "parallelism.tp": "2"}),
     "qwen3_5-tp2": ("qwen3_5", {"parallelism.dp_shard": "1", "parallelism.tp": "2"}),
     "llama3-pp2": ("llama3", {"parallelism.dp_shard": "1", "parallelism.pp": "2"}),
+    "llama3-ddp2": ("llama3", {"parallelism.dp_shard": "1", "parallelism.dp_replicate": "2"}),
     "llama3_tied-dp_shard2": ("llama3", {**TIED, "parallelism.dp_shard": "2"}),
     "llama3_tied-tp2": ("llama3", {**TIED, "parallelism.dp_shard": "1", "parallelism.tp": "2"}),
 }
@@ -115,10 +116,27 @@ MOE = {
 @pytest.mark.timeout(600)
 def test_two_processes_give_the_one_process_lora_losses(tmp_path: Path) -> None:
     runs = {name: (model, {**DATA, **LORA, **layout}) for name, (model, layout) in {**TWO, **MOE}.items()}
+    # Across layouts: one process trains 4 steps saving at 2; two processes (FSDP2) resume its step 2.
+    saving = {
+        "training.max_steps": "4",
+        "checkpoint.enable": "true",
+        "checkpoint.folder": str(tmp_path / "ckpt"),
+        "checkpoint.interval": "2",
+        "checkpoint.keep_latest_k": "0",
+        "checkpoint.last_save_model_only": "false",
+    }
+    straight, _ = _run("qwen3_5", {**DATA, **LORA, **saving})
+    shutil.rmtree(tmp_path / "ckpt" / "step-4")
+    runs["qwen3_5-resumed-dp_shard2"] = ("qwen3_5", {**DATA, **LORA, **saving, "parallelism.dp_shard": "2"})
     reports, _ = train_runs_under_torchrun(2, tmp_path, runs)
+    for report in reports["qwen3_5-resumed-dp_shard2"]:
+        assert report["resumed_from"] == 2
+        assert report["losses"] == pytest.approx(straight[2:], abs=1e-5)
+    moe_alone, _ = _run("qwen3_5_moe", {**DATA, **LORA})
     for rank in range(2):
         ep, plain = reports["qwen3_5_moe-ep2"][rank], reports["qwen3_5_moe-dp_shard2"][rank]
         assert ep["losses"] == pytest.approx(plain["losses"], abs=1e-6, rel=0)
+        assert ep["losses"] == pytest.approx(moe_alone, abs=1e-5)  # and both give one process's
     for name, (model, _layout) in TWO.items():
         expected, _ = _run(model, {**DATA, **LORA, **(TIED if "tied" in name else {})})
         for report in reports[name]:
