@@ -20,6 +20,21 @@ class LLMTrainer(Trainer):
     #: Feeds token batches: image-caption data is refused (as ``train_lm`` refuses it).
     kind = "lm"
 
+    def host_inputs(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
+        """No document ids for a batch whose every row holds one document (read on the host: free).
+
+        Masking such rows changes nothing but the kernel: without ids attention takes plain causal SDPA
+        (cuDNN's kernel on an H200: 1.49 ms forward + backward at 4,096 tokens of the Llama 3.2-1B shape,
+        against 2.46 ms for FlexAttention's document mask with one document per row). A pipeline keeps
+        them: its stages take the same inputs at every step.
+        """
+        ids = batch.get("document_ids")
+        if ids is None or ids.device.type != "cpu" or self.pipeline is not None:
+            return {}
+        if ids.shape[-1] > 1 and not bool((ids[:, 1:] != ids[:, :-1]).any()):
+            return {"document_ids": None}
+        return {}
+
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Logits of the token ids; packed documents stay apart when the batch says where they are."""
         documents = batch.get("document_ids")

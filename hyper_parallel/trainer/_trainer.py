@@ -491,12 +491,13 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self._autocast_dtype)
 
-    def host_inputs(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Inputs read from ``batch`` while it is still in host memory (none here; see ``VLTrainer``).
+    def host_inputs(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
+        """Inputs read from ``batch`` while it is still in host memory (none here; see the subclasses).
 
         The loader builds batches on the host, so reading them waits for nothing; read after the move,
         the same values would stall the device's queue every step. Each returned entry replaces the
-        batch's entry of that name and is not moved: a subclass places it where the model uses it.
+        batch's entry of that name and is not moved: a subclass places it where the model uses it; an
+        entry of None removes it from the batch.
         """
         return {}
 
@@ -508,7 +509,7 @@ class Trainer:
             batch = next(self._data)
             host = self.host_inputs(batch)
             moved = {k: v.to(self.device, non_blocking=True) for k, v in batch.items() if k not in host}
-            batches.append({**moved, **host})
+            batches.append({**moved, **{k: v for k, v in host.items() if v is not None}})
         return batches
 
     def _all_reduce(self, value: torch.Tensor, op: Any = None) -> torch.Tensor:

@@ -29,7 +29,7 @@ class VLTrainer(Trainer):
         args = self.config.model.args
         return {"vision": args.vision, "image_token_id": args.image_token_id}  # type: ignore[attr-defined]
 
-    def host_inputs(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def host_inputs(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
         """The image grids and the M-RoPE positions, read from the host batch before it moves.
 
         ``grid_thw`` stays on the host (the vision tower reads its sizes as numbers) and the positions,

@@ -150,3 +150,39 @@ def test_the_mixture_of_experts_step_reads_no_device_value(monkeypatch: pytest.M
     assert counter.per_step[0] == []
     assert "tolist" in counter.per_step[1]  # the logged step reads the loss and the expert load
     assert [r.step for r in results] == [1, 2]
+
+
+def test_a_batch_of_single_document_rows_trains_without_a_document_mask(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows that each hold one document lose their document ids on the host (plain causal attention, the
+    faster kernel on CUDA); a batch with a boundary in any row keeps them."""
+    import torch
+
+    seen: list[bool] = []
+    forward = LLMTrainer.forward
+
+    def recording(self: LLMTrainer, batch: Any) -> Any:
+        seen.append("document_ids" in batch)
+        return forward(self, batch)
+
+    monkeypatch.setattr(LLMTrainer, "forward", recording)
+    trainer = LLMTrainer(tiny_config("llama3", {"training.max_steps": "1"}))
+    try:
+        one_each = torch.tensor([[3, 3, 3, 3], [0, 0, 0, 0]])
+        boundary = torch.tensor([[3, 3, 3, 3], [0, 0, 1, 1]])
+        assert trainer.host_inputs({"document_ids": one_each}) == {"document_ids": None}
+        assert trainer.host_inputs({"document_ids": boundary}) == {}
+        assert trainer.host_inputs({"input_ids": one_each}) == {}
+        tokens = torch.randint(0, 64, (2, 4))
+        steps = trainer.accumulation_steps
+        single = {"input_ids": tokens, "labels": tokens, "document_ids": one_each}
+        trainer._data = iter([single] * steps + [{**single, "document_ids": boundary}] * steps)
+        first, second = trainer._next_micro_batches(), trainer._next_micro_batches()
+        assert all("document_ids" not in batch for batch in first)
+        assert all(torch.equal(batch["document_ids"], boundary) for batch in second)
+        trainer._data = None
+        trainer.train()
+    finally:
+        trainer.close()
+    assert seen  # the trainer's own step went through the same path
