@@ -12,9 +12,10 @@ layout, model, weights loading, validation loader and ``LossValidator.validate``
 checkpoint of step ``k`` gives what the validation record of step ``k`` logged during training. The
 weights are those of ``--checkpoint`` (a ``step-<N>`` folder, or a ``checkpoint.folder`` whose newest step
 that reads is used: a damaged one is skipped with a warning, as export and the trainer's resume skip it),
-else that of the config's ``checkpoint.folder`` when checkpointing is enabled, else what training would start from (``model.weights_path``, ``checkpoint.initial_load_path``, or
-the seed's initialisation). Evaluation writes nothing: no checkpoint, metrics file, TensorBoard event or
-profile; ``training.max_steps`` is not read.
+else that of the config's ``checkpoint.folder`` when checkpointing is enabled, else what training would
+start from (``model.weights_path``, ``checkpoint.initial_load_path``, or the seed's initialisation).
+Evaluation writes nothing: no checkpoint, metrics file, TensorBoard event or profile;
+``training.max_steps`` is not read.
 
 A config without a ``validator`` section (in the file or by overrides) evaluates the training data
 instead, and says so on stderr: its held-out split (``dataloader.dataset.holdout_fraction`` of prepared

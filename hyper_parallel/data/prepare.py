@@ -36,6 +36,7 @@ from typing import Any, TextIO
 import attrs
 import numpy as np
 
+from hyper_parallel._disk import write_problem
 from hyper_parallel._json import loads
 from hyper_parallel.data import shards
 
@@ -656,7 +657,8 @@ def prepare(
         "shards": [[attrs.asdict(p) for p in pieces] for pieces in tasks],
     }
     with _output_lock(folder):
-        _claim(folder, the_plan)
+        with _writing(folder / _PLAN):
+            _claim(folder, the_plan)
         entries: dict[int, dict[str, Any]] = {}
         todo: list[_Unit] = []
         for index, pieces in enumerate(tasks):
@@ -699,7 +701,8 @@ def prepare(
             "documents": sum(int(e["documents"]) for e in ordered),
             "tokens": sum(int(e["tokens"]) for e in ordered),
         }
-        shards.write_manifest(folder, manifest)
+        with _writing(folder / shards.MANIFEST):
+            shards.write_manifest(folder, manifest)
         return manifest
 
 
@@ -732,8 +735,23 @@ class _Collector:
             if whole:
                 joined = _join([parts[u] for u in range(self.units[shard])])
                 del self.parts[shard]
-                self.entries[shard] = shards.write_shard(self.folder, shards.shard_name(shard), joined)
+                name = shards.shard_name(shard)
+                with _writing(self.folder / name):
+                    self.entries[shard] = shards.write_shard(self.folder, name, joined)
             self.progress.update(arrays, self.sizes[shard, unit], whole)
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """A failed write (a full disk) inside the block as an ``InputError`` naming ``path``: such errors
+    often carry no file name, and the user must know what to free and that the work done is kept."""
+    try:
+        yield
+    except OSError as exc:
+        raise InputError(
+            f"{path}: {write_problem(exc)}; the shards finished so far are kept: free space and run the "
+            "same command again to continue"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -751,7 +769,7 @@ def _output_lock(folder: Path) -> Iterator[None]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        raise InputError(f"{path}: cannot open the lock file: {exc.strerror or exc}") from None
+        raise InputError(f"{path}: cannot open the lock file: {write_problem(exc)}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

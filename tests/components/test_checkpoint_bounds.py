@@ -496,8 +496,8 @@ def test_a_full_disk_when_the_lock_is_written_is_an_input_error(
     with pytest.raises(CheckpointFolderError) as info:
         lock_folder(tmp_path / "ckpt")
     assert str(info.value) == (
-        f"{tmp_path / 'ckpt' / '.lock'}: checkpoint.folder: cannot write the lock file: No space left on "
-        "device"
+        f"{tmp_path / 'ckpt' / '.lock'}: checkpoint.folder: cannot write the lock file: no space left on "
+        "device (ENOSPC)"
     )
     monkeypatch.undo()
     lock_folder(tmp_path / "ckpt").release()  # nothing held: the folder is free

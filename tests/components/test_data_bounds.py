@@ -257,3 +257,40 @@ def test_a_pattern_of_many_double_stars_matches_in_polynomial_time() -> None:
     assert not _parts_match(("**",) * 30 + ("y",), ("a",) * 60)
     assert _parts_match(("**",) * 30 + ("y",), ("a",) * 60 + ("y",))
     assert not _parts_match(("**", "*.jsonl"), (".hidden", "x.jsonl"))
+
+
+def test_a_full_disk_during_prepare_is_one_line_exit_2_and_keeps_the_finished_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """N10: the second shard's write fails with ENOSPC (injected at ``np.save``, the call that writes)."""
+    import errno
+    import os
+
+    from hyper_parallel.data import shards
+    from tests.support.prepared import run_prepare
+
+    data = [write_jsonl(tmp_path / f"part{i}.jsonl", 40, start=40 * i) for i in range(2)]
+    config = tokenizer_config(tmp_path / "cfg")
+    output = tmp_path / "out"
+    real_save = np.save
+
+    def save(handle: Any, array: Any, **kwargs: Any) -> None:
+        if Path(handle.name).parent.name == ".shard-00001.tmp":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_save(handle, array, **kwargs)
+
+    monkeypatch.setattr(shards.np, "save", save)
+    argv = ["prepare", *data, "--output", output, "--config-file", config, "--shard-mb", "0.001"]
+    status, out, err = run_prepare(*argv)
+    assert (status, out) == (2, "")
+    assert err.splitlines()[-1] == (
+        f"{output / 'shard-00001'}: no space left on device (ENOSPC); the shards finished so far are kept: "
+        "free space and run the same command again to continue"
+    )
+    assert "Traceback" not in err
+    assert not (output / ".shard-00001.tmp").exists()  # the half-written shard gives its space back
+    kept = (output / "shard-00000" / "tokens.npy").stat().st_ino
+    monkeypatch.undo()
+    status, out, err = run_prepare(*argv)
+    assert status == 0, err
+    assert (output / "shard-00000" / "tokens.npy").stat().st_ino == kept  # not written again
