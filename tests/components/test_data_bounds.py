@@ -294,3 +294,61 @@ def test_a_full_disk_during_prepare_is_one_line_exit_2_and_keeps_the_finished_sh
     status, out, err = run_prepare(*argv)
     assert status == 0, err
     assert (output / "shard-00000" / "tokens.npy").stat().st_ino == kept  # not written again
+
+
+# -- work linear in the input, however it is shaped (N16) ---------------------------------------------------
+def _glob_steps(tmp_path: Path, depth: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Component matches a ``**`` glob makes over a chain of ``depth`` folders, each holding one file."""
+    from hyper_parallel.data import prepare as module
+
+    root = tmp_path / f"chain{depth}"
+    folder = root
+    for _ in range(depth):
+        folder = folder / "d"
+        folder.mkdir(parents=True)
+        (folder / "x.txt").write_text("x\n")
+    calls = [0]
+    original = module._component_matches
+
+    def counted(pattern: str, name: str) -> bool:
+        calls[0] += 1
+        return original(pattern, name)
+
+    monkeypatch.setattr(module, "_component_matches", counted)
+    found = module.find_inputs([f"{root}/**/d/*.txt"], None)
+    monkeypatch.undo()
+    assert len(found) == depth
+    return calls[0]
+
+
+def test_a_deep_tree_costs_the_glob_work_linear_in_its_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Matching each entry's whole path again cost depth^2 component matches (16x for 4x the depth)."""
+    small, large = (_glob_steps(tmp_path, depth, monkeypatch) for depth in (40, 160))
+    assert large / small < 4.5, (small, large)
+
+
+def test_cutting_a_file_at_every_line_searches_each_byte_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1-byte cut (``--shard-mb`` tiny) counted every block from its start at each cut: lines^2 bytes."""
+    from hyper_parallel.data import prepare as module
+
+    searched = [0]
+    original = module._newlines
+
+    def counted(block: bytes, begin: int, end: int) -> int:
+        searched[0] += end - begin
+        return original(block, begin, end)
+
+    monkeypatch.setattr(module, "_newlines", counted)
+    for lines in (1000, 4000, 300_000):  # the last spans a second 1 MiB block
+        path = tmp_path / f"{lines}.jsonl"
+        path.write_bytes(b"{}\n" * lines)
+        searched[0] = 0
+        _, pieces = module._scan_lines(path, 1)
+        assert searched[0] == path.stat().st_size
+        assert [p.first_line for p in pieces[:3]] == [1, 2, 3]
+        assert pieces[-1].first_line == lines
+        assert len(pieces) == lines
