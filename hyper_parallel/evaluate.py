@@ -10,11 +10,12 @@ torchrun each rank evaluates its share and rank 0 prints.
 The figures are the validator's own: the trainer is built from the config exactly as for training (the same
 layout, model, weights loading, validation loader and ``LossValidator.validate``), so evaluating the
 checkpoint of step ``k`` gives what the validation record of step ``k`` logged during training. The
-weights are those of ``--checkpoint`` (a ``step-<N>`` folder, or a ``checkpoint.folder`` whose newest intact
-step is used), else the newest intact step of the config's ``checkpoint.folder`` when checkpointing is
-enabled, else what training would start from (``model.weights_path``, ``checkpoint.initial_load_path``, or
-the seed's initialisation). Evaluation writes nothing: no checkpoint, metrics file, TensorBoard event or
-profile; ``training.max_steps`` is not read.
+weights are those of ``--checkpoint`` (a ``step-<N>`` folder, or a ``checkpoint.folder`` whose newest step
+that reads is used: a damaged one is skipped with a warning, as export and the trainer's resume skip it),
+else that of the config's ``checkpoint.folder`` when checkpointing is enabled, else what training would
+start from (``model.weights_path``, ``checkpoint.initial_load_path``, or the seed's initialisation).
+Evaluation writes nothing: no checkpoint, metrics file, TensorBoard event or profile;
+``training.max_steps`` is not read.
 
 A config without a ``validator`` section (in the file or by overrides) evaluates the training data
 instead, and says so on stderr: its held-out split (``dataloader.dataset.holdout_fraction`` of prepared
@@ -118,22 +119,17 @@ def _own_options(argv: Sequence[str]) -> tuple[str | None, bool, list[str], list
     return checkpoint, as_json, rest, issues
 
 
-def _weights_step(cfg: TrainerConfig, checkpoint: str | None) -> Path | None:
-    """The step folder whose model weights are evaluated (None: what training would start from)."""
+def _checkpoint_folder(cfg: TrainerConfig, checkpoint: str | None) -> Path | None:
+    """The step folder or ``checkpoint.folder`` whose weights are evaluated (None: what training would
+    start from)."""
     from hyper_parallel.components.checkpoint._layout import complete_steps
-    from hyper_parallel.export import ExportError, locate_step
 
-    if checkpoint is None:
-        folder = Path(cfg.checkpoint.folder)
-        if not cfg.checkpoint.enable or not folder.is_dir() or not complete_steps(folder):
-            return None
-        checkpoint = str(folder)
-    try:
-        step, metadata = locate_step(Path(checkpoint))
-    except ExportError as exc:
-        raise EvaluateError(str(exc)) from None
-    _refuse_oversized(cfg, step, metadata)
-    return step
+    if checkpoint is not None:
+        return Path(checkpoint)
+    folder = Path(cfg.checkpoint.folder)
+    if not cfg.checkpoint.enable or not folder.is_dir() or not complete_steps(folder):
+        return None
+    return folder
 
 
 def _refuse_oversized(cfg: TrainerConfig, step: Path, metadata: Any) -> None:
@@ -159,31 +155,60 @@ def evaluate(
     prints (``debug.print_config``) goes to ``stream`` (default stderr). Call it on every rank
     of a torchrun launch. Raises ``EvaluateError`` for a checkpoint that cannot be used, and the
     trainer's errors (``ConfigError`` for a bad file the config names, ``TrainingError``) as training does.
-    """
-    import attrs
 
-    from hyper_parallel.trainer import LLMTrainer
+    A checkpoint folder's steps are searched as export's are (``_newest.newest_readable``): a step that
+    fails when read is skipped with a warning for the next older one, one pruned while it was read makes
+    the folder be listed again. The trainer is built once, when the first step passes its inspection and
+    the size check, and each step tried is read into its model.
+    """
+    from hyper_parallel.components.checkpoint._newest import NoReadableStepError, newest_readable
+    from hyper_parallel.components.checkpoint._safe_read import inspect
+    from hyper_parallel.trainer import LLMTrainer, Trainer
 
     stream = stream if stream is not None else sys.stderr
-    step = _weights_step(cfg, None if checkpoint is None else str(checkpoint))
-    start = str(step) if step is not None else cfg.checkpoint.initial_load_path
+    folder = _checkpoint_folder(cfg, None if checkpoint is None else str(checkpoint))
+    built: list[Trainer] = []
+
+    def build(start: str | None) -> Trainer:
+        built.append(LLMTrainer(_evaluated(cfg, start), stream=stream))
+        return built[0]
+
+    def read(step: Path) -> None:  # every rank: DCP gathers a failed read, so every rank falls back alike
+        _refuse_oversized(cfg, step, inspect(step, digests=False).metadata)  # before the model is built
+        trainer = built[0] if built else build(None)
+        trainer.checkpointer.load_model_from(step)
+
+    try:
+        if folder is None:
+            trainer = build(cfg.checkpoint.initial_load_path)
+        else:
+            try:
+                newest_readable(folder, read, purpose="evaluate")
+            except NoReadableStepError as exc:
+                raise EvaluateError(str(exc)) from None
+            trainer = built[0]
+        results: dict[str, float] = trainer.validator.validate(trainer.model, trainer.step)
+    finally:
+        for made in built:
+            made.close()
+    return results
+
+
+def _evaluated(cfg: TrainerConfig, start: str | None) -> TrainerConfig:
+    """``cfg`` as evaluation builds it: the validator on, nothing written, the weights of ``start`` alone."""
+    import attrs
+
     # Reads the weights of initial_load_path alone and never saves: a checkpoint section with nothing else
     # (the saving options of a sink that is off are refused).
     kind = type(cfg.checkpoint)
     store = kind() if start is None else kind(initial_load_path=start, initial_load_model_only=True)
-    evaluated = attrs.evolve(
+    return attrs.evolve(
         cfg,
         validator=attrs.evolve(cfg.validator, enable=True),  # built; called once below, whatever freq says
         checkpoint=store,
         metrics=type(cfg.metrics)(),  # the defaults write no file
         profiler=type(cfg.profiler)(),
     )
-    trainer = LLMTrainer(evaluated, stream=stream)
-    try:
-        results: dict[str, float] = trainer.validator.validate(trainer.model, trainer.step)
-    finally:
-        trainer.close()
-    return results
 
 
 def _line(results: dict[str, float], as_json: bool) -> str:

@@ -54,7 +54,6 @@ __all__ = [
     "ExportError",
     "export_adapter",
     "export_checkpoint",
-    "locate_step",
     "main",
     "parse_size",
     "read_checkpoint",
@@ -121,7 +120,7 @@ def export_checkpoint(
         files = {**_tokenizer_files(cfg), **_generation_files(cfg, found["hf_config"])}
         found["adapter"], found["tokenizer"] = adapter, files
 
-    step, cfg, weights = _read_newest(Path(checkpoint), config, before_read)
+    step, cfg, weights = _read_newest(Path(checkpoint), config, before_read, purpose="export")
     weights = _merged(cfg, weights)
     adapter, hf_config, tokenizer = found["adapter"], found["hf_config"], found["tokenizer"]
     if dtype is not None:
@@ -169,7 +168,7 @@ def export_adapter(
 
     out = Path(out_dir)
     _check_output(out)
-    step, cfg, read = _read_newest(Path(checkpoint), config)
+    step, cfg, read = _read_newest(Path(checkpoint), config, purpose="export")
     if not isinstance(cfg.peft, LoRA.Config):
         raise ExportError(f"{str(step)!r} was trained without LoRA (peft): it holds no adapters to export")
     weights = {k: v.float() for k, v in read.items() if is_adapter(k)}
@@ -245,90 +244,41 @@ def _generation_files(cfg: TrainerConfig, hf_config: dict[str, Any]) -> dict[str
     return {"generation_config.json": (json.dumps(generation, indent=2) + "\n").encode("utf-8")}
 
 
-#: Times a reader lists a live ``checkpoint.folder`` again when the step it read vanished under it (the
-#: training run saved a newer step and pruned the one being read).
-_ATTEMPTS = 5
-
-
-def _candidates(path: Path) -> list[Path]:
-    """The step folders to try, newest first: ``path`` itself, or the complete steps of a folder of them."""
-    from hyper_parallel.components.checkpoint._layout import complete_steps
-
-    if not path.is_dir():
-        raise ExportError(f"{str(path)!r}: no such folder")
-    if (path / ".metadata").is_file():
-        return [path]
-    candidates = [path / f"step-{step}" for step in reversed(complete_steps(path))]
-    if not candidates:
-        raise ExportError(
-            f"{str(path)!r} is not a checkpoint: it holds neither a DCP '.metadata' file nor a complete "
-            "step-<N> folder"
-        )
-    return candidates
-
-
 def _read_newest(
     path: Path,
     config: str | Path | TrainerConfig | None,
     before_read: Callable[[TrainerConfig], None] | None = None,
+    *,
+    purpose: str = "read",
 ) -> tuple[Path, TrainerConfig, dict[str, torch.Tensor]]:
     """The step folder read, its config and model weights: ``path``, or its newest step that reads.
 
-    A step that fails inspection or fails when read is skipped with a warning for the next older one;
-    one that vanished meanwhile (pruned by the run still training into the folder) makes the folder be
-    listed again, at most ``_ATTEMPTS`` times. ``before_read`` sees the config before the weights are read.
-    Before the weights are allocated, the model the config builds must match them (``_check_model``).
+    The search (a damaged step skipped, a vanished one listed again) is ``_newest.newest_readable``'s, the
+    one every reader of a checkpoint folder uses. ``before_read`` sees the config before the weights are
+    read; before they are allocated, the model the config builds must match them (``_check_model``).
     """
-    from hyper_parallel.components.checkpoint._safe_read import UnreadableCheckpointError, inspect
+    from hyper_parallel.components.checkpoint._newest import NoReadableStepError, newest_readable
+    from hyper_parallel.components.checkpoint._safe_read import inspect
 
-    problems: list[str] = []
-    for _attempt in range(_ATTEMPTS):
-        candidates = _candidates(path)
-        problems = []
-        relist = False
-        for candidate in candidates:
+    def read(step: Path) -> tuple[TrainerConfig, dict[str, torch.Tensor]]:
+        inspection = inspect(step)
+        cfg = _run_config(step, config)
+        _check_model(step, cfg, inspection.metadata)
+        if before_read is not None:
             try:
-                inspection = inspect(candidate)
-                metadata = inspection.metadata
-                cfg = _run_config(candidate, config)
-                _check_model(candidate, cfg, metadata)
-                if before_read is not None:
-                    try:
-                        before_read(cfg)
-                    except OSError as exc:  # a file the config names (its tokenizer), not the checkpoint
-                        raise ExportError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
-                weights = _read_model(candidate, metadata)
-            except (UnreadableCheckpointError, OSError) as exc:
-                if len(candidates) > 1 and _vanished(path, candidate, candidates):
-                    _log.warning("%s was removed while it was read: reading the newest step again", candidate)
-                    relist = True
-                    break
-                if len(candidates) == 1:
-                    raise ExportError(f"{str(candidate)!r} is damaged: {exc}") from None
-                _log.warning("skipping the damaged checkpoint %s: %s", candidate.name, exc)
-                problems.append(str(exc))
-                continue
-            if not inspection.verified:
-                _log.warning(
-                    "%s holds no checksums.json (saved by an older version): read unverified", candidate
-                )
-            return candidate, cfg, weights
-        if not relist:
-            break
-    if not problems:
-        raise ExportError(f"{str(path)!r}: its steps kept vanishing while they were read ({_ATTEMPTS} tries)")
-    raise ExportError(f"{str(path)!r}: no intact checkpoint to export ({'; '.join(problems)})")
-
-
-def _vanished(path: Path, candidate: Path, candidates: list[Path]) -> bool:
-    """Whether ``candidate`` was removed (or a newer step published) since ``path`` was listed."""
-    from hyper_parallel.components.checkpoint._layout import CheckpointFolderError, complete_steps
+                before_read(cfg)
+            except OSError as exc:  # a file the config names (its tokenizer), not the checkpoint
+                raise ExportError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+        weights = _read_model(step, inspection.metadata)
+        if not inspection.verified:
+            _log.warning("%s holds no checksums.json (saved by an older version): read unverified", step)
+        return cfg, weights
 
     try:
-        now = [path / f"step-{step}" for step in reversed(complete_steps(path))]
-    except (CheckpointFolderError, OSError):
-        return False
-    return candidate not in now or now[:1] != candidates[:1]
+        step, (cfg, weights) = newest_readable(path, read, purpose=purpose)
+    except NoReadableStepError as exc:
+        raise ExportError(str(exc)) from None
+    return step, cfg, weights
 
 
 def stored_model_sizes(metadata: Any) -> dict[str, list[int]]:
@@ -376,30 +326,6 @@ def _check_model(step: Path, cfg: TrainerConfig, metadata: Any) -> None:
         raise ExportError(
             f"{meta_file}: tensor model.{extra[0]}{more}: saved, and the config's model has no such tensor"
         )
-
-
-def locate_step(path: Path) -> tuple[Path, Any]:
-    """The ``step-<N>`` folder to export and its DCP metadata: ``path`` itself, or its newest intact step."""
-    from hyper_parallel.components.checkpoint._safe_read import UnreadableCheckpointError, inspect
-
-    candidates = _candidates(path)
-    problems = []
-    for candidate in candidates:
-        try:
-            inspection = inspect(candidate)
-        except (UnreadableCheckpointError, OSError) as exc:
-            if len(candidates) > 1:
-                _log.warning("skipping the damaged checkpoint %s: %s", candidate.name, exc)
-            problems.append(str(exc))
-            continue
-        if not inspection.verified:
-            _log.warning(
-                "%s holds no checksums.json (saved by an older version): exporting it unverified", candidate
-            )
-        return candidate, inspection.metadata
-    if len(candidates) == 1:
-        raise ExportError(f"{str(candidates[0])!r} is damaged: {problems[0]}")
-    raise ExportError(f"{str(path)!r}: no intact checkpoint to export ({'; '.join(problems)})")
 
 
 def _run_config(step: Path, config: str | Path | TrainerConfig | None) -> TrainerConfig:

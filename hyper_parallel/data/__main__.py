@@ -102,7 +102,10 @@ def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: T
         err.write(f"{exc}\n")
         return EXIT_INPUT_ERROR
     except OSError as exc:
-        err.write(f"{exc.filename or ''}: {exc.strerror or exc}\n")
+        from hyper_parallel._disk import write_problem
+
+        where = exc.filename or getattr(args, "output", None) or getattr(args, "folder", "")
+        err.write(f"{where}: {write_problem(exc)}\n")
         return EXIT_INPUT_ERROR
     out.write(
         f"{args.output}: {manifest['documents']:,} documents, {manifest['tokens']:,} tokens in "

@@ -36,6 +36,7 @@ from typing import Any, TextIO
 import attrs
 import numpy as np
 
+from hyper_parallel._disk import write_problem
 from hyper_parallel._json import loads
 from hyper_parallel.data import shards
 
@@ -111,25 +112,48 @@ def _component_matches(pattern: str, name: str) -> bool:
     return (not name.startswith(".") or pattern.startswith(".")) and fnmatch.fnmatchcase(name, pattern)
 
 
-def _parts_match(patterns: Sequence[str], parts: Sequence[str]) -> bool:
-    """Whether a relative path's components match a pattern's (``**``: any number of folders).
+def _closure(patterns: Sequence[str], states: frozenset[int]) -> frozenset[int]:
+    """``states`` with every state reached by letting a ``**`` match no folder."""
+    reached = set(states)
+    for i in sorted(states):
+        while i < len(patterns) and patterns[i] == "**":
+            i += 1
+            reached.add(i)
+    return frozenset(reached)
 
-    Dynamic programming over (pattern, component) positions: ``len(patterns) * len(parts)`` steps, where
-    matching ``**`` by backtracking took exponential time on patterns of several ``**``.
+
+def _start(patterns: Sequence[str]) -> frozenset[int]:
+    """The matcher's states before any component: ``i`` means ``patterns[:i]`` match what was read."""
+    return _closure(patterns, frozenset({0}))
+
+
+def _advance(patterns: Sequence[str], states: frozenset[int], name: str) -> frozenset[int]:
+    """The states after one more component ``name`` (``**``: any number of non-hidden folders).
+
+    The matcher reads a path one component at a time, so a walk passes each folder's states to its
+    entries: ``len(patterns)`` steps per entry, whatever its depth (matching the whole path again at each
+    entry made a deep tree cost depth squared), and a folder no state survives is not entered.
     """
-    # matched[j]: the patterns seen so far match parts[:j]
-    matched = [True] + [False] * len(parts)
-    for pattern in patterns:
-        if pattern == "**":
-            following = [False] * (len(parts) + 1)
-            for j in range(len(parts) + 1):
-                following[j] = matched[j] or (j > 0 and following[j - 1] and not parts[j - 1].startswith("."))
-        else:
-            following = [False] + [
-                matched[j - 1] and _component_matches(pattern, parts[j - 1]) for j in range(1, len(parts) + 1)
-            ]
-        matched = following
-    return matched[len(parts)]
+    following = set()
+    for i in states:
+        if i == len(patterns):
+            continue
+        if patterns[i] == "**":
+            if not name.startswith("."):
+                following.add(i)
+        elif _component_matches(patterns[i], name):
+            following.add(i + 1)
+    return _closure(patterns, frozenset(following))
+
+
+def _parts_match(patterns: Sequence[str], parts: Sequence[str]) -> bool:
+    """Whether a relative path's components match a pattern's (``**``: any number of folders)."""
+    states = _start(patterns)
+    for part in parts:
+        states = _advance(patterns, states, part)
+        if not states:
+            return False
+    return len(patterns) in states
 
 
 def _matching(raw: str) -> list[Path]:
@@ -138,7 +162,8 @@ def _matching(raw: str) -> list[Path]:
     ``glob.glob(recursive=True)`` follows links to folders, so a link to a parent folder made it walk
     forever (two such links: 2^40 paths before the kernel's ELOOP); here a link to a folder is neither
     entered nor matched (a link to a file is an input like any file). A pattern without ``**`` cannot
-    descend further than it names and is left to ``glob``.
+    descend further than it names and is left to ``glob``. Each entry costs one step of the matcher
+    (``_advance``) from its folder's states.
     """
     if "**" not in raw:
         return [Path(p) for p in sorted(glob.glob(raw))]
@@ -146,16 +171,23 @@ def _matching(raw: str) -> list[Path]:
     fixed = next(i for i, part in enumerate(parts) if glob.has_magic(part))
     root = Path(*parts[:fixed]) if fixed else Path(".")
     patterns = parts[fixed:]
+    hidden_ok = any(p.startswith(".") for p in patterns)
     found: list[Path] = []
+    states = {str(root): _start(patterns)}
     for current, folders, files in os.walk(root, followlinks=False):
-        here = Path(current).relative_to(root).parts
-        folders[:] = sorted(
-            f for f in folders if not f.startswith(".") or any(p.startswith(".") for p in patterns)
-        )
-        links = [f for f in folders if os.path.islink(os.path.join(current, f))]  # listed by no match
-        for name in [*(f for f in folders if f not in links), *files]:
-            if _parts_match(patterns, (*here, name)):
-                found.append(root / Path(*here, name) if fixed else Path(*here, name))
+        here = states.pop(current)
+        folders[:] = sorted(f for f in folders if not f.startswith(".") or hidden_ok)
+        links = {f for f in folders if os.path.islink(os.path.join(current, f))}  # listed by no match
+        walked = {f for f in folders if f not in links}
+        entered = []
+        for name in [*(f for f in folders if f in walked), *files]:
+            after = _advance(patterns, here, name)
+            if len(patterns) in after:
+                found.append(Path(current, name) if fixed else Path(current, name).relative_to(root))
+            if name in walked and after:
+                states[os.path.join(current, name)] = after
+                entered.append(name)
+        folders[:] = entered  # a folder no state survives holds no match: not walked
     return sorted(found)
 
 
@@ -189,28 +221,42 @@ def find_inputs(inputs: Sequence[str], forced: str | None) -> list[tuple[Path, s
 
 
 def _scan_lines(path: Path, cut_bytes: int) -> tuple[str, list[Piece]]:
-    """SHA-256 of a line-based file and its pieces: cut at the first line end after every ``cut_bytes``."""
+    """SHA-256 of a line-based file and its pieces: cut at the first line end after every ``cut_bytes``.
+
+    Each byte is searched and counted once (``_newlines`` counts from the previous cut, never from the
+    block's start): linear in the file however many cuts a block holds (a 1-byte ``--shard-mb`` cuts at
+    every line).
+    """
     digest = hashlib.sha256()
     pieces: list[Piece] = []
-    start, start_line, lines_before, block_start, target = 0, 1, 0, 0, cut_bytes
+    start, start_line, block_start, target = 0, 1, 0, cut_bytes
+    lines = 0  # line ends counted so far, up to ``counted`` in the current block
     with path.open("rb") as handle:
         while block := handle.read(1 << 20):
             digest.update(block)
+            counted = 0
             search = max(target - block_start, 0)
             while search < len(block):
                 newline = block.find(b"\n", search)
                 if newline < 0:
                     break
                 cut = block_start + newline + 1
+                lines += _newlines(block, counted, newline + 1)
+                counted = newline + 1
                 pieces.append(Piece(str(path), "", start, cut, start_line))
-                start, start_line = cut, lines_before + block.count(b"\n", 0, newline + 1) + 1
+                start, start_line = cut, lines + 1
                 target = cut + cut_bytes
                 search = target - block_start
-            lines_before += block.count(b"\n")
+            lines += _newlines(block, counted, len(block))
             block_start += len(block)
     if block_start > start or not pieces:
         pieces.append(Piece(str(path), "", start, block_start, start_line))
     return digest.hexdigest(), pieces
+
+
+def _newlines(block: bytes, begin: int, end: int) -> int:
+    """Line ends in ``block[begin:end]`` (one function, so that a test can count the bytes searched)."""
+    return block.count(b"\n", begin, end)
 
 
 def _piece_size(piece: Piece) -> int:
@@ -656,7 +702,8 @@ def prepare(
         "shards": [[attrs.asdict(p) for p in pieces] for pieces in tasks],
     }
     with _output_lock(folder):
-        _claim(folder, the_plan)
+        with _writing(folder / _PLAN):
+            _claim(folder, the_plan)
         entries: dict[int, dict[str, Any]] = {}
         todo: list[_Unit] = []
         for index, pieces in enumerate(tasks):
@@ -699,7 +746,8 @@ def prepare(
             "documents": sum(int(e["documents"]) for e in ordered),
             "tokens": sum(int(e["tokens"]) for e in ordered),
         }
-        shards.write_manifest(folder, manifest)
+        with _writing(folder / shards.MANIFEST):
+            shards.write_manifest(folder, manifest)
         return manifest
 
 
@@ -732,8 +780,23 @@ class _Collector:
             if whole:
                 joined = _join([parts[u] for u in range(self.units[shard])])
                 del self.parts[shard]
-                self.entries[shard] = shards.write_shard(self.folder, shards.shard_name(shard), joined)
+                name = shards.shard_name(shard)
+                with _writing(self.folder / name):
+                    self.entries[shard] = shards.write_shard(self.folder, name, joined)
             self.progress.update(arrays, self.sizes[shard, unit], whole)
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """A failed write (a full disk) inside the block as an ``InputError`` naming ``path``: such errors
+    often carry no file name, and the user must know what to free and that the work done is kept."""
+    try:
+        yield
+    except OSError as exc:
+        raise InputError(
+            f"{path}: {write_problem(exc)}; the shards finished so far are kept: free space and run the "
+            "same command again to continue"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -751,7 +814,7 @@ def _output_lock(folder: Path) -> Iterator[None]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        raise InputError(f"{path}: cannot open the lock file: {exc.strerror or exc}") from None
+        raise InputError(f"{path}: cannot open the lock file: {write_problem(exc)}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -149,24 +149,28 @@ def write_shard(folder: Path, name: str, arrays: ShardArrays) -> dict[str, Any]:
         shutil.rmtree(temporary)
     temporary.mkdir(parents=True)
     files: dict[str, dict[str, Any]] = {}
-    for key in _ARRAYS:
-        array = getattr(arrays, key)
-        if array is None:
-            continue
-        path = temporary / f"{key}.npy"
-        with path.open("wb") as handle:
-            np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
-            handle.flush()
-            os.fsync(handle.fileno())
-        size = path.stat().st_size
-        files[key] = {"size": size, "sha256": file_digest(path), "quick": _quick_digest(path, size)}
-    entry = {
-        "name": name,
-        "documents": arrays.documents,
-        "tokens": int(arrays.tokens.shape[0]),
-        "files": files,
-    }
-    (temporary / SHARD_ENTRY).write_text(json.dumps(entry, sort_keys=True) + "\n", encoding="utf-8")
+    try:
+        for key in _ARRAYS:
+            array = getattr(arrays, key)
+            if array is None:
+                continue
+            path = temporary / f"{key}.npy"
+            with path.open("wb") as handle:
+                np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
+                handle.flush()
+                os.fsync(handle.fileno())
+            size = path.stat().st_size
+            files[key] = {"size": size, "sha256": file_digest(path), "quick": _quick_digest(path, size)}
+        entry = {
+            "name": name,
+            "documents": arrays.documents,
+            "tokens": int(arrays.tokens.shape[0]),
+            "files": files,
+        }
+        (temporary / SHARD_ENTRY).write_text(json.dumps(entry, sort_keys=True) + "\n", encoding="utf-8")
+    except OSError:  # a full disk: give back what the half-written shard holds
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
     os.replace(temporary, final)
     return entry
 

@@ -6,6 +6,14 @@ then spend minutes building it before the allocator gave up. ``MAX_PARAMETERS`` 
 times the largest openly trained model (about 1 T parameters); counting needs the architecture arguments
 alone (``ModelCosts.parameters()``), so the check costs microseconds and never depends on the layout or
 world size.
+
+Why a fixed count and not memory (reviewed for issue 36): the dry-run plans for a machine it may not run
+on (a laptop checking a cluster's config), so the bound must not depend on this machine; memory per rank
+is the preflight's report (``--device-memory``), not a refusal. The bound is there to catch values wrong
+by orders of magnitude (a layer count or width with extra digits), which land far above it. A model near
+it is not impossible in principle (2^42 parameters with Adam's fp32 states is about 70 TB, the memory of
+some 500 H200s), only beyond anything trained so far; raising the constant is the whole change when that
+becomes real.
 """
 
 from typing import TYPE_CHECKING

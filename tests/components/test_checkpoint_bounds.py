@@ -10,6 +10,7 @@ and exit 2; nothing is exported that the checkpoint did not store.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
@@ -113,6 +114,12 @@ def _chunk_outside(metadata: Metadata) -> None:
     item.chunks = [ChunkStorageMetadata(offsets=torch.Size([8]), sizes=item.chunks[0].sizes)]
 
 
+def _stored_transformed(metadata: Metadata) -> None:
+    """The chunk of ``model.norm.weight`` stored "transformed" by a number (a list of names in DCP)."""
+    index = MetadataIndex(NORM, [0])
+    metadata.storage_data[index] = dataclasses.replace(metadata.storage_data[index], transform_descriptors=5)
+
+
 #: name -> (change to step 2's .metadata, the problem after "STEP/.metadata: ").
 HOSTILE: dict[str, tuple[Callable[[Metadata], None], str]] = {
     "declared larger than stored (N2)": (
@@ -140,6 +147,10 @@ HOSTILE: dict[str, tuple[Callable[[Metadata], None], str]] = {
     "a dtype that is text": (
         _set(NORM, "dtype", "float32"),
         f"tensor {NORM}: its dtype is a str, not a torch.dtype",
+    ),
+    "a transform that is a number": (
+        _stored_transformed,
+        f"tensor {NORM}: chunk at [0] is stored transformed (5)",
     ),
     "negative sizes": (
         _set(NORM, "size", torch.Size([-64])),
@@ -485,8 +496,149 @@ def test_a_full_disk_when_the_lock_is_written_is_an_input_error(
     with pytest.raises(CheckpointFolderError) as info:
         lock_folder(tmp_path / "ckpt")
     assert str(info.value) == (
-        f"{tmp_path / 'ckpt' / '.lock'}: checkpoint.folder: cannot write the lock file: No space left on "
-        "device"
+        f"{tmp_path / 'ckpt' / '.lock'}: checkpoint.folder: cannot write the lock file: no space left on "
+        "device (ENOSPC)"
     )
     monkeypatch.undo()
     lock_folder(tmp_path / "ckpt").release()  # nothing held: the folder is free
+
+
+# -- evaluate searches a folder as export does: a step failing when read falls back (N7, N9) ----------------
+EVALUATE_FLAGS = ["--validator.dataset.source", "synthetic", "--validator.steps", "1", "--json"]
+
+
+def _evaluate(saved: Path, checkpoint: Path) -> tuple[int, str, str]:
+    """``evaluate --checkpoint CHECKPOINT --json`` with the run's config: (status, stdout, stderr)."""
+    from hyper_parallel.evaluate import main as evaluate_main
+
+    config = saved / "step-1" / "config.yaml"
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["--config-file", str(config), "--checkpoint", str(checkpoint), *EVALUATE_FLAGS]
+    status = evaluate_main(argv, out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def evaluated(saved: Path) -> dict[int, str]:
+    """What ``evaluate`` prints for each intact step (they differ, so the step used can be told)."""
+    printed = {}
+    for step in (1, 2):
+        status, out, err = _evaluate(saved, saved / f"step-{step}")
+        assert status == 0, err
+        printed[step] = out
+    assert printed[1] != printed[2]
+    return printed
+
+
+def _truncate_once_inspected(monkeypatch: pytest.MonkeyPatch, step: Path) -> Path:
+    """Cut the shard holding ``step``'s embedding in the middle of it, just after the step's inspection
+    passed (a file truncated under the reader, after the folder was listed and checked); the shard."""
+    import hyper_parallel.components.checkpoint._manager as manager
+
+    info = read_metadata(step / ".metadata").storage_data[MetadataIndex(EMBED, [0, 0])]
+    shard = step / info.relative_path
+    original = manager.inspect
+
+    def inspect_then_truncate(folder: Path, **kwargs: Any) -> Any:
+        inspection = original(folder, **kwargs)
+        if folder == step:
+            os.truncate(shard, info.offset + info.length // 2)
+        return inspection
+
+    monkeypatch.setattr(manager, "inspect", inspect_then_truncate)
+    return shard
+
+
+def _our_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The warnings of our loggers (DCP logs its own failed reads as errors)."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and r.name.startswith("hyper_parallel")
+    ]
+
+
+@pytest.mark.parametrize("fault", ["a chunk that is a pickle", "a shard truncated after the listing"])
+def test_evaluate_skips_a_step_that_fails_when_read_for_the_older_one(
+    saved: Path,
+    ckpt: Path,
+    evaluated: dict[int, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fault: str,
+) -> None:
+    marker = tmp_path / "ran"
+    if fault == "a chunk that is a pickle":
+        shard = plant_pickle_chunk(ckpt / "step-2", marker)
+        problem = (
+            f"{shard}: cannot be read (UnpicklingError: a pickle that is not a saved tensor, refused by "
+            "torch's weights-only loader)"
+        )
+    else:
+        shard = _truncate_once_inspected(monkeypatch, ckpt / "step-2")
+        problem = (
+            f"{shard}: cannot be read (RuntimeError: PytorchStreamReader failed reading zip archive: "
+            "failed finding central directory)"
+        )
+    with caplog.at_level(logging.WARNING):
+        status, out, err = _evaluate(saved, ckpt)
+    assert (status, err) == (0, "")
+    assert out == evaluated[1]  # step 1's weights, not step 2's
+    warnings = _our_warnings(caplog)
+    assert len(warnings) == 1, warnings
+    assert warnings == [f"skipping the damaged checkpoint step-2: {problem}"]
+    assert not marker.exists()
+
+
+def test_evaluate_of_a_folder_with_no_readable_step_is_one_line_and_exit_2(
+    saved: Path, ckpt: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    shards = [plant_pickle_chunk(ckpt / f"step-{n}", tmp_path / "ran") for n in (1, 2)]
+    with caplog.at_level(logging.WARNING):
+        status, out, err = _evaluate(saved, ckpt)
+    problems = [f"{shard}: cannot be read (UnpicklingError: " for shard in reversed(shards)]
+    assert (status, out) == (2, "")
+    assert err.startswith(f"evaluate: {str(ckpt)!r}: no intact checkpoint to evaluate ({problems[0]}")
+    assert f"; {problems[1]}" in err
+    assert err.count("\n") == 1
+    skipped = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipping")]
+    assert [line.split(":")[0] for line in skipped] == [
+        "skipping the damaged checkpoint step-2",
+        "skipping the damaged checkpoint step-1",
+    ]
+    # A step folder given directly is not searched past: its own problem is the error.
+    status, out, err = _evaluate(saved, ckpt / "step-2")
+    assert (status, out) == (2, "")
+    assert err.startswith(f"evaluate: {str(ckpt / 'step-2')!r} is damaged: {problems[0]}")
+    assert err.count("\n") == 1
+
+
+def test_evaluate_lists_the_folder_again_when_the_step_it_reads_is_pruned(
+    saved: Path,
+    ckpt: Path,
+    evaluated: dict[int, str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from hyper_parallel.components.checkpoint._manager import CheckpointManager
+
+    original = CheckpointManager.load_model_from
+    calls: list[Path] = []
+
+    def racing(self: CheckpointManager, step: Path) -> None:
+        calls.append(step)
+        if len(calls) == 1:  # the run publishes step 3 (step 2's weights) and prunes step 2 meanwhile
+            shutil.copytree(step, ckpt / "step-3")
+            shutil.rmtree(step)
+        original(self, step)
+
+    monkeypatch.setattr(CheckpointManager, "load_model_from", racing)
+    with caplog.at_level(logging.WARNING):
+        status, out, err = _evaluate(saved, ckpt)
+    assert (status, err) == (0, "")
+    assert calls == [ckpt / "step-2", ckpt / "step-3"]
+    assert out == evaluated[2]
+    assert _our_warnings(caplog) == [
+        f"{ckpt / 'step-2'} was removed while it was read: reading the newest step again"
+    ]

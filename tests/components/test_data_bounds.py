@@ -257,3 +257,98 @@ def test_a_pattern_of_many_double_stars_matches_in_polynomial_time() -> None:
     assert not _parts_match(("**",) * 30 + ("y",), ("a",) * 60)
     assert _parts_match(("**",) * 30 + ("y",), ("a",) * 60 + ("y",))
     assert not _parts_match(("**", "*.jsonl"), (".hidden", "x.jsonl"))
+
+
+def test_a_full_disk_during_prepare_is_one_line_exit_2_and_keeps_the_finished_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """N10: the second shard's write fails with ENOSPC (injected at ``np.save``, the call that writes)."""
+    import errno
+    import os
+
+    from hyper_parallel.data import shards
+    from tests.support.prepared import run_prepare
+
+    data = [write_jsonl(tmp_path / f"part{i}.jsonl", 40, start=40 * i) for i in range(2)]
+    config = tokenizer_config(tmp_path / "cfg")
+    output = tmp_path / "out"
+    real_save = np.save
+
+    def save(handle: Any, array: Any, **kwargs: Any) -> None:
+        if Path(handle.name).parent.name == ".shard-00001.tmp":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_save(handle, array, **kwargs)
+
+    monkeypatch.setattr(shards.np, "save", save)
+    argv = ["prepare", *data, "--output", output, "--config-file", config, "--shard-mb", "0.001"]
+    status, out, err = run_prepare(*argv)
+    assert (status, out) == (2, "")
+    assert err.splitlines()[-1] == (
+        f"{output / 'shard-00001'}: no space left on device (ENOSPC); the shards finished so far are kept: "
+        "free space and run the same command again to continue"
+    )
+    assert "Traceback" not in err
+    assert not (output / ".shard-00001.tmp").exists()  # the half-written shard gives its space back
+    kept = (output / "shard-00000" / "tokens.npy").stat().st_ino
+    monkeypatch.undo()
+    status, out, err = run_prepare(*argv)
+    assert status == 0, err
+    assert (output / "shard-00000" / "tokens.npy").stat().st_ino == kept  # not written again
+
+
+# -- work linear in the input, however it is shaped (N16) ---------------------------------------------------
+def _glob_steps(tmp_path: Path, depth: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Component matches a ``**`` glob makes over a chain of ``depth`` folders, each holding one file."""
+    from hyper_parallel.data import prepare as module
+
+    root = tmp_path / f"chain{depth}"
+    folder = root
+    for _ in range(depth):
+        folder = folder / "d"
+        folder.mkdir(parents=True)
+        (folder / "x.txt").write_text("x\n")
+    calls = [0]
+    original = module._component_matches
+
+    def counted(pattern: str, name: str) -> bool:
+        calls[0] += 1
+        return original(pattern, name)
+
+    monkeypatch.setattr(module, "_component_matches", counted)
+    found = module.find_inputs([f"{root}/**/d/*.txt"], None)
+    monkeypatch.undo()
+    assert len(found) == depth
+    return calls[0]
+
+
+def test_a_deep_tree_costs_the_glob_work_linear_in_its_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Matching each entry's whole path again cost depth^2 component matches (16x for 4x the depth)."""
+    small, large = (_glob_steps(tmp_path, depth, monkeypatch) for depth in (40, 160))
+    assert large / small < 4.5, (small, large)
+
+
+def test_cutting_a_file_at_every_line_searches_each_byte_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1-byte cut (``--shard-mb`` tiny) counted every block from its start at each cut: lines^2 bytes."""
+    from hyper_parallel.data import prepare as module
+
+    searched = [0]
+    original = module._newlines
+
+    def counted(block: bytes, begin: int, end: int) -> int:
+        searched[0] += end - begin
+        return original(block, begin, end)
+
+    monkeypatch.setattr(module, "_newlines", counted)
+    for lines in (1000, 4000, 300_000):  # the last spans a second 1 MiB block
+        path = tmp_path / f"{lines}.jsonl"
+        path.write_bytes(b"{}\n" * lines)
+        searched[0] = 0
+        _, pieces = module._scan_lines(path, 1)
+        assert searched[0] == path.stat().st_size
+        assert [p.first_line for p in pieces[:3]] == [1, 2, 3]
+        assert pieces[-1].first_line == lines
+        assert len(pieces) == lines

@@ -3,8 +3,11 @@
 The console and JSONL sinks need no torch, so this module runs in the plain environment too.
 """
 
+import errno
 import io
 import json
+import logging
+import os
 import sys
 import types
 from pathlib import Path
@@ -266,3 +269,141 @@ def test_wandb_offline_keeps_the_logged_scalars_in_the_run_folder(
     ]
     assert rows[-1]["validation/loss"] == 9.0
     assert run_names(tmp_path / "w") == [("p", "r")]
+
+
+# -- a full disk under a sink (issue 36, N10) ----------------------------------------------------------------
+FULL = "no space left on device (ENOSPC)"
+
+
+def _enospc() -> OSError:
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+class _Disk:
+    """The disk under the metrics files: once ``full``, every write, flush and close fails with ENOSPC, as
+    a full disk makes them fail (the error is injected at the write call itself)."""
+
+    def __init__(self) -> None:
+        self.full = False
+
+    def path_class(self) -> type[Path]:
+        disk = self
+
+        class OnThisDisk(type(Path())):  # type: ignore[misc]
+            def open(self, *args: Any, **kwargs: Any) -> Any:
+                if disk.full:
+                    raise _enospc()
+                return disk.File(super().open(*args, **kwargs), disk)
+
+        return OnThisDisk
+
+    class File:
+        def __init__(self, real: Any, disk: "_Disk") -> None:
+            self.real, self.disk = real, disk
+
+        def write(self, text: str) -> int:
+            if self.disk.full:
+                raise _enospc()
+            return int(self.real.write(text))
+
+        def flush(self) -> None:
+            if self.disk.full:
+                raise _enospc()
+            self.real.flush()
+
+        def close(self) -> None:
+            self.real.close()
+            if self.disk.full:
+                raise _enospc()
+
+
+def _our_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_full_disk_mid_run_turns_the_jsonl_sink_off_with_one_warning_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from hyper_parallel.components.metrics import _runtime
+
+    disk = _Disk()
+    monkeypatch.setattr(_runtime, "Path", disk.path_class())
+    path = tmp_path / "m.jsonl"
+    proc, out, _ = processor(MetricsLogger.Config(log_freq=1, enable_jsonl=True, jsonl_path=str(path)))
+    first = proc.record(1, loss=3.0, lr=0.1)
+    disk.full = True
+    with caplog.at_level(logging.WARNING):
+        later = [proc.record(step, loss=2.0, lr=0.1) for step in (2, 3)]
+        proc.log_validation(3, {"loss": 2.5})
+        proc.close()
+    assert [r["step"] for r in later] == [2, 3]  # the records are still made and shown
+    assert len(out.getvalue().splitlines()) == 4
+    assert _our_warnings(caplog) == [
+        f"{path}: {FULL}; metrics.enable_jsonl turned off for the rest of the run (training goes on, the "
+        "console line shows every record)"
+    ]
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [first]
+
+
+def test_a_full_disk_under_tensorboard_turns_it_off_with_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    scalars: list[str] = []
+    disk = _Disk()
+
+    class Writer:  # SummaryWriter's surface; its writer thread re-raises a failed write on a later call
+        def __init__(self, log_dir: str) -> None:
+            self.closed = 0
+
+        def add_scalar(self, tag: str, value: float, step: int) -> None:
+            if disk.full:
+                raise _enospc()
+            scalars.append(f"{tag}@{step}")
+
+        def close(self) -> None:
+            self.closed += 1
+
+    fake = types.ModuleType("torch.utils.tensorboard")
+    fake.SummaryWriter = Writer  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", fake)
+    cfg = MetricsLogger.Config(
+        log_freq=1, enable_tensorboard=True, tensorboard_folder=str(tmp_path / "tb"), run_name="r"
+    )
+    proc, out, _ = processor(cfg)
+    writer = proc._tb
+    proc.record(1, loss=3.0, lr=0.1)
+    disk.full = True
+    with caplog.at_level(logging.WARNING):
+        proc.record(2, loss=2.0, lr=0.1)
+        proc.record(3, loss=2.0, lr=0.1)
+        proc.close()
+    assert _our_warnings(caplog) == [
+        f"{tmp_path / 'tb' / 'r'}: {FULL}; metrics.enable_tensorboard turned off for the rest of the run "
+        "(training goes on, the console line shows every record)"
+    ]
+    assert "loss@1" in scalars
+    assert not any(s.endswith(("@2", "@3")) for s in scalars)
+    assert writer.closed == 1
+    assert len(out.getvalue().splitlines()) == 3
+
+
+def test_a_full_disk_when_the_jsonl_file_is_opened_stops_the_launch_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    from hyper_parallel.components.metrics import _runtime
+    from hyper_parallel.launch import main
+    from tests.support.trainer import as_flags, debug_config_path, tiny_overrides
+
+    disk = _Disk()
+    disk.full = True
+    monkeypatch.setattr(_runtime, "Path", disk.path_class())
+    path = tmp_path / "m.jsonl"
+    run = {"metrics.enable_jsonl": "true", "metrics.jsonl_path": str(path), "metrics.log_freq": "1"}
+    flags = as_flags(tiny_overrides("llama3", **run))
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["--config-file", str(debug_config_path("llama3")), *flags], out=out, err=err) == 2
+    assert err.getvalue() == f"{path}: {FULL}; free space or set metrics.jsonl_path elsewhere\n", (
+        err.getvalue()
+    )
+    assert "Traceback" not in err.getvalue()

@@ -130,10 +130,9 @@ def _check_tensor(fqn: str, item: TensorStorageMetadata, storage: Mapping[Any, A
         info = storage.get(MetadataIndex(fqn, offsets))
         if info is None:
             raise _Refused(f"chunk at {list(offsets)} has no stored data")
-        if getattr(info, "transform_descriptors", None):
-            raise _Refused(
-                f"chunk at {list(offsets)} is stored transformed {list(info.transform_descriptors)}"
-            )
+        transforms = getattr(info, "transform_descriptors", None)
+        if transforms:  # any value: a hostile one need not be a list
+            raise _Refused(f"chunk at {list(offsets)} is stored transformed ({str(transforms)[:100]})")
         length = info.length
         if length < numel * element:
             raise _Refused(
@@ -187,3 +186,8 @@ def check_declared(meta_path: Path, metadata: Metadata) -> None:
                 raise _Refused(f"is a {type(item).__name__}, not DCP storage metadata")
         except _Refused as exc:
             raise UnreadableCheckpointError(f"{meta_path}: tensor {fqn}: {exc}") from None
+        except (TypeError, ValueError, AttributeError, OverflowError) as exc:  # a value of another type
+            detail = str(exc).splitlines()[0][:200] if str(exc) else ""
+            raise UnreadableCheckpointError(
+                f"{meta_path}: tensor {fqn}: holds a value of the wrong type ({type(exc).__name__}: {detail})"
+            ) from None

@@ -37,6 +37,7 @@ import stat
 import weakref
 from pathlib import Path
 
+from hyper_parallel._disk import write_problem
 from hyper_parallel.components.checkpoint._manifest import write_manifest
 from hyper_parallel.config.errors import InputFileError
 
@@ -162,7 +163,7 @@ def _acquire(folder: Path, path: Path) -> int:
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 _refuse_link(path)
-            raise _folder_error(path, f"cannot open the lock file: {exc.strerror}") from None
+            raise _folder_error(path, f"cannot open the lock file: {write_problem(exc)}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -186,7 +187,7 @@ def _acquire(folder: Path, path: Path) -> int:
         os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
     except OSError as exc:  # a full disk (ENOSPC), a quota
         os.close(fd)
-        raise _folder_error(path, f"cannot write the lock file: {exc.strerror or exc}") from None
+        raise _folder_error(path, f"cannot write the lock file: {write_problem(exc)}") from None
     return fd
 
 

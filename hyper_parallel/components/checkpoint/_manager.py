@@ -423,6 +423,19 @@ class CheckpointManager:
                 f"checkpoint.initial_load_path {str(path)!r} is damaged: {exc}"
             ) from None
 
+    def load_model_from(self, path: Path) -> None:
+        """Read the model weights of the checkpoint ``path`` into the model (``evaluate``'s weights).
+
+        Call it on every rank. Inspected first, as ``load()`` inspects (rank 0 hashes, every rank agrees);
+        raises ``UnreadableCheckpointError`` naming the file when the inspection fails on any rank or a
+        part fails to read, so that ``_newest.newest_readable`` tries an older step on every rank alike,
+        and ``InputFileError`` when ``path`` holds another model's shapes.
+        """
+        inspection, problem = self._inspect(path)
+        if inspection is None:
+            raise UnreadableCheckpointError(problem)
+        self._load_model(path, inspection)
+
     def _inspect(self, path: Path) -> tuple[Inspection | None, str]:
         """``inspect`` on every rank (rank 0 hashes): the inspection if all passed, else the problem."""
         try:

@@ -161,9 +161,8 @@ class SafeReader(FileSystemReader):
             except UnreadableCheckpointError:
                 raise
             except Exception as exc:  # MemoryError, RecursionError, UnpicklingError, OSError, ...
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 raise UnreadableCheckpointError(
-                    f"{Path(self.path) / relative}: cannot be read ({type(exc).__name__}: {first[:200]})"
+                    f"{Path(self.path) / relative}: cannot be read ({type(exc).__name__}: {_why(exc)})"
                 ) from None
         done: Future[None] = Future()
         done.set_result(None)
@@ -176,6 +175,20 @@ class SafeReader(FileSystemReader):
         assert metadata.storage_meta is not None
         metadata.storage_meta.load_id = self.load_id
         return metadata
+
+
+def _why(exc: BaseException) -> str:
+    """The first line of ``exc``, short; what a refused pickle or a file cut short is, said plainly.
+
+    torch's own message goes on to advise loading with ``weights_only=False``: the one thing a file that
+    may be hostile must never be given, so it is not repeated.
+    """
+    if isinstance(exc, pickle.UnpicklingError):
+        return "a pickle that is not a saved tensor, refused by torch's weights-only loader"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if not first and isinstance(exc, EOFError):  # a file cut after it was listed and inspected
+        return "the file ends inside the data .metadata points at (truncated)"
+    return first.split(". ")[0][:200]  # the first sentence: torch's further ones are advice, cut mid-way
 
 
 def _plain(value: Any) -> bool:

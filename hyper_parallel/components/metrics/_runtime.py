@@ -8,6 +8,7 @@ config built in Python without it gets a warning and no such sink.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import secrets
@@ -17,6 +18,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, SupportsFloat, TextIO
+
+from hyper_parallel._disk import write_problem
 
 if TYPE_CHECKING:
     from hyper_parallel.components.metrics import MetricsLogger
@@ -107,15 +110,18 @@ class MetricsProcessor:
         self._wandb: Any = None
         if not self.active:
             return
+        self.jsonl_path: Path | None = None
+        self._tb_folder: Path | None = None
         if cfg.enable_jsonl:
             path = Path(cfg.jsonl_path) if cfg.rank0_only else _per_rank(cfg.jsonl_path, rank)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._jsonl = path.open("a", encoding="utf-8")
-            self.jsonl_path: Path | None = path
-            if resumed_from:
-                self._append({"step": resumed_from, "event": "resumed"})
-        else:
-            self.jsonl_path = None
+            self.jsonl_path = path
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._jsonl = path.open("a", encoding="utf-8")
+                if resumed_from:
+                    self._write_jsonl({"step": resumed_from, "event": "resumed"})
+            except OSError as exc:
+                self._refuse_at_start(path, "metrics.jsonl_path", exc)
         if cfg.enable_tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -125,7 +131,11 @@ class MetricsProcessor:
                 folder = Path(cfg.tensorboard_folder) / self.run_name
                 if not cfg.rank0_only:
                     folder = folder / f"rank{rank}"
-                self._tb = SummaryWriter(log_dir=str(folder))
+                self._tb_folder = folder
+                try:
+                    self._tb = SummaryWriter(log_dir=str(folder))
+                except OSError as exc:
+                    self._refuse_at_start(folder, "metrics.tensorboard_folder", exc)
         if cfg.enable_wandb:
             self._wandb = self._start_wandb(resumed_from)
 
@@ -270,12 +280,15 @@ class MetricsProcessor:
         """The numbers of a record to TensorBoard and W&B (nulls left out)."""
         shown = {key: value for key, value in values.items() if value is not None}
         if self._tb is not None:
-            for key, value in shown.items():
-                if key == "data_tokens":
-                    for source, count in value.items():
-                        self._tb.add_scalar(f"data_tokens/{source}", count, step)
-                else:
-                    self._tb.add_scalar(key, value, step)
+            try:
+                for key, value in shown.items():
+                    if key == "data_tokens":
+                        for source, count in value.items():
+                            self._tb.add_scalar(f"data_tokens/{source}", count, step)
+                    else:
+                        self._tb.add_scalar(key, value, step)
+            except OSError as exc:  # its writer thread re-raises a failed write on the next call
+                self._turn_off_tensorboard(exc)
         if self._wandb is not None:
             self._wandb.log(shown, step=step)
 
@@ -292,10 +305,59 @@ class MetricsProcessor:
         self._scalars(step, scalars)
 
     def _append(self, record: dict[str, Any]) -> None:
-        """One JSON-lines record (``run_id`` first), flushed so a killed run keeps what it logged."""
+        """One JSON-lines record (``run_id`` first); a failed write turns the sink off (see below)."""
         if self._jsonl is not None:
-            self._jsonl.write(json.dumps({"run_id": self.run_id, **record}) + "\n")
-            self._jsonl.flush()
+            try:
+                self._write_jsonl(record)
+            except OSError as exc:
+                self._turn_off_jsonl(exc)
+
+    def _write_jsonl(self, record: dict[str, Any]) -> None:
+        """Write and flush one record, so a killed run keeps what it logged."""
+        assert self._jsonl is not None
+        self._jsonl.write(json.dumps({"run_id": self.run_id, **record}) + "\n")
+        self._jsonl.flush()
+
+    # A sink that cannot be written: before the first step the launch stops (nothing is lost yet and the
+    # user asked for the file); during the run the sink is turned off with one warning and training goes
+    # on, since a full disk under a metrics file must not cost the hours of a run (its console line still
+    # shows every record, and its checkpoints say for themselves whether they could be saved).
+    def _refuse_at_start(self, path: Path, field: str, exc: OSError) -> None:
+        from hyper_parallel.config.errors import InputFileError
+
+        self._close_quietly()
+        raise InputFileError.at(path, f"{write_problem(exc)}; free space or set {field} elsewhere") from None
+
+    def _turn_off_jsonl(self, exc: OSError) -> None:
+        _log.warning(
+            "%s: %s; metrics.enable_jsonl turned off for the rest of the run (training goes on, the console "
+            "line shows every record)",
+            self.jsonl_path,
+            write_problem(exc),
+        )
+        jsonl, self._jsonl = self._jsonl, None
+        with contextlib.suppress(OSError):  # its buffer cannot be written either
+            assert jsonl is not None
+            jsonl.close()
+
+    def _turn_off_tensorboard(self, exc: OSError) -> None:
+        _log.warning(
+            "%s: %s; metrics.enable_tensorboard turned off for the rest of the run (training goes on, the "
+            "console line shows every record)",
+            self._tb_folder,
+            write_problem(exc),
+        )
+        tb, self._tb = self._tb, None
+        with contextlib.suppress(OSError):
+            tb.close()
+
+    def _close_quietly(self) -> None:
+        """Close what the constructor opened before a sink refused to start."""
+        for sink in (self._jsonl, self._tb):
+            if sink is not None:
+                with contextlib.suppress(OSError):
+                    sink.close()
+        self._jsonl = self._tb = None
 
     def clear_progress(self) -> None:
         """Erase the progress bar (if shown) so that a line printed next starts at the left margin."""
@@ -309,13 +371,21 @@ class MetricsProcessor:
             self._bar_shown = False
 
     def close(self) -> None:
-        """Close the files."""
+        """Close the files (a failed final write is a warning, as during the run)."""
         if self._jsonl is not None:
-            self._jsonl.close()
-            self._jsonl = None
+            jsonl, self._jsonl = self._jsonl, None
+            try:
+                jsonl.close()
+            except OSError as exc:
+                self._jsonl = jsonl
+                self._turn_off_jsonl(exc)
         if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+            tb, self._tb = self._tb, None
+            try:
+                tb.close()
+            except OSError as exc:
+                self._tb = tb
+                self._turn_off_tensorboard(exc)
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
