@@ -15,9 +15,9 @@ the build (exit status 1); here each is read just far enough to know it fits, an
 Every rank runs the data and tokenizer checks on the same files, so every rank raises the same error, and
 the launch command line prints it once (rank 0).
 
-``--dry-run`` runs the same checks that need no torch (:func:`check_without_torch`): the data files, the
-prepared folders' manifests, shards and tokenizer fingerprints, and the tokenizer against the model. Only
-the weights check (``models.check_weights``, which compares torch dtypes) waits for the launch. This
+``--dry-run`` runs the same checks, none of which needs torch (:func:`check_without_torch`): the data
+files, the weights folder (``models.check_weights`` reads headers and maps shapes, never tensors), the
+prepared folders' manifests, shards and tokenizer fingerprints, and the tokenizer against the model. This
 module imports torch only where a process group may exist.
 """
 
@@ -49,11 +49,16 @@ def check_files(config: TrainerConfig) -> None:
 def check_without_torch(config: TrainerConfig) -> None:
     """The launch's checks of the files ``config`` names that need no torch, raising as the launch does
     (``InputFileError`` / ``PreparedDataError``: ``FILE: problem``, exit status 2): the datasets' files,
-    the tokenizer (built: its files, its size against the model, its EOS), then each prepared folder's
-    manifest, shards and tokenizer fingerprint."""
+    the weights folder (the launch's ``check_weights``, in the launch's order), the tokenizer (built: its
+    files, its size against the model, its EOS), then each prepared folder's manifest, shards and
+    tokenizer fingerprint."""
     sections = _datasets(config)
     for dataset in sections:
         dataset.check_files()
+    if config.model.weights_path is not None:
+        from hyper_parallel.models import check_weights
+
+        check_weights(config.model)
     tokenizer = build_tokenizer(config)
     prepared = [d for d in sections if getattr(d, "source", None) == "tokenized"]
     if prepared:
