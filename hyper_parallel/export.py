@@ -114,7 +114,9 @@ def export_checkpoint(
         adapter = cfg.model.state_dict_adapter(cfg.model.args)
         try:
             found["hf_config"] = adapter.hf_config()
-        except (AttributeError, NotImplementedError, ValueError) as exc:
+        except NotImplementedError as exc:  # a model kind the export does not write yet: the input named
+            raise ExportError(f"{checkpoint}: {exc}") from None
+        except (AttributeError, ValueError) as exc:
             detail = str(exc) if not isinstance(exc, AttributeError) else "its adapter writes no config.json"
             raise ExportError(f"model {cfg.model.name} {cfg.model.flavor}: {detail}") from None
         files = {**_tokenizer_files(cfg), **_generation_files(cfg, found["hf_config"])}

@@ -1,6 +1,7 @@
 """Continue a prompt with a trained model: ``python -m hyper_parallel.generate PATH --prompt TEXT``.
 
-``[--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--config-file C] [--device D]``
+``[--image IMAGE] [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--config-file C]
+[--device D]``
 
 ``PATH`` is a checkpoint (a ``step-<N>`` folder, or a ``checkpoint.folder`` whose newest intact step is read,
 exactly as ``hyper_parallel.export`` reads it: checksums checked, nothing unpickled but DCP's metadata) or a
@@ -16,6 +17,12 @@ Decoding keeps a cache (keys and values of the attention blocks, the recurrent s
 blocks; a mixture-of-experts block routes each new token by itself and keeps nothing), so each new token
 costs one token's forward. Generation stops at the end-of-sequence token. Llama 3, Qwen 3.5 and Qwen 3.5
 MoE decode (the ``model_type`` of an exported ``config.json`` names which).
+
+A Qwen 3.5 vision-language checkpoint decodes with ``--image IMAGE``: the prompt becomes a user turn of the
+built-in chat format holding the image then the text, followed by the assistant's header, exactly as
+``image_chat`` data trains (``hyper_parallel.data.chat``), and the continuation is the assistant's answer.
+The image is read and resized as the training data's images are (the run's ``image_min_pixels`` and
+``image_max_pixels``); the whole sequence is recomputed for each new token (no cache for images yet).
 
 An input error (no such folder, not a checkpoint, an unreadable config or tokenizer, an option out of
 range) prints ``generate: PATH: problem`` on one line and exits 2. torch is imported only after the
@@ -48,10 +55,26 @@ class GenerateError(ValueError):
 
 
 class Loaded:
-    """A model ready to decode: the module (eval mode), its tokenizer, and what was read (for stderr)."""
+    """A model ready to decode: the module (eval mode), its tokenizer, and what was read (for stderr);
+    ``config`` is the run's config when a checkpoint was read (None for an exported folder)."""
 
-    def __init__(self, model: nn.Module, tokenizer: TokenizerRuntime, max_length: int | None, what: str):
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: TokenizerRuntime,
+        max_length: int | None,
+        what: str,
+        config: Any = None,
+    ):
         self.model, self.tokenizer, self.max_length, self.what = model, tokenizer, max_length, what
+        self.config = config
+
+    @property
+    def sees_images(self) -> bool:
+        """Whether the model takes images (a vision tower: ``pixel_values`` in its forward)."""
+        import inspect
+
+        return "pixel_values" in inspect.signature(self.model.forward).parameters
 
 
 def _is_hf_folder(path: Path) -> bool:
@@ -83,7 +106,8 @@ def _assign(model: nn.Module, weights: dict[str, Any], where: str, device: str) 
     """Put ``weights`` (our names) into the meta ``model``; every parameter must be given (ties aside)."""
     import inspect
 
-    if "cache" not in inspect.signature(model.forward).parameters:
+    parameters = inspect.signature(model.forward).parameters
+    if "cache" not in parameters and "pixel_values" not in parameters:
         raise GenerateError(f"{where}: {type(model).__name__} cannot decode text (text models only)")
     try:
         result = model.load_state_dict(weights, strict=False, assign=True)
@@ -120,7 +144,7 @@ def _load_checkpoint(folder: Path, config: str | Path | None, device: str) -> Lo
     except (OSError, ValueError) as exc:
         raise GenerateError(f"{str(step)!r}: the run's tokenizer cannot be loaded: {exc}") from None
     what = f"{step} ({spec.name} {spec.flavor})"
-    return Loaded(model, tokenizer, spec.args.max_sequence_length(), what)
+    return Loaded(model, tokenizer, spec.args.max_sequence_length(), what, cfg)
 
 
 def _load_hf_folder(folder: Path, device: str) -> Loaded:
@@ -179,12 +203,18 @@ def generate_text(
     temperature: float = 0.0,
     top_p: float = 1.0,
     seed: int = 0,
+    image: str | None = None,
 ) -> str:
-    """The continuation of ``prompt`` (text after it, without the end-of-sequence token)."""
+    """The continuation of ``prompt`` (text after it, without the end-of-sequence token); with ``image``,
+    the assistant's answer to a user turn holding the image and ``prompt`` (the module docstring)."""
     from hyper_parallel.models import generate_ids
 
     tokenizer = loaded.tokenizer
-    ids = tokenizer.encode(prompt, add_eos=False)
+    inputs: dict[str, Any] | None = None
+    if image is not None:
+        ids, inputs = _image_prompt(loaded, image, prompt)
+    else:
+        ids = tokenizer.encode(prompt, add_eos=False)
     if not ids:
         raise GenerateError("--prompt: encodes to no tokens; give some text")
     if loaded.max_length is not None and len(ids) + max_new_tokens > loaded.max_length:
@@ -202,7 +232,13 @@ def generate_text(
         seed=seed,
         stop_ids=stop,
         vocab_size=tokenizer.vocab_size,
+        use_cache=not loaded.sees_images,
+        inputs=inputs,
     )
+    if image is not None:  # the chat header before the answer is not part of the text printed
+        if new and new[-1] in stop:
+            new = new[:-1]
+        return tokenizer.decode(new, skip_special_tokens=True)
     if new and new[-1] in stop:
         new = new[:-1]
     # Decoded together with the prompt, so a tokenizer that joins words (spaces, merged bytes) joins them
@@ -210,6 +246,41 @@ def generate_text(
     head = tokenizer.decode(ids, skip_special_tokens=True)
     whole = tokenizer.decode(ids + new, skip_special_tokens=True)
     return whole[len(head) :] if whole.startswith(head) else tokenizer.decode(new, skip_special_tokens=True)
+
+
+def _image_prompt(loaded: Loaded, image: str, prompt: str) -> tuple[list[int], dict[str, Any]]:
+    """Ids of a user turn holding ``image`` then ``prompt`` and the assistant's header, and the image's
+    ``pixel_values`` and ``grid_thw``, prepared as ``image_chat`` training data is."""
+    import torch
+
+    from hyper_parallel.components.dataloader import DatasetConfig
+    from hyper_parallel.components.dataloader._image_chat import Geometry
+    from hyper_parallel.components.dataloader._images import patchify
+    from hyper_parallel.components.dataloader._pictures import image_pixels
+    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.data.chat import builtin_chat
+
+    args = getattr(loaded.config.model, "args", None) if loaded.config is not None else None
+    vision, image_token_id = getattr(args, "vision", None), getattr(args, "image_token_id", None)
+    if not loaded.sees_images or vision is None or image_token_id is None:
+        raise GenerateError(f"--image: {loaded.what} has no vision tower; give no --image")
+    dataset = getattr(loaded.config.dataloader, "dataset", None)
+    bounds: Any = dataset if getattr(dataset, "source", None) == "image_chat" else DatasetConfig()
+    geometry = Geometry(
+        vision.patch_size, vision.spatial_merge_size, bounds.image_min_pixels, bounds.image_max_pixels
+    )
+    try:
+        size = geometry.fitted(Path(image), "--image")
+        pixels = image_pixels(Path(image), size)
+    except InputFileError as exc:
+        raise GenerateError(str(exc.issues[0])) from None
+    turn = [{"role": "user", "content": [[image_token_id] * geometry.tokens(size), prompt]}]
+    ids, _ = builtin_chat(loaded.tokenizer, turn)
+    ids += loaded.tokenizer.encode("<|assistant|>\n", add_bos=False, add_eos=False)
+    patches = patchify(pixels, vision.patch_size, vision.temporal_patch_size, vision.spatial_merge_size)
+    device = next(loaded.model.parameters()).device
+    grid = torch.tensor([[1, size[1] // vision.patch_size, size[0] // vision.patch_size]])
+    return ids, {"pixel_values": patches.to(device), "grid_thw": grid}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -220,6 +291,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("path", help="step-<N> folder, checkpoint.folder, or an exported folder")
     parser.add_argument("--prompt", required=True, help="text to continue")
+    parser.add_argument(
+        "--image", help="an image the prompt asks about (a vision-language checkpoint; chat format)"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=64, help="most tokens to add (default 64)")
     parser.add_argument(
         "--temperature", type=float, default=0.0, help="0 decodes greedily (default); above, sampling"
@@ -264,6 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             temperature=args.temperature,
             top_p=args.top_p,
             seed=args.seed,
+            image=args.image,
         )
     except GenerateError as exc:
         print(f"generate: {exc}", file=sys.stderr)

@@ -12,7 +12,8 @@ nothing would be trained on.
 A tokenizer without a template (the byte tokenizer) uses the built-in one, documented here because it is a
 format: ``[bos]`` (when the tokenizer adds one), then for each message ``<|ROLE|>`` and a newline (not
 trained on), then its content; a non-assistant content is followed by a newline, an assistant content by
-the EOS id, and the assistant content and that EOS are what is trained on.
+the EOS id, and the assistant content and that EOS are what is trained on. A content that is a list of
+parts (``image_chat`` data) writes them in order, an image as its placeholder ids (never trained on).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 __all__ = ["MAX_RENDER_CHARS", "MAX_RENDER_SECONDS", "MAX_RENDER_STEPS", "ChatRenderer", "builtin_chat"]
@@ -96,8 +97,13 @@ def _checked_binop(operator: str, left: Any, right: Any) -> None:
         raise ValueError(f"the chat_template computes {left} ** {right}, a number too large to need")
 
 
-def builtin_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[list[int], list[int]]:
-    """Ids and assistant mask of ``messages`` under the built-in template (the module docstring)."""
+def builtin_chat(
+    tokenizer: Any, messages: Sequence[Mapping[str, str | Sequence[str | Sequence[int]]]]
+) -> tuple[list[int], list[int]]:
+    """Ids and assistant mask of ``messages`` under the built-in template (the module docstring).
+
+    A content may also be a list of parts, written in order: text, or a list of ids put in as they are
+    and never trained on (an image's placeholder ids, ``image_chat`` data)."""
     ids: list[int] = []
     mask: list[int] = []
     bos, eos = getattr(tokenizer, "bos_id", None), getattr(tokenizer, "eos_id", None)
@@ -111,14 +117,23 @@ def builtin_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[li
         mask.extend([trained] * len(piece))
 
     for message in messages:
+        assistant = message["role"] == "assistant"
         add(f"<|{message['role']}|>\n", 0)
-        if message["role"] == "assistant":
-            add(message["content"], 1)
-            if eos is not None:
-                ids.append(eos)
-                mask.append(1)
+        content = message["content"]
+        if isinstance(content, str):
+            add(content if assistant else content + "\n", int(assistant))
         else:
-            add(message["content"] + "\n", 0)
+            for part in content:
+                if isinstance(part, str):
+                    add(part, int(assistant))
+                else:
+                    ids.extend(part)
+                    mask.extend([0] * len(part))
+            if not assistant:
+                add("\n", 0)
+        if assistant and eos is not None:
+            ids.append(eos)
+            mask.append(1)
     return ids, mask
 
 

@@ -17,7 +17,7 @@ Private and torch-importing: imported by the model modules and by the generate c
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -140,6 +140,7 @@ def generate_ids(
     stop_ids: Collection[int] = (),
     vocab_size: int | None = None,
     use_cache: bool = True,
+    inputs: Mapping[str, torch.Tensor] | None = None,
 ) -> list[int]:
     """The ids ``model`` continues ``prompt`` with: at most ``max_new_tokens``, ending at a stop id.
 
@@ -147,7 +148,8 @@ def generate_ids(
     ``vocab_size`` (the tokenizer's, often below the model's padded embedding rows) only ids below it are
     ever picked.
     ``use_cache`` runs the prompt once and then one token per step through an :class:`InferenceCache`;
-    without it, every step recomputes the whole sequence.
+    without it, every step recomputes the whole sequence. ``inputs`` are passed to every call of the model
+    beside the ids (a vision-language model's ``pixel_values`` and ``grid_thw``; it decodes without a cache).
     """
     if not prompt:
         raise ValueError("the prompt holds no tokens")
@@ -158,7 +160,7 @@ def generate_ids(
     new: list[int] = []
     step = ids
     while len(new) < max_new_tokens:
-        logits = model(step, cache=cache) if cache is not None else model(ids)
+        logits = model(step, cache=cache) if cache is not None else model(ids, **(inputs or {}))
         last = logits[0, -1] if vocab_size is None else logits[0, -1, :vocab_size]
         token = next_token(last, temperature, top_p, generator)
         new.append(token)

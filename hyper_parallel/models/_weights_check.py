@@ -5,15 +5,18 @@ through ``model.safetensors.index.json`` or not). A wrong folder used to fail de
 ``KeyError``, a size mismatch, an integer tensor cast to floats without a word) after the model was built
 and sharded. ``check_weights`` answers first, reading only headers and ``config.json``:
 
-- ``config.json`` against the model's arguments (the adapter's ``hf_config``), naming each field that
-  differs and the flavor or ``model.overrides.X`` that fits it;
+- ``config.json`` (required: every Hugging Face folder holds one) against the model's arguments (the
+  adapter's ``hf_config``), naming each field that differs and the flavor or ``model.overrides.X`` that
+  fits it;
 - every safetensors header, bounded and validated before any tensor is read (:func:`read_header`: a header
   longer than the format allows or than the file, offsets outside the file, sizes that disagree with the
   shape), so a hostile file cannot make the loader allocate;
-- the tensors' names, shapes and dtypes against the model's parameters (built on ``meta``: nothing is
-  allocated) through the state-dict adapter, the same mapping the load uses; integer tensors are refused.
+- the tensors' names, shapes and dtypes against the model's parameters (``ModelArgs.parameter_shapes``,
+  computed from the arguments) through the state-dict adapter, the same mapping the load uses, run on
+  shapes alone (:class:`~hyper_parallel.models._shapes.Shape`); integer tensors are refused.
 
-Every finding is an ``InputFileError`` naming the file (exit status 2). Private and torch-importing.
+Nothing here imports torch, so ``--dry-run`` runs the very check the launch runs and prints the same
+words. Every finding is an ``InputFileError`` naming the file (exit status 2).
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import torch
 
 from hyper_parallel._json import loads
 from hyper_parallel.config.errors import InputFileError, Issue
+from hyper_parallel.models._shapes import Shape
 
 if TYPE_CHECKING:
     from hyper_parallel.models.spec import ModelSpec
@@ -39,21 +42,23 @@ MAX_HEADER_BYTES = 100_000_000
 #: Issues shown per finding (a wrong folder can differ in every tensor).
 _SHOWN = 8
 
-#: safetensors dtype codes, the torch dtype each is read as, and its size in bytes.
-_DTYPES: dict[str, tuple[torch.dtype, int]] = {
-    "F64": (torch.float64, 8),
-    "F32": (torch.float32, 4),
-    "F16": (torch.float16, 2),
-    "BF16": (torch.bfloat16, 2),
-    "F8_E4M3": (torch.float8_e4m3fn, 1),
-    "F8_E5M2": (torch.float8_e5m2, 1),
-    "I64": (torch.int64, 8),
-    "I32": (torch.int32, 4),
-    "I16": (torch.int16, 2),
-    "I8": (torch.int8, 1),
-    "U8": (torch.uint8, 1),
-    "BOOL": (torch.bool, 1),
+#: safetensors dtype codes and the size in bytes of one element.
+_DTYPE_BYTES: dict[str, int] = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
 }
+#: The codes of floating-point tensors (what weights must hold).
+_FLOATING = frozenset({"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"})
 
 
 @attrs.frozen
@@ -113,7 +118,7 @@ def _entry_problem(entry: object, data_bytes: int) -> str | None:
     if not isinstance(entry, dict):
         return "its header entry is not a JSON object"
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in _DTYPES:
+    if dtype not in _DTYPE_BYTES:
         return f"unknown dtype {str(dtype)[:40]!r}"
     if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape) or len(shape) > 8:
         return f"invalid shape {str(shape)[:60]}"
@@ -124,7 +129,7 @@ def _entry_problem(entry: object, data_bytes: int) -> str | None:
         or not 0 <= offsets[0] <= offsets[1] <= data_bytes
     ):
         return f"data offsets {str(offsets)[:60]} lie outside the file's {data_bytes} data bytes"
-    if offsets[1] - offsets[0] != math.prod(shape) * _DTYPES[dtype][1]:
+    if offsets[1] - offsets[0] != math.prod(shape) * _DTYPE_BYTES[dtype]:
         return f"data offsets {offsets} do not hold a {dtype} tensor of shape {shape}"
     return None
 
@@ -154,7 +159,10 @@ def weight_files(folder: Path) -> list[Path]:
 
 
 def check_weights(spec: ModelSpec) -> None:
-    """Refuse a ``spec.weights_path`` folder that cannot load into ``spec``'s model (see the module doc)."""
+    """Refuse a ``spec.weights_path`` folder that cannot load into ``spec``'s model (see the module doc).
+
+    A model whose arguments do not list their parameters (``parameter_shapes`` is ``None``) is checked
+    up to the headers: its files, ``config.json`` and dtypes."""
     assert spec.weights_path is not None
     folder = Path(spec.weights_path)
     files = weight_files(folder)
@@ -162,19 +170,20 @@ def check_weights(spec: ModelSpec) -> None:
     _check_config_json(spec, adapter, folder / "config.json")
     headers = {file: read_header(file) for file in files}
     where: dict[str, Path] = {}
-    placeholders: dict[str, torch.Tensor] = {}
+    placeholders: dict[str, Shape] = {}
     wrong_kind: list[Issue] = []
     for file, entries in headers.items():
         for name, entry in entries.items():
             where.setdefault(name, file)
-            dtype = _DTYPES[entry.dtype][0]
-            if not dtype.is_floating_point:
+            if entry.dtype not in _FLOATING:
                 message = f"tensor {name!r} holds {entry.dtype} values: weights must be floating point"
                 wrong_kind.append(Issue("", message, str(file)))
-            placeholders[name] = torch.empty(entry.shape, dtype=dtype, device="meta")
+            placeholders[name] = Shape(entry.shape)
     _refuse(wrong_kind)
-    model = spec.build_model_fn(spec.args, device="meta")
-    expected = {name: p for name, p in model.named_parameters(remove_duplicate=False)}
+    listed = spec.args.parameter_shapes()
+    if listed is None:
+        return
+    expected = {name: Shape(shape) for name, shape in listed.items()}
     what = f"{spec.name} {spec.flavor}"
     try:
         ours = adapter.from_hf(placeholders)
@@ -204,7 +213,7 @@ def check_weights(spec: ModelSpec) -> None:
     _refuse(issues)
 
 
-def _hf_name(adapter: Any, name: str, tensor: torch.Tensor) -> str:
+def _hf_name(adapter: Any, name: str, tensor: Shape) -> str:
     """The Hugging Face name of this model's parameter ``name`` (``name`` itself without a single one)."""
     try:
         names = list(adapter.to_hf({name: tensor}))
@@ -260,7 +269,11 @@ def _hf_config(adapter_type: Any, args: Any) -> dict[str, Any] | None:
 def _check_config_json(spec: ModelSpec, adapter: Any, file: Path) -> None:
     """Refuse a ``config.json`` whose fields differ from the model's arguments, naming what fits."""
     if not file.is_file():
-        return
+        raise InputFileError.at(
+            file,
+            "does not exist: model.weights_path is checked against the config.json every Hugging Face "
+            "weights folder holds beside its *.safetensors files",
+        )
     try:
         saved = loads(file.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:

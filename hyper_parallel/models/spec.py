@@ -33,6 +33,11 @@ class ModelArgs(ConfigBase):
         """Number of token ids the embedding table holds; ``None`` when not applicable."""
         return None
 
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]] | None:
+        """Every parameter's name and shape in the model these arguments build, computed without torch (so
+        that ``--dry-run`` can check a weights folder against it); ``None`` when the arguments do not say."""
+        return None
+
     def expert_count(self) -> int | None:
         """Routed experts per mixture-of-experts layer (what ``parallelism.ep`` splits); ``None``: dense."""
         return None

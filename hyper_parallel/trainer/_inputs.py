@@ -15,9 +15,9 @@ the build (exit status 1); here each is read just far enough to know it fits, an
 Every rank runs the data and tokenizer checks on the same files, so every rank raises the same error, and
 the launch command line prints it once (rank 0).
 
-``--dry-run`` runs the same checks that need no torch (:func:`check_without_torch`): the data files, the
-prepared folders' manifests, shards and tokenizer fingerprints, and the tokenizer against the model. Only
-the weights check (``models.check_weights``, which compares torch dtypes) waits for the launch. This
+``--dry-run`` runs the same checks, none of which needs torch (:func:`check_without_torch`): the data
+files, the weights folder (``models.check_weights`` reads headers and maps shapes, never tensors), the
+prepared folders' manifests, shards and tokenizer fingerprints, and the tokenizer against the model. This
 module imports torch only where a process group may exist.
 """
 
@@ -49,12 +49,20 @@ def check_files(config: TrainerConfig) -> None:
 def check_without_torch(config: TrainerConfig) -> None:
     """The launch's checks of the files ``config`` names that need no torch, raising as the launch does
     (``InputFileError`` / ``PreparedDataError``: ``FILE: problem``, exit status 2): the datasets' files,
-    the tokenizer (built: its files, its size against the model, its EOS), then each prepared folder's
-    manifest, shards and tokenizer fingerprint."""
+    the weights folder (the launch's ``check_weights``, in the launch's order), the tokenizer (built: its
+    files, its size against the model, its EOS), then each prepared folder's manifest, shards and
+    tokenizer fingerprint."""
     sections = _datasets(config)
     for dataset in sections:
         dataset.check_files()
+    if config.model.weights_path is not None:
+        from hyper_parallel.models import check_weights
+
+        check_weights(config.model)
     tokenizer = build_tokenizer(config)
+    for dataset in sections:
+        if getattr(dataset, "source", None) == "image_chat":
+            _check_image_chat(config, dataset, tokenizer)
     prepared = [d for d in sections if getattr(d, "source", None) == "tokenized"]
     if prepared:
         from hyper_parallel.components.dataloader._prepared_check import open_for_training
@@ -120,6 +128,33 @@ def build_tokenizer(config: TrainerConfig) -> Any:
                 where,
             )
         )
+    if source == "image_chat" and getattr(tokenizer, "chat_template", None):
+        issues.append(
+            Issue(
+                "",
+                "has a chat_template, and the image_chat source writes conversations in the built-in chat "
+                "format only (a template's image tokens are not supported yet); use a tokenizer without one",
+                where,
+            )
+        )
     if issues:
         raise InputFileError(issues)
     return tokenizer
+
+
+def _check_image_chat(config: TrainerConfig, dataset: Any, tokenizer: Any) -> None:
+    """The first conversations of each ``image_chat`` file encoded as the loader will (within
+    ``training.seq_len``, no text on the image id): the build's own refusals, at ``--dry-run``."""
+    from hyper_parallel.components.dataloader._image_chat import Geometry, encode_record, read_records
+    from hyper_parallel.components.dataloader._sources import CHECKED_RECORDS, image_chat_files
+
+    args = config.model.args
+    vision, image_token_id = getattr(args, "vision", None), getattr(args, "image_token_id", None)
+    if vision is None or image_token_id is None:
+        return  # refused by the trainer rules already
+    geometry = Geometry(
+        vision.patch_size, vision.spatial_merge_size, dataset.image_min_pixels, dataset.image_max_pixels
+    )
+    for file in image_chat_files(dataset):
+        for record in read_records(file, CHECKED_RECORDS):
+            encode_record(record, tokenizer, image_token_id, geometry, config.training.seq_len)

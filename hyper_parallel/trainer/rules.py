@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the root config module imports this one
 
 __all__ = [
     "COMMANDS",
+    "IMAGE_SOURCES",
     "TEXT_SOURCES",
     "TRAINER_CLASSES",
     "TrainerKind",
@@ -48,6 +49,8 @@ TRAINER_CLASSES: Mapping[TrainerKind, str] = {"lm": "LLMTrainer", "vl": "VLTrain
 
 #: Dataset sources made of text documents (packing separates them with EOS).
 TEXT_SOURCES = ("jsonl", "text", "python_docs")
+#: Dataset sources of image-text data (what only a vision-language model and train_vl take).
+IMAGE_SOURCES = {"shapes": "image-caption data", "image_chat": "image-text conversations"}
 #: Accelerator each device-specific backend runs on.
 _BACKEND_DEVICE = {"nccl": "cuda", "hccl": "npu"}
 #: Pipeline schedules that run their micro-batches in rounds of ``pp`` (their count must split into rounds).
@@ -148,7 +151,7 @@ def _tokenizer_issues(cfg: "TrainerConfig") -> Issues:
         )
     vocab = tokenizer.vocab_size()
     model_vocab = cfg.model.args.vocabulary_size()
-    if source == "shapes":
+    if source in IMAGE_SOURCES:
         yield from _image_data_issues(cfg, vocab, model_vocab)
     if vocab is not None:
         yield from vocabulary_issues(cfg, vocab)
@@ -185,7 +188,7 @@ def _image_data_issues(cfg: "TrainerConfig", vocab: int | None, model_vocab: int
     if not _has_vision(cfg) or image_token_id is None:
         yield (
             "dataloader.dataset.source",
-            f"'shapes' produces images, but {cfg.model.name!r} has no vision tower; use a "
+            f"{_data_source(cfg)!r} produces images, but {cfg.model.name!r} has no vision tower; use a "
             "vision-language model (hyper_parallel.models.qwen3_5.create_vl_model_spec) and train_vl",
         )
         return
@@ -415,10 +418,11 @@ def trainer_issues(
         )
     if trainer is not None:
         yield from data_issues(cfg)
-    if trainer == "lm" and _data_source(cfg) == "shapes":
+    if trainer == "lm" and _data_source(cfg) in IMAGE_SOURCES:
         yield (
             "dataloader.dataset.source",
-            f"'shapes' is image-caption data, which {names['lm']} cannot feed; use {names['vl']}",
+            f"{_data_source(cfg)!r} is {IMAGE_SOURCES[str(_data_source(cfg))]}, which {names['lm']} cannot "
+            f"feed; use {names['vl']}",
         )
 
 
@@ -441,6 +445,13 @@ def data_issues(cfg: "TrainerConfig") -> Issues:
             "validator.dataset",
             "names no validation data: set validator.dataset.source (and its paths), or set "
             "validator.enable to false",
+        )
+    source = getattr(getattr(validator, "dataset", None), "source", None)
+    if validator.enable and source in IMAGE_SOURCES:
+        yield (
+            "validator.dataset.source",
+            f"{source!r} is {IMAGE_SOURCES[str(source)]}, which validation cannot feed yet (it passes the "
+            "model tokens only); validate on text data, or set validator.enable to false",
         )
 
 

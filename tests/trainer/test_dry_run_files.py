@@ -22,10 +22,13 @@ from hyper_parallel.launch import main
 from tests.support.components import train_tokenizer, write_jsonl
 from tests.support.prepared import prepare, tokenizer_config
 from tests.support.processes import clean_env
+from tests.support.trainer import TINY_MODELS, as_flags, write_hf_weights
 
 LLAMA = "hyper_parallel.models.llama3.create_model_spec"
 TEXT = "hyper_parallel.components.dataloader.TextDataLoader.Config"
 QUIET = ["--training.max_steps", "1", "--metrics.log_freq", "1"]
+#: The tiny Llama 3 that ``write_hf_weights`` writes, as flags over ``config``'s debug model.
+TINY = as_flags(TINY_MODELS["llama3"])
 
 
 def launch(*argv: str) -> tuple[int, str, str]:
@@ -80,6 +83,74 @@ def test_a_weights_path_that_is_not_a_folder(tmp_path: Path) -> None:
     )
 
 
+def _no_config_json(folder: Path) -> str:
+    (folder / "config.json").unlink()
+    return (
+        f"{folder / 'config.json'}: does not exist: model.weights_path is checked against the config.json "
+        "every Hugging Face weights folder holds beside its *.safetensors files"
+    )
+
+
+def _config_json_of_another_depth(folder: Path) -> str:
+    file = folder / "config.json"
+    file.write_text(json.dumps({**json.loads(file.read_text()), "num_hidden_layers": 3}))
+    return f"{file}: num_hidden_layers is 3 here, llama3 debugmodel has 2; model.overrides.n_layers: 3 fits"
+
+
+def _tensor_missing(folder: Path) -> str:
+    from safetensors.torch import load_file, save_file
+
+    file = folder / "model.safetensors"
+    tensors = load_file(str(file))
+    del tensors["model.layers.1.mlp.down_proj.weight"]
+    save_file(tensors, str(file))
+    return f"{folder}: lacks 1 tensor(s) llama3 debugmodel has: 'model.layers.1.mlp.down_proj.weight'"
+
+
+def _tensor_of_another_shape(folder: Path) -> str:
+    from safetensors.torch import load_file, save_file
+
+    file = folder / "model.safetensors"
+    tensors = load_file(str(file))
+    query = tensors["model.layers.0.self_attn.q_proj.weight"]
+    tensors["model.layers.0.self_attn.k_proj.weight"] = query.clone()
+    save_file(tensors, str(file))
+    return (
+        f"{file}: tensor 'model.layers.0.self_attn.k_proj.weight' has shape [64, 64]; llama3 debugmodel "
+        "expects [32, 64]"
+    )
+
+
+def _damaged_header(folder: Path) -> str:
+    file = folder / "model.safetensors"
+    size = file.stat().st_size
+    with file.open("r+b") as handle:
+        handle.write((1 << 40).to_bytes(8, "little"))
+    return (
+        f"{file}: not a safetensors file: its header claims {1 << 40} bytes, the file holds {size} (at most "
+        "100000000 are accepted)"
+    )
+
+
+WEIGHTS_FAULTS = {
+    "no_config_json": _no_config_json,
+    "config_json_of_another_depth": _config_json_of_another_depth,
+    "tensor_missing": _tensor_missing,
+    "tensor_of_another_shape": _tensor_of_another_shape,
+    "damaged_header": _damaged_header,
+}
+
+
+@pytest.mark.parametrize("fault", list(WEIGHTS_FAULTS))
+def test_a_weights_folder_that_does_not_fit_the_model(fault: str, tmp_path: Path) -> None:
+    pytest.importorskip("safetensors")
+    folder = write_hf_weights(tmp_path / "weights")
+    path = config(tmp_path, data="    source: python_docs\n", model=f"  weights_path: {folder}\n")
+    assert launch("--config-file", str(path), "--dry-run", *QUIET, *TINY)[0] == 0  # the folder as written
+    message = WEIGHTS_FAULTS[fault](folder)
+    assert refused_alike(path, *TINY) == f"{message}\n"
+
+
 def test_a_jsonl_file_whose_first_record_is_not_an_object(tmp_path: Path) -> None:
     data = tmp_path / "data.jsonl"
     data.write_text("[1, 2]\n")
@@ -131,13 +202,14 @@ def test_the_file_checks_of_a_dry_run_import_no_torch(tmp_path: Path) -> None:
     corpus = write_jsonl(tmp_path / "train.jsonl", 8)
     folder = prepare([corpus], tmp_path / "prepared", tokenizer_config(tmp_path / "prep"))
     sections = f"    source: tokenized\n    paths: [{folder}]\n"
-    path = config(tmp_path, data=sections)
+    weights = write_hf_weights(tmp_path / "weights")  # its headers and config.json checked without torch
+    path = config(tmp_path, data=sections, model=f"  weights_path: {weights}\n")
     code = (
         "import sys; from hyper_parallel.launch import main; status = main(sys.argv[1:]); "
         "print(status, 'torch' in sys.modules)"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code, "--config-file", str(path), "--dry-run", *QUIET],
+        [sys.executable, "-c", code, "--config-file", str(path), "--dry-run", *QUIET, *TINY],
         capture_output=True,
         text=True,
         timeout=100,

@@ -73,6 +73,8 @@ WIRED: dict[str, str] = {
     "dataloader.dataset.document_masking": "trainer/test_trainer.py::test_packed_documents_are_kept_apart_unless_document_masking_is_off",
     "dataloader.dataset.max_samples": "components/test_dataloader.py::test_max_samples_and_drop_last",
     "dataloader.dataset.synthetic_num_samples": "components/test_dataloader.py::test_synthetic_source",
+    "dataloader.dataset.image_min_pixels": "trainer/test_image_chat.py::test_the_pixel_bounds_set_the_image_size",
+    "dataloader.dataset.image_max_pixels": "trainer/test_image_chat.py::test_the_pixel_bounds_set_the_image_size",
     "dataloader.dataset.weights": "components/test_data_tokenized.py::test_a_mixture_blends_sources_by_weight_in_every_window",
     "dataloader.dataset.holdout_fraction": (
         "components/test_data_tokenized.py::test_a_held_out_fraction_never_shares_a_document_with_training"
@@ -194,6 +196,9 @@ WIRED: dict[str, str] = {
     ),
     "validator.dataset.split": "components/test_data_tokenized.py::test_a_held_out_fraction_never_shares_a_document_with_training",
     "validator.dataset.synthetic_num_samples": "trainer/test_trainer.py::test_validation_runs_every_freq_steps_and_is_logged",
+    # refused with any image source (validation feeds tokens only), read by no validator yet
+    "validator.dataset.image_min_pixels": "trainer/test_image_chat.py::test_the_pixel_bounds_set_the_image_size",
+    "validator.dataset.image_max_pixels": "trainer/test_image_chat.py::test_the_pixel_bounds_set_the_image_size",
     # debug
     "debug.seed": "trainer/test_trainer.py::test_debug_seed_replaces_training_seed_for_weights_and_data",
     "debug.deterministic": "trainer/test_trainer.py::test_debug_switches_reach_torch",

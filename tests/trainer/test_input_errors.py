@@ -172,8 +172,7 @@ def _oversized_safetensors_header(tmp: Path) -> tuple[dict[str, str], str]:
 
 
 def _header_offsets_outside_the_file(tmp: Path) -> tuple[dict[str, str], str]:
-    folder = tmp / "w"
-    folder.mkdir()
+    folder = write_hf_weights(tmp / "w")
     header = json.dumps(
         {"model.norm.weight": {"dtype": "F32", "shape": [1 << 30], "data_offsets": [0, 1 << 32]}}
     )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
+from hyper_parallel._checks import quote, said
 from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DataLoader", "DatasetConfig", "LoaderRequest", "TextDataLoader"]
 
-_FILE_SOURCES = ("jsonl", "text", "tokenized")
+_FILE_SOURCES = ("jsonl", "text", "tokenized", "image_chat")
 _GENERATED_SOURCES = ("synthetic", "shapes")
 
 
@@ -32,14 +33,17 @@ _GENERATED_SOURCES = ("synthetic", "shapes")
 class DatasetConfig:
     """A nested ``dataset`` section: which text to read and how to turn it into training samples."""
 
-    source: Literal["jsonl", "text", "tokenized", "python_docs", "synthetic", "shapes"] | None = attrs.field(
+    source: (
+        Literal["jsonl", "text", "tokenized", "python_docs", "synthetic", "shapes", "image_chat"] | None
+    ) = attrs.field(
         default=None,
         metadata={
             "help": "Data format, required to train: 'jsonl' (one JSON object per line), 'text' (plain "
             "text files), 'tokenized' (folders written by python -m hyper_parallel.data prepare, "
             "memory-mapped), 'python_docs' (docstrings of the Python standard library: real text, no "
-            "files), 'synthetic' (random tokens, for smoke tests and benchmarks) or 'shapes' (generated "
-            "images of coloured shapes with captions, for vision-language models); null names no data."
+            "files), 'synthetic' (random tokens, for smoke tests and benchmarks), 'shapes' (generated "
+            "images of coloured shapes with captions, for vision-language models) or 'image_chat' (JSON "
+            "lines of chat messages holding image paths, for vision-language models); null names no data."
         },
     )
     paths: tuple[str, ...] = attrs.field(
@@ -103,6 +107,22 @@ class DatasetConfig:
         validator=attrs.validators.gt(0),
         metadata={"help": "Number of samples generated when source is 'synthetic' or 'shapes'."},
     )
+    image_min_pixels: int = attrs.field(
+        default=65_536,
+        validator=attrs.validators.gt(0),
+        metadata={
+            "help": "Smaller images are scaled up to about this many pixels (aspect kept). Only for "
+            "source 'image_chat'."
+        },
+    )
+    image_max_pixels: int = attrs.field(
+        default=16_777_216,
+        validator=attrs.validators.gt(0),
+        metadata={
+            "help": "Larger images are scaled down to at most this many pixels (aspect kept); it bounds "
+            "the vision tokens per image. Only for source 'image_chat'."
+        },
+    )
 
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)``: file sources need paths, the built-in sources take none.
@@ -147,11 +167,41 @@ class DatasetConfig:
                 "is not read when source is 'shapes' (each sample is one image and its caption, padded to "
                 "seq_len); leave it out",
             )
+        yield from self._image_chat_checks()
+
+    def _image_chat_checks(self) -> Iterator[tuple[str, str]]:
+        """The image bounds are read for ``image_chat`` only, and must leave a range; a conversation is
+        one sample, never packed."""
+        if self.source != "image_chat":
+            for name in ("image_min_pixels", "image_max_pixels"):
+                if getattr(self, name) != _DATASET_DEFAULTS[name]:
+                    yield (
+                        name,
+                        f"is only read when source is 'image_chat' (source is {self.source!r}); leave it out",
+                    )
+            return
+        if self.image_min_pixels > self.image_max_pixels:
+            yield (
+                "image_min_pixels",
+                said(
+                    "must be <= ",
+                    quote("image_max_pixels", self.image_max_pixels),
+                    f", got {self.image_min_pixels}",
+                ),
+            )
+        if not self.pack_sequences:
+            yield (
+                "pack_sequences",
+                "is not read when source is 'image_chat' (each conversation is one sample, padded to "
+                "seq_len); leave it out",
+            )
 
     def check_files(self) -> None:
         """Refuse, before anything is built, files that cannot be read as configured: a missing path, a
-        folder without files of the source, an empty dataset, or a first ``jsonl`` record that is not a
-        JSON object with ``text_field`` (an ``InputFileError``, ``FILE:LINE: problem``, exit status 2)."""
+        folder without files of the source, an empty dataset, a first ``jsonl`` record that is not a
+        JSON object with ``text_field``, or (``image_chat``) a first conversation that does not parse or
+        names an image that is missing or unreadable (an ``InputFileError``, ``FILE:LINE: problem``,
+        exit status 2)."""
         from hyper_parallel.components.dataloader._sources import check_files
 
         check_files(self)

@@ -16,12 +16,17 @@ or padded with the pad id on the tokenizer's ``padding_side`` (padded labels are
   ``pixel_values`` ``[B * patches, patch_dim]`` (concatenated in sample order) and ``grid_thw``
   ``[B, 3]``. It needs the model's vision arguments and image token id; ``process_group`` is not used
   (the 270 captions are encoded by every rank).
+- ``image_chat``: one conversation with images per sample (``_image_chat``): the built-in chat format with
+  each image as its placeholder ids, right-padded to ``seq_len`` (never cut), labels on the assistant
+  tokens only; ``pixel_values`` are read with Pillow when the sample is loaded (``_pictures``) and
+  ``grid_thw`` has one row per image. A batch concatenates its samples' patch rows and image rows.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -95,12 +100,81 @@ class _ShapesSamples(Samples):
         }
 
 
+class _ImageChatSamples(Samples):
+    """Conversations with images (``_image_chat``): ids and labels held, pixels read when loaded."""
+
+    def __init__(
+        self,
+        rows: list[tuple[torch.Tensor, torch.Tensor, tuple[Path, ...], list[tuple[int, int]]]],
+        *,
+        vision: Any,
+    ) -> None:
+        self.rows = rows
+        self.patch, self.merge = int(vision.patch_size), int(vision.spatial_merge_size)
+        self.temporal = int(vision.temporal_patch_size)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        from hyper_parallel.components.dataloader._images import patchify
+        from hyper_parallel.components.dataloader._pictures import image_pixels
+
+        input_ids, labels, images, sizes = self.rows[index]
+        patches = [
+            patchify(image_pixels(image, size), self.patch, self.temporal, self.merge)
+            for image, size in zip(images, sizes, strict=True)
+        ]
+        grid = [[1, height // self.patch, width // self.patch] for width, height in sizes]
+        return {
+            "input_ids": input_ids,
+            "labels": labels,
+            "pixel_values": torch.cat(patches),
+            "grid_thw": torch.tensor(grid, dtype=torch.int64),
+        }
+
+
 def _collate_images(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Stack the samples' tensors, except ``pixel_values``: each sample's patch rows, concatenated."""
-    return {
-        key: (torch.cat if key == "pixel_values" else torch.stack)([sample[key] for sample in samples])
-        for key in samples[0]
-    }
+    """Stack the samples' tensors, except the images': each sample's patch rows (``pixel_values``) and
+    image grids (``grid_thw``, one row per image) concatenated in sample order."""
+    batch = {key: torch.stack([sample[key] for sample in samples]) for key in ("input_ids", "labels")}
+    batch["pixel_values"] = torch.cat([sample["pixel_values"] for sample in samples])
+    batch["grid_thw"] = torch.cat([sample["grid_thw"].view(-1, 3) for sample in samples])
+    return batch
+
+
+def _image_chat(cfg: DatasetConfig, request: LoaderRequest, max_samples: int | None) -> _ImageChatSamples:
+    """Every conversation of an ``image_chat`` dataset, encoded (``_image_chat.encode_record``) and padded
+    on the right to ``seq_len`` with labels on the assistant tokens only."""
+    from hyper_parallel.components.dataloader._image_chat import Geometry, encode_record, read_records
+    from hyper_parallel.components.dataloader._sources import image_chat_files
+
+    vision, image_token_id = request.vision, request.image_token_id
+    if vision is None or image_token_id is None:
+        raise ValueError(
+            "the image_chat source needs a vision-language model: build the data loader with the model's "
+            "vision arguments (vision=) and image placeholder id (image_token_id=)"
+        )
+    tokenizer, seq_len, ignore = request.tokenizer, request.seq_len, request.ignore_index
+    pad = getattr(tokenizer, "pad_id", None)
+    pad = getattr(tokenizer, "eos_id", None) if pad is None else pad
+    geometry = Geometry(
+        int(vision.patch_size), int(vision.spatial_merge_size), cfg.image_min_pixels, cfg.image_max_pixels
+    )
+    rows: list[tuple[torch.Tensor, torch.Tensor, tuple[Path, ...], list[tuple[int, int]]]] = []
+    for file in image_chat_files(cfg):
+        for record in read_records(file):
+            if max_samples is not None and len(rows) >= max_samples:
+                break
+            ids, mask, sizes = encode_record(record, tokenizer, image_token_id, geometry, seq_len)
+            fill = seq_len - len(ids)
+            input_ids = torch.tensor(ids + [0 if pad is None else pad] * fill, dtype=torch.int64)
+            labels = torch.tensor(
+                [i if m else ignore for i, m in zip(ids, mask, strict=True)] + [ignore] * fill,
+                dtype=torch.int64,
+            )
+            rows.append((input_ids, labels, record.images, sizes))
+    return _ImageChatSamples(rows, vision=vision)
 
 
 def _shapes(
@@ -207,7 +281,7 @@ def padded_samples(
 
 def collate_fn(samples: Samples) -> Callable[[list[dict[str, torch.Tensor]]], dict[str, torch.Tensor]] | None:
     """How a batch of ``samples`` is assembled: image patches are concatenated; None stacks every tensor."""
-    return _collate_images if isinstance(samples, _ShapesSamples) else None
+    return _collate_images if isinstance(samples, (_ShapesSamples, _ImageChatSamples)) else None
 
 
 def build_samples(
@@ -219,6 +293,8 @@ def build_samples(
     documents are read and tokenized here, once, shared over the request's ``process_group``.
     """
     tokenizer, seq_len, ignore_index = request.tokenizer, request.seq_len, request.ignore_index
+    if cfg.source == "image_chat":
+        return _image_chat(cfg, request, max_samples)
     if cfg.source == "shapes":
         count = cfg.synthetic_num_samples
         return _shapes(

@@ -8,7 +8,8 @@
 A path may be a file or a directory (searched recursively, sorted: ``*.jsonl`` for ``jsonl``, ``*.txt``
 for ``text``; hidden files and folders are skipped). A file that is missing, not UTF-8, or (``jsonl``) holds a
 line that is not a JSON object with the text field is an ``InputFileError`` (``FILE:LINE: problem``, exit
-status 2); ``check_files`` looks at the first record of each file before anything is built.
+status 2); ``check_files`` looks at the first record of each file before anything is built (the first
+``CHECKED_RECORDS`` conversations of an ``image_chat`` file, and their images' headers: ``_image_chat``).
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from hyper_parallel.config.errors import InputFileError, Issue
 if TYPE_CHECKING:
     from hyper_parallel.components.dataloader import DatasetConfig
 
-__all__ = ["check_files", "python_docs", "read_documents"]
+__all__ = ["CHECKED_RECORDS", "check_files", "image_chat_files", "python_docs", "read_documents"]
 
-_SUFFIX = {"jsonl": ".jsonl", "text": ".txt"}
+_SUFFIX = {"jsonl": ".jsonl", "text": ".txt", "image_chat": ".jsonl"}
+#: Conversations of each ``image_chat`` file that ``check_files`` parses, their images' headers read.
+CHECKED_RECORDS = 16
 
 
 def _files(paths: Sequence[str], source: str) -> list[Path]:
@@ -102,6 +105,9 @@ def check_files(cfg: DatasetConfig) -> None:
     if cfg.source not in _SUFFIX:
         return
     files = _files(cfg.paths, cfg.source)
+    if cfg.source == "image_chat":
+        _check_image_chat(files)
+        return
     if cfg.source == "text":
         if all(file.stat().st_size == 0 for file in files):
             raise InputFileError(Issue("", "empty: no text to train on", str(file)) for file in files)
@@ -116,6 +122,28 @@ def check_files(cfg: DatasetConfig) -> None:
             records.close()  # type: ignore[attr-defined]
     if len(empty) == len(files):
         raise InputFileError(Issue("", "empty: no JSON record to train on", str(file)) for file in empty)
+
+
+def image_chat_files(cfg: DatasetConfig) -> list[Path]:
+    """The JSON lines files of an ``image_chat`` dataset's paths (folders searched as for ``jsonl``)."""
+    return _files(cfg.paths, "image_chat")
+
+
+def _check_image_chat(files: list[Path]) -> None:
+    """The first ``CHECKED_RECORDS`` conversations of each file parse and their images can be opened."""
+    from hyper_parallel.components.dataloader._image_chat import image_size, read_records
+
+    empty: list[Path] = []
+    for file in files:
+        found = False
+        for record in read_records(file, CHECKED_RECORDS):
+            found = True
+            for image in record.images:
+                image_size(image, record.where)
+        if not found:
+            empty.append(file)
+    if len(empty) == len(files):
+        raise InputFileError(Issue("", "empty: no conversation to train on", str(file)) for file in empty)
 
 
 # Pure-library modules whose import only defines names (no threads, no I/O, no GUI, no easter eggs),

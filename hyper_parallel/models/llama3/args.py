@@ -166,6 +166,12 @@ class Llama3Args(ModelArgs):
                 f"got {tp}",
             )
 
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every parameter's name and shape (torch-free, ``estimate.parameter_shapes``)."""
+        from hyper_parallel.models.llama3.estimate import parameter_shapes
+
+        return parameter_shapes(self)
+
     def preflight(self) -> "Llama3Costs":
         """Parameter, activation and FLOP counts for the preflight estimate (torch-free)."""
         from hyper_parallel.models.llama3.estimate import Llama3Costs

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from hyper_parallel.models.llama3.args import Llama3Args
 from hyper_parallel.preflight.model import ActivationCosts, BlockActivations, ParamGroup, Workload
 
-__all__ = ["Llama3Costs"]
+__all__ = ["Llama3Costs", "parameter_shapes"]
 
 
 def rms_norm_saved(dim: int, p: int) -> int:
@@ -98,3 +98,27 @@ class Llama3Costs:
         return [
             t for t in range(1, self._kv_heads + 1) if self.args.n_heads % t == 0 and self._kv_heads % t == 0
         ]
+
+
+def parameter_shapes(a: Llama3Args) -> dict[str, tuple[int, ...]]:
+    """Every parameter's name and shape in ``_modules.Transformer`` (the output even when tied to the
+    embeddings, as ``named_parameters(remove_duplicate=False)`` lists it), computed without torch."""
+    head = a.dim // a.n_heads
+    q, kv, f = a.n_heads * head, (a.n_kv_heads or a.n_heads) * head, a.ffn_hidden_dim
+    shapes: dict[str, tuple[int, ...]] = {"tok_embeddings.weight": (a.vocab_size, a.dim)}
+    for i in range(a.n_layers):
+        block = {
+            "attention_norm.weight": (a.dim,),
+            "attention.wq.weight": (q, a.dim),
+            "attention.wk.weight": (kv, a.dim),
+            "attention.wv.weight": (kv, a.dim),
+            "attention.wo.weight": (a.dim, q),
+            "ffn_norm.weight": (a.dim,),
+            "feed_forward.w1.weight": (f, a.dim),
+            "feed_forward.w2.weight": (a.dim, f),
+            "feed_forward.w3.weight": (f, a.dim),
+        }
+        shapes.update({f"layers.{i}.{name}": shape for name, shape in block.items()})
+    shapes["norm.weight"] = (a.dim,)
+    shapes["output.weight"] = (a.vocab_size, a.dim)
+    return shapes

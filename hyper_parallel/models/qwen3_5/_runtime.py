@@ -509,5 +509,7 @@ class Qwen3_5VLStateDictAdapter(Qwen3_5StateDictAdapter):
     def hf_config(self) -> dict[str, Any]:
         """Not written yet: exporting the vision-language model to Hugging Face is not supported."""
         raise NotImplementedError(
-            "exporting Qwen 3.5 VL to Hugging Face is not supported yet (only the text models export)"
+            "exporting a vision-language checkpoint is not supported yet: the Hugging Face Qwen 3.5 VL "
+            "layout (Qwen3_5ForConditionalGeneration) is not written; decode it with python -m "
+            "hyper_parallel.generate CHECKPOINT --image IMAGE --prompt TEXT"
         )

@@ -210,6 +210,12 @@ class Qwen3_5Args(ModelArgs):
                 f"pipeline stages); use 1 and scale with dp_shard (FSDP) or tp, got {pp}",
             )
 
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every parameter's name and shape (torch-free, ``estimate.parameter_shapes``)."""
+        from hyper_parallel.models.qwen3_5.estimate import parameter_shapes
+
+        return parameter_shapes(self)
+
     def preflight(self) -> "Qwen3_5Costs":
         """Parameter, activation and FLOP counts for the preflight estimate (torch-free)."""
         from hyper_parallel.models.qwen3_5.estimate import Qwen3_5Costs
@@ -307,6 +313,12 @@ class Qwen3_5VLArgs(ModelArgs):
         """Yield ``(root field path, message)`` of the language model (tensor parallelism leaves the
         vision tower whole, so its heads need not divide ``tp``)."""
         yield from self.text.parallel_issues(degrees)
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every parameter's name and shape, both towers (torch-free, ``estimate.vl_parameter_shapes``)."""
+        from hyper_parallel.models.qwen3_5.estimate import vl_parameter_shapes
+
+        return vl_parameter_shapes(self)
 
     def preflight(self) -> "Qwen3_5VLCosts":
         """Parameter, activation and FLOP counts for the preflight estimate (torch-free)."""

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args, Qwen3_5VisionArgs, Qwen3_5VLArgs
 from hyper_parallel.preflight.model import ActivationCosts, BlockActivations, ParamGroup, Workload
 
-__all__ = ["Qwen3_5Costs", "Qwen3_5VLCosts", "vision_parameters"]
+__all__ = ["Qwen3_5Costs", "Qwen3_5VLCosts", "parameter_shapes", "vision_parameters", "vl_parameter_shapes"]
 
 #: Rows of the vision tower's learned position table (``_vision.NUM_POSITION_EMBEDDINGS``).
 VISION_POSITIONS = 2304
@@ -254,3 +254,100 @@ class Qwen3_5VLCosts:
 
     def tp_degrees(self) -> Sequence[int]:
         return Qwen3_5Costs(self.args.text).tp_degrees()
+
+
+def _mixer_shapes(a: Qwen3_5Args, kind: str) -> dict[str, tuple[int, ...]]:
+    """The token mixer's parameters of one block (``_modules.Attention`` or ``GatedDeltaNet``)."""
+    if kind == "full_attention":
+        q, kv = a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim
+        return {
+            "attention.wq.weight": (2 * q, a.dim),  # queries and their output gate
+            "attention.wk.weight": (kv, a.dim),
+            "attention.wv.weight": (kv, a.dim),
+            "attention.wo.weight": (a.dim, q),
+            "attention.q_norm.weight": (a.head_dim,),
+            "attention.k_norm.weight": (a.head_dim,),
+        }
+    kd = a.linear_num_key_heads * a.linear_key_head_dim
+    vd, nv = a.linear_num_value_heads * a.linear_value_head_dim, a.linear_num_value_heads
+    k = a.linear_conv_kernel_dim
+    return {
+        "linear_attn.conv_q": (kd, k),
+        "linear_attn.conv_k": (kd, k),
+        "linear_attn.conv_v": (vd, k),
+        "linear_attn.dt_bias": (nv,),
+        "linear_attn.A_log": (nv,),
+        "linear_attn.in_proj_q.weight": (kd, a.dim),
+        "linear_attn.in_proj_k.weight": (kd, a.dim),
+        "linear_attn.in_proj_v.weight": (vd, a.dim),
+        "linear_attn.in_proj_z.weight": (vd, a.dim),
+        "linear_attn.in_proj_b.weight": (nv, a.dim),
+        "linear_attn.in_proj_a.weight": (nv, a.dim),
+        "linear_attn.norm.weight": (a.linear_value_head_dim,),
+        "linear_attn.out_proj.weight": (a.dim, vd),
+    }
+
+
+def parameter_shapes(
+    a: Qwen3_5Args, feed_forward: dict[str, tuple[int, ...]] | None = None
+) -> dict[str, tuple[int, ...]]:
+    """Every parameter's name and shape in ``_modules.Qwen3_5Model`` (the output even when tied), computed
+    without torch; ``feed_forward`` replaces each block's dense SwiGLU (the mixture of experts' does)."""
+    f = a.ffn_hidden_dim
+    ffn = feed_forward or {
+        "feed_forward.w1.weight": (f, a.dim),
+        "feed_forward.w2.weight": (a.dim, f),
+        "feed_forward.w3.weight": (f, a.dim),
+    }
+    shapes: dict[str, tuple[int, ...]] = {"tok_embeddings.weight": (a.vocab_size, a.dim)}
+    for i, kind in enumerate(a.layer_types()):
+        block = {
+            "attention_norm.weight": (a.dim,),
+            **_mixer_shapes(a, kind),
+            "ffn_norm.weight": (a.dim,),
+            **ffn,
+        }
+        shapes.update({f"layers.{i}.{name}": shape for name, shape in block.items()})
+    shapes["norm.weight"] = (a.dim,)
+    shapes["output.weight"] = (a.vocab_size, a.dim)
+    return shapes
+
+
+def vl_parameter_shapes(a: Qwen3_5VLArgs) -> dict[str, tuple[int, ...]]:
+    """Every parameter's name and shape in the vision-language model: ``visual.*`` (``_vision.VisionTower``)
+    then ``language_model.*``, computed without torch."""
+    v = a.vision
+    h, i, merged = v.hidden_size, v.intermediate_size, v.hidden_size * v.spatial_merge_size**2
+    shapes: dict[str, tuple[int, ...]] = {
+        "visual.patch_embed.weight": (h, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size),
+        "visual.patch_embed.bias": (h,),
+        "visual.pos_embed.weight": (VISION_POSITIONS, h),
+    }
+    for n in range(v.depth):
+        block = {
+            "norm1.weight": (h,),
+            "norm1.bias": (h,),
+            "attn.qkv.weight": (3 * h, h),
+            "attn.qkv.bias": (3 * h,),
+            "attn.proj.weight": (h, h),
+            "attn.proj.bias": (h,),
+            "norm2.weight": (h,),
+            "norm2.bias": (h,),
+            "mlp.linear_fc1.weight": (i, h),
+            "mlp.linear_fc1.bias": (i,),
+            "mlp.linear_fc2.weight": (h, i),
+            "mlp.linear_fc2.bias": (h,),
+        }
+        shapes.update({f"visual.blocks.{n}.{name}": shape for name, shape in block.items()})
+    shapes.update(
+        {
+            "visual.merger.norm.weight": (h,),
+            "visual.merger.norm.bias": (h,),
+            "visual.merger.linear_fc1.weight": (merged, merged),
+            "visual.merger.linear_fc1.bias": (merged,),
+            "visual.merger.linear_fc2.weight": (a.text.dim, merged),
+            "visual.merger.linear_fc2.bias": (a.text.dim,),
+        }
+    )
+    shapes.update({f"language_model.{name}": shape for name, shape in parameter_shapes(a.text).items()})
+    return shapes

@@ -141,18 +141,20 @@ class Qwen3_5MoeStateDictAdapter(Qwen3_5StateDictAdapter):
         if unknown:
             raise KeyError(f"unexpected names in the Hugging Face {self.model} state dict: {unknown[:5]}")
         n = self.moe_args.n_experts
-        if per_expert:
-            import torch
-
-            for layer in sorted({layer for layer, _ in per_expert}, key=int):
-                gate, up, down = (self._experts(per_expert, layer, proj) for proj in _HF_PROJ)
-                # each expert's gate rows then its up rows, written in place (no second stacked copy)
-                w13 = gate[0].new_empty((n, gate[0].shape[0] + up[0].shape[0], *gate[0].shape[1:]))
-                for j in range(n):
-                    torch.cat((gate[j], up[j]), out=w13[j])
-                prefix = f"layers.{layer}.feed_forward.experts."
-                out[prefix + "w13"] = w13
-                out[prefix + "w2"] = torch.stack(down)
+        for layer in sorted({layer for layer, _ in per_expert}, key=int):
+            gate, up, down = (self._experts(per_expert, layer, proj) for proj in _HF_PROJ)
+            # each expert's gate rows then its up rows, written in place (no second stacked copy); tensor
+            # methods only, so the weights check maps shapes through this code without torch
+            rows = gate[0].shape[0]
+            w13 = gate[0].new_empty((n, rows + up[0].shape[0], *gate[0].shape[1:]))
+            w2 = down[0].new_empty((n, *down[0].shape))
+            for j in range(n):
+                w13[j, :rows].copy_(gate[j])
+                w13[j, rows:].copy_(up[j])
+                w2[j].copy_(down[j])
+            prefix = f"layers.{layer}.feed_forward.experts."
+            out[prefix + "w13"] = w13
+            out[prefix + "w2"] = w2
         out.update(super().from_hf(rest))
         self._check_experts(out)
         return out

@@ -96,6 +96,12 @@ class Qwen3_5MoeArgs(Qwen3_5Args):
                 f"must divide the model's {self.n_experts} experts (model.args.n_experts), got {ep}",
             )
 
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every parameter's name and shape, experts included (torch-free, ``estimate.parameter_shapes``)."""
+        from hyper_parallel.models.qwen3_5_moe.estimate import parameter_shapes
+
+        return parameter_shapes(self)
+
     def preflight(self) -> "Qwen3_5MoeCosts":  # type: ignore[override]
         """Parameter (total and active), activation and FLOP counts for the preflight (torch-free)."""
         from hyper_parallel.models.qwen3_5_moe.estimate import Qwen3_5MoeCosts

@@ -15,10 +15,11 @@ from collections.abc import Sequence
 import attrs
 
 from hyper_parallel.models.qwen3_5.estimate import Qwen3_5Costs
+from hyper_parallel.models.qwen3_5.estimate import parameter_shapes as dense_parameter_shapes
 from hyper_parallel.models.qwen3_5_moe.args import Qwen3_5MoeArgs
 from hyper_parallel.preflight.model import ActivationCosts, ParamGroup, Workload
 
-__all__ = ["Qwen3_5MoeCosts"]
+__all__ = ["Qwen3_5MoeCosts", "parameter_shapes"]
 
 
 class Qwen3_5MoeCosts(Qwen3_5Costs):
@@ -63,3 +64,19 @@ class Qwen3_5MoeCosts(Qwen3_5Costs):
     def expert_layers(self) -> int:
         """Blocks whose tokens are dispatched to experts (all of them)."""
         return self.args.n_layers
+
+
+def parameter_shapes(a: Qwen3_5MoeArgs) -> dict[str, tuple[int, ...]]:
+    """Every parameter's name and shape in the mixture-of-experts model (Qwen 3.5's, each block's
+    feed-forward network being the router, the stacked experts and the gated shared expert)."""
+    e, h, s = a.n_experts, a.ffn_hidden_dim, a.shared_expert_hidden_dim
+    moe = {
+        "feed_forward.router.weight": (e, a.dim),
+        "feed_forward.experts.w13": (e, 2 * h, a.dim),
+        "feed_forward.experts.w2": (e, a.dim, h),
+        "feed_forward.shared_expert.w1.weight": (s, a.dim),
+        "feed_forward.shared_expert.w2.weight": (a.dim, s),
+        "feed_forward.shared_expert.w3.weight": (s, a.dim),
+        "feed_forward.shared_expert_gate.weight": (1, a.dim),
+    }
+    return dense_parameter_shapes(a, moe)
