@@ -17,7 +17,13 @@ batch (dispatch and combine, forward and backward), ``(ep - 1) / ep`` of them on
 import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from hyper_parallel.preflight.model import ActivationCosts, ModelCosts, ParamGroup, Workload
+from hyper_parallel.preflight.model import (
+    ActivationCosts,
+    BlockActivations,
+    ModelCosts,
+    ParamGroup,
+    Workload,
+)
 
 if TYPE_CHECKING:
     from hyper_parallel.trainer.config import TrainerConfig
@@ -124,7 +130,7 @@ def _activation_bytes(
     blocks = acts.blocks[:stage_blocks]
     share = COMPILED_BLOCK_SAVES if compiled else 1.0
 
-    def kept_of(block: Any) -> float:
+    def kept_of(block: BlockActivations) -> float:
         return block.kept * share
 
     if ac == "none":

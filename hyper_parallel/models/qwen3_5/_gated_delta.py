@@ -229,7 +229,10 @@ def _find_fla() -> Callable[..., Any] | None:
         return None
     kernel: Callable[..., Any] | None = getattr(module, "chunk_gated_delta_rule", None)
     # fla's autograd function and Triton launches run eagerly inside a compiled block (a graph break).
-    return None if kernel is None else torch.compiler.disable(kernel)
+    if kernel is None:
+        return None
+    eager: Callable[..., Any] = torch.compiler.disable(kernel)  # type: ignore[no-untyped-call]
+    return eager
 
 
 def fla_refusal(
@@ -245,10 +248,9 @@ def fla_refusal(
         capability = torch.cuda.get_device_capability()
     if triton_version is None:
         try:
-            import triton
+            triton_version = str(importlib.import_module("triton").__version__)
         except ImportError:
             return None
-        triton_version = triton.__version__
     if tilelang is None:
         tilelang = importlib.util.find_spec("tilelang") is not None
     found = tuple(int(part) for part in re.findall(r"\d+", triton_version)[:3])
