@@ -119,7 +119,11 @@ def export_checkpoint(
         except (AttributeError, ValueError) as exc:
             detail = str(exc) if not isinstance(exc, AttributeError) else "its adapter writes no config.json"
             raise ExportError(f"model {cfg.model.name} {cfg.model.flavor}: {detail}") from None
-        files = {**_tokenizer_files(cfg), **_generation_files(cfg, found["hf_config"])}
+        files = {
+            **_tokenizer_files(cfg),
+            **_generation_files(cfg, found["hf_config"]),
+            **_image_processor_files(cfg, found["hf_config"]),
+        }
         found["adapter"], found["tokenizer"] = adapter, files
 
     step, cfg, weights = _read_newest(Path(checkpoint), config, before_read, purpose="export")
@@ -227,6 +231,39 @@ def _tokenizer_files(cfg: TrainerConfig) -> dict[str, bytes]:
         return tokenizer_files(cfg.tokenizer, cfg.model.weights_path)
     except (NotImplementedError, ValueError) as exc:
         raise ExportError(str(exc)) from None
+
+
+def _image_processor_files(cfg: TrainerConfig, hf_config: dict[str, Any]) -> dict[str, bytes]:
+    """``preprocessor_config.json`` of a vision-language model: how training prepared its images.
+
+    In the Qwen image processors' terms (RGB, pixels / 255, mean 0.5 and std 0.5 per channel, resized
+    to whole merged patches between ``min_pixels`` and ``max_pixels``); the pixel bounds are the training
+    data's (``image_chat``) or the dataset defaults. ``generate`` reads the bounds back from it.
+    """
+    from hyper_parallel.components.dataloader import DatasetConfig
+
+    vision = hf_config.get("vision_config")
+    if not isinstance(vision, dict):
+        return {}
+    dataset = getattr(cfg.dataloader, "dataset", None)
+    bounds: Any = dataset if getattr(dataset, "source", None) == "image_chat" else DatasetConfig()
+    processor = {
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "do_convert_rgb": True,
+        "do_resize": True,
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+        "patch_size": vision["patch_size"],
+        "temporal_patch_size": vision["temporal_patch_size"],
+        "merge_size": vision["spatial_merge_size"],
+        "min_pixels": bounds.image_min_pixels,
+        "max_pixels": bounds.image_max_pixels,
+        "size": {"shortest_edge": bounds.image_min_pixels, "longest_edge": bounds.image_max_pixels},
+    }
+    return {"preprocessor_config.json": (json.dumps(processor, indent=2) + "\n").encode("utf-8")}
 
 
 def _generation_files(cfg: TrainerConfig, hf_config: dict[str, Any]) -> dict[str, bytes]:

@@ -56,7 +56,8 @@ class GenerateError(ValueError):
 
 class Loaded:
     """A model ready to decode: the module (eval mode), its tokenizer, and what was read (for stderr);
-    ``config`` is the run's config when a checkpoint was read (None for an exported folder)."""
+    ``config`` is the run's config when a checkpoint was read (None for an exported folder), and
+    ``image_pixels`` an exported folder's ``(min_pixels, max_pixels)`` from its preprocessor config."""
 
     def __init__(
         self,
@@ -65,9 +66,10 @@ class Loaded:
         max_length: int | None,
         what: str,
         config: Any = None,
+        image_pixels: tuple[int, int] | None = None,
     ):
         self.model, self.tokenizer, self.max_length, self.what = model, tokenizer, max_length, what
-        self.config = config
+        self.config, self.image_pixels = config, image_pixels
 
     @property
     def sees_images(self) -> bool:
@@ -174,7 +176,25 @@ def _load_hf_folder(folder: Path, device: str) -> Loaded:
         tokenizer = HuggingFaceTokenizer.Config(path=str(folder), add_bos=add_bos).build()
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise GenerateError(f"{str(folder)!r}: the tokenizer cannot be loaded: {exc}") from None
-    return Loaded(model, tokenizer, spec.args.max_sequence_length(), f"{folder} ({spec.name} {spec.flavor})")
+    what = f"{folder} ({spec.name} {spec.flavor})"
+    return Loaded(model, tokenizer, spec.args.max_sequence_length(), what, image_pixels=_pixel_bounds(folder))
+
+
+def _pixel_bounds(folder: Path) -> tuple[int, int] | None:
+    """``(min_pixels, max_pixels)`` of the folder's ``preprocessor_config.json`` (export writes it for a
+    vision-language model), or None without one."""
+    path = folder / "preprocessor_config.json"
+    if not path.is_file():
+        return None
+    try:
+        saved = loads(path.read_text(encoding="utf-8"))
+        low, high = saved["min_pixels"], saved["max_pixels"]
+        if not (type(low) is int and type(high) is int and 0 < low <= high):
+            raise ValueError(f"min_pixels {low!r} and max_pixels {high!r} are not 0 < min <= max integers")
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
+        detail = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise GenerateError(f"{str(path)!r}: {detail}") from None
+    return low, high
 
 
 def _refuse_oversized(folder: Path, config_file: Path, spec: Any) -> None:
@@ -260,15 +280,14 @@ def _image_prompt(loaded: Loaded, image: str, prompt: str) -> tuple[list[int], d
     from hyper_parallel.config.errors import InputFileError
     from hyper_parallel.data.chat import builtin_chat
 
-    args = getattr(loaded.config.model, "args", None) if loaded.config is not None else None
+    args = getattr(loaded.model, "args", None)
     vision, image_token_id = getattr(args, "vision", None), getattr(args, "image_token_id", None)
     if not loaded.sees_images or vision is None or image_token_id is None:
         raise GenerateError(f"--image: {loaded.what} has no vision tower; give no --image")
-    dataset = getattr(loaded.config.dataloader, "dataset", None)
+    dataset = getattr(loaded.config.dataloader, "dataset", None) if loaded.config is not None else None
     bounds: Any = dataset if getattr(dataset, "source", None) == "image_chat" else DatasetConfig()
-    geometry = Geometry(
-        vision.patch_size, vision.spatial_merge_size, bounds.image_min_pixels, bounds.image_max_pixels
-    )
+    low, high = loaded.image_pixels or (bounds.image_min_pixels, bounds.image_max_pixels)
+    geometry = Geometry(vision.patch_size, vision.spatial_merge_size, low, high)
     try:
         size = geometry.fitted(Path(image), "--image")
         pixels = image_pixels(Path(image), size)

@@ -34,9 +34,16 @@ def _qwen3_5_moe() -> tuple[Callable[..., ModelSpec], Mapping[str, Any]]:
 
 
 #: ``model_type`` of ``config.json`` -> the family's factory and flavor table.
+def _qwen3_5_vl() -> tuple[Callable[..., ModelSpec], Mapping[str, Any]]:
+    from hyper_parallel.models.qwen3_5 import QWEN3_5_VL_FLAVORS, create_vl_model_spec
+
+    return create_vl_model_spec, QWEN3_5_VL_FLAVORS
+
+
 HF_MODEL_TYPES: dict[str, Callable[[], tuple[Callable[..., ModelSpec], Mapping[str, Any]]]] = {
     "llama": _llama3,
     "qwen3_5_text": _qwen3_5,
+    "qwen3_5": _qwen3_5_vl,
     "qwen3_5_moe_text": _qwen3_5_moe,
 }
 

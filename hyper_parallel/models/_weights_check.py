@@ -260,10 +260,14 @@ def _differences(ours: Mapping[str, Any], saved: Mapping[str, Any]) -> list[str]
 
 
 def _hf_config(adapter_type: Any, args: Any) -> dict[str, Any] | None:
+    """The model's own ``config.json`` fields; a multimodal model's language-model part (its tower is
+    checked by the tensors' shapes)."""
     try:
-        return _flat(adapter_type(args).hf_config())
+        config = adapter_type(args).hf_config()
     except (AttributeError, NotImplementedError, ValueError, TypeError):
         return None
+    text = config.get("text_config")
+    return _flat(text if isinstance(text, dict) else config)
 
 
 def _check_config_json(spec: ModelSpec, adapter: Any, file: Path) -> None:

@@ -121,5 +121,5 @@ def test_an_unknown_model_type_in_config_json_is_an_input_error(
     assert (status, out) == (2, "")
     assert err == (
         f"generate: {str(broken / 'config.json')!r}: model_type 'gpt2' is not a model this project builds "
-        "(known: 'llama', 'qwen3_5_text', 'qwen3_5_moe_text')\n"
+        "(known: 'llama', 'qwen3_5_text', 'qwen3_5', 'qwen3_5_moe_text')\n"
     )

@@ -183,16 +183,47 @@ def test_generate_answers_about_an_image_deterministically(trained: dict[str, Pa
 
 
 @pytest.mark.multiprocess
-def test_the_export_refuses_a_vision_language_checkpoint(trained: dict[str, Path]) -> None:
+def test_the_export_loads_in_transformers_vision_language_class_with_the_trained_logits(
+    trained: dict[str, Path],
+) -> None:
+    """``export`` writes a ``Qwen3_5ForConditionalGeneration`` folder: transformers loads it and gives our
+    checkpoint's logits on text with an image (1e-4, fp32); ``generate --image`` runs from it too."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from hyper_parallel.generate import load_model
+
     out = trained["tmp"] / "hf"
     done = run("hyper_parallel.export", str(trained["ckpt"]), str(out), cwd=trained["tmp"])
-    assert done.returncode == 2
-    assert done.stderr == (
-        f"export: {trained['ckpt']}: exporting a vision-language checkpoint is not supported yet: the "
-        "Hugging Face Qwen 3.5 VL layout (Qwen3_5ForConditionalGeneration) is not written; decode it "
-        "with python -m hyper_parallel.generate CHECKPOINT --image IMAGE --prompt TEXT\n"
-    )
-    assert not out.exists()
+    assert done.returncode == 0, done.stderr
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3_5ForConditionalGeneration"]
+    assert config["image_token_id"] == 259
+    processor = json.loads((out / "preprocessor_config.json").read_text())
+    assert (processor["min_pixels"], processor["max_pixels"]) == (1024, 4096)  # the training data's bounds
+    assert (processor["image_mean"], processor["image_std"]) == ([0.5] * 3, [0.5] * 3)
+    theirs = transformers.Qwen3_5ForConditionalGeneration.from_pretrained(out, dtype=torch.float32).eval()
+    ours = load_model(trained["ckpt"]).model.float().eval()
+    args = ours.args
+    merge = args.vision.spatial_merge_size
+    grid = torch.tensor([[1, 2 * merge, 3 * merge]])  # 6 merged image tokens
+    patch = args.vision.in_channels * args.vision.temporal_patch_size * args.vision.patch_size**2
+    generator = torch.Generator().manual_seed(0)
+    pixels = torch.randn(int(grid.prod()), patch, generator=generator)
+    ids = torch.tensor([[67, 111, 108] + [259] * 6 + [111, 117, 114, 63]])
+    with torch.no_grad():
+        expected = theirs(
+            input_ids=ids, pixel_values=pixels, image_grid_thw=grid, mm_token_type_ids=(ids == 259).int()
+        ).logits
+        got = ours(ids, pixels, grid, image_token_id=259)
+    assert (got - expected).abs().max().item() < 1e-4
+    image = str(trained["tmp"] / "pics" / "red.png")
+    argv = [str(out), "--image", image, "--prompt", "Colour?", "--max-new-tokens", "6"]
+    from_export = run("hyper_parallel.generate", *argv, cwd=trained["tmp"])
+    argv[0] = str(trained["ckpt"])
+    from_checkpoint = run("hyper_parallel.generate", *argv, cwd=trained["tmp"])
+    assert from_export.returncode == 0, from_export.stderr
+    assert from_export.stdout == from_checkpoint.stdout  # the same answer from both: same image size
 
 
 def png_header(width: int, height: int) -> bytes:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from hyper_parallel.models._factory import require_torch
-from hyper_parallel.models.qwen3_5.args import QWEN3_5_FLAVORS, Qwen3_5Args, Qwen3_5VLArgs
+from hyper_parallel.models.qwen3_5._vision import NUM_POSITION_EMBEDDINGS
+from hyper_parallel.models.qwen3_5.args import QWEN3_5_FLAVORS, Qwen3_5Args, Qwen3_5VisionArgs, Qwen3_5VLArgs
 
 if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
     from hyper_parallel.trainer.config import (
@@ -460,6 +461,8 @@ class Qwen3_5StateDictAdapter:
 
 
 _VISUAL_RENAMES = (("patch_embed.proj.", "patch_embed."),)
+#: The epsilon of transformers' Qwen 3.5 vision LayerNorms (fixed there, not a config key).
+_HF_VISION_NORM_EPS = 1e-6
 
 
 class Qwen3_5VLStateDictAdapter(Qwen3_5StateDictAdapter):
@@ -507,9 +510,69 @@ class Qwen3_5VLStateDictAdapter(Qwen3_5StateDictAdapter):
         return out
 
     def hf_config(self) -> dict[str, Any]:
-        """Not written yet: exporting the vision-language model to Hugging Face is not supported."""
-        raise NotImplementedError(
-            "exporting a vision-language checkpoint is not supported yet: the Hugging Face Qwen 3.5 VL "
-            "layout (Qwen3_5ForConditionalGeneration) is not written; decode it with python -m "
-            "hyper_parallel.generate CHECKPOINT --image IMAGE --prompt TEXT"
+        """The ``config.json`` of the ``Qwen3_5ForConditionalGeneration`` that ``to_hf``'s state dict loads
+        into (transformers 5: the language model under ``text_config``, the tower under ``vision_config``).
+
+        The tower's activation, RoPE and position table are Qwen 3.5's, which transformers' defaults hold;
+        a ``vision.norm_eps`` other than its fixed 1e-6 cannot be written (``ValueError``).
+        """
+        args = self.args
+        assert isinstance(args, Qwen3_5VLArgs)
+        vision = args.vision
+        if vision.norm_eps != _HF_VISION_NORM_EPS:
+            raise ValueError(
+                f"model.args.vision.norm_eps: {vision.norm_eps} has no Hugging Face Qwen 3.5 VL equivalent "
+                f"(its vision norms use {_HF_VISION_NORM_EPS})"
+            )
+        text = super().hf_config()
+        del text["architectures"]
+        return {
+            "architectures": ["Qwen3_5ForConditionalGeneration"],
+            "model_type": "qwen3_5",
+            "text_config": text,
+            "vision_config": {
+                "model_type": "qwen3_5_vision",
+                "depth": vision.depth,
+                "hidden_size": vision.hidden_size,
+                "num_heads": vision.n_heads,
+                "intermediate_size": vision.intermediate_size,
+                "in_channels": vision.in_channels,
+                "patch_size": vision.patch_size,
+                "temporal_patch_size": vision.temporal_patch_size,
+                "spatial_merge_size": vision.spatial_merge_size,
+                "out_hidden_size": args.text.dim,
+                "num_position_embeddings": NUM_POSITION_EMBEDDINGS,
+                "hidden_act": "gelu_pytorch_tanh",
+            },
+            "image_token_id": args.image_token_id,
+            "tie_word_embeddings": text["tie_word_embeddings"],
+        }
+
+    @staticmethod
+    def args_from_hf_config(config: dict[str, Any]) -> Qwen3_5VLArgs:  # type: ignore[override]
+        """The arguments of the model a ``Qwen3_5ForConditionalGeneration`` ``config.json`` describes: the
+        inverse of :meth:`hf_config`. Raises ``ValueError`` for what this model cannot express."""
+        text_config, vision_config = dict(config["text_config"]), dict(config["vision_config"])
+        text = Qwen3_5StateDictAdapter.args_from_hf_config(text_config)
+        if int(vision_config.get("out_hidden_size", text.dim)) != text.dim:
+            raise ValueError("vision_config.out_hidden_size: the tower must project to text hidden_size")
+        table = int(vision_config.get("num_position_embeddings", NUM_POSITION_EMBEDDINGS))
+        if table != NUM_POSITION_EMBEDDINGS:
+            raise ValueError(f"vision_config.num_position_embeddings: {table}, not {NUM_POSITION_EMBEDDINGS}")
+        if vision_config.get("hidden_act", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+            raise ValueError("vision_config.hidden_act: only gelu_pytorch_tanh is built")
+        vision = Qwen3_5VisionArgs(
+            depth=int(vision_config["depth"]),
+            hidden_size=int(vision_config["hidden_size"]),
+            n_heads=int(vision_config["num_heads"]),
+            intermediate_size=int(vision_config["intermediate_size"]),
+            in_channels=int(vision_config.get("in_channels", 3)),
+            patch_size=int(vision_config.get("patch_size", 16)),
+            temporal_patch_size=int(vision_config.get("temporal_patch_size", 2)),
+            spatial_merge_size=int(vision_config.get("spatial_merge_size", 2)),
         )
+        image_token_id = int(config.get("image_token_id", 248_056))
+        args = Qwen3_5VLArgs(text=text, vision=vision, image_token_id=image_token_id)
+        for path, message in args.cross_check():
+            raise ValueError(f"{path}: {message}")
+        return args
