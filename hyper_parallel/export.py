@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hyper_parallel._disk import write_problem
 from hyper_parallel._dtypes import DTYPE_NAMES, torch_dtype
 from hyper_parallel._numbers import UNIT_NAMES, read_size
 
@@ -487,10 +488,9 @@ def _write(
         _write_files(partial, tensors, config, limit, extra)
     except (OSError, SafetensorError) as exc:  # a full disk, a quota
         shutil.rmtree(partial, ignore_errors=True)
-        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+        detail = write_problem(exc) if isinstance(exc, OSError) else str(exc).splitlines()[0]
         raise ExportError(
-            f"{str(out)!r}: cannot write the export ({detail}); nothing was published: free space or "
-            "choose another output folder"
+            f"{str(out)!r}: {detail}; nothing was published: free space or choose another output folder"
         ) from None
     if out.exists():
         out.rmdir()  # checked empty above

@@ -476,7 +476,7 @@ def test_a_full_disk_during_export_is_one_line_and_publishes_nothing(
     out = tmp_path / "hf"
     assert export_main([str(ckpt / "step-2"), str(out)]) == 2
     assert capsys.readouterr().err == (
-        f"export: {str(out)!r}: cannot write the export (No space left on device); nothing was published: "
+        f"export: {str(out)!r}: no space left on device (ENOSPC); nothing was published: "
         "free space or choose another output folder\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # neither OUT nor its partial folder
