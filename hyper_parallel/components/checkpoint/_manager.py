@@ -148,6 +148,7 @@ class CheckpointManager:
         train_state: Stateful | None = None,
         max_steps: int | None = None,
         run_config_yaml: str | None = None,
+        save_frozen: bool = True,
     ) -> None:
         self.cfg = cfg
         self.run_config_yaml = run_config_yaml
@@ -159,6 +160,7 @@ class CheckpointManager:
             dataloader=dataloader,
             train_state=train_state,
             rank=_rank(),
+            save_frozen=save_frozen,
         )
         self.max_steps = max_steps
         self._in_flight: _InFlight | None = None
@@ -545,7 +547,9 @@ class CheckpointManager:
         if not any(key.startswith("model.") for key in items):
             raise ValueError(f"checkpoint {str(path)!r} holds no model state")
         state = self.state.model_state()
-        _refuse_another_shape(path, state["model"], items, "checkpoint.initial_load_path")
+        _refuse_another_shape(
+            path, state["model"], items, "checkpoint.initial_load_path", self.state.frozen_names()
+        )
         self._read(state, path)
         self.state.restore_model(state)
 
@@ -553,7 +557,7 @@ class CheckpointManager:
         items = inspection.metadata.state_dict_metadata
         state = self.state.placeholders(self.state.wanted(path, items, self.cfg.exclude_from_loading), items)
         field = "checkpoint.folder" if path.parent == self.folder else "checkpoint.initial_load_path"
-        _refuse_another_shape(path, state["model"], items, field)
+        _refuse_another_shape(path, state["model"], items, field, self.state.frozen_names())
         self._read(state, path)
         return self.state.restore(path, state)
 
@@ -584,13 +588,15 @@ def _disk_full(exc: BaseException) -> bool:
     return False
 
 
-def _refuse_another_shape(path: Path, model: dict[str, Any], items: Any, field: str) -> None:
+def _refuse_another_shape(
+    path: Path, model: dict[str, Any], items: Any, field: str, unread: set[str] = frozenset()
+) -> None:
     """An ``InputFileError`` naming the tensors when the checkpoint at ``path`` holds another model.
 
     Checked before DCP reads anything (its own "Missing key" or size-mismatch errors name no remedy);
     every rank sees the same metadata, so every rank refuses it.
     """
-    differences = model_shape_differences(model, items)
+    differences = model_shape_differences(model, items, unread)
     if differences:
         raise InputFileError.at(
             path,
