@@ -182,7 +182,8 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         full = _local_numel(g, tp, ep if g.experts_per_token is not None else 1, ep)
         if role == "trained":
             local += shard * count
-            grads += _local_numel(g, 1 if g.tp_full_grad and dp == 1 else tp, dp, ep) * count
+            grad = g._replace(tp_dim=g.tp_grad_dim) if g.tp_grad_dim is not None and dp == 1 else g
+            grads += _local_numel(grad, 1 if g.tp_full_grad and dp == 1 else tp, dp, ep) * count
             tensors += count
             gathered[3 if g.in_block else 2] += full * g.copies
         if role == "nf4":

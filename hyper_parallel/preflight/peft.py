@@ -4,7 +4,8 @@ Without ``peft`` (full fine-tuning) every parameter trains: float32 master, floa
 optimizer's float32 states. With LoRA (``peft: LoRA.Config``) only the adapters do: each targeted linear
 layer of the blocks (``ParamGroup.linears`` names them) gets ``A`` (``rank x in``) and ``B``
 (``out x rank``), sharded by tensor parallelism as the runtime does (a column-wise layer's adapters split
-their rows like its weight, a row-wise layer's are replicated). The base is frozen: no gradient, no
+their rows like its weight, a row-wise layer's are replicated), with the gradients DTensor leaves them
+without FSDP (measured in ``tests/preflight/test_sharding.py``). The base is frozen: no gradient, no
 optimizer state, stored as the model holds it (float32), or with ``base_dtype: nf4`` (QLoRA) the weights
 of the adapted layers as torchao's ``NF4Tensor`` (:func:`nf4_bytes`). Torch-free, as the whole preflight.
 """
@@ -85,7 +86,12 @@ def roles(cfg: "TrainerConfig", groups: Sequence[ParamGroup]) -> Roles:
             out.append((one, adapted_role))
             adapted += each
             rows, columns = group.shape
-            split = 0 if group.tp_dim == 0 else None  # column-wise: rows split like the weight's
-            adapters.append((one._replace(shape=(peft.rank, columns), tp_dim=split), "trained"))
-            adapters.append((one._replace(shape=(rows, peft.rank), tp_dim=split), "trained"))
+            if group.tp_dim == 0:  # column-wise: A and B split on their rows like the weight; without
+                # FSDP the gradient of A (whose rows are the rank) is left whole, a partial sum
+                a = one._replace(shape=(peft.rank, columns), tp_dim=0, tp_full_grad=True)
+                b = one._replace(shape=(rows, peft.rank), tp_dim=0)
+            else:  # row-wise (or none): A and B replicated; A's gradient split like the layer's input
+                a = one._replace(shape=(peft.rank, columns), tp_dim=None, tp_grad_dim=group.tp_dim)
+                b = one._replace(shape=(rows, peft.rank), tp_dim=None)
+            adapters += [(a, "trained"), (b, "trained")]
     return Roles(tuple(out + adapters), f"LoRA rank {peft.rank}", adapted, peft.base_dtype)

@@ -136,8 +136,7 @@ def _peft_issues(cfg: "TrainerConfig") -> Issues:
 #: Parallel degrees QLoRA refuses above 1, each with the reason.
 _NF4_REFUSED = {
     "tp": "torchao's NF4 tensor cannot be split by tensor parallelism",
-    "pp": "pipeline stages are not quantized yet",
-    "cp": "context parallelism is not supported with it yet",
+    "pp": "pipeline parallelism is not supported with it yet",
     "ep": "expert parallelism is not supported with it yet (routed experts are never adapted)",
     "dp_replicate": "torch's FSDP2 does not all-gather an NF4 tensor it replicates (DDP), and torchao's "
     "NF4 all-gather has one mesh dimension (not HSDP's two)",

@@ -207,7 +207,9 @@ class TrainingState:
         built again at every start: ``PEFT.Config.checkpoint_holds_base``).
         """
         options = StateDictOptions(ignore_frozen_params=not self.save_frozen)
-        return {"model": get_model_state_dict(self.model, options=options)}
+        state = get_model_state_dict(self.model, options=options)
+        frozen = self.frozen_names()  # a tied frozen matrix too, under each of its names
+        return {"model": {name: value for name, value in state.items() if name not in frozen}}
 
     def frozen_names(self) -> set[str]:
         """Names of the parameters ``model_state`` leaves out (none with ``save_frozen``)."""

@@ -6,9 +6,12 @@ The default, ``FullFineTuning.Config``, trains every weight (the model is left a
 ``y = W x + (alpha / rank) * B A dropout(x)``, with ``A`` (``rank x in``) drawn at random and ``B``
 (``out x rank``) zero, so training starts from the model's own outputs and only ``A`` and ``B`` train.
 The adapters are parameters of the layers they adapt (``<layer>.lora_A``, ``<layer>.lora_B``), so
-FSDP2 shards them with their block, activation checkpointing and compile wrap them with it, and a
-checkpoint holds them beside the base. ``python -m hyper_parallel.export`` writes the merged model, or
-with ``--adapter-only`` an adapter folder the ``peft`` library loads.
+FSDP2 shards them with their block, activation checkpointing and compile wrap them with it. A checkpoint
+holds them and their optimizer state, and the frozen base only when the run cannot build it again: with
+``model.weights_path`` (or NF4) the base is read again at every start. ``base_dtype: nf4`` (QLoRA) stores
+the adapted layers' frozen weights as torchao's 4-bit NF4 tensors (``_nf4``). ``python -m
+hyper_parallel.export`` writes the merged model, or with ``--adapter-only`` an adapter folder the ``peft``
+library loads.
 
 Nothing here imports torch; the runtime is ``hyper_parallel.components.peft._runtime``.
 """
