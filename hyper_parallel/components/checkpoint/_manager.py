@@ -41,6 +41,7 @@ import errno
 import logging
 import warnings
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -589,7 +590,7 @@ def _disk_full(exc: BaseException) -> bool:
 
 
 def _refuse_another_shape(
-    path: Path, model: dict[str, Any], items: Any, field: str, unread: set[str] = frozenset()
+    path: Path, model: dict[str, Any], items: Any, field: str, unread: AbstractSet[str] = frozenset()
 ) -> None:
     """An ``InputFileError`` naming the tensors when the checkpoint at ``path`` holds another model.
 

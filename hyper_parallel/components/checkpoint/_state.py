@@ -31,6 +31,7 @@ import base64
 import json
 import random
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -97,7 +98,7 @@ def _listed(names: list[str]) -> str:
 
 
 def model_shape_differences(
-    model: Mapping[str, Any], items: Mapping[str, STORAGE_TYPES], unread: set[str] = frozenset()
+    model: Mapping[str, Any], items: Mapping[str, STORAGE_TYPES], unread: AbstractSet[str] = frozenset()
 ) -> list[str]:
     """How the model's tensors (``model``: its state dict) differ from those a checkpoint saved.
 

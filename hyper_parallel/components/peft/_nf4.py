@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["TORCHAO_VERSION", "dequantized", "is_nf4", "nf4_module", "quantize_base", "quantized_weights"]
+__all__ = ["TORCHAO_VERSION", "is_nf4", "nf4_module", "quantize_base", "quantized_weights"]
 
 #: The torchao release this code is written against (the ``qlora`` extra pins it).
 TORCHAO_VERSION = "0.18.0"
@@ -78,7 +78,6 @@ def quantize_base(model: nn.Module) -> int:
     then). A weight already NF4 is left as it is.
     """
     from torch.distributed.tensor import DTensor, Shard
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
     to_nf4 = nf4_module().to_nf4
     count = 0
@@ -96,9 +95,9 @@ def quantize_base(model: nn.Module) -> int:
                     )
                 whole = to_nf4(weight.full_tensor().contiguous())
                 chunk = torch.chunk(whole, mesh.size(), dim=0)[mesh.get_local_rank()]
-                meta = TensorMeta(weight.shape, weight.stride(), weight.dtype)
-                spec = DTensorSpec(mesh, placements, tensor_meta=meta)
-                quantized: torch.Tensor = DTensor(chunk, spec, requires_grad=False)
+                quantized: torch.Tensor = DTensor.from_local(
+                    chunk, mesh, placements, run_check=False, shape=weight.shape, stride=weight.stride()
+                )
                 # The float32 shard goes (FSDP2 then finds no old storage to compare with the new one).
                 weight._local_tensor.untyped_storage().resize_(0)
             else:
@@ -106,12 +105,6 @@ def quantize_base(model: nn.Module) -> int:
         layer.weight = nn.Parameter(quantized, requires_grad=False)
         count += 1
     return count
-
-
-def dequantized(weight: torch.Tensor) -> torch.Tensor:
-    """The float values an NF4 ``weight`` stands for, in its dtype (what ``F.linear`` computes with)."""
-    local = getattr(weight, "_local_tensor", weight)
-    return local.get_original_weight()
 
 
 def quantized_weights(weights: Mapping[str, torch.Tensor], layers: list[str]) -> dict[str, torch.Tensor]:
