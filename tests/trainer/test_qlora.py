@@ -172,6 +172,10 @@ def test_the_export_of_a_qlora_run_is_the_dequantized_base_with_the_adapters_mer
     with torch.no_grad():
         expected = layer.weight.get_original_weight() + 16.0 / 4 * layer.lora_B @ layer.lora_A
     assert float((exported - expected).abs().max()) <= 1e-6
+    from hyper_parallel.generate import generate_text, load_model
+
+    from_ckpt = generate_text(load_model(tmp_path / "ckpt"), "def ", max_new_tokens=8)
+    assert generate_text(load_model(merged), "def ", max_new_tokens=8) == from_ckpt
 
 
 def test_activation_checkpointing_and_compile_give_the_same_qlora_losses() -> None:

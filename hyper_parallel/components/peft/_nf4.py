@@ -12,7 +12,10 @@ whole, cut into the same row chunks (``NF4Tensor`` splits its codes and scales w
 becomes the ``DTensor``'s local tensor; the float32 shard's storage is freed. FSDP2 re-reads its
 parameters at its lazy initialisation (the first forward) and all-gathers NF4 through the tensor's
 ``fsdp_pre_all_gather`` / ``fsdp_post_all_gather``. Tensor, pipeline, context and expert parallelism,
-``dp_replicate`` and CPU offload are refused before anything is built (``trainer.rules``).
+``dp_replicate`` and CPU offload are refused before anything is built (``trainer.rules``): in torch 2.13
+FSDP2 without sharding (``replicate``, or a mesh of one rank) copies only the first of an extension's
+all-gather inputs, and torchao's all-gather takes a one-dimensional mesh. The trainer applies no FSDP2
+on one process, so QLoRA runs there on plain NF4 parameters.
 
 Nothing of this is saved: a checkpoint of such a run leaves the frozen parameters out (the base is built
 again, from ``model.weights_path`` or the seed, and quantized the same way), and the export rebuilds the
@@ -98,7 +101,9 @@ def quantize_base(model: nn.Module) -> int:
                 quantized: torch.Tensor = DTensor.from_local(
                     chunk, mesh, placements, run_check=False, shape=weight.shape, stride=weight.stride()
                 )
-                # The float32 shard goes (FSDP2 then finds no old storage to compare with the new one).
+                # The float32 shard's memory goes. FSDP2's re-read of its parameters compares the old
+                # shard's storage with the new one's, which an NF4 tensor has none of: an emptied
+                # storage (data pointer 0) skips that comparison.
                 weight._local_tensor.untyped_storage().resize_(0)
             else:
                 quantized = to_nf4(weight.detach().contiguous())
