@@ -1,10 +1,13 @@
-"""``python -m bench lora``: a LoRA step against a full fine-tuning step, and their optimizer memory.
+"""``python -m bench lora``: a LoRA and a QLoRA step against a full fine-tuning step, and their memory.
 
-Both train the shipped debug model (same config, same initial weights, same batches); the LoRA run adds
-``peft: LoRA.Config`` (default targets, ``--rank``). Steps alternate between the two trainers (full, LoRA,
-full, ...) so machine drift hits both alike; the first ``--warmup`` steps of each are not timed. The clock is
-the process's CPU time (``time.process_time``), which other processes on a shared machine disturb less
-than wall time. Optimizer memory is the bytes of the optimizer's state tensors after the steps.
+All train the shipped debug model (same config, same initial weights, same batches); the LoRA run adds
+``peft: LoRA.Config`` (default targets, ``--rank``), the QLoRA run also ``base_dtype: nf4`` (when torchao is
+installed). Steps alternate between the trainers (full, LoRA, QLoRA, full, ...) so machine drift hits all
+alike; the first ``--warmup`` steps of each are not timed. The clock is the process's CPU time
+(``time.process_time``), which other processes on a shared machine disturb less than wall time. Optimizer
+memory is the bytes of the optimizer's state tensors after the steps; ``base_bytes`` the bytes the frozen
+parameters hold (an NF4 weight: its codes, scales and code book), and ``nf4_ratio`` the NF4 weights' bytes
+over the same weights in bfloat16.
 
     python -m bench lora [--config FILE] [--steps N] [--warmup N] [--rank R] [--json PATH]
 """
@@ -12,6 +15,7 @@ than wall time. Optimizer memory is the bytes of the optimizer's state tensors a
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import time
@@ -34,6 +38,13 @@ def _optimizer_bytes(trainer: LLMTrainer) -> int:
     )
 
 
+def _bytes(tensor: Any) -> int:
+    flatten = getattr(tensor, "__tensor_flatten__", None)
+    if flatten is not None:  # an NF4 tensor
+        return sum(int(getattr(tensor, name).nbytes) for name in flatten()[0])
+    return int(tensor.numel() * tensor.element_size())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison and print (and optionally write) the figures; returns 0."""
     parser = argparse.ArgumentParser(prog="python -m bench lora", description=__doc__)
@@ -44,14 +55,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     total = args.steps + args.warmup
-    common = {"training.max_steps": str(total), "metrics.enable_jsonl": "false", "metrics.log_freq": "1000"}
+    common: dict[str, str | None] = {
+        "training.max_steps": str(total),
+        "metrics.enable_jsonl": "false",
+        "~metrics.jsonl_path": None,  # the sink off, without its path (an option of a sink off is refused)
+        "metrics.log_freq": "1000",
+    }
     lora = {"peft._target_": "hyper_parallel.components.peft.LoRA.Config", "peft.rank": str(args.rank)}
+    runs = {"full": common, "lora": {**common, **lora}}
+    if importlib.util.find_spec("torchao") is not None:
+        runs["qlora"] = {**common, **lora, "peft.base_dtype": "nf4"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConfigWarning)
-        trainers = {
-            "full": LLMTrainer(load_config(args.config, common)),
-            "lora": LLMTrainer(load_config(args.config, {**common, **lora})),
-        }
+        trainers = {name: LLMTrainer(load_config(args.config, overrides)) for name, overrides in runs.items()}
     times: dict[str, list[float]] = {name: [] for name in trainers}
     try:
         for step in range(total):
@@ -68,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
                 "optimizer_bytes": _optimizer_bytes(trainer),
                 "trainable": sum(p.numel() for p in params if p.requires_grad),
                 "frozen": sum(p.numel() for p in params if not p.requires_grad),
+                "base_bytes": sum(_bytes(p) for p in params if not p.requires_grad),
             }
+            nf4 = [p for p in params if hasattr(p, "__tensor_flatten__")]
+            if nf4:
+                figures[name]["nf4_ratio"] = sum(_bytes(p) for p in nf4) / sum(2 * p.numel() for p in nf4)
     finally:
         for trainer in trainers.values():
             trainer.close()
@@ -76,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     figures["step_ratio"] = adapted["step_cpu_s"] / full["step_cpu_s"]
     figures["optimizer_ratio"] = adapted["optimizer_bytes"] / full["optimizer_bytes"]
     figures["optimizer_bytes_per_trainable"] = adapted["optimizer_bytes"] / adapted["trainable"]
+    if "qlora" in figures:
+        figures["qlora_step_ratio"] = figures["qlora"]["step_cpu_s"] / full["step_cpu_s"]
     print(json.dumps(figures, indent=1))
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")

@@ -139,6 +139,8 @@ def _refuse_oversized(cfg: TrainerConfig, step: Path, metadata: Any) -> None:
     from hyper_parallel.export import stored_model_sizes
     from hyper_parallel.models import size_problem
 
+    if not cfg.peft.checkpoint_holds_base(cfg.model.weights_path):
+        return  # LoRA's adapters alone (the base is built again); the trainer checks their shapes
     stored = sum(math.prod(size) for size in stored_model_sizes(metadata).values())
     problem = size_problem(cfg.model.args, stored)
     if problem is not None:

@@ -148,15 +148,57 @@ def export_checkpoint(
 
 
 def _merged(cfg: TrainerConfig, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``weights`` with LoRA's adapters merged into the layers they adapt (other weights: as they are)."""
+    """``weights`` with LoRA's adapters merged into the layers they adapt (other weights: as they are).
+
+    A checkpoint that left the frozen base out (``PEFT.Config.checkpoint_holds_base``) gets it back as the
+    run built it (:func:`_rebuilt_base`); with ``base_dtype: nf4`` the adapted weights are the values
+    their NF4 quantization stands for, as training computed with them, before the adapters are added.
+    """
     from hyper_parallel.components.peft import LoRA
-    from hyper_parallel.components.peft._runtime import is_adapter, merge_adapters
+    from hyper_parallel.components.peft._runtime import adapted_layers, is_adapter, merge_adapters
 
     if not any(is_adapter(name) for name in weights):
         return weights
     if not isinstance(cfg.peft, LoRA.Config):
         raise ExportError("the checkpoint holds LoRA adapters but its config's peft is not LoRA.Config")
+    if not cfg.peft.checkpoint_holds_base(cfg.model.weights_path):
+        base = _rebuilt_base(cfg)
+        if cfg.peft.base_dtype == "nf4":
+            from hyper_parallel.components.peft._nf4 import quantized_weights
+
+            try:
+                base = quantized_weights(base, adapted_layers(weights))
+            except ImportError as exc:
+                raise ExportError(str(exc)) from None
+        dtype = next(t.dtype for name, t in weights.items() if is_adapter(name))
+        base = {k: v.to(dtype) if v.is_floating_point() else v for k, v in base.items()}
+        weights = {**base, **weights}
     return merge_adapters(weights, cfg.peft.scale)
+
+
+def _rebuilt_base(cfg: TrainerConfig) -> dict[str, torch.Tensor]:
+    """The frozen base model a LoRA run built at its start (float32, our names, no adapters).
+
+    From ``model.weights_path`` when set, else drawn from the run's seed as the trainer draws it (each
+    parameter from ``(seed, name)``, whatever the layout).
+    """
+    from hyper_parallel.components.peft._runtime import is_adapter
+    from hyper_parallel.models import load_pretrained, materialize
+
+    spec = cfg.model
+    model = cfg.peft.apply(spec.build_model_fn(spec.args, device="meta"))
+    try:
+        if spec.weights_path is not None:
+            load_pretrained(model, spec, device="cpu")
+        else:
+            seed = cfg.debug.seed if cfg.debug.seed is not None else cfg.training.seed
+            materialize(model, spec, device="cpu", seed=seed)
+    except (OSError, KeyError, ValueError) as exc:
+        raise ExportError(
+            f"the checkpoint holds LoRA adapters without their frozen base, which comes from "
+            f"model.weights_path {spec.weights_path!r}: it cannot be read ({exc})"
+        ) from None
+    return {name: tensor for name, tensor in model.state_dict().items() if not is_adapter(name)}
 
 
 def export_adapter(
@@ -347,12 +389,17 @@ def _check_model(step: Path, cfg: TrainerConfig, metadata: Any) -> None:
     if not stored:
         raise ExportError(f"{str(step)!r} holds no model weights")
     meta_file = step / ".metadata"
+    # A LoRA run whose base is built again at every start saved its adapters alone (the base is rebuilt).
+    rebuilt = not cfg.peft.checkpoint_holds_base(cfg.model.weights_path)
     problem = size_problem(cfg.model.args, sum(math.prod(size) for size in stored.values()))
-    if problem is not None:
+    if problem is not None and not rebuilt:
         raise ExportError(f"{meta_file}: {problem}")
     model = cfg.peft.apply(cfg.model.build_model_fn(cfg.model.args, device="meta"))  # LoRA: with adapters
     ours = model.state_dict()
+    frozen = {n for n, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
     for name, tensor in ours.items():
+        if name not in stored and rebuilt and name in frozen:
+            continue
         if name not in stored:
             raise ExportError(f"{meta_file}: tensor model.{name}: missing; the config's model has it")
         if stored[name] != list(tensor.shape):

@@ -12,6 +12,8 @@ sequence; ``dp_replicate`` replicates. Expert weights (``ParamGroup.experts_per_
 along the expert dimension by ``ep`` and their remaining ``dp_shard / ep`` ranks by FSDP, so a gathered
 block holds ``1 / ep`` of its experts; each MoE layer's tokens cross ranks in four all-to-alls per micro
 batch (dispatch and combine, forward and backward), ``(ep - 1) / ep`` of them on average (uniform routing).
+With ``peft`` (LoRA) only the adapters have gradients and optimizer states; the frozen base is held as
+``preflight.peft`` says (float32, or NF4 for the adapted layers' weights).
 """
 
 import math
@@ -24,6 +26,7 @@ from hyper_parallel.preflight.model import (
     ParamGroup,
     Workload,
 )
+from hyper_parallel.preflight.peft import nf4_bytes, roles
 
 if TYPE_CHECKING:
     from hyper_parallel.trainer.config import TrainerConfig
@@ -72,6 +75,17 @@ class Estimate(NamedTuple):
     all_to_all_bytes: int = 0
     #: What ``torch.compile`` covers (``compile.components`` when enabled): "model", "loss".
     compiled: tuple[str, ...] = ()
+    #: The parameter-efficient method (``"LoRA rank 8"``); empty when every parameter trains.
+    peft: str = ""
+    #: Parameter elements that train (with ``peft``: the adapters) and frozen ones (the base model), of
+    #: which ``quantized`` are stored as NF4; over the whole model, tied tensors once.
+    trainable: int = 0
+    frozen: int = 0
+    quantized: int = 0
+    #: Linear layers given adapters (with ``peft``).
+    adapted_layers: int = 0
+    #: Bytes per rank of the frozen parameters (part of the ``parameters`` term).
+    frozen_bytes: int = 0
 
     @property
     def device_total(self) -> int:
@@ -145,17 +159,29 @@ def _activation_bytes(
     return int(kept) * in_flight + acts.outside
 
 
-def _compute_copies(p: int, r: int, dp: int, root: int, blocks: int, block: float) -> int:
+def _compute_copies(p: int, r: int, dp: int, gathered: "_Gathered", n_layers: int) -> int:
     """Bytes of the compute-dtype weight copies (and gradients before their reduction) alive at once.
 
     Under FSDP2 (``dp_shard`` > 1): the root module's weights stay gathered through forward and backward,
     two blocks are gathered at a time (one prefetched), and one block's gradients exist unsharded, plus
-    their copy in the reduce dtype. Without FSDP the weights are cast once per step and the copies kept
-    (as autocast's cast cache does), unless compute is float32.
+    their copy in the reduce dtype; frozen weights are gathered too (an NF4 weight as NF4), but have no
+    gradient. Without FSDP the weights that train are cast once per step and the copies kept (as
+    autocast's cast cache does for parameters that require a gradient), unless compute is float32.
     """
+    blocks = max(n_layers, 1)  # an average block (vision blocks folded in)
     if dp > 1:
-        return int(p * (root + 2 * block) + block * (p + (r if r != p else 0)))
-    return p * (root + blocks) if p < 4 else 0
+        grads = gathered.trained_blocks / blocks
+        return int(gathered.root + 2 * gathered.blocks / blocks + grads * (p + (r if r != p else 0)))
+    return p * (gathered.trained_root + gathered.trained_blocks) if p < 4 else 0
+
+
+class _Gathered(NamedTuple):
+    """Bytes of the gathered weights in compute dtype (root, all blocks) and elements of those that train."""
+
+    root: int
+    blocks: int
+    trained_root: int
+    trained_blocks: int
 
 
 def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size_known: bool) -> Estimate:
@@ -169,19 +195,26 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
     for g in groups:
         by_kind[g.kind] = by_kind.get(g.kind, 0) + g.numel * g.copies
     active = sum(g.active_numel * g.copies for g in groups)
+    held = roles(cfg, groups)
     stage = 1 / pp  # pipeline stage 0 holds its share of the blocks and the whole root (conservative)
-    local = grads = tensors = 0
-    root_full = block_full = 0
-    for g in groups:
+    local = grads = tensors = frozen = 0
+    gathered = [0, 0, 0, 0]  # root bytes, block bytes, trained root elements, trained block elements
+    for g, role in held.groups:
         count = math.ceil(g.copies * stage) if g.in_block else g.copies
-        local += _local_numel(g, tp, dp, ep) * count
-        grads += _local_numel(g, 1 if g.tp_full_grad and dp == 1 else tp, dp, ep) * count
-        tensors += count
-        full = _local_numel(g, tp, ep if g.experts_per_token is not None else 1, ep) * g.copies
-        if g.in_block:
-            block_full += full
+        shard = _local_numel(g, tp, dp, ep)
+        full = _local_numel(g, tp, ep if g.experts_per_token is not None else 1, ep)
+        if role == "trained":
+            local += shard * count
+            grad = g._replace(tp_dim=g.tp_grad_dim) if g.tp_grad_dim is not None and dp == 1 else g
+            grads += _local_numel(grad, 1 if g.tp_full_grad and dp == 1 else tp, dp, ep) * count
+            tensors += count
+            gathered[3 if g.in_block else 2] += full * g.copies
+        if role == "nf4":
+            frozen += nf4_bytes(shard) * count
+            gathered[1 if g.in_block else 0] += nf4_bytes(full) * g.copies
         else:
-            root_full += full
+            frozen += 4 * shard * count if role == "frozen" else 0
+            gathered[1 if g.in_block else 0] += p * full * g.copies
     acts = costs.activations(
         Workload(
             batch=layout.micro_batch,
@@ -192,19 +225,18 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         )
     )
     n_layers = len(acts.blocks)
-    per_block = block_full / max(n_layers, 1)  # an average block (vision blocks folded in)
     name, states = _optimizer_states(cfg.optimizer)
     tokens = layout.micro_batch * training.seq_len // deg["cp"]
     compiled_blocks = cfg.compile.enable and "model" in cfg.compile.components
     compiled_loss = cfg.compile.enable and "loss" in cfg.compile.components
     terms = {
-        "parameters": 4 * local,
+        "parameters": 4 * local + frozen,
         "gradients": 4 * grads,
         "optimizer": 4 * states * local + (4 * tensors if states else 0),
         "activations": _activation_bytes(
             acts, layout.ac, math.ceil(n_layers * stage), pp if pp > 1 else 1, compiled_blocks
         ),
-        "fsdp buffers": _compute_copies(p, r, dp, root_full, block_full, per_block),
+        "fsdp buffers": _compute_copies(p, r, dp, _Gathered(*gathered), n_layers),
         # The compiled loss reads the logits in chunks of its fused kernel: no float32 copy of them all.
         "logits": tokens * acts.vocab * (p if compiled_loss else p + 4),
     }
@@ -227,6 +259,12 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         note=acts.note,
         all_to_all_bytes=_all_to_all_bytes(cfg, costs, layout, p, tokens),
         compiled=tuple(cfg.compile.components) if cfg.compile.enable else (),
+        peft=held.method,
+        trainable=held.elements("trained"),
+        frozen=held.elements("frozen", "nf4"),
+        quantized=held.elements("nf4"),
+        adapted_layers=held.adapted,
+        frozen_bytes=frozen,
     )
 
 

@@ -23,6 +23,10 @@ class ParamGroup(NamedTuple):
     FSDP reduce-scatter shards it: DTensor's backward of a row-split embedding does so.
     ``experts_per_token`` marks stacked expert weights: dim 0 is the expert (split by expert parallelism,
     ``parallelism.ep``) and one token uses that many of its rows (the active parameters).
+    ``tp_grad_dim`` marks a tensor TP leaves whole whose gradient autograd leaves split along that
+    dimension when no FSDP reduce-scatter reshards it (LoRA's ``A`` of a row-wise layer: its input is).
+    ``linears`` names the linear layers of the blocks (their last names, as ``peft.targets`` names them)
+    whose ``out x in`` weights these tensors are, the copies shared evenly among them: what LoRA adapts.
     """
 
     kind: Kind
@@ -32,6 +36,8 @@ class ParamGroup(NamedTuple):
     in_block: bool = True
     tp_full_grad: bool = False
     experts_per_token: int | None = None
+    linears: tuple[str, ...] = ()
+    tp_grad_dim: int | None = None
 
     @property
     def numel(self) -> int:

@@ -73,21 +73,39 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
             for kind in _KIND_ORDER
             if kind in est.params_by_kind
         ),
-        "  memory per rank (rank 0)",
     ]
+    if est.peft:
+        lines.append(
+            f"  trainable   {exact_count(est.trainable)}: {est.peft} adapters on {est.adapted_layers} linear "
+            f"layers; frozen {exact_count(est.frozen)}: the base model, "
+            + (
+                f"{exact_count(est.quantized)} of it in NF4 (the adapted layers' weights)"
+                if est.quantized
+                else "float32"
+            )
+        )
+    lines.append("  memory per rank (rank 0)")
     states = (
         f"{est.optimizer}: {est.optimizer_states} float32 state{'s' if est.optimizer_states != 1 else ''}"
     )
     offload = ", in host memory" if est.cpu_offload else ""
+    only = ", adapters only" if est.peft else ""
+    held = "float32 master"
+    if est.peft:
+        base = "NF4 + float32" if est.quantized else "float32"
+        held = (
+            f"float32 adapters {human_bytes(est.terms['parameters'] - est.frozen_bytes)}, "
+            f"frozen {base} base {human_bytes(est.frozen_bytes)}"
+        )
     notes = {
-        "parameters": f"float32 master, shard of dp_shard {deg['dp_shard']} x tp {deg['tp']}{offload}"
+        "parameters": f"{held}, shard of dp_shard {deg['dp_shard']} x tp {deg['tp']}{offload}"
         + (
             f" (experts: ep {deg['ep']} x dp_shard/ep {deg['dp_shard'] // deg['ep']})"
             if deg.get("ep", 1) > 1
             else ""
         ),
-        "gradients": f"float32{offload}",
-        "optimizer": states + offload,
+        "gradients": f"float32{only}{offload}",
+        "optimizer": states + only + offload,
         "activations": f"micro batch {est.layout.micro_batch} x {est.seq} tokens, "
         f"checkpointing {_ac(est.layout.ac)}"
         + (", compiled blocks" if "model" in est.compiled else "")

@@ -334,6 +334,8 @@ class Trainer:
             train_state=self.train_state,
             max_steps=training.max_steps,
             run_config_yaml=self.config_yaml,
+            # A LoRA base built again at every start (from model.weights_path, or NF4) is not saved.
+            save_frozen=config.peft.checkpoint_holds_base(config.model.weights_path),
         )
         if config.checkpoint.enable:  # every rank must resume the same step (a shared folder)
             latest = getattr(self.checkpointer, "latest_step", None)
@@ -418,6 +420,10 @@ class Trainer:
         from hyper_parallel.components.peft._runtime import initialize_adapters
 
         initialize_adapters(model, seed=self.seed)  # LoRA's adapters (none: nothing to do)
+        if getattr(cfg.peft, "base_dtype", None) == "nf4":  # QLoRA: the adapted layers' weights as NF4
+            from hyper_parallel.components.peft._nf4 import quantize_base
+
+            quantize_base(model)
         return model
 
     def _build_validator(self) -> Any:

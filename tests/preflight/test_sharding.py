@@ -3,7 +3,8 @@
 Two gloo processes under torchrun build each debug model (vocabularies of odd size, so FSDP2 and TP
 split some tensors unevenly), apply the model's own ``parallelize`` (FSDP2 over ``dp_shard`` 2, or TP 2),
 take one AdamW step and write the bytes of their local shards; rank 0's must equal the estimate exactly
-(rank 0 holds the largest shard) and rank 1's may only be smaller.
+(rank 0 holds the largest shard) and rank 1's may only be smaller. LoRA cases add adapters to the frozen
+model (tensor parallelism splits a column-wise layer's adapters with it), QLoRA's base is NF4 under FSDP2.
 """
 
 import json
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from hyper_parallel.components.peft import LoRA
 from hyper_parallel.models import llama3, qwen3_5
 from hyper_parallel.models.spec import ModelSpec
 from hyper_parallel.preflight import estimate
@@ -28,6 +30,12 @@ SPECS = {
     "qwen3_5_tied": lambda: qwen3_5.create_model_spec("debugmodel", overrides={"vocab_size": 2051}),
     "qwen3_5_vl": lambda: qwen3_5.create_vl_model_spec("debugmodel", overrides={"text.vocab_size": 2051}),
 }
+#: LoRA runs: only the adapters have gradients and optimizer states; QLoRA's base is NF4 (FSDP2 alone).
+PEFT = {
+    "llama3_lora": ("llama3", LoRA.Config(rank=4)),
+    "qwen3_5_lora": ("qwen3_5", LoRA.Config(rank=4, targets=("wq", "in_proj_z", "w2"))),
+    "qwen3_5_qlora": ("qwen3_5", LoRA.Config(rank=4, base_dtype="nf4")),
+}
 LAYOUTS = {
     "dp_shard2": ParallelismConfig(dp_shard=2),
     "tp2": ParallelismConfig(dp_shard=1, tp=2),
@@ -39,11 +47,23 @@ CASES = [
     ("qwen3_5", "tp2"),
     ("qwen3_5_tied", "dp_shard2"),
     ("qwen3_5_vl", "dp_shard2"),
+    ("llama3_lora", "dp_shard2"),
+    ("llama3_lora", "tp2"),
+    ("qwen3_5_lora", "tp2"),
+    ("qwen3_5_qlora", "dp_shard2"),
 ]
 
 
+def _spec_and_peft(name: str) -> tuple[ModelSpec, LoRA.Config | None]:
+    model, peft = PEFT.get(name, (name, None))
+    return SPECS[model](), peft
+
+
 def _local_bytes(tensor: Any) -> int:
-    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    local = getattr(tensor, "_local_tensor", tensor)
+    flatten = getattr(local, "__tensor_flatten__", None)
+    if flatten is not None:  # an NF4 tensor: its codes, scales and code book
+        return sum(int(getattr(local, name).nbytes) for name in flatten()[0])
     return int(local.numel() * local.element_size())
 
 
@@ -52,6 +72,8 @@ def _worker(out_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
+    from hyper_parallel.components.peft._nf4 import quantize_base
+    from hyper_parallel.components.peft._runtime import initialize_adapters
     from hyper_parallel.parallel.parallel_dims import ParallelDims
 
     torch.set_num_threads(1)
@@ -60,15 +82,23 @@ def _worker(out_dir: str) -> None:
     try:
         for model_name, layout in CASES:
             torch.manual_seed(0)
-            spec = SPECS[model_name]()
+            spec, peft = _spec_and_peft(model_name)
             parallelism = LAYOUTS[layout]
             model = spec.build_model_fn(spec.args, device="cpu")
+            if peft is not None:
+                model = peft.apply(model)
             spec.parallelize_fn(
                 model, parallelism, ParallelDims.from_config(parallelism, WORLD).build_mesh("cpu")
             )
+            if peft is not None:
+                initialize_adapters(model, seed=0)
+                if peft.base_dtype == "nf4":
+                    quantize_base(model)
             text = getattr(spec.args, "text", spec.args)
             ids = torch.randint(0, text.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+            optimizer = torch.optim.AdamW(
+                [p for p in model.parameters() if p.requires_grad], lr=1e-3, foreach=False
+            )
             if text is spec.args:
                 logits = model(ids)
             else:  # one image of 4 x 4 patches, merged into 4 placeholder tokens: the vision tower trains too
@@ -106,9 +136,12 @@ def held(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _config(spec: ModelSpec, parallelism: ParallelismConfig) -> TrainerConfig:
+def _config(
+    spec: ModelSpec, parallelism: ParallelismConfig, peft: LoRA.Config | None = None
+) -> TrainerConfig:
+    extra = {"peft": peft} if peft is not None else {}
     return TrainerConfig(
-        model=spec, parallelism=parallelism, training=TrainingConfig(global_batch_size=2, seq_len=16)
+        model=spec, parallelism=parallelism, training=TrainingConfig(global_batch_size=2, seq_len=16), **extra
     )
 
 
@@ -118,7 +151,8 @@ def _config(spec: ModelSpec, parallelism: ParallelismConfig) -> TrainerConfig:
 def test_sharded_bytes_equal_the_local_shards_of_a_two_process_run(
     held: Path, model_name: str, layout: str
 ) -> None:
-    est = estimate(_config(SPECS[model_name](), LAYOUTS[layout]), WORLD)
+    spec, peft = _spec_and_peft(model_name)
+    est = estimate(_config(spec, LAYOUTS[layout], peft), WORLD)
     assert est is not None
     predicted = {term: est.terms[term] for term in ("parameters", "gradients", "optimizer")}
     rank0 = json.loads((held / f"{model_name}.{layout}.0.json").read_text())

@@ -40,6 +40,7 @@ def _params(trainer: LLMTrainer) -> dict[str, Any]:
                 "placements": [repr(p) for p in param.placements],
                 "local": list(param.to_local().shape),
                 "global": list(param.shape),
+                "local_type": type(param._local_tensor).__name__,  # NF4Tensor for QLoRA's base
             }
         else:
             held[name] = {"dtensor": False, "local": list(param.shape), "global": list(param.shape)}
@@ -99,7 +100,12 @@ def _digests(trainer: LLMTrainer) -> dict[str, str]:
     digests = {}
     for name, param in trainer.model.named_parameters():
         local = param.to_local() if isinstance(param, DTensor) else param
-        digests[name] = hashlib.sha256(local.detach().contiguous().numpy().tobytes()).hexdigest()
+        flatten = getattr(local, "__tensor_flatten__", None)  # QLoRA's NF4 weights: codes and scales
+        parts = [getattr(local, inner) for inner in flatten()[0]] if flatten is not None else [local]
+        digest = hashlib.sha256()
+        for part in parts:
+            digest.update(part.detach().contiguous().numpy().tobytes())
+        digests[name] = digest.hexdigest()
     return digests
 
 

@@ -225,6 +225,7 @@ WIRED: dict[str, str] = {
     "peft.alpha": "trainer/test_peft.py::test_rank_alpha_dropout_and_targets_shape_what_an_adapter_adds",
     "peft.dropout": "trainer/test_peft.py::test_rank_alpha_dropout_and_targets_shape_what_an_adapter_adds",
     "peft.targets": "trainer/test_peft.py::test_rank_alpha_dropout_and_targets_shape_what_an_adapter_adds",
+    "peft.base_dtype": "trainer/test_qlora.py::test_qlora_trains_the_adapters_over_a_frozen_nf4_base",
 }
 
 #: Fields this release refuses, with a value that must be refused as "not supported yet".

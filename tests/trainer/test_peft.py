@@ -168,6 +168,38 @@ def test_a_lora_run_resumes_exactly(tmp_path: Path) -> None:
     assert resumed == straight[2:]  # bitwise: adapters, their optimizer state, data and RNG came back
 
 
+@pytest.mark.parametrize("model", ["llama3", "qwen3_5"])  # Qwen 3.5's debug model ties its embeddings
+def test_a_lora_run_from_weights_path_checkpoints_its_adapters_alone_and_resumes_exactly(
+    tmp_path: Path, model: str
+) -> None:
+    from hyper_parallel.components.checkpoint._safe_read import inspect
+
+    _run(model, {"training.max_steps": "1", "checkpoint.enable": "true", "checkpoint.folder": str(tmp_path)})
+    base = export_checkpoint(tmp_path, tmp_path.parent / f"{tmp_path.name}-base")
+    saving = {
+        **LORA,
+        "training.max_steps": "4",
+        "checkpoint.enable": "true",
+        "checkpoint.folder": str(tmp_path / "ckpt"),
+        "checkpoint.interval": "2",
+        "checkpoint.keep_latest_k": "0",
+        "checkpoint.last_save_model_only": "false",
+        "model.weights_path": str(base),
+        "tokenizer._target_": "hyper_parallel.components.tokenizer.ByteTokenizer.Config",
+    }
+    straight, trainer = _run(model, saving)
+    adapters = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert len(adapters) == 2 * (7 * 2 if model == "llama3" else 7 + 8)  # Qwen: full + linear attention
+    keys = set(inspect(tmp_path / "ckpt" / "step-2").metadata.state_dict_metadata)
+    assert {k.removeprefix("model.") for k in keys if k.startswith("model.")} == adapters  # no frozen base
+    states = {k for k in keys if k.startswith("optimizer.state.")}
+    assert states == {f"optimizer.state.{n}.{s}" for n in adapters for s in ("exp_avg", "exp_avg_sq", "step")}
+    shutil.rmtree(tmp_path / "ckpt" / "step-4")
+    resumed, trainer = _run(model, saving)  # the base comes from weights_path again
+    assert trainer.resumed_from == 2
+    assert resumed == straight[2:]
+
+
 @pytest.fixture(scope="module", params=["llama3", "qwen3_5"])
 def lora_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A base exported from a 1-step run, then LoRA trained from it for 3 steps with checkpoints."""

@@ -195,6 +195,7 @@ class DCPCheckpoint(Checkpoint):
             train_state: Any = None,
             max_steps: int | None = None,
             run_config_yaml: str | None = None,
+            save_frozen: bool = True,
         ) -> "CheckpointManager":
             """A manager saving and restoring these objects with torch.distributed.checkpoint.
 
@@ -202,7 +203,9 @@ class DCPCheckpoint(Checkpoint):
             rank-local, and ``load_state_dict(dict)``); ``max_steps`` is ``training.max_steps``, which tells
             a finished run from one extended past its weights-only export; ``run_config_yaml`` (the run's
             resolved config as YAML, which the trainer dumps) is written as ``config.yaml`` into every
-            checkpoint, for ``hyper_parallel.export``. Call it on every rank (with torch.distributed it
+            checkpoint, for ``hyper_parallel.export``; ``save_frozen`` False leaves the parameters that do
+            not train out of every checkpoint (a LoRA run that builds its base again at every start, see
+            ``PEFT.Config.checkpoint_holds_base``). Call it on every rank (with torch.distributed it
             creates the manager's process group). ``load()`` resumes, ``maybe_save(step, last_step=...)``
             saves every ``interval`` steps, ``close()`` finishes an asynchronous save; the layout and
             publish protocol are documented in the private modules of this package.
@@ -218,4 +221,5 @@ class DCPCheckpoint(Checkpoint):
                 train_state=train_state,
                 max_steps=max_steps,
                 run_config_yaml=run_config_yaml,
+                save_frozen=save_frozen,
             )

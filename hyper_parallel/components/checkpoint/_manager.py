@@ -41,6 +41,7 @@ import errno
 import logging
 import warnings
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,6 +149,7 @@ class CheckpointManager:
         train_state: Stateful | None = None,
         max_steps: int | None = None,
         run_config_yaml: str | None = None,
+        save_frozen: bool = True,
     ) -> None:
         self.cfg = cfg
         self.run_config_yaml = run_config_yaml
@@ -159,6 +161,7 @@ class CheckpointManager:
             dataloader=dataloader,
             train_state=train_state,
             rank=_rank(),
+            save_frozen=save_frozen,
         )
         self.max_steps = max_steps
         self._in_flight: _InFlight | None = None
@@ -558,7 +561,9 @@ class CheckpointManager:
         if not any(key.startswith("model.") for key in items):
             raise ValueError(f"checkpoint {str(path)!r} holds no model state")
         state = self.state.model_state()
-        _refuse_another_shape(path, state["model"], items, "checkpoint.initial_load_path")
+        _refuse_another_shape(
+            path, state["model"], items, "checkpoint.initial_load_path", self.state.frozen_names()
+        )
         self._read(state, path)
         self.state.restore_model(state)
 
@@ -566,7 +571,7 @@ class CheckpointManager:
         items = inspection.metadata.state_dict_metadata
         state = self.state.placeholders(self.state.wanted(path, items, self.cfg.exclude_from_loading), items)
         field = "checkpoint.folder" if path.parent == self.folder else "checkpoint.initial_load_path"
-        _refuse_another_shape(path, state["model"], items, field)
+        _refuse_another_shape(path, state["model"], items, field, self.state.frozen_names())
         self._read(state, path)
         return self.state.restore(path, state)
 
@@ -597,13 +602,15 @@ def _disk_full(exc: BaseException) -> bool:
     return False
 
 
-def _refuse_another_shape(path: Path, model: dict[str, Any], items: Any, field: str) -> None:
+def _refuse_another_shape(
+    path: Path, model: dict[str, Any], items: Any, field: str, unread: AbstractSet[str] = frozenset()
+) -> None:
     """An ``InputFileError`` naming the tensors when the checkpoint at ``path`` holds another model.
 
     Checked before DCP reads anything (its own "Missing key" or size-mismatch errors name no remedy);
     every rank sees the same metadata, so every rank refuses it.
     """
-    differences = model_shape_differences(model, items)
+    differences = model_shape_differences(model, items, unread)
     if differences:
         raise InputFileError.at(
             path,

@@ -31,6 +31,7 @@ import base64
 import json
 import random
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -96,12 +97,15 @@ def _listed(names: list[str]) -> str:
     return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
 
 
-def model_shape_differences(model: Mapping[str, Any], items: Mapping[str, STORAGE_TYPES]) -> list[str]:
+def model_shape_differences(
+    model: Mapping[str, Any], items: Mapping[str, STORAGE_TYPES], unread: AbstractSet[str] = frozenset()
+) -> list[str]:
     """How the model's tensors (``model``: its state dict) differ from those a checkpoint saved.
 
     ``items`` is the checkpoint's ``state_dict_metadata``; sizes are global (a sharded ``DTensor``'s
     full shape), so a checkpoint of another layout of the same model shows no difference. Each entry names
-    tensors (by the model's names): sizes that differ, tensors the checkpoint lacks, tensors only it holds.
+    tensors (by the model's names): sizes that differ, tensors the checkpoint lacks, tensors only it holds
+    (except those in ``unread``: the model's frozen parameters a LoRA run does not restore).
     """
     ours = {name: list(value.shape) for name, value in model.items() if torch.is_tensor(value)}
     saved = {
@@ -113,7 +117,7 @@ def model_shape_differences(model: Mapping[str, Any], items: Mapping[str, STORAG
     missing = [name for name in ours if name not in saved]
     if missing:
         found.append(f"it lacks {_listed(missing)}")
-    extra = sorted(name for name in saved if name not in ours)
+    extra = sorted(name for name in saved if name not in ours and name not in unread)
     if extra:
         found.append(f"it holds {_listed(extra)}, which the model has not")
     found += [
@@ -190,14 +194,33 @@ class TrainingState:
         dataloader: Any = None,
         train_state: Stateful | None = None,
         rank: int = 0,
+        save_frozen: bool = True,
     ) -> None:
         self.model, self.optimizer = model, optimizer
         self.lr_scheduler, self.dataloader, self.train_state = lr_scheduler, dataloader, train_state
         self.rank = rank
+        self.save_frozen = save_frozen
 
     def model_state(self) -> dict[str, Any]:
-        """``{"model": ...}``: the model's state dict by fully qualified name (sharded or not)."""
-        return {"model": get_model_state_dict(self.model)}
+        """``{"model": ...}``: the model's state dict by fully qualified name (sharded or not).
+
+        Without ``save_frozen`` the parameters that do not train are left out (a LoRA run whose base is
+        built again at every start: ``PEFT.Config.checkpoint_holds_base``).
+        """
+        options = StateDictOptions(ignore_frozen_params=not self.save_frozen)
+        state = get_model_state_dict(self.model, options=options)
+        frozen = self.frozen_names()  # a tied frozen matrix too, under each of its names
+        return {"model": {name: value for name, value in state.items() if name not in frozen}}
+
+    def frozen_names(self) -> set[str]:
+        """Names of the parameters ``model_state`` leaves out (none with ``save_frozen``)."""
+        if self.save_frozen:
+            return set()
+        return {
+            name.replace("_checkpoint_wrapped_module.", "").replace("_orig_mod.", "")
+            for name, param in self.model.named_parameters(remove_duplicate=False)
+            if not param.requires_grad
+        }
 
     def full(self, step: int) -> dict[str, Any]:
         """Everything a full checkpoint of ``step`` holds (see the module docstring)."""
@@ -276,8 +299,8 @@ class TrainingState:
         return state
 
     def restore_model(self, state: dict[str, Any]) -> None:
-        """Load the model part of a loaded state dict (every key must match)."""
-        set_model_state_dict(self.model, state["model"], options=StateDictOptions(strict=True))
+        """Load the model part of a loaded state dict (every key ``model_state`` gives must be there)."""
+        set_model_state_dict(self.model, state["model"], options=StateDictOptions(strict=self.save_frozen))
 
     def restore(self, path: Path, state: dict[str, Any]) -> int:
         """Load every part of a loaded full state dict into its object; returns the saved step."""

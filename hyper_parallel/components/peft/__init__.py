@@ -6,15 +6,18 @@ The default, ``FullFineTuning.Config``, trains every weight (the model is left a
 ``y = W x + (alpha / rank) * B A dropout(x)``, with ``A`` (``rank x in``) drawn at random and ``B``
 (``out x rank``) zero, so training starts from the model's own outputs and only ``A`` and ``B`` train.
 The adapters are parameters of the layers they adapt (``<layer>.lora_A``, ``<layer>.lora_B``), so
-FSDP2 shards them with their block, activation checkpointing and compile wrap them with it, and a
-checkpoint holds them beside the base. ``python -m hyper_parallel.export`` writes the merged model, or
-with ``--adapter-only`` an adapter folder the ``peft`` library loads.
+FSDP2 shards them with their block, activation checkpointing and compile wrap them with it. A checkpoint
+holds them and their optimizer state, and the frozen base only when the run cannot build it again: with
+``model.weights_path`` (or NF4) the base is read again at every start. ``base_dtype: nf4`` (QLoRA) stores
+the adapted layers' frozen weights as torchao's 4-bit NF4 tensors (``_nf4``). ``python -m
+hyper_parallel.export`` writes the merged model, or with ``--adapter-only`` an adapter folder the ``peft``
+library loads.
 
 Nothing here imports torch; the runtime is ``hyper_parallel.components.peft._runtime``.
 """
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import attrs
 
@@ -62,6 +65,14 @@ class PEFT:
             """Freeze ``model`` and add the trainable parameters; returns ``model``."""
             raise NotImplementedError
 
+        def checkpoint_holds_base(self, weights_path: str | None) -> bool:
+            """Whether a checkpoint saves the frozen parameters too (``weights_path``: the model's).
+
+            True for every method that trains the whole model; a method that freezes a base it can build
+            again says False where it can (see ``LoRA.Config``).
+            """
+            return True
+
 
 class FullFineTuning(PEFT):
     """No adapters: every weight of the model trains (the default)."""
@@ -105,6 +116,15 @@ class LoRA(PEFT):
             },
         )
 
+        base_dtype: Literal["float32", "nf4"] = attrs.field(
+            default="float32",
+            metadata={
+                "help": "How the frozen weights of the adapted layers are stored: 'float32' as the model "
+                "holds them; 'nf4' (QLoRA) as torchao's 4-bit NormalFloat, about 0.5 byte per weight, "
+                "computed in the training dtype (needs torchao: the 'qlora' extra)."
+            },
+        )
+
         def cross_check(self) -> Iterator[tuple[str, str]]:
             """Yield ``(field path, message)``: a target is a layer's name, listed once."""
             yield from super().cross_check()
@@ -115,6 +135,12 @@ class LoRA(PEFT):
                 elif target in seen:
                     yield "targets", f"{target!r} is listed twice"
                 seen.add(target)
+
+        def checkpoint_holds_base(self, weights_path: str | None) -> bool:
+            """False when the frozen base comes from ``weights_path`` or is stored as NF4: a checkpoint
+            holds the adapters and their optimizer state alone, and a resume or the export builds the base
+            again (from those weights, or from the seed) and quantizes it the same way."""
+            return weights_path is None and self.base_dtype != "nf4"
 
         @property
         def scale(self) -> float:

@@ -46,11 +46,11 @@ class Llama3Costs:
             ParamGroup("embedding", (a.vocab_size, a.dim), tp_dim=None, in_block=False)
             if a.tie_word_embeddings
             else ParamGroup("embedding", (a.vocab_size, a.dim), tp_dim=0, in_block=False, tp_full_grad=True),
-            ParamGroup("attention", (q, a.dim), layers, tp_dim=0),
-            ParamGroup("attention", (kv, a.dim), 2 * layers, tp_dim=0),
-            ParamGroup("attention", (a.dim, q), layers, tp_dim=1),
-            ParamGroup("mlp", (f, a.dim), 2 * layers, tp_dim=0),
-            ParamGroup("mlp", (a.dim, f), layers, tp_dim=1),
+            ParamGroup("attention", (q, a.dim), layers, tp_dim=0, linears=("wq",)),
+            ParamGroup("attention", (kv, a.dim), 2 * layers, tp_dim=0, linears=("wk", "wv")),
+            ParamGroup("attention", (a.dim, q), layers, tp_dim=1, linears=("wo",)),
+            ParamGroup("mlp", (f, a.dim), 2 * layers, tp_dim=0, linears=("w1", "w3")),
+            ParamGroup("mlp", (a.dim, f), layers, tp_dim=1, linears=("w2",)),
             ParamGroup("norm", (a.dim,), 2 * layers),
             ParamGroup("norm", (a.dim,), in_block=False),
         ) + (

@@ -16,8 +16,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from hyper_parallel.models._factory import require_torch
-from hyper_parallel.models.qwen3_5._vision import NUM_POSITION_EMBEDDINGS
-from hyper_parallel.models.qwen3_5.args import QWEN3_5_FLAVORS, Qwen3_5Args, Qwen3_5VisionArgs, Qwen3_5VLArgs
+from hyper_parallel.models.qwen3_5.args import (
+    NUM_POSITION_EMBEDDINGS,
+    QWEN3_5_FLAVORS,
+    Qwen3_5Args,
+    Qwen3_5VisionArgs,
+    Qwen3_5VLArgs,
+)
 
 if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
     from hyper_parallel.trainer.config import (

@@ -19,12 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hyper_parallel.models.qwen3_5.args import Qwen3_5VisionArgs
+from hyper_parallel.models.qwen3_5.args import NUM_POSITION_EMBEDDINGS, Qwen3_5VisionArgs
 
 __all__ = ["NUM_POSITION_EMBEDDINGS", "VisionTower"]
 
-#: Rows of the learned position table (a 48 x 48 grid), as in the released configs; not in the args yet.
-NUM_POSITION_EMBEDDINGS = 2304
 _ROPE_THETA = 10_000.0
 
 

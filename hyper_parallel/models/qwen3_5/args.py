@@ -223,6 +223,10 @@ class Qwen3_5Args(ModelArgs):
         return Qwen3_5Costs(self)
 
 
+#: Rows of the learned position table (a 48 x 48 grid), as in the released configs; not in the args yet.
+NUM_POSITION_EMBEDDINGS = 2304
+
+
 @config_class
 class Qwen3_5VisionArgs:
     """The vision tower of the Qwen 3.5 vision-language model (a nested ``vision`` section)."""

@@ -77,20 +77,26 @@ class Qwen3_5Costs:
         groups = [
             ParamGroup("embedding", (a.vocab_size, a.dim), in_block=False),
             ParamGroup("norm", (a.dim,), 2 * a.n_layers),
-            ParamGroup("mlp", (a.ffn_hidden_dim, a.dim), 2 * a.n_layers, tp_dim=0),
-            ParamGroup("mlp", (a.dim, a.ffn_hidden_dim), a.n_layers, tp_dim=1),
-            ParamGroup("attention", (2 * q, a.dim), full, tp_dim=0),
-            ParamGroup("attention", (kv, a.dim), 2 * full, tp_dim=0),
-            ParamGroup("attention", (a.dim, q), full, tp_dim=1),
+            ParamGroup("mlp", (a.ffn_hidden_dim, a.dim), 2 * a.n_layers, tp_dim=0, linears=("w1", "w3")),
+            ParamGroup("mlp", (a.dim, a.ffn_hidden_dim), a.n_layers, tp_dim=1, linears=("w2",)),
+            ParamGroup("attention", (2 * q, a.dim), full, tp_dim=0, linears=("wq",)),
+            ParamGroup("attention", (kv, a.dim), 2 * full, tp_dim=0, linears=("wk", "wv")),
+            ParamGroup("attention", (a.dim, q), full, tp_dim=1, linears=("wo",)),
             ParamGroup("attention", (a.head_dim,), 2 * full),
-            ParamGroup("gated_deltanet", (kd, a.dim), 2 * linear, tp_dim=0),
-            ParamGroup("gated_deltanet", (vd, a.dim), 2 * linear, tp_dim=0),
-            ParamGroup("gated_deltanet", (nv, a.dim), 2 * linear, tp_dim=0),
+            ParamGroup(
+                "gated_deltanet", (kd, a.dim), 2 * linear, tp_dim=0, linears=("in_proj_q", "in_proj_k")
+            ),
+            ParamGroup(
+                "gated_deltanet", (vd, a.dim), 2 * linear, tp_dim=0, linears=("in_proj_v", "in_proj_z")
+            ),
+            ParamGroup(
+                "gated_deltanet", (nv, a.dim), 2 * linear, tp_dim=0, linears=("in_proj_b", "in_proj_a")
+            ),
             ParamGroup("gated_deltanet", (kd, k), 2 * linear, tp_dim=0),
             ParamGroup("gated_deltanet", (vd, k), linear, tp_dim=0),
             ParamGroup("gated_deltanet", (nv,), 2 * linear, tp_dim=0),
             ParamGroup("gated_deltanet", (a.linear_value_head_dim,), linear),
-            ParamGroup("gated_deltanet", (a.dim, vd), linear, tp_dim=1),
+            ParamGroup("gated_deltanet", (a.dim, vd), linear, tp_dim=1, linears=("out_proj",)),
             ParamGroup("norm", (a.dim,), in_block=False),
         ]
         if not a.tie_word_embeddings:

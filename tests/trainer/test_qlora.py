@@ -1,0 +1,303 @@
+"""QLoRA (``peft.base_dtype: nf4``): LoRA over a frozen base stored as torchao's NF4 tensors.
+
+Small Llama 3 and Qwen 3.5 debug models (two blocks; Llama's feed-forward rounded to 128 so that every
+weight is whole NF4 scale blocks on two ranks): the adapted layers' weights become NF4 and never change,
+the adapters learn, FSDP2 on two processes gives the one-process losses, a checkpoint holds the adapters
+and their optimizer state alone and resumes exactly (the base is built and quantized again), the export
+writes the dequantized base with the adapters merged, and what cannot run is refused at ``--dry-run``.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchao")
+transformers = pytest.importorskip("transformers")
+
+from hyper_parallel.components.peft._nf4 import is_nf4  # noqa: E402
+from hyper_parallel.config import ConfigWarning, load_config  # noqa: E402
+from hyper_parallel.export import export_checkpoint  # noqa: E402
+from hyper_parallel.launch import main  # noqa: E402
+from hyper_parallel.trainer import LLMTrainer  # noqa: E402
+from tests.support.trainer import TINY_RUN, debug_config_path, train_runs_under_torchrun  # noqa: E402
+
+QLORA = {
+    "peft._target_": "hyper_parallel.components.peft.LoRA.Config",
+    "peft.rank": "4",
+    "peft.base_dtype": "nf4",
+    "optimizer.lr": "0.01",
+    "dataloader.dataset.source": "python_docs",
+}
+#: Two blocks of each debug model, its other sizes as shipped (every argument the multi-process worker's
+#: tiny models change, set back); Llama's feed-forward width a multiple of 128 (768: 12 scale blocks).
+SMALL = {
+    "llama3": {
+        "model.overrides.dim": "256",
+        "model.overrides.n_layers": "2",
+        "model.overrides.n_heads": "8",
+        "model.overrides.n_kv_heads": "4",
+        "model.overrides.multiple_of": "128",
+    },
+    "qwen3_5": {
+        "model.overrides.dim": "256",
+        "model.overrides.n_layers": "2",
+        "model.overrides.full_attention_interval": "2",
+        "model.overrides.ffn_hidden_dim": "512",
+        "model.overrides.n_heads": "4",
+        "model.overrides.n_kv_heads": "2",
+        "model.overrides.head_dim": "64",
+        "model.overrides.linear_num_key_heads": "4",
+        "model.overrides.linear_num_value_heads": "8",
+        "model.overrides.linear_key_head_dim": "32",
+        "model.overrides.linear_value_head_dim": "32",
+    },
+}
+
+
+def _overrides(model: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {**TINY_RUN, **SMALL[model], **QLORA, **(extra or {})}
+
+
+def _config(model: str, extra: dict[str, str] | None = None) -> Any:
+    with warnings.catch_warnings():  # a short run logs no metrics on purpose
+        warnings.simplefilter("ignore", ConfigWarning)
+        return load_config(debug_config_path(model), _overrides(model, extra))
+
+
+def _run(model: str, extra: dict[str, str] | None = None) -> tuple[list[float], Any]:
+    trainer = LLMTrainer(_config(model, extra))
+    try:
+        return [r.loss for r in trainer.train()], trainer
+    finally:
+        trainer.close()
+
+
+def _inner(weight: Any) -> dict[str, Any]:
+    names, _ = weight.__tensor_flatten__()
+    return {name: getattr(weight, name).clone() for name in names}
+
+
+@pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
+def test_qlora_trains_the_adapters_over_a_frozen_nf4_base(model: str) -> None:
+    trainer = LLMTrainer(_config(model, {"training.max_steps": "8"}))
+    try:
+        adapted = {
+            name: module
+            for name, module in trainer.model.named_modules()
+            if isinstance(module, torch.nn.Linear) and hasattr(module, "lora_A")
+        }
+        before = {name: _inner(layer.weight) for name, layer in adapted.items()}
+        losses = [r.loss for r in trainer.train()]
+    finally:
+        trainer.close()
+    assert sum(losses[-3:]) / 3 < 0.97 * sum(losses[:3]) / 3, losses  # it learns
+    assert len(adapted) == (14 if model == "llama3" else 15)  # 7 per Llama block; Qwen: 5 + 3, 4 + 3
+    for name, layer in adapted.items():
+        assert is_nf4(layer.weight), name
+        assert not layer.weight.requires_grad, name
+        after = _inner(layer.weight)
+        assert all(torch.equal(after[k], v) for k, v in before[name].items()), name  # never moves
+    params = dict(trainer.model.named_parameters())
+    trained = {n for n, p in params.items() if p.requires_grad}
+    assert trained == {f"{name}.{part}" for name in adapted for part in ("lora_A", "lora_B")}
+    with_state = {id(p) for p, state in trainer.optimizer.state.items() if state}
+    assert with_state == {id(params[n]) for n in trained}
+
+
+def test_the_nf4_base_holds_at_most_0_3x_the_bytes_of_a_bfloat16_one() -> None:
+    """Resident bytes of the adapted layers' weights on the Qwen 3.5 debug model (all four blocks)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)
+        cfg = load_config(debug_config_path("qwen3_5"), {**TINY_RUN, **QLORA, "training.max_steps": "1"})
+    trainer = LLMTrainer(cfg)
+    try:
+        weights = [p for p in trainer.model.parameters() if is_nf4(p)]
+        held = sum(t.nbytes for p in weights for t in _inner(p).values())
+        bf16 = sum(2 * p.numel() for p in weights)
+    finally:
+        trainer.close()
+    assert sum(p.numel() for p in weights) == 2_621_440
+    assert held / bf16 <= 0.3
+    assert held == 1_354_428  # the preflight's figure (tests/preflight/test_peft.py)
+
+
+def _saving(folder: Path) -> dict[str, str]:
+    return {
+        "training.max_steps": "4",
+        "checkpoint.enable": "true",
+        "checkpoint.folder": str(folder),
+        "checkpoint.interval": "2",
+        "checkpoint.keep_latest_k": "0",
+        "checkpoint.last_save_model_only": "false",
+    }
+
+
+def _stored_keys(step: Path) -> set[str]:
+    from hyper_parallel.components.checkpoint._safe_read import inspect
+
+    return set(inspect(step).metadata.state_dict_metadata)
+
+
+def test_a_qlora_checkpoint_holds_the_adapters_alone_and_resumes_exactly(tmp_path: Path) -> None:
+    saving = _saving(tmp_path / "ckpt")
+    straight, trainer = _run("llama3", saving)
+    adapters = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    keys = _stored_keys(tmp_path / "ckpt" / "step-2")
+    assert {k.removeprefix("model.") for k in keys if k.startswith("model.")} == adapters
+    states = {k for k in keys if k.startswith("optimizer.state.")}
+    assert states == {f"optimizer.state.{n}.{s}" for n in adapters for s in ("exp_avg", "exp_avg_sq", "step")}
+    shutil.rmtree(tmp_path / "ckpt" / "step-4")
+    resumed, trainer = _run("llama3", saving)
+    assert trainer.resumed_from == 2
+    assert resumed == straight[2:]  # bitwise: the same NF4 base, adapters, optimizer state, data, RNG
+
+
+def test_the_export_of_a_qlora_run_is_the_dequantized_base_with_the_adapters_merged(tmp_path: Path) -> None:
+    _, trainer = _run("llama3", {"checkpoint.enable": "true", "checkpoint.folder": str(tmp_path / "ckpt")})
+    merged = export_checkpoint(tmp_path / "ckpt", tmp_path / "merged")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(merged).eval()
+    ids = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        ours, theirs = trainer.model.eval()(ids), hf(ids).logits
+    assert float((ours - theirs).abs().max()) <= 1e-4
+    exported = hf.model.layers[0].self_attn.o_proj.weight  # wo: rows as ours (wq's are permuted for RoPE)
+    layer = trainer.model.layers["0"].attention.wo
+    with torch.no_grad():
+        expected = layer.weight.get_original_weight() + 16.0 / 4 * layer.lora_B @ layer.lora_A
+    assert float((exported - expected).abs().max()) <= 1e-6
+    from hyper_parallel.generate import generate_text, load_model
+
+    from_ckpt = generate_text(load_model(tmp_path / "ckpt"), "def ", max_new_tokens=8)
+    assert generate_text(load_model(merged), "def ", max_new_tokens=8) == from_ckpt
+
+
+def test_activation_checkpointing_and_compile_give_the_same_qlora_losses() -> None:
+    plain, _ = _run("llama3", {"training.max_steps": "3"})
+    wrapped, _ = _run(
+        "llama3",
+        {
+            "training.max_steps": "3",
+            "activation_checkpoint.mode": "full",
+            "compile.enable": "true",
+            "compile.components": "[model]",
+            "compile.backend": "aot_eager",
+        },
+    )
+    assert wrapped == pytest.approx(plain, abs=1e-6)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_fsdp2_on_two_processes_gives_the_one_process_qlora_losses_and_resumes_on_one(tmp_path: Path) -> None:
+    saving = _saving(tmp_path / "ckpt")
+    runs = {
+        "llama3": ("llama3", {**_overrides("llama3", saving), "parallelism.dp_shard": "2"}),
+        "qwen3_5": ("qwen3_5", {**_overrides("qwen3_5"), "parallelism.dp_shard": "2"}),
+    }
+    reports, _ = train_runs_under_torchrun(2, tmp_path / "runs", runs)
+    for model in runs:
+        expected, _ = _run(model)
+        for report in reports[model]:
+            assert report["losses"] == pytest.approx(expected, abs=1e-5), model
+        held = reports[model][0]["params"]["layers.0.feed_forward.w1.weight"]
+        assert (held["local_type"], held["placements"], held["local"]) == (
+            "NF4Tensor",
+            ["Shard(dim=0)"],
+            [384, 256] if model == "llama3" else [256, 256],
+        )
+    shutil.rmtree(tmp_path / "ckpt" / "step-4")
+    resumed, trainer = _run("llama3", saving)  # the two ranks' adapters and optimizer state, on one
+    assert trainer.resumed_from == 2
+    assert resumed == pytest.approx(reports["llama3"][0]["losses"][2:], abs=1e-5)
+
+
+OFFLOAD = ("--training.enable_cpu_offload", "true")
+
+
+def _dry_run(*flags: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["--config-file", str(debug_config_path("llama3")), "--dry-run"]
+    qlora = ["--peft._target_", QLORA["peft._target_"], "--peft.base_dtype", "nf4"]
+    status = main([*argv, *qlora, *flags], out=out, err=err)
+    return status, err.getvalue()
+
+
+def _refused(degree: str, reason: str, value: int = 2) -> str:
+    return (
+        f"--parallelism.{degree}: peft.base_dtype 'nf4' runs on one process or with FSDP2 over dp_shard "
+        f"alone: {reason}; set parallelism.{degree} to 1 or peft.base_dtype to 'float32', got {value}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--parallelism.tp", "2"],
+            _refused("tp", "torchao's NF4 tensor cannot be split by tensor parallelism"),
+        ),
+        (["--parallelism.pp", "2"], _refused("pp", "pipeline parallelism is not supported with it yet")),
+        (
+            ["--parallelism.dp_replicate", "2"],
+            _refused(
+                "dp_replicate",
+                "torch's FSDP2 does not all-gather an NF4 tensor it replicates (DDP), and torchao's NF4 "
+                "all-gather has one mesh dimension (not HSDP's two)",
+            ),
+        ),
+        (
+            ["--model.overrides.dim", "64", "--model.overrides.n_heads", "4"],
+            "--peft.base_dtype: 'nf4' stores a weight in blocks of 64 values with one scale per 256 blocks, "
+            "so its size must be a multiple of 16,384; not so for wq (64 x 64 = 4,096), wk (64 x 64 = "
+            "4,096), wv (64 x 64 = 4,096), wo (64 x 64 = 4,096), w1 (192 x 64 = 12,288), w3 (192 x 64 = "
+            "12,288), w2 (64 x 192 = 12,288): leave them out of peft.targets, or use 'float32'",
+        ),
+        (
+            ["--parallelism.dp_shard", "2"],
+            "--parallelism.dp_shard: with peft.base_dtype 'nf4' each of the 2 ranks holds whole rows and "
+            "whole scale blocks (16,384 values) of every adapted weight; not so for w1 (704 x 256), w3 "
+            "(704 x 256), w2 (256 x 704); use a dp_shard that divides them, got 2",
+        ),
+        (
+            [*("--parallelism.dp_shard", "2", "--model.overrides.multiple_of", "128"), *OFFLOAD],
+            "--training.enable_cpu_offload: peft.base_dtype 'nf4' does not offload its NF4 weights to the "
+            "host yet; set it to false",
+        ),
+    ],
+)
+def test_what_qlora_cannot_run_is_refused_at_dry_run(flags: list[str], message: str) -> None:
+    assert _dry_run(*flags) == (2, f"{message}\n1 problem found; nothing was started.\n")
+
+
+def test_an_automatic_dp_shard_that_splits_a_scale_block_is_refused_once_the_world_size_is_known() -> None:
+    status, err = _dry_run(
+        "--model.overrides.multiple_of", "128", "--parallelism.dp_shard", "-1", "--world-size", "4"
+    )
+    assert status == 2
+    assert (
+        "--parallelism.dp_shard: with peft.base_dtype 'nf4' each of the 4 ranks holds whole rows and "
+        "whole scale blocks (16,384 values) of every adapted weight; not so for wk (128 x 256), wv "
+        "(128 x 256); use a dp_shard that divides them, got 4\n"
+    ) in err
+
+
+def test_nf4_without_torchao_is_refused_at_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else find_spec(name, *a)
+    )
+    assert _dry_run() == (
+        2,
+        "--peft.base_dtype: 'nf4' needs torchao, which is not installed: pip install "
+        "'hyper-parallel[qlora]' (torchao==0.18.0), or use 'float32'\n"
+        "1 problem found; nothing was started.\n",
+    )
