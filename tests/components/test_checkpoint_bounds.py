@@ -18,6 +18,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -642,3 +643,74 @@ def test_evaluate_lists_the_folder_again_when_the_step_it_reads_is_pruned(
     assert _our_warnings(caplog) == [
         f"{ckpt / 'step-2'} was removed while it was read: reading the newest step again"
     ]
+
+
+def _staggered(rows: int, *, overlap: bool = False) -> tuple[list[Box], tuple[int, int]]:
+    """A ``rows x rows`` tensor, each row cut at its own column (the layout a sweep is slowest on)."""
+    boxes: list[Box] = []
+    for r in range(rows):
+        cut = 1 + r % (rows - 1)
+        boxes += [((r, 0), (1, cut)), ((r, cut), (1, rows - cut))]
+    if overlap:
+        boxes[-1] = ((rows - 1, 0), (1, rows))  # the last row whole, over its first piece
+    return boxes, (rows, rows)
+
+
+@pytest.mark.parametrize(
+    ("boxes", "size", "exact"),
+    [
+        ([((0, 0), (2, 4)), ((2, 0), (2, 4))], (4, 4), True),
+        ([((0, 0), (2, 2)), ((0, 2), (2, 2)), ((2, 0), (2, 2)), ((2, 2), (2, 2))], (4, 4), True),
+        ([((0, 0), (3, 3)), ((2, 2), (2, 2))], (4, 4), False),
+        ([((0, 0), (4, 2)), ((0, 1), (4, 2))], (4, 4), False),  # as many elements, overlapping: not a tiling
+        ([((0,), (2,)), ((2,), (0,)), ((2,), (2,))], (4,), True),  # an empty chunk counts for nothing
+        ([((0, 0, 0), (1, 2, 2)), ((1, 0, 0), (1, 2, 2))], (2, 2, 2), True),
+        ([((0, 0, 0), (2, 2, 2)), ((0, 0, 0), (1, 1, 1))], (2, 2, 2), False),
+        (*_staggered(8), True),
+        (*_staggered(8, overlap=True), False),
+    ],
+)
+def test_a_tiling_is_told_from_its_signed_corners(
+    boxes: list[Box], size: tuple[int, ...], exact: bool
+) -> None:
+    from hyper_parallel.components.checkpoint._bounds import tiles
+
+    assert tiles(boxes, size) is exact
+
+
+def test_a_staggered_hostile_layout_is_checked_in_linear_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thousands of staggered chunks (each row cut at its own column): the exact tiling passes without the
+    sweep (about n^2 / 4 comparisons there), in CPU time linear in the chunks; an overlap among them is
+    refused, the sweep that names the pair held to its budget."""
+    from hyper_parallel.components.checkpoint import _bounds
+
+    def no_sweep(boxes: list[Box], budget: int | None = None) -> None:
+        raise AssertionError("a valid tiling needs no sweep")
+
+    monkeypatch.setattr(_bounds, "_overlap", no_sweep)
+    seconds = []
+    for rows in (1000, 4000):
+        boxes, size = _staggered(rows)
+        started = time.process_time()
+        assert _bounds.tiles(boxes, size) is True
+        seconds.append(time.process_time() - started)
+    assert seconds[1] < 8 * max(seconds[0], 1e-3)  # 4x the chunks: about 4x the work (a sweep: 16x)
+    monkeypatch.undo()
+    bad, size = _staggered(4000, overlap=True)
+    assert _bounds.tiles(bad, size) is False
+    assert _bounds._overlap(bad, budget=100) is None  # gave up naming the pair within its budget
+    assert _bounds._overlap(bad) is not None
+
+
+def test_chunks_split_along_more_dimensions_than_checked_are_refused() -> None:
+    """The tiling check costs 2^split per chunk: a layout split along 9 dimensions (no trainer makes one)
+    is refused rather than checked for 512 corners per chunk."""
+    from hyper_parallel.components.checkpoint._bounds import MAX_SPLIT_DIMS, _Refused, tiles
+
+    size = (2,) * (MAX_SPLIT_DIMS + 1)
+    halves = [((0,) * d + (1,) + (0,) * (len(size) - d - 1), (2,) * d + (1,) + (2,) * (len(size) - d - 1))
+              for d in range(len(size))]  # fmt: skip
+    with pytest.raises(_Refused) as caught:
+        tiles(halves, size)
+    assert str(caught.value) == "its chunks are split along 9 dimensions (at most 8)"
+    assert tiles([*halves[:1], ((0,) * len(size), (1,) + (2,) * (len(size) - 1))], size) is True

@@ -9,8 +9,9 @@ refuses such a ``.metadata`` before any allocation, so memory follows the bytes 
 
 - every item is DCP's own kind with values of the right types (a ``torch.Size`` of non-negative ints, a
   ``torch.dtype``, chunks of ``ChunkStorageMetadata``), at most ``MAX_DIMS`` dimensions;
-- the chunks of each tensor tile its declared size exactly: each lies inside the tensor, no two overlap
-  (a sweep along one dimension, see ``_overlap``) and their elements add up to the tensor's;
+- the chunks of each tensor tile its declared size exactly: each lies inside the tensor, their elements add
+  up to the tensor's and their signed corners to the tensor's (``tiles``: linear in the chunks, so no two
+  overlap);
 - each chunk has its storage entry, untransformed (a compressed chunk could expand past its bytes), of at
   least the chunk's bytes: DCP's writer stores a chunk's raw data uncompressed, so a declared tensor is
   never larger than the bytes stored for it (``inspect`` already checks every range lies inside a file);
@@ -74,12 +75,50 @@ def _size(value: Any, what: str, ndim: int | None = None) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _overlap(boxes: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> tuple[int, int] | None:
-    """Indices of two boxes (offsets, sizes) that overlap, or None.
+def tiles(boxes: list[tuple[tuple[int, ...], tuple[int, ...]]], size: tuple[int, ...]) -> bool:
+    """Whether ``boxes`` (offsets, sizes) cover the box ``0 .. size`` exactly once, in ``n * 2^split``
+    steps, ``split`` the dimensions some box does not span whole (at most ``MAX_SPLIT_DIMS``).
+
+    Each box adds its corners with the sign ``(-1)^(upper corners)``; the count of boxes covering a point
+    is the prefix sum of those signed corners (inclusion-exclusion per dimension), so it is 1 on the whole
+    tensor and 0 outside exactly when the signed corners that do not cancel are the tensor's own. A
+    dimension every box spans whole factors out of both sides and is left out.
+    """
+    boxes = [box for box in boxes if 0 not in box[1]]
+    split = [
+        d for d in range(len(size)) if any(offsets[d] or sizes[d] != size[d] for offsets, sizes in boxes)
+    ]
+    if len(split) > MAX_SPLIT_DIMS:
+        raise _Refused(f"its chunks are split along {len(split)} dimensions (at most {MAX_SPLIT_DIMS})")
+    signed: dict[tuple[int, ...], int] = {}
+    for corner in range(1 << len(split)):
+        upper = [(corner >> i) & 1 for i in range(len(split))]
+        sign = -1 if sum(upper) % 2 else 1
+        for offsets, sizes in boxes:
+            point = tuple(
+                offsets[d] + sizes[d] if u else offsets[d] for d, u in zip(split, upper, strict=True)
+            )
+            signed[point] = signed.get(point, 0) + sign
+        whole = tuple(size[d] if u else 0 for d, u in zip(split, upper, strict=True))
+        signed[whole] = signed.get(whole, 0) - sign
+    return not any(signed.values())
+
+
+#: Dimensions a tensor's chunks may be split along (FSDP splits one, tensor parallelism another; a grid of
+#: both is 2): the tiling check costs ``2^split`` per chunk.
+MAX_SPLIT_DIMS = 8
+
+
+def _overlap(
+    boxes: list[tuple[tuple[int, ...], tuple[int, ...]]], budget: int | None = None
+) -> tuple[int, int] | None:
+    """Indices of two boxes (offsets, sizes) that overlap, or None (also when ``budget`` box comparisons
+    were made without finding a pair).
 
     A sweep along the dimension with the most distinct offsets: sorted by their start there, a box is
     compared only with the boxes still open at its start, so chunks split along any one dimension (FSDP,
-    tensor parallelism) or on a grid cost about n log n, not n^2.
+    tensor parallelism) or on a grid cost about n log n; staggered layouts cost more, which is why it runs
+    only to name the pair of chunks that :func:`tiles` has already found do not tile, within a budget.
     """
     if len(boxes) < 2 or not boxes[0][0]:  # a scalar's one chunk (two would not add up)
         return None
@@ -87,12 +126,17 @@ def _overlap(boxes: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> tuple[int,
     dim = max(range(ndim), key=lambda d: len({b[0][d] for b in boxes}))
     order = sorted(range(len(boxes)), key=lambda i: boxes[i][0][dim])
     open_boxes: list[int] = []
+    left = budget
     for i in order:
         offsets, sizes = boxes[i]
         if 0 in sizes:
             continue
         open_boxes = [j for j in open_boxes if boxes[j][0][dim] + boxes[j][1][dim] > offsets[dim]]
         for j in open_boxes:
+            if left is not None:
+                if left <= 0:
+                    return None
+                left -= 1
             other, other_sizes = boxes[j]
             if all(
                 offsets[d] < other[d] + other_sizes[d] and other[d] < offsets[d] + sizes[d]
@@ -146,10 +190,18 @@ def _check_tensor(fqn: str, item: TensorStorageMetadata, storage: Mapping[Any, A
             f"its chunks hold {covered} of the {total} elements its declared size {list(size)} has"
             + ("" if covered < total else " (they overlap)")
         )
-    pair = _overlap(boxes)
-    if pair is not None:
-        a, b = (boxes[i] for i in pair)
-        raise _Refused(f"chunks at {list(a[0])} and {list(b[0])} overlap")
+    if tiles(boxes, size):
+        return
+    # As many elements as the tensor, each inside it, and not tiling it: two chunks overlap; name them.
+    pair = _overlap(boxes, budget=_NAMING_BUDGET + 8 * len(boxes))
+    if pair is None:
+        raise _Refused(f"its {len(boxes)} chunks overlap (they do not tile its declared size {list(size)})")
+    a, b = (boxes[i] for i in pair)
+    raise _Refused(f"chunks at {list(a[0])} and {list(b[0])} overlap")
+
+
+#: Box comparisons spent naming two overlapping chunks of a file already refused (plus 8 per chunk).
+_NAMING_BUDGET = 1_000_000
 
 
 def check_declared(meta_path: Path, metadata: Metadata) -> None:
