@@ -166,6 +166,7 @@ def evaluate(
     from hyper_parallel.components.checkpoint._newest import NoReadableStepError, newest_readable
     from hyper_parallel.components.checkpoint._safe_read import inspect
     from hyper_parallel.trainer import LLMTrainer, Trainer
+    from hyper_parallel.trainer._agreement import step_disagreement
 
     stream = stream if stream is not None else sys.stderr
     folder = _checkpoint_folder(cfg, None if checkpoint is None else str(checkpoint))
@@ -185,10 +186,16 @@ def evaluate(
             trainer = build(cfg.checkpoint.initial_load_path)
         else:
             try:
-                newest_readable(folder, read, purpose="evaluate")
+                step, _ = newest_readable(folder, read, purpose="evaluate")
             except NoReadableStepError as exc:
                 raise EvaluateError(str(exc)) from None
             trainer = built[0]
+            # Each rank listed the folder on its own: a save and a prune between two listings of a live
+            # folder would mix two steps' weights. The ranks compare what they read, as training does.
+            number = int(step.name.removeprefix("step-")) if step.name.startswith("step-") else None
+            problem = step_disagreement(number, str(folder))
+            if problem is not None:
+                raise EvaluateError(problem)
         results: dict[str, float] = trainer.validator.validate(trainer.model, trainer.step)
     finally:
         for made in built:

@@ -179,3 +179,32 @@ def test_prepared_training_data_evaluates_its_held_out_split(tmp_path: Path, cap
         ),
     )
     assert json.loads(out)["tokens"] == ours["tokens"]
+
+
+def test_ranks_that_read_different_steps_of_a_live_folder_stop_with_one_line(
+    run: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """A save and a prune between two ranks' listings of the folder: rank 1 still sees step 2 as the
+    newest while rank 0 reads step 3. Every rank stops saying so (exit 2), none mixes two steps' weights."""
+    from tests.support.processes import torchrun
+
+    folder, _ = run
+    script = tmp_path / "racing_evaluate.py"
+    script.write_text(
+        "import os, sys\n"
+        "from hyper_parallel.components.checkpoint import _newest\n"
+        "if os.environ['RANK'] == '1':  # this rank listed the folder before step 3 was published\n"
+        "    listed = _newest.complete_steps\n"
+        "    _newest.complete_steps = lambda path: [s for s in listed(path) if s != 3]\n"
+        "from hyper_parallel.evaluate import main\n"
+        "sys.exit(main())\n"
+    )
+    config = str(folder / "step-2" / "config.yaml")
+    flags = ["--checkpoint", str(folder), "--json", "--parallelism.dp_shard", "2"]
+    done = torchrun(2, str(script), "--config-file", config, *flags)
+    assert done.returncode != 0
+    assert done.stdout == ""
+    assert (
+        f"evaluate: checkpoint.folder {str(folder)!r}: the ranks see different newest checkpoints (rank 0: "
+        "step 3, rank 1: step 2); every rank must see the same folder"
+    ) in done.stderr
