@@ -390,3 +390,27 @@ def test_the_lora_sft_recipe_learns_the_answers(tmp_path: Path) -> None:
         trainer.close()
     assert type(trainer.config.peft).__qualname__ == "LoRA.Config"
     assert losses[-1] <= 0.8 * losses[0], losses  # the answer tokens' loss: only they carry labels
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_four_processes_under_hsdp_give_the_one_process_lora_losses(tmp_path: Path) -> None:
+    """HSDP (2 replicas x 2 shards): the adapters shard with their blocks inside a replica, replicate
+    across replicas, and the losses are one process's."""
+    one_each = {"training.micro_batch_size": "1"}  # the 4 sequences of a step, one per rank
+    hsdp = {**one_each, "parallelism.dp_replicate": "2", "parallelism.dp_shard": "2"}
+    reports, _ = train_runs_under_torchrun(4, tmp_path, {"hsdp": ("llama3", {**DATA, **LORA, **hsdp})})
+    expected, _ = _run("llama3", {**DATA, **LORA, **one_each})
+    for report in reports["hsdp"]:
+        assert report["losses"] == pytest.approx(expected, abs=1e-5)
+    held = reports["hsdp"][0]["params"]
+    adapters = [n for n in held if n.endswith((".lora_A", ".lora_B"))]
+    assert len(adapters) == 2 * 7 * 2
+    for name in adapters:  # replicated across the replicas, sharded on dim 0 inside one
+        assert (held[name]["mesh"], held[name]["placements"]) == (
+            ["dp_replicate", "dp_shard"],
+            ["Replicate()", "Shard(dim=0)"],
+        ), name
+    digests = [r["digests"] for r in reports["hsdp"]]
+    assert digests[0] == digests[2]  # the replicas agree after training
+    assert digests[1] == digests[3]
