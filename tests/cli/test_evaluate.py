@@ -181,6 +181,8 @@ def test_prepared_training_data_evaluates_its_held_out_split(tmp_path: Path, cap
     assert json.loads(out)["tokens"] == ours["tokens"]
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
 def test_ranks_that_read_different_steps_of_a_live_folder_stop_with_one_line(
     run: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
