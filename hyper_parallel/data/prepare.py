@@ -316,7 +316,7 @@ def plan(inputs: Sequence[str], options: PrepareOptions) -> tuple[list[dict[str,
 
 def _pyarrow_parquet() -> Any:
     try:
-        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+        import pyarrow.parquet as pq  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError:
         raise InputError("reading Parquet needs pyarrow: pip install 'hyper_parallel[parquet]'") from None
     return pq

@@ -22,6 +22,7 @@ Qwen-VL image processors). Torch-free: ``--dry-run`` runs these checks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import warnings
@@ -42,6 +43,7 @@ __all__ = [
     "encode_record",
     "fitted_size",
     "image_size",
+    "open_image",
     "read_records",
 ]
 
@@ -135,22 +137,30 @@ def image_size(image: Path, where: str) -> tuple[int, int]:
     A missing file is refused at ``where`` (the record naming it); an unreadable image or one above
     Pillow's ``MAX_IMAGE_PIXELS`` (a decompression bomb) at the image file itself.
     """
-    from PIL import Image
-
     if not image.is_file():
         raise InputFileError.at(where, f"image {str(image)!r} does not exist")
-    limit = Image.MAX_IMAGE_PIXELS
+    with open_image(image) as opened:
+        width, height = opened.size
+    return int(width), int(height)
+
+
+@contextlib.contextmanager
+def open_image(image: Path) -> Iterator[Any]:
+    """``image`` opened with Pillow (its header read, no pixels yet), with Pillow's decompression-bomb
+    warning turned into a refusal: every reader of an image goes through here. An unreadable image, or
+    one above ``PIL.Image.MAX_IMAGE_PIXELS``, is ``IMAGE: problem`` (``InputFileError``)."""
+    from PIL import Image
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(image) as opened:
-                width, height = opened.size
-                return int(width), int(height)
+                yield opened
     except (Image.DecompressionBombWarning, Image.DecompressionBombError):
         raise InputFileError.at(
             image,
-            f"holds more than Pillow's limit of {limit} pixels (PIL.Image.MAX_IMAGE_PIXELS): a "
-            "decompression bomb, or an image to shrink before training",
+            f"holds more than Pillow's limit of {Image.MAX_IMAGE_PIXELS} pixels (PIL.Image."
+            "MAX_IMAGE_PIXELS): a decompression bomb, or an image to shrink before training",
         ) from None
     except (OSError, ValueError, SyntaxError) as exc:
         raise InputFileError.at(image, f"not an image Pillow can read: {exc}") from None

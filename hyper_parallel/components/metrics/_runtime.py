@@ -142,7 +142,7 @@ class MetricsProcessor:
     def _start_wandb(self, resumed_from: int | None) -> Any:
         """A W&B run named like the console's (``WANDB_MODE`` and the other W&B variables apply)."""
         try:
-            import wandb
+            import wandb  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             _log.warning("enable_wandb is set but wandb is not installed; skipping it")
             return None

@@ -71,7 +71,8 @@ class _AddAdapter:
             x = F.dropout(x, self.dropout, training=layer.training)
         # The scale goes onto B (out x rank), not onto the product (tokens x out): one pass less over the
         # layer's output, forward and backward.
-        return output + F.linear(F.linear(x, layer.lora_A), layer.lora_B * self.scale)
+        a, b = layer.get_parameter("lora_A"), layer.get_parameter("lora_B")
+        return output + F.linear(F.linear(x, a), b * self.scale)
 
 
 def apply_lora(cfg: LoRA.Config, model: nn.Module) -> nn.Module:
