@@ -191,8 +191,7 @@ def _rebuilt_base(cfg: TrainerConfig) -> dict[str, torch.Tensor]:
         if spec.weights_path is not None:
             load_pretrained(model, spec, device="cpu")
         else:
-            seed = cfg.debug.seed if cfg.debug.seed is not None else cfg.training.seed
-            materialize(model, spec, device="cpu", seed=seed)
+            materialize(model, spec, device="cpu", seed=cfg.run_seed())
     except (OSError, KeyError, ValueError) as exc:
         raise ExportError(
             f"the checkpoint holds LoRA adapters without their frozen base, which comes from "
@@ -283,13 +282,12 @@ def _image_processor_files(cfg: TrainerConfig, hf_config: dict[str, Any]) -> dic
     to whole merged patches between ``min_pixels`` and ``max_pixels``); the pixel bounds are the training
     data's (``image_chat``) or the dataset defaults. ``generate`` reads the bounds back from it.
     """
-    from hyper_parallel.components.dataloader import DatasetConfig
+    from hyper_parallel.components.dataloader._image_chat import pixel_bounds
 
     vision = hf_config.get("vision_config")
     if not isinstance(vision, dict):
         return {}
-    dataset = getattr(cfg.dataloader, "dataset", None)
-    bounds: Any = dataset if getattr(dataset, "source", None) == "image_chat" else DatasetConfig()
+    low, high = pixel_bounds(getattr(cfg.dataloader, "dataset", None))
     processor = {
         "image_processor_type": "Qwen2VLImageProcessor",
         "do_convert_rgb": True,
@@ -302,9 +300,9 @@ def _image_processor_files(cfg: TrainerConfig, hf_config: dict[str, Any]) -> dic
         "patch_size": vision["patch_size"],
         "temporal_patch_size": vision["temporal_patch_size"],
         "merge_size": vision["spatial_merge_size"],
-        "min_pixels": bounds.image_min_pixels,
-        "max_pixels": bounds.image_max_pixels,
-        "size": {"shortest_edge": bounds.image_min_pixels, "longest_edge": bounds.image_max_pixels},
+        "min_pixels": low,
+        "max_pixels": high,
+        "size": {"shortest_edge": low, "longest_edge": high},
     }
     return {"preprocessor_config.json": (json.dumps(processor, indent=2) + "\n").encode("utf-8")}
 

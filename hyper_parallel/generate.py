@@ -56,8 +56,8 @@ class GenerateError(ValueError):
 
 class Loaded:
     """A model ready to decode: the module (eval mode), its tokenizer, and what was read (for stderr);
-    ``config`` is the run's config when a checkpoint was read (None for an exported folder), and
-    ``image_pixels`` an exported folder's ``(min_pixels, max_pixels)`` from its preprocessor config."""
+    ``image_pixels`` the ``(min_pixels, max_pixels)`` its images were resized within in training (the run's
+    data, or an exported folder's preprocessor config), None when nothing says."""
 
     def __init__(
         self,
@@ -65,11 +65,10 @@ class Loaded:
         tokenizer: TokenizerRuntime,
         max_length: int | None,
         what: str,
-        config: Any = None,
         image_pixels: tuple[int, int] | None = None,
     ):
         self.model, self.tokenizer, self.max_length, self.what = model, tokenizer, max_length, what
-        self.config, self.image_pixels = config, image_pixels
+        self.image_pixels = image_pixels
 
     @property
     def sees_images(self) -> bool:
@@ -133,6 +132,7 @@ def _assign(model: nn.Module, weights: dict[str, Any], where: str, device: str) 
 
 
 def _load_checkpoint(folder: Path, config: str | Path | None, device: str) -> Loaded:
+    from hyper_parallel.components.dataloader._image_chat import pixel_bounds
     from hyper_parallel.export import ExportError, read_checkpoint
 
     try:
@@ -146,7 +146,8 @@ def _load_checkpoint(folder: Path, config: str | Path | None, device: str) -> Lo
     except (OSError, ValueError) as exc:
         raise GenerateError(f"{str(step)!r}: the run's tokenizer cannot be loaded: {exc}") from None
     what = f"{step} ({spec.name} {spec.flavor})"
-    return Loaded(model, tokenizer, spec.args.max_sequence_length(), what, cfg)
+    bounds = pixel_bounds(getattr(cfg.dataloader, "dataset", None))
+    return Loaded(model, tokenizer, spec.args.max_sequence_length(), what, image_pixels=bounds)
 
 
 def _load_hf_folder(folder: Path, device: str) -> Loaded:
@@ -273,8 +274,7 @@ def _image_prompt(loaded: Loaded, image: str, prompt: str) -> tuple[list[int], d
     ``pixel_values`` and ``grid_thw``, prepared as ``image_chat`` training data is."""
     import torch
 
-    from hyper_parallel.components.dataloader import DatasetConfig
-    from hyper_parallel.components.dataloader._image_chat import Geometry
+    from hyper_parallel.components.dataloader._image_chat import Geometry, pixel_bounds
     from hyper_parallel.components.dataloader._images import patchify
     from hyper_parallel.components.dataloader._pictures import image_pixels
     from hyper_parallel.config.errors import InputFileError
@@ -284,10 +284,7 @@ def _image_prompt(loaded: Loaded, image: str, prompt: str) -> tuple[list[int], d
     vision, image_token_id = getattr(args, "vision", None), getattr(args, "image_token_id", None)
     if not loaded.sees_images or vision is None or image_token_id is None:
         raise GenerateError(f"--image: {loaded.what} has no vision tower; give no --image")
-    dataset = getattr(loaded.config.dataloader, "dataset", None) if loaded.config is not None else None
-    bounds: Any = dataset if getattr(dataset, "source", None) == "image_chat" else DatasetConfig()
-    low, high = loaded.image_pixels or (bounds.image_min_pixels, bounds.image_max_pixels)
-    geometry = Geometry(vision.patch_size, vision.spatial_merge_size, low, high)
+    geometry = Geometry.of(vision, loaded.image_pixels or pixel_bounds(None))
     try:
         size = geometry.fitted(Path(image), "--image")
         pixels = image_pixels(Path(image), size)

@@ -145,16 +145,19 @@ def build_tokenizer(config: TrainerConfig) -> Any:
 def _check_image_chat(config: TrainerConfig, dataset: Any, tokenizer: Any) -> None:
     """The first conversations of each ``image_chat`` file encoded as the loader will (within
     ``training.seq_len``, no text on the image id): the build's own refusals, at ``--dry-run``."""
-    from hyper_parallel.components.dataloader._image_chat import Geometry, encode_record, read_records
+    from hyper_parallel.components.dataloader._image_chat import (
+        Geometry,
+        encode_record,
+        pixel_bounds,
+        read_records,
+    )
     from hyper_parallel.components.dataloader._sources import CHECKED_RECORDS, image_chat_files
 
     args = config.model.args
     vision, image_token_id = getattr(args, "vision", None), getattr(args, "image_token_id", None)
     if vision is None or image_token_id is None:
         return  # refused by the trainer rules already
-    geometry = Geometry(
-        vision.patch_size, vision.spatial_merge_size, dataset.image_min_pixels, dataset.image_max_pixels
-    )
+    geometry = Geometry.of(vision, pixel_bounds(dataset))
     for file in image_chat_files(dataset):
         for record in read_records(file, CHECKED_RECORDS):
             encode_record(record, tokenizer, image_token_id, geometry, config.training.seq_len)

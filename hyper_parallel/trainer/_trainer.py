@@ -221,8 +221,7 @@ class Trainer:
         self._stop_signal: int | None = None
         self._ranks_must_agree = False  # several ranks: stop flags are compared (see _stop_check_due)
         self._first_nonfinite: torch.Tensor | None = None  # see _watch_finite
-        training, debug = config.training, config.debug
-        self.seed = debug.seed if debug.seed is not None else training.seed
+        self.seed = config.run_seed()
 
         self._build_processes(config)
         self._build_mesh(config)

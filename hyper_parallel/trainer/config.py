@@ -549,6 +549,11 @@ class TrainerConfig(ConfigBase):
         },
     )
 
+    def run_seed(self) -> int:
+        """The seed every draw of the run starts from (weights, adapters, data): ``debug.seed`` when set,
+        else ``training.seed``."""
+        return self.debug.seed if self.debug.seed is not None else self.training.seed
+
     def cross_check(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field path, message)`` for conflicts between root groups (paths from the root): the
         resolver asks every root this; the rules are :func:`hyper_parallel.trainer.rules.cross_group_issues`.

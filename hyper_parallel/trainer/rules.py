@@ -11,6 +11,7 @@ message)`` pairs.
 Importing this module imports attrs and the component Config modules only: never torch.
 """
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 
@@ -174,22 +175,15 @@ def _nf4_issues(cfg: "TrainerConfig") -> Issues:
             "'nf4' needs torchao, which is not installed: pip install 'hyper-parallel[qlora]' "
             "(torchao==0.18.0), or use 'float32'",
         )
-    bad = [(name, shape) for name, shape in _nf4_weights(cfg) if _numel(shape) % NF4_QUANTUM]
+    bad = [(name, shape) for name, shape in _nf4_weights(cfg) if math.prod(shape) % NF4_QUANTUM]
     if bad:
-        listed = ", ".join(f"{name} ({' x '.join(map(str, s))} = {_numel(s):,})" for name, s in bad)
+        listed = ", ".join(f"{name} ({' x '.join(map(str, s))} = {math.prod(s):,})" for name, s in bad)
         yield (
             "peft.base_dtype",
             f"'nf4' stores a weight in blocks of {NF4_BLOCK} values with one scale per {NF4_SCALER_BLOCK} "
             f"blocks, so its size must be a multiple of {NF4_QUANTUM:,}; not so for {listed}: leave "
             f"{'it' if len(bad) == 1 else 'them'} out of peft.targets, or use 'float32'",
         )
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for size in shape:
-        n *= size
-    return n
 
 
 def qlora_layout_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
@@ -218,7 +212,7 @@ def qlora_layout_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Iss
     bad = [
         f"{name} ({' x '.join(map(str, shape))})"
         for name, shape in _nf4_weights(cfg)
-        if shape[0] % shards or _numel(shape) % (NF4_QUANTUM * shards)
+        if shape[0] % shards or math.prod(shape) % (NF4_QUANTUM * shards)
     ]
     if bad:
         yield (

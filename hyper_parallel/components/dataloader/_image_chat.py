@@ -44,6 +44,7 @@ __all__ = [
     "fitted_size",
     "image_size",
     "open_image",
+    "pixel_bounds",
     "read_records",
 ]
 
@@ -186,6 +187,15 @@ def fitted_size(width: int, height: int, *, factor: int, min_pixels: int, max_pi
     return w, h
 
 
+def pixel_bounds(dataset: object) -> tuple[int, int]:
+    """``(min_pixels, max_pixels)`` a run's images are resized within: those of its ``image_chat`` dataset
+    section, else the dataset defaults (an image given to a model trained on other data, or on none)."""
+    from hyper_parallel.components.dataloader import DatasetConfig
+
+    bounds: Any = dataset if getattr(dataset, "source", None) == "image_chat" else DatasetConfig()
+    return int(bounds.image_min_pixels), int(bounds.image_max_pixels)
+
+
 @attrs.frozen
 class Geometry:
     """How images become vision tokens: the vision tower's patch and merge sizes, the pixel bounds."""
@@ -194,6 +204,11 @@ class Geometry:
     merge: int
     min_pixels: int
     max_pixels: int
+
+    @classmethod
+    def of(cls, vision: Any, bounds: tuple[int, int]) -> Geometry:
+        """The geometry of a vision tower (``vision``: its arguments) and ``(min_pixels, max_pixels)``."""
+        return cls(int(vision.patch_size), int(vision.spatial_merge_size), *bounds)
 
     def fitted(self, image: Path, where: str) -> tuple[int, int]:
         """The size ``image`` is resized to (:func:`fitted_size`), refused at the image when it cannot be."""

@@ -146,7 +146,12 @@ def _collate_images(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.T
 def _image_chat(cfg: DatasetConfig, request: LoaderRequest, max_samples: int | None) -> _ImageChatSamples:
     """Every conversation of an ``image_chat`` dataset, encoded (``_image_chat.encode_record``) and padded
     on the right to ``seq_len`` with labels on the assistant tokens only."""
-    from hyper_parallel.components.dataloader._image_chat import Geometry, encode_record, read_records
+    from hyper_parallel.components.dataloader._image_chat import (
+        Geometry,
+        encode_record,
+        pixel_bounds,
+        read_records,
+    )
     from hyper_parallel.components.dataloader._sources import image_chat_files
 
     vision, image_token_id = request.vision, request.image_token_id
@@ -158,9 +163,7 @@ def _image_chat(cfg: DatasetConfig, request: LoaderRequest, max_samples: int | N
     tokenizer, seq_len, ignore = request.tokenizer, request.seq_len, request.ignore_index
     pad = getattr(tokenizer, "pad_id", None)
     pad = getattr(tokenizer, "eos_id", None) if pad is None else pad
-    geometry = Geometry(
-        int(vision.patch_size), int(vision.spatial_merge_size), cfg.image_min_pixels, cfg.image_max_pixels
-    )
+    geometry = Geometry.of(vision, pixel_bounds(cfg))
     rows: list[tuple[torch.Tensor, torch.Tensor, tuple[Path, ...], list[tuple[int, int]]]] = []
     for file in image_chat_files(cfg):
         for record in read_records(file):
