@@ -163,6 +163,7 @@ def evaluate(
     the folder be listed again. The trainer is built once, when the first step passes its inspection and
     the size check, and each step tried is read into its model.
     """
+    from hyper_parallel.components.checkpoint._layout import step_of
     from hyper_parallel.components.checkpoint._newest import NoReadableStepError, newest_readable
     from hyper_parallel.components.checkpoint._safe_read import inspect
     from hyper_parallel.trainer import LLMTrainer, Trainer
@@ -192,8 +193,7 @@ def evaluate(
             trainer = built[0]
             # Each rank listed the folder on its own: a save and a prune between two listings of a live
             # folder would mix two steps' weights. The ranks compare what they read, as training does.
-            number = int(step.name.removeprefix("step-")) if step.name.startswith("step-") else None
-            problem = step_disagreement(number, str(folder))
+            problem = step_disagreement(step_of(step), str(folder))
             if problem is not None:
                 raise EvaluateError(problem)
         results: dict[str, float] = trainer.validator.validate(trainer.model, trainer.step)

@@ -54,6 +54,7 @@ __all__ = [
     "publish",
     "remove_incomplete",
     "step_folder",
+    "step_of",
 ]
 
 #: The resolved config a checkpoint was saved with, as YAML, in every ``step-<N>`` folder (when known).
@@ -196,6 +197,12 @@ def step_folder(folder: Path, step: int) -> Path:
     return folder / f"step-{step}"
 
 
+def step_of(path: Path) -> int | None:
+    """The step a ``step-<N>`` folder holds (its name's N), or None for any other name."""
+    match = _STEP_DIR.fullmatch(path.name)
+    return int(match.group(1)) if match else None
+
+
 def partial_folder(folder: Path, step: int) -> Path:
     """Where the checkpoint of ``step`` is written before it is published."""
     return folder / f".step-{step}.partial"
@@ -221,9 +228,9 @@ def complete_steps(folder: str | Path) -> list[int]:
         return []
     steps = []
     for child in _entries(root):
-        match = _STEP_DIR.fullmatch(child.name)
-        if match and child.is_dir() and (child / ".metadata").is_file():
-            steps.append(int(match.group(1)))
+        step = step_of(child)
+        if step is not None and child.is_dir() and (child / ".metadata").is_file():
+            steps.append(step)
     return sorted(steps)
 
 
@@ -282,7 +289,8 @@ def publish(partial: Path, final: Path, *, keep_latest_k: int, config_yaml: str 
         shutil.rmtree(final)
     os.replace(partial, final)
     if keep_latest_k > 0:
-        published = int(_STEP_DIR.fullmatch(final.name).group(1))  # type: ignore[union-attr]
+        published = step_of(final)
+        assert published is not None, final  # the callers give step_folder(folder, step)
         reached = [step for step in complete_steps(final.parent) if step <= published]
         for old in reached[:-keep_latest_k]:
             shutil.rmtree(step_folder(final.parent, old), ignore_errors=True)
