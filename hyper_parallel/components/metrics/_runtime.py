@@ -329,27 +329,12 @@ class MetricsProcessor:
         raise InputFileError.at(path, f"{write_problem(exc)}; free space or set {field} elsewhere") from None
 
     def _turn_off_jsonl(self, exc: OSError) -> None:
-        _log.warning(
-            "%s: %s; metrics.enable_jsonl turned off for the rest of the run (training goes on, the console "
-            "line shows every record)",
-            self.jsonl_path,
-            write_problem(exc),
-        )
-        jsonl, self._jsonl = self._jsonl, None
-        with contextlib.suppress(OSError):  # its buffer cannot be written either
-            assert jsonl is not None
-            jsonl.close()
+        _give_up(self._jsonl, self.jsonl_path, "enable_jsonl", exc)
+        self._jsonl = None
 
     def _turn_off_tensorboard(self, exc: OSError) -> None:
-        _log.warning(
-            "%s: %s; metrics.enable_tensorboard turned off for the rest of the run (training goes on, the "
-            "console line shows every record)",
-            self._tb_folder,
-            write_problem(exc),
-        )
-        tb, self._tb = self._tb, None
-        with contextlib.suppress(OSError):
-            tb.close()
+        _give_up(self._tb, self._tb_folder, "enable_tensorboard", exc)
+        self._tb = None
 
     def _close_quietly(self) -> None:
         """Close what the constructor opened before a sink refused to start."""
@@ -373,19 +358,32 @@ class MetricsProcessor:
     def close(self) -> None:
         """Close the files (a failed final write is a warning, as during the run)."""
         if self._jsonl is not None:
-            jsonl, self._jsonl = self._jsonl, None
             try:
-                jsonl.close()
+                self._jsonl.close()
+                self._jsonl = None
             except OSError as exc:
-                self._jsonl = jsonl
                 self._turn_off_jsonl(exc)
         if self._tb is not None:
-            tb, self._tb = self._tb, None
             try:
-                tb.close()
+                self._tb.close()
+                self._tb = None
             except OSError as exc:
-                self._tb = tb
                 self._turn_off_tensorboard(exc)
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+
+
+def _give_up(sink: Any, where: Path | None, switch: str, exc: OSError) -> None:
+    """Warn once that the metrics sink writing to ``where`` failed (``exc``) and is off for the rest of the
+    run, and close it (its buffer cannot be written either)."""
+    _log.warning(
+        "%s: %s; metrics.%s turned off for the rest of the run (training goes on, the console line shows "
+        "every record)",
+        where,
+        write_problem(exc),
+        switch,
+    )
+    if sink is not None:
+        with contextlib.suppress(OSError):
+            sink.close()
