@@ -22,7 +22,7 @@ peft = pytest.importorskip("peft")
 
 from hyper_parallel.export import ExportError, export_adapter, export_checkpoint, main  # noqa: E402
 from hyper_parallel.trainer import LLMTrainer  # noqa: E402
-from tests.support.trainer import tiny_config, train_runs_under_torchrun  # noqa: E402
+from tests.support.trainer import saving_every_two_steps, tiny_config, train_runs_under_torchrun  # noqa: E402
 
 LORA = {
     "peft._target_": "hyper_parallel.components.peft.LoRA.Config",
@@ -121,12 +121,9 @@ def test_two_processes_give_the_one_process_lora_losses(tmp_path: Path) -> None:
     runs = {name: (model, {**DATA, **LORA, **layout}) for name, (model, layout) in {**TWO, **MOE}.items()}
     # Across layouts: one process trains 4 steps saving at 2; two processes (FSDP2) resume its step 2.
     saving = {
+        **saving_every_two_steps(tmp_path / "ckpt"),
         "training.max_steps": "4",
-        "checkpoint.enable": "true",
-        "checkpoint.folder": str(tmp_path / "ckpt"),
-        "checkpoint.interval": "2",
-        "checkpoint.keep_latest_k": "0",
-        "checkpoint.last_save_model_only": "false",
+        "checkpoint.keep_latest_k": "0",  # step 2 stays beside step 4
     }
     straight, _ = _run("qwen3_5", {**DATA, **LORA, **saving})
     shutil.rmtree(tmp_path / "ckpt" / "step-4")
@@ -154,12 +151,9 @@ def test_two_processes_give_the_one_process_lora_losses(tmp_path: Path) -> None:
 def test_a_lora_run_resumes_exactly(tmp_path: Path) -> None:
     saving = {
         **LORA,
+        **saving_every_two_steps(tmp_path / "ckpt"),
         "training.max_steps": "4",
-        "checkpoint.enable": "true",
-        "checkpoint.folder": str(tmp_path / "ckpt"),
-        "checkpoint.interval": "2",
-        "checkpoint.keep_latest_k": "0",
-        "checkpoint.last_save_model_only": "false",
+        "checkpoint.keep_latest_k": "0",  # step 2 stays beside step 4
     }
     straight, _ = _run("qwen3_5", saving)
     shutil.rmtree(tmp_path / "ckpt" / "step-4")
@@ -178,12 +172,9 @@ def test_a_lora_run_from_weights_path_checkpoints_its_adapters_alone_and_resumes
     base = export_checkpoint(tmp_path, tmp_path.parent / f"{tmp_path.name}-base")
     saving = {
         **LORA,
+        **saving_every_two_steps(tmp_path / "ckpt"),
         "training.max_steps": "4",
-        "checkpoint.enable": "true",
-        "checkpoint.folder": str(tmp_path / "ckpt"),
-        "checkpoint.interval": "2",
-        "checkpoint.keep_latest_k": "0",
-        "checkpoint.last_save_model_only": "false",
+        "checkpoint.keep_latest_k": "0",  # step 2 stays beside step 4
         "model.weights_path": str(base),
         "tokenizer._target_": "hyper_parallel.components.tokenizer.ByteTokenizer.Config",
     }

@@ -26,7 +26,12 @@ from hyper_parallel.config import ConfigWarning, load_config  # noqa: E402
 from hyper_parallel.export import export_checkpoint  # noqa: E402
 from hyper_parallel.launch import main  # noqa: E402
 from hyper_parallel.trainer import LLMTrainer  # noqa: E402
-from tests.support.trainer import TINY_RUN, debug_config_path, train_runs_under_torchrun  # noqa: E402
+from tests.support.trainer import (  # noqa: E402
+    TINY_RUN,
+    debug_config_path,
+    saving_every_two_steps,
+    train_runs_under_torchrun,
+)
 
 QLORA = {
     "peft._target_": "hyper_parallel.components.peft.LoRA.Config",
@@ -130,12 +135,9 @@ def test_the_nf4_base_holds_at_most_0_3x_the_bytes_of_a_bfloat16_one() -> None:
 
 def _saving(folder: Path) -> dict[str, str]:
     return {
+        **saving_every_two_steps(folder),
         "training.max_steps": "4",
-        "checkpoint.enable": "true",
-        "checkpoint.folder": str(folder),
-        "checkpoint.interval": "2",
-        "checkpoint.keep_latest_k": "0",
-        "checkpoint.last_save_model_only": "false",
+        "checkpoint.keep_latest_k": "0",  # step 2 stays beside step 4
     }
 
 
