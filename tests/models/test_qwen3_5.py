@@ -146,6 +146,13 @@ def hf_vl_model(args: Any) -> Any:
     return model
 
 
+def hf_vl_logits(reference: Any, ids: Any, pixels: Any, grid: Any) -> Any:
+    """transformers' logits of ``ids`` with the images ``pixels`` (patches) of grids ``grid``."""
+    return reference(
+        input_ids=ids, pixel_values=pixels, image_grid_thw=grid, mm_token_type_ids=(ids == IMAGE_TOKEN).int()
+    ).logits
+
+
 def vl_inputs(args: Any) -> tuple[Any, Any, Any]:
     generator = torch.Generator().manual_seed(2)
     rows = []
@@ -173,12 +180,7 @@ def test_vl_model_matches_transformers_both_ways() -> None:
     ours.load_state_dict(adapter.from_hf(reference.state_dict()), strict=True)
     ids, pixels, grid = vl_inputs(TINY_VL)
     with torch.no_grad():
-        expected = reference(
-            input_ids=ids,
-            pixel_values=pixels,
-            image_grid_thw=grid,
-            mm_token_type_ids=(ids == IMAGE_TOKEN).int(),
-        ).logits
+        expected = hf_vl_logits(reference, ids, pixels, grid)
         got = ours(ids, pixels, grid, image_token_id=IMAGE_TOKEN)
         text_only = ours(ids[:, :3])
         text_expected = reference(input_ids=ids[:, :3]).logits
@@ -188,12 +190,7 @@ def test_vl_model_matches_transformers_both_ways() -> None:
     fresh = build_vl_model(TINY_VL, device="cpu").eval()
     reference.load_state_dict(adapter.to_hf(fresh.state_dict()), strict=True)
     with torch.no_grad():
-        expected = reference(
-            input_ids=ids,
-            pixel_values=pixels,
-            image_grid_thw=grid,
-            mm_token_type_ids=(ids == IMAGE_TOKEN).int(),
-        ).logits
+        expected = hf_vl_logits(reference, ids, pixels, grid)
         got = fresh(ids, pixels, grid, image_token_id=IMAGE_TOKEN)
     assert (got - expected).abs().max().item() < 1e-4
 
@@ -209,12 +206,7 @@ def test_vl_flavors_build_on_meta_and_load_weights(tmp_path: Path) -> None:
     load_weights(model, str(tmp_path))
     ids, pixels, grid = vl_inputs(TINY_VL)
     with torch.no_grad():
-        expected = reference(
-            input_ids=ids,
-            pixel_values=pixels,
-            image_grid_thw=grid,
-            mm_token_type_ids=(ids == IMAGE_TOKEN).int(),
-        ).logits
+        expected = hf_vl_logits(reference, ids, pixels, grid)
         diff = (model.eval()(ids, pixels, grid, image_token_id=IMAGE_TOKEN) - expected).abs().max().item()
     assert diff < 1e-4
 
@@ -280,11 +272,12 @@ def test_a_saved_transformers_vl_folder_reads_back_as_the_same_model_and_passes_
     tmp_path: Path,
 ) -> None:
     """transformers' own ``save_pretrained`` of Qwen 3.5 VL (its ``config.json`` with every default key):
-    the config reads back to our arguments, our export writes the same architecture, the torch-free
-    weights check accepts the folder, and the loaded model gives transformers' logits."""
+    the config reads back to our arguments, our export writes the same architecture, and the torch-free
+    weights check accepts the folder (the weights loaded from it give transformers' logits:
+    ``test_vl_flavors_build_on_meta_and_load_weights`` above)."""
     import json
 
-    from hyper_parallel.models import read_safetensors_folder, spec_from_hf_config
+    from hyper_parallel.models import spec_from_hf_config
     from hyper_parallel.models._weights_check import check_weights
 
     args = attrs.evolve(TINY_VL, image_token_id=IMAGE_TOKEN)
@@ -298,16 +291,3 @@ def test_a_saved_transformers_vl_folder_reads_back_as_the_same_model_and_passes_
         key: saved["vision_config"][key] for key in written["vision_config"]
     }  # every vision field we write is what transformers wrote
     check_weights(spec)  # config.json and the safetensors headers fit the model
-    model = spec.build_model_fn(spec.args, device="cpu").eval()
-    adapter = spec.state_dict_adapter(spec.args, str(tmp_path))
-    model.load_state_dict(adapter.from_hf(read_safetensors_folder(tmp_path)), strict=True)
-    ids, pixels, grid = vl_inputs(args)
-    with torch.no_grad():
-        expected = reference(
-            input_ids=ids,
-            pixel_values=pixels,
-            image_grid_thw=grid,
-            mm_token_type_ids=(ids == IMAGE_TOKEN).int(),
-        ).logits
-        got = model(ids, pixels, grid, image_token_id=IMAGE_TOKEN)
-    assert (got - expected).abs().max().item() < 1e-4
