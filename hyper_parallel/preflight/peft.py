@@ -63,12 +63,12 @@ def roles(cfg: "TrainerConfig", groups: Sequence[ParamGroup]) -> Roles:
     A group shared by several linear layers (``linears``) is split into one group per layer, so that a
     layer LoRA adapts and one it does not are told apart.
     """
-    from hyper_parallel.components.peft import DEFAULT_TARGETS, LoRA
+    from hyper_parallel.components.peft import LoRA
 
     peft = cfg.peft
     if not isinstance(peft, LoRA.Config):
         return Roles(tuple((g, "trained") for g in groups))
-    targets = set(peft.targets or DEFAULT_TARGETS)
+    targets = peft.layer_names
     adapted_role: Role = "nf4" if peft.base_dtype == "nf4" else "frozen"
     out: list[tuple[ParamGroup, Role]] = []
     adapters: list[tuple[ParamGroup, Role]] = []

@@ -143,6 +143,11 @@ class LoRA(PEFT):
             return weights_path is None and self.base_dtype != "nf4"
 
         @property
+        def layer_names(self) -> frozenset[str]:
+            """The last names of the linear layers adapted: ``targets``, or ``DEFAULT_TARGETS`` when empty."""
+            return frozenset(self.targets or DEFAULT_TARGETS)
+
+        @property
         def scale(self) -> float:
             """``alpha / rank``: what ``B A x`` is multiplied by."""
             return self.alpha / self.rank

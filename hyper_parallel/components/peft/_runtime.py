@@ -85,7 +85,7 @@ def apply_lora(cfg: LoRA.Config, model: nn.Module) -> nn.Module:
 
     for param in model.parameters():
         param.requires_grad_(False)
-    targets = set(cfg.targets or DEFAULT_TARGETS)
+    targets = cfg.layer_names
     found: set[str] = set()
     for name, module in list(model.named_modules()):
         last = name.rsplit(".", 1)[-1]
