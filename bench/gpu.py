@@ -444,11 +444,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--budget", type=float, default=None, help="--check: seconds the whole check may take (default 450)"
     )
+    parser.add_argument(
+        "--parts", default="", help="--check: comma-separated steps (default all; see bench/gpu_check.py)"
+    )
     args = parser.parse_args(argv)
     if args.check:
+        from bench.gpu_check import DEFAULT_BUDGET, PARTS
         from bench.gpu_check import main as check_main
 
-        return check_main(args.tiny, args.out, *([] if args.budget is None else [args.budget]))
+        parts = tuple(args.parts.split(",")) if args.parts else PARTS
+        unknown = sorted(set(parts) - set(PARTS))
+        if unknown:
+            parser.error(f"--parts: unknown {', '.join(unknown)} (choose from {', '.join(PARTS)})")
+        return check_main(args.tiny, args.out, args.budget or DEFAULT_BUDGET, parts)
     import torch
 
     if not args.tiny and not torch.cuda.is_available():

@@ -42,7 +42,7 @@ import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -275,6 +275,78 @@ def _speed_rows(out: Path, tiny: bool, compiled: bool) -> list[dict[str, Any]]:
     return rows
 
 
+#: LoRA and QLoRA settings of the ``finetune`` step (the adapters' defaults: attention and MLP projections).
+FINETUNE_RUNS: dict[str, dict[str, Any]] = {
+    "full": {},
+    "lora": {"peft._target_": "hyper_parallel.components.peft.LoRA.Config", "peft.rank": 16},
+    "qlora": {
+        "peft._target_": "hyper_parallel.components.peft.LoRA.Config",
+        "peft.rank": 16,
+        "peft.base_dtype": "nf4",
+    },
+}
+
+
+def _finetune_rows(out: Path, tiny: bool) -> list[dict[str, Any]]:
+    """Full fine-tuning, LoRA and QLoRA of the Llama 3.2-1B GPU config through the trainer (eager), one
+    after the other: tokens/s (and its ratio to the full run's), peak memory beside the preflight's; then
+    QLoRA on the Qwen 3.5 debug config in bf16, its peak against the preflight (issue 34's 15%)."""
+    from hyper_parallel.config import load_config
+    from hyper_parallel.preflight import estimate
+
+    rows: list[dict[str, Any]] = []
+    plans: list[tuple[str, str, dict[str, Any]]] = []
+    for method, settings in FINETUNE_RUNS.items():
+        overrides: dict[str, Any] = {"training.max_steps": 20, **settings}
+        if tiny and method == "qlora":  # NF4 needs weights of 16,384 values or more: the tiny ones are not
+            continue
+        if tiny:
+            tiny_model = TINY_OVERRIDES["llama3_2_1b_gpu"]
+            overrides.update({f"model.overrides.{k}": v for k, v in tiny_model.items()})
+            overrides.update(
+                {
+                    "training.seq_len": 64,
+                    "training.max_steps": 2,
+                    "metrics.log_freq": 1,
+                    "lr_scheduler.warmup_steps": 1,
+                    "training.mixed_precision_param": "float32",
+                }
+            )
+        plans.append(("llama3_2_1b_gpu", method, overrides))
+    debug = {**FINETUNE_RUNS["qlora"], "training.max_steps": 2 if tiny else 10, "metrics.log_freq": 1,
+             "training.mixed_precision_param": "float32" if tiny else "bfloat16"}  # fmt: skip
+    if tiny:
+        debug.update({"training.seq_len": 64, "dataloader.dataset.source": "synthetic"})
+    plans.append(("qwen3_5_debug", "qlora", debug))
+    full_tps = None
+    for config, method, overrides in plans:
+        tag = f"{config}-{method}"
+        status, seconds, metrics, log = _train(config, out, tag, overrides, 240)
+        last = [r for r in _records(metrics) if "tokens_per_second" in r][-1:]
+        cfg = load_config(ROOT / "configs" / f"{config}.yaml", {k: str(v) for k, v in overrides.items()})
+        est = estimate(cfg, 1)
+        tps = last[0]["tokens_per_second"] if last else None
+        if config == "llama3_2_1b_gpu" and method == "full":
+            full_tps = tps
+        row: dict[str, Any] = {
+            "step": "finetune",
+            "config": f"{config} {method}",
+            "ok": status == 0 and bool(last),
+            "seconds": round(seconds, 1),
+            "tokens_per_second": tps,
+            "mfu": last[0].get("mfu") if last else None,
+            "peak_memory_gib": last[0].get("memory_gib") if last else None,
+            "preflight_memory_gib": None if est is None else est.device_total / 2**30,
+            "step_vs_full": full_tps / tps if full_tps and tps and config == "llama3_2_1b_gpu" else None,
+            "notes": [] if status == 0 else [f"exited {status} (see {log.name})"],
+        }
+        if row["step_vs_full"] is not None:
+            row["notes"].append(f"step {row['step_vs_full']:.2f}x the full fine-tuning step")
+        print(_format(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 def _transformers_rows(out: Path, tiny: bool) -> list[dict[str, Any]]:
     """transformers' models of the same shapes and batch: ``bench.gpu``'s measured step."""
     json_path = out / "transformers.json"
@@ -433,7 +505,11 @@ def _tests_row(out: Path, cuda: bool) -> dict[str, Any]:
     return row
 
 
-def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET) -> int:
+#: The check's steps, in the order they run; ``--parts`` picks some of them.
+PARTS = ("tests", "debug", "attention", "finetune", "eager", "transformers", "compiled")
+
+
+def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET, parts: tuple[str, ...] = PARTS) -> int:
     """Run every step within ``budget`` seconds; write ``out/check.json`` after each; 0 when all passed.
 
     The small steps (the cuda tests, the debug configs) run side by side; the timed ones one at a time
@@ -461,17 +537,20 @@ def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET) -> int:
 
     print(HEADER, flush=True)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        small = [
-            pool.submit(_tests_row, out, cuda),
-            pool.submit(_debug_rows, out, tiny, "cuda" if cuda else "cpu"),
-        ]
+        small: list[Future[Any]] = []
+        if "tests" in parts:
+            small.append(pool.submit(_tests_row, out, cuda))
+        if "debug" in parts:
+            small.append(pool.submit(_debug_rows, out, tiny, "cuda" if cuda else "cpu"))
         for future in small:
             found = future.result()
             rows.extend(found if isinstance(found, list) else [found])
             write()
-    for step in ("attention", "eager", "transformers", "compiled"):
+    for step in [p for p in PARTS[2:] if p in parts]:
         if step == "attention":
             rows.append(_attention_row(out, tiny))
+        elif step == "finetune":
+            rows.extend(_finetune_rows(out, tiny))
         elif step == "eager":
             rows.extend(_speed_rows(out, tiny, compiled=False))
         elif step == "transformers" and not tiny:  # the tiny mode of bench gpu runs in the suite alone
@@ -487,11 +566,11 @@ def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET) -> int:
     return 1 if failed else 0
 
 
-def main(tiny: bool, out: str | None, budget: float = DEFAULT_BUDGET) -> int:
+def main(tiny: bool, out: str | None, budget: float = DEFAULT_BUDGET, parts: tuple[str, ...] = PARTS) -> int:
     folder = Path(out or os.environ.get("OUT") or "bench-gpu-check")
     import torch
 
     if not tiny and not torch.cuda.is_available():
         print("bench gpu --check: skipped, no CUDA device here (--tiny runs the CPU smoke mode)")
         return 0
-    return check(tiny, folder.resolve(), budget)
+    return check(tiny, folder.resolve(), budget, parts)
