@@ -7,7 +7,10 @@ moments and a step per tensor); compute runs in ``training.mixed_precision_param
 ``_compute_copies`` for the weight copies that takes); activations are what autograd saves for backward
 for one micro batch under the activation-checkpoint mode (stage 0 of a pipeline holds ``pp`` micro
 batches of its blocks; compiled blocks save about half, see ``COMPILED_BLOCK_SAVES``); the loss adds the
-logits and their float32 copy (none when the loss is compiled). Context parallelism divides the
+logits and, as its backward starts, their gradient (see :func:`logits_bytes`). The peak comes as the
+backward starts, before any gradient exists (the optimizer's ``zero_grad`` frees them every step): the
+gradients count only when they outlive a micro batch (gradient accumulation, a pipeline) or outweigh the
+activations (see ``Estimate.device_total``). Context parallelism divides the
 sequence; ``dp_replicate`` replicates. Expert weights (``ParamGroup.experts_per_token``) are split
 along the expert dimension by ``ep`` and their remaining ``dp_shard / ep`` ranks by FSDP, so a gathered
 block holds ``1 / ep`` of its experts; each MoE layer's tokens cross ranks in four all-to-alls per micro
@@ -34,6 +37,16 @@ if TYPE_CHECKING:
 __all__ = ["Estimate", "Layout", "estimate", "model_costs"]
 
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def logits_bytes(compute: int, compiled_loss: bool) -> int:
+    """Bytes per logit element at the loss's peak (the start of its backward), ``compute`` the bytes of
+    the compute dtype. Eager: the logits, the float32 log-probabilities the loss keeps and one float32
+    gradient of them (+8); compiled: the fused loss reads the logits in chunks, so the logits and their
+    gradient in the compute dtype. Measured on an H200 (Llama 3.2-1B full/LoRA/QLoRA, Qwen 3.5 0.8B,
+    eager and compiled; ``python -m bench gpu --check``): the totals within 10%.
+    """
+    return 2 * compute if compiled_loss else compute + 8
 
 
 class Layout(NamedTuple):
@@ -87,11 +100,22 @@ class Estimate(NamedTuple):
     #: Bytes per rank of the frozen parameters (part of the ``parameters`` term).
     frozen_bytes: int = 0
 
+    #: Whether the gradients are alive at the activations' peak: they outlive a micro batch under
+    #: gradient accumulation or a pipeline; otherwise they appear as the backward frees the activations.
+    gradients_at_peak: bool = True
+
     @property
     def device_total(self) -> int:
-        """Bytes on the device: every term, except the sharded states when they are offloaded to the host."""
+        """Bytes on the device at the peak: the states, the weight copies, and the larger of the
+        activations with the logits (as the backward starts) and the gradients (as it ends), or their sum
+        when the gradients are alive at the peak; sharded states offloaded to the host are not counted."""
         host = ("parameters", "gradients", "optimizer") if self.cpu_offload else ()
-        return sum(v for k, v in self.terms.items() if k not in host)
+        on_device = {k: v for k, v in self.terms.items() if k not in host}
+        if self.gradients_at_peak:
+            return sum(on_device.values())
+        grads = on_device.pop("gradients", 0)
+        backward_start = on_device.pop("activations", 0) + on_device.pop("logits", 0)
+        return sum(on_device.values()) + max(grads, backward_start)
 
     @property
     def flops_per_step(self) -> int:
@@ -159,29 +183,34 @@ def _activation_bytes(
     return int(kept) * in_flight + acts.outside
 
 
-def _compute_copies(p: int, r: int, dp: int, gathered: "_Gathered", n_layers: int) -> int:
+def _compute_copies(p: int, r: int, dp: int, gathered: "_Gathered", n_layers: int, compiled: bool) -> int:
     """Bytes of the compute-dtype weight copies (and gradients before their reduction) alive at once.
 
     Under FSDP2 (``dp_shard`` > 1): the root module's weights stay gathered through forward and backward,
     two blocks are gathered at a time (one prefetched), and one block's gradients exist unsharded, plus
     their copy in the reduce dtype; frozen weights are gathered too (an NF4 weight as NF4), but have no
-    gradient. Without FSDP the weights that train are cast once per step and the copies kept (as
-    autocast's cast cache does for parameters that require a gradient), unless compute is float32.
+    gradient. Without FSDP, autocast casts every float weight to the compute dtype (those that train once
+    per step, the frozen ones at each use) and autograd keeps each copy for the backward, unless compute
+    is float32; an NF4 weight is dequantized at each use and kept as NF4 (measured: a LoRA run holds the
+    frozen base's bf16 copies, a QLoRA run does not, 1.8 GiB apart on the Llama 3.2-1B shape), except in
+    compiled blocks, whose graphs keep the dequantized weight instead (measured: 2.0 GiB more than eager).
     """
     blocks = max(n_layers, 1)  # an average block (vision blocks folded in)
     if dp > 1:
         grads = gathered.trained_blocks / blocks
         return int(gathered.root + 2 * gathered.blocks / blocks + grads * (p + (r if r != p else 0)))
-    return p * (gathered.trained_root + gathered.trained_blocks) if p < 4 else 0
+    return p * (gathered.cast + (gathered.quantized if compiled else 0)) if p < 4 else 0
 
 
 class _Gathered(NamedTuple):
-    """Bytes of the gathered weights in compute dtype (root, all blocks) and elements of those that train."""
+    """Bytes of the gathered weights in compute dtype (root, all blocks), elements of the block weights
+    that train, of every float weight and of the NF4 weights."""
 
     root: int
     blocks: int
-    trained_root: int
     trained_blocks: int
+    cast: int
+    quantized: int
 
 
 def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size_known: bool) -> Estimate:
@@ -198,7 +227,7 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
     held = roles(cfg, groups)
     stage = 1 / pp  # pipeline stage 0 holds its share of the blocks and the whole root (conservative)
     local = grads = tensors = frozen = 0
-    gathered = [0, 0, 0, 0]  # root bytes, block bytes, trained root elements, trained block elements
+    gathered = [0, 0, 0, 0, 0]  # root bytes, block bytes; elements: trained block, float, NF4 weights
     for g, role in held.groups:
         count = math.ceil(g.copies * stage) if g.in_block else g.copies
         shard = _local_numel(g, tp, dp, ep)
@@ -208,13 +237,15 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
             grad = g._replace(tp_dim=g.tp_grad_dim) if g.tp_grad_dim is not None and dp == 1 else g
             grads += _local_numel(grad, 1 if g.tp_full_grad and dp == 1 else tp, dp, ep) * count
             tensors += count
-            gathered[3 if g.in_block else 2] += full * g.copies
+            gathered[2] += full * g.copies if g.in_block else 0
         if role == "nf4":
             frozen += nf4_bytes(shard) * count
             gathered[1 if g.in_block else 0] += nf4_bytes(full) * g.copies
+            gathered[4] += full * g.copies
         else:
             frozen += 4 * shard * count if role == "frozen" else 0
             gathered[1 if g.in_block else 0] += p * full * g.copies
+            gathered[3] += full * g.copies
     acts = costs.activations(
         Workload(
             batch=layout.micro_batch,
@@ -236,10 +267,11 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         "activations": _activation_bytes(
             acts, layout.ac, math.ceil(n_layers * stage), pp if pp > 1 else 1, compiled_blocks
         ),
-        "fsdp buffers": _compute_copies(p, r, dp, _Gathered(*gathered), n_layers),
-        # The compiled loss reads the logits in chunks of its fused kernel: no float32 copy of them all.
-        "logits": tokens * acts.vocab * (p if compiled_loss else p + 4),
+        "fsdp buffers": _compute_copies(p, r, dp, _Gathered(*gathered), n_layers, compiled_blocks),
+        "logits": tokens * acts.vocab * logits_bytes(p, compiled_loss),
     }
+    dp_ranks = deg["dp_replicate"] * dp
+    micro_batches = training.global_batch_size // max(layout.micro_batch * dp_ranks, 1)
     return Estimate(
         model=cfg.model.title(),
         layout=layout,
@@ -265,6 +297,7 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         quantized=held.elements("nf4"),
         adapted_layers=held.adapted,
         frozen_bytes=frozen,
+        gradients_at_peak=micro_batches > 1 or pp > 1,
     )
 
 

@@ -104,7 +104,8 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
             if deg.get("ep", 1) > 1
             else ""
         ),
-        "gradients": f"float32{only}{offload}",
+        "gradients": f"float32{only}{offload}"
+        + ("" if est.gradients_at_peak else "; after the peak (one micro batch)"),
         "optimizer": states + only + offload,
         "activations": f"micro batch {est.layout.micro_batch} x {est.seq} tokens, "
         f"checkpointing {_ac(est.layout.ac)}"
@@ -113,9 +114,9 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
         "fsdp buffers": f"gathered {est.compute_dtype} weights (root + 2 blocks), 1 block of gradients",
         "logits": f"{est.compute_dtype} logits"
         + (
-            " (compiled loss: no float32 copy)"
+            " and their gradient (compiled loss: no float32 copy)"
             if "loss" in est.compiled
-            else " and their float32 copy in the loss"
+            else ", the loss's float32 log-probabilities and their gradient"
         ),
     }
     for term, size in est.terms.items():

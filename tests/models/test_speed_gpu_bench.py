@@ -65,6 +65,9 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
         ("tests", "-m cuda", False),
         ("debug", "llama3_debug", False),
         ("attention", "tiny", False),
+        ("finetune", "llama3_2_1b_gpu full", False),
+        ("finetune", "llama3_2_1b_gpu lora", False),
+        ("finetune", "qwen3_5_debug qlora", False),
         ("speed", "llama3_2_1b_gpu", False),
         ("speed", "qwen3_5_0_8b_gpu", False),
     ]
@@ -77,10 +80,14 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
         speed = rows[("speed", config, False)]
         assert speed["tokens_per_second"] > 0
         assert speed["preflight_memory_gib"] > 0
+    lora = rows[("finetune", "llama3_2_1b_gpu lora", False)]
+    full = rows[("finetune", "llama3_2_1b_gpu full", False)]
+    assert lora["step_vs_full"] == full["tokens_per_second"] / lora["tokens_per_second"]
+    assert rows[("finetune", "qwen3_5_debug qlora", False)]["preflight_memory_gib"] > 0
     attention = rows[("attention", "tiny", False)]
     assert attention["causal_ms"] > 0
     assert attention["one_document_vs_causal"] == attention["one_document_ms"] / attention["causal_ms"]
-    assert "5/5 passed" in capsys.readouterr().out
+    assert "8/8 passed" in capsys.readouterr().out
 
 
 def test_the_checks_budget_cuts_every_step_and_reports_what_it_skipped(tmp_path: Path) -> None:
@@ -93,6 +100,9 @@ def test_the_checks_budget_cuts_every_step_and_reports_what_it_skipped(tmp_path:
         ("tests", False),
         ("debug", False),
         ("attention", False),
+        ("finetune", False),
+        ("finetune", False),
+        ("finetune", False),
         ("speed", False),
         ("speed", False),
     ]

@@ -40,7 +40,7 @@ def test_the_dry_run_of_the_lora_recipe_counts_trainable_and_frozen_and_their_me
     assert lines[4:7] == [
         "    parameters      11.1 MiB   float32 adapters 568.0 KiB, frozen float32 base 10.6 MiB, "
         "shard of dp_shard 1 x tp 1",
-        "    gradients      568.0 KiB   float32, adapters only",
+        "    gradients      568.0 KiB   float32, adapters only; after the peak (one micro batch)",
         "    optimizer        1.1 MiB   AdamW: 2 float32 states, adapters only",
     ]
 
