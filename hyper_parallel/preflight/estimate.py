@@ -287,7 +287,7 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         params_total=sum(by_kind.values()),
         params_active=active,
         terms=terms,
-        flops_per_token=costs.flops_per_token(training.seq_len),
+        flops_per_token=_trained_flops(costs.flops_per_token(training.seq_len), held.groups),
         note=acts.note,
         all_to_all_bytes=_all_to_all_bytes(cfg, costs, layout, p, tokens),
         compiled=tuple(cfg.compile.components) if cfg.compile.enable else (),
@@ -299,6 +299,21 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         frozen_bytes=frozen,
         gradients_at_peak=micro_batches > 1 or pp > 1,
     )
+
+
+def _trained_flops(flops: int, groups: tuple[tuple[ParamGroup, str], ...]) -> int:
+    """``flops`` (forward and backward of a model whose every weight trains) for the weights that do:
+    a frozen weight's gradient (2 FLOPs per weight and token) is never computed, an adapter's linear costs
+    6 per weight and token. The frozen weights that multiply are the named linear layers and the output
+    projection (the embedding when tied). The first block's projections of the frozen embedding's output
+    also skip their input gradient; that is not subtracted (a block's share, under 5% of a debug model)."""
+    if all(role == "trained" for _, role in groups):
+        return flops
+    frozen = sum(g.active_numel * g.copies for g, role in groups if role != "trained" and g.linears)
+    kinds = {g.kind: g for g, _ in groups if not g.linears}
+    head = kinds.get("output", kinds.get("embedding"))
+    adapters = sum(g.active_numel * g.copies for g, role in groups if role == "trained")
+    return flops - 2 * (frozen + (head.numel if head is not None else 0)) + 6 * adapters
 
 
 def _all_to_all_bytes(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, p: int, tokens: int) -> int:

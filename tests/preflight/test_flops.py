@@ -117,3 +117,30 @@ def test_attention_flops_grow_with_the_sequence() -> None:
     costs = llama3.create_model_spec("8B").args.preflight()
     # per token and layer: 2 x 2 x seq x 4096 forward (QK^T and AV), 5 x 2 x seq x 4096 backward
     assert costs.flops_per_token(8192) - costs.flops_per_token(4096) == 32 * 14 * 4096 * 4096
+
+
+@pytest.mark.parametrize("config", ["llama3_debug", "qwen3_5_debug"])
+def test_lora_flops_per_token_leave_out_the_frozen_weights_gradients(config: str) -> None:
+    """With LoRA the counter sees no weight gradient of the frozen base and the adapters' small matmuls;
+    the preflight's FLOPs (the MFU's numerator) say the same within 5%, a third under full fine-tuning's."""
+    from pathlib import Path
+
+    from hyper_parallel.components.peft._runtime import initialize_adapters
+    from hyper_parallel.config import load_config
+    from hyper_parallel.preflight import estimate
+
+    path = Path(__file__).resolve().parents[2] / "configs" / f"{config}.yaml"
+    seq = 128
+    lora = {"peft._target_": "hyper_parallel.components.peft.LoRA.Config", "training.seq_len": str(seq)}
+    cfg = load_config(path, lora)
+    full = estimate(load_config(path, {"training.seq_len": str(seq)}), 1)
+    est = estimate(cfg, 1)
+    assert est is not None
+    assert full is not None
+    torch.manual_seed(0)
+    model = cfg.model.build_model_fn(cfg.model.args, device="cpu")
+    cfg.peft.apply(model)
+    initialize_adapters(model, seed=0)
+    counted = _counted(model, _vocab(cfg.model.args), 2, seq)
+    assert est.flops_per_token * 2 * seq == pytest.approx(counted, rel=0.05)
+    assert est.flops_per_token < 0.75 * full.flops_per_token
