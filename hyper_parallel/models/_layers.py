@@ -2,9 +2,14 @@
 
 Packed documents (``documents_from_ids``) are kept apart in attention without a ``(seq, seq)`` mask:
 
-- on CUDA, through FlexAttention (``torch.nn.attention.flex_attention``, compiled once per process) with a
-  block mask built from the documents' block ranges in ``O((seq / 128)^2)`` per row, never from a dense
-  mask; blocks inside one document skip the mask function, blocks across documents are skipped;
+- on CUDA, when the document ids are read on the host (the trainer keeps them there) and no row holds
+  more than ``SLICE_MAX_DOCUMENTS``, one causal ``scaled_dot_product_attention`` call per document, on
+  views of the rows (cuDNN's kernel on Hopper; FlexAttention's Triton kernel costs 1.75x that for a long
+  document, measured on an H200 by ``python -m bench.attention_probe``);
+- otherwise on CUDA, through FlexAttention (``torch.nn.attention.flex_attention``, compiled once per
+  process) with a block mask built from the documents' block ranges in ``O((seq / 128)^2)`` per row, never
+  from a dense mask; blocks inside one document skip the mask function, blocks across documents are
+  skipped;
 - elsewhere (the CPU, and accelerators FlexAttention does not serve; FlexAttention has no backward on the
   CPU in torch 2.11-2.13), through a variable-length path: every document becomes its own causal sequence,
   documents of similar length are batched together (lengths rounded up to ``VARLEN_BUCKET``) and each
@@ -29,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
+    "DocumentSlices",
     "Documents",
     "FeedForward",
     "VarlenPlan",
@@ -101,6 +107,19 @@ VARLEN_BUCKET = 64
 DENSE_MASK_MAX_SEQ = 256
 #: FlexAttention's block size (its default): the block mask holds one entry per 128 x 128 tile.
 FLEX_BLOCK = 128
+#: Most documents in a row for which CUDA takes one causal attention call per document (see the module
+#: docstring). On an H200 at 2 x 4,096 tokens (Llama 3.2-1B's heads), forward + backward: FlexAttention's
+#: block mask costs 1.75x causal attention for one long document per row and 0.86x for 16 packed ones,
+#: where as many calls would cost their launches; with a few documents a row the calls cost their share
+#: of the causal square.
+SLICE_MAX_DOCUMENTS = 4
+
+
+class DocumentSlices(NamedTuple):
+    """Every row's documents in turn, as token counts over the flattened ``batch * seq`` tokens (no
+    document crosses a row): each is one causal attention call (:func:`_sliced_attention`)."""
+
+    lengths: tuple[int, ...]
 
 
 class VarlenPlan(NamedTuple):
@@ -126,19 +145,23 @@ class Documents(NamedTuple):
     positions: torch.Tensor
     #: (batch, seq) int64: the document of every token, counted from 0 in each row.
     ids: torch.Tensor
-    #: How attention keeps documents apart: a FlexAttention ``BlockMask`` (CUDA), a :class:`VarlenPlan`,
-    #: a dense (batch, 1, seq, seq) bool mask (CPU rows of at most ``DENSE_MASK_MAX_SEQ`` tokens), or None
-    #: when no row holds more than one document (plain causal attention).
+    #: How attention keeps documents apart: :class:`DocumentSlices` or a FlexAttention ``BlockMask``
+    #: (CUDA), a :class:`VarlenPlan`, a dense (batch, 1, seq, seq) bool mask (CPU rows of at most
+    #: ``DENSE_MASK_MAX_SEQ`` tokens), or None when no row holds more than one document (plain causal
+    #: attention).
     layout: Any
 
 
-def documents_from_ids(document_ids: torch.Tensor, shape: tuple[int, ...] | torch.Size) -> Documents:
+def documents_from_ids(
+    document_ids: torch.Tensor, shape: tuple[int, ...] | torch.Size, device: torch.device | None = None
+) -> Documents:
     """Document boundaries from ``document_ids`` (batch, seq): a document starts where the id changes.
 
     ``shape`` is the (batch, seq) of the tokens; any other shape of ``document_ids`` is an error. Nothing
     of size ``seq x seq`` is built (but the short CPU rows of the module docstring): on CUDA the block
     mask has ``(seq / 128)^2`` entries per row, and the variable-length plan is a few index vectors of
-    about ``batch * seq`` entries.
+    about ``batch * seq`` entries. ``device`` is where the model runs, when ``document_ids`` stay in host
+    memory: the layout is then chosen on the host (no device sync) and the rest moved there.
     """
     if tuple(document_ids.shape) != tuple(shape):
         raise ValueError(
@@ -150,6 +173,11 @@ def documents_from_ids(document_ids: torch.Tensor, shape: tuple[int, ...] | torc
     starts = torch.where(resets, index, 0).cummax(dim=1).values
     ids = resets.cumsum(dim=1)  # an id reused later in the row is still a new document
     layout: Any
+    if device is not None and torch.device(device) != document_ids.device:
+        device = torch.device(device)
+        layout = _host_layout(resets, ids, device)
+        resets, positions, ids = (x.to(device, non_blocking=True) for x in (resets, index - starts, ids))
+        return Documents(resets=resets, positions=positions, ids=ids, layout=layout)
     if _flex_kernel(document_ids.device) is not None:
         layout = document_block_mask(ids)  # no host sync: the block mask's shapes are static
     elif not bool(resets.any()):
@@ -159,6 +187,22 @@ def documents_from_ids(document_ids: torch.Tensor, shape: tuple[int, ...] | torc
     else:
         layout = _varlen_plan(resets)
     return Documents(resets=resets, positions=index - starts, ids=ids, layout=layout)
+
+
+def _host_layout(resets: torch.Tensor, ids: torch.Tensor, device: torch.device) -> Any:
+    """The layout for ``device`` of documents read on the host (see :class:`Documents`)."""
+    if not bool(resets.any()):
+        return None
+    if _flex_kernel(device) is None:
+        plan = _varlen_plan(resets)
+        return plan._replace(**{k: getattr(plan, k).to(device) for k in ("gather", "where", "valid")})
+    if int(resets.sum(dim=1).max()) < SLICE_MAX_DOCUMENTS:
+        first = resets.clone()
+        first[:, 0] = True
+        starts = first.flatten().nonzero().squeeze(1)
+        lengths = torch.diff(starts, append=starts.new_tensor([resets.numel()]))
+        return DocumentSlices(tuple(lengths.tolist()))
+    return document_block_mask(ids.to(device, non_blocking=True))
 
 
 @functools.cache
@@ -319,6 +363,26 @@ def _varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: V
     return result.view(batch, seq, heads, head_dim)
 
 
+@torch.compiler.disable  # the documents' lengths change every batch: eager, not a recompilation per batch
+def _sliced_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slices: DocumentSlices
+) -> torch.Tensor:
+    """Causal attention of each document alone, one call on views of its tokens; (batch, seq, heads,
+    head_dim) in and out. Splitting the flattened rows (not slicing them) makes the backward one
+    concatenation of the documents' gradients, not one zero-filled full-size gradient per document."""
+    batch, seq, heads, head_dim = q.shape
+    gqa = heads != k.shape[2]
+    lengths = list(slices.lengths)
+    parts = [torch.split(x.reshape(1, batch * seq, x.shape[2], head_dim), lengths, dim=1) for x in (q, k, v)]
+    outputs = [
+        F.scaled_dot_product_attention(
+            qd.transpose(1, 2), kd.transpose(1, 2), vd.transpose(1, 2), is_causal=True, enable_gqa=gqa
+        ).transpose(1, 2)
+        for qd, kd, vd in zip(*parts, strict=True)
+    ]
+    return torch.cat(outputs, dim=1).view(batch, seq, heads, head_dim)
+
+
 def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, documents: Documents | None = None
 ) -> torch.Tensor:
@@ -333,6 +397,9 @@ def attention(
     if isinstance(layout, VarlenPlan):
         varlen: torch.Tensor = _varlen_attention(q, k, v, layout)
         return varlen
+    if isinstance(layout, DocumentSlices):
+        sliced: torch.Tensor = _sliced_attention(q, k, v, layout)
+        return sliced
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if layout is None:
         out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=gqa)

@@ -21,18 +21,23 @@ class LLMTrainer(Trainer):
     kind = "lm"
 
     def host_inputs(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
-        """No document ids for a batch whose every row holds one document (read on the host: free).
+        """Document ids read on the host: none for a batch whose every row holds one document, and on
+        CUDA the rest kept there, so that the model picks its attention kernel without a device sync.
 
-        Masking such rows changes nothing but the kernel: without ids attention takes plain causal SDPA
-        (cuDNN's kernel on an H200: 1.49 ms forward + backward at 4,096 tokens of the Llama 3.2-1B shape,
-        against 2.46 ms for FlexAttention's document mask with one document per row). A pipeline keeps
-        them: its stages take the same inputs at every step.
+        Masking rows of one document changes nothing but the kernel: without ids attention takes plain
+        causal SDPA (cuDNN's kernel on an H200: 1.41 ms forward + backward at 2 x 4,096 tokens of the Llama
+        3.2-1B shape, against 2.47 ms for FlexAttention's document mask). Rows of a few documents take one
+        such call per document (``models._layers.SLICE_MAX_DOCUMENTS``). A pipeline, tensor and context
+        parallelism keep the ids on the device (FlexAttention's mask): the pipeline's stages take the same
+        inputs at every step, and the other two split what the calls would take whole.
         """
         ids = batch.get("document_ids")
         if ids is None or ids.device.type != "cpu" or self.pipeline is not None:
             return {}
         if ids.shape[-1] > 1 and not bool((ids[:, 1:] != ids[:, :-1]).any()):
             return {"document_ids": None}
+        if self.device.type == "cuda" and self.dims.tp == 1 and self.dims.cp == 1:
+            return {"document_ids": ids}
         return {}
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:

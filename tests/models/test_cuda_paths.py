@@ -113,3 +113,34 @@ def _layers_fla_installed() -> bool:
     from hyper_parallel.models.qwen3_5 import _gated_delta
 
     return _gated_delta._fla_chunk() is not None
+
+
+@pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
+def test_document_ids_on_the_host_take_one_causal_call_per_document_and_equal_flex_attention(
+    name: str,
+) -> None:
+    """The trainer's path on CUDA: ids in host memory, rows of at most SLICE_MAX_DOCUMENTS documents,
+    one cuDNN causal call each; the same loss and gradients as FlexAttention's block mask, no host sync."""
+    model = build(name)
+    ids = document_ids("cpu")
+    assert isinstance(
+        _layers.documents_from_ids(ids, ids.shape, torch.device("cuda")).layout, _layers.DocumentSlices
+    )
+    tokens = torch.randint(0, 512, (2, SEQ + 1), generator=torch.Generator().manual_seed(1)).cuda()
+    flex = loss_of(model, ids.cuda(), tokens)
+    flex.backward()
+    flex_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    torch.cuda.synchronize()
+    if name == "qwen3_5" and _layers_fla_installed():
+        pytest.skip("fla's variable-length kernels read cu_seqlens on the host (their API)")
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        sliced = loss_of(model, ids, tokens)
+        sliced.backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert abs(flex.item() - sliced.item()) < 1e-4
+    for key, grad in flex_grads.items():
+        other = dict(model.named_parameters())[key].grad
+        assert (grad - other).abs().max().item() <= 1e-3 * max(1.0, other.abs().max().item()), key

@@ -307,3 +307,65 @@ def test_qwen3_5_runs_in_bfloat16_without_fsdp_casting_its_rope() -> None:
     logits = model(torch.randint(0, 64, (1, 32)), document_ids=ids)
     assert logits.dtype == torch.bfloat16
     assert torch.isfinite(logits.float()).all()
+
+
+def _sliced_documents(ids: Any, shape: Any, device: Any = None) -> Any:
+    """``documents_from_ids`` with the layout the host picks for CUDA (computed on the CPU here)."""
+    documents = _layers.documents_from_ids(ids, shape)
+    return documents._replace(
+        layout=_layers._host_layout(documents.resets, documents.ids, torch.device("cpu"))
+    )
+
+
+@pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
+def test_rows_of_a_few_documents_take_one_causal_call_each_and_equal_the_dense_masked_path(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_layers, "_flex_kernel", lambda device: object())  # as on CUDA
+    monkeypatch.setattr(llama_modules, "documents_from_ids", _sliced_documents)
+    monkeypatch.setattr(qwen_modules, "documents_from_ids", _sliced_documents)
+    layouts: list[Any] = []
+    sliced_attention = _layers._sliced_attention
+
+    def recording(q: Any, k: Any, v: Any, slices: Any) -> Any:
+        layouts.append(slices)
+        return sliced_attention(q, k, v, slices)
+
+    monkeypatch.setattr(_layers, "_sliced_attention", recording)
+    new_loss, new_grads = loss_and_grads(build(name))
+    assert layouts
+    assert all(s == _layers.DocumentSlices((5, 70, 1, 244, SEQ)) for s in layouts)
+    monkeypatch.setattr(llama_modules, "attention", dense_attention)
+    monkeypatch.setattr(qwen_modules, "attention", dense_attention)
+    old_loss, old_grads = loss_and_grads(build(name))
+    assert abs(new_loss - old_loss) <= 1e-5
+    assert new_grads.keys() == old_grads.keys()
+    for key, grad in new_grads.items():
+        assert (grad - old_grads[key]).abs().max().item() <= 1e-5 * max(
+            1.0, old_grads[key].abs().max().item()
+        )
+
+
+def test_ids_read_on_the_host_choose_the_layout_there_and_move_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Document ids in host memory for a model elsewhere: the layout is picked from them without a device
+    read (one causal call per document up to SLICE_MAX_DOCUMENTS a row, else the block mask; the
+    variable-length plan where FlexAttention does not run), and the per-token tensors are moved."""
+    meta = torch.device("meta")
+    ids = document_ids()
+    masks: list[Any] = []
+    monkeypatch.setattr(_layers, "_flex_kernel", lambda device: object())
+    monkeypatch.setattr(_layers, "document_block_mask", lambda ids: masks.append(ids.device) or "block mask")
+    documents = _layers.documents_from_ids(ids, ids.shape, meta)
+    assert documents.layout == _layers.DocumentSlices((5, 70, 1, 244, SEQ))
+    assert {t.device for t in documents[:3]} == {meta}
+    five = torch.cat([torch.full((n,), i) for i, n in enumerate((64, 64, 64, 64, 64))])[None]
+    assert _layers.documents_from_ids(five, five.shape, meta).layout == "block mask"
+    assert masks == [meta]
+    one = torch.zeros(2, SEQ, dtype=torch.long)
+    assert _layers.documents_from_ids(one, one.shape, meta).layout is None
+    monkeypatch.setattr(_layers, "_flex_kernel", lambda device: None)
+    plan = _layers.documents_from_ids(ids, ids.shape, meta).layout
+    assert isinstance(plan, _layers.VarlenPlan)
+    assert plan.gather.device == meta

@@ -86,7 +86,10 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
     assert rows[("finetune", "qwen3_5_debug qlora", False)]["preflight_memory_gib"] > 0
     attention = rows[("attention", "tiny", False)]
     assert attention["causal_ms"] > 0
-    assert attention["one_document_vs_causal"] == attention["one_document_ms"] / attention["causal_ms"]
+    assert attention["two_documents_vs_causal"] == attention["two_documents_ms"] / attention["causal_ms"]
+    assert attention["worst_vs_causal"] >= attention["packed_vs_causal"]
+    # the CPU's layouts: none for one document a row, the dense mask for these short rows
+    assert (attention["one_document_layout"], attention["two_documents_layout"]) == ("NoneType", "Tensor")
     assert "8/8 passed" in capsys.readouterr().out
 
 

@@ -174,6 +174,10 @@ def test_a_batch_of_single_document_rows_trains_without_a_document_mask(
         assert trainer.host_inputs({"document_ids": one_each}) == {"document_ids": None}
         assert trainer.host_inputs({"document_ids": boundary}) == {}
         assert trainer.host_inputs({"input_ids": one_each}) == {}
+        trainer.device = torch.device("cuda")  # on CUDA the ids stay on the host: the model reads them there
+        assert trainer.host_inputs({"document_ids": boundary})["document_ids"] is boundary
+        assert trainer.host_inputs({"document_ids": one_each}) == {"document_ids": None}
+        trainer.device = torch.device("cpu")
         tokens = torch.randint(0, 64, (2, 4))
         steps = trainer.accumulation_steps
         single = {"input_ids": tokens, "labels": tokens, "document_ids": one_each}

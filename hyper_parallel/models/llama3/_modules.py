@@ -212,7 +212,11 @@ class Llama3Model(nn.Module):
             seq_len = tokens.shape[1]
         else:
             h, seq_len = tokens, tokens.shape[1] * self.residual_sequence_shards
-        documents = None if document_ids is None else documents_from_ids(document_ids, (h.shape[0], seq_len))
+        documents = (
+            None
+            if document_ids is None
+            else documents_from_ids(document_ids, (h.shape[0], seq_len), h.device)
+        )
         positions = None if documents is None else documents.positions
         rope = self.rope(seq_len, h.device, positions)
         for layer in self.layers.values():

@@ -371,7 +371,7 @@ class Qwen3_5Model(nn.Module):
         ``positions`` (3, batch, seq) are multimodal RoPE positions; ``None`` means ``0 .. seq - 1``, or
         the position inside each document when ``document_ids`` (see ``forward``) are given.
         """
-        documents = None if document_ids is None else documents_from_ids(document_ids, h.shape[:2])
+        documents = None if document_ids is None else documents_from_ids(document_ids, h.shape[:2], h.device)
         if positions is None and documents is not None:
             positions = documents.positions.expand(3, *documents.positions.shape)
         # Angles in fp32, applied in the activations' dtype (FSDP's mixed precision casts them likewise).
