@@ -29,14 +29,16 @@ class LLMTrainer(Trainer):
         3.2-1B shape, against 2.47 ms for FlexAttention's document mask). Rows of a few documents take one
         such call per document (``models._layers.SLICE_MAX_DOCUMENTS``). A pipeline, tensor and context
         parallelism keep the ids on the device (FlexAttention's mask): the pipeline's stages take the same
-        inputs at every step, and the other two split what the calls would take whole.
+        inputs at every step, and the other two split what the calls would take whole; so do compiled
+        blocks, where FlexAttention compiles inline and a call per document would break each block's graph.
         """
         ids = batch.get("document_ids")
         if ids is None or ids.device.type != "cpu" or self.pipeline is not None:
             return {}
         if ids.shape[-1] > 1 and not bool((ids[:, 1:] != ids[:, :-1]).any()):
             return {"document_ids": None}
-        if self.device.type == "cuda" and self.dims.tp == 1 and self.dims.cp == 1:
+        compiled = self.config.compile.enable and "model" in self.config.compile.components
+        if self.device.type == "cuda" and self.dims.tp == 1 and self.dims.cp == 1 and not compiled:
             return {"document_ids": ids}
         return {}
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -177,6 +178,10 @@ def test_a_batch_of_single_document_rows_trains_without_a_document_mask(
         trainer.device = torch.device("cuda")  # on CUDA the ids stay on the host: the model reads them there
         assert trainer.host_inputs({"document_ids": boundary})["document_ids"] is boundary
         assert trainer.host_inputs({"document_ids": one_each}) == {"document_ids": None}
+        compiled = attrs.evolve(trainer.config.compile, enable=True)
+        trainer.config = attrs.evolve(trainer.config, compile=compiled)  # FlexAttention compiles inline
+        assert trainer.host_inputs({"document_ids": boundary}) == {}
+        trainer.config = attrs.evolve(trainer.config, compile=attrs.evolve(compiled, enable=False))
         trainer.device = torch.device("cpu")
         tokens = torch.randint(0, 64, (2, 4))
         steps = trainer.accumulation_steps
