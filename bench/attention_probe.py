@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--flex-options", default="[]", help="JSON list of kernel_options dicts to try")
     args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench.attention_probe: skipped, no CUDA device here (the kernels it compares are CUDA's)")
+        return 0
     device = torch.device("cuda")
     dtype = torch.bfloat16
     batch, seq, heads, kv_heads, head_dim = 2, 4096, 32, 8, 64

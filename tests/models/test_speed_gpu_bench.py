@@ -111,3 +111,16 @@ def test_the_checks_budget_cuts_every_step_and_reports_what_it_skipped(tmp_path:
     ]
     assert (tmp_path / "tests.log").read_text() == "skipped: the check's time budget was spent\n"
     assert results["rows"][2]["notes"] == ["exited 124 (see attention.log)"]
+
+
+def test_the_attention_probe_says_it_needs_cuda_and_exits_cleanly(capsys: Any) -> None:
+    import torch
+
+    from bench import attention_probe
+
+    if torch.cuda.is_available():
+        pytest.skip("runs on CUDA: bench gpu --check covers the kernels it compares")
+    assert attention_probe.main([]) == 0
+    assert capsys.readouterr().out == (
+        "bench.attention_probe: skipped, no CUDA device here (the kernels it compares are CUDA's)\n"
+    )
