@@ -234,6 +234,18 @@ def _debug_row(out: Path, tiny: bool, device: str, name: str) -> dict[str, Any]:
     return row
 
 
+def _tiny_gpu_overrides(config: str) -> dict[str, Any]:
+    """A GPU config's tiny mode: its ``TINY_OVERRIDES`` shape, 64 tokens, two float32 steps."""
+    return {
+        **{f"model.overrides.{k}": v for k, v in TINY_OVERRIDES[config].items()},
+        "training.seq_len": 64,
+        "training.max_steps": 2,
+        "metrics.log_freq": 1,
+        "lr_scheduler.warmup_steps": 1,
+        "training.mixed_precision_param": "float32",
+    }
+
+
 def _speed_rows(out: Path, tiny: bool, compiled: bool) -> list[dict[str, Any]]:
     """The shipped GPU configs through the trainer, compiled or not (compile only on CUDA)."""
     from hyper_parallel.config import load_config
@@ -244,16 +256,7 @@ def _speed_rows(out: Path, tiny: bool, compiled: bool) -> list[dict[str, Any]]:
         # 20 steps logged every 10: the record read is steps 11-20, after compilation and warm-up.
         overrides: dict[str, Any] = {"compile.enable": str(compiled).lower(), "training.max_steps": 20}
         if tiny:
-            overrides.update({f"model.overrides.{k}": v for k, v in TINY_OVERRIDES[config].items()})
-            overrides.update(
-                {
-                    "training.seq_len": 64,
-                    "training.max_steps": 2,
-                    "metrics.log_freq": 1,
-                    "lr_scheduler.warmup_steps": 1,
-                    "training.mixed_precision_param": "float32",
-                }
-            )
+            overrides.update(_tiny_gpu_overrides(config))
         tag = f"{config}-{'compiled' if compiled else 'eager'}"
         status, seconds, metrics, log = _train(config, out, tag, overrides, 300)
         last = [r for r in _records(metrics) if "tokens_per_second" in r][-1:]
@@ -302,17 +305,7 @@ def _finetune_rows(out: Path, tiny: bool) -> list[dict[str, Any]]:
         if tiny and method == "qlora":  # NF4 needs weights of 16,384 values or more: the tiny ones are not
             continue
         if tiny:
-            tiny_model = TINY_OVERRIDES["llama3_2_1b_gpu"]
-            overrides.update({f"model.overrides.{k}": v for k, v in tiny_model.items()})
-            overrides.update(
-                {
-                    "training.seq_len": 64,
-                    "training.max_steps": 2,
-                    "metrics.log_freq": 1,
-                    "lr_scheduler.warmup_steps": 1,
-                    "training.mixed_precision_param": "float32",
-                }
-            )
+            overrides.update(_tiny_gpu_overrides("llama3_2_1b_gpu"))
         plans.append(("llama3_2_1b_gpu", method, overrides))
     debug = {**FINETUNE_RUNS["qlora"], "training.max_steps": 2 if tiny else 10, "metrics.log_freq": 1,
              "training.mixed_precision_param": "float32" if tiny else "bfloat16"}  # fmt: skip

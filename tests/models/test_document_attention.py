@@ -70,6 +70,21 @@ def loss_and_grads(model: Any) -> tuple[float, dict[str, Any]]:
     return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+def assert_equals_the_dense_masked_path(
+    name: str, new_loss: float, new_grads: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loss and gradients of model ``name`` with the dense-masked attention patched in equal these."""
+    monkeypatch.setattr(llama_modules, "attention", dense_attention)
+    monkeypatch.setattr(qwen_modules, "attention", dense_attention)
+    old_loss, old_grads = loss_and_grads(build(name))
+    assert abs(new_loss - old_loss) <= 1e-5
+    assert new_grads.keys() == old_grads.keys()
+    for key, grad in new_grads.items():
+        assert (grad - old_grads[key]).abs().max().item() <= 1e-5 * max(
+            1.0, old_grads[key].abs().max().item()
+        )
+
+
 class SquareTensors(TorchDispatchMode):
     """Records every tensor an operator makes whose last two dimensions are both ``seq``."""
 
@@ -94,16 +109,7 @@ class SquareTensors(TorchDispatchMode):
 def test_packed_losses_and_gradients_equal_the_dense_masked_path(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    new_loss, new_grads = loss_and_grads(build(name))
-    monkeypatch.setattr(llama_modules, "attention", dense_attention)
-    monkeypatch.setattr(qwen_modules, "attention", dense_attention)
-    old_loss, old_grads = loss_and_grads(build(name))
-    assert abs(new_loss - old_loss) <= 1e-5
-    assert new_grads.keys() == old_grads.keys()
-    for key, grad in new_grads.items():
-        assert (grad - old_grads[key]).abs().max().item() <= 1e-5 * max(
-            1.0, old_grads[key].abs().max().item()
-        )
+    assert_equals_the_dense_masked_path(name, *loss_and_grads(build(name)), monkeypatch)
 
 
 @pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
@@ -335,15 +341,7 @@ def test_rows_of_a_few_documents_take_one_causal_call_each_and_equal_the_dense_m
     new_loss, new_grads = loss_and_grads(build(name))
     assert layouts
     assert all(s == _layers.DocumentSlices((5, 70, 1, 244, SEQ)) for s in layouts)
-    monkeypatch.setattr(llama_modules, "attention", dense_attention)
-    monkeypatch.setattr(qwen_modules, "attention", dense_attention)
-    old_loss, old_grads = loss_and_grads(build(name))
-    assert abs(new_loss - old_loss) <= 1e-5
-    assert new_grads.keys() == old_grads.keys()
-    for key, grad in new_grads.items():
-        assert (grad - old_grads[key]).abs().max().item() <= 1e-5 * max(
-            1.0, old_grads[key].abs().max().item()
-        )
+    assert_equals_the_dense_masked_path(name, new_loss, new_grads, monkeypatch)
 
 
 def test_ids_read_on_the_host_choose_the_layout_there_and_move_the_rest(
