@@ -24,11 +24,14 @@ What it runs, each step a fresh process of the real command line, results in one
 5. ``attention``: one attention layer at the 1B shape and 4,096 tokens, forward + backward, document
    masking as the trainer runs it (one, two and many documents per row) against plain causal SDPA
    (:func:`attention_times`).
+6. ``finetune``: full fine-tuning, LoRA and QLoRA of the Llama 3.2-1B GPU config through the trainer
+   (eager): tokens/s, each step against the full one, peak memory beside the preflight's; then QLoRA of the
+   Qwen 3.5 debug config in bf16, its peak beside the preflight's.
 
-Steps 1 and 2 run side by side (small, untimed), then 5, the eager runs of 3, 4 and the compiled runs of
-3 one at a time. ``--budget SECONDS`` (default 450) bounds the whole check: each step's timeout is cut to
-what is left, and a step that cannot start in time is a failed row that says so; ``check.json`` is
-rewritten after every step, so a lease that ends early keeps what ran.
+Steps 1 and 2 run side by side (small, untimed), then 5, the eager runs of 3, 4, the compiled runs of 3
+and 6 one at a time (``--parts`` runs some of them). ``--budget SECONDS`` (default 450) bounds the whole
+check: each step's timeout is cut to what is left, and a step that cannot start in time is a failed row
+that says so; ``check.json`` is rewritten after every step, so a lease that ends early keeps what ran.
 
 ``--tiny`` runs the same code on the CPU in tiny shapes (one debug config, two steps, small overrides of
 the GPU configs, no compile) so the suite can run it; ``--out DIR`` (default ``$OUT`` or ``bench-gpu-check``)
@@ -502,8 +505,9 @@ def _tests_row(out: Path, cuda: bool) -> dict[str, Any]:
     return row
 
 
-#: The check's steps, in the order they run; ``--parts`` picks some of them.
-PARTS = ("tests", "debug", "attention", "finetune", "eager", "transformers", "compiled")
+#: The check's steps, in the order they run (fine-tuning last: a spent budget cuts it first); ``--parts``
+#: picks some of them.
+PARTS = ("tests", "debug", "attention", "eager", "transformers", "compiled", "finetune")
 
 
 def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET, parts: tuple[str, ...] = PARTS) -> int:

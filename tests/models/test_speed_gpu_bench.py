@@ -65,11 +65,11 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
         ("tests", "-m cuda", False),
         ("debug", "llama3_debug", False),
         ("attention", "tiny", False),
+        ("speed", "llama3_2_1b_gpu", False),
+        ("speed", "qwen3_5_0_8b_gpu", False),
         ("finetune", "llama3_2_1b_gpu full", False),
         ("finetune", "llama3_2_1b_gpu lora", False),
         ("finetune", "qwen3_5_debug qlora", False),
-        ("speed", "llama3_2_1b_gpu", False),
-        ("speed", "qwen3_5_0_8b_gpu", False),
     ]
     assert all(r["ok"] for r in rows.values()), [r["notes"] for r in rows.values()]
     debug = rows[("debug", "llama3_debug", False)]
@@ -103,11 +103,11 @@ def test_the_checks_budget_cuts_every_step_and_reports_what_it_skipped(tmp_path:
         ("tests", False),
         ("debug", False),
         ("attention", False),
-        ("finetune", False),
-        ("finetune", False),
-        ("finetune", False),
         ("speed", False),
         ("speed", False),
+        ("finetune", False),
+        ("finetune", False),
+        ("finetune", False),
     ]
     assert (tmp_path / "tests.log").read_text() == "skipped: the check's time budget was spent\n"
     assert results["rows"][2]["notes"] == ["exited 124 (see attention.log)"]
