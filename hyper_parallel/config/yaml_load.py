@@ -410,17 +410,14 @@ def is_plain_string(text: str) -> bool:
 
 def _core_tag(text: str) -> str:
     """Tag the YAML 1.2 core schema gives the plain scalar ``text`` (used by the dumper to decide quoting)."""
-    if text in _NULLS:
-        return _NULL
-    if text in _BOOLS:
-        return _BOOL
-    if not text or text[0] not in _NUMBER_START:
-        return _STR
-    if _INT_DEC.fullmatch(text) or _INT_OCT.fullmatch(text) or _INT_HEX.fullmatch(text):
+    try:
+        value = _resolve_plain(text)
+    except ValueError:  # an integer too long to convert is an integer all the same
         return _INT
-    if text in _INF or text in _NINF or text in _NAN or _FLOAT_RE.fullmatch(text):
-        return _FLOAT
-    return _STR
+    return _CORE_TAGS[type(value)]
+
+
+_CORE_TAGS = {type(None): _NULL, bool: _BOOL, int: _INT, float: _FLOAT, str: _STR}
 
 
 class PartialDocument(ConfigError):
@@ -620,12 +617,12 @@ class _Builder:
                 )
                 self.partial.append(_issue(path, message, self.mark(node)))
                 return None
-            if _core_tag(text) == _STR:
-                return text
             try:
                 value = _resolve_plain(text)
             except ValueError:
                 value = None
+            if isinstance(value, str):
+                return text
             shown = "null" if value is None else f"{type(value).__name__} {echo(text)}"
             self.add(path, f"mapping key is {shown}; keys must be strings (quote the key)", node)
             return None
