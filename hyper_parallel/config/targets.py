@@ -203,11 +203,6 @@ def _submodule(name: str, module: types.ModuleType, part: str, allowed: tuple[st
     raise _no_attribute(f"module {module.__name__!r}", name.split("."), depth, public)
 
 
-#: Checked targets by ``(name, field type, allowed prefixes)`` (a converter keeps one). Failures are never
-#: cached, and a hit is used only while the dotted name still reaches the same object through the imported
-#: modules, so a re-bound or re-imported target is checked again. Keeps a warm resolve from re-importing and
-
-
 _MISSING = object()
 
 

@@ -13,13 +13,14 @@ notes naming the attribute, index or key) for containers, so ``cattrs`` users ca
 
 import enum
 import functools
+import itertools
 import math
 import operator
 import pathlib
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Union
 
 import attrs
@@ -517,10 +518,11 @@ class _Union(Rule):
         return [] if bare is tp else rule_for(bare).names(bare)
 
 
-def _items(value: Any, hook: Hook, item_tp: Any, tp: Any) -> list[Any]:
-    """Structure every item of a sequence; one ``IterableValidationError`` naming each bad index."""
+def _items(value: Any, hooks: Iterable[tuple[Hook, Any]], tp: Any) -> list[Any]:
+    """Structure every item of a sequence by its ``(hook, type)``; one ``IterableValidationError`` naming
+    each bad index."""
     out, errors = [], []
-    for i, v in enumerate(value):
+    for i, (v, (hook, item_tp)) in enumerate(zip(value, hooks, strict=False)):  # repeat() never ends
         try:
             out.append(hook(v, item_tp))
         except Exception as exc:
@@ -538,8 +540,7 @@ class _FixedTuple(Rule):
         return typing.get_origin(tp) is tuple and bool(args) and args[-1] is not Ellipsis
 
     def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
-        item_tps = typing.get_args(tp)
-        hooks = [conv.get_structure_hook(t) for t in item_tps]
+        hooks = [(conv.get_structure_hook(t), t) for t in typing.get_args(tp)]
         size = len(hooks)
 
         def structure_fixed_tuple(value: Any, _tp: Any) -> Any:
@@ -547,15 +548,7 @@ class _FixedTuple(Rule):
                 raise Invalid(f"expected a list of {size} items, got {describe_value(value)}")
             if len(value) != size:
                 raise Invalid(f"expected a list of {size} items, got {len(value)}")
-            out, errors = [], []
-            for i, (hook, item_tp, v) in enumerate(zip(hooks, item_tps, value, strict=True)):
-                try:
-                    out.append(hook(v, item_tp))
-                except Exception as exc:
-                    errors.append(at_index(exc, i, item_tp))
-            if errors:
-                raise IterableValidationError(f"While structuring {tp!r}", errors, tp)
-            return tuple(out)
+            return tuple(_items(value, hooks, tp))
 
         return structure_fixed_tuple
 
@@ -607,7 +600,7 @@ class _Sequence(Rule):
         def structure_sequence(value: Any, _tp: Any) -> Any:
             if not isinstance(value, (list, tuple)) and not (sets and isinstance(value, (set, frozenset))):
                 raise Invalid(f"expected {word}, got {describe_value(value)}")
-            out = _items(value, hook, item_tp, tp)
+            out = _items(value, itertools.repeat((hook, item_tp)), tp)
             return out if make is list else make(out)
 
         return structure_sequence
@@ -841,9 +834,10 @@ def check_shape(
     if _holds_attrs(bare):
         origin, args = typing.get_origin(bare), typing.get_args(bare)
         items = isinstance(value, (list, tuple))
-        if items and origin in (list, Sequence) and len(args) == 1:
-            return [p for i, v in enumerate(value) for p in check_shape(conv, args[0], v, (*path, i))]
-        if items and origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        homogeneous = (origin in (list, Sequence) and len(args) == 1) or (
+            origin is tuple and len(args) == 2 and args[1] is Ellipsis
+        )
+        if items and homogeneous:
             return [p for i, v in enumerate(value) for p in check_shape(conv, args[0], v, (*path, i))]
         if (
             origin in (dict, Mapping)

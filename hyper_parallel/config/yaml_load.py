@@ -58,7 +58,7 @@ import functools
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import attrs
 import yaml
@@ -420,6 +420,15 @@ def _core_tag(text: str) -> str:
 _CORE_TAGS = {type(None): _NULL, bool: _BOOL, int: _INT, float: _FLOAT, str: _STR}
 
 
+#: How the text of a scalar tagged ``!!int``, ``!!float`` or ``!!bool`` is read (None: it is not one), and
+#: what it is not when it is not.
+_TAGGED: dict[str, tuple[Callable[[str], object], str]] = {
+    _INT: (_to_int, "an integer (tagged !!int)"),
+    _FLOAT: (_to_float, "a float (tagged !!float)"),
+    _BOOL: (_BOOLS.get, "a boolean (tagged !!bool; use true or false)"),
+}
+
+
 class PartialDocument(ConfigError):
     """Problems that still leave a document to check (a duplicate key keeps its first value, a merge key is
     left out): ``value`` and ``sources`` are that document, so a caller can report what else is wrong with
@@ -537,27 +546,15 @@ class _Builder:
                 return None
         if tag in (_QUOTED, _STR):
             return text
-        if tag == _INT:
+        if tag in _TAGGED:
+            read, words = _TAGGED[tag]
             try:
-                number = _to_int(text)
-            except ValueError:
-                number = None
-            if number is None:
-                self.add(path, f"{echo(text)} is not an integer (tagged !!int)", node)
-            return number
-        if tag == _FLOAT:
-            try:
-                real = _to_float(text)
-            except ValueError:
-                real = None
-            if real is None:
-                self.add(path, f"{echo(text)} is not a float (tagged !!float)", node)
-            return real
-        if tag == _BOOL:
-            boolean = _BOOLS.get(text)
-            if boolean is None:
-                self.add(path, f"{echo(text)} is not a boolean (tagged !!bool; use true or false)", node)
-            return boolean
+                value = read(text)
+            except ValueError:  # an integer too long to convert
+                value = None
+            if value is None:
+                self.add(path, f"{echo(text)} is not {words}", node)
+            return value
         if tag == _NULL:
             if text not in _NULLS:
                 self.add(path, f"{echo(text)} is not null (tagged !!null)", node)
