@@ -373,13 +373,9 @@ def _import_public(path: Iterable[str] | None, prefix: str) -> None:
 
 def _subclasses(cls: type) -> list[type]:
     out: list[type] = [cls]
-    todo: list[type] = [cls]
-    while todo:
-        subs: list[type] = todo.pop().__subclasses__()
-        for sub in subs:
-            if sub not in out:
-                out.append(sub)
-                todo.append(sub)
+    for known in out:  # the list grows while it is walked
+        subs: list[type] = known.__subclasses__()
+        out += [sub for sub in subs if sub not in out]
     return out
 
 

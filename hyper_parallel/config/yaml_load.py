@@ -163,9 +163,7 @@ class SourceMap:
         self._values: dict[Path, yaml.Mark] = {}
 
     def _mark(self, raw: yaml.Mark | None) -> Mark | None:
-        if raw is None:
-            return None
-        return Mark(self.file, raw.line + 1, raw.column + 1)
+        return None if raw is None else _yaml_mark(self.file, raw)
 
     def key(self, path: Path) -> Mark | None:
         """Position of the mapping key at ``path``; ``None`` for the root, list items and absent paths."""
