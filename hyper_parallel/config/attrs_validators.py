@@ -11,6 +11,7 @@ JSON schema (:func:`hyper_parallel.config.types.constrain_schema`) and the messa
 ``tests/config/test_attrs_adapter.py`` pins what this reads, so an attrs release that changes it fails there.
 """
 
+from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 import attr.validators as _attrs_validators
@@ -61,17 +62,21 @@ def _private(name: str) -> type | None:
     return found if isinstance(found, type) else None
 
 
-_NUMBER = _private("_NumberValidator")
-_MIN_LEN = _private("_MinLengthValidator")
-_MAX_LEN = _private("_MaxLengthValidator")
-_IN = _private("_InValidator")
-_INSTANCE_OF = _private("_InstanceOfValidator")
-_CALLABLE = _private("_IsCallableValidator")
-_REGEX = _private("_MatchesReValidator")
-_AND = _private("_AndValidator")
-_OPTIONAL = _private("_OptionalValidator")
-_DEEP_ITERABLE = _private("_DeepIterable")
-
+#: How each of attrs' validator classes reads as a :class:`Shape`, by the class's (private) name.
+_READERS: dict[type | None, Callable[[Any], Shape]] = {
+    _private("_NumberValidator"): lambda v: Shape("bound", op=v.compare_op, bound=v.bound),
+    _private("_MinLengthValidator"): lambda v: Shape("min_len", op=">=", bound=v.min_length),
+    _private("_MaxLengthValidator"): lambda v: Shape("max_len", op="<=", bound=v.max_length),
+    _private("_InValidator"): lambda v: Shape("one_of", options=v.options),
+    _private("_InstanceOfValidator"): lambda v: Shape("instance_of", types=v.type),
+    _private("_IsCallableValidator"): lambda v: Shape("callable"),
+    _private("_MatchesReValidator"): lambda v: Shape("regex", pattern=v.pattern.pattern),
+    _private("_AndValidator"): lambda v: Shape("all", members=tuple(v._validators)),
+    _private("_OptionalValidator"): lambda v: Shape("optional", members=(v.validator,)),
+    _private("_DeepIterable"): lambda v: Shape(
+        "items", member=v.member_validator, outer=v.iterable_validator
+    ),
+}
 _OTHER = Shape("other")
 
 
@@ -79,28 +84,8 @@ def shape_of(validator: Any) -> Shape:
     """What ``validator`` requires; a list of validators (attrs accepts one for a field) is their ``and_``."""
     if isinstance(validator, (list, tuple)):
         return Shape("all", members=tuple(validator))
-    cls = type(validator)
-    if cls is _NUMBER:
-        return Shape("bound", op=validator.compare_op, bound=validator.bound)
-    if cls is _MIN_LEN:
-        return Shape("min_len", op=">=", bound=validator.min_length)
-    if cls is _MAX_LEN:
-        return Shape("max_len", op="<=", bound=validator.max_length)
-    if cls is _IN:
-        return Shape("one_of", options=validator.options)
-    if cls is _INSTANCE_OF:
-        return Shape("instance_of", types=validator.type)
-    if cls is _CALLABLE:
-        return Shape("callable")
-    if cls is _REGEX:
-        return Shape("regex", pattern=validator.pattern.pattern)
-    if cls is _AND:
-        return Shape("all", members=tuple(validator._validators))
-    if cls is _OPTIONAL:
-        return Shape("optional", members=(validator.validator,))
-    if cls is _DEEP_ITERABLE:
-        return Shape("items", member=validator.member_validator, outer=validator.iterable_validator)
-    return _OTHER
+    read = _READERS.get(type(validator))  # a class this attrs release lacks is keyed None: never found
+    return _OTHER if read is None else read(validator)
 
 
 def _type_names(types: Any) -> str:

@@ -125,10 +125,6 @@ def _as_parts(parts: Iterable[PathPart]) -> tuple[PathPart, ...]:
     return tuple(parts)
 
 
-def _clip_location(text: str | None) -> str | None:
-    return None if text is None else _clip_middle(text)
-
-
 @attrs.frozen
 class Issue:
     """One problem in the input: where it is in the config tree, what is wrong, and where it came from."""
@@ -145,7 +141,7 @@ class Issue:
     )
     location: str | None = attrs.field(
         default=None,
-        converter=_clip_location,
+        converter=attrs.converters.optional(_clip_middle),
         metadata={
             "help": "'file.yaml:LINE:COL', the command-line flag, or None without a source (cut to MAX_PATH)."
         },

@@ -54,9 +54,7 @@ def factory_param_help(fn: Any) -> dict[str, str]:
             in_args = True
             continue
         if in_args:
-            match = (
-                _ARG_LINE.match("  " + line) if line and not line.startswith(" ") else _ARG_LINE.match(line)
-            )
+            match = _ARG_LINE.match(line if not line or line.startswith(" ") else "  " + line)
             if match:
                 out[match.group(1)] = match.group(2).strip()
             elif line and not line.startswith(" "):

@@ -274,12 +274,8 @@ def _root_issues(
     """Every rule that spans groups, in one pass: the root's ``cross_check``, the rules of ``world_size``
     ranks (when known) and of the ``trainer`` (an issue two rules find is reported once)."""
     problems = [p for exc in cross_check_errors(cfg) for p in problems_of(exc)]
-    pairs: list[tuple[str, str]] = []
-    if world_size is not None:
-        pairs += rules.world_size_issues(cfg, world_size)
-    pairs += rules.trainer_issues(cfg, trainer, names)
-    problems += [Problem(split_path(field), message) for field, message in pairs]
-    return list(to_config_error(problems, locate).issues) if problems else []
+    pairs = rules.world_size_issues(cfg, world_size) if world_size is not None else []
+    return _issues([*pairs, *rules.trainer_issues(cfg, trainer, names)], locate, problems)
 
 
 def _reads(issue: Issue, groups: frozenset[str]) -> bool:
@@ -292,10 +288,12 @@ def _reads(issue: Issue, groups: frozenset[str]) -> bool:
     return any(path.partition(".")[0].partition("[")[0] in groups for path in paths)
 
 
-def _issues(pairs: Iterable[tuple[str, str]], locate: Locate | None) -> list[Issue]:
-    """Root-relative ``(dotted path, message)`` pairs as located issues."""
-    problems = [Problem(split_path(field), message) for field, message in pairs]
-    return list(to_config_error(problems, locate).issues) if problems else []
+def _issues(
+    pairs: Iterable[tuple[str, str]], locate: Locate | None, problems: Iterable[Problem] = ()
+) -> list[Issue]:
+    """``problems``, then root-relative ``(dotted path, message)`` pairs, as located issues (each once)."""
+    found = [*problems, *(Problem(split_path(field), message) for field, message in pairs)]
+    return list(to_config_error(found, locate).issues) if found else []
 
 
 def _emit(found: Iterable[Issue], stacklevel: int) -> None:
@@ -395,7 +393,7 @@ def _override_issues(raw: object, parsed: "list[Override]", locate: Locate) -> l
 
     patch = OverridePatch(converter, converter.root_facts(TrainerConfig), parsed, current_options().allowed)
     patch.check(raw)
-    return list(to_config_error(patch.problems, locate).issues) if patch.problems else []
+    return _issues((), locate, patch.problems)
 
 
 def _apply(
@@ -413,7 +411,7 @@ def _apply(
         with resolve_options(locate=locate):
             result = converter.structure(tree, TrainerConfig)
     except ConfigError as exc:
-        found = [*to_config_error(problems, locate).issues, *exc.issues] if problems else exc.issues
+        found = [*_issues((), locate, problems), *exc.issues]
         config, unmade = (None, frozenset[str]()) if problems else (exc.config, exc.unmade)
         raise ConfigError(found, config=config, unmade=unmade) from None
     if problems:

@@ -80,8 +80,6 @@ class RootFacts(typing.NamedTuple):
     cls: type
     #: Each group's field type (what its ``_target_`` must build), in declaration order.
     types: Mapping[str, Any]
-    #: Each group's attrs field.
-    fields: Mapping[str, "attrs.Attribute[Any]"]
     #: The ``_target_`` of each group's default value (groups that have one).
     default_targets: Mapping[str, str]
     #: The packages whose public modules hold the Config classes and factories a document of this root
@@ -122,7 +120,6 @@ def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
     return RootFacts(
         root_cls,
         {n: f.type for n, f in fields.items()},
-        fields,
         defaults,
         names,
         {n: f.alias or n for n, f in fields.items()},
@@ -556,22 +553,15 @@ def group_writer(conv: "ConfigConverter", cls: Any) -> Callable[[Any], dict[str,
     return writer
 
 
-def _nameable(obj: object) -> str | None:
-    """Why ``obj`` cannot be named by a dotted path, or None if it can."""
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", "")
-    if module in (None, "__main__"):
-        return f"it is defined in {module or 'no module'!s}"
-    if "<" in qualname:
-        return f"{qualname!r} is a lambda or a local definition"
-    return None
-
-
 def _target_name(cls: Any) -> tuple[str, str | None]:
     """The ``_target_`` naming ``cls``, and why it cannot be written (None if it can)."""
+    qualname = cls.__qualname__
     if not attrs.has(cls):
-        return "", f"a {cls.__qualname__} cannot be written to a config file"
-    why = _nameable(cls)
+        return "", f"a {qualname} cannot be written to a config file"
+    module = getattr(cls, "__module__", None)
+    why = f"it is defined in {module or 'no module'!s}" if module in (None, "__main__") else None
+    if why is None and "<" in qualname:
+        why = f"{qualname!r} is a lambda or a local definition"
     if why is not None:
-        return "", f"{cls.__qualname__} cannot be named as a '_target_': {why}"
+        return "", f"{qualname} cannot be named as a '_target_': {why}"
     return qualified_name(cls), None

@@ -203,11 +203,6 @@ def _submodule(name: str, module: types.ModuleType, part: str, allowed: tuple[st
     raise _no_attribute(f"module {module.__name__!r}", name.split("."), depth, public)
 
 
-#: Checked targets by ``(name, field type, allowed prefixes)`` (a converter keeps one). Failures are never
-#: cached, and a hit is used only while the dotted name still reaches the same object through the imported
-#: modules, so a re-bound or re-imported target is checked again. Keeps a warm resolve from re-importing and
-
-
 _MISSING = object()
 
 
@@ -378,13 +373,9 @@ def _import_public(path: Iterable[str] | None, prefix: str) -> None:
 
 def _subclasses(cls: type) -> list[type]:
     out: list[type] = [cls]
-    todo: list[type] = [cls]
-    while todo:
-        subs: list[type] = todo.pop().__subclasses__()
-        for sub in subs:
-            if sub not in out:
-                out.append(sub)
-                todo.append(sub)
+    for known in out:  # the list grows while it is walked
+        subs: list[type] = known.__subclasses__()
+        out += [sub for sub in subs if sub not in out]
     return out
 
 

@@ -13,12 +13,14 @@ notes naming the attribute, index or key) for containers, so ``cattrs`` users ca
 
 import enum
 import functools
+import itertools
 import math
+import operator
 import pathlib
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Union
 
 import attrs
@@ -352,85 +354,59 @@ _DIGITS = re.compile(r"\D")
 
 
 class _Literal(Rule):
+    """``Literal[...]``: one of its values, matched by type and value (``1`` is not ``true``)."""
+
     def matches(self, tp: Any) -> bool:
         return typing.get_origin(tp) is Literal
 
+    def pairs(self, tp: Any) -> list[tuple[Any, Any]]:
+        """Each choice as a file gives it, with the value it structures as."""
+        return [(c, c) for c in typing.get_args(tp)]
+
     def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
-        choices = typing.get_args(tp)
-        allowed = {(type(c), c) for c in choices}
-        words = [c for c in choices if isinstance(c, str)]
-        shown = ", ".join(repr(c) for c in choices)
+        pairs = self.pairs(tp)
+        members = {(type(given), given): made for given, made in pairs}
+        words = [given for given, _ in pairs if isinstance(given, str)]
+        shown = ", ".join(repr(given) for given, _ in pairs)
 
-        def structure_literal(value: Any, _tp: Any) -> Any:
+        def structure_choice(value: Any, _tp: Any) -> Any:
+            if type(value) is tp:  # an Enum member, given in Python
+                return value
             try:
-                if (type(value), value) in allowed:
-                    return value
-            except TypeError:  # unhashable value
-                pass
-            hint = choice_hint(value, words) if isinstance(value, str) else ""
-            raise Invalid(f"expected one of {shown}, got {describe_value(value)}{hint}")
+                return members[(type(value), value)]
+            except (KeyError, TypeError):  # TypeError: an unhashable value
+                hint = choice_hint(value, words) if isinstance(value, str) else ""
+                raise Invalid(f"expected one of {shown}, got {describe_value(value)}{hint}") from None
 
-        return structure_literal
+        return structure_choice
 
     def describe(self, tp: Any) -> str:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
+        return " | ".join(repr(given) for given, _ in self.pairs(tp))
 
     def expected(self, tp: Any) -> str:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+        return "one of " + ", ".join(repr(given) for given, _ in self.pairs(tp))
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
-        return {"enum": list(typing.get_args(tp))}
+        return {"enum": [given for given, _ in self.pairs(tp)]}
 
     def text_as_is(self, tp: Any) -> bool:
-        return all(isinstance(c, str) for c in typing.get_args(tp))
+        return all(isinstance(given, str) for given, _ in self.pairs(tp))
 
     def takes_text(self, tp: Any) -> bool:
         return self.text_as_is(tp)
 
 
-class _Enum(Rule):
+class _Enum(_Literal):
     """An ``Enum`` is written as its member's value; a file gives the value, Python code the member."""
 
     def matches(self, tp: Any) -> bool:
         return isinstance(tp, type) and issubclass(tp, enum.Enum)
 
-    def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
-        members = {(type(m.value), m.value): m for m in tp}
-        words = [m.value for m in tp if isinstance(m.value, str)]
-        shown = ", ".join(repr(m.value) for m in tp)
-
-        def structure_enum(value: Any, _tp: Any) -> Any:
-            if type(value) is tp:
-                return value
-            try:
-                return members[(type(value), value)]
-            except (KeyError, TypeError):
-                hint = choice_hint(value, words) if isinstance(value, str) else ""
-                raise Invalid(f"expected one of {shown}, got {describe_value(value)}{hint}") from None
-
-        return structure_enum
+    def pairs(self, tp: Any) -> list[tuple[Any, Any]]:
+        return [(m.value, m) for m in tp]
 
     def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
-        return _enum_value
-
-    def describe(self, tp: Any) -> str:
-        return " | ".join(repr(m.value) for m in tp)
-
-    def expected(self, tp: Any) -> str:
-        return "one of " + ", ".join(repr(m.value) for m in tp)
-
-    def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
-        return {"enum": [m.value for m in tp]}
-
-    def text_as_is(self, tp: Any) -> bool:
-        return all(isinstance(m.value, str) for m in tp)
-
-    def takes_text(self, tp: Any) -> bool:
-        return self.text_as_is(tp)
-
-
-def _enum_value(member: Any) -> Any:
-    return member.value
+        return operator.attrgetter("value")
 
 
 class _Path(Rule):
@@ -542,10 +518,11 @@ class _Union(Rule):
         return [] if bare is tp else rule_for(bare).names(bare)
 
 
-def _items(value: Any, hook: Hook, item_tp: Any, tp: Any) -> list[Any]:
-    """Structure every item of a sequence; one ``IterableValidationError`` naming each bad index."""
+def _items(value: Any, hooks: Iterable[tuple[Hook, Any]], tp: Any) -> list[Any]:
+    """Structure every item of a sequence by its ``(hook, type)``; one ``IterableValidationError`` naming
+    each bad index."""
     out, errors = [], []
-    for i, v in enumerate(value):
+    for i, (v, (hook, item_tp)) in enumerate(zip(value, hooks, strict=False)):  # repeat() never ends
         try:
             out.append(hook(v, item_tp))
         except Exception as exc:
@@ -563,8 +540,7 @@ class _FixedTuple(Rule):
         return typing.get_origin(tp) is tuple and bool(args) and args[-1] is not Ellipsis
 
     def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
-        item_tps = typing.get_args(tp)
-        hooks = [conv.get_structure_hook(t) for t in item_tps]
+        hooks = [(conv.get_structure_hook(t), t) for t in typing.get_args(tp)]
         size = len(hooks)
 
         def structure_fixed_tuple(value: Any, _tp: Any) -> Any:
@@ -572,15 +548,7 @@ class _FixedTuple(Rule):
                 raise Invalid(f"expected a list of {size} items, got {describe_value(value)}")
             if len(value) != size:
                 raise Invalid(f"expected a list of {size} items, got {len(value)}")
-            out, errors = [], []
-            for i, (hook, item_tp, v) in enumerate(zip(hooks, item_tps, value, strict=True)):
-                try:
-                    out.append(hook(v, item_tp))
-                except Exception as exc:
-                    errors.append(at_index(exc, i, item_tp))
-            if errors:
-                raise IterableValidationError(f"While structuring {tp!r}", errors, tp)
-            return tuple(out)
+            return tuple(_items(value, hooks, tp))
 
         return structure_fixed_tuple
 
@@ -632,7 +600,7 @@ class _Sequence(Rule):
         def structure_sequence(value: Any, _tp: Any) -> Any:
             if not isinstance(value, (list, tuple)) and not (sets and isinstance(value, (set, frozenset))):
                 raise Invalid(f"expected {word}, got {describe_value(value)}")
-            out = _items(value, hook, item_tp, tp)
+            out = _items(value, itertools.repeat((hook, item_tp)), tp)
             return out if make is list else make(out)
 
         return structure_sequence
@@ -866,9 +834,10 @@ def check_shape(
     if _holds_attrs(bare):
         origin, args = typing.get_origin(bare), typing.get_args(bare)
         items = isinstance(value, (list, tuple))
-        if items and origin in (list, Sequence) and len(args) == 1:
-            return [p for i, v in enumerate(value) for p in check_shape(conv, args[0], v, (*path, i))]
-        if items and origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        homogeneous = (origin in (list, Sequence) and len(args) == 1) or (
+            origin is tuple and len(args) == 2 and args[1] is Ellipsis
+        )
+        if items and homogeneous:
             return [p for i, v in enumerate(value) for p in check_shape(conv, args[0], v, (*path, i))]
         if (
             origin in (dict, Mapping)
@@ -1129,25 +1098,17 @@ def child_names(tp: Any) -> list[str]:
 def register_rules(conv: cattrs.Converter) -> None:
     """Make every rule of the table the converter's hook for the annotations it matches.
 
-    Factories registered later win in cattrs, so the table is registered from its end. cattrs keeps its
-    coercing hooks for ``int``, ``float``, ``str``, ``bytes`` and ``Path`` in a class dispatch that is asked
-    before any factory and also answers for subclasses (an ``IntEnum`` would be read by ``int(value)``), so
-    those entries are overridden with cattrs' own "no hook here" marker: every annotation reaches the table.
+    Factories registered later win in cattrs, so the table is registered from its end; each rule's
+    ``structure``/``unstructure`` is a cattrs hook factory that takes the converter as its second argument.
+    cattrs keeps its coercing hooks for ``int``, ``float``, ``str``, ``bytes`` and ``Path`` in a class
+    dispatch that is asked before any factory and also answers for subclasses (an ``IntEnum`` would be read
+    by ``int(value)``), so those entries are overridden with cattrs' own "no hook here" marker: every
+    annotation reaches the table.
     """
-    conv.register_structure_hook_factory(lambda _tp: True, lambda tp: _UNSUPPORTED.structure(tp, conv))
-    conv.register_unstructure_hook_factory(lambda _tp: True, lambda cls: _UNSUPPORTED.unstructure(cls, conv))
-    for rule in reversed(RULES):
-        conv.register_structure_hook_factory(rule.matches, _structure_factory(rule, conv))
-        conv.register_unstructure_hook_factory(rule.matches, _unstructure_factory(rule, conv))
+    for rule in (_UNSUPPORTED, *reversed(RULES)):
+        conv.register_structure_hook_factory(rule.matches, rule.structure)
+        conv.register_unstructure_hook_factory(rule.matches, rule.unstructure)
     for cls in (int, float, str, bytes, pathlib.Path):
         conv.register_structure_hook(cls, _DispatchNotFound)  # type: ignore[arg-type]
     for cls in (str, bytes, pathlib.Path):
         conv.register_unstructure_hook(cls, _DispatchNotFound)  # type: ignore[arg-type]
-
-
-def _structure_factory(rule: Rule, conv: cattrs.Converter) -> Callable[[Any], Hook]:
-    return lambda tp: rule.structure(tp, conv)
-
-
-def _unstructure_factory(rule: Rule, conv: cattrs.Converter) -> Callable[[Any], Callable[[Any], Any]]:
-    return lambda cls: rule.unstructure(cls, conv)

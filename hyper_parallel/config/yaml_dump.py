@@ -22,14 +22,10 @@ from typing import Any
 import yaml
 
 from hyper_parallel.config.errors import format_path
-from hyper_parallel.config.yaml_load import MAX_DEPTH, _core_tag
+from hyper_parallel.config.yaml_load import _FLOAT, _MAP, _SEQ, _STR, MAX_DEPTH, _core_tag
 
 __all__ = ["dump_yaml"]
 
-_TAG_PREFIX = "tag:yaml.org,2002:"
-_STR = _TAG_PREFIX + "str"
-_MAP = _TAG_PREFIX + "map"
-_SEQ = _TAG_PREFIX + "seq"
 #: Returned by the resolver for plain text the two schemas read differently: matches no node tag, so
 #: the serializer marks the scalar as not plain-implicit and the emitter quotes it.
 _AMBIGUOUS = "\x00ambiguous"
@@ -131,7 +127,7 @@ def _represent_str(dumper: _Dumper, data: str) -> yaml.ScalarNode:
 
 
 def _represent_float(dumper: _Dumper, data: float) -> yaml.ScalarNode:
-    return dumper.represent_scalar(_TAG_PREFIX + "float", _float_text(data))
+    return dumper.represent_scalar(_FLOAT, _float_text(data))
 
 
 def _represent_other(dumper: _Dumper, data: object) -> yaml.Node:

@@ -58,7 +58,7 @@ import functools
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import attrs
 import yaml
@@ -163,9 +163,7 @@ class SourceMap:
         self._values: dict[Path, yaml.Mark] = {}
 
     def _mark(self, raw: yaml.Mark | None) -> Mark | None:
-        if raw is None:
-            return None
-        return Mark(self.file, raw.line + 1, raw.column + 1)
+        return None if raw is None else _yaml_mark(self.file, raw)
 
     def key(self, path: Path) -> Mark | None:
         """Position of the mapping key at ``path``; ``None`` for the root, list items and absent paths."""
@@ -410,17 +408,23 @@ def is_plain_string(text: str) -> bool:
 
 def _core_tag(text: str) -> str:
     """Tag the YAML 1.2 core schema gives the plain scalar ``text`` (used by the dumper to decide quoting)."""
-    if text in _NULLS:
-        return _NULL
-    if text in _BOOLS:
-        return _BOOL
-    if not text or text[0] not in _NUMBER_START:
-        return _STR
-    if _INT_DEC.fullmatch(text) or _INT_OCT.fullmatch(text) or _INT_HEX.fullmatch(text):
+    try:
+        value = _resolve_plain(text)
+    except ValueError:  # an integer too long to convert is an integer all the same
         return _INT
-    if text in _INF or text in _NINF or text in _NAN or _FLOAT_RE.fullmatch(text):
-        return _FLOAT
-    return _STR
+    return _CORE_TAGS[type(value)]
+
+
+_CORE_TAGS = {type(None): _NULL, bool: _BOOL, int: _INT, float: _FLOAT, str: _STR}
+
+
+#: How the text of a scalar tagged ``!!int``, ``!!float`` or ``!!bool`` is read (None: it is not one), and
+#: what it is not when it is not.
+_TAGGED: dict[str, tuple[Callable[[str], object], str]] = {
+    _INT: (_to_int, "an integer (tagged !!int)"),
+    _FLOAT: (_to_float, "a float (tagged !!float)"),
+    _BOOL: (_BOOLS.get, "a boolean (tagged !!bool; use true or false)"),
+}
 
 
 class PartialDocument(ConfigError):
@@ -540,27 +544,15 @@ class _Builder:
                 return None
         if tag in (_QUOTED, _STR):
             return text
-        if tag == _INT:
+        if tag in _TAGGED:
+            read, words = _TAGGED[tag]
             try:
-                number = _to_int(text)
-            except ValueError:
-                number = None
-            if number is None:
-                self.add(path, f"{echo(text)} is not an integer (tagged !!int)", node)
-            return number
-        if tag == _FLOAT:
-            try:
-                real = _to_float(text)
-            except ValueError:
-                real = None
-            if real is None:
-                self.add(path, f"{echo(text)} is not a float (tagged !!float)", node)
-            return real
-        if tag == _BOOL:
-            boolean = _BOOLS.get(text)
-            if boolean is None:
-                self.add(path, f"{echo(text)} is not a boolean (tagged !!bool; use true or false)", node)
-            return boolean
+                value = read(text)
+            except ValueError:  # an integer too long to convert
+                value = None
+            if value is None:
+                self.add(path, f"{echo(text)} is not {words}", node)
+            return value
         if tag == _NULL:
             if text not in _NULLS:
                 self.add(path, f"{echo(text)} is not null (tagged !!null)", node)
@@ -620,12 +612,12 @@ class _Builder:
                 )
                 self.partial.append(_issue(path, message, self.mark(node)))
                 return None
-            if _core_tag(text) == _STR:
-                return text
             try:
                 value = _resolve_plain(text)
             except ValueError:
                 value = None
+            if isinstance(value, str):
+                return text
             shown = "null" if value is None else f"{type(value).__name__} {echo(text)}"
             self.add(path, f"mapping key is {shown}; keys must be strings (quote the key)", node)
             return None
