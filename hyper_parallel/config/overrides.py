@@ -256,17 +256,11 @@ class OverridePatch:
         for o in self._switches:
             self._switch(tree, o)
         refused = {p.path for p in self.problems}  # fields a switch already reported are not reported twice
-        targets: dict[str, Target | None] = {}
+        target_of = functools.cache(functools.partial(self._target_of, tree))  # each group's, looked up once
         for o in self._values:
-            if o.path[:2] in refused:
-                continue
-            group = self._group_of(o)
-            if group is None:
-                continue
-            if group not in targets:
-                targets[group] = self._target_of(tree, group)
-            target = targets[group]
-            read = self._read(o, target) if target is not None else None
+            group = None if o.path[:2] in refused else self._group_of(o)
+            target = None if group is None else target_of(group)
+            read = None if target is None else self._read(o, target)
             if read is not None:
                 self._set(tree, o.path, read[1])
 
