@@ -236,11 +236,9 @@ def _in_wrong_group(
     ):
         return problem
     message = str(problem.message)
-    guessed = "; did you mean" in message
-    found = elsewhere(conv, facts, path[1], raw, str(path[0]), guessed)
-    if guessed and found:
-        return problem._replace(message=message[:-1] + found)
-    return problem._replace(message=message + found) if found else problem
+    guess = message if "; did you mean" in message else ""  # the message ends with its guess
+    found = elsewhere(conv, facts, path[1], raw, str(path[0]), guess)
+    return problem._replace(message=found if guess else message + found) if found != guess else problem
 
 
 def elsewhere(
@@ -249,14 +247,14 @@ def elsewhere(
     name: str,
     tree: Mapping[str, Any] | None,
     group: str,
-    guessed: bool,
+    hint: str,
 ) -> str:
-    """Where field ``name``, given in ``group`` which has none, belongs: ``; it is a field of 'optimizer'
-    (optimizer.lr)``; after a did-you-mean (``guessed``), only when one other group has it exactly:
-    ``, or lr_scheduler.warmup_steps?`` (to replace the guess's ``?``). Empty when no other group has it."""
+    """``hint`` (a did-you-mean ending in ``?``, or empty) completed by where field ``name``, given in
+    ``group`` which has none, belongs: ``; it is a field of 'optimizer' (optimizer.lr)``; after a guess, only
+    when one other group has it exactly: ``, or lr_scheduler.warmup_steps?`` in place of the guess's ``?``."""
     owners = [g for g in field_owners(conv, facts, name, tree) if g != group]
-    if guessed:
-        return f", or {owners[0]}.{name}?" if len(owners) == 1 else ""
+    if hint:
+        return f"{hint[:-1]}, or {owners[0]}.{name}?" if len(owners) == 1 else hint
     return f"; it is a field of {owners[0]!r} ({owners[0]}.{name})" if owners else ""
 
 
