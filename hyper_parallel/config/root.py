@@ -340,10 +340,7 @@ def group_hook(conv: "ConfigConverter", cls: type) -> Any:
     """The structure hook of root group class ``cls`` (a mapping that also holds its ``_target_``), made
     once per converter."""
     hooks = conv.group_hooks
-    hook = hooks.get(cls)
-    if hook is None:
-        hook = hooks[cls] = attrs_hook(cls, conv, _TARGET_ONLY)
-    return hook
+    return hooks.get(cls) or hooks.setdefault(cls, attrs_hook(cls, conv, _TARGET_ONLY))
 
 
 def _resolve_group(
