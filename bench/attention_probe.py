@@ -21,29 +21,12 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 __all__ = ["main"]
-
-
-def _median_ms(run: Callable[[], None], repeats: int) -> float:
-    import torch
-
-    for _ in range(3):
-        run()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        torch.cuda.synchronize()
-        samples.append(time.perf_counter() - start)
-    samples.sort()
-    return samples[len(samples) // 2] * 1e3
 
 
 def _offsets(ids: Any) -> tuple[Any, int, int]:
@@ -64,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from bench.gpu_check import median_ms
     from hyper_parallel.models import _layers
 
     parser = argparse.ArgumentParser(prog="python -m bench.attention_probe")
@@ -103,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         def run() -> None:
             out = forward()
             torch.autograd.backward(out, grad)
+            torch.cuda.synchronize()
             q.grad = k.grad = v.grad = None
 
         return run
@@ -116,11 +101,11 @@ def main(argv: list[str] | None = None) -> int:
 
     qt = lambda: (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))  # noqa: E731
     causal = lambda: F.scaled_dot_product_attention(*qt(), is_causal=True, enable_gqa=True).transpose(1, 2)  # noqa: E731
-    result["causal_ms"] = _median_ms(step(causal), args.repeats)
+    result["causal_ms"] = median_ms(step(causal), args.repeats)
     for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
         try:
             with sdpa_kernel(getattr(SDPBackend, backend)):
-                result[f"causal_{backend.lower()}_ms"] = _median_ms(step(causal), args.repeats)
+                result[f"causal_{backend.lower()}_ms"] = median_ms(step(causal), args.repeats)
         except Exception as error:  # a probe reports every failure and goes on
             result[f"causal_{backend.lower()}_ms"] = f"{type(error).__name__}: {str(error)[:200]}"
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}), flush=True)
@@ -206,14 +191,14 @@ def main(argv: list[str] | None = None) -> int:
                 out, dq = outputs(forward)
                 if reference is None:
                     reference = (out, dq)
-                    row[f"{label}_ms"] = _median_ms(step(forward), args.repeats)
+                    row[f"{label}_ms"] = median_ms(step(forward), args.repeats)
                 else:
                     ref_out, ref_dq = reference
                     row[f"{label}_err"] = [
                         float((out - ref_out).norm() / ref_out.norm()),
                         float((dq - ref_dq).norm() / ref_dq.norm()),
                     ]
-                    row[f"{label}_ms"] = _median_ms(step(forward), args.repeats)
+                    row[f"{label}_ms"] = median_ms(step(forward), args.repeats)
                 row[f"{label}_vs_causal"] = row[f"{label}_ms"] / result["causal_ms"]
             except Exception as error:
                 row[f"{label}_ms"] = f"{type(error).__name__}: {str(error)[:300]}"

@@ -46,13 +46,14 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from bench.gpu import TINY_MODELS
 
-__all__ = ["BF16_DRIFT", "BF16_TOLERANCE", "attention_times", "main"]
+__all__ = ["BF16_DRIFT", "BF16_TOLERANCE", "attention_times", "main", "median_ms"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Largest relative difference of a bf16 loss from the fp32 one over the first half of the logged steps.
@@ -386,6 +387,19 @@ HEADER = (
 )
 
 
+def median_ms(run: Callable[[], None], repeats: int) -> float:
+    """Median wall time of ``run`` (which waits for its device work) over ``repeats`` calls, after three."""
+    for _ in range(3):
+        run()
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - started)
+    samples.sort()
+    return samples[len(samples) // 2] * 1e3
+
+
 def attention_times(tiny: bool) -> dict[str, Any]:
     """Forward + backward of one attention layer at the Llama 3.2-1B shape, 2 x 4,096 tokens (tiny: 256):
     plain causal SDPA against document masking as the trainer runs it (ids read on the host, the layout
@@ -429,20 +443,10 @@ def attention_times(tiny: bool) -> dict[str, Any]:
             torch.cuda.synchronize()
         q.grad = k.grad = v.grad = None
 
-    def median_ms(run: Any) -> float:
-        for _ in range(3):
-            run()
-        samples = []
-        for _ in range(5 if tiny else 20):
-            started = time.perf_counter()
-            run()
-            samples.append(time.perf_counter() - started)
-        samples.sort()
-        return samples[len(samples) // 2] * 1e3
-
+    repeats = 5 if tiny else 20
     result: dict[str, Any] = {"device": str(device), "seq": seq, "batch": batch}
     for name, documents in layouts.items():
-        result[f"{name}_ms"] = median_ms(lambda documents=documents: once(documents))
+        result[f"{name}_ms"] = median_ms(lambda documents=documents: once(documents), repeats)
         result[f"{name}_layout"] = type(None if documents is None else documents.layout).__name__
     for name in host_ids:
         result[f"{name}_vs_causal"] = result[f"{name}_ms"] / result["causal_ms"]
@@ -452,18 +456,18 @@ def attention_times(tiny: bool) -> dict[str, Any]:
         from torch.nn.attention.flex_attention import create_block_mask
 
         flex_one = _layers.documents_from_ids(host_ids["one_document"].to(device), (batch, seq))
-        result["flex_one_document_ms"] = median_ms(lambda: once(flex_one))
+        result["flex_one_document_ms"] = median_ms(lambda: once(flex_one), repeats)
         for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
             try:
                 with sdpa_kernel(getattr(SDPBackend, backend)):
-                    result[f"sdpa_{backend.lower()}_ms"] = median_ms(lambda: once(None))
+                    result[f"sdpa_{backend.lower()}_ms"] = median_ms(lambda: once(None), repeats)
             except RuntimeError as error:
                 result[f"sdpa_{backend.lower()}_ms"] = f"{type(error).__name__}: {str(error)[:120]}"
         causal_mask = create_block_mask(
             lambda b, h, q_index, kv_index: q_index >= kv_index, None, None, seq, seq, device=device
         )
         plain = flex_one._replace(layout=causal_mask)
-        result["flex_causal_mask_ms"] = median_ms(lambda: once(plain))
+        result["flex_causal_mask_ms"] = median_ms(lambda: once(plain), repeats)
     return result
 
 
