@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from bench.gpu_check import median_ms
+    from bench.gpu_check import ATTENTION_SHAPE, attention_inputs, median_ms
     from hyper_parallel.models import _layers
 
     parser = argparse.ArgumentParser(prog="python -m bench.attention_probe")
@@ -59,23 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         print("bench.attention_probe: skipped, no CUDA device here (the kernels it compares are CUDA's)")
         return 0
     device = torch.device("cuda")
-    dtype = torch.bfloat16
-    batch, seq, heads, kv_heads, head_dim = 2, 4096, 32, 8, 64
-    gen = torch.Generator().manual_seed(0)
-
-    def tensor(h: int) -> Any:
-        return torch.randn(batch, seq, h, head_dim, generator=gen).to(device, dtype).requires_grad_()
-
-    q, k, v = tensor(heads), tensor(kv_heads), tensor(kv_heads)
-    grad = torch.randn(batch, seq, heads, head_dim, generator=gen).to(device, dtype)
-    lengths = torch.randint(64, 1025, (seq,), generator=gen)
-    packed = torch.repeat_interleave(torch.arange(seq), lengths)[:seq].expand(batch, seq).contiguous()
-    two = torch.cat([torch.zeros(4000, dtype=torch.long), torch.ones(seq - 4000, dtype=torch.long)])
-    layouts = {
-        "one_document": torch.zeros(batch, seq, dtype=torch.long),
-        "packed": packed,
-        "two_documents": two.expand(batch, seq).contiguous(),
-    }
+    batch, seq, heads, kv_heads, head_dim = ATTENTION_SHAPE
+    q, k, v, grad, layouts = attention_inputs(ATTENTION_SHAPE, device, torch.bfloat16)
     result: dict[str, Any] = {
         "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__,

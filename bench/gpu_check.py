@@ -250,11 +250,30 @@ def _tiny_gpu_overrides(config: str) -> dict[str, Any]:
     }
 
 
-def _speed_rows(out: Path, tiny: bool, compiled: bool) -> list[dict[str, Any]]:
-    """The shipped GPU configs through the trainer, compiled or not (compile only on CUDA)."""
+def _trained(out: Path, config: str, tag: str, overrides: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """``config`` trained with ``overrides``: its last logged tokens/s, MFU and peak memory beside the
+    preflight's memory estimate for the same settings, whether it passed, and the time it took."""
     from hyper_parallel.config import load_config
     from hyper_parallel.preflight import estimate
 
+    status, seconds, metrics, log = _train(config, out, tag, overrides, timeout)
+    last = [r for r in _records(metrics) if "tokens_per_second" in r][-1:]
+    est = estimate(
+        load_config(ROOT / "configs" / f"{config}.yaml", {k: str(v) for k, v in overrides.items()}), 1
+    )
+    return {
+        "ok": status == 0 and bool(last),
+        "seconds": round(seconds, 1),
+        "tokens_per_second": last[0]["tokens_per_second"] if last else None,
+        "mfu": last[0].get("mfu") if last else None,
+        "peak_memory_gib": last[0].get("memory_gib") if last else None,
+        "preflight_memory_gib": None if est is None else est.device_total / 2**30,
+        "notes": [] if status == 0 else [f"exited {status} (see {log.name})"],
+    }
+
+
+def _speed_rows(out: Path, tiny: bool, compiled: bool) -> list[dict[str, Any]]:
+    """The shipped GPU configs through the trainer, compiled or not (compile only on CUDA)."""
     rows = []
     for config in GPU_CONFIGS:
         # 20 steps logged every 10: the record read is steps 11-20, after compilation and warm-up.
@@ -262,21 +281,11 @@ def _speed_rows(out: Path, tiny: bool, compiled: bool) -> list[dict[str, Any]]:
         if tiny:
             overrides.update(_tiny_gpu_overrides(config))
         tag = f"{config}-{'compiled' if compiled else 'eager'}"
-        status, seconds, metrics, log = _train(config, out, tag, overrides, 300)
-        last = [r for r in _records(metrics) if "tokens_per_second" in r][-1:]
-        cfg = load_config(ROOT / "configs" / f"{config}.yaml", {k: str(v) for k, v in overrides.items()})
-        est = estimate(cfg, 1)
         row = {
             "step": "speed",
             "config": config,
             "compiled": compiled,
-            "ok": status == 0 and bool(last),
-            "seconds": round(seconds, 1),
-            "tokens_per_second": last[0]["tokens_per_second"] if last else None,
-            "mfu": last[0].get("mfu") if last else None,
-            "peak_memory_gib": last[0].get("memory_gib") if last else None,
-            "preflight_memory_gib": None if est is None else est.device_total / 2**30,
-            "notes": [] if status == 0 else [f"exited {status} (see {log.name})"],
+            **_trained(out, config, tag, overrides, 300),
         }
         print(_format(row), flush=True)
         rows.append(row)
@@ -299,9 +308,6 @@ def _finetune_rows(out: Path, tiny: bool) -> list[dict[str, Any]]:
     """Full fine-tuning, LoRA and QLoRA of the Llama 3.2-1B GPU config through the trainer (eager), one
     after the other: tokens/s (and its ratio to the full run's), peak memory beside the preflight's; then
     QLoRA on the Qwen 3.5 debug config in bf16, its peak against the preflight (issue 34's 15%)."""
-    from hyper_parallel.config import load_config
-    from hyper_parallel.preflight import estimate
-
     rows: list[dict[str, Any]] = []
     plans: list[tuple[str, str, dict[str, Any]]] = []
     for method, settings in FINETUNE_RUNS.items():
@@ -318,25 +324,15 @@ def _finetune_rows(out: Path, tiny: bool) -> list[dict[str, Any]]:
     plans.append(("qwen3_5_debug", "qlora", debug))
     full_tps = None
     for config, method, overrides in plans:
-        tag = f"{config}-{method}"
-        status, seconds, metrics, log = _train(config, out, tag, overrides, 240)
-        last = [r for r in _records(metrics) if "tokens_per_second" in r][-1:]
-        cfg = load_config(ROOT / "configs" / f"{config}.yaml", {k: str(v) for k, v in overrides.items()})
-        est = estimate(cfg, 1)
-        tps = last[0]["tokens_per_second"] if last else None
+        run = _trained(out, config, f"{config}-{method}", overrides, 240)
+        tps = run["tokens_per_second"]
         if config == "llama3_2_1b_gpu" and method == "full":
             full_tps = tps
         row: dict[str, Any] = {
             "step": "finetune",
             "config": f"{config} {method}",
-            "ok": status == 0 and bool(last),
-            "seconds": round(seconds, 1),
-            "tokens_per_second": tps,
-            "mfu": last[0].get("mfu") if last else None,
-            "peak_memory_gib": last[0].get("memory_gib") if last else None,
-            "preflight_memory_gib": None if est is None else est.device_total / 2**30,
+            **run,
             "step_vs_full": full_tps / tps if full_tps and tps and config == "llama3_2_1b_gpu" else None,
-            "notes": [] if status == 0 else [f"exited {status} (see {log.name})"],
         }
         if row["step_vs_full"] is not None:
             row["notes"].append(f"step {row['step_vs_full']:.2f}x the full fine-tuning step")
@@ -400,6 +396,34 @@ def median_ms(run: Callable[[], None], repeats: int) -> float:
     return samples[len(samples) // 2] * 1e3
 
 
+#: (batch, seq, heads, kv_heads, head_dim) of the attention measurements: the Llama 3.2-1B layer, 2 x 4,096.
+ATTENTION_SHAPE = (2, 4096, 32, 8, 64)
+
+
+def attention_inputs(shape: tuple[int, int, int, int, int], device: Any, dtype: Any) -> tuple[Any, ...]:
+    """``q, k, v`` (requiring gradients), an output gradient, all (batch, seq, heads, head_dim) on
+    ``device``, and the document ids of three layouts in host memory: one document a row, two (all but the
+    last 96 tokens, and those) and packed documents of 64 to 1,024 tokens. Seeded: every caller measures
+    the same numbers."""
+    import torch
+
+    batch, seq, heads, kv_heads, head_dim = shape
+    generator = torch.Generator().manual_seed(0)
+
+    def tensor(h: int) -> Any:
+        return torch.randn(batch, seq, h, head_dim, generator=generator).to(device, dtype).requires_grad_()
+
+    q, k, v = tensor(heads), tensor(kv_heads), tensor(kv_heads)
+    grad = torch.randn(batch, seq, heads, head_dim, generator=generator).to(device, dtype)
+    lengths = torch.randint(64, 1025, (seq,), generator=generator)
+    host_ids = {
+        "one_document": torch.zeros(batch, seq, dtype=torch.long),
+        "two_documents": (torch.arange(seq) >= seq - 96).long().expand(batch, seq),
+        "packed": torch.repeat_interleave(torch.arange(seq), lengths)[:seq].expand(batch, seq),
+    }
+    return q, k, v, grad, host_ids
+
+
 def attention_times(tiny: bool) -> dict[str, Any]:
     """Forward + backward of one attention layer at the Llama 3.2-1B shape, 2 x 4,096 tokens (tiny: 256):
     plain causal SDPA against document masking as the trainer runs it (ids read on the host, the layout
@@ -414,23 +438,9 @@ def attention_times(tiny: bool) -> dict[str, Any]:
 
     cuda = torch.cuda.is_available() and not tiny
     device = torch.device("cuda" if cuda else "cpu")
-    dtype = torch.bfloat16 if cuda else torch.float32
-    batch, seq, heads, kv_heads, head_dim = (2, 4096, 32, 8, 64) if not tiny else (1, 256, 4, 2, 16)
-    generator = torch.Generator().manual_seed(0)
-
-    def tensor(h: int) -> Any:
-        return torch.randn(batch, seq, h, head_dim, generator=generator).to(device, dtype).requires_grad_()
-
-    q, k, v = tensor(heads), tensor(kv_heads), tensor(kv_heads)
-    grad = torch.randn(batch, seq, heads, head_dim, generator=generator).to(device, dtype)
-    lengths = torch.randint(64, 1025, (seq,), generator=generator)
-    packed = torch.repeat_interleave(torch.arange(seq), lengths)[:seq].expand(batch, seq)
-    two = (torch.arange(seq) >= seq - 96).long().expand(batch, seq)
-    host_ids = {
-        "one_document": torch.zeros(batch, seq, dtype=torch.long),
-        "two_documents": two,
-        "packed": packed,
-    }
+    shape = ATTENTION_SHAPE if not tiny else (1, 256, 4, 2, 16)
+    batch, seq = shape[:2]
+    q, k, v, grad, host_ids = attention_inputs(shape, device, torch.bfloat16 if cuda else torch.float32)
     layouts = {
         "causal": None,
         **{name: _layers.documents_from_ids(ids, (batch, seq), device) for name, ids in host_ids.items()},

@@ -197,11 +197,7 @@ def _host_layout(resets: torch.Tensor, ids: torch.Tensor, device: torch.device) 
         plan = _varlen_plan(resets)
         return plan._replace(**{k: getattr(plan, k).to(device) for k in ("gather", "where", "valid")})
     if int(resets.sum(dim=1).max()) < SLICE_MAX_DOCUMENTS:
-        first = resets.clone()
-        first[:, 0] = True
-        starts = first.flatten().nonzero().squeeze(1)
-        lengths = torch.diff(starts, append=starts.new_tensor([resets.numel()]))
-        return DocumentSlices(tuple(lengths.tolist()))
+        return DocumentSlices(tuple(_document_spans(resets)[1].tolist()))
     return document_block_mask(ids.to(device, non_blocking=True))
 
 
@@ -280,13 +276,18 @@ def document_block_mask(ids: torch.Tensor, block: int = FLEX_BLOCK) -> Any:
     )
 
 
-def _varlen_plan(resets: torch.Tensor, bucket: int = VARLEN_BUCKET) -> VarlenPlan:
-    """Group every document of the batch with those of its padded length (see :class:`VarlenPlan`)."""
-    batch, seq = resets.shape
+def _document_spans(resets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Start (flat index ``row * seq + position``) and length of every document, row after row."""
     first = resets.clone()
     first[:, 0] = True
     starts = first.flatten().nonzero().squeeze(1)
-    lengths = torch.diff(starts, append=starts.new_tensor([batch * seq]))
+    return starts, torch.diff(starts, append=starts.new_tensor([resets.numel()]))
+
+
+def _varlen_plan(resets: torch.Tensor, bucket: int = VARLEN_BUCKET) -> VarlenPlan:
+    """Group every document of the batch with those of its padded length (see :class:`VarlenPlan`)."""
+    batch, seq = resets.shape
+    starts, lengths = _document_spans(resets)
     padded = ((lengths + bucket - 1) // bucket * bucket).clamp(max=seq)
     sizes, gathers, valids = [], [], []
     where = torch.empty(batch * seq, dtype=torch.long, device=resets.device)

@@ -61,6 +61,12 @@ class Layout(NamedTuple):
     def world_size(self) -> int:
         return math.prod(self.degrees[k] for k in ("dp_replicate", "dp_shard", "cp", "tp", "pp"))
 
+    def micro_batches(self, global_batch: int) -> int:
+        """Micro batches per optimizer step on each rank (``TrainingConfig.gradient_accumulation_steps``
+        for this layout, without its refusal: a suggested layout is checked where it is offered)."""
+        dp = self.degrees["dp_replicate"] * self.degrees["dp_shard"]
+        return global_batch // max(self.micro_batch * dp, 1)
+
 
 class Estimate(NamedTuple):
     """The preflight numbers of one config on one layout (bytes are per rank, on rank 0)."""
@@ -227,7 +233,7 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
     held = roles(cfg, groups)
     stage = 1 / pp  # pipeline stage 0 holds its share of the blocks and the whole root (conservative)
     local = grads = tensors = frozen = 0
-    gathered = [0, 0, 0, 0, 0]  # root bytes, block bytes; elements: trained block, float, NF4 weights
+    gathered_root = gathered_blocks = trained_blocks = cast = quantized = 0  # see _Gathered
     for g, role in held.groups:
         count = math.ceil(g.copies * stage) if g.in_block else g.copies
         shard = _local_numel(g, tp, dp, ep)
@@ -237,15 +243,19 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
             grad = g._replace(tp_dim=g.tp_grad_dim) if g.tp_grad_dim is not None and dp == 1 else g
             grads += _local_numel(grad, 1 if g.tp_full_grad and dp == 1 else tp, dp, ep) * count
             tensors += count
-            gathered[2] += full * g.copies if g.in_block else 0
+            trained_blocks += full * g.copies if g.in_block else 0
         if role == "nf4":
             frozen += nf4_bytes(shard) * count
-            gathered[1 if g.in_block else 0] += nf4_bytes(full) * g.copies
-            gathered[4] += full * g.copies
+            held_bytes = nf4_bytes(full) * g.copies
+            quantized += full * g.copies
         else:
             frozen += 4 * shard * count if role == "frozen" else 0
-            gathered[1 if g.in_block else 0] += p * full * g.copies
-            gathered[3] += full * g.copies
+            held_bytes = p * full * g.copies
+            cast += full * g.copies
+        if g.in_block:
+            gathered_blocks += held_bytes
+        else:
+            gathered_root += held_bytes
     acts = costs.activations(
         Workload(
             batch=layout.micro_batch,
@@ -267,11 +277,16 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         "activations": _activation_bytes(
             acts, layout.ac, math.ceil(n_layers * stage), pp if pp > 1 else 1, compiled_blocks
         ),
-        "fsdp buffers": _compute_copies(p, r, dp, _Gathered(*gathered), n_layers, compiled_blocks),
+        "fsdp buffers": _compute_copies(
+            p,
+            r,
+            dp,
+            _Gathered(gathered_root, gathered_blocks, trained_blocks, cast, quantized),
+            n_layers,
+            compiled_blocks,
+        ),
         "logits": tokens * acts.vocab * logits_bytes(p, compiled_loss),
     }
-    dp_ranks = deg["dp_replicate"] * dp
-    micro_batches = training.global_batch_size // max(layout.micro_batch * dp_ranks, 1)
     return Estimate(
         model=cfg.model.title(),
         layout=layout,
@@ -297,7 +312,7 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         quantized=held.elements("nf4"),
         adapted_layers=held.adapted,
         frozen_bytes=frozen,
-        gradients_at_peak=micro_batches > 1 or pp > 1,
+        gradients_at_peak=layout.micro_batches(training.global_batch_size) > 1 or pp > 1,
     )
 
 
@@ -329,10 +344,8 @@ def _all_to_all_bytes(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, p
     if ep == 1 or not callable(layers) or not k:
         return 0
     dim = next(g.shape[2] for g in costs.parameters() if g.experts_per_token is not None)
-    dp = layout.degrees["dp_replicate"] * layout.degrees["dp_shard"]
-    micro_batches = cfg.training.global_batch_size // (layout.micro_batch * dp)
     per_layer = 4 * tokens * k * dim * p * (ep - 1) // ep
-    return int(per_layer * layers() * micro_batches)
+    return int(per_layer * layers() * layout.micro_batches(cfg.training.global_batch_size))
 
 
 def layout_of(cfg: "TrainerConfig", world_size: int | None) -> Layout:

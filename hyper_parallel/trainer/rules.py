@@ -167,13 +167,14 @@ def _nf4_issues(cfg: "TrainerConfig") -> Issues:
     """``base_dtype: nf4`` needs torchao installed and every adapted weight a whole number of NF4 blocks."""
     import importlib.util
 
+    from hyper_parallel.components.peft import TORCHAO_VERSION
     from hyper_parallel.preflight.peft import NF4_BLOCK, NF4_QUANTUM, NF4_SCALER_BLOCK
 
     if importlib.util.find_spec("torchao") is None:
         yield (
             "peft.base_dtype",
             "'nf4' needs torchao, which is not installed: pip install 'hyper-parallel[qlora]' "
-            "(torchao==0.18.0), or use 'float32'",
+            f"(torchao=={TORCHAO_VERSION}), or use 'float32'",
         )
     bad = [(name, shape) for name, shape in _nf4_weights(cfg) if math.prod(shape) % NF4_QUANTUM]
     if bad:

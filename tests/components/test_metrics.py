@@ -194,6 +194,17 @@ def test_build_writes_to_stdout_and_derives_a_run_name(capsys: pytest.CaptureFix
     assert f"[{proc.run_name}] step      1  loss 1.5000" in capsys.readouterr().out
 
 
+def tensorboard_with(monkeypatch: pytest.MonkeyPatch, writer: type, tmp_path: Path) -> MetricsLogger.Config:
+    """Installs ``writer`` as tensorboard's ``SummaryWriter``; the config of a TensorBoard sink under
+    ``tmp_path/tb``, run ``r``, logging every step."""
+    fake = types.ModuleType("torch.utils.tensorboard")
+    fake.SummaryWriter = writer  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", fake)
+    return MetricsLogger.Config(
+        log_freq=1, enable_tensorboard=True, tensorboard_folder=str(tmp_path / "tb"), run_name="r"
+    )
+
+
 def test_tensorboard_scalars_when_available(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
     written: list[tuple[str, float, int]] = []
@@ -210,12 +221,7 @@ def test_tensorboard_scalars_when_available(tmp_path: Path, monkeypatch: pytest.
         def close(self) -> None:
             written.append(("closed", 0.0, 0))
 
-    fake = types.ModuleType("torch.utils.tensorboard")
-    fake.SummaryWriter = FakeWriter  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", fake)
-    cfg = MetricsLogger.Config(
-        log_freq=1, enable_tensorboard=True, tensorboard_folder=str(tmp_path / "tb"), run_name="r"
-    )
+    cfg = tensorboard_with(monkeypatch, FakeWriter, tmp_path)
     proc, _, _ = processor(cfg)
     proc.record(3, loss=2.5, lr=0.1, grad_norm=None)
     proc.close()
@@ -363,12 +369,7 @@ def test_a_full_disk_under_tensorboard_turns_it_off_with_one_warning(
         def close(self) -> None:
             self.closed += 1
 
-    fake = types.ModuleType("torch.utils.tensorboard")
-    fake.SummaryWriter = Writer  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", fake)
-    cfg = MetricsLogger.Config(
-        log_freq=1, enable_tensorboard=True, tensorboard_folder=str(tmp_path / "tb"), run_name="r"
-    )
+    cfg = tensorboard_with(monkeypatch, Writer, tmp_path)
     proc, out, _ = processor(cfg)
     writer = proc._tb
     proc.record(1, loss=3.0, lr=0.1)

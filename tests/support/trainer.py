@@ -99,6 +99,16 @@ TINY_RUN: dict[str, str] = {
 }
 
 
+#: Overrides wrapping every block in full activation checkpointing and compiling the model with
+#: ``aot_eager`` (dynamo and AOT autograd, no code generation): a run with them must give the plain losses.
+CHECKPOINTED_AND_COMPILED = {
+    "activation_checkpoint.mode": "full",
+    "compile.enable": "true",
+    "compile.components": "[model]",
+    "compile.backend": "aot_eager",
+}
+
+
 def saving_every_two_steps(folder: Path) -> dict[str, str]:
     """Overrides checkpointing into ``folder`` every 2 steps, with the optimizer (so a resume repeats the
     steps after the checkpoint it starts from)."""

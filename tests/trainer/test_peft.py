@@ -22,7 +22,12 @@ peft = pytest.importorskip("peft")
 
 from hyper_parallel.export import ExportError, export_adapter, export_checkpoint, main  # noqa: E402
 from hyper_parallel.trainer import LLMTrainer  # noqa: E402
-from tests.support.trainer import saving_every_two_steps, tiny_config, train_runs_under_torchrun  # noqa: E402
+from tests.support.trainer import (  # noqa: E402
+    CHECKPOINTED_AND_COMPILED,
+    saving_every_two_steps,
+    tiny_config,
+    train_runs_under_torchrun,
+)
 
 LORA = {
     "peft._target_": "hyper_parallel.components.peft.LoRA.Config",
@@ -311,18 +316,7 @@ def test_generate_works_from_the_checkpoint_the_merged_export_and_base_plus_adap
 
 def test_activation_checkpointing_and_compile_give_the_same_lora_losses() -> None:
     plain, _ = _run("llama3", {**DATA, **LORA, "training.max_steps": "3"})
-    wrapped, _ = _run(
-        "llama3",
-        {
-            **DATA,
-            **LORA,
-            "training.max_steps": "3",
-            "activation_checkpoint.mode": "full",
-            "compile.enable": "true",
-            "compile.components": "[model]",
-            "compile.backend": "aot_eager",
-        },
-    )
+    wrapped, _ = _run("llama3", {**DATA, **LORA, "training.max_steps": "3", **CHECKPOINTED_AND_COMPILED})
     assert wrapped == pytest.approx(plain, abs=1e-6)
 
 

@@ -27,6 +27,7 @@ from hyper_parallel.export import export_checkpoint  # noqa: E402
 from hyper_parallel.launch import main  # noqa: E402
 from hyper_parallel.trainer import LLMTrainer  # noqa: E402
 from tests.support.trainer import (  # noqa: E402
+    CHECKPOINTED_AND_COMPILED,
     TINY_RUN,
     debug_config_path,
     saving_every_two_steps,
@@ -182,16 +183,7 @@ def test_the_export_of_a_qlora_run_is_the_dequantized_base_with_the_adapters_mer
 
 def test_activation_checkpointing_and_compile_give_the_same_qlora_losses() -> None:
     plain, _ = _run("llama3", {"training.max_steps": "3"})
-    wrapped, _ = _run(
-        "llama3",
-        {
-            "training.max_steps": "3",
-            "activation_checkpoint.mode": "full",
-            "compile.enable": "true",
-            "compile.components": "[model]",
-            "compile.backend": "aot_eager",
-        },
-    )
+    wrapped, _ = _run("llama3", {"training.max_steps": "3", **CHECKPOINTED_AND_COMPILED})
     assert wrapped == pytest.approx(plain, abs=1e-6)
 
 
@@ -303,3 +295,13 @@ def test_nf4_without_torchao_is_refused_at_dry_run(monkeypatch: pytest.MonkeyPat
         "'hyper-parallel[qlora]' (torchao==0.18.0), or use 'float32'\n"
         "1 problem found; nothing was started.\n",
     )
+
+
+def test_the_torchao_release_named_in_messages_is_the_one_the_extras_pin() -> None:
+    from hyper_parallel.components.peft import TORCHAO_VERSION
+
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+    qlora = next(line for line in text.splitlines() if line.startswith("qlora = "))
+    models_test = next(line for line in text.splitlines() if line.startswith("models-test = "))
+    assert qlora == f'qlora = ["torchao=={TORCHAO_VERSION}"]'
+    assert f'"torchao=={TORCHAO_VERSION}"' in models_test

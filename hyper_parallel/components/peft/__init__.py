@@ -26,7 +26,10 @@ from hyper_parallel.config.base import ConfigBase, config_class
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEFAULT_TARGETS", "PEFT", "FullFineTuning", "LoRA"]
+__all__ = ["DEFAULT_TARGETS", "PEFT", "TORCHAO_VERSION", "FullFineTuning", "LoRA"]
+
+#: The torchao release QLoRA is written against (the ``qlora`` extra pins it).
+TORCHAO_VERSION = "0.18.0"
 
 #: The linear layers LoRA adapts by default (those of them a model has): attention (``wq``, ``wk``,
 #: ``wv``, ``wo``), the MLP (``w1``, ``w2``, ``w3``, shared experts' included) and Qwen 3.5's Gated

@@ -32,10 +32,10 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["TORCHAO_VERSION", "is_nf4", "nf4_module", "quantize_base", "quantized_weights"]
+from hyper_parallel.components.peft import TORCHAO_VERSION
 
-#: The torchao release this code is written against (the ``qlora`` extra pins it).
-TORCHAO_VERSION = "0.18.0"
+__all__ = ["is_nf4", "nf4_module", "quantize_base", "quantized_weights"]
+
 _NF4_PATH = "torchao.quantization.quantize_.workflows.nf4.nf4_tensor"
 
 
