@@ -151,8 +151,9 @@ def _merged(cfg: TrainerConfig, weights: dict[str, torch.Tensor]) -> dict[str, t
     """``weights`` with LoRA's adapters merged into the layers they adapt (other weights: as they are).
 
     A checkpoint that left the frozen base out (``PEFT.Config.checkpoint_holds_base``) gets it back as the
-    run built it (:func:`_rebuilt_base`); with ``base_dtype: nf4`` the adapted weights are the values
-    their NF4 quantization stands for, as training computed with them, before the adapters are added.
+    run built it (:func:`_rebuilt_base`); with ``base_dtype: nf4`` the adapted weights (and with
+    ``quantize_embeddings`` the embeddings) are the values their NF4 quantization stands for, as training
+    computed with them, before the adapters are added.
     """
     from hyper_parallel.components.peft import LoRA
     from hyper_parallel.components.peft._runtime import adapted_layers, is_adapter, merge_adapters
@@ -164,10 +165,13 @@ def _merged(cfg: TrainerConfig, weights: dict[str, torch.Tensor]) -> dict[str, t
     if not cfg.peft.checkpoint_holds_base(cfg.model.weights_path):
         base = _rebuilt_base(cfg)
         if cfg.peft.base_dtype == "nf4":
-            from hyper_parallel.components.peft._nf4 import quantized_weights
+            from hyper_parallel.components.peft._nf4 import EMBEDDINGS, quantized_weights
 
+            layers = adapted_layers(weights)
+            if cfg.peft.quantize_embeddings:
+                layers += [n[: -len(".weight")] for n in base if EMBEDDINGS.match(n.removesuffix(".weight"))]
             try:
-                base = quantized_weights(base, adapted_layers(weights))
+                base = quantized_weights(base, layers)
             except ImportError as exc:
                 raise ExportError(str(exc)) from None
         dtype = next(t.dtype for name, t in weights.items() if is_adapter(name))

@@ -422,7 +422,9 @@ class Trainer:
         if getattr(cfg.peft, "base_dtype", None) == "nf4":  # QLoRA: the adapted layers' weights as NF4
             from hyper_parallel.components.peft._nf4 import quantize_base
 
-            quantize_base(model)
+            quantize_base(
+                model, torch_dtype(training.mixed_precision_param), embeddings=cfg.peft.quantize_embeddings
+            )
         return model
 
     def _build_validator(self) -> Any:

@@ -9,7 +9,8 @@ The adapters are parameters of the layers they adapt (``<layer>.lora_A``, ``<lay
 FSDP2 shards them with their block, activation checkpointing and compile wrap them with it. A checkpoint
 holds them and their optimizer state, and the frozen base only when the run cannot build it again: with
 ``model.weights_path`` (or NF4) the base is read again at every start. ``base_dtype: nf4`` (QLoRA) stores
-the adapted layers' frozen weights as torchao's 4-bit NF4 tensors (``_nf4``). ``python -m
+the adapted layers' frozen weights as torchao's 4-bit NF4 tensors (``_nf4``), with ``quantize_embeddings``
+the embeddings too, and the rest of the base in the training dtype. ``python -m
 hyper_parallel.export`` writes the merged model, or with ``--adapter-only`` an adapter folder the ``peft``
 library loads.
 
@@ -124,12 +125,22 @@ class LoRA(PEFT):
             metadata={
                 "help": "How the frozen weights of the adapted layers are stored: 'float32' as the model "
                 "holds them; 'nf4' (QLoRA) as torchao's 4-bit NormalFloat, about 0.5 byte per weight, "
-                "computed in the training dtype (needs torchao: the 'qlora' extra)."
+                "computed in the training dtype, the rest of the frozen base stored in that dtype "
+                "(needs torchao: the 'qlora' extra)."
+            },
+        )
+        quantize_embeddings: bool = attrs.field(
+            default=False,
+            metadata={
+                "help": "With base_dtype 'nf4': also store the token embedding and the output projection "
+                "(one matrix when tied) as NF4; off, they stay in the training dtype, as transformers' "
+                "4-bit loading keeps them."
             },
         )
 
         def cross_check(self) -> Iterator[tuple[str, str]]:
-            """Yield ``(field path, message)``: a target is a layer's name, listed once."""
+            """Yield ``(field path, message)``: a target is a layer's name, listed once; NF4 embeddings need
+        an NF4 base."""
             yield from super().cross_check()
             seen: set[str] = set()
             for target in self.targets:
@@ -138,6 +149,11 @@ class LoRA(PEFT):
                 elif target in seen:
                     yield "targets", f"{target!r} is listed twice"
                 seen.add(target)
+            if self.quantize_embeddings and self.base_dtype != "nf4":
+                yield (
+                    "quantize_embeddings",
+                    f"true stores the embeddings as NF4, which needs base_dtype 'nf4', got {self.base_dtype!r}",
+                )
 
         def checkpoint_holds_base(self, weights_path: str | None) -> bool:
             """False when the frozen base comes from ``weights_path`` or is stored as NF4: a checkpoint

@@ -5,7 +5,10 @@ each adapted ``nn.Linear``'s ``weight`` becomes a frozen ``NF4Tensor`` (torchao 
 ``torchao.quantization.quantize_.workflows.nf4.nf4_tensor``) quantized from the whole float32 weight, so
 every layout holds the same 4-bit codes and scales. ``F.linear`` on it dequantizes to the input's dtype
 (torchao's ``LinearNF4``), so compute stays in the training dtype and the input gradient flows through it;
-the weight gets none.
+the weight gets none. ``quantize_embeddings`` adds the token embedding and the output projection
+(:class:`NF4Embedding` looks rows up in the dequantized table). The rest of the frozen base (norms, the
+embeddings otherwise, Gated DeltaNet's small tensors) is stored in the compute dtype,
+``training.mixed_precision_param``: it is what every layout computes with, and half of float32's bytes.
 
 Under FSDP2 a weight is a ``DTensor`` sharded on its rows over ``dp_shard``: it is gathered once, quantized
 whole, cut into the same row chunks (``NF4Tensor`` splits its codes and scales with them), and the chunk
@@ -25,16 +28,18 @@ base, quantizes and dequantizes the adapted weights as training saw them, then m
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from hyper_parallel.components.peft import TORCHAO_VERSION
 
-__all__ = ["is_nf4", "nf4_module", "quantize_base", "quantized_weights"]
+__all__ = ["EMBEDDINGS", "NF4Embedding", "is_nf4", "nf4_module", "quantize_base", "quantized_weights"]
 
 _NF4_PATH = "torchao.quantization.quantize_.workflows.nf4.nf4_tensor"
 
@@ -68,48 +73,101 @@ def is_nf4(tensor: Any) -> bool:
     return type(local).__name__ == "NF4Tensor"
 
 
-def _adapted_linears(model: nn.Module) -> Iterator[tuple[str, nn.Linear]]:
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear) and "lora_A" in module._parameters:
-            yield name, module
+#: The modules outside the blocks whose weights ``quantize_embeddings`` also stores as NF4: the token
+#: embedding and the output projection (one tensor when tied).
+EMBEDDINGS = re.compile(r"^(language_model\.)?(tok_embeddings|output)$")
 
 
-def quantize_base(model: nn.Module) -> int:
-    """Replace the weight of every adapted linear layer of ``model`` by a frozen NF4 tensor; returns how many.
+class NF4Embedding(nn.Embedding):
+    """An ``nn.Embedding`` whose frozen table is an NF4 tensor (``quantize_embeddings``).
 
-    Call it after the weights are loaded and before the first forward (FSDP2 re-reads its parameters
-    then). A weight already NF4 is left as it is.
+    torchao's tensor has no row lookup, so each batch looks its rows up in the table dequantized to
+    ``compute_dtype``, as a linear layer's NF4 weight is dequantized for each product; the whole table
+    exists in that dtype only for the call.
     """
+
+    compute_dtype: torch.dtype
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        table = self.weight.get_original_weight().to(self.compute_dtype)  # type: ignore[operator]
+        return F.embedding(ids, table, self.padding_idx, self.max_norm, self.norm_type)
+
+
+def quantize_base(model: nn.Module, compute_dtype: torch.dtype, *, embeddings: bool = False) -> int:
+    """Store ``model``'s frozen base as QLoRA does; returns how many weights became NF4.
+
+    The weight of every adapted linear layer (with ``embeddings`` also the token embedding's and the output
+    projection's, :data:`EMBEDDINGS`) becomes a frozen NF4 tensor. Every other frozen floating parameter
+    (norms, routers, the embeddings otherwise) is stored in ``compute_dtype``: it never trains, so a
+    float32 copy would only be cast to that dtype at each use (FSDP2 all-gathers it so, autocast casts it
+    so). A tied tensor is replaced once and stays tied. Call it after the weights are loaded and before the
+    first forward (FSDP2 re-reads its parameters then). A weight already NF4 is left as it is.
+    """
+    to_nf4 = nf4_module().to_nf4
+    stored: dict[int, nn.Parameter] = {}  # id of a frozen parameter -> what the model holds instead
+    count = 0
+    for name, module in list(model.named_modules()):
+        quantized = "lora_A" in module._parameters or (embeddings and EMBEDDINGS.match(name) is not None)
+        for key, param in list(module._parameters.items()):
+            if param is None or param.requires_grad:
+                continue
+            if id(param) not in stored:
+                if is_nf4(param) or not param.is_floating_point():
+                    stored[id(param)] = param
+                elif quantized and key == "weight":
+                    stored[id(param)] = nn.Parameter(_nf4(f"{name}.weight", param, to_nf4), requires_grad=False)
+                    count += 1
+                elif param.dtype != compute_dtype:
+                    stored[id(param)] = nn.Parameter(_cast(param, compute_dtype), requires_grad=False)
+                else:
+                    stored[id(param)] = param
+            module._parameters[key] = stored[id(param)]
+        if isinstance(module, nn.Embedding) and is_nf4(module.weight):
+            module.__class__ = NF4Embedding
+            cast(NF4Embedding, module).compute_dtype = compute_dtype
+    return count
+
+
+def _nf4(name: str, weight: torch.Tensor, to_nf4: Any) -> torch.Tensor:
+    """``weight`` as NF4, quantized whole: a ``DTensor`` sharded on its rows (FSDP2) is gathered, quantized
+    and cut into the same row chunks (``NF4Tensor`` splits its codes and scales with them)."""
     from torch.distributed.tensor import DTensor, Shard
 
-    to_nf4 = nf4_module().to_nf4
-    count = 0
-    for name, layer in _adapted_linears(model):
-        weight = layer.weight
-        if is_nf4(weight):
-            continue
-        with torch.no_grad():
-            if isinstance(weight, DTensor):
-                mesh, placements = weight.device_mesh, weight.placements
-                if mesh.ndim != 1 or placements != (Shard(0),):
-                    raise ValueError(
-                        f"{name}.weight: NF4 needs a weight sharded on its rows over one mesh dimension "
-                        f"(FSDP2 over dp_shard), got {placements} on {mesh}"
-                    )
-                whole = to_nf4(weight.full_tensor().contiguous())
-                chunk = torch.chunk(whole, mesh.size(), dim=0)[mesh.get_local_rank()]
-                quantized: torch.Tensor = DTensor.from_local(
-                    chunk, mesh, placements, run_check=False, shape=weight.shape, stride=weight.stride()
-                )
-                # The float32 shard's memory goes. FSDP2's re-read of its parameters compares the old
-                # shard's storage with the new one's, which an NF4 tensor has none of: an emptied
-                # storage (data pointer 0) skips that comparison.
-                weight._local_tensor.untyped_storage().resize_(0)
-            else:
-                quantized = to_nf4(weight.detach().contiguous())
-        layer.weight = nn.Parameter(quantized, requires_grad=False)
-        count += 1
-    return count
+    with torch.no_grad():
+        if not isinstance(weight, DTensor):
+            return cast(torch.Tensor, to_nf4(weight.detach().contiguous()))
+        mesh, placements = weight.device_mesh, weight.placements
+        if mesh.ndim != 1 or placements != (Shard(0),):
+            raise ValueError(
+                f"{name}: NF4 needs a weight sharded on its rows over one mesh dimension "
+                f"(FSDP2 over dp_shard), got {placements} on {mesh}"
+            )
+        whole = to_nf4(weight.full_tensor().contiguous())
+        return _with_local(weight, torch.chunk(whole, mesh.size(), dim=0)[mesh.get_local_rank()])
+
+
+def _cast(param: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``param`` in ``dtype``; a ``DTensor`` casts its local shard."""
+    from torch.distributed.tensor import DTensor
+
+    with torch.no_grad():
+        if isinstance(param, DTensor):
+            return _with_local(param, param._local_tensor.to(dtype))
+        return param.detach().to(dtype)
+
+
+def _with_local(weight: Any, local: torch.Tensor) -> torch.Tensor:
+    """A ``DTensor`` like ``weight`` whose local tensor is ``local``; ``weight``'s local memory goes."""
+    from torch.distributed.tensor import DTensor
+
+    new: torch.Tensor = DTensor.from_local(
+        local, weight.device_mesh, weight.placements, run_check=False, shape=weight.shape, stride=weight.stride()
+    )
+    # Freed now, not when FSDP2 re-reads its parameters (at the first forward). That re-read compares the
+    # old shard's storage with the new one's, which an NF4 tensor has none of: an emptied storage (data
+    # pointer 0) skips the comparison.
+    weight._local_tensor.untyped_storage().resize_(0)
+    return new
 
 
 def quantized_weights(weights: Mapping[str, torch.Tensor], layers: list[str]) -> dict[str, torch.Tensor]:
