@@ -103,6 +103,8 @@ class Estimate(NamedTuple):
     quantized: int = 0
     #: Linear layers given adapters (with ``peft``).
     adapted_layers: int = 0
+    #: Whether the embedding and output matrices are among the ``quantized`` (``quantize_embeddings``).
+    nf4_embeddings: bool = False
     #: Bytes per rank of the frozen parameters (part of the ``parameters`` term).
     frozen_bytes: int = 0
 
@@ -197,26 +199,30 @@ def _compute_copies(p: int, r: int, dp: int, gathered: "_Gathered", n_layers: in
     their copy in the reduce dtype; frozen weights are gathered too (an NF4 weight as NF4), but have no
     gradient. Without FSDP, autocast casts every float weight to the compute dtype (those that train once
     per step, the frozen ones at each use) and autograd keeps each copy for the backward, unless compute
-    is float32; an NF4 weight is dequantized at each use and kept as NF4 (measured: a LoRA run holds the
-    frozen base's bf16 copies, a QLoRA run does not, 1.8 GiB apart on the Llama 3.2-1B shape), except in
-    compiled blocks, whose graphs keep the dequantized weight instead (measured: 2.0 GiB more than eager).
+    is float32 (or the weight is stored in it: QLoRA's frozen rest); an NF4 weight is dequantized at each
+    use and kept as NF4 (measured: a LoRA run holds the frozen base's bf16 copies, a QLoRA run does not,
+    1.8 GiB apart on the Llama 3.2-1B shape), except in compiled blocks, whose graphs keep the dequantized
+    weight instead (measured: 2.0 GiB more than eager). An NF4 output projection is dequantized again as
+    the backward starts, at the peak, in eager mode.
     """
     blocks = max(n_layers, 1)  # an average block (vision blocks folded in)
+    head = 0 if compiled else p * gathered.nf4_head
     if dp > 1:
         grads = gathered.trained_blocks / blocks
-        return int(gathered.root + 2 * gathered.blocks / blocks + grads * (p + (r if r != p else 0)))
-    return p * (gathered.cast + (gathered.quantized if compiled else 0)) if p < 4 else 0
+        return int(gathered.root + 2 * gathered.blocks / blocks + grads * (p + (r if r != p else 0))) + head
+    return (p * (gathered.cast + (gathered.quantized if compiled else 0)) if p < 4 else 0) + head
 
 
 class _Gathered(NamedTuple):
     """Bytes of the gathered weights in compute dtype (root, all blocks), elements of the block weights
-    that train, of every float weight and of the NF4 weights."""
+    that train, of the float weights autocast casts, of the NF4 weights and of an NF4 output projection."""
 
     root: int
     blocks: int
     trained_blocks: int
     cast: int
     quantized: int
+    nf4_head: int
 
 
 def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size_known: bool) -> Estimate:
@@ -233,7 +239,8 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
     held = roles(cfg, groups)
     stage = 1 / pp  # pipeline stage 0 holds its share of the blocks and the whole root (conservative)
     local = grads = tensors = frozen = 0
-    gathered_root = gathered_blocks = trained_blocks = cast = quantized = 0  # see _Gathered
+    gathered_root = gathered_blocks = trained_blocks = cast = quantized = nf4_head = 0  # see _Gathered
+    frozen_bytes = _DTYPE_BYTES[held.frozen_dtype]
     for g, role in held.groups:
         count = math.ceil(g.copies * stage) if g.in_block else g.copies
         shard = _local_numel(g, tp, dp, ep)
@@ -248,10 +255,11 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
             frozen += nf4_bytes(shard) * count
             held_bytes = nf4_bytes(full) * g.copies
             quantized += full * g.copies
+            nf4_head = max(nf4_head, 0 if g.in_block else full)  # the output projection (or tied embedding)
         else:
-            frozen += 4 * shard * count if role == "frozen" else 0
+            frozen += frozen_bytes * shard * count if role == "frozen" else 0
             held_bytes = p * full * g.copies
-            cast += full * g.copies
+            cast += 0 if role == "frozen" and frozen_bytes == p else full * g.copies
         if g.in_block:
             gathered_blocks += held_bytes
         else:
@@ -281,7 +289,7 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
             p,
             r,
             dp,
-            _Gathered(gathered_root, gathered_blocks, trained_blocks, cast, quantized),
+            _Gathered(gathered_root, gathered_blocks, trained_blocks, cast, quantized, nf4_head),
             n_layers,
             compiled_blocks,
         ),
@@ -311,6 +319,7 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         frozen=held.elements("frozen", "nf4"),
         quantized=held.elements("nf4"),
         adapted_layers=held.adapted,
+        nf4_embeddings=held.nf4_embeddings,
         frozen_bytes=frozen,
         gradients_at_peak=layout.micro_batches(training.global_batch_size) > 1 or pp > 1,
     )

@@ -7,7 +7,8 @@ layer of the blocks (``ParamGroup.linears`` names them) gets ``A`` (``rank x in`
 their rows like its weight, a row-wise layer's are replicated), with the gradients DTensor leaves them
 without FSDP (measured in ``tests/preflight/test_sharding.py``). The base is frozen: no gradient, no
 optimizer state, stored as the model holds it (float32), or with ``base_dtype: nf4`` (QLoRA) the weights
-of the adapted layers as torchao's ``NF4Tensor`` (:func:`nf4_bytes`). Torch-free, as the whole preflight.
+of the adapted layers (with ``quantize_embeddings`` also the embedding and output matrices) as torchao's
+``NF4Tensor`` (:func:`nf4_bytes`) and the rest in the compute dtype. Torch-free, as the whole preflight.
 """
 
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ NF4_SCALER_BLOCK = 256
 NF4_QUANTUM = NF4_BLOCK * NF4_SCALER_BLOCK
 
 #: How a parameter tensor is held: ``trained`` (float32 master, gradient, optimizer states), ``frozen``
-#: (float32, nothing else) or ``nf4`` (frozen, 4-bit NormalFloat).
+#: (``Roles.frozen_dtype``, nothing else) or ``nf4`` (frozen, 4-bit NormalFloat).
 Role = Literal["trained", "frozen", "nf4"]
 
 
@@ -51,6 +52,10 @@ class Roles(NamedTuple):
     adapted: int = 0
     #: How the frozen weights of the adapted layers are stored (``float32`` or ``nf4``).
     base_dtype: str = "float32"
+    #: The dtype of the ``frozen`` tensors: float32, or under ``nf4`` the compute dtype.
+    frozen_dtype: str = "float32"
+    #: Whether the embedding and output matrices are NF4 (``quantize_embeddings``).
+    nf4_embeddings: bool = False
 
     def elements(self, *roles: Role) -> int:
         """Parameter elements of the groups in ``roles`` (tied tensors once)."""
@@ -69,11 +74,15 @@ def roles(cfg: "TrainerConfig", groups: Sequence[ParamGroup]) -> Roles:
     if not isinstance(peft, LoRA.Config):
         return Roles(tuple((g, "trained") for g in groups))
     targets = peft.layer_names
-    adapted_role: Role = "nf4" if peft.base_dtype == "nf4" else "frozen"
+    nf4 = peft.base_dtype == "nf4"
+    adapted_role: Role = "nf4" if nf4 else "frozen"
     out: list[tuple[ParamGroup, Role]] = []
     adapters: list[tuple[ParamGroup, Role]] = []
     adapted = 0
     for group in groups:
+        if nf4 and peft.quantize_embeddings and group.kind in ("embedding", "output"):
+            out.append((group, "nf4"))
+            continue
         if not group.linears or not targets.intersection(group.linears):
             out.append((group, "frozen"))
             continue
@@ -94,4 +103,12 @@ def roles(cfg: "TrainerConfig", groups: Sequence[ParamGroup]) -> Roles:
                 a = one._replace(shape=(peft.rank, columns), tp_dim=None, tp_grad_dim=group.tp_dim)
                 b = one._replace(shape=(rows, peft.rank), tp_dim=None)
             adapters += [(a, "trained"), (b, "trained")]
-    return Roles(tuple(out + adapters), f"LoRA rank {peft.rank}", adapted, peft.base_dtype)
+    frozen_dtype = cfg.training.mixed_precision_param if nf4 else "float32"
+    return Roles(
+        tuple(out + adapters),
+        f"LoRA rank {peft.rank}",
+        adapted,
+        peft.base_dtype,
+        frozen_dtype,
+        nf4 and peft.quantize_embeddings,
+    )

@@ -79,7 +79,8 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
             f"  trainable   {exact_count(est.trainable)}: {est.peft} adapters on {est.adapted_layers} linear "
             f"layers; frozen {exact_count(est.frozen)}: the base model, "
             + (
-                f"{exact_count(est.quantized)} of it in NF4 (the adapted layers' weights)"
+                f"{exact_count(est.quantized)} of it in NF4 (the adapted layers' weights"
+                + (" and the embeddings)" if est.nf4_embeddings else ")")
                 if est.quantized
                 else "float32"
             )
@@ -92,7 +93,7 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
     only = ", adapters only" if est.peft else ""
     held = "float32 master"
     if est.peft:
-        base = "NF4 + float32" if est.quantized else "float32"
+        base = f"NF4 + {est.compute_dtype}" if est.quantized else "float32"
         held = (
             f"float32 adapters {human_bytes(est.terms['parameters'] - est.frozen_bytes)}, "
             f"frozen {base} base {human_bytes(est.frozen_bytes)}"

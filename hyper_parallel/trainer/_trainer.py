@@ -419,7 +419,9 @@ class Trainer:
         from hyper_parallel.components.peft._runtime import initialize_adapters
 
         initialize_adapters(model, seed=self.seed)  # LoRA's adapters (none: nothing to do)
-        if getattr(cfg.peft, "base_dtype", None) == "nf4":  # QLoRA: the adapted layers' weights as NF4
+        from hyper_parallel.components.peft import LoRA
+
+        if isinstance(cfg.peft, LoRA.Config) and cfg.peft.base_dtype == "nf4":  # QLoRA: an NF4 base
             from hyper_parallel.components.peft._nf4 import quantize_base
 
             quantize_base(

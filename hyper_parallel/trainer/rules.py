@@ -148,8 +148,13 @@ _NF4_REFUSED = {
 _NF4_DEGREES = ("dp_replicate", "dp_shard", "cp", "tp", "pp", "ep")
 
 
+#: The names of the matrices outside the blocks ``peft.quantize_embeddings`` stores as NF4, by kind.
+_EMBEDDING_NAMES = {"embedding": "tok_embeddings", "output": "output"}
+
+
 def _nf4_weights(cfg: "TrainerConfig") -> list[tuple[str, tuple[int, ...]]]:
-    """``(layer name, weight shape)`` of each kind of weight QLoRA stores as NF4 (the adapted layers')."""
+    """``(layer name, weight shape)`` of each kind of weight QLoRA stores as NF4 (the adapted layers', and
+    with ``quantize_embeddings`` the embedding and output matrices)."""
     from hyper_parallel.preflight.estimate import model_costs
     from hyper_parallel.preflight.peft import roles
 
@@ -159,7 +164,7 @@ def _nf4_weights(cfg: "TrainerConfig") -> list[tuple[str, tuple[int, ...]]]:
     found: dict[tuple[str, tuple[int, ...]], None] = {}
     for group, role in roles(cfg, costs.parameters()).groups:
         if role == "nf4":
-            found[(group.linears[0], group.shape)] = None
+            found[(group.linears[0] if group.linears else _EMBEDDING_NAMES[group.kind], group.shape)] = None
     return list(found)
 
 
@@ -179,17 +184,24 @@ def _nf4_issues(cfg: "TrainerConfig") -> Issues:
     bad = [(name, shape) for name, shape in _nf4_weights(cfg) if math.prod(shape) % NF4_QUANTUM]
     if bad:
         listed = ", ".join(f"{name} ({' x '.join(map(str, s))} = {math.prod(s):,})" for name, s in bad)
+        embeddings = sum(name in _EMBEDDING_NAMES.values() for name, _ in bad)
+        if not embeddings:
+            fix = f"leave {'it' if len(bad) == 1 else 'them'} out of peft.targets"
+        elif embeddings == len(bad):
+            fix = "set peft.quantize_embeddings to false"
+        else:
+            fix = "leave the layers out of peft.targets, set peft.quantize_embeddings to false"
         yield (
             "peft.base_dtype",
             f"'nf4' stores a weight in blocks of {NF4_BLOCK} values with one scale per {NF4_SCALER_BLOCK} "
-            f"blocks, so its size must be a multiple of {NF4_QUANTUM:,}; not so for {listed}: leave "
-            f"{'it' if len(bad) == 1 else 'them'} out of peft.targets, or use 'float32'",
+            f"blocks, so its size must be a multiple of {NF4_QUANTUM:,}; not so for {listed}: {fix}, "
+            "or use 'float32'",
         )
 
 
 def qlora_layout_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
     """QLoRA runs on one process or with FSDP2 over ``dp_shard`` alone, each rank holding whole NF4
-    blocks of every adapted weight (``degrees``: those known; others are left out)."""
+    blocks of every NF4 weight (``degrees``: those known; others are left out)."""
     from hyper_parallel.components.peft import LoRA
     from hyper_parallel.preflight.peft import NF4_QUANTUM
 
@@ -219,7 +231,7 @@ def qlora_layout_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Iss
         yield (
             "parallelism.dp_shard",
             f"with peft.base_dtype 'nf4' each of the {shards} ranks holds whole rows and whole scale blocks "
-            f"({NF4_QUANTUM:,} values) of every adapted weight; not so for {', '.join(bad)}; use a "
+            f"({NF4_QUANTUM:,} values) of every NF4 weight; not so for {', '.join(bad)}; use a "
             f"dp_shard that divides them, got {shards}",
         )
 

@@ -66,6 +66,28 @@ def test_the_dry_run_of_qlora_counts_the_nf4_base_at_half_a_byte_per_weight_and_
     assert nf4 == 1_354_428
 
 
+def test_the_dry_run_of_qlora_with_nf4_embeddings_in_bf16_counts_them_and_the_rest_in_bf16() -> None:
+    flags = ("--peft.quantize_embeddings", "true", "--training.mixed_precision_param", "bfloat16")
+    lines = _report("--peft.base_dtype", "nf4", *flags)
+    assert lines[2] == (
+        "  trainable   145.41 K (145,408): LoRA rank 8 adapters on 31 linear layers; "
+        "frozen 2.77 M (2,773,520): the base model, 2.75 M (2,752,512) of it in NF4 (the adapted layers' "
+        "weights and the embeddings)"
+    )
+    assert lines[4] == (
+        "    parameters       2.0 MiB   float32 adapters 568.0 KiB, frozen NF4 + bfloat16 base 1.4 MiB, "
+        "shard of dp_shard 1 x tp 1"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)
+        overrides = {"peft.base_dtype": "nf4", "peft.quantize_embeddings": "true"}
+        est = estimate(load_config(RECIPE, {**overrides, "training.mixed_precision_param": "bfloat16"}))
+    assert est is not None
+    # the 31 adapted weights (as in the test above) and the tied 512 x 256 embedding as NF4; the norms and
+    # Gated DeltaNet's small tensors in bf16
+    assert est.frozen_bytes == 1_354_428 + nf4_bytes(512 * 256) + 2 * (2_773_520 - 2_752_512)
+
+
 def test_nf4_bytes_are_those_of_torchaos_tensor() -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchao")
@@ -92,15 +114,30 @@ def _bytes(tensor: Any) -> int:
     return int(tensor.numel() * tensor.element_size())
 
 
+NF4 = {"peft.base_dtype": "nf4"}
+
+
 @pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
-@pytest.mark.parametrize("base_dtype", ["float32", "nf4"])
-def test_the_estimate_equals_the_tensors_of_a_trainer_after_one_step(model: str, base_dtype: str) -> None:
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"peft.base_dtype": "float32"},
+        NF4,
+        {**NF4, "peft.quantize_embeddings": "true"},
+        {**NF4, "training.mixed_precision_param": "bfloat16"},  # the rest of the base stored in bf16
+        {**NF4, "peft.quantize_embeddings": "true", "training.mixed_precision_param": "bfloat16"},
+    ],
+    ids=["float32", "nf4", "nf4-embeddings", "nf4-bf16", "nf4-embeddings-bf16"],
+)
+def test_the_estimate_equals_the_tensors_of_a_trainer_after_one_step(
+    model: str, extra: dict[str, str]
+) -> None:
     torch = pytest.importorskip("torch")
-    if base_dtype == "nf4":
+    if extra["peft.base_dtype"] == "nf4":
         pytest.importorskip("torchao")
     from hyper_parallel.trainer import LLMTrainer
 
-    cfg = _trainer_config(model, {"peft.base_dtype": base_dtype})
+    cfg = _trainer_config(model, extra)
     est = estimate(cfg, 1)
     assert est is not None
     trainer = LLMTrainer(cfg)

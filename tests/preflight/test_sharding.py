@@ -93,7 +93,7 @@ def _worker(out_dir: str) -> None:
             if peft is not None:
                 initialize_adapters(model, seed=0)
                 if peft.base_dtype == "nf4":
-                    quantize_base(model)
+                    quantize_base(model, torch.float32)  # the compute dtype _config gives
             text = getattr(spec.args, "text", spec.args)
             ids = torch.randint(0, text.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
             optimizer = torch.optim.AdamW(
@@ -141,7 +141,11 @@ def _config(
 ) -> TrainerConfig:
     extra = {"peft": peft} if peft is not None else {}
     return TrainerConfig(
-        model=spec, parallelism=parallelism, training=TrainingConfig(global_batch_size=2, seq_len=16), **extra
+        model=spec,
+        parallelism=parallelism,
+        # float32 compute, as the worker runs (QLoRA's frozen rest is stored in it)
+        training=TrainingConfig(global_batch_size=2, seq_len=16, mixed_precision_param="float32"),
+        **extra,
     )
 
 

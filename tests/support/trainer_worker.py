@@ -41,6 +41,7 @@ def _params(trainer: LLMTrainer) -> dict[str, Any]:
                 "local": list(param.to_local().shape),
                 "global": list(param.shape),
                 "local_type": type(param._local_tensor).__name__,  # NF4Tensor for QLoRA's base
+                "local_dtype": str(param._local_tensor.dtype),
             }
         else:
             held[name] = {"dtensor": False, "local": list(param.shape), "global": list(param.shape)}
@@ -104,7 +105,7 @@ def _digests(trainer: LLMTrainer) -> dict[str, str]:
         parts = [getattr(local, inner) for inner in flatten()[0]] if flatten is not None else [local]
         digest = hashlib.sha256()
         for part in parts:
-            digest.update(part.detach().contiguous().numpy().tobytes())
+            digest.update(part.detach().reshape(-1).view(torch.uint8).numpy().tobytes())  # any dtype
         digests[name] = digest.hexdigest()
     return digests
 

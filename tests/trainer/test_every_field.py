@@ -226,6 +226,7 @@ WIRED: dict[str, str] = {
     "peft.dropout": "trainer/test_peft.py::test_rank_alpha_dropout_and_targets_shape_what_an_adapter_adds",
     "peft.targets": "trainer/test_peft.py::test_rank_alpha_dropout_and_targets_shape_what_an_adapter_adds",
     "peft.base_dtype": "trainer/test_qlora.py::test_qlora_trains_the_adapters_over_a_frozen_nf4_base",
+    "peft.quantize_embeddings": "trainer/test_qlora.py::test_the_whole_frozen_base_is_nf4_and_the_compute_dtype",
 }
 
 #: Fields this release refuses, with a value that must be refused as "not supported yet".

@@ -91,24 +91,30 @@ def _inner(weight: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("model", ["llama3", "qwen3_5"])
-def test_qlora_trains_the_adapters_over_a_frozen_nf4_base(model: str) -> None:
-    trainer = LLMTrainer(_config(model, {"training.max_steps": "8"}))
+@pytest.mark.parametrize("embeddings", [False, True])
+def test_qlora_trains_the_adapters_over_a_frozen_nf4_base(model: str, embeddings: bool) -> None:
+    extra = {"training.max_steps": "8", **(NF4_EMBEDDINGS if embeddings else {})}
+    trainer = LLMTrainer(_config(model, extra))
     try:
         adapted = {
             name: module
             for name, module in trainer.model.named_modules()
             if isinstance(module, torch.nn.Linear) and hasattr(module, "lora_A")
         }
-        before = {name: _inner(layer.weight) for name, layer in adapted.items()}
+        nf4 = {name: p for name, p in trainer.model.named_parameters() if is_nf4(p)}
+        before = {name: _inner(weight) for name, weight in nf4.items()}
         losses = [r.loss for r in trainer.train()]
     finally:
         trainer.close()
     assert sum(losses[-3:]) / 3 < 0.97 * sum(losses[:3]) / 3, losses  # it learns
     assert len(adapted) == (14 if model == "llama3" else 15)  # 7 per Llama block; Qwen: 5 + 3, 4 + 3
-    for name, layer in adapted.items():
-        assert is_nf4(layer.weight), name
-        assert not layer.weight.requires_grad, name
-        after = _inner(layer.weight)
+    embedding_names = (
+        {"tok_embeddings.weight", "output.weight"} if model == "llama3" else {"tok_embeddings.weight"}
+    )
+    assert set(nf4) == {f"{name}.weight" for name in adapted} | (embedding_names if embeddings else set())
+    for name, weight in nf4.items():
+        assert not weight.requires_grad, name
+        after = _inner(weight)
         assert all(torch.equal(after[k], v) for k, v in before[name].items()), name  # never moves
     params = dict(trainer.model.named_parameters())
     trained = {n for n, p in params.items() if p.requires_grad}
@@ -132,6 +138,66 @@ def test_the_nf4_base_holds_at_most_0_3x_the_bytes_of_a_bfloat16_one() -> None:
     assert sum(p.numel() for p in weights) == 2_621_440
     assert held / bf16 <= 0.3
     assert held == 1_354_428  # the preflight's figure (tests/preflight/test_peft.py)
+
+
+NF4_EMBEDDINGS = {"peft.quantize_embeddings": "true"}
+BF16 = {"training.mixed_precision_param": "bfloat16"}
+
+
+@pytest.mark.parametrize(
+    ("model", "extra", "ratio"),
+    [
+        ("llama3", BF16, 0.3193),  # the embedding and the output projection in bf16: 0.32x
+        ("qwen3_5", BF16, 0.2990),
+        ("llama3", NF4_EMBEDDINGS, 0.2595),  # the norms in float32 (the compute dtype)
+        ("qwen3_5", NF4_EMBEDDINGS, 0.2715),
+        ("llama3", {**NF4_EMBEDDINGS, **BF16}, 0.2588),
+        ("qwen3_5", {**NF4_EMBEDDINGS, **BF16}, 0.2639),
+    ],
+)
+def test_the_whole_frozen_base_is_nf4_and_the_compute_dtype(
+    model: str, extra: dict[str, str], ratio: float
+) -> None:
+    """Resident bytes of every frozen parameter of the debug models (all blocks) over the same base in
+    bf16: the adapted weights (with ``quantize_embeddings`` the embeddings too) NF4, the rest in the
+    compute dtype; at most 0.3x with NF4 embeddings, as the preflight counts it."""
+    from hyper_parallel.preflight import estimate
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)
+        cfg = load_config(debug_config_path(model), {**TINY_RUN, **QLORA, "training.max_steps": "1", **extra})
+    trainer = LLMTrainer(cfg)
+    try:
+        frozen = [p for p in trainer.model.parameters() if not p.requires_grad]
+        compute = torch.bfloat16 if extra.get("training.mixed_precision_param") else torch.float32
+        embedding = trainer.model.tok_embeddings
+        held = sum(sum(t.nbytes for t in _inner(p).values()) if is_nf4(p) else p.nbytes for p in frozen)
+        bf16 = sum(2 * p.numel() for p in frozen)
+        dtypes = {p.dtype for p in frozen if not is_nf4(p)}
+    finally:
+        trainer.close()
+    assert dtypes == {compute}
+    assert is_nf4(embedding.weight) == ("peft.quantize_embeddings" in extra)
+    assert type(embedding).__name__ == ("NF4Embedding" if is_nf4(embedding.weight) else "Embedding")
+    assert trainer.model.output.weight is embedding.weight or model == "llama3"  # Qwen's stay tied
+    assert held / bf16 == pytest.approx(ratio, abs=5e-5)
+    est = estimate(cfg, 1)
+    assert est is not None
+    assert est.frozen_bytes == held
+
+
+def test_an_nf4_embedding_looks_up_the_rows_of_its_dequantized_table() -> None:
+    trainer = LLMTrainer(_config("qwen3_5", {**NF4_EMBEDDINGS, "training.max_steps": "1"}))
+    trainer.close()
+    embedding = trainer.model.tok_embeddings
+    ids = torch.tensor([[0, 5, 511, 5], [17, 3, 3, 256]])
+    table = embedding.weight.get_original_weight()
+    assert torch.equal(embedding(ids), table[ids])
+    from hyper_parallel.export import _rebuilt_base
+
+    drawn = _rebuilt_base(trainer.config)["tok_embeddings.weight"]  # the float32 table before quantization
+    error = float((table - drawn).abs().max())
+    assert 0 < error < 0.1 * float(drawn.abs().max())
 
 
 def _saving(folder: Path) -> dict[str, str]:
@@ -162,8 +228,12 @@ def test_a_qlora_checkpoint_holds_the_adapters_alone_and_resumes_exactly(tmp_pat
     assert resumed == straight[2:]  # bitwise: the same NF4 base, adapters, optimizer state, data, RNG
 
 
-def test_the_export_of_a_qlora_run_is_the_dequantized_base_with_the_adapters_merged(tmp_path: Path) -> None:
-    _, trainer = _run("llama3", {"checkpoint.enable": "true", "checkpoint.folder": str(tmp_path / "ckpt")})
+@pytest.mark.parametrize("embeddings", [False, True])
+def test_the_export_of_a_qlora_run_is_the_dequantized_base_with_the_adapters_merged(
+    tmp_path: Path, embeddings: bool
+) -> None:
+    saving = {"checkpoint.enable": "true", "checkpoint.folder": str(tmp_path / "ckpt")}
+    _, trainer = _run("llama3", {**saving, **(NF4_EMBEDDINGS if embeddings else {})})
     merged = export_checkpoint(tmp_path / "ckpt", tmp_path / "merged")
     hf = transformers.AutoModelForCausalLM.from_pretrained(merged).eval()
     ids = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(3))
@@ -182,8 +252,8 @@ def test_the_export_of_a_qlora_run_is_the_dequantized_base_with_the_adapters_mer
 
 
 def test_activation_checkpointing_and_compile_give_the_same_qlora_losses() -> None:
-    plain, _ = _run("llama3", {"training.max_steps": "3"})
-    wrapped, _ = _run("llama3", {"training.max_steps": "3", **CHECKPOINTED_AND_COMPILED})
+    plain, _ = _run("llama3", {"training.max_steps": "3", **NF4_EMBEDDINGS})
+    wrapped, _ = _run("llama3", {"training.max_steps": "3", **NF4_EMBEDDINGS, **CHECKPOINTED_AND_COMPILED})
     assert wrapped == pytest.approx(plain, abs=1e-6)
 
 
@@ -191,21 +261,38 @@ def test_activation_checkpointing_and_compile_give_the_same_qlora_losses() -> No
 @pytest.mark.timeout(600)
 def test_fsdp2_on_two_processes_gives_the_one_process_qlora_losses_and_resumes_on_one(tmp_path: Path) -> None:
     saving = _saving(tmp_path / "ckpt")
-    runs = {
-        "llama3": ("llama3", {**_overrides("llama3", saving), "parallelism.dp_shard": "2"}),
-        "qwen3_5": ("qwen3_5", {**_overrides("qwen3_5"), "parallelism.dp_shard": "2"}),
+    extras = {
+        "llama3": ("llama3", {}),
+        "qwen3_5": ("qwen3_5", NF4_EMBEDDINGS),
+        "qwen3_5_bf16": ("qwen3_5", BF16),
     }
+    runs = {
+        name: (model, {**_overrides(model, extra), "parallelism.dp_shard": "2"})
+        for name, (model, extra) in extras.items()
+    }
+    runs["llama3"][1].update(saving)  # its checkpoint resumes on one process below
     reports, _ = train_runs_under_torchrun(2, tmp_path / "runs", runs)
-    for model in runs:
-        expected, _ = _run(model)
-        for report in reports[model]:
-            assert report["losses"] == pytest.approx(expected, abs=1e-5), model
-        held = reports[model][0]["params"]["layers.0.feed_forward.w1.weight"]
-        assert (held["local_type"], held["placements"], held["local"]) == (
+    for name, (model, extra) in extras.items():
+        expected, _ = _run(model, extra)
+        # float32: the one-process losses; bf16: FSDP2's casts round otherwise than autocast's
+        tolerance = 2e-2 if extra is BF16 else 1e-5
+        for report in reports[name]:
+            assert report["losses"] == pytest.approx(expected, abs=tolerance), name
+        held = reports[name][0]["params"]
+        w1 = held["layers.0.feed_forward.w1.weight"]
+        assert (w1["local_type"], w1["placements"], w1["local"]) == (
             "NF4Tensor",
             ["Shard(dim=0)"],
             [384, 256] if model == "llama3" else [256, 256],
         )
+        embedding = held["tok_embeddings.weight"]
+        assert (embedding["local_type"], embedding["local_dtype"], embedding["local"]) == (
+            ("NF4Tensor", "torch.float32", [256, 256])
+            if extra is NF4_EMBEDDINGS
+            else ("Tensor", "torch.bfloat16" if extra is BF16 else "torch.float32", [256, 256])
+        )
+        norm = held["norm.weight"]
+        assert norm["local_dtype"] == ("torch.bfloat16" if extra is BF16 else "torch.float32")
     shutil.rmtree(tmp_path / "ckpt" / "step-4")
     resumed, trainer = _run("llama3", saving)  # the two ranks' adapters and optimizer state, on one
     assert trainer.resumed_from == 2
@@ -254,9 +341,26 @@ def _refused(degree: str, reason: str, value: int = 2) -> str:
             "12,288), w2 (64 x 192 = 12,288): leave them out of peft.targets, or use 'float32'",
         ),
         (
+            ["--peft.quantize_embeddings", "true", "--model.overrides.vocab_size", "520"],
+            "--peft.base_dtype: 'nf4' stores a weight in blocks of 64 values with one scale per 256 blocks, "
+            "so its size must be a multiple of 16,384; not so for tok_embeddings (520 x 256 = 133,120), "
+            "output (520 x 256 = 133,120): set peft.quantize_embeddings to false, or use 'float32'",
+        ),
+        (
+            [
+                *("--peft.quantize_embeddings", "true", "--peft.targets", "[wq]"),
+                *("--model.overrides.dim", "64", "--model.overrides.n_heads", "4"),
+                *("--model.overrides.vocab_size", "520"),
+            ],
+            "--peft.base_dtype: 'nf4' stores a weight in blocks of 64 values with one scale per 256 blocks, "
+            "so its size must be a multiple of 16,384; not so for tok_embeddings (520 x 64 = 33,280), wq "
+            "(64 x 64 = 4,096), output (520 x 64 = 33,280): leave the layers out of peft.targets, set "
+            "peft.quantize_embeddings to false, or use 'float32'",
+        ),
+        (
             ["--parallelism.dp_shard", "2"],
             "--parallelism.dp_shard: with peft.base_dtype 'nf4' each of the 2 ranks holds whole rows and "
-            "whole scale blocks (16,384 values) of every adapted weight; not so for w1 (704 x 256), w3 "
+            "whole scale blocks (16,384 values) of every NF4 weight; not so for w1 (704 x 256), w3 "
             "(704 x 256), w2 (256 x 704); use a dp_shard that divides them, got 2",
         ),
         (
@@ -270,6 +374,22 @@ def test_what_qlora_cannot_run_is_refused_at_dry_run(flags: list[str], message: 
     assert _dry_run(*flags) == (2, f"{message}\n1 problem found; nothing was started.\n")
 
 
+def test_nf4_embeddings_without_an_nf4_base_are_refused_at_dry_run() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    argv = [
+        "--config-file",
+        str(debug_config_path("llama3")),
+        "--dry-run",
+        "--peft._target_",
+        QLORA["peft._target_"],
+    ]
+    assert main([*argv, "--peft.quantize_embeddings", "true"], out=out, err=err) == 2
+    assert err.getvalue() == (
+        "--peft.quantize_embeddings: true stores the embeddings as NF4, which needs base_dtype 'nf4', got "
+        "'float32'\n1 problem found; nothing was started.\n"
+    )
+
+
 def test_an_automatic_dp_shard_that_splits_a_scale_block_is_refused_once_the_world_size_is_known() -> None:
     status, err = _dry_run(
         "--model.overrides.multiple_of", "128", "--parallelism.dp_shard", "-1", "--world-size", "4"
@@ -277,7 +397,7 @@ def test_an_automatic_dp_shard_that_splits_a_scale_block_is_refused_once_the_wor
     assert status == 2
     assert (
         "--parallelism.dp_shard: with peft.base_dtype 'nf4' each of the 4 ranks holds whole rows and "
-        "whole scale blocks (16,384 values) of every adapted weight; not so for wk (128 x 256), wv "
+        "whole scale blocks (16,384 values) of every NF4 weight; not so for wk (128 x 256), wv "
         "(128 x 256); use a dp_shard that divides them, got 4\n"
     ) in err
 

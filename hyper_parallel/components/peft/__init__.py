@@ -140,7 +140,7 @@ class LoRA(PEFT):
 
         def cross_check(self) -> Iterator[tuple[str, str]]:
             """Yield ``(field path, message)``: a target is a layer's name, listed once; NF4 embeddings need
-        an NF4 base."""
+            an NF4 base."""
             yield from super().cross_check()
             seen: set[str] = set()
             for target in self.targets:
@@ -152,7 +152,8 @@ class LoRA(PEFT):
             if self.quantize_embeddings and self.base_dtype != "nf4":
                 yield (
                     "quantize_embeddings",
-                    f"true stores the embeddings as NF4, which needs base_dtype 'nf4', got {self.base_dtype!r}",
+                    "true stores the embeddings as NF4, which needs base_dtype 'nf4', "
+                    f"got {self.base_dtype!r}",
                 )
 
         def checkpoint_holds_base(self, weights_path: str | None) -> bool:

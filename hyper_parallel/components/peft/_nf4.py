@@ -89,7 +89,7 @@ class NF4Embedding(nn.Embedding):
     compute_dtype: torch.dtype
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        table = self.weight.get_original_weight().to(self.compute_dtype)  # type: ignore[operator]
+        table = self.weight.get_original_weight().to(self.compute_dtype)  # type: ignore[attr-defined]
         return F.embedding(ids, table, self.padding_idx, self.max_norm, self.norm_type)
 
 
@@ -115,7 +115,8 @@ def quantize_base(model: nn.Module, compute_dtype: torch.dtype, *, embeddings: b
                 if is_nf4(param) or not param.is_floating_point():
                     stored[id(param)] = param
                 elif quantized and key == "weight":
-                    stored[id(param)] = nn.Parameter(_nf4(f"{name}.weight", param, to_nf4), requires_grad=False)
+                    quantized_weight = _nf4(f"{name}.weight", param, to_nf4)
+                    stored[id(param)] = nn.Parameter(quantized_weight, requires_grad=False)
                     count += 1
                 elif param.dtype != compute_dtype:
                     stored[id(param)] = nn.Parameter(_cast(param, compute_dtype), requires_grad=False)
@@ -160,8 +161,9 @@ def _with_local(weight: Any, local: torch.Tensor) -> torch.Tensor:
     """A ``DTensor`` like ``weight`` whose local tensor is ``local``; ``weight``'s local memory goes."""
     from torch.distributed.tensor import DTensor
 
+    mesh, placements = weight.device_mesh, weight.placements
     new: torch.Tensor = DTensor.from_local(
-        local, weight.device_mesh, weight.placements, run_check=False, shape=weight.shape, stride=weight.stride()
+        local, mesh, placements, run_check=False, shape=weight.shape, stride=weight.stride()
     )
     # Freed now, not when FSDP2 re-reads its parameters (at the first forward). That re-read compares the
     # old shard's storage with the new one's, which an NF4 tensor has none of: an emptied storage (data
