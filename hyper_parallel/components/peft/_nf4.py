@@ -22,7 +22,7 @@ on one process, so QLoRA runs there on plain NF4 parameters.
 
 Nothing of this is saved: a checkpoint of such a run leaves the frozen parameters out (the base is built
 again, from ``model.weights_path`` or the seed, and quantized the same way), and the export rebuilds the
-base, quantizes and dequantizes the adapted weights as training saw them, then merges the adapters.
+base, quantizes and dequantizes the NF4 weights as training saw them, then merges the adapters.
 """
 
 from __future__ import annotations
