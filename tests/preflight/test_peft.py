@@ -45,47 +45,49 @@ def test_the_dry_run_of_the_lora_recipe_counts_trainable_and_frozen_and_their_me
     ]
 
 
-def test_the_dry_run_of_qlora_counts_the_nf4_base_at_half_a_byte_per_weight_and_its_scales() -> None:
-    lines = _report("--peft.base_dtype", "nf4")
-    assert lines[2] == (
-        "  trainable   145.41 K (145,408): LoRA rank 8 adapters on 31 linear layers; "
-        "frozen 2.77 M (2,773,520): the base model, 2.62 M (2,621,440) of it in NF4 (the adapted layers' "
-        "weights)"
-    )
-    assert lines[4] == (
-        "    parameters       2.4 MiB   float32 adapters 568.0 KiB, frozen NF4 + float32 base 1.9 MiB, "
-        "shard of dp_shard 1 x tp 1"
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConfigWarning)
-        est = estimate(load_config(RECIPE, {"peft.base_dtype": "nf4"}))
-    assert est is not None
-    # 31 weights: codes (half a byte each), int8 scales per 64, a float32 scale per 16,384, mean, code book
-    nf4 = 2_621_440 // 2 + 2_621_440 // 64 + 4 * (2_621_440 // 16_384) + 31 * 17 * 4
-    assert est.frozen_bytes == nf4 + 4 * (2_773_520 - 2_621_440)
-    assert nf4 == 1_354_428
+#: The 31 adapted weights of the recipe's model as NF4: codes (half a byte each), int8 scales per 64, a
+#: float32 scale per 16,384, mean and code book each.
+ADAPTED_NF4 = 2_621_440 // 2 + 2_621_440 // 64 + 4 * (2_621_440 // 16_384) + 31 * 17 * 4
 
 
-def test_the_dry_run_of_qlora_with_nf4_embeddings_in_bf16_counts_them_and_the_rest_in_bf16() -> None:
-    flags = ("--peft.quantize_embeddings", "true", "--training.mixed_precision_param", "bfloat16")
-    lines = _report("--peft.base_dtype", "nf4", *flags)
+@pytest.mark.parametrize(
+    ("overrides", "in_nf4", "parameters", "frozen_bytes"),
+    [
+        (
+            {"peft.base_dtype": "nf4"},
+            "2.62 M (2,621,440) of it in NF4 (the adapted layers' weights)",
+            "2.4 MiB   float32 adapters 568.0 KiB, frozen NF4 + float32 base 1.9 MiB",
+            ADAPTED_NF4 + 4 * (2_773_520 - 2_621_440),  # the rest in float32, the compute dtype
+        ),
+        (
+            {
+                "peft.base_dtype": "nf4",
+                "peft.quantize_embeddings": "true",
+                "training.mixed_precision_param": "bfloat16",
+            },
+            "2.75 M (2,752,512) of it in NF4 (the adapted layers' weights and the embeddings)",
+            "2.0 MiB   float32 adapters 568.0 KiB, frozen NF4 + bfloat16 base 1.4 MiB",
+            # the tied 512 x 256 embedding as NF4 too; the norms and Gated DeltaNet's small tensors in bf16
+            ADAPTED_NF4 + nf4_bytes(512 * 256) + 2 * (2_773_520 - 2_752_512),
+        ),
+    ],
+    ids=["nf4", "nf4-embeddings-bf16"],
+)
+def test_the_dry_run_of_qlora_counts_the_nf4_base_at_half_a_byte_per_weight_and_its_scales(
+    overrides: dict[str, str], in_nf4: str, parameters: str, frozen_bytes: int
+) -> None:
+    lines = _report(*(item for key, value in overrides.items() for item in (f"--{key}", value)))
     assert lines[2] == (
         "  trainable   145.41 K (145,408): LoRA rank 8 adapters on 31 linear layers; "
-        "frozen 2.77 M (2,773,520): the base model, 2.75 M (2,752,512) of it in NF4 (the adapted layers' "
-        "weights and the embeddings)"
+        f"frozen 2.77 M (2,773,520): the base model, {in_nf4}"
     )
-    assert lines[4] == (
-        "    parameters       2.0 MiB   float32 adapters 568.0 KiB, frozen NF4 + bfloat16 base 1.4 MiB, "
-        "shard of dp_shard 1 x tp 1"
-    )
+    assert lines[4] == f"    parameters       {parameters}, shard of dp_shard 1 x tp 1"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConfigWarning)
-        overrides = {"peft.base_dtype": "nf4", "peft.quantize_embeddings": "true"}
-        est = estimate(load_config(RECIPE, {**overrides, "training.mixed_precision_param": "bfloat16"}))
+        est = estimate(load_config(RECIPE, overrides))
     assert est is not None
-    # the 31 adapted weights (as in the test above) and the tied 512 x 256 embedding as NF4; the norms and
-    # Gated DeltaNet's small tensors in bf16
-    assert est.frozen_bytes == 1_354_428 + nf4_bytes(512 * 256) + 2 * (2_773_520 - 2_752_512)
+    assert est.frozen_bytes == frozen_bytes
+    assert ADAPTED_NF4 == 1_354_428
 
 
 def test_nf4_bytes_are_those_of_torchaos_tensor() -> None:
