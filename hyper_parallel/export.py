@@ -148,10 +148,11 @@ def export_checkpoint(
 
 
 def _merged(cfg: TrainerConfig, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``weights`` with LoRA's adapters merged into the layers they adapt (other weights: as they are).
+    """``weights`` with LoRA's adapters merged into the layers they adapt (floats in the adapters' dtype).
 
     A checkpoint that left the frozen base out (``PEFT.Config.checkpoint_holds_base``) gets it back as the
-    run built it (:func:`_rebuilt_base`); with ``base_dtype: nf4`` the adapted weights (and with
+    run built it (:func:`_rebuilt_base`); a bfloat16 base is rounded as training held it, and merged in the
+    adapters' dtype (float32); with ``base_dtype: nf4`` the adapted weights (and with
     ``quantize_embeddings`` the embeddings) are the values their NF4 quantization stands for, as training
     computed with them, before the adapters are added.
     """
@@ -164,8 +165,10 @@ def _merged(cfg: TrainerConfig, weights: dict[str, torch.Tensor]) -> dict[str, t
         raise ExportError("the checkpoint holds LoRA adapters but its config's peft is not LoRA.Config")
     if not cfg.peft.checkpoint_holds_base(cfg.model.weights_path):
         base = _rebuilt_base(cfg)
-        if cfg.peft.base_dtype == "nf4":
-            from hyper_parallel.components.peft._nf4 import EMBEDDINGS, quantized_weights
+        if cfg.peft.base_dtype == "bfloat16":  # as training held it
+            base = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in base.items()}
+        elif cfg.peft.base_dtype == "nf4":
+            from hyper_parallel.components.peft._base import EMBEDDINGS, quantized_weights
 
             layers = adapted_layers(weights)
             if cfg.peft.quantize_embeddings:
@@ -174,9 +177,9 @@ def _merged(cfg: TrainerConfig, weights: dict[str, torch.Tensor]) -> dict[str, t
                 base = quantized_weights(base, layers)
             except ImportError as exc:
                 raise ExportError(str(exc)) from None
-        dtype = next(t.dtype for name, t in weights.items() if is_adapter(name))
-        base = {k: v.to(dtype) if v.is_floating_point() else v for k, v in base.items()}
         weights = {**base, **weights}
+    dtype = next(t.dtype for name, t in weights.items() if is_adapter(name))  # a bf16 base: merged in float32
+    weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
     return merge_adapters(weights, cfg.peft.scale)
 
 

@@ -105,6 +105,8 @@ class Estimate(NamedTuple):
     adapted_layers: int = 0
     #: Whether the embedding and output matrices are among the ``quantized`` (``quantize_embeddings``).
     nf4_embeddings: bool = False
+    #: The dtype of the frozen parameters that are not NF4.
+    frozen_dtype: str = "float32"
     #: Bytes per rank of the frozen parameters (part of the ``parameters`` term).
     frozen_bytes: int = 0
 
@@ -320,6 +322,7 @@ def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size
         quantized=held.elements("nf4"),
         adapted_layers=held.adapted,
         nf4_embeddings=held.nf4_embeddings,
+        frozen_dtype=held.frozen_dtype,
         frozen_bytes=frozen,
         gradients_at_peak=layout.micro_batches(training.global_batch_size) > 1 or pp > 1,
     )

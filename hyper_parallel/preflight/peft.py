@@ -6,9 +6,10 @@ layer of the blocks (``ParamGroup.linears`` names them) gets ``A`` (``rank x in`
 (``out x rank``), sharded by tensor parallelism as the runtime does (a column-wise layer's adapters split
 their rows like its weight, a row-wise layer's are replicated), with the gradients DTensor leaves them
 without FSDP (measured in ``tests/preflight/test_sharding.py``). The base is frozen: no gradient, no
-optimizer state, stored as the model holds it (float32), or with ``base_dtype: nf4`` (QLoRA) the weights
-of the adapted layers (with ``quantize_embeddings`` also the embedding and output matrices) as torchao's
-``NF4Tensor`` (:func:`nf4_bytes`) and the rest in the compute dtype. Torch-free, as the whole preflight.
+optimizer state, stored as the model holds it (float32), in bfloat16 (``base_dtype: bfloat16``), or with
+``base_dtype: nf4`` (QLoRA) the weights of the adapted layers (with ``quantize_embeddings`` also the
+embedding and output matrices) as torchao's ``NF4Tensor`` (:func:`nf4_bytes`) and the rest in the compute
+dtype. Torch-free, as the whole preflight.
 """
 
 from collections.abc import Sequence
@@ -50,9 +51,9 @@ class Roles(NamedTuple):
     method: str = ""
     #: Linear layers given adapters, over the whole model.
     adapted: int = 0
-    #: How the frozen weights of the adapted layers are stored (``float32`` or ``nf4``).
+    #: How the frozen base is stored (``peft.base_dtype``: ``float32``, ``bfloat16`` or ``nf4``).
     base_dtype: str = "float32"
-    #: The dtype of the ``frozen`` tensors: float32, or under ``nf4`` the compute dtype.
+    #: The dtype of the ``frozen`` tensors: ``base_dtype``, or under ``nf4`` the compute dtype.
     frozen_dtype: str = "float32"
     #: Whether the embedding and output matrices are NF4 (``quantize_embeddings``).
     nf4_embeddings: bool = False
@@ -103,7 +104,7 @@ def roles(cfg: "TrainerConfig", groups: Sequence[ParamGroup]) -> Roles:
                 a = one._replace(shape=(peft.rank, columns), tp_dim=None, tp_grad_dim=group.tp_dim)
                 b = one._replace(shape=(rows, peft.rank), tp_dim=None)
             adapters += [(a, "trained"), (b, "trained")]
-    frozen_dtype = cfg.training.mixed_precision_param if nf4 else "float32"
+    frozen_dtype = cfg.training.mixed_precision_param if nf4 else peft.base_dtype
     return Roles(
         tuple(out + adapters),
         f"LoRA rank {peft.rank}",

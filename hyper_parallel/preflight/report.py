@@ -82,7 +82,7 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
                 f"{exact_count(est.quantized)} of it in NF4 (the adapted layers' weights"
                 + (" and the embeddings)" if est.nf4_embeddings else ")")
                 if est.quantized
-                else "float32"
+                else est.frozen_dtype
             )
         )
     lines.append("  memory per rank (rank 0)")
@@ -93,7 +93,7 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
     only = ", adapters only" if est.peft else ""
     held = "float32 master"
     if est.peft:
-        base = f"NF4 + {est.compute_dtype}" if est.quantized else "float32"
+        base = f"NF4 + {est.frozen_dtype}" if est.quantized else est.frozen_dtype
         held = (
             f"float32 adapters {human_bytes(est.terms['parameters'] - est.frozen_bytes)}, "
             f"frozen {base} base {human_bytes(est.frozen_bytes)}"

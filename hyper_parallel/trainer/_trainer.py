@@ -421,11 +421,14 @@ class Trainer:
         initialize_adapters(model, seed=self.seed)  # LoRA's adapters (none: nothing to do)
         from hyper_parallel.components.peft import LoRA
 
-        if isinstance(cfg.peft, LoRA.Config) and cfg.peft.base_dtype == "nf4":  # QLoRA: an NF4 base
-            from hyper_parallel.components.peft._nf4 import quantize_base
+        if isinstance(cfg.peft, LoRA.Config) and cfg.peft.base_dtype != "float32":  # bf16 or NF4 base
+            from hyper_parallel.components.peft._base import store_base
 
-            quantize_base(
-                model, torch_dtype(training.mixed_precision_param), embeddings=cfg.peft.quantize_embeddings
+            store_base(
+                model,
+                torch_dtype(training.mixed_precision_param),
+                nf4=cfg.peft.base_dtype == "nf4",
+                embeddings=cfg.peft.quantize_embeddings,
             )
         return model
 

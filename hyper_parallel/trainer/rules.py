@@ -117,7 +117,8 @@ def expert_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
 
 def _peft_issues(cfg: "TrainerConfig") -> Issues:
     """LoRA's ``targets`` must name linear layers of the model's blocks (the model's arguments list them);
-    QLoRA (``base_dtype: nf4``) needs torchao, weights NF4 can hold, and a layout it runs on."""
+    a bfloat16 base needs bfloat16 compute; QLoRA (``base_dtype: nf4``) needs torchao, weights NF4 can
+    hold, and a layout it runs on."""
     from hyper_parallel.components.peft import LoRA
 
     if not isinstance(cfg.peft, LoRA.Config):
@@ -129,6 +130,13 @@ def _peft_issues(cfg: "TrainerConfig") -> Issues:
             "peft.targets",
             f"{', '.join(repr(t) for t in unknown)} name no linear layer of {cfg.model.name}'s blocks; "
             f"choose among {', '.join(sorted(names or ()))}",
+        )
+    compute = cfg.training.mixed_precision_param
+    if cfg.peft.base_dtype == "bfloat16" and compute != "bfloat16":
+        yield (
+            "peft.base_dtype",
+            "'bfloat16' holds the frozen base in the dtype the run computes it in, which must then be "
+            f"bfloat16: set training.mixed_precision_param to bfloat16, got {compute!r}",
         )
     if cfg.peft.base_dtype == "nf4" and not unknown:
         yield from _nf4_issues(cfg)

@@ -93,7 +93,7 @@ def test_the_dry_run_of_qlora_counts_the_nf4_base_at_half_a_byte_per_weight_and_
 def test_nf4_bytes_are_those_of_torchaos_tensor() -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchao")
-    from hyper_parallel.components.peft._nf4 import nf4_module
+    from hyper_parallel.components.peft._base import nf4_module
 
     for rows, columns in ((128, 256), (768, 256), (64, 512)):
         tensor = nf4_module().to_nf4(torch.randn(rows, columns))
@@ -124,12 +124,13 @@ NF4 = {"peft.base_dtype": "nf4"}
     "extra",
     [
         {"peft.base_dtype": "float32"},
+        {"peft.base_dtype": "bfloat16", "training.mixed_precision_param": "bfloat16"},
         NF4,
         {**NF4, "peft.quantize_embeddings": "true"},
         {**NF4, "training.mixed_precision_param": "bfloat16"},  # the rest of the base stored in bf16
         {**NF4, "peft.quantize_embeddings": "true", "training.mixed_precision_param": "bfloat16"},
     ],
-    ids=["float32", "nf4", "nf4-embeddings", "nf4-bf16", "nf4-embeddings-bf16"],
+    ids=["float32", "bf16", "nf4", "nf4-embeddings", "nf4-bf16", "nf4-embeddings-bf16"],
 )
 def test_the_estimate_equals_the_tensors_of_a_trainer_after_one_step(
     model: str, extra: dict[str, str]

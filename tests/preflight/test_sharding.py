@@ -72,7 +72,7 @@ def _worker(out_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from hyper_parallel.components.peft._nf4 import quantize_base
+    from hyper_parallel.components.peft._base import store_base
     from hyper_parallel.components.peft._runtime import initialize_adapters
     from hyper_parallel.parallel.parallel_dims import ParallelDims
 
@@ -93,7 +93,7 @@ def _worker(out_dir: str) -> None:
             if peft is not None:
                 initialize_adapters(model, seed=0)
                 if peft.base_dtype == "nf4":
-                    quantize_base(model, torch.float32)  # the compute dtype _config gives
+                    store_base(model, torch.float32, nf4=True)  # the compute dtype _config gives
             text = getattr(spec.args, "text", spec.args)
             ids = torch.randint(0, text.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
             optimizer = torch.optim.AdamW(

@@ -44,7 +44,12 @@ def _params(trainer: LLMTrainer) -> dict[str, Any]:
                 "local_dtype": str(param._local_tensor.dtype),
             }
         else:
-            held[name] = {"dtensor": False, "local": list(param.shape), "global": list(param.shape)}
+            held[name] = {
+                "dtensor": False,
+                "local": list(param.shape),
+                "global": list(param.shape),
+                "local_dtype": str(param.dtype),
+            }
     return held
 
 

@@ -110,6 +110,13 @@ TWO = {
     "llama3_tied-dp_shard2": ("llama3", {**TIED, "parallelism.dp_shard": "2"}),
     "llama3_tied-tp2": ("llama3", {**TIED, "parallelism.dp_shard": "1", "parallelism.tp": "2"}),
 }
+#: LoRA over a bfloat16 base (computing in bfloat16): FSDP2, tensor and pipeline parallelism hold it so.
+BF16_BASE = {"peft.base_dtype": "bfloat16", "training.mixed_precision_param": "bfloat16"}
+TWO_BF16 = {
+    "qwen3_5-dp_shard2-bf16": ("qwen3_5", {**BF16_BASE, "parallelism.dp_shard": "2"}),
+    "llama3-tp2-bf16": ("llama3", {**BF16_BASE, "parallelism.dp_shard": "1", "parallelism.tp": "2"}),
+    "llama3-pp2-bf16": ("llama3", {**BF16_BASE, "parallelism.dp_shard": "1", "parallelism.pp": "2"}),
+}
 #: The router's load-balancing loss is a statistic of each rank's own tokens (as in the peers), so
 #: two processes give one process's losses only without it.
 NO_AUX = {"model.overrides.router_aux_loss_coef": "0.0"}
@@ -123,7 +130,8 @@ MOE = {
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_two_processes_give_the_one_process_lora_losses(tmp_path: Path) -> None:
-    runs = {name: (model, {**DATA, **LORA, **layout}) for name, (model, layout) in {**TWO, **MOE}.items()}
+    layouts = {**TWO, **MOE, **TWO_BF16}
+    runs = {name: (model, {**DATA, **LORA, **layout}) for name, (model, layout) in layouts.items()}
     # Across layouts: one process trains 4 steps saving at 2; two processes (FSDP2) resume its step 2.
     saving = {
         **saving_every_two_steps(tmp_path / "ckpt"),
@@ -151,6 +159,13 @@ def test_two_processes_give_the_one_process_lora_losses(tmp_path: Path) -> None:
         assert adapters, name
         if "dp_shard" in name:
             assert all(held[n]["dtensor"] for n in adapters), name  # FSDP2 shards them with their block
+    for name, (model, _layout) in TWO_BF16.items():
+        expected, _ = _run(model, {**DATA, **LORA, **BF16_BASE})
+        for report in reports[name]:  # autocast's and FSDP2's bf16 casts round apart (6e-4 at most)
+            assert report["losses"] == pytest.approx(expected, abs=5e-3), name
+            dtypes = {n: p["local_dtype"] for n, p in report["params"].items()}
+            assert {d for n, d in dtypes.items() if "lora_" in n} == {"torch.float32"}, name
+            assert {d for n, d in dtypes.items() if "lora_" not in n} == {"torch.bfloat16"}, name
 
 
 def test_a_lora_run_resumes_exactly(tmp_path: Path) -> None:
@@ -165,6 +180,57 @@ def test_a_lora_run_resumes_exactly(tmp_path: Path) -> None:
     resumed, trainer = _run("qwen3_5", saving)
     assert trainer.resumed_from == 2
     assert resumed == straight[2:]  # bitwise: adapters, their optimizer state, data and RNG came back
+
+
+def test_a_bfloat16_base_is_held_saved_and_merged_in_bf16_and_resumes_exactly(tmp_path: Path) -> None:
+    from hyper_parallel.components.checkpoint._safe_read import inspect
+
+    saving = {
+        **LORA,
+        **BF16_BASE,
+        **saving_every_two_steps(tmp_path / "ckpt"),
+        "training.max_steps": "4",
+        "checkpoint.keep_latest_k": "0",  # step 2 stays beside step 4
+    }
+    straight, trainer = _run("qwen3_5", saving)  # the debug model's tied embeddings
+    params = dict(trainer.model.named_parameters())
+    assert {p.dtype for p in params.values() if not p.requires_grad} == {torch.bfloat16}
+    assert {p.dtype for p in params.values() if p.requires_grad} == {torch.float32}  # the adapters
+    assert trainer.model.output.weight is trainer.model.tok_embeddings.weight
+    saved = inspect(tmp_path / "ckpt" / "step-4").metadata.state_dict_metadata
+    assert (
+        saved["model.layers.0.feed_forward.w1.weight"].properties.dtype == torch.bfloat16
+    )  # the base, as held
+    assert saved["model.layers.0.feed_forward.w1.lora_A"].properties.dtype == torch.float32
+    merged = export_checkpoint(tmp_path / "ckpt", tmp_path / "merged")
+    from safetensors.torch import load_file
+
+    exported = load_file(merged / "model.safetensors")["model.layers.0.mlp.gate_proj.weight"]
+    layer = trainer.model.get_submodule("layers.0.feed_forward.w1")
+    with torch.no_grad():
+        expected = layer.weight.float() + 16.0 / 4 * layer.lora_B @ layer.lora_A  # in float32, as trained
+    assert exported.dtype == torch.float32
+    assert float((exported - expected).abs().max()) <= 1e-6
+    shutil.rmtree(tmp_path / "ckpt" / "step-4")
+    resumed, trainer = _run("qwen3_5", saving)
+    assert trainer.resumed_from == 2
+    assert resumed == straight[2:]  # bitwise: the bf16 base, adapters, optimizer state, data and RNG
+
+
+def test_a_bfloat16_base_computing_in_float32_is_refused() -> None:
+    from hyper_parallel.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        tiny_config(
+            "llama3", {**LORA, "peft.base_dtype": "bfloat16", "training.mixed_precision_param": "float32"}
+        )
+    assert [(i.path, i.message) for i in caught.value.issues] == [
+        (
+            "peft.base_dtype",
+            "'bfloat16' holds the frozen base in the dtype the run computes it in, which must then be "
+            "bfloat16: set training.mixed_precision_param to bfloat16, got 'float32'",
+        )
+    ]
 
 
 @pytest.mark.parametrize("model", ["llama3", "qwen3_5"])  # Qwen 3.5's debug model ties its embeddings

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchao")
 transformers = pytest.importorskip("transformers")
 
-from hyper_parallel.components.peft._nf4 import is_nf4  # noqa: E402
+from hyper_parallel.components.peft._base import is_nf4  # noqa: E402
 from hyper_parallel.config import ConfigWarning, load_config  # noqa: E402
 from hyper_parallel.export import export_checkpoint  # noqa: E402
 from hyper_parallel.launch import main  # noqa: E402

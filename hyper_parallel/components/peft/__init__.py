@@ -8,9 +8,10 @@ The default, ``FullFineTuning.Config``, trains every weight (the model is left a
 The adapters are parameters of the layers they adapt (``<layer>.lora_A``, ``<layer>.lora_B``), so
 FSDP2 shards them with their block, activation checkpointing and compile wrap them with it. A checkpoint
 holds them and their optimizer state, and the frozen base only when the run cannot build it again: with
-``model.weights_path`` (or NF4) the base is read again at every start. ``base_dtype: nf4`` (QLoRA) stores
-the adapted layers' frozen weights as torchao's 4-bit NF4 tensors (``_nf4``), with ``quantize_embeddings``
-the embeddings too, and the rest of the base in the training dtype. ``python -m
+``model.weights_path`` (or NF4) the base is read again at every start. ``base_dtype: bfloat16`` stores the
+frozen base in bfloat16; ``base_dtype: nf4`` (QLoRA) the adapted layers' frozen weights as torchao's 4-bit
+NF4 tensors, with ``quantize_embeddings`` the embeddings too, and the rest of the base in the training
+dtype (``_base``). ``python -m
 hyper_parallel.export`` writes the merged model, or with ``--adapter-only`` an adapter folder the ``peft``
 library loads.
 
@@ -120,13 +121,13 @@ class LoRA(PEFT):
             },
         )
 
-        base_dtype: Literal["float32", "nf4"] = attrs.field(
+        base_dtype: Literal["float32", "bfloat16", "nf4"] = attrs.field(
             default="float32",
             metadata={
-                "help": "How the frozen weights of the adapted layers are stored: 'float32' as the model "
-                "holds them; 'nf4' (QLoRA) as torchao's 4-bit NormalFloat, about 0.5 byte per weight, "
-                "computed in the training dtype, the rest of the frozen base stored in that dtype "
-                "(needs torchao: the 'qlora' extra)."
+                "help": "How the frozen base is stored: 'float32' as the model holds it; 'bfloat16' half "
+                "that, for runs computing in bfloat16; 'nf4' (QLoRA) the adapted layers' weights as "
+                "torchao's 4-bit NormalFloat, about 0.5 byte per weight, and the rest in the training "
+                "dtype (needs torchao: the 'qlora' extra)."
             },
         )
         quantize_embeddings: bool = attrs.field(

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from hyper_parallel.components.peft._nf4 import is_nf4
+from hyper_parallel.components.peft._base import is_nf4
 
 if TYPE_CHECKING:
     from hyper_parallel.components.peft import LoRA

@@ -1,7 +1,10 @@
-"""QLoRA's frozen base: the weights of the adapted layers as torchao's NF4 tensors (``base_dtype: nf4``).
+"""How a LoRA run stores its frozen base (``peft.base_dtype``): as built (float32), in bfloat16, or NF4.
 
-``quantize_base`` runs once the model is parallelized, its weights are in place and its adapters drawn:
-each adapted ``nn.Linear``'s ``weight`` becomes a frozen ``NF4Tensor`` (torchao 0.18:
+``store_base`` runs once the model is parallelized, its weights are in place and its adapters drawn.
+``bfloat16`` casts every frozen parameter (a ``DTensor`` its local shard, whatever the layout): the run
+computes in bfloat16, so FSDP2 would all-gather that cast and autocast make it at each use; it is half of
+float32's bytes. ``nf4`` (QLoRA) makes
+each adapted ``nn.Linear``'s ``weight`` a frozen ``NF4Tensor`` (torchao 0.18:
 ``torchao.quantization.quantize_.workflows.nf4.nf4_tensor``) quantized from the whole float32 weight, so
 every layout holds the same 4-bit codes and scales. ``F.linear`` on it dequantizes to the input's dtype
 (torchao's ``LinearNF4``), so compute stays in the training dtype and the input gradient flows through it;
@@ -20,9 +23,10 @@ FSDP2 without sharding (``replicate``, or a mesh of one rank) copies only the fi
 all-gather inputs, and torchao's all-gather takes a one-dimensional mesh. The trainer applies no FSDP2
 on one process, so QLoRA runs there on plain NF4 parameters.
 
-Nothing of this is saved: a checkpoint of such a run leaves the frozen parameters out (the base is built
-again, from ``model.weights_path`` or the seed, and quantized the same way), and the export rebuilds the
-base, quantizes and dequantizes the NF4 weights as training saw them, then merges the adapters.
+Nothing of an NF4 base is saved: a checkpoint of such a run leaves the frozen parameters out (the base is
+built again, from ``model.weights_path`` or the seed, and quantized the same way), and the export rebuilds
+the base, quantizes and dequantizes the NF4 weights as training saw them, then merges the adapters. A
+bfloat16 base is saved as it is held when the run cannot build it again (no ``model.weights_path``).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from torch import nn
 
 from hyper_parallel.components.peft import TORCHAO_VERSION
 
-__all__ = ["EMBEDDINGS", "NF4Embedding", "is_nf4", "nf4_module", "quantize_base", "quantized_weights"]
+__all__ = ["EMBEDDINGS", "NF4Embedding", "is_nf4", "nf4_module", "quantized_weights", "store_base"]
 
 _NF4_PATH = "torchao.quantization.quantize_.workflows.nf4.nf4_tensor"
 
@@ -93,21 +97,26 @@ class NF4Embedding(nn.Embedding):
         return F.embedding(ids, table, self.padding_idx, self.max_norm, self.norm_type)
 
 
-def quantize_base(model: nn.Module, compute_dtype: torch.dtype, *, embeddings: bool = False) -> int:
-    """Store ``model``'s frozen base as QLoRA does; returns how many weights became NF4.
+def store_base(
+    model: nn.Module, compute_dtype: torch.dtype, *, nf4: bool = False, embeddings: bool = False
+) -> int:
+    """Store ``model``'s frozen base in ``compute_dtype``, with ``nf4`` as QLoRA does; returns how many
+    weights became NF4.
 
-    The weight of every adapted linear layer (with ``embeddings`` also the token embedding's and the output
-    projection's, :data:`EMBEDDINGS`) becomes a frozen NF4 tensor. Every other frozen floating parameter
-    (norms, routers, the embeddings otherwise) is stored in ``compute_dtype``: it never trains, so a
-    float32 copy would only be cast to that dtype at each use (FSDP2 all-gathers it so, autocast casts it
-    so). A tied tensor is replaced once and stays tied. Call it after the weights are loaded and before the
-    first forward (FSDP2 re-reads its parameters then). A weight already NF4 is left as it is.
+    With ``nf4`` the weight of every adapted linear layer (with ``embeddings`` also the token embedding's
+    and the output projection's, :data:`EMBEDDINGS`) becomes a frozen NF4 tensor. Every other frozen
+    floating parameter (norms, routers, the embeddings otherwise) is stored in ``compute_dtype``: it never
+    trains, so a float32 copy would only be cast to that dtype at each use (FSDP2 all-gathers it so,
+    autocast casts it so). A tied tensor is replaced once and stays tied. Call it after the weights are
+    loaded and before the first forward (FSDP2 re-reads its parameters then). A weight already NF4 is left
+    as it is.
     """
-    to_nf4 = nf4_module().to_nf4
+    to_nf4 = nf4_module().to_nf4 if nf4 else None
     stored: dict[int, nn.Parameter] = {}  # id of a frozen parameter -> what the model holds instead
     count = 0
     for name, module in list(model.named_modules()):
-        quantized = "lora_A" in module._parameters or (embeddings and EMBEDDINGS.match(name) is not None)
+        adapted = "lora_A" in module._parameters or (embeddings and EMBEDDINGS.match(name) is not None)
+        quantized = to_nf4 is not None and adapted
         for key, param in list(module._parameters.items()):
             if param is None or param.requires_grad:
                 continue
