@@ -24,9 +24,10 @@ What it runs, each step a fresh process of the real command line, results in one
 5. ``attention``: one attention layer at the 1B shape and 4,096 tokens, forward + backward, document
    masking as the trainer runs it (one, two and many documents per row) against plain causal SDPA
    (:func:`attention_times`).
-6. ``finetune``: full fine-tuning, LoRA and QLoRA of the Llama 3.2-1B GPU config through the trainer
-   (eager): tokens/s, each step against the full one, peak memory beside the preflight's; then QLoRA of the
-   Qwen 3.5 debug config in bf16, its peak beside the preflight's.
+6. ``finetune``: full fine-tuning, LoRA (float32 and bfloat16 base) and QLoRA (with and without NF4
+   embeddings) of the Llama 3.2-1B GPU config through the trainer (eager): tokens/s, each step against the
+   full one, peak memory beside the preflight's; then QLoRA of the Qwen 3.5 debug config in bf16, its peak
+   beside the preflight's.
 
 Steps 1 and 2 run side by side (small, untimed), then 5, the eager runs of 3, 4, the compiled runs of 3
 and 6 one at a time (``--parts`` runs some of them). ``--budget SECONDS`` (default 450) bounds the whole
@@ -292,28 +293,29 @@ def _speed_rows(out: Path, tiny: bool, compiled: bool) -> list[dict[str, Any]]:
     return rows
 
 
-#: LoRA and QLoRA settings of the ``finetune`` step (the adapters' defaults: attention and MLP projections).
+_LORA = {"peft._target_": "hyper_parallel.components.peft.LoRA.Config", "peft.rank": 16}
+#: LoRA and QLoRA settings of the ``finetune`` step (the adapters' defaults: attention and MLP projections):
+#: the base in float32, in bfloat16, NF4, and NF4 with the embeddings.
 FINETUNE_RUNS: dict[str, dict[str, Any]] = {
     "full": {},
-    "lora": {"peft._target_": "hyper_parallel.components.peft.LoRA.Config", "peft.rank": 16},
-    "qlora": {
-        "peft._target_": "hyper_parallel.components.peft.LoRA.Config",
-        "peft.rank": 16,
-        "peft.base_dtype": "nf4",
-    },
+    "lora": _LORA,
+    "lora_bf16": {**_LORA, "peft.base_dtype": "bfloat16"},
+    "qlora": {**_LORA, "peft.base_dtype": "nf4"},
+    "qlora_embeddings": {**_LORA, "peft.base_dtype": "nf4", "peft.quantize_embeddings": True},
 }
 
 
 def _finetune_rows(out: Path, tiny: bool) -> list[dict[str, Any]]:
-    """Full fine-tuning, LoRA and QLoRA of the Llama 3.2-1B GPU config through the trainer (eager), one
-    after the other: tokens/s (and its ratio to the full run's), peak memory beside the preflight's; then
-    QLoRA on the Qwen 3.5 debug config in bf16, its peak against the preflight (issue 34's 15%)."""
+    """Full fine-tuning, LoRA and QLoRA (``FINETUNE_RUNS``) of the Llama 3.2-1B GPU config through the
+    trainer (eager), one after the other: tokens/s (and its ratio to the full run's), peak memory beside
+    the preflight's; then QLoRA on the Qwen 3.5 debug config in bf16, its peak against the preflight
+    (issue 34's 15%)."""
     rows: list[dict[str, Any]] = []
     plans: list[tuple[str, str, dict[str, Any]]] = []
     for method, settings in FINETUNE_RUNS.items():
         overrides: dict[str, Any] = {"training.max_steps": 20, **settings}
-        if tiny and method == "qlora":  # NF4 needs weights of 16,384 values or more: the tiny ones are not
-            continue
+        if tiny and method not in ("full", "lora"):  # NF4 needs weights of 16,384 values or more, which the
+            continue  # tiny ones are not; a bf16 base computes in bf16, the tiny runs in float32
         if tiny:
             overrides.update(_tiny_gpu_overrides("llama3_2_1b_gpu"))
         plans.append(("llama3_2_1b_gpu", method, overrides))
