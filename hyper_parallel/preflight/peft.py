@@ -69,7 +69,7 @@ def roles(cfg: "TrainerConfig", groups: Sequence[ParamGroup]) -> Roles:
     A group shared by several linear layers (``linears``) is split into one group per layer, so that a
     layer LoRA adapts and one it does not are told apart.
     """
-    from hyper_parallel.components.peft import LoRA
+    from hyper_parallel.components.peft import EMBEDDING_LAYERS, LoRA
 
     peft = cfg.peft
     if not isinstance(peft, LoRA.Config):
@@ -81,7 +81,7 @@ def roles(cfg: "TrainerConfig", groups: Sequence[ParamGroup]) -> Roles:
     adapters: list[tuple[ParamGroup, Role]] = []
     adapted = 0
     for group in groups:
-        if nf4 and peft.quantize_embeddings and group.kind in ("embedding", "output"):
+        if nf4 and peft.quantize_embeddings and group.kind in EMBEDDING_LAYERS:
             out.append((group, "nf4"))
             continue
         if not group.linears or not targets.intersection(group.linears):

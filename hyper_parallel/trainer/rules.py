@@ -156,13 +156,10 @@ _NF4_REFUSED = {
 _NF4_DEGREES = ("dp_replicate", "dp_shard", "cp", "tp", "pp", "ep")
 
 
-#: The names of the matrices outside the blocks ``peft.quantize_embeddings`` stores as NF4, by kind.
-_EMBEDDING_NAMES = {"embedding": "tok_embeddings", "output": "output"}
-
-
 def _nf4_weights(cfg: "TrainerConfig") -> list[tuple[str, tuple[int, ...]]]:
     """``(layer name, weight shape)`` of each kind of weight QLoRA stores as NF4 (the adapted layers', and
     with ``quantize_embeddings`` the embedding and output matrices)."""
+    from hyper_parallel.components.peft import EMBEDDING_LAYERS
     from hyper_parallel.preflight.estimate import model_costs
     from hyper_parallel.preflight.peft import roles
 
@@ -172,7 +169,7 @@ def _nf4_weights(cfg: "TrainerConfig") -> list[tuple[str, tuple[int, ...]]]:
     found: dict[tuple[str, tuple[int, ...]], None] = {}
     for group, role in roles(cfg, costs.parameters()).groups:
         if role == "nf4":
-            found[(group.linears[0] if group.linears else _EMBEDDING_NAMES[group.kind], group.shape)] = None
+            found[(group.linears[0] if group.linears else EMBEDDING_LAYERS[group.kind], group.shape)] = None
     return list(found)
 
 
@@ -180,7 +177,7 @@ def _nf4_issues(cfg: "TrainerConfig") -> Issues:
     """``base_dtype: nf4`` needs torchao installed and every adapted weight a whole number of NF4 blocks."""
     import importlib.util
 
-    from hyper_parallel.components.peft import TORCHAO_VERSION
+    from hyper_parallel.components.peft import EMBEDDING_LAYERS, TORCHAO_VERSION
     from hyper_parallel.preflight.peft import NF4_BLOCK, NF4_QUANTUM, NF4_SCALER_BLOCK
 
     if importlib.util.find_spec("torchao") is None:
@@ -192,7 +189,7 @@ def _nf4_issues(cfg: "TrainerConfig") -> Issues:
     bad = [(name, shape) for name, shape in _nf4_weights(cfg) if math.prod(shape) % NF4_QUANTUM]
     if bad:
         listed = ", ".join(f"{name} ({' x '.join(map(str, s))} = {math.prod(s):,})" for name, s in bad)
-        embeddings = sum(name in _EMBEDDING_NAMES.values() for name, _ in bad)
+        embeddings = sum(name in EMBEDDING_LAYERS.values() for name, _ in bad)
         if not embeddings:
             fix = f"leave {'it' if len(bad) == 1 else 'them'} out of peft.targets"
         elif embeddings == len(bad):

@@ -28,7 +28,7 @@ from hyper_parallel.config.base import ConfigBase, config_class
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEFAULT_TARGETS", "PEFT", "TORCHAO_VERSION", "FullFineTuning", "LoRA"]
+__all__ = ["DEFAULT_TARGETS", "EMBEDDING_LAYERS", "PEFT", "TORCHAO_VERSION", "FullFineTuning", "LoRA"]
 
 #: The torchao release QLoRA is written against (the ``qlora`` extra pins it).
 TORCHAO_VERSION = "0.18.0"
@@ -50,6 +50,11 @@ DEFAULT_TARGETS: tuple[str, ...] = (
     "in_proj_z",
     "out_proj",
 )
+
+
+#: The layers outside the blocks that ``quantize_embeddings`` stores as NF4, by the preflight's kind of
+#: parameter: the token embedding and the output projection (one matrix when tied).
+EMBEDDING_LAYERS: dict[str, str] = {"embedding": "tok_embeddings", "output": "output"}
 
 
 class PEFT:

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hyper_parallel.components.peft import TORCHAO_VERSION
+from hyper_parallel.components.peft import EMBEDDING_LAYERS, TORCHAO_VERSION
 
 __all__ = ["EMBEDDINGS", "NF4Embedding", "is_nf4", "nf4_module", "quantized_weights", "store_base"]
 
@@ -77,9 +77,9 @@ def is_nf4(tensor: Any) -> bool:
     return type(local).__name__ == "NF4Tensor"
 
 
-#: The modules outside the blocks whose weights ``quantize_embeddings`` also stores as NF4: the token
-#: embedding and the output projection (one tensor when tied).
-EMBEDDINGS = re.compile(r"^(language_model\.)?(tok_embeddings|output)$")
+#: The names of the modules ``quantize_embeddings`` also stores as NF4 (``EMBEDDING_LAYERS``), a vision
+#: model's under ``language_model``.
+EMBEDDINGS = re.compile(rf"^(language_model\.)?({'|'.join(EMBEDDING_LAYERS.values())})$")
 
 
 class NF4Embedding(nn.Embedding):
