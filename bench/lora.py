@@ -2,7 +2,8 @@
 
 All train the shipped debug model (same config, same initial weights, same batches); the LoRA run adds
 ``peft: LoRA.Config`` (default targets, ``--rank``), the QLoRA runs also ``base_dtype: nf4`` (when torchao
-is installed), ``qlora_embeddings`` with ``quantize_embeddings``. Steps alternate between the trainers
+is installed), ``qlora_embeddings`` with ``quantize_embeddings``; with ``--dtype bfloat16`` also
+``lora_bf16`` (``base_dtype: bfloat16``). Steps alternate between the trainers
 (full, LoRA, QLoRA, ..., full, ...) so machine drift hits all alike; the first ``--warmup`` steps of each are
 not timed. The clock is the process's CPU time (``time.process_time``), which other processes on a shared
 machine disturb less than wall time. ``--dtype`` sets ``training.mixed_precision_param`` (the debug
@@ -68,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         common["training.mixed_precision_param"] = args.dtype
     lora = {"peft._target_": "hyper_parallel.components.peft.LoRA.Config", "peft.rank": str(args.rank)}
     runs = {"full": common, "lora": {**common, **lora}}
+    if args.dtype == "bfloat16":  # a bf16 base needs bf16 compute
+        runs["lora_bf16"] = {**runs["lora"], "peft.base_dtype": "bfloat16"}
     if importlib.util.find_spec("torchao") is not None:
         runs["qlora"] = {**common, **lora, "peft.base_dtype": "nf4"}
         runs["qlora_embeddings"] = {**runs["qlora"], "peft.quantize_embeddings": "true"}
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     figures["step_ratio"] = adapted["step_cpu_s"] / full["step_cpu_s"]
     figures["optimizer_ratio"] = adapted["optimizer_bytes"] / full["optimizer_bytes"]
     figures["optimizer_bytes_per_trainable"] = adapted["optimizer_bytes"] / adapted["trainable"]
-    for name in ("qlora", "qlora_embeddings"):
+    for name in ("lora_bf16", "qlora", "qlora_embeddings"):
         if name in figures:
             figures[f"{name}_step_ratio"] = figures[name]["step_cpu_s"] / full["step_cpu_s"]
     print(json.dumps(figures, indent=1))
