@@ -196,7 +196,8 @@ def evaluate(
             problem = step_disagreement(step_of(step), str(folder))
             if problem is not None:
                 raise EvaluateError(problem)
-        results: dict[str, float] = trainer.validator.validate(trainer.model, trainer.step)
+        with trainer.autocast():  # the model computes as in training
+            results: dict[str, float] = trainer.validator.validate(trainer.model, trainer.step)
     finally:
         for made in built:
             made.close()

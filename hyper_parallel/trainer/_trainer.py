@@ -497,8 +497,10 @@ class Trainer:
         """Logits ``[batch, seq, vocab]`` of one micro-batch (subclasses say which inputs the model takes)."""
         raise NotImplementedError
 
-    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        # FSDP2 applies mixed precision through its policy; without FSDP, autocast gives that compute dtype.
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The context the model computes in, training and validating alike: ``torch.autocast`` to
+        ``training.mixed_precision_param`` without FSDP2 (which applies it through its policy), else none.
+        A LoRA base stored in bf16 (or QLoRA's) meets float32 adapters only under it."""
         if self.fsdp or self._autocast_dtype == torch.float32:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self._autocast_dtype)
@@ -550,7 +552,7 @@ class Trainer:
             last = index == len(batches) - 1
             if self.fsdp and len(batches) > 1:
                 self.model.set_requires_gradient_sync(last)  # type: ignore[operator]
-            with self._autocast():
+            with self.autocast():
                 logits = self.forward(batch)
             total, count = self._sum_and_count(logits, batch["labels"])
             if token_weighted:
@@ -655,7 +657,7 @@ class Trainer:
             else:
                 count = self.loss_fn.count_tokens(batch["labels"]).to(torch.float32).clamp(min=1.0)
                 weight = 1.0 / count / len(batches)
-            with self._autocast():
+            with self.autocast():
                 loss_sum += self.pipeline.step(batch, weight)
         return self.pipeline.sum_over_stages(loss_sum)
 
@@ -719,7 +721,8 @@ class Trainer:
                         break
                     if self.validator is not None and self.validator.should_validate(self.step):
                         self.phase = f"validation at step {self.step}"
-                        report = self.validator.validate(self.model, self.step, stop=self._should_stop)
+                        with self.autocast():
+                            report = self.validator.validate(self.model, self.step, stop=self._should_stop)
                         if report is None:  # cut short by a stop signal: nothing to log
                             self._save_on_signal()
                             break

@@ -215,6 +215,11 @@ def test_a_bfloat16_base_is_held_saved_and_merged_in_bf16_and_resumes_exactly(tm
     resumed, trainer = _run("qwen3_5", saving)
     assert trainer.resumed_from == 2
     assert resumed == straight[2:]  # bitwise: the bf16 base, adapters, optimizer state, data and RNG
+    from hyper_parallel.evaluate import evaluate
+
+    held_out = {**saving, "validator.dataset.source": "synthetic", "validator.steps": "4"}  # as it trained on
+    evaluated = evaluate(tiny_config("qwen3_5", held_out), checkpoint=tmp_path / "ckpt")  # under autocast
+    assert evaluated["loss"] == pytest.approx(resumed[-1], rel=0.05)
 
 
 def test_a_bfloat16_base_computing_in_float32_is_refused() -> None:

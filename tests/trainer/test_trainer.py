@@ -291,6 +291,30 @@ def test_bfloat16_without_fsdp_computes_under_autocast() -> None:
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # master weights
 
 
+def test_validation_computes_in_the_training_dtype() -> None:
+    """Without FSDP2 the validator's forward runs under the training's autocast too (FSDP2 casts the
+    weights for both): a LoRA base stored in bf16 meets its float32 adapters only there."""
+    validating = {
+        "training.max_steps": "2",
+        "training.mixed_precision_param": "bfloat16",
+        "validator.enable": "true",
+        "validator.freq": "2",
+        "validator.steps": "3",
+        "validator.dataset.source": "synthetic",
+    }
+    trainer = LLMTrainer(tiny_config("llama3", validating))
+    seen: list[Any] = []
+    handle = trainer.model.layers["0"].attention.wq.register_forward_hook(
+        lambda m, i, o: seen.append(o.dtype)
+    )
+    try:
+        trainer.train()
+    finally:
+        handle.remove()
+        trainer.close()
+    assert seen == [torch.bfloat16] * (2 * 2 + 3)  # two steps of two micro-batches, three validation batches
+
+
 def test_compiling_the_loss_uses_the_configured_backend() -> None:
     trainer, results = train(
         {"compile.enable": "true", "compile.components": "[loss]", "compile.backend": "eager"}
