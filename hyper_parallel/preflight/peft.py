@@ -51,9 +51,7 @@ class Roles(NamedTuple):
     method: str = ""
     #: Linear layers given adapters, over the whole model.
     adapted: int = 0
-    #: How the frozen base is stored (``peft.base_dtype``: ``float32``, ``bfloat16`` or ``nf4``).
-    base_dtype: str = "float32"
-    #: The dtype of the ``frozen`` tensors: ``base_dtype``, or under ``nf4`` the compute dtype.
+    #: The dtype of the ``frozen`` tensors: ``peft.base_dtype``, or under ``nf4`` the compute dtype.
     frozen_dtype: str = "float32"
     #: Whether the embedding and output matrices are NF4 (``quantize_embeddings``).
     nf4_embeddings: bool = False
@@ -109,7 +107,6 @@ def roles(cfg: "TrainerConfig", groups: Sequence[ParamGroup]) -> Roles:
         tuple(out + adapters),
         f"LoRA rank {peft.rank}",
         adapted,
-        peft.base_dtype,
         frozen_dtype,
         nf4 and peft.quantize_embeddings,
     )
