@@ -151,10 +151,10 @@ def _merged(cfg: TrainerConfig, weights: dict[str, torch.Tensor]) -> dict[str, t
     """``weights`` with LoRA's adapters merged into the layers they adapt (floats in the adapters' dtype).
 
     A checkpoint that left the frozen base out (``PEFT.Config.checkpoint_holds_base``) gets it back as the
-    run built it (:func:`_rebuilt_base`); a bfloat16 base is rounded as training held it, and merged in the
-    adapters' dtype (float32); with ``base_dtype: nf4`` the adapted weights (and with
-    ``quantize_embeddings`` the embeddings) are the values their NF4 quantization stands for, as training
-    computed with them, before the adapters are added.
+    run built it (:func:`_rebuilt_base`) and held it: with ``base_dtype: nf4`` the adapted weights (and with
+    ``quantize_embeddings`` the embeddings) are the values their NF4 quantization stands for, and a
+    bfloat16 or NF4 run's base is rounded to the training dtype it was held and computed in; the adapters
+    are then merged in their own dtype (float32).
     """
     from hyper_parallel.components.peft import LoRA
     from hyper_parallel.components.peft._runtime import adapted_layers, is_adapter, merge_adapters
@@ -165,9 +165,7 @@ def _merged(cfg: TrainerConfig, weights: dict[str, torch.Tensor]) -> dict[str, t
         raise ExportError("the checkpoint holds LoRA adapters but its config's peft is not LoRA.Config")
     if not cfg.peft.checkpoint_holds_base(cfg.model.weights_path):
         base = _rebuilt_base(cfg)
-        if cfg.peft.base_dtype == "bfloat16":  # as training held it
-            base = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in base.items()}
-        elif cfg.peft.base_dtype == "nf4":
+        if cfg.peft.base_dtype == "nf4":
             from hyper_parallel.components.peft._base import EMBEDDINGS, quantized_weights
 
             layers = adapted_layers(weights)
@@ -177,6 +175,9 @@ def _merged(cfg: TrainerConfig, weights: dict[str, torch.Tensor]) -> dict[str, t
                 base = quantized_weights(base, layers)
             except ImportError as exc:
                 raise ExportError(str(exc)) from None
+        if cfg.peft.base_dtype != "float32":  # the dtype the run held its base in (store_base)
+            held = torch_dtype(cfg.training.mixed_precision_param)
+            base = {k: v.to(held) if v.is_floating_point() else v for k, v in base.items()}
         weights = {**base, **weights}
     dtype = next(t.dtype for name, t in weights.items() if is_adapter(name))  # a bf16 base: merged in float32
     weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}

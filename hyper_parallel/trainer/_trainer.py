@@ -416,11 +416,10 @@ class Trainer:
             materialize(model, spec, device=self.device, seed=self.seed)
         else:  # the same weights as from meta: each parameter drawn from (seed, its name)
             initialize(model, spec, seed=self.seed)
+        from hyper_parallel.components.peft import LoRA
         from hyper_parallel.components.peft._runtime import initialize_adapters
 
         initialize_adapters(model, seed=self.seed)  # LoRA's adapters (none: nothing to do)
-        from hyper_parallel.components.peft import LoRA
-
         if isinstance(cfg.peft, LoRA.Config) and cfg.peft.base_dtype != "float32":  # bf16 or NF4 base
             from hyper_parallel.components.peft._base import store_base
 

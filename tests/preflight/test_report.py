@@ -17,6 +17,7 @@ from hyper_parallel.config.__main__ import main as config_main
 from hyper_parallel.launch import main
 from hyper_parallel.models.spec import ModelArgs, ModelSpec
 from hyper_parallel.preflight import DEVICES, estimate, memory_issues, parse_device, preflight_report
+from hyper_parallel.preflight.estimate import Estimate
 from hyper_parallel.trainer.config import TrainerConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -308,8 +309,6 @@ def test_moe_dry_run_reports_active_parameters_expert_sharding_and_all_to_all() 
 
 LORA_16 = {"peft._target_": "hyper_parallel.components.peft.LoRA.Config", "peft.rank": "16"}
 QLORA = {**LORA_16, "peft.base_dtype": "nf4"}
-LORA_16 = {"peft._target_": "hyper_parallel.components.peft.LoRA.Config", "peft.rank": "16"}
-QLORA = {**LORA_16, "peft.base_dtype": "nf4"}
 MEASURED_ON_AN_H200 = (
     # config, overrides, peak GiB (``python -m bench gpu --check`` and its finetune step: the trainer's
     # torch.cuda.max_memory_allocated, one process, bf16 autocast, 2 x 4,096 tokens). The QLoRA runs held
@@ -326,6 +325,16 @@ MEASURED_ON_AN_H200 = (
 )
 
 
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def _gpu_estimate(name: str, overrides: dict[str, str] | None = None) -> Estimate:
+    """The one-rank estimate of the shipped config ``name`` with ``overrides``."""
+    est = estimate(load_config(CONFIGS / f"{name}.yaml", overrides or {}), 1)
+    assert est is not None
+    return est
+
+
 @pytest.mark.parametrize(("name", "overrides", "peak"), MEASURED_ON_AN_H200)
 def test_the_estimate_is_within_ten_percent_of_the_peak_measured_on_an_h200(
     name: str, overrides: dict[str, str], peak: float
@@ -333,23 +342,14 @@ def test_the_estimate_is_within_ten_percent_of_the_peak_measured_on_an_h200(
     """Full fine-tuning, LoRA and QLoRA, eager and compiled: the peak comes as the backward starts (the
     activations, the logits and their gradient, the bf16 weight copies autograd keeps, none of the
     gradients yet), which is where the estimate puts it."""
-    from hyper_parallel.preflight import estimate
-
-    configs = Path(__file__).resolve().parents[2] / "configs"
-    est = estimate(load_config(configs / f"{name}.yaml", overrides), 1)
-    assert est is not None
+    est = _gpu_estimate(name, overrides)
     assert not est.gradients_at_peak  # one micro batch, no pipeline
     assert abs(est.device_total / 2**30 - peak) / peak < 0.10
 
 
 def test_compiled_loss_holds_the_logits_and_their_gradient_in_bf16_and_compiled_blocks_save_less() -> None:
-    from hyper_parallel.preflight import estimate
-
-    configs = Path(__file__).resolve().parents[2] / "configs"
-    eager = estimate(load_config(configs / "llama3_2_1b_gpu.yaml"), 1)
-    compiled = estimate(load_config(configs / "llama3_2_1b_gpu.yaml", {"compile.enable": "true"}), 1)
-    assert eager is not None
-    assert compiled is not None
+    eager = _gpu_estimate("llama3_2_1b_gpu")
+    compiled = _gpu_estimate("llama3_2_1b_gpu", {"compile.enable": "true"})
     tokens_x_vocab = 2 * 4096 * 128256
     assert eager.terms["logits"] == tokens_x_vocab * (2 + 4 + 4)
     assert compiled.terms["logits"] == tokens_x_vocab * (2 + 2)
@@ -357,17 +357,12 @@ def test_compiled_loss_holds_the_logits_and_their_gradient_in_bf16_and_compiled_
 
 
 def test_gradients_add_to_the_peak_only_when_they_outlive_a_micro_batch() -> None:
-    from hyper_parallel.preflight import estimate
-
-    configs = Path(__file__).resolve().parents[2] / "configs"
-    one = estimate(load_config(configs / "llama3_2_1b_gpu.yaml"), 1)
-    two = estimate(load_config(configs / "llama3_2_1b_gpu.yaml", {"training.micro_batch_size": "1"}), 1)
-    assert one is not None
-    assert two is not None
+    one = _gpu_estimate("llama3_2_1b_gpu")
+    two = _gpu_estimate("llama3_2_1b_gpu", {"training.micro_batch_size": "1"})
     assert not one.gradients_at_peak
     assert two.gradients_at_peak
     assert one.device_total == sum(one.terms.values()) - one.terms["gradients"]
     assert two.device_total == sum(two.terms.values())
-    line = next(x for x in preflight_report(load_config(configs / "llama3_2_1b_gpu.yaml"), 1).splitlines()
+    line = next(x for x in preflight_report(load_config(CONFIGS / "llama3_2_1b_gpu.yaml"), 1).splitlines()
                 if x.strip().startswith("gradients"))  # fmt: skip
     assert line.endswith("float32; after the peak (one micro batch)")

@@ -251,6 +251,23 @@ def test_the_export_of_a_qlora_run_is_the_dequantized_base_with_the_adapters_mer
     assert generate_text(load_model(merged), "def ", max_new_tokens=8) == from_ckpt
 
 
+def test_the_export_of_a_bf16_qlora_run_holds_the_base_as_the_run_held_it(tmp_path: Path) -> None:
+    """Rounded to bf16 where the run held bf16 (the embedding), NF4's values where it held NF4."""
+    from safetensors.torch import load_file
+
+    saving = {"checkpoint.enable": "true", "checkpoint.folder": str(tmp_path / "ckpt"), **BF16}
+    _, trainer = _run("llama3", {**saving, "training.max_steps": "2"})
+    exported = load_file(export_checkpoint(tmp_path / "ckpt", tmp_path / "merged") / "model.safetensors")
+    embedding = trainer.model.tok_embeddings.weight
+    assert embedding.dtype == torch.bfloat16
+    assert torch.equal(exported["model.embed_tokens.weight"], embedding.float())
+    layer = trainer.model.layers["0"].attention.wo
+    with torch.no_grad():
+        held = layer.weight.get_original_weight().to(torch.bfloat16).float()
+        expected = held + 16.0 / 4 * layer.lora_B @ layer.lora_A
+    assert float((exported["model.layers.0.self_attn.o_proj.weight"] - expected).abs().max()) <= 1e-6
+
+
 def test_activation_checkpointing_and_compile_give_the_same_qlora_losses() -> None:
     plain, _ = _run("llama3", {"training.max_steps": "3", **NF4_EMBEDDINGS})
     wrapped, _ = _run("llama3", {"training.max_steps": "3", **NF4_EMBEDDINGS, **CHECKPOINTED_AND_COMPILED})

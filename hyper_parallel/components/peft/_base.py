@@ -99,9 +99,8 @@ class NF4Embedding(nn.Embedding):
 
 def store_base(
     model: nn.Module, compute_dtype: torch.dtype, *, nf4: bool = False, embeddings: bool = False
-) -> int:
-    """Store ``model``'s frozen base in ``compute_dtype``, with ``nf4`` as QLoRA does; returns how many
-    weights became NF4.
+) -> None:
+    """Store ``model``'s frozen base in ``compute_dtype``, with ``nf4`` as QLoRA does.
 
     With ``nf4`` the weight of every adapted linear layer (with ``embeddings`` also the token embedding's
     and the output projection's, :data:`EMBEDDINGS`) becomes a frozen NF4 tensor. Every other frozen
@@ -112,30 +111,28 @@ def store_base(
     as it is.
     """
     to_nf4 = nf4_module().to_nf4 if nf4 else None
-    stored: dict[int, nn.Parameter] = {}  # id of a frozen parameter -> what the model holds instead
-    count = 0
+    held: dict[int, nn.Parameter] = {}  # id of a frozen parameter -> what the model holds instead
     for name, module in list(model.named_modules()):
         adapted = "lora_A" in module._parameters or (embeddings and EMBEDDINGS.match(name) is not None)
-        quantized = to_nf4 is not None and adapted
         for key, param in list(module._parameters.items()):
             if param is None or param.requires_grad:
                 continue
-            if id(param) not in stored:
-                if is_nf4(param) or not param.is_floating_point():
-                    stored[id(param)] = param
-                elif quantized and key == "weight":
-                    quantized_weight = _nf4(f"{name}.weight", param, to_nf4)
-                    stored[id(param)] = nn.Parameter(quantized_weight, requires_grad=False)
-                    count += 1
-                elif param.dtype != compute_dtype:
-                    stored[id(param)] = nn.Parameter(_cast(param, compute_dtype), requires_grad=False)
-                else:
-                    stored[id(param)] = param
-            module._parameters[key] = stored[id(param)]
+            if id(param) not in held:
+                quantize = to_nf4 if adapted and key == "weight" else None
+                held[id(param)] = _held(f"{name}.{key}", param, compute_dtype, quantize)
+            module._parameters[key] = held[id(param)]
         if isinstance(module, nn.Embedding) and is_nf4(module.weight):
             module.__class__ = NF4Embedding
             cast(NF4Embedding, module).compute_dtype = compute_dtype
-    return count
+
+
+def _held(name: str, param: nn.Parameter, dtype: torch.dtype, to_nf4: Any) -> nn.Parameter:
+    """What the model holds for frozen ``param``: its NF4 tensor when ``to_nf4`` is given, else ``param``
+    in ``dtype``; ``param`` itself when it is NF4 already, not floating, or in ``dtype``."""
+    if is_nf4(param) or not param.is_floating_point() or (to_nf4 is None and param.dtype == dtype):
+        return param
+    stored = _nf4(name, param, to_nf4) if to_nf4 is not None else _cast(param, dtype)
+    return nn.Parameter(stored, requires_grad=False)
 
 
 def _nf4(name: str, weight: torch.Tensor, to_nf4: Any) -> torch.Tensor:
