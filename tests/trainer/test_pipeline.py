@@ -21,8 +21,9 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is required", allow_module_level=True)
 
+from hyper_parallel.sections import PP_STAGES_PER_RANK  # noqa: E402
 from hyper_parallel.trainer import LLMTrainer, rules  # noqa: E402
-from hyper_parallel.trainer.config import PP_STAGES_PER_RANK, TrainerConfig  # noqa: E402
+from hyper_parallel.trainer.config import TrainerConfig  # noqa: E402
 from tests.support.processes import torchrun  # noqa: E402
 from tests.support.trainer import (  # noqa: E402
     WORKER,
