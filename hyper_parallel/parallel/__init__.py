@@ -15,8 +15,9 @@
 
 The models compose these in their own plans (``models/<name>/_parallel.py``); the trainer starts the
 process group, builds the mesh and the pipeline. Every module but ``parallel_dims`` imports torch, so this
-package imports none of them: the names below are loaded on first access. Config types are annotations
-only, so nothing of ``hyper_parallel.trainer`` is imported at run time.
+package imports none of them: the names below are loaded on first access. The sections they read
+(``ParallelismConfig`` ...) come from :mod:`hyper_parallel.sections`, below this package, as annotations
+only; nothing of ``hyper_parallel.trainer`` is imported, at run time or for type checking.
 """
 
 from importlib import import_module

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-if TYPE_CHECKING:  # annotations only: parallel sits below the trainer layer and never imports it
-    from hyper_parallel.trainer.config import ActivationCheckpointConfig
+if TYPE_CHECKING:  # annotations only
+    from hyper_parallel.sections import ActivationCheckpointConfig
 
 __all__ = ["apply_activation_checkpointing"]
 

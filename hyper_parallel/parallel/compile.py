@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-if TYPE_CHECKING:  # annotations only: parallel sits below the trainer layer and never imports it
-    from hyper_parallel.trainer.config import CompileConfig
+if TYPE_CHECKING:  # annotations only
+    from hyper_parallel.sections import CompileConfig
 
 __all__ = ["apply_compile"]
 

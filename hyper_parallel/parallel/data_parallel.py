@@ -16,8 +16,8 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from hyper_parallel._dtypes import torch_dtype
 
-if TYPE_CHECKING:  # annotations only: parallel sits below the trainer layer and never imports it
-    from hyper_parallel.trainer.config import ParallelismConfig, TrainingConfig
+if TYPE_CHECKING:  # annotations only
+    from hyper_parallel.sections import ParallelismConfig, TrainingConfig
 
 __all__ = ["apply_fsdp"]
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
     from torch.distributed.device_mesh import DeviceMesh
 
-    from hyper_parallel.trainer.config import ParallelismConfig
+    from hyper_parallel.sections import ParallelismConfig
 
 __all__ = ["EP_DIM_NAMES", "MESH_DIM_NAMES", "ParallelDims", "mesh_degrees"]
 

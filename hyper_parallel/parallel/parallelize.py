@@ -22,8 +22,8 @@ from hyper_parallel.parallel.parallel_dims import mesh_degrees
 from hyper_parallel.parallel.tensor_parallel import replicate_remaining_params
 from hyper_parallel.parallel.ties import restore_ties, tie_groups
 
-if TYPE_CHECKING:  # annotations only: parallel sits below the trainer layer and never imports it
-    from hyper_parallel.trainer.config import (
+if TYPE_CHECKING:  # annotations only
+    from hyper_parallel.sections import (
         ActivationCheckpointConfig,
         CompileConfig,
         ParallelismConfig,

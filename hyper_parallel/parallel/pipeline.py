@@ -31,7 +31,7 @@ from torch.distributed.fsdp import FSDPModule
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-    from hyper_parallel.trainer.config import ParallelismConfig
+    from hyper_parallel.sections import ParallelismConfig
 
 __all__ = [
     "Pipeline",

@@ -28,7 +28,7 @@ import torch.distributed as dist
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-    from hyper_parallel.trainer.config import CommConfig
+    from hyper_parallel.sections import CommConfig
 
 __all__ = [
     "DistributedEnv",

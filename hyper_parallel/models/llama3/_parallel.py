@@ -19,8 +19,8 @@ from torch.distributed.tensor.parallel import (
 from hyper_parallel.models.llama3._modules import Llama3Model
 from hyper_parallel.parallel.parallelize import parallelize_model
 
-if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
-    from hyper_parallel.trainer.config import (
+if TYPE_CHECKING:  # annotations only
+    from hyper_parallel.sections import (
         ActivationCheckpointConfig,
         CompileConfig,
         ParallelismConfig,

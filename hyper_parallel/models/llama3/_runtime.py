@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from hyper_parallel.models._factory import require_torch
 from hyper_parallel.models.llama3.args import LLAMA3_FLAVORS, Llama3Args
 
-if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
-    from hyper_parallel.trainer.config import (
+if TYPE_CHECKING:  # annotations only
+    from hyper_parallel.sections import (
         ActivationCheckpointConfig,
         CompileConfig,
         ParallelismConfig,

@@ -21,8 +21,8 @@ from hyper_parallel.models.qwen3_5._modules import Qwen3_5Model
 from hyper_parallel.models.qwen3_5._vl import Qwen3_5VLModel
 from hyper_parallel.parallel.parallelize import parallelize_model
 
-if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
-    from hyper_parallel.trainer.config import (
+if TYPE_CHECKING:  # annotations only
+    from hyper_parallel.sections import (
         ActivationCheckpointConfig,
         CompileConfig,
         ParallelismConfig,

@@ -24,8 +24,8 @@ from hyper_parallel.models.qwen3_5.args import (
     Qwen3_5VLArgs,
 )
 
-if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
-    from hyper_parallel.trainer.config import (
+if TYPE_CHECKING:  # annotations only
+    from hyper_parallel.sections import (
         ActivationCheckpointConfig,
         CompileConfig,
         ParallelismConfig,

@@ -14,8 +14,8 @@ from hyper_parallel.models.qwen3_5._runtime import Qwen3_5StateDictAdapter
 from hyper_parallel.models.qwen3_5._runtime import init_parameter as init_dense_parameter
 from hyper_parallel.models.qwen3_5_moe.args import QWEN3_5_MOE_FLAVORS, Qwen3_5MoeArgs
 
-if TYPE_CHECKING:  # annotations only: models sit below the trainer layer and never import it
-    from hyper_parallel.trainer.config import (
+if TYPE_CHECKING:  # annotations only
+    from hyper_parallel.sections import (
         ActivationCheckpointConfig,
         CompileConfig,
         ParallelismConfig,
