@@ -13,7 +13,7 @@ from hyper_parallel.preflight.fit import memory_issues
 from hyper_parallel.preflight.report import format_report
 
 if TYPE_CHECKING:
-    from hyper_parallel.trainer.config import TrainerConfig
+    from hyper_parallel.preflight.inputs import RunConfig
 
 __all__ = [
     "DEVICES",
@@ -27,9 +27,7 @@ __all__ = [
 ]
 
 
-def preflight_report(
-    cfg: "TrainerConfig", world_size: int | None = None, device: Device | None = None
-) -> str:
+def preflight_report(cfg: "RunConfig", world_size: int | None = None, device: Device | None = None) -> str:
     """The report text of ``cfg`` on ``world_size`` ranks (a one-line note when the model has no estimate)."""
     est = estimate(cfg, world_size)
     if est is None:

@@ -32,7 +32,7 @@ from hyper_parallel.preflight.model import (
 from hyper_parallel.preflight.peft import nf4_bytes, roles
 
 if TYPE_CHECKING:
-    from hyper_parallel.trainer.config import TrainerConfig
+    from hyper_parallel.preflight.inputs import RunConfig
 
 __all__ = ["Estimate", "Layout", "estimate", "model_costs"]
 
@@ -133,7 +133,7 @@ class Estimate(NamedTuple):
         return self.flops_per_token * self.global_batch * self.seq
 
 
-def model_costs(cfg: "TrainerConfig") -> ModelCosts | None:
+def model_costs(cfg: "RunConfig") -> ModelCosts | None:
     """The model's torch-free cost model, or ``None`` when its arguments offer no ``preflight()``."""
     method = getattr(cfg.model.args, "preflight", None)
     return method() if callable(method) else None
@@ -227,7 +227,7 @@ class _Gathered(NamedTuple):
     nf4_head: int
 
 
-def evaluate(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, world_size_known: bool) -> Estimate:
+def evaluate(cfg: "RunConfig", costs: ModelCosts, layout: Layout, world_size_known: bool) -> Estimate:
     """The estimate of ``cfg`` as if run with ``layout`` (its own layout, or a suggested change)."""
     training, deg = cfg.training, layout.degrees
     p = _DTYPE_BYTES[training.mixed_precision_param]
@@ -343,7 +343,7 @@ def _trained_flops(flops: int, groups: tuple[tuple[ParamGroup, str], ...]) -> in
     return flops - 2 * (frozen + (head.numel if head is not None else 0)) + 6 * adapters
 
 
-def _all_to_all_bytes(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, p: int, tokens: int) -> int:
+def _all_to_all_bytes(cfg: "RunConfig", costs: ModelCosts, layout: Layout, p: int, tokens: int) -> int:
     """Bytes one rank sends in the experts' all-to-alls per optimizer step (uniform routing assumed).
 
     Per MoE layer and micro batch: each of the ``tokens x k`` routed copies of a token (``dim`` values in
@@ -360,7 +360,7 @@ def _all_to_all_bytes(cfg: "TrainerConfig", costs: ModelCosts, layout: Layout, p
     return int(per_layer * layers() * layout.micro_batches(cfg.training.global_batch_size))
 
 
-def layout_of(cfg: "TrainerConfig", world_size: int | None) -> Layout:
+def layout_of(cfg: "RunConfig", world_size: int | None) -> Layout:
     """The config's own layout; with no world size every ``-1`` degree counts as 1 (an auto ``dp_shard``
     as ``ep``, the fewest ranks expert parallelism runs on)."""
     par = cfg.parallelism
@@ -377,7 +377,7 @@ def layout_of(cfg: "TrainerConfig", world_size: int | None) -> Layout:
     return Layout(degrees=par.resolved_degrees(world_size), micro_batch=cfg.training.micro_batch_size, ac=ac)
 
 
-def estimate(cfg: "TrainerConfig", world_size: int | None = None) -> Estimate | None:
+def estimate(cfg: "RunConfig", world_size: int | None = None) -> Estimate | None:
     """Parameters, per-rank memory and FLOPs of ``cfg`` on ``world_size`` ranks (``None``: model offers none).
 
     ``world_size`` ``None`` takes each ``-1`` (auto) degree as 1.

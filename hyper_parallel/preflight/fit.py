@@ -7,7 +7,7 @@ from hyper_parallel.preflight.estimate import Estimate, Layout, evaluate, layout
 from hyper_parallel.preflight.report import human_bytes
 
 if TYPE_CHECKING:
-    from hyper_parallel.trainer.config import TrainerConfig
+    from hyper_parallel.preflight.inputs import RunConfig
 
 __all__ = ["memory_issues"]
 
@@ -42,7 +42,7 @@ def _describe(term: str, est: Estimate) -> str:
     return f"tp {est.layout.degrees['tp']}"
 
 
-def _candidates(cfg: "TrainerConfig", layout: Layout, tp_ok: list[int]) -> list[tuple[str, Layout]]:
+def _candidates(cfg: "RunConfig", layout: Layout, tp_ok: list[int]) -> list[tuple[str, Layout]]:
     """Single changes, each the smallest of its kind, in the order a user would try them."""
     deg, out = layout.degrees, []
     batch_ranks = cfg.training.global_batch_size // cfg.training.micro_batch_size
@@ -76,7 +76,7 @@ def _candidates(cfg: "TrainerConfig", layout: Layout, tp_ok: list[int]) -> list[
     return out
 
 
-def memory_issues(cfg: "TrainerConfig", world_size: int | None, device: Device) -> list[tuple[str, str]]:
+def memory_issues(cfg: "RunConfig", world_size: int | None, device: Device) -> list[tuple[str, str]]:
     """``(field path, message)`` when the estimate of ``cfg`` exceeds ``device``'s memory, else nothing."""
     costs = model_costs(cfg)
     if costs is None:

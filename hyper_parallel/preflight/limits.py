@@ -22,7 +22,7 @@ from hyper_parallel.preflight.estimate import model_costs
 from hyper_parallel.preflight.model import parameter_total
 
 if TYPE_CHECKING:
-    from hyper_parallel.trainer.config import TrainerConfig
+    from hyper_parallel.preflight.inputs import RunConfig
 
 __all__ = ["MAX_PARAMETERS", "size_issues"]
 
@@ -30,7 +30,7 @@ __all__ = ["MAX_PARAMETERS", "size_issues"]
 MAX_PARAMETERS = 1 << 42
 
 
-def size_issues(cfg: "TrainerConfig") -> list[tuple[str, str]]:
+def size_issues(cfg: "RunConfig") -> list[tuple[str, str]]:
     """``(field path, message)`` when ``cfg``'s model has more than ``MAX_PARAMETERS`` parameters."""
     costs = model_costs(cfg)
     if costs is None:

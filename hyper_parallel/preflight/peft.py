@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 from hyper_parallel.preflight.model import ParamGroup
 
 if TYPE_CHECKING:
-    from hyper_parallel.trainer.config import TrainerConfig
+    from hyper_parallel.preflight.inputs import RunConfig
 
 __all__ = ["NF4_BLOCK", "NF4_QUANTUM", "NF4_SCALER_BLOCK", "Roles", "nf4_bytes", "roles"]
 
@@ -61,7 +61,7 @@ class Roles(NamedTuple):
         return sum(g.numel * g.copies for g, role in self.groups if role in roles)
 
 
-def roles(cfg: "TrainerConfig", groups: Sequence[ParamGroup]) -> Roles:
+def roles(cfg: "RunConfig", groups: Sequence[ParamGroup]) -> Roles:
     """The groups of ``cfg``'s model (its ``ModelCosts.parameters()``) and LoRA's adapters, by role.
 
     A group shared by several linear layers (``linears``) is split into one group per layer, so that a
