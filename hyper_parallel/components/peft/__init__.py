@@ -111,7 +111,9 @@ class PEFT:
             (``checkpoint_holds_base``), else is None. ``ValueError`` for weights another method saved.
             """
             if any(is_adapter(name) for name in weights):
-                raise ValueError("the checkpoint holds LoRA adapters but its config's peft is not LoRA.Config")
+                raise ValueError(
+                    "the checkpoint holds LoRA adapters but its config's peft is not LoRA.Config"
+                )
             return weights
 
         def adapter_folder(

@@ -11,10 +11,10 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from hyper_parallel.components.peft.storage import NF4_BLOCK, NF4_QUANTUM, NF4_SCALER_BLOCK, nf4_fits
-from hyper_parallel.preflight.model import ParamGroup
 
 if TYPE_CHECKING:
     from hyper_parallel.components.peft import LoRA
+    from hyper_parallel.preflight.model import ParamGroup
     from hyper_parallel.trainer.config import TrainerConfig
 
 __all__ = ["layout_issues", "run_issues"]
@@ -58,7 +58,7 @@ def _nf4_weights(peft: "LoRA.Config", cfg: "TrainerConfig") -> list[tuple[str, t
     with ``quantize_embeddings`` the embedding and output matrices); ``None`` when it stores none."""
     if not peft.base.quantized:
         return None
-    groups = peft.roles(cfg, _parameters(cfg)).groups
+    groups = peft.roles(_parameters(cfg), cfg.model.args, cfg.training.mixed_precision_param).groups
     embeddings = cfg.model.args.embedding_layers()
     found: dict[tuple[str, tuple[int, ...]], None] = {}
     for group, role in groups:
@@ -68,7 +68,7 @@ def _nf4_weights(peft: "LoRA.Config", cfg: "TrainerConfig") -> list[tuple[str, t
     return list(found)
 
 
-def _parameters(cfg: "TrainerConfig") -> list[ParamGroup]:
+def _parameters(cfg: "TrainerConfig") -> list["ParamGroup"]:
     """The model's parameter groups (its torch-free cost model's); none when its arguments offer none."""
     method = getattr(cfg.model.args, "preflight", None)
     return list(method().parameters()) if callable(method) else []
@@ -125,7 +125,9 @@ def layout_issues(peft: "LoRA.Config", cfg: "TrainerConfig", degrees: Mapping[st
             "training.enable_cpu_offload",
             "peft.base_dtype 'nf4' does not offload its NF4 weights to the host yet; set it to false",
         )
-    bad = [f"{name} ({' x '.join(map(str, shape))})" for name, shape in weights if not nf4_fits(shape, shards)]
+    bad = [
+        f"{name} ({' x '.join(map(str, shape))})" for name, shape in weights if not nf4_fits(shape, shards)
+    ]
     if bad:
         yield (
             "parallelism.dp_shard",

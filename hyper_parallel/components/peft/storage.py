@@ -13,9 +13,10 @@ which shapes it can hold whole on how many ranks (:func:`nf4_fits`), read by the
 
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import ClassVar, Literal, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
 
-from hyper_parallel.preflight.model import ParamGroup
+if TYPE_CHECKING:  # the preflight package imports this module
+    from hyper_parallel.preflight.model import ParamGroup
 
 __all__ = [
     "BASES",
@@ -143,7 +144,7 @@ Role = Literal["trained", "frozen", "nf4"]
 class Roles(NamedTuple):
     """Every parameter group of a run with the role it plays, and what LoRA added (nothing without it)."""
 
-    groups: tuple[tuple[ParamGroup, Role], ...]
+    groups: tuple[tuple["ParamGroup", Role], ...]
     #: ``"LoRA rank 8"``; empty for full fine-tuning.
     method: str = ""
     #: Linear layers given adapters, over the whole model.
@@ -159,7 +160,7 @@ class Roles(NamedTuple):
 
 
 def lora_roles(
-    groups: Sequence[ParamGroup],
+    groups: Sequence["ParamGroup"],
     targets: frozenset[str],
     rank: int,
     storage: Callable[[Part], str],
