@@ -144,7 +144,7 @@ class FullFineTuning(PEFT):
 
     @config_class
     class Config(PEFT.Config):
-        """Nothing to choose: the model is trained as it is (``PEFT.Config``'s answers)."""
+        """Nothing to choose: the model is trained as it is."""
 
 
 class LoRA(PEFT):

@@ -3,13 +3,13 @@
 What each frozen tensor becomes is not decided here: ``LoRA.Config.storage`` says it for each part
 (``storage.Part``), and :func:`store_base` (the run) and :func:`held_base` (the export's rebuilt base) do
 what it says. ``store_base`` runs once the model is parallelized, its weights are in place and its adapters
-drawn.
+drawn (``LoRA.Config.after_load``).
+
 ``bfloat16`` casts every frozen parameter (a ``DTensor`` its local shard, whatever the layout): the run
 computes in bfloat16, so FSDP2 would all-gather that cast and autocast make it at each use; it is half of
-float32's bytes. ``nf4`` (QLoRA) makes
-each adapted ``nn.Linear``'s ``weight`` a frozen ``NF4Tensor`` (torchao 0.18:
-``torchao.quantization.quantize_.workflows.nf4.nf4_tensor``) quantized from the whole float32 weight, so
-every layout holds the same 4-bit codes and scales. ``F.linear`` on it dequantizes to the input's dtype
+float32's bytes. ``nf4`` (QLoRA) makes each adapted ``nn.Linear``'s ``weight`` a frozen ``NF4Tensor``
+(torchao 0.18's ``torchao.quantization.NF4Tensor``) quantized from the whole float32 weight, so every
+layout holds the same 4-bit codes and scales. ``F.linear`` on it dequantizes to the input's dtype
 (torchao's ``LinearNF4``), so compute stays in the training dtype and the input gradient flows through it;
 the weight gets none. ``quantize_embeddings`` adds the token embedding and the output projection
 (:class:`NF4Embedding` looks rows up in the dequantized table). The rest of the frozen base (norms, the
@@ -21,7 +21,8 @@ whole, cut into the same row chunks (``NF4Tensor`` splits its codes and scales w
 becomes the ``DTensor``'s local tensor; the float32 shard's storage is freed. FSDP2 re-reads its
 parameters at its lazy initialisation (the first forward) and all-gathers NF4 through the tensor's
 ``fsdp_pre_all_gather`` / ``fsdp_post_all_gather``. Tensor, pipeline, context and expert parallelism,
-``dp_replicate`` and CPU offload are refused before anything is built (``trainer.rules``): in torch 2.13
+``dp_replicate`` and CPU offload are refused before anything is built (``LoRA.Config.layout_issues``,
+which ``trainer.rules`` runs): in torch 2.13
 FSDP2 without sharding (``replicate``, or a mesh of one rank) copies only the first of an extension's
 all-gather inputs, and torchao's all-gather takes a one-dimensional mesh. The trainer applies no FSDP2
 on one process, so QLoRA runs there on plain NF4 parameters.
@@ -56,11 +57,13 @@ if TYPE_CHECKING:
 
 __all__ = ["NF4Embedding", "held_base", "is_nf4", "nf4_module", "store_base"]
 
-_NF4_PATH = "torchao.quantization.quantize_.workflows.nf4.nf4_tensor"
+#: torchao's public quantization module: it exports ``NF4Tensor`` and ``to_nf4``.
+_TORCHAO = "torchao.quantization"
 
 
 def nf4_module() -> ModuleType:
-    """torchao's NF4 module, imported without the warnings its optional kernels log on the way.
+    """``torchao.quantization`` (``to_nf4``, ``NF4Tensor``), imported without the warnings its optional
+    kernels log on the way.
 
     ``ImportError`` naming the extra to install when torchao is missing.
     """
@@ -71,7 +74,7 @@ def nf4_module() -> ModuleType:
     for logger in quiet:  # "Failed to load _C_mxfp8..." (CUDA kernels), an Enum registration notice
         logger.setLevel(logging.ERROR)
     try:
-        return importlib.import_module(_NF4_PATH)
+        return importlib.import_module(_TORCHAO)
     except ImportError as exc:
         raise ImportError(
             f"peft.base_dtype 'nf4' needs torchao ({exc}); install it with pip install "
@@ -88,13 +91,13 @@ def is_nf4(tensor: Any) -> bool:
     Never imports torchao: until its NF4 module is loaded no such tensor exists, so a run without QLoRA
     (or without torchao installed) answers False without it.
     """
-    module = sys.modules.get(_NF4_PATH)
-    if module is None:
+    nf4_tensor = getattr(sys.modules.get(_TORCHAO), "NF4Tensor", None)
+    if nf4_tensor is None:
         return False
     if isinstance(tensor, DTensor):
         with torch.no_grad():  # the local tensor itself, no autograd view
             tensor = tensor.to_local()
-    return isinstance(tensor, module.NF4Tensor)
+    return isinstance(tensor, nf4_tensor)
 
 
 class NF4Embedding(nn.Embedding):
