@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
-from hyper_parallel.components.peft.storage import BASES, FrozenBase, Part, Roles, lora_roles
+from hyper_parallel.components.peft.storage import BASES, TORCHAO_VERSION, FrozenBase, Part, Roles, lora_roles
 from hyper_parallel.config.base import ConfigBase, config_class
 from hyper_parallel.models import is_adapter
 
@@ -41,9 +41,6 @@ if TYPE_CHECKING:
     from hyper_parallel.trainer.config import TrainerConfig
 
 __all__ = ["PEFT", "TORCHAO_VERSION", "FullFineTuning", "LoRA"]
-
-#: The torchao release QLoRA is written against (the ``qlora`` extra pins it).
-TORCHAO_VERSION = "0.18.0"
 
 #: A checkpoint's full tensors by our names.
 Weights = dict[str, "torch.Tensor"]

@@ -47,8 +47,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from hyper_parallel._dtypes import torch_dtype
-from hyper_parallel.components.peft import TORCHAO_VERSION
-from hyper_parallel.components.peft.storage import part_of
+from hyper_parallel.components.peft.storage import TORCHAO_VERSION, part_of
 from hyper_parallel.models import LORA_A
 
 if TYPE_CHECKING:

@@ -10,7 +10,13 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from hyper_parallel.components.peft.storage import NF4_BLOCK, NF4_QUANTUM, NF4_SCALER_BLOCK, nf4_fits
+from hyper_parallel.components.peft.storage import (
+    NF4_BLOCK,
+    NF4_QUANTUM,
+    NF4_SCALER_BLOCK,
+    TORCHAO_VERSION,
+    nf4_fits,
+)
 
 if TYPE_CHECKING:
     from hyper_parallel.components.peft import LoRA
@@ -46,11 +52,12 @@ def run_issues(peft: "LoRA.Config", cfg: "TrainerConfig") -> Issues:
             f"choose among {', '.join(sorted(names or ()))}",
         )
     yield from peft.base.issues(cfg.training.mixed_precision_param)
-    if peft.base.quantized and not unknown:
-        yield from _nf4_issues(peft, cfg)
+    weights = _nf4_weights(peft, cfg) if not unknown else None
+    if weights is not None:  # the NF4 weights, listed once for both rules
+        yield from _nf4_issues(weights, cfg)
         par = cfg.parallelism
         explicit = {name: getattr(par, name) for name in _NF4_DEGREES}
-        yield from layout_issues(peft, cfg, {k: v for k, v in explicit.items() if v != -1})
+        yield from _layout_issues(weights, cfg, {k: v for k, v in explicit.items() if v != -1})
 
 
 def _nf4_weights(peft: "LoRA.Config", cfg: "TrainerConfig") -> list[tuple[str, tuple[int, ...]]] | None:
@@ -74,17 +81,15 @@ def _parameters(cfg: "TrainerConfig") -> list["ParamGroup"]:
     return list(method().parameters()) if callable(method) else []
 
 
-def _nf4_issues(peft: "LoRA.Config", cfg: "TrainerConfig") -> Issues:
-    """An NF4 base needs torchao installed and every NF4 weight a whole number of NF4 blocks."""
-    from hyper_parallel.components.peft import TORCHAO_VERSION
-
+def _nf4_issues(weights: list[tuple[str, tuple[int, ...]]], cfg: "TrainerConfig") -> Issues:
+    """An NF4 base needs torchao installed and every NF4 weight (``weights``) a whole number of NF4
+    blocks."""
     if importlib.util.find_spec("torchao") is None:
         yield (
             "peft.base_dtype",
             "'nf4' needs torchao, which is not installed: pip install 'hyper-parallel[qlora]' "
             f"(torchao=={TORCHAO_VERSION}), or use 'float32'",
         )
-    weights = _nf4_weights(peft, cfg) or []
     bad = [(name, shape) for name, shape in weights if not nf4_fits(shape)]
     if bad:
         listed = ", ".join(f"{name} ({' x '.join(map(str, s))} = {math.prod(s):,})" for name, s in bad)
@@ -108,8 +113,14 @@ def layout_issues(peft: "LoRA.Config", cfg: "TrainerConfig", degrees: Mapping[st
     """An NF4 base runs on one process or with FSDP2 over ``dp_shard`` alone, each rank holding whole NF4
     blocks of every NF4 weight (``degrees``: those known; others are left out)."""
     weights = _nf4_weights(peft, cfg)
-    if weights is None:
-        return
+    if weights is not None:
+        yield from _layout_issues(weights, cfg, degrees)
+
+
+def _layout_issues(
+    weights: list[tuple[str, tuple[int, ...]]], cfg: "TrainerConfig", degrees: Mapping[str, int]
+) -> Issues:
+    """:func:`layout_issues` for the NF4 ``weights``."""
     for name, reason in _NF4_REFUSED.items():
         if degrees.get(name, 1) > 1:
             yield (

@@ -23,6 +23,7 @@ __all__ = [
     "NF4_BLOCK",
     "NF4_QUANTUM",
     "NF4_SCALER_BLOCK",
+    "TORCHAO_VERSION",
     "FrozenBase",
     "Part",
     "Role",
@@ -36,6 +37,9 @@ __all__ = [
 #: What a parameter is to LoRA's frozen base: an adapted layer's ``weight``, the token embedding, the
 #: output projection (the embedding's matrix when tied), or any other (norms, biases, unadapted layers).
 Part = Literal["adapted", "embedding", "output", "rest"]
+
+#: The torchao release QLoRA is written against (the ``qlora`` extra pins it).
+TORCHAO_VERSION = "0.18.0"
 
 #: Values per NF4 block (one int8 scale each) and blocks per scale block (one float scale each): torchao's
 #: ``to_nf4`` defaults, which the runtime uses.
