@@ -62,7 +62,7 @@ def cross_group_issues(cfg: "TrainerConfig") -> Issues:
     waits for :func:`world_size_issues`). Settings that are not wrong but make the run pointless are
     :func:`warnings`, not errors."""
     yield from _tokenizer_issues(cfg)
-    yield from cfg.peft.run_issues(cfg)
+    yield from cfg.peft.run_issues(cfg)  # the PEFT method states its own (none for full fine-tuning)
     yield from _compile_issues(cfg)
     yield from _activation_checkpoint_issues(cfg)
     training, par = cfg.training, cfg.parallelism

@@ -8,8 +8,8 @@ for how). Being the layer's parameters, they belong to its block: FSDP2 shards t
 parallelism's plan for the layer distributes them with its weight, activation checkpointing and compile
 wrap them with the block. A parameter named ``<layer>.lora_A`` or ``<layer>.lora_B`` is an adapter
 everywhere (``hyper_parallel.models.is_adapter``): weight loading and initialisation of the base skip
-them, and ``initialize_adapters`` draws them, layout-independently like the base. The export names them as the
-``peft`` library does (``<hf layer>.lora_A.weight``).
+them, and ``initialize_adapters`` draws them, layout-independently like the base. The export names them
+as the ``peft`` library does (``<hf layer>.lora_A.weight``).
 """
 
 from __future__ import annotations
