@@ -148,40 +148,19 @@ def export_checkpoint(
 
 
 def _merged(cfg: TrainerConfig, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``weights`` with LoRA's adapters merged into the layers they adapt (floats in the adapters' dtype).
+    """``weights`` as a plain model's: the PEFT method's adapters merged into the layers they adapt.
 
     A checkpoint that left the frozen base out (``PEFT.Config.checkpoint_holds_base``) gets it back as the
-    run built it (:func:`_rebuilt_base`) and held it: with ``base_dtype: nf4`` the adapted weights (and with
-    ``quantize_embeddings`` the embeddings) are the values their NF4 quantization stands for, and a
-    bfloat16 or NF4 run's base is rounded to the training dtype it was held and computed in; the adapters
-    are then merged in their own dtype (float32).
+    run built it (:func:`_rebuilt_base`) and held it (``PEFT.Config.merged``).
     """
-    from hyper_parallel.components.peft import LoRA
-    from hyper_parallel.components.peft._runtime import adapted_layers, is_adapter, merge_adapters
-
-    if not any(is_adapter(name) for name in weights):
-        return weights
-    if not isinstance(cfg.peft, LoRA.Config):
-        raise ExportError("the checkpoint holds LoRA adapters but its config's peft is not LoRA.Config")
-    if not cfg.peft.checkpoint_holds_base(cfg.model.weights_path):
-        base = _rebuilt_base(cfg)
-        if cfg.peft.base_dtype == "nf4":
-            from hyper_parallel.components.peft._base import EMBEDDINGS, quantized_weights
-
-            layers = adapted_layers(weights)
-            if cfg.peft.quantize_embeddings:
-                layers += [n[: -len(".weight")] for n in base if EMBEDDINGS.match(n.removesuffix(".weight"))]
-            try:
-                base = quantized_weights(base, layers)
-            except ImportError as exc:
-                raise ExportError(str(exc)) from None
-        if cfg.peft.base_dtype != "float32":  # the dtype the run held its base in (store_base)
-            held = torch_dtype(cfg.training.mixed_precision_param)
-            base = {k: v.to(held) if v.is_floating_point() else v for k, v in base.items()}
-        weights = {**base, **weights}
-    dtype = next(t.dtype for name, t in weights.items() if is_adapter(name))  # a bf16 base: merged in float32
-    weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
-    return merge_adapters(weights, cfg.peft.scale)
+    holds_base = cfg.peft.checkpoint_holds_base(cfg.model.weights_path)
+    rebuild: Callable[[], dict[str, torch.Tensor]] | None = None if holds_base else lambda: _rebuilt_base(cfg)
+    try:
+        return cfg.peft.merged(weights, cfg.model.args, cfg.training.mixed_precision_param, rebuild)
+    except ExportError:
+        raise
+    except (ImportError, ValueError) as exc:  # torchao missing for an NF4 base; adapters of another method
+        raise ExportError(str(exc)) from None
 
 
 def _rebuilt_base(cfg: TrainerConfig) -> dict[str, torch.Tensor]:
@@ -190,11 +169,10 @@ def _rebuilt_base(cfg: TrainerConfig) -> dict[str, torch.Tensor]:
     From ``model.weights_path`` when set, else drawn from the run's seed as the trainer draws it (each
     parameter from ``(seed, name)``, whatever the layout).
     """
-    from hyper_parallel.components.peft._runtime import is_adapter
     from hyper_parallel.models import load_pretrained, materialize
 
     spec = cfg.model
-    model = cfg.peft.apply(spec.build_model_fn(spec.args, device="meta"))
+    model = cfg.peft.apply(spec.build_model_fn(spec.args, device="meta"), spec.args)
     try:
         if spec.weights_path is not None:
             load_pretrained(model, spec, device="cpu")
@@ -205,7 +183,9 @@ def _rebuilt_base(cfg: TrainerConfig) -> dict[str, torch.Tensor]:
             f"the checkpoint holds LoRA adapters without their frozen base, which comes from "
             f"model.weights_path {spec.weights_path!r}: it cannot be read ({exc})"
         ) from None
-    return {name: tensor for name, tensor in model.state_dict().items() if not is_adapter(name)}
+    state = model.state_dict()
+    adapters = set(cfg.peft.adapter_keys(state))
+    return {name: tensor for name, tensor in state.items() if name not in adapters}
 
 
 def export_adapter(
@@ -219,22 +199,19 @@ def export_adapter(
     merged export's model. ``BASE`` is the base model (``model.weights_path``, written into
     ``base_model_name_or_path``). ``ExportError`` when the run trained no adapters.
     """
-    from hyper_parallel.components.peft import LoRA
-    from hyper_parallel.components.peft._runtime import is_adapter, peft_adapter
-
     out = Path(out_dir)
     _check_output(out)
     step, cfg, read = _read_newest(Path(checkpoint), config, purpose="export")
-    if not isinstance(cfg.peft, LoRA.Config):
-        raise ExportError(f"{str(step)!r} was trained without LoRA (peft): it holds no adapters to export")
-    weights = {k: v.float() for k, v in read.items() if is_adapter(k)}
-    if not weights:
-        raise ExportError(f"{str(step)!r} holds no LoRA adapters")
     adapter = cfg.model.state_dict_adapter(cfg.model.args)
     try:
-        tensors, adapter_config = peft_adapter(weights, cfg.peft, adapter.to_hf)
+        folder = cfg.peft.adapter_folder(read, adapter.to_hf)
     except (KeyError, ValueError) as exc:
         raise ExportError(f"the adapters of {str(step)!r} cannot be written for peft: {exc}") from None
+    if folder is None:
+        raise ExportError(f"{str(step)!r} was trained without LoRA (peft): it holds no adapters to export")
+    tensors, adapter_config = folder
+    if not tensors:
+        raise ExportError(f"{str(step)!r} holds no LoRA adapters")
     adapter_config["base_model_name_or_path"] = cfg.model.weights_path
     _write_adapter(out, tensors, adapter_config)
     return out
@@ -400,7 +377,7 @@ def _check_model(step: Path, cfg: TrainerConfig, metadata: Any) -> None:
     problem = size_problem(cfg.model.args, sum(math.prod(size) for size in stored.values()))
     if problem is not None and not rebuilt:
         raise ExportError(f"{meta_file}: {problem}")
-    model = cfg.peft.apply(cfg.model.build_model_fn(cfg.model.args, device="meta"))  # LoRA: with adapters
+    model = cfg.peft.apply(cfg.model.build_model_fn(cfg.model.args, device="meta"), cfg.model.args)  # LoRA
     ours = model.state_dict()
     frozen = {n for n, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
     for name, tensor in ours.items():

@@ -8,7 +8,8 @@ receive their shards); ``check_weights`` checks a weights folder against a spec'
 is built (``config.json``, safetensors headers, names, shapes and dtypes); ``read_safetensors_folder``
 reads such a folder's tensors (headers checked first); ``spec_from_hf_config`` rebuilds the spec an
 exported ``config.json`` describes; ``generate_ids`` decodes with the models' inference cache;
-``parameter_seed`` is the seed each named parameter is drawn from (adapters are drawn alike);
+``parameter_seed`` is the seed each named parameter is drawn from (adapters are drawn alike) and
+``is_adapter`` tells an adapter's name (``LORA_A`` / ``LORA_B``), both torch-free;
 ``size_problem`` refuses a config larger than the weights it comes with (``folder_values``: what a
 weights folder stores). They live in private modules and
 are loaded on first access, so importing this package stays cheap. The device mesh comes from
@@ -18,6 +19,7 @@ are loaded on first access, so importing this package stays cheap. The device me
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from hyper_parallel.models._names import LORA_A, LORA_B, is_adapter, parameter_seed
 from hyper_parallel.models.spec import ModelArgs, ModelSpec
 
 if TYPE_CHECKING:
@@ -28,18 +30,20 @@ if TYPE_CHECKING:
         initialize,
         load_pretrained,
         materialize,
-        parameter_seed,
         read_safetensors_folder,
     )
     from hyper_parallel.models._weights_check import check_weights
 
 __all__ = [
+    "LORA_A",
+    "LORA_B",
     "ModelArgs",
     "ModelSpec",
     "check_weights",
     "folder_values",
     "generate_ids",
     "initialize",
+    "is_adapter",
     "load_pretrained",
     "materialize",
     "parameter_seed",
@@ -53,7 +57,6 @@ _LAZY = {
     "initialize": "_weights",
     "load_pretrained": "_weights",
     "materialize": "_weights",
-    "parameter_seed": "_weights",
     "read_safetensors_folder": "_weights",
     "check_weights": "_weights_check",
     "spec_from_hf_config": "_hf_config",

@@ -12,7 +12,6 @@ hooks, so resolving a config never loads torch. The device mesh comes from
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 from torch import nn
 
+from hyper_parallel.models._names import is_adapter, parameter_seed
 from hyper_parallel.parallel.ties import restore_ties, tie_groups
 
 if TYPE_CHECKING:
@@ -31,7 +31,6 @@ __all__ = [
     "load_pretrained",
     "load_weights",
     "materialize",
-    "parameter_seed",
     "read_safetensors_folder",
 ]
 
@@ -108,12 +107,6 @@ def load_weights(model: nn.Module, weights_path: str | Path, adapter: StateDictA
     return model
 
 
-def parameter_seed(seed: int, name: str) -> int:
-    """The seed of parameter ``name``'s generator: a stable 63-bit hash of ``(seed, name)``."""
-    digest = hashlib.blake2b(f"{seed}/{name}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
-
-
 def _to_empty(model: nn.Module, device: str | torch.device) -> None:
     """``model.to_empty(device=...)`` that keeps tied parameters tied (plain ``to_empty`` unties them)."""
     aliases = tie_groups(model)
@@ -142,7 +135,7 @@ def initialize(model: nn.Module, spec: ModelSpec, *, seed: int) -> nn.Module:
     generator = torch.Generator()
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if _is_adapter(name):  # drawn by ``peft``'s runtime, not the model's init_fn
+            if is_adapter(name):  # drawn by ``peft``'s runtime, not the model's init_fn
                 continue
             full = torch.empty(param.shape, dtype=torch.float32)
             spec.init_fn(spec.args, name, full, generator.manual_seed(parameter_seed(seed, name)))
@@ -206,7 +199,7 @@ def load_pretrained(
             if expected is not None
             else {name: p.dtype for name, p in model.named_parameters(remove_duplicate=False)}
         )
-        dtypes = {name: dtype for name, dtype in dtypes.items() if not _is_adapter(name)}
+        dtypes = {name: dtype for name, dtype in dtypes.items() if not is_adapter(name)}
         try:
             adapter = spec.state_dict_adapter(spec.args, spec.weights_path)
             loaded = adapter.from_hf(read_safetensors_folder(spec.weights_path))
@@ -225,7 +218,7 @@ def load_pretrained(
             raise shared[0]
     has_dtensor = any(isinstance(p, DTensor) for p in model.parameters())
     # A model with adapters (``peft``) loads its base: the adapters are drawn afterwards.
-    adapted = any(_is_adapter(name) for name, _ in model.named_parameters())
+    adapted = any(is_adapter(name) for name, _ in model.named_parameters())
     if distributed or has_dtensor:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
@@ -237,18 +230,11 @@ def load_pretrained(
     else:
         with torch.no_grad():
             missing, unexpected = model.load_state_dict(state_dict, strict=False)
-            wrong = [name for name in missing if not _is_adapter(name)] + list(unexpected)
+            wrong = [name for name in missing if not is_adapter(name)] + list(unexpected)
             if wrong:
                 raise KeyError(f"checkpoint does not match the model: {wrong[:5]}")
     restore_ties(model, aliases)
     return model
-
-
-def _is_adapter(name: str) -> bool:
-    """Whether parameter ``name`` is a ``peft`` adapter matrix, which no pretrained checkpoint holds."""
-    from hyper_parallel.components.peft._runtime import is_adapter
-
-    return is_adapter(name)
 
 
 def _check_names(loaded: dict[str, Any], expected: dict[str, Any]) -> None:

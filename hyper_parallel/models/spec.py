@@ -55,6 +55,22 @@ class ModelArgs(ConfigBase):
         name); ``None`` when the arguments do not say."""
         return None
 
+    def lora_targets(self) -> frozenset[str] | None:
+        """The linear layers of the blocks LoRA adapts when ``peft.targets`` is empty (a subset of
+        ``block_linear_names``); ``None`` when the arguments do not say."""
+        return self.block_linear_names()
+
+    def block_prefix(self) -> str:
+        """What the names of the transformer blocks' modules start with, before the block's index:
+        LoRA adapts linear layers there and nowhere else (never the embeddings or the output head)."""
+        return "layers."
+
+    def embedding_layers(self) -> Mapping[str, str]:
+        """The modules outside the blocks QLoRA may store as NF4 (``peft.quantize_embeddings``), by the
+        preflight's kind of parameter: the token embedding and the output projection (one matrix when
+        tied), named as in the built model."""
+        return {"embedding": "tok_embeddings", "output": "output"}
+
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
         """Yield ``(root field path, message)`` for resolved parallel ``degrees`` this model cannot run.
 

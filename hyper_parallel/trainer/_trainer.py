@@ -370,7 +370,8 @@ class Trainer:
         spec = cfg.model
         init_device = "meta" if cfg.training.init_device == "meta" else str(self.device)
         model: torch.nn.Module = spec.build_model_fn(spec.args, device=init_device)
-        model = cfg.peft.apply(model)  # LoRA: frozen base and adapters, before any parallelism wraps it
+        # LoRA: frozen base and adapters, before any parallelism wraps them
+        model = cfg.peft.apply(model, spec.args)
         if self.dims.pp > 1:  # the whole model is only copied from: each stage is cut from it
             from hyper_parallel.parallel.pipeline import build_pipeline
 
@@ -416,19 +417,8 @@ class Trainer:
             materialize(model, spec, device=self.device, seed=self.seed)
         else:  # the same weights as from meta: each parameter drawn from (seed, its name)
             initialize(model, spec, seed=self.seed)
-        from hyper_parallel.components.peft import LoRA
-        from hyper_parallel.components.peft._runtime import initialize_adapters
-
-        initialize_adapters(model, seed=self.seed)  # LoRA's adapters (none: nothing to do)
-        if isinstance(cfg.peft, LoRA.Config) and cfg.peft.base_dtype != "float32":  # bf16 or NF4 base
-            from hyper_parallel.components.peft._base import store_base
-
-            store_base(
-                model,
-                torch_dtype(training.mixed_precision_param),
-                nf4=cfg.peft.base_dtype == "nf4",
-                embeddings=cfg.peft.quantize_embeddings,
-            )
+        # LoRA: adapters drawn, the frozen base stored as the method holds it (full fine-tuning: nothing)
+        cfg.peft.after_load(model, spec.args, seed=self.seed, compute_dtype=training.mixed_precision_param)
         return model
 
     def _build_validator(self) -> Any:

@@ -11,7 +11,6 @@ message)`` pairs.
 Importing this module imports attrs and the component Config modules only: never torch.
 """
 
-import math
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 
@@ -33,7 +32,6 @@ __all__ = [
     "expert_issues",
     "layout_issues",
     "pipeline_issues",
-    "qlora_layout_issues",
     "sequence_parallel_issues",
     "trainer_issues",
     "vocabulary_issues",
@@ -64,7 +62,7 @@ def cross_group_issues(cfg: "TrainerConfig") -> Issues:
     waits for :func:`world_size_issues`). Settings that are not wrong but make the run pointless are
     :func:`warnings`, not errors."""
     yield from _tokenizer_issues(cfg)
-    yield from _peft_issues(cfg)
+    yield from cfg.peft.run_issues(cfg)  # the PEFT method states its own (none for full fine-tuning)
     yield from _compile_issues(cfg)
     yield from _activation_checkpoint_issues(cfg)
     training, par = cfg.training, cfg.parallelism
@@ -112,132 +110,6 @@ def expert_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
             "parallelism.ep",
             f"expert parallelism with dp_replicate > 1 (HSDP, {replicate}) is not supported yet; "
             f"shard over dp_shard instead, got ep {ep}",
-        )
-
-
-def _peft_issues(cfg: "TrainerConfig") -> Issues:
-    """LoRA's ``targets`` must name linear layers of the model's blocks (the model's arguments list them);
-    a bfloat16 base needs bfloat16 compute; QLoRA (``base_dtype: nf4``) needs torchao, weights NF4 can
-    hold, and a layout it runs on."""
-    from hyper_parallel.components.peft import LoRA
-
-    if not isinstance(cfg.peft, LoRA.Config):
-        return
-    names = cfg.model.args.block_linear_names()
-    unknown = [target for target in cfg.peft.targets if names is not None and target not in names]
-    if unknown:
-        yield (
-            "peft.targets",
-            f"{', '.join(repr(t) for t in unknown)} name no linear layer of {cfg.model.name}'s blocks; "
-            f"choose among {', '.join(sorted(names or ()))}",
-        )
-    compute = cfg.training.mixed_precision_param
-    if cfg.peft.base_dtype == "bfloat16" and compute != "bfloat16":
-        yield (
-            "peft.base_dtype",
-            "'bfloat16' holds the frozen base in the dtype the run computes it in, which must then be "
-            f"bfloat16: set training.mixed_precision_param to bfloat16, got {compute!r}",
-        )
-    if cfg.peft.base_dtype == "nf4" and not unknown:
-        yield from _nf4_issues(cfg)
-        par = cfg.parallelism
-        explicit = {name: getattr(par, name) for name in _NF4_DEGREES}
-        yield from qlora_layout_issues(cfg, {k: v for k, v in explicit.items() if v != -1})
-
-
-#: Parallel degrees QLoRA refuses above 1, each with the reason.
-_NF4_REFUSED = {
-    "tp": "torchao's NF4 tensor cannot be split by tensor parallelism",
-    "pp": "pipeline parallelism is not supported with it yet",
-    "ep": "expert parallelism is not supported with it yet (routed experts are never adapted)",
-    "dp_replicate": "torch's FSDP2 does not all-gather an NF4 tensor it replicates (DDP), and torchao's "
-    "NF4 all-gather has one mesh dimension (not HSDP's two)",
-}
-_NF4_DEGREES = ("dp_replicate", "dp_shard", "cp", "tp", "pp", "ep")
-
-
-def _nf4_weights(cfg: "TrainerConfig") -> list[tuple[str, tuple[int, ...]]]:
-    """``(layer name, weight shape)`` of each kind of weight QLoRA stores as NF4 (the adapted layers', and
-    with ``quantize_embeddings`` the embedding and output matrices)."""
-    from hyper_parallel.components.peft import EMBEDDING_LAYERS
-    from hyper_parallel.preflight.estimate import model_costs
-    from hyper_parallel.preflight.peft import roles
-
-    costs = model_costs(cfg)
-    if costs is None:
-        return []
-    found: dict[tuple[str, tuple[int, ...]], None] = {}
-    for group, role in roles(cfg, costs.parameters()).groups:
-        if role == "nf4":
-            found[(group.linears[0] if group.linears else EMBEDDING_LAYERS[group.kind], group.shape)] = None
-    return list(found)
-
-
-def _nf4_issues(cfg: "TrainerConfig") -> Issues:
-    """``base_dtype: nf4`` needs torchao installed and every adapted weight a whole number of NF4 blocks."""
-    import importlib.util
-
-    from hyper_parallel.components.peft import EMBEDDING_LAYERS, TORCHAO_VERSION
-    from hyper_parallel.preflight.peft import NF4_BLOCK, NF4_QUANTUM, NF4_SCALER_BLOCK
-
-    if importlib.util.find_spec("torchao") is None:
-        yield (
-            "peft.base_dtype",
-            "'nf4' needs torchao, which is not installed: pip install 'hyper-parallel[qlora]' "
-            f"(torchao=={TORCHAO_VERSION}), or use 'float32'",
-        )
-    bad = [(name, shape) for name, shape in _nf4_weights(cfg) if math.prod(shape) % NF4_QUANTUM]
-    if bad:
-        listed = ", ".join(f"{name} ({' x '.join(map(str, s))} = {math.prod(s):,})" for name, s in bad)
-        embeddings = sum(name in EMBEDDING_LAYERS.values() for name, _ in bad)
-        if not embeddings:
-            fix = f"leave {'it' if len(bad) == 1 else 'them'} out of peft.targets"
-        elif embeddings == len(bad):
-            fix = "set peft.quantize_embeddings to false"
-        else:
-            fix = "leave the layers out of peft.targets, set peft.quantize_embeddings to false"
-        yield (
-            "peft.base_dtype",
-            f"'nf4' stores a weight in blocks of {NF4_BLOCK} values with one scale per {NF4_SCALER_BLOCK} "
-            f"blocks, so its size must be a multiple of {NF4_QUANTUM:,}; not so for {listed}: {fix}, "
-            "or use 'float32'",
-        )
-
-
-def qlora_layout_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
-    """QLoRA runs on one process or with FSDP2 over ``dp_shard`` alone, each rank holding whole NF4
-    blocks of every NF4 weight (``degrees``: those known; others are left out)."""
-    from hyper_parallel.components.peft import LoRA
-    from hyper_parallel.preflight.peft import NF4_QUANTUM
-
-    if not isinstance(cfg.peft, LoRA.Config) or cfg.peft.base_dtype != "nf4":
-        return
-    for name, reason in _NF4_REFUSED.items():
-        if degrees.get(name, 1) > 1:
-            yield (
-                f"parallelism.{name}",
-                f"peft.base_dtype 'nf4' runs on one process or with FSDP2 over dp_shard alone: {reason}; "
-                f"set parallelism.{name} to 1 or peft.base_dtype to 'float32', got {degrees[name]}",
-            )
-    shards = degrees.get("dp_shard", 1)
-    if shards <= 1:
-        return
-    if cfg.training.enable_cpu_offload:
-        yield (
-            "training.enable_cpu_offload",
-            "peft.base_dtype 'nf4' does not offload its NF4 weights to the host yet; set it to false",
-        )
-    bad = [
-        f"{name} ({' x '.join(map(str, shape))})"
-        for name, shape in _nf4_weights(cfg)
-        if shape[0] % shards or math.prod(shape) % (NF4_QUANTUM * shards)
-    ]
-    if bad:
-        yield (
-            "parallelism.dp_shard",
-            f"with peft.base_dtype 'nf4' each of the {shards} ranks holds whole rows and whole scale blocks "
-            f"({NF4_QUANTUM:,} values) of every NF4 weight; not so for {', '.join(bad)}; use a "
-            f"dp_shard that divides them, got {shards}",
         )
 
 
@@ -507,8 +379,8 @@ def world_size_issues(cfg: "TrainerConfig", world_size: int) -> list[tuple[str, 
     issues.extend(sequence_parallel_issues(cfg, degrees["tp"]))
     if par.pp == -1:  # explicit degrees were checked by cross_group_issues
         issues.extend(i for i in pipeline_issues(cfg, degrees["pp"]) if i not in issues)
-    auto = {name: degrees[name] for name in _NF4_DEGREES if name in degrees and getattr(par, name) == -1}
-    issues.extend(qlora_layout_issues(cfg, auto))
+    auto = {name: value for name, value in degrees.items() if getattr(par, name, None) == -1}
+    issues.extend(cfg.peft.layout_issues(cfg, auto))
     # The batch rule as cross_group_issues runs it, now with every degree known (named with the ranks);
     # with both data-parallel degrees explicit, cross_group_issues has already run it.
     if par.dp_replicate == -1 or par.dp_shard == -1:
@@ -576,7 +448,7 @@ def layout_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
     yield from ((p, m) for p, m in cfg.model.args.parallel_issues(degrees) if p == "parallelism.ep")
     yield from sequence_parallel_issues(cfg, degrees["tp"])
     yield from pipeline_issues(cfg, degrees["pp"])
-    yield from qlora_layout_issues(cfg, degrees)
+    yield from cfg.peft.layout_issues(cfg, degrees)
 
 
 def warnings(cfg: "TrainerConfig") -> Issues:

@@ -125,7 +125,6 @@ def test_lora_flops_per_token_leave_out_the_frozen_weights_gradients(config: str
     the preflight's FLOPs (the MFU's numerator) say the same within 5%, a third under full fine-tuning's."""
     from pathlib import Path
 
-    from hyper_parallel.components.peft._runtime import initialize_adapters
     from hyper_parallel.config import load_config
     from hyper_parallel.preflight import estimate
 
@@ -139,8 +138,8 @@ def test_lora_flops_per_token_leave_out_the_frozen_weights_gradients(config: str
     assert full is not None
     torch.manual_seed(0)
     model = cfg.model.build_model_fn(cfg.model.args, device="cpu")
-    cfg.peft.apply(model)
-    initialize_adapters(model, seed=0)
+    cfg.peft.apply(model, cfg.model.args)
+    cfg.peft.after_load(model, cfg.model.args, seed=0, compute_dtype="float32")
     counted = _counted(model, _vocab(cfg.model.args), 2, seq)
     assert est.flops_per_token * 2 * seq == pytest.approx(counted, rel=0.05)
     assert est.flops_per_token < 0.75 * full.flops_per_token

@@ -199,7 +199,7 @@ def test_trainable_and_frozen_counts_equal_the_model_built_with_adapters(
     peft = LoRA.Config(rank=4, targets=targets)
     est = estimate(TrainerConfig(model=spec, peft=peft), 1)
     assert est is not None
-    built = peft.apply(spec.build_model_fn(spec.args, device="meta"))
+    built = peft.apply(spec.build_model_fn(spec.args, device="meta"), spec.args)
     params = list(built.parameters())
     assert (est.trainable, est.frozen) == (
         sum(p.numel() for p in params if p.requires_grad),

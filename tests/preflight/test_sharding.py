@@ -72,8 +72,6 @@ def _worker(out_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from hyper_parallel.components.peft._base import store_base
-    from hyper_parallel.components.peft._runtime import initialize_adapters
     from hyper_parallel.parallel.parallel_dims import ParallelDims
 
     torch.set_num_threads(1)
@@ -86,14 +84,12 @@ def _worker(out_dir: str) -> None:
             parallelism = LAYOUTS[layout]
             model = spec.build_model_fn(spec.args, device="cpu")
             if peft is not None:
-                model = peft.apply(model)
+                model = peft.apply(model, spec.args)
             spec.parallelize_fn(
                 model, parallelism, ParallelDims.from_config(parallelism, WORLD).build_mesh("cpu")
             )
-            if peft is not None:
-                initialize_adapters(model, seed=0)
-                if peft.base_dtype == "nf4":
-                    store_base(model, torch.float32, nf4=True)  # the compute dtype _config gives
+            if peft is not None:  # the compute dtype _config gives
+                peft.after_load(model, spec.args, seed=0, compute_dtype="float32")
             text = getattr(spec.args, "text", spec.args)
             ids = torch.randint(0, text.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
             optimizer = torch.optim.AdamW(

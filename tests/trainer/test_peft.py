@@ -343,10 +343,11 @@ class _Block(torch.nn.Module):
 
 def test_rank_alpha_dropout_and_targets_shape_what_an_adapter_adds() -> None:
     from hyper_parallel.components.peft import LoRA
+    from hyper_parallel.models import ModelArgs
 
     model = torch.nn.Module()
     model.layers = torch.nn.ModuleDict({"0": _Block()})
-    LoRA.Config(rank=3, alpha=6.0, dropout=0.5, targets=("wq",)).apply(model)
+    LoRA.Config(rank=3, alpha=6.0, dropout=0.5, targets=("wq",)).apply(model, ModelArgs())
     block = model.layers["0"]
     assert (block.wq.lora_A.shape, block.wq.lora_B.shape) == ((3, 6), (5, 3))
     assert not hasattr(block.other, "lora_A")  # only the targets are adapted

@@ -11,50 +11,52 @@ holds them and their optimizer state, and the frozen base only when the run cann
 ``model.weights_path`` (or NF4) the base is read again at every start. ``base_dtype: bfloat16`` stores the
 frozen base in bfloat16; ``base_dtype: nf4`` (QLoRA) the adapted layers' frozen weights as torchao's 4-bit
 NF4 tensors, with ``quantize_embeddings`` the embeddings too, and the rest of the base in the training
-dtype (``_base``). ``python -m
+dtype (``storage``: one statement the runtime, the export and the preflight read). ``python -m
 hyper_parallel.export`` writes the merged model, or with ``--adapter-only`` an adapter folder the ``peft``
 library loads.
 
-Nothing here imports torch; the runtime is ``hyper_parallel.components.peft._runtime``.
+The Config answers every question the rest of the code asks of a method: the trainer, the export, the
+preflight and ``trainer.rules`` call its methods and never ask which method it is (``FullFineTuning``
+answers each with a no-op). The model facts it needs (which layers are the blocks', which the embeddings,
+what LoRA adapts by default) come from the model's ``ModelArgs``; the adapters' names and seeds from
+``hyper_parallel.models``, whose weight loader skips them.
+
+Nothing here imports torch; the methods import the runtime (``_runtime``, ``_base``) when called.
 """
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, ClassVar, Literal
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import attrs
 
+from hyper_parallel.components.peft.storage import BASES, TORCHAO_VERSION, FrozenBase, Part, Roles, lora_roles
 from hyper_parallel.config.base import ConfigBase, config_class
+from hyper_parallel.models import is_adapter
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEFAULT_TARGETS", "EMBEDDING_LAYERS", "PEFT", "TORCHAO_VERSION", "FullFineTuning", "LoRA"]
+    from hyper_parallel.models.spec import ModelArgs, ModelSpec
+    from hyper_parallel.preflight.model import ParamGroup
+    from hyper_parallel.sections import ParallelismConfig, TrainingConfig
 
-#: The torchao release QLoRA is written against (the ``qlora`` extra pins it).
-TORCHAO_VERSION = "0.18.0"
+__all__ = ["PEFT", "TORCHAO_VERSION", "FullFineTuning", "LoRA"]
 
-#: The linear layers LoRA adapts by default (those of them a model has): attention (``wq``, ``wk``,
-#: ``wv``, ``wo``), the MLP (``w1``, ``w2``, ``w3``, shared experts' included) and Qwen 3.5's Gated
-#: DeltaNet projections.
-DEFAULT_TARGETS: tuple[str, ...] = (
-    "wq",
-    "wk",
-    "wv",
-    "wo",
-    "w1",
-    "w2",
-    "w3",
-    "in_proj_q",
-    "in_proj_k",
-    "in_proj_v",
-    "in_proj_z",
-    "out_proj",
-)
+#: A checkpoint's full tensors by our names.
+Weights = dict[str, "torch.Tensor"]
+Issues = Iterator[tuple[str, str]]
 
 
-#: The layers outside the blocks that ``quantize_embeddings`` stores as NF4, by the preflight's kind of
-#: parameter: the token embedding and the output projection (one matrix when tied).
-EMBEDDING_LAYERS: dict[str, str] = {"embedding": "tok_embeddings", "output": "output"}
+class RunGroups(Protocol):
+    """The root groups a method's rules read: a ``TrainerConfig`` is one (mypy checks it where the trainer's
+    rules pass it). Named structurally so that this layer never imports the trainer above it."""
+
+    @property
+    def model(self) -> "ModelSpec": ...
+    @property
+    def training(self) -> "TrainingConfig": ...
+    @property
+    def parallelism(self) -> "ParallelismConfig": ...
 
 
 class PEFT:
@@ -66,14 +68,32 @@ class PEFT:
 
     @config_class
     class Config(ConfigBase):
-        """Options every parameter-efficient method understands."""
+        """Options every parameter-efficient method understands, and the questions the run asks of it.
+
+        Each method answers for a model that trains whole (what ``FullFineTuning`` inherits): nothing
+        to add, freeze, store, merge or check.
+        """
 
         #: A base: a config names one of its subclasses as ``_target_``, never this class.
         __abstract__: ClassVar[bool] = True
 
-        def apply(self, model: "torch.nn.Module") -> "torch.nn.Module":
-            """Freeze ``model`` and add the trainable parameters; returns ``model``."""
-            raise NotImplementedError
+        def apply(self, model: "torch.nn.Module", args: "ModelArgs") -> "torch.nn.Module":
+            """Freeze ``model`` (built from ``args``) and add the trainable parameters; returns ``model``.
+
+            Called before the model is parallelized: what it adds is sharded, checkpointed and
+            compiled with the layers it belongs to.
+            """
+            return model
+
+        def after_load(
+            self, model: "torch.nn.Module", args: "ModelArgs", *, seed: int, compute_dtype: str
+        ) -> None:
+            """Give the added parameters their values (from ``seed``) and store the frozen ones as the
+            method holds them (``compute_dtype``: ``training.mixed_precision_param``).
+
+            Called once the model is parallelized and its weights are in place, before the first forward
+            (FSDP2 re-reads its parameters then).
+            """
 
         def checkpoint_holds_base(self, weights_path: str | None) -> bool:
             """Whether a checkpoint saves the frozen parameters too (``weights_path``: the model's).
@@ -83,6 +103,50 @@ class PEFT:
             """
             return True
 
+        def adapter_keys(self, names: Iterable[str]) -> list[str]:
+            """Those of ``names`` (a state dict's) that are the method's added parameters."""
+            return []
+
+        def merged(
+            self,
+            weights: Weights,
+            args: "ModelArgs",
+            compute_dtype: str,
+            rebuild_base: Callable[[], Weights] | None,
+        ) -> Weights:
+            """``weights`` as a plain model's: what the method added folded into the layers it adapts.
+
+            ``rebuild_base`` gives the frozen base the run built when the checkpoint left it out
+            (``checkpoint_holds_base``), else is None. ``ValueError`` for weights another method saved.
+            """
+            if any(is_adapter(name) for name in weights):
+                raise ValueError(
+                    "the checkpoint holds LoRA adapters but its config's peft is not LoRA.Config"
+                )
+            return weights
+
+        def adapter_folder(
+            self, weights: Weights, to_hf: Callable[[Weights], Weights]
+        ) -> tuple[Weights, dict[str, Any]] | None:
+            """The ``peft`` library's adapter folder of ``weights``: its tensors and ``adapter_config.json``
+            (``to_hf``: the model's state-dict adapter's renaming); None for a method that adds nothing."""
+            return None
+
+        def roles(self, groups: Sequence["ParamGroup"], args: "ModelArgs", compute_dtype: str) -> Roles:
+            """The preflight's view of ``groups`` (the model's parameters): which train, which are frozen
+            and how they are held, and what the method adds."""
+            return Roles(tuple((g, "trained") for g in groups))
+
+        def run_issues(self, cfg: "RunGroups") -> Issues:
+            """Yield ``(root field path, message)``: the method's rules across root groups (the model it
+            adapts, the compute dtype, the explicit parallel degrees); ``trainer.rules`` runs them."""
+            yield from ()
+
+        def layout_issues(self, cfg: "RunGroups", degrees: Mapping[str, int]) -> Issues:
+            """Yield ``(root field path, message)``: the parallel ``degrees`` (those known) the method
+            cannot run with."""
+            yield from ()
+
 
 class FullFineTuning(PEFT):
     """No adapters: every weight of the model trains (the default)."""
@@ -90,10 +154,6 @@ class FullFineTuning(PEFT):
     @config_class
     class Config(PEFT.Config):
         """Nothing to choose: the model is trained as it is."""
-
-        def apply(self, model: "torch.nn.Module") -> "torch.nn.Module":
-            """``model`` unchanged."""
-            return model
 
 
 class LoRA(PEFT):
@@ -122,7 +182,8 @@ class LoRA(PEFT):
             default=(),
             metadata={
                 "help": "Linear layers of the blocks to adapt, by their last name (wq, w1, in_proj_q...); "
-                "empty: those of DEFAULT_TARGETS the model has. Routers and routed experts are never adapted."
+                "empty: the model's defaults (ModelArgs.lora_targets). Routers and routed experts are never "
+                "adapted."
             },
         )
 
@@ -155,34 +216,106 @@ class LoRA(PEFT):
                 elif target in seen:
                     yield "targets", f"{target!r} is listed twice"
                 seen.add(target)
-            if self.quantize_embeddings and self.base_dtype != "nf4":
+            if self.quantize_embeddings and not self.base.quantized:
                 yield (
                     "quantize_embeddings",
                     "true stores the embeddings as NF4, which needs base_dtype 'nf4', "
                     f"got {self.base_dtype!r}",
                 )
 
-        def checkpoint_holds_base(self, weights_path: str | None) -> bool:
-            """False when the frozen base comes from ``weights_path`` or is stored as NF4: a checkpoint
-            holds the adapters and their optimizer state alone, and a resume or the export builds the base
-            again (from those weights, or from the seed) and quantizes it the same way."""
-            return weights_path is None and self.base_dtype != "nf4"
-
         @property
-        def layer_names(self) -> frozenset[str]:
-            """The last names of the linear layers adapted: ``targets``, or ``DEFAULT_TARGETS`` when empty."""
-            return frozenset(self.targets or DEFAULT_TARGETS)
+        def base(self) -> FrozenBase:
+            """How the frozen base is stored (``base_dtype``'s class): the code asks it, never the string."""
+            return BASES[self.base_dtype]
 
         @property
         def scale(self) -> float:
             """``alpha / rank``: what ``B A x`` is multiplied by."""
             return self.alpha / self.rank
 
-        def apply(self, model: "torch.nn.Module") -> "torch.nn.Module":
+        def layer_names(self, args: "ModelArgs") -> frozenset[str]:
+            """The last names of the linear layers adapted: ``targets``, or the model's defaults
+            (``ModelArgs.lora_targets``) when empty."""
+            return frozenset(self.targets or args.lora_targets() or ())
+
+        def storage(self, part: Part, compute_dtype: str) -> str:
+            """How the frozen ``part`` is held: a dtype's name or ``'nf4'`` (see ``storage``); the runtime,
+            the export and the preflight all read this."""
+            return self.base.storage(part, compute_dtype, self.quantize_embeddings)
+
+        def apply(self, model: "torch.nn.Module", args: "ModelArgs") -> "torch.nn.Module":
             """Freeze ``model`` and add adapters to the targeted layers (see the module docstring).
 
             ``ValueError`` when a target matches no linear layer of the blocks.
             """
             from hyper_parallel.components.peft._runtime import apply_lora
 
-            return apply_lora(self, model)
+            return apply_lora(self, model, args)
+
+        def after_load(
+            self, model: "torch.nn.Module", args: "ModelArgs", *, seed: int, compute_dtype: str
+        ) -> None:
+            """Draw the adapters (``A`` from ``seed``, ``B`` zero), then store the frozen base as
+            :meth:`storage` says (bfloat16, NF4 ...)."""
+            from hyper_parallel.components.peft._base import store_base
+            from hyper_parallel.components.peft._runtime import initialize_adapters
+
+            initialize_adapters(model, seed=seed)
+            store_base(model, self, args, compute_dtype)
+
+        def checkpoint_holds_base(self, weights_path: str | None) -> bool:
+            """False when the frozen base comes from ``weights_path`` or is quantized (NF4): a checkpoint
+            holds the adapters and their optimizer state alone, and a resume or the export builds the base
+            again (from those weights, or from the seed) and quantizes it the same way."""
+            return weights_path is None and not self.base.quantized
+
+        def adapter_keys(self, names: Iterable[str]) -> list[str]:
+            """The adapters' names (``<layer>.lora_A`` / ``<layer>.lora_B``) among ``names``."""
+            return [name for name in names if is_adapter(name)]
+
+        def merged(
+            self,
+            weights: Weights,
+            args: "ModelArgs",
+            compute_dtype: str,
+            rebuild_base: Callable[[], Weights] | None,
+        ) -> Weights:
+            """``weights`` with each adapted ``W`` replaced by ``W + scale B A`` and the adapters left out.
+
+            A rebuilt base is first held as the run held it (:meth:`storage`): NF4 parts are the values
+            their quantization stands for, every part in the dtype it computed in; the adapters are then
+            merged in their own dtype (float32). ``ImportError`` when an NF4 base needs torchao.
+            """
+            from hyper_parallel.components.peft._runtime import merged_weights
+
+            return merged_weights(self, weights, args, compute_dtype, rebuild_base)
+
+        def adapter_folder(
+            self, weights: Weights, to_hf: Callable[[Weights], Weights]
+        ) -> tuple[Weights, dict[str, Any]]:
+            """The adapters of ``weights`` (float32) in the ``peft`` library's layout (no tensors when
+            ``weights`` holds none); ``KeyError`` / ``ValueError`` when ``to_hf`` cannot place them."""
+            from hyper_parallel.components.peft._runtime import peft_adapter
+
+            adapters = {name: weights[name].float() for name in self.adapter_keys(weights)}
+            return peft_adapter(adapters, self, to_hf)
+
+        def roles(self, groups: Sequence["ParamGroup"], args: "ModelArgs", compute_dtype: str) -> Roles:
+            """The targeted layers' weights frozen (or NF4) with two trained adapters each; the rest of
+            the base frozen as :meth:`storage` says."""
+            return lora_roles(
+                groups, self.layer_names(args), self.rank, lambda part: self.storage(part, compute_dtype)
+            )
+
+        def run_issues(self, cfg: "RunGroups") -> Issues:
+            """The targets against the model, the base's dtype against the compute dtype, an NF4 base's
+            torchao, sizes and explicit layout (``_rules``)."""
+            from hyper_parallel.components.peft._rules import run_issues
+
+            yield from run_issues(self, cfg)
+
+        def layout_issues(self, cfg: "RunGroups", degrees: Mapping[str, int]) -> Issues:
+            """An NF4 base's layouts: one process, or FSDP2 over ``dp_shard`` alone in whole NF4 blocks."""
+            from hyper_parallel.components.peft._rules import layout_issues
+
+            yield from layout_issues(self, cfg, degrees)

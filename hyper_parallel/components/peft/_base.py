@@ -1,12 +1,15 @@
 """How a LoRA run stores its frozen base (``peft.base_dtype``): as built (float32), in bfloat16, or NF4.
 
-``store_base`` runs once the model is parallelized, its weights are in place and its adapters drawn.
+What each frozen tensor becomes is not decided here: ``LoRA.Config.storage`` says it for each part
+(``storage.Part``), and :func:`store_base` (the run) and :func:`held_base` (the export's rebuilt base) do
+what it says. ``store_base`` runs once the model is parallelized, its weights are in place and its adapters
+drawn (``LoRA.Config.after_load``).
+
 ``bfloat16`` casts every frozen parameter (a ``DTensor`` its local shard, whatever the layout): the run
 computes in bfloat16, so FSDP2 would all-gather that cast and autocast make it at each use; it is half of
-float32's bytes. ``nf4`` (QLoRA) makes
-each adapted ``nn.Linear``'s ``weight`` a frozen ``NF4Tensor`` (torchao 0.18:
-``torchao.quantization.quantize_.workflows.nf4.nf4_tensor``) quantized from the whole float32 weight, so
-every layout holds the same 4-bit codes and scales. ``F.linear`` on it dequantizes to the input's dtype
+float32's bytes. ``nf4`` (QLoRA) makes each adapted ``nn.Linear``'s ``weight`` a frozen ``NF4Tensor``
+(torchao 0.18's ``torchao.quantization.NF4Tensor``) quantized from the whole float32 weight, so every
+layout holds the same 4-bit codes and scales. ``F.linear`` on it dequantizes to the input's dtype
 (torchao's ``LinearNF4``), so compute stays in the training dtype and the input gradient flows through it;
 the weight gets none. ``quantize_embeddings`` adds the token embedding and the output projection
 (:class:`NF4Embedding` looks rows up in the dequantized table). The rest of the frozen base (norms, the
@@ -18,7 +21,8 @@ whole, cut into the same row chunks (``NF4Tensor`` splits its codes and scales w
 becomes the ``DTensor``'s local tensor; the float32 shard's storage is freed. FSDP2 re-reads its
 parameters at its lazy initialisation (the first forward) and all-gathers NF4 through the tensor's
 ``fsdp_pre_all_gather`` / ``fsdp_post_all_gather``. Tensor, pipeline, context and expert parallelism,
-``dp_replicate`` and CPU offload are refused before anything is built (``trainer.rules``): in torch 2.13
+``dp_replicate`` and CPU offload are refused before anything is built (``LoRA.Config.layout_issues``,
+which ``trainer.rules`` runs): in torch 2.13
 FSDP2 without sharding (``replicate``, or a mesh of one rank) copies only the first of an extension's
 all-gather inputs, and torchao's all-gather takes a one-dimensional mesh. The trainer applies no FSDP2
 on one process, so QLoRA runs there on plain NF4 parameters.
@@ -32,24 +36,33 @@ bfloat16 base is saved as it is held when the run cannot build it again (no ``mo
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 
-from hyper_parallel.components.peft import EMBEDDING_LAYERS, TORCHAO_VERSION
+from hyper_parallel._dtypes import torch_dtype
+from hyper_parallel.components.peft.storage import TORCHAO_VERSION, part_of
+from hyper_parallel.models import LORA_A
 
-__all__ = ["EMBEDDINGS", "NF4Embedding", "is_nf4", "nf4_module", "quantized_weights", "store_base"]
+if TYPE_CHECKING:
+    from hyper_parallel.components.peft import LoRA
+    from hyper_parallel.models.spec import ModelArgs
 
-_NF4_PATH = "torchao.quantization.quantize_.workflows.nf4.nf4_tensor"
+__all__ = ["NF4Embedding", "held_base", "is_nf4", "nf4_module", "store_base"]
+
+#: torchao's public quantization module: it exports ``NF4Tensor`` and ``to_nf4``.
+_TORCHAO = "torchao.quantization"
 
 
 def nf4_module() -> ModuleType:
-    """torchao's NF4 module, imported without the warnings its optional kernels log on the way.
+    """``torchao.quantization`` (``to_nf4``, ``NF4Tensor``), imported without the warnings its optional
+    kernels log on the way.
 
     ``ImportError`` naming the extra to install when torchao is missing.
     """
@@ -60,7 +73,7 @@ def nf4_module() -> ModuleType:
     for logger in quiet:  # "Failed to load _C_mxfp8..." (CUDA kernels), an Enum registration notice
         logger.setLevel(logging.ERROR)
     try:
-        return importlib.import_module(_NF4_PATH)
+        return importlib.import_module(_TORCHAO)
     except ImportError as exc:
         raise ImportError(
             f"peft.base_dtype 'nf4' needs torchao ({exc}); install it with pip install "
@@ -72,14 +85,18 @@ def nf4_module() -> ModuleType:
 
 
 def is_nf4(tensor: Any) -> bool:
-    """Whether ``tensor`` (or a ``DTensor``'s local tensor) is an NF4 tensor (torchao is not imported)."""
-    local = getattr(tensor, "_local_tensor", tensor)
-    return type(local).__name__ == "NF4Tensor"
+    """Whether ``tensor`` (or a ``DTensor``'s local tensor) is torchao's ``NF4Tensor``.
 
-
-#: The names of the modules ``quantize_embeddings`` also stores as NF4 (``EMBEDDING_LAYERS``), a vision
-#: model's under ``language_model``.
-EMBEDDINGS = re.compile(rf"^(language_model\.)?({'|'.join(EMBEDDING_LAYERS.values())})$")
+    Never imports torchao: until its NF4 module is loaded no such tensor exists, so a run without QLoRA
+    (or without torchao installed) answers False without it.
+    """
+    nf4_tensor = getattr(sys.modules.get(_TORCHAO), "NF4Tensor", None)
+    if nf4_tensor is None:
+        return False
+    if isinstance(tensor, DTensor):
+        with torch.no_grad():  # the local tensor itself, no autograd view
+            tensor = tensor.to_local()
+    return isinstance(tensor, nf4_tensor)
 
 
 class NF4Embedding(nn.Embedding):
@@ -97,42 +114,42 @@ class NF4Embedding(nn.Embedding):
         return F.embedding(ids, table, self.padding_idx, self.max_norm, self.norm_type)
 
 
-def store_base(
-    model: nn.Module, compute_dtype: torch.dtype, *, nf4: bool = False, embeddings: bool = False
-) -> None:
-    """Store ``model``'s frozen base in ``compute_dtype``, with ``nf4`` as QLoRA does.
+def store_base(model: nn.Module, cfg: LoRA.Config, args: ModelArgs, compute_dtype: str) -> None:
+    """Store ``model``'s frozen base as ``cfg.storage`` says of each part (``compute_dtype``: the run's).
 
-    With ``nf4`` the weight of every adapted linear layer (with ``embeddings`` also the token embedding's
-    and the output projection's, :data:`EMBEDDINGS`) becomes a frozen NF4 tensor. Every other frozen
-    floating parameter (norms, routers, the embeddings otherwise) is stored in ``compute_dtype``: it never
-    trains, so a float32 copy would only be cast to that dtype at each use (FSDP2 all-gathers it so,
-    autocast casts it so). A tied tensor is replaced once and stays tied. Call it after the weights are
-    loaded and before the first forward (FSDP2 re-reads its parameters then). A weight already NF4 is left
-    as it is.
+    A frozen floating parameter held in a dtype is cast to it: it never trains, so a float32 copy would
+    only be cast at each use (FSDP2 all-gathers it so, autocast casts it so). One held as ``'nf4'``
+    (QLoRA's adapted weights, with ``quantize_embeddings`` the embeddings) becomes a frozen NF4 tensor, and
+    an ``nn.Embedding`` holding one an :class:`NF4Embedding`. A tied tensor is replaced once and stays
+    tied. Call it after the weights are loaded and before the first forward (FSDP2 re-reads its
+    parameters then). A weight already NF4 is left as it is.
     """
-    to_nf4 = nf4_module().to_nf4 if nf4 else None
+    embeddings = args.embedding_layers()
     held: dict[int, nn.Parameter] = {}  # id of a frozen parameter -> what the model holds instead
     for name, module in list(model.named_modules()):
-        adapted = "lora_A" in module._parameters or (embeddings and EMBEDDINGS.match(name) is not None)
-        for key, param in list(module._parameters.items()):
-            if param is None or param.requires_grad:
+        own = dict(module.named_parameters(recurse=False, remove_duplicate=False))
+        for key, param in own.items():
+            if param.requires_grad:
                 continue
             if id(param) not in held:
-                quantize = to_nf4 if adapted and key == "weight" else None
-                held[id(param)] = _held(f"{name}.{key}", param, compute_dtype, quantize)
-            module._parameters[key] = held[id(param)]
+                part = part_of(name, key, LORA_A in own, embeddings)
+                held[id(param)] = _held(f"{name}.{key}", param, cfg.storage(part, compute_dtype))
+            if held[id(param)] is not param:
+                module.register_parameter(key, held[id(param)])
         if isinstance(module, nn.Embedding) and is_nf4(module.weight):
             module.__class__ = NF4Embedding
-            cast(NF4Embedding, module).compute_dtype = compute_dtype
+            cast(NF4Embedding, module).compute_dtype = torch_dtype(compute_dtype)
 
 
-def _held(name: str, param: nn.Parameter, dtype: torch.dtype, to_nf4: Any) -> nn.Parameter:
-    """What the model holds for frozen ``param``: its NF4 tensor when ``to_nf4`` is given, else ``param``
-    in ``dtype``; ``param`` itself when it is NF4 already, not floating, or in ``dtype``."""
-    if is_nf4(param) or not param.is_floating_point() or (to_nf4 is None and param.dtype == dtype):
+def _held(name: str, param: nn.Parameter, storage: str) -> nn.Parameter:
+    """What the model holds for frozen ``param`` stored as ``storage``: its NF4 tensor, or ``param`` in
+    that dtype; ``param`` itself when it is NF4 already, not floating, or in that dtype."""
+    if is_nf4(param) or not param.is_floating_point():
         return param
-    stored = _nf4(name, param, to_nf4) if to_nf4 is not None else _cast(param, dtype)
-    return nn.Parameter(stored, requires_grad=False)
+    if storage == "nf4":
+        return nn.Parameter(_nf4(name, param, nf4_module().to_nf4), requires_grad=False)
+    dtype = torch_dtype(storage)
+    return param if param.dtype == dtype else nn.Parameter(_cast(param, dtype), requires_grad=False)
 
 
 def _nf4(name: str, weight: torch.Tensor, to_nf4: Any) -> torch.Tensor:
@@ -159,7 +176,7 @@ def _cast(param: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
     with torch.no_grad():
         if isinstance(param, DTensor):
-            return _with_local(param, param._local_tensor.to(dtype))
+            return _with_local(param, param.to_local().to(dtype))
         return param.detach().to(dtype)
 
 
@@ -174,16 +191,30 @@ def _with_local(weight: Any, local: torch.Tensor) -> torch.Tensor:
     # Freed now, not when FSDP2 re-reads its parameters (at the first forward). That re-read compares the
     # old shard's storage with the new one's, which an NF4 tensor has none of: an emptied storage (data
     # pointer 0) skips the comparison.
-    weight._local_tensor.untyped_storage().resize_(0)
+    weight.to_local().untyped_storage().resize_(0)
     return new
 
 
-def quantized_weights(weights: Mapping[str, torch.Tensor], layers: list[str]) -> dict[str, torch.Tensor]:
-    """``weights`` (full float tensors, our names) with each of ``layers``' ``.weight`` replaced by what
-    its NF4 quantization gives back (float32): the base a QLoRA run trained against."""
-    to_nf4 = nf4_module().to_nf4
-    out = dict(weights)
-    for layer in layers:
-        weight = weights[f"{layer}.weight"]
-        out[f"{layer}.weight"] = to_nf4(weight.float().contiguous()).get_original_weight().to(weight.dtype)
+def held_base(
+    cfg: LoRA.Config,
+    base: Mapping[str, torch.Tensor],
+    adapted: Callable[[str], bool],
+    args: ModelArgs,
+    compute_dtype: str,
+) -> dict[str, torch.Tensor]:
+    """``base`` (full float tensors, our names) as a run of ``cfg`` held it (``adapted``: whether a layer
+    has adapters): each tensor ``cfg.storage`` holds as ``'nf4'`` replaced by what its NF4 quantization
+    gives back, in the compute dtype the run dequantized it to; every other one in its dtype."""
+    embeddings = args.embedding_layers()
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in base.items():
+        module, _, key = name.rpartition(".")
+        storage = cfg.storage(part_of(module, key, adapted(module), embeddings), compute_dtype)
+        if not tensor.is_floating_point():
+            out[name] = tensor
+        elif storage == "nf4":
+            quantized = nf4_module().to_nf4(tensor.float().contiguous())
+            out[name] = quantized.get_original_weight().to(torch_dtype(compute_dtype))
+        else:
+            out[name] = tensor.to(torch_dtype(storage))
     return out

@@ -1,21 +1,21 @@
 """Runtime of ``hyper_parallel.components.peft``: adapters added to a model, initialised, merged, exported.
 
-Imported only from the Config's methods, the trainer and the export; this module imports torch.
+Imported only from the Config's methods; this module imports torch.
 
 An adapter is two parameters of the layer it adapts, ``lora_A`` (``rank x in``) and ``lora_B``
 (``out x rank``); the layer becomes a :class:`LoRALinear`, whose forward adds their product (see there
 for how). Being the layer's parameters, they belong to its block: FSDP2 shards them with it, tensor
 parallelism's plan for the layer distributes them with its weight, activation checkpointing and compile
 wrap them with the block. A parameter named ``<layer>.lora_A`` or ``<layer>.lora_B`` is an adapter
-everywhere (``is_adapter``): weight loading and initialisation of the base skip them, and
-``initialize_adapters`` draws them, layout-independently like the base. The export names them as the
-``peft`` library does (``<hf layer>.lora_A.weight``).
+everywhere (``hyper_parallel.models.is_adapter``): weight loading and initialisation of the base skip
+them, and ``initialize_adapters`` draws them, layout-independently like the base. The export names them
+as the ``peft`` library does (``<hf layer>.lora_A.weight``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -23,32 +23,22 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from hyper_parallel.components.peft._base import is_nf4
+from hyper_parallel.components.peft._base import held_base, is_nf4
+from hyper_parallel.models import LORA_A, LORA_B, is_adapter, parameter_seed
 
 if TYPE_CHECKING:
     from hyper_parallel.components.peft import LoRA
+    from hyper_parallel.models.spec import ModelArgs
 
 __all__ = [
-    "ADAPTER_PARTS",
     "LoRALinear",
     "adapted_layers",
     "apply_lora",
     "initialize_adapters",
-    "is_adapter",
     "merge_adapters",
+    "merged_weights",
     "peft_adapter",
 ]
-
-#: The names of an adapter's two matrices, as the ``peft`` library names them.
-ADAPTER_PARTS = ("lora_A", "lora_B")
-_ADAPTER = re.compile(r"(^|\.)lora_[AB]$")
-#: Where the block's layers are (``layers.<i>.``): LoRA never adapts embeddings or the output head.
-_IN_BLOCK = re.compile(r"^(language_model\.)?layers\.\d+\.")
-
-
-def is_adapter(name: str) -> bool:
-    """Whether parameter ``name`` is an adapter matrix (``<layer>.lora_A`` / ``<layer>.lora_B``)."""
-    return _ADAPTER.search(_clean(name)) is not None
 
 
 def _clean(name: str) -> str:
@@ -108,7 +98,7 @@ class LoRALinear(nn.Linear):
     lora_dropout: float
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        a, b, weight = self.get_parameter("lora_A"), self.get_parameter("lora_B"), self.weight
+        a, b, weight = self.get_parameter(LORA_A), self.get_parameter(LORA_B), self.weight
         tokens = x.numel() // self.in_features
         if (
             torch.is_grad_enabled()
@@ -126,27 +116,27 @@ class LoRALinear(nn.Linear):
         return super().forward(x) + F.linear(F.linear(adapter_input, a), b * self.lora_scale)
 
 
-def apply_lora(cfg: LoRA.Config, model: nn.Module) -> nn.Module:
-    """Freeze every parameter of ``model``, then add an adapter to each targeted linear layer.
+def apply_lora(cfg: LoRA.Config, model: nn.Module, args: ModelArgs) -> nn.Module:
+    """Freeze every parameter of ``model`` (built from ``args``), then add an adapter to each targeted
+    linear layer of its blocks (``ModelArgs.block_prefix``).
 
     Call it before the model is parallelized. The adapters are created on the device of the layer's
     weight (``meta`` when the model is); ``initialize_adapters`` gives them their values.
     """
-    from hyper_parallel.components.peft import DEFAULT_TARGETS
-
     for param in model.parameters():
         param.requires_grad_(False)
-    targets = cfg.layer_names
+    targets = cfg.layer_names(args)
+    in_block = re.compile(rf"^{re.escape(args.block_prefix())}\d+\.")
     found: set[str] = set()
     for name, module in list(model.named_modules()):
         last = name.rsplit(".", 1)[-1]
-        if last not in targets or not isinstance(module, nn.Linear) or not _IN_BLOCK.match(name):
+        if last not in targets or not isinstance(module, nn.Linear) or not in_block.match(name):
             continue
         found.add(last)
         weight = module.weight
         for part, shape in (
-            ("lora_A", (cfg.rank, module.in_features)),
-            ("lora_B", (module.out_features, cfg.rank)),
+            (LORA_A, (cfg.rank, module.in_features)),
+            (LORA_B, (module.out_features, cfg.rank)),
         ):
             matrix = torch.empty(shape, device=weight.device, dtype=weight.dtype)
             module.register_parameter(part, nn.Parameter(matrix))
@@ -156,7 +146,7 @@ def apply_lora(cfg: LoRA.Config, model: nn.Module) -> nn.Module:
     missing = [t for t in cfg.targets if t not in found]
     if missing or not found:
         raise ValueError(
-            f"peft.targets: {', '.join(repr(t) for t in missing or DEFAULT_TARGETS)} name no linear layer "
+            f"peft.targets: {', '.join(repr(t) for t in missing or sorted(targets))} name no linear layer "
             "of the model's blocks"
         )
     return model
@@ -181,9 +171,7 @@ def initialize_adapters(model: nn.Module, *, seed: int) -> None:
     Each full ``A`` comes from a generator seeded with ``parameter_seed(seed, name)`` and a rank keeps
     its shard, so every layout starts from the same adapters (see ``models.initialize``).
     """
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    from hyper_parallel.models import parameter_seed
+    from torch.distributed.tensor import distribute_tensor
 
     names = [name for name, _ in model.named_parameters()]
     if not any(is_adapter(name) for name in names):
@@ -198,7 +186,7 @@ def initialize_adapters(model: nn.Module, *, seed: int) -> None:
                 continue
             clean = _clean(name)
             full = torch.zeros(param.shape, dtype=torch.float32)
-            if clean.endswith("lora_A"):
+            if clean.endswith(LORA_A):
                 bound = 1.0 / float(param.shape[1]) ** 0.5
                 generator.manual_seed(parameter_seed(seed, clean))
                 full.uniform_(-bound, bound, generator=generator)
@@ -218,10 +206,30 @@ def merge_adapters(weights: Mapping[str, torch.Tensor], scale: float) -> dict[st
     merged = {name: tensor for name, tensor in weights.items() if not is_adapter(name)}
     for layer in adapted_layers(weights):
         weight = merged[f"{layer}.weight"]
-        a = weights[f"{layer}.lora_A"].float()
-        b = weights[f"{layer}.lora_B"].float()
+        a = weights[f"{layer}.{LORA_A}"].float()
+        b = weights[f"{layer}.{LORA_B}"].float()
         merged[f"{layer}.weight"] = (weight.float() + scale * (b @ a)).to(weight.dtype)
     return merged
+
+
+def merged_weights(
+    cfg: LoRA.Config,
+    weights: Mapping[str, torch.Tensor],
+    args: ModelArgs,
+    compute_dtype: str,
+    rebuild_base: Callable[[], Mapping[str, torch.Tensor]] | None,
+) -> dict[str, torch.Tensor]:
+    """``weights`` merged (``merge_adapters``), after the base ``rebuild_base`` gives (when the checkpoint
+    left it out) is held as the run held it (``_base.held_base``); all in the adapters' dtype."""
+    if not any(is_adapter(name) for name in weights):
+        return dict(weights)
+    if rebuild_base is not None:
+        layers = set(adapted_layers(weights))
+        base = held_base(cfg, rebuild_base(), layers.__contains__, args, compute_dtype)
+        weights = {**base, **weights}
+    dtype = next(t.dtype for name, t in weights.items() if is_adapter(name))  # a bf16 base: in float32
+    cast_ = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
+    return merge_adapters(cast_, cfg.scale)
 
 
 def peft_adapter(
@@ -251,7 +259,7 @@ def peft_adapter(
         padded: dict[str, torch.Tensor] = {}
         marks: dict[str, torch.Tensor] = {}
         for index, layer in enumerate(block_layers):
-            b = weights[f"{layer}.lora_B"]
+            b = weights[f"{layer}.{LORA_B}"]
             wide = torch.zeros(b.shape[0], r * count, dtype=b.dtype)
             wide[:, index * r : (index + 1) * r] = b
             mark = torch.zeros(b.shape[0], count, dtype=torch.float32)
@@ -265,9 +273,9 @@ def peft_adapter(
             used = [i for i in range(count) if bool(hf_marks[hf_name][:, i].any())]
             columns = [c for i in used for c in range(i * r, (i + 1) * r)]
             key = f"base_model.model.{module}"
-            tensors[f"{key}.lora_B.weight"] = wide[:, columns].contiguous()
-            tensors[f"{key}.lora_A.weight"] = torch.cat(
-                [weights[f"{block_layers[i]}.lora_A"] for i in used], dim=0
+            tensors[f"{key}.{LORA_B}.weight"] = wide[:, columns].contiguous()
+            tensors[f"{key}.{LORA_A}.weight"] = torch.cat(
+                [weights[f"{block_layers[i]}.{LORA_A}"] for i in used], dim=0
             ).contiguous()
             modules.append(module)
             if len(used) > 1:

@@ -181,6 +181,11 @@ class Qwen3_5Args(ModelArgs):
             {"wq", "wk", "wv", "wo", "w1", "w2", "w3", "out_proj"} | {f"in_proj_{part}" for part in "qkvzab"}
         )
 
+    def lora_targets(self) -> frozenset[str]:
+        """All of them but the Gated DeltaNet's per-head gate projections ``in_proj_a`` and ``in_proj_b``
+        (one output per head: the rest of the layer's projections carry its weights)."""
+        return self.block_linear_names() - {"in_proj_a", "in_proj_b"}
+
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
         """Yield ``(root field path, message)``: tensor parallelism splits both kinds of heads and the FFN;
         pipeline parallelism is not supported yet."""
@@ -312,6 +317,18 @@ class Qwen3_5VLArgs(ModelArgs):
     def block_linear_names(self) -> frozenset[str]:
         """Those of the language model (LoRA adapts its blocks, never the vision tower's)."""
         return self.text.block_linear_names()
+
+    def lora_targets(self) -> frozenset[str]:
+        """Those of the language model."""
+        return self.text.lora_targets()
+
+    def block_prefix(self) -> str:
+        """The language model's blocks, under ``language_model`` (the vision tower's are never adapted)."""
+        return "language_model." + self.text.block_prefix()
+
+    def embedding_layers(self) -> Mapping[str, str]:
+        """The language model's, under ``language_model``."""
+        return {kind: f"language_model.{name}" for kind, name in self.text.embedding_layers().items()}
 
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
         """Yield ``(root field path, message)`` of the language model (tensor parallelism leaves the
