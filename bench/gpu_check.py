@@ -429,27 +429,28 @@ def attention_inputs(shape: tuple[int, int, int, int, int], device: Any, dtype: 
 def attention_times(tiny: bool) -> dict[str, Any]:
     """Forward + backward of one attention layer at the Llama 3.2-1B shape, 2 x 4,096 tokens (tiny: 256):
     plain causal SDPA against document masking as the trainer runs it (ids read on the host, the layout
-    chosen there: :func:`hyper_parallel.models._layers.documents_from_ids`), for one document per row,
+    chosen there: :meth:`hyper_parallel.models._layers.AttentionPlan.documents`), for one document per row,
     two per row (4,000 and 96 tokens: one causal call each on CUDA) and packed documents of 64 to 1,024
     tokens (FlexAttention's block mask on CUDA). On CUDA also where the time goes: FlexAttention's mask
     for one document a row, SDPA's kernels, FlexAttention with a plain causal mask.
     """
     import torch
 
-    from hyper_parallel.models import _layers
+    from hyper_parallel.models._layers import AttentionPlan, FlexBlockMask, attention
 
     cuda = torch.cuda.is_available() and not tiny
     device = torch.device("cuda" if cuda else "cpu")
     shape = ATTENTION_SHAPE if not tiny else (1, 256, 4, 2, 16)
     batch, seq = shape[:2]
     q, k, v, grad, host_ids = attention_inputs(shape, device, torch.bfloat16 if cuda else torch.float32)
+    plan = AttentionPlan.for_device(device)
     layouts = {
         "causal": None,
-        **{name: _layers.documents_from_ids(ids, (batch, seq), device) for name, ids in host_ids.items()},
+        **{name: plan.documents(ids, (batch, seq), device) for name, ids in host_ids.items()},
     }
 
     def once(documents: Any) -> None:
-        out = _layers.attention(q, k, v, documents)
+        out = attention(q, k, v, documents)
         torch.autograd.backward(out, grad)
         if cuda:
             torch.cuda.synchronize()
@@ -467,7 +468,7 @@ def attention_times(tiny: bool) -> dict[str, Any]:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.attention.flex_attention import create_block_mask
 
-        flex_one = _layers.documents_from_ids(host_ids["one_document"].to(device), (batch, seq))
+        flex_one = plan.documents(host_ids["one_document"].to(device), (batch, seq))
         result["flex_one_document_ms"] = median_ms(lambda: once(flex_one), repeats)
         for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
             try:
@@ -478,7 +479,8 @@ def attention_times(tiny: bool) -> dict[str, Any]:
         causal_mask = create_block_mask(
             lambda b, h, q_index, kv_index: q_index >= kv_index, None, None, seq, seq, device=device
         )
-        plain = flex_one._replace(layout=causal_mask)
+        assert plan.flex is not None
+        plain = flex_one._replace(layout=FlexBlockMask(causal_mask, plan.flex))
         result["flex_causal_mask_ms"] = median_ms(lambda: once(plain), repeats)
     return result
 

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hyper_parallel.models._layers import Documents, FeedForward, attention, documents_from_ids, rms_norm
+from hyper_parallel.models._layers import AttentionPlan, Documents, FeedForward, attention, rms_norm
 from hyper_parallel.models.qwen3_5._gated_delta import (
     _fla_chunk,
     gated_delta_rule,
@@ -319,6 +319,9 @@ class Qwen3_5Model(nn.Module):
         self.norm = ZeroCenteredRMSNorm(args.dim, args.norm_eps)
         self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
         self.tie_weights()
+        #: How attention keeps packed documents apart; None: the plan of the device the batch runs on
+        #: (``AttentionPlan.for_device``).
+        self.attention_plan: AttentionPlan | None = None
 
     def make_block(self, args: Qwen3_5Args, layer_type: str) -> HybridBlock:
         """One block of ``layer_type`` (a subclass gives it another feed-forward network)."""
@@ -371,7 +374,8 @@ class Qwen3_5Model(nn.Module):
         ``positions`` (3, batch, seq) are multimodal RoPE positions; ``None`` means ``0 .. seq - 1``, or
         the position inside each document when ``document_ids`` (see ``forward``) are given.
         """
-        documents = None if document_ids is None else documents_from_ids(document_ids, h.shape[:2], h.device)
+        plan = self.attention_plan or AttentionPlan.for_device(h.device)
+        documents = None if document_ids is None else plan.documents(document_ids, h.shape[:2], h.device)
         if positions is None and documents is not None:
             positions = documents.positions.expand(3, *documents.positions.shape)
         # Angles in fp32, applied in the activations' dtype (FSDP's mixed precision casts them likewise).
