@@ -42,49 +42,6 @@ __all__ = ["main"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Model families -> (row name, overrides of the ``debugmodel`` flavor) at about 1B parameters.
-FULL_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
-    "llama3": (
-        "llama3 1B",
-        {
-            "dim": 2048,
-            "n_layers": 16,
-            "n_heads": 32,
-            "n_kv_heads": 8,
-            "vocab_size": 128_256,
-            "multiple_of": 256,
-            "ffn_dim_multiplier": 1.5,
-            "rope_theta": 500_000.0,
-            "max_seq_len": 8192,
-        },
-    ),
-    "qwen3_5": ("qwen3.5 0.8B", {}),  # filled from the 0.8B flavor (see _qwen_overrides)
-}
-#: Tiny models of the CPU smoke mode.
-TINY_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
-    "llama3": (
-        "llama3 tiny",
-        {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "multiple_of": 32, "vocab_size": 512},
-    ),
-    "qwen3_5": (
-        "qwen3.5 tiny",
-        {
-            "dim": 64,
-            "n_layers": 2,
-            "full_attention_interval": 2,
-            "ffn_hidden_dim": 128,
-            "n_heads": 4,
-            "n_kv_heads": 2,
-            "head_dim": 16,
-            "linear_num_key_heads": 2,
-            "linear_num_value_heads": 4,
-            "linear_key_head_dim": 16,
-            "linear_value_head_dim": 16,
-            "vocab_size": 512,
-        },
-    ),
-}
-
 
 class Variant(NamedTuple):
     """One timed configuration of a model's training step."""
@@ -93,20 +50,6 @@ class Variant(NamedTuple):
     compiled: bool
     sdpa: str  # "flash", "efficient" or "default"
     gdn: str  # "fla", "chunked" or "-" (no Gated DeltaNet)
-
-
-def _qwen_overrides() -> dict[str, Any]:
-    """The 0.8B flavor as overrides of debugmodel (the form ``bench.models._pair`` builds from)."""
-    import attrs
-
-    from hyper_parallel.models.qwen3_5.args import QWEN3_5_FLAVORS
-
-    debug, target = QWEN3_5_FLAVORS["debugmodel"], QWEN3_5_FLAVORS["0.8B"]
-    return {
-        field.name: getattr(target, field.name)
-        for field in attrs.fields(type(target))
-        if getattr(target, field.name) != getattr(debug, field.name)
-    }
 
 
 def _fla_installed() -> bool:
@@ -335,6 +278,7 @@ def _run(
 ) -> dict[str, Any]:
     import torch
 
+    from bench.model_shapes import FULL_MODELS, TINY_MODELS, qwen3_5_0_8b_overrides
     from bench.models import _pair
     from hyper_parallel.preflight.devices import peak_flops
 
@@ -349,7 +293,7 @@ def _run(
         if only not in name:
             continue
         if family == "qwen3_5" and not tiny:
-            overrides = _qwen_overrides()
+            overrides = qwen3_5_0_8b_overrides()
         ours, theirs, args = _pair(family, overrides)
         est = _estimate(family, overrides, seq, batch)
         flops_per_token = est.flops_per_token if est is not None else None
