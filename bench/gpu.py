@@ -88,20 +88,15 @@ def _sdpa(kind: str) -> Iterator[None]:
         yield
 
 
-@contextlib.contextmanager
-def _gdn_kernel(kind: str) -> Iterator[None]:
-    """Our Gated DeltaNet on fla's kernels (when installed) or forced onto our chunked PyTorch kernel."""
-    from hyper_parallel.models.qwen3_5 import _gated_delta
+def _use_gdn_kernel(model: Any, kind: str) -> None:
+    """Our Gated DeltaNet layers of ``model`` on fla's kernels (as built, when installed) or on our chunked
+    PyTorch kernel (``kind`` "chunked")."""
+    from hyper_parallel.models.qwen3_5._modules import GatedDeltaNet
 
-    if kind != "chunked":
-        yield
-        return
-    original = _gated_delta._fla_chunk
-    _gated_delta._fla_chunk = lambda: None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        _gated_delta._fla_chunk = original
+    if kind == "chunked":
+        for module in model.modules():
+            if isinstance(module, GatedDeltaNet):
+                module.fla = None
 
 
 def _blocks(model: Any) -> list[Any]:
@@ -171,12 +166,14 @@ def _measure(
     """Seconds per step and peak memory of ``variant`` (a fresh copy of ``base``)."""
     import torch
 
-    model = _prepare(copy.deepcopy(base), device, mesh, variant.compiled)
+    model = copy.deepcopy(base)
+    _use_gdn_kernel(model, variant.gdn)
+    model = _prepare(model, device, mesh, variant.compiled)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    with _sdpa(variant.sdpa), _gdn_kernel(variant.gdn):
+    with _sdpa(variant.sdpa):
         for _ in range(warmup):
             _train_step(model, optimizer, tokens)
         _sync(device)
@@ -217,8 +214,8 @@ def _kernel_row(overrides: dict[str, Any], seq: int, device: Any, steps: int) ->
     kernels: dict[str, Callable[[], Any] | None] = {
         "chunked": lambda: _gated_delta.chunk_gated_delta_rule(*inputs)[0]
     }
-    fla = _gated_delta._fla_chunk() if device.type == "cuda" else None
-    kernels["fla"] = None if fla is None else (lambda: _gated_delta.gated_delta_rule(*inputs)[0])
+    fla = _gated_delta.fla_kernel() if device.type == "cuda" else None
+    kernels["fla"] = None if fla is None else (lambda: _gated_delta.gated_delta_rule(*inputs, fla=fla)[0])
     row: dict[str, Any] = {"name": f"gated delta rule {h}x{d_k}", "seq": seq}
     for name, kernel in kernels.items():
         if kernel is None:

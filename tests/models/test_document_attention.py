@@ -206,7 +206,7 @@ def fake_fla(
     return torch.cat(outs, dim=1), torch.cat(states)
 
 
-def test_fla_gets_packed_documents_as_cu_seqlens(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fla_gets_packed_documents_as_cu_seqlens() -> None:
     generator = torch.Generator().manual_seed(0)
     batch, seq, heads, d = 2, SEQ, 4, 8
 
@@ -221,9 +221,7 @@ def test_fla_gets_packed_documents_as_cu_seqlens(monkeypatch: pytest.MonkeyPatch
     resets = CPU.documents(document_ids(), (batch, seq)).resets
     assert _gated_delta.cu_seqlens_from_resets(resets).tolist() == [0, 5, 75, 76, 320, 640]
     expected, expected_state = _gated_delta.chunk_gated_delta_rule(*inputs, decay, beta, resets=resets)
-    monkeypatch.setattr(_gated_delta, "_fla_chunk", lambda: fake_fla)
-    monkeypatch.setattr(_gated_delta, "_fla_usable", lambda query: True)
-    out, state = _gated_delta.gated_delta_rule(*inputs, decay, beta, resets=resets)
+    out, state = _gated_delta.gated_delta_rule(*inputs, decay, beta, resets=resets, fla=fake_fla)
     assert out.shape == expected.shape
     assert (out - expected).abs().max().item() < 1e-5
     assert (state - expected_state).abs().max().item() < 1e-5
@@ -232,8 +230,8 @@ def test_fla_gets_packed_documents_as_cu_seqlens(monkeypatch: pytest.MonkeyPatch
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_fla_is_used_only_in_16_bits_on_an_accelerator(dtype: str) -> None:
     query = torch.zeros(1, 2, 1, 4, dtype=getattr(torch, dtype), device="meta")
-    assert _gated_delta._fla_usable(query) is (dtype == "bfloat16")
-    assert _gated_delta._fla_usable(torch.zeros(1, 2, 1, 4, dtype=torch.bfloat16)) is False
+    assert _gated_delta.fla_serves(query) is (dtype == "bfloat16")
+    assert _gated_delta.fla_serves(torch.zeros(1, 2, 1, 4, dtype=torch.bfloat16)) is False
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -277,20 +275,35 @@ def test_fla_is_refused_where_its_gated_backward_is_wrong(
 
 
 def test_fla_is_looked_up_once_when_a_gated_deltanet_layer_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The lookup imports fla, which dynamo cannot trace: it happens when the model is built, never inside
-    a (compiled) forward."""
+    """The lookup imports fla, which dynamo cannot trace: it happens when the first layer is built (once
+    per process), never inside a (compiled) forward; every layer keeps what it found."""
+    import importlib
+
     import attrs
 
     from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS
     from hyper_parallel.models.qwen3_5 import _modules as qwen_modules
 
     found: list[str] = []
-    monkeypatch.setattr(_gated_delta, "_FLA_KERNEL", [])
-    monkeypatch.setattr(_gated_delta, "_find_fla", lambda: found.append("looked up"))
-    model = qwen_modules.build_qwen3_5(attrs.evolve(QWEN3_5_FLAVORS["debugmodel"], vocab_size=64), "cpu")
-    assert found == ["looked up"]
-    model(torch.randint(0, 64, (1, 16)), document_ids=torch.zeros(1, 16, dtype=torch.long))
-    assert found == ["looked up"]
+    import_module = importlib.import_module
+
+    def recording(name: str, *args: Any) -> Any:
+        found.append(name)
+        return import_module(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", recording)
+    _gated_delta.fla_kernel.cache_clear()
+    try:
+        model = qwen_modules.build_qwen3_5(attrs.evolve(QWEN3_5_FLAVORS["debugmodel"], vocab_size=64), "cpu")
+        fla = [name for name in found if name.startswith("fla")]
+        assert fla == ["fla.ops.gated_delta_rule"]
+        layers = [m for m in model.modules() if isinstance(m, qwen_modules.GatedDeltaNet)]
+        assert layers
+        assert all(layer.fla is _gated_delta.fla_kernel() for layer in layers)
+        model(torch.randint(0, 64, (1, 16)), document_ids=torch.zeros(1, 16, dtype=torch.long))
+        assert [name for name in found if name.startswith("fla")] == fla
+    finally:
+        _gated_delta.fla_kernel.cache_clear()
 
 
 def test_qwen3_5_runs_in_bfloat16_without_fsdp_casting_its_rope() -> None:
