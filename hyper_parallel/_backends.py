@@ -6,13 +6,11 @@ at ``--dry-run``), and the process group that picks a backend for the device whe
 (``parallel/process_group.py``). This module imports nothing, so the torch-free config layer may read it.
 """
 
-from collections.abc import Mapping
-
 __all__ = ["BACKEND_DEVICE", "DEFAULT_BACKEND"]
 
 #: Backend picked for each device type when ``comm.backend`` is null.
-DEFAULT_BACKEND: Mapping[str, str] = {"cuda": "nccl", "npu": "hccl", "cpu": "gloo"}
+DEFAULT_BACKEND: dict[str, str] = {"cuda": "nccl", "npu": "hccl", "cpu": "gloo"}
 #: Accelerator each device-specific backend runs on (gloo runs on any device).
-BACKEND_DEVICE: Mapping[str, str] = {
+BACKEND_DEVICE: dict[str, str] = {
     backend: device for device, backend in DEFAULT_BACKEND.items() if device != "cpu"
 }
