@@ -368,3 +368,20 @@ def test_a_run_builds_one_plan_per_device_and_flex_attention_only_for_cuda() -> 
     assert AttentionPlan.for_device("cuda").flex is not None
     assert AttentionPlan(dense_mask_max_seq=_layers.DENSE_MASK_MAX_SEQ) == CPU
     assert AttentionPlan.for_device("meta") == AttentionPlan()
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_a_block_compiled_whole_takes_the_flex_attention_layout_and_equals_the_dense_path() -> None:
+    """The plan's FlexAttention kernel travels with its block mask into each block: dynamo traces a block
+    in one graph (``fullgraph``, nothing to look up), and the logits equal the dense-masked path's
+    (FlexAttention's forward runs on the CPU, uncompiled here)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    tokens = torch.randint(0, 512, (2, SEQ), generator=torch.Generator().manual_seed(1))
+    model = build("llama3", AttentionPlan(flex=flex_attention))
+    for block in model.layers.values():
+        block.forward = torch.compile(block.forward, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        logits = model(tokens, document_ids=document_ids())
+        reference = build("llama3", DENSE)(tokens, document_ids=document_ids())
+    assert (logits - reference).abs().max().item() < 1e-5
