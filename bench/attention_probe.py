@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from bench.gpu_check import ATTENTION_SHAPE, attention_inputs, median_ms
-    from hyper_parallel.models import _layers
+    from hyper_parallel.models._layers import AttentionPlan, attention
 
     parser = argparse.ArgumentParser(prog="python -m bench.attention_probe")
     parser.add_argument("--out", type=Path, default=Path("."))
@@ -106,17 +106,17 @@ def main(argv: list[str] | None = None) -> int:
 
     for name, ids_cpu in layouts.items():
         ids = ids_cpu.to(device)
-        documents = _layers.documents_from_ids(ids, (batch, seq))
+        block_mask = AttentionPlan.for_device(device).documents(ids, (batch, seq)).layout
         offsets_cpu, longest, shortest = _offsets(ids_cpu)
         offsets = offsets_cpu.to(device)
         row: dict[str, Any] = {"documents": len(offsets_cpu) - 1, "longest": longest}
         candidates: dict[str, Callable[[], Any]] = {}
         for index, options in enumerate(flex_options):
-            kernel = _layers._FLEX_KERNEL[0]
 
-            def flex(options: Any = options, kernel: Any = kernel, documents: Any = documents) -> Any:
+            def flex(options: Any = options, block_mask: Any = block_mask) -> Any:
                 extra = {} if options is None else {"kernel_options": options}
-                return kernel(*qt(), block_mask=documents.layout, enable_gqa=True, **extra).transpose(1, 2)
+                out = block_mask.kernel(*qt(), block_mask=block_mask.mask, enable_gqa=True, **extra)
+                return out.transpose(1, 2)
 
             candidates["flex" if options is None else f"flex_{index}"] = flex
 
@@ -161,15 +161,9 @@ def main(argv: list[str] | None = None) -> int:
                 return out.view(batch, seq, heads, head_dim)
 
             candidates["varlen"] = varlen
-        first = torch.ones_like(ids_cpu, dtype=torch.bool)
-        first[:, 1:] = ids_cpu[:, 1:] != ids_cpu[:, :-1]
-        resets = first.clone()
-        resets[:, 0] = False
-        plan = _layers._varlen_plan(resets)
-        plan = plan._replace(
-            gather=plan.gather.to(device), where=plan.where.to(device), valid=plan.valid.to(device)
-        )
-        candidates["buckets"] = lambda plan=plan: _layers._varlen_attention(q, k, v, plan)
+        # No FlexAttention: the variable-length plan, chosen on the host and moved.
+        buckets = AttentionPlan().documents(ids_cpu, (batch, seq), device)
+        candidates["buckets"] = lambda buckets=buckets: attention(q, k, v, buckets)
         reference = None
         for label, forward in candidates.items():
             try:

@@ -42,49 +42,6 @@ __all__ = ["main"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Model families -> (row name, overrides of the ``debugmodel`` flavor) at about 1B parameters.
-FULL_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
-    "llama3": (
-        "llama3 1B",
-        {
-            "dim": 2048,
-            "n_layers": 16,
-            "n_heads": 32,
-            "n_kv_heads": 8,
-            "vocab_size": 128_256,
-            "multiple_of": 256,
-            "ffn_dim_multiplier": 1.5,
-            "rope_theta": 500_000.0,
-            "max_seq_len": 8192,
-        },
-    ),
-    "qwen3_5": ("qwen3.5 0.8B", {}),  # filled from the 0.8B flavor (see _qwen_overrides)
-}
-#: Tiny models of the CPU smoke mode.
-TINY_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
-    "llama3": (
-        "llama3 tiny",
-        {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "multiple_of": 32, "vocab_size": 512},
-    ),
-    "qwen3_5": (
-        "qwen3.5 tiny",
-        {
-            "dim": 64,
-            "n_layers": 2,
-            "full_attention_interval": 2,
-            "ffn_hidden_dim": 128,
-            "n_heads": 4,
-            "n_kv_heads": 2,
-            "head_dim": 16,
-            "linear_num_key_heads": 2,
-            "linear_num_value_heads": 4,
-            "linear_key_head_dim": 16,
-            "linear_value_head_dim": 16,
-            "vocab_size": 512,
-        },
-    ),
-}
-
 
 class Variant(NamedTuple):
     """One timed configuration of a model's training step."""
@@ -93,20 +50,6 @@ class Variant(NamedTuple):
     compiled: bool
     sdpa: str  # "flash", "efficient" or "default"
     gdn: str  # "fla", "chunked" or "-" (no Gated DeltaNet)
-
-
-def _qwen_overrides() -> dict[str, Any]:
-    """The 0.8B flavor as overrides of debugmodel (the form ``bench.models._pair`` builds from)."""
-    import attrs
-
-    from hyper_parallel.models.qwen3_5.args import QWEN3_5_FLAVORS
-
-    debug, target = QWEN3_5_FLAVORS["debugmodel"], QWEN3_5_FLAVORS["0.8B"]
-    return {
-        field.name: getattr(target, field.name)
-        for field in attrs.fields(type(target))
-        if getattr(target, field.name) != getattr(debug, field.name)
-    }
 
 
 def _fla_installed() -> bool:
@@ -145,20 +88,15 @@ def _sdpa(kind: str) -> Iterator[None]:
         yield
 
 
-@contextlib.contextmanager
-def _gdn_kernel(kind: str) -> Iterator[None]:
-    """Our Gated DeltaNet on fla's kernels (when installed) or forced onto our chunked PyTorch kernel."""
-    from hyper_parallel.models.qwen3_5 import _gated_delta
+def _use_gdn_kernel(model: Any, kind: str) -> None:
+    """Our Gated DeltaNet layers of ``model`` on fla's kernels (as built, when installed) or on our chunked
+    PyTorch kernel (``kind`` "chunked")."""
+    from hyper_parallel.models.qwen3_5._modules import GatedDeltaNet
 
-    if kind != "chunked":
-        yield
-        return
-    original = _gated_delta._fla_chunk
-    _gated_delta._fla_chunk = lambda: None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        _gated_delta._fla_chunk = original
+    if kind == "chunked":
+        for module in model.modules():
+            if isinstance(module, GatedDeltaNet):
+                module.fla = None
 
 
 def _blocks(model: Any) -> list[Any]:
@@ -228,12 +166,14 @@ def _measure(
     """Seconds per step and peak memory of ``variant`` (a fresh copy of ``base``)."""
     import torch
 
-    model = _prepare(copy.deepcopy(base), device, mesh, variant.compiled)
+    model = copy.deepcopy(base)
+    _use_gdn_kernel(model, variant.gdn)
+    model = _prepare(model, device, mesh, variant.compiled)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    with _sdpa(variant.sdpa), _gdn_kernel(variant.gdn):
+    with _sdpa(variant.sdpa):
         for _ in range(warmup):
             _train_step(model, optimizer, tokens)
         _sync(device)
@@ -274,8 +214,8 @@ def _kernel_row(overrides: dict[str, Any], seq: int, device: Any, steps: int) ->
     kernels: dict[str, Callable[[], Any] | None] = {
         "chunked": lambda: _gated_delta.chunk_gated_delta_rule(*inputs)[0]
     }
-    fla = _gated_delta._fla_chunk() if device.type == "cuda" else None
-    kernels["fla"] = None if fla is None else (lambda: _gated_delta.gated_delta_rule(*inputs)[0])
+    fla = _gated_delta.fla_kernel() if device.type == "cuda" else None
+    kernels["fla"] = None if fla is None else (lambda: _gated_delta.gated_delta_rule(*inputs, fla=fla)[0])
     row: dict[str, Any] = {"name": f"gated delta rule {h}x{d_k}", "seq": seq}
     for name, kernel in kernels.items():
         if kernel is None:
@@ -335,6 +275,7 @@ def _run(
 ) -> dict[str, Any]:
     import torch
 
+    from bench.model_shapes import FULL_MODELS, TINY_MODELS, qwen3_5_0_8b_overrides
     from bench.models import _pair
     from hyper_parallel.preflight.devices import peak_flops
 
@@ -349,7 +290,7 @@ def _run(
         if only not in name:
             continue
         if family == "qwen3_5" and not tiny:
-            overrides = _qwen_overrides()
+            overrides = qwen3_5_0_8b_overrides()
         ours, theirs, args = _pair(family, overrides)
         est = _estimate(family, overrides, seq, batch)
         flops_per_token = est.flops_per_token if est is not None else None

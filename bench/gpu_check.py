@@ -52,7 +52,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.gpu import TINY_MODELS
+from bench.model_shapes import TINY_MODELS
 
 __all__ = ["BF16_DRIFT", "BF16_TOLERANCE", "attention_times", "main", "median_ms"]
 
@@ -210,21 +210,15 @@ def _debug_row(out: Path, tiny: bool, device: str, name: str) -> dict[str, Any]:
             row["ok"] = False
             row["notes"].append(f"bf16 loss {worst:.1%} from fp32 (tolerance {BF16_DRIFT:.0%})")
     saving = {**base, "training.mixed_precision_param": "float32", **saving}
-    status = 0
-    resume_metrics = out / f"{config}-resume.jsonl"
-    status2, _, _, _log2 = _train(
-        config,
-        out,
-        f"{config}-resume",
-        {**saving, "training.max_steps": steps + 1},
-        240,
+    status, _, resume_metrics, log = _train(
+        config, out, f"{config}-resume", {**saving, "training.max_steps": steps + 1}, 240
     )
     resumed = [r["step"] for r in _records(resume_metrics) if r.get("event") == "resumed"]
     row["resumed_at"] = resumed
-    if status or status2 or resumed != [steps]:
+    if status or resumed != [steps]:
         row["ok"] = False
         row["notes"].append(
-            f"save/resume: exits {status}/{status2}, resumed at {resumed} (expected [{steps}])"
+            f"save/resume: exited {status}, resumed at {resumed} (expected [{steps}]; see {log.name})"
         )
     if not name.endswith("_vl"):  # generate serves the text models
         gen = [sys.executable, "-m", "hyper_parallel.generate", str(folder), "--prompt", "def ",
@@ -429,27 +423,28 @@ def attention_inputs(shape: tuple[int, int, int, int, int], device: Any, dtype: 
 def attention_times(tiny: bool) -> dict[str, Any]:
     """Forward + backward of one attention layer at the Llama 3.2-1B shape, 2 x 4,096 tokens (tiny: 256):
     plain causal SDPA against document masking as the trainer runs it (ids read on the host, the layout
-    chosen there: :func:`hyper_parallel.models._layers.documents_from_ids`), for one document per row,
+    chosen there: :meth:`hyper_parallel.models._layers.AttentionPlan.documents`), for one document per row,
     two per row (4,000 and 96 tokens: one causal call each on CUDA) and packed documents of 64 to 1,024
     tokens (FlexAttention's block mask on CUDA). On CUDA also where the time goes: FlexAttention's mask
     for one document a row, SDPA's kernels, FlexAttention with a plain causal mask.
     """
     import torch
 
-    from hyper_parallel.models import _layers
+    from hyper_parallel.models._layers import AttentionPlan, FlexBlockMask, attention
 
     cuda = torch.cuda.is_available() and not tiny
     device = torch.device("cuda" if cuda else "cpu")
     shape = ATTENTION_SHAPE if not tiny else (1, 256, 4, 2, 16)
     batch, seq = shape[:2]
     q, k, v, grad, host_ids = attention_inputs(shape, device, torch.bfloat16 if cuda else torch.float32)
+    plan = AttentionPlan.for_device(device)
     layouts = {
         "causal": None,
-        **{name: _layers.documents_from_ids(ids, (batch, seq), device) for name, ids in host_ids.items()},
+        **{name: plan.documents(ids, (batch, seq), device) for name, ids in host_ids.items()},
     }
 
     def once(documents: Any) -> None:
-        out = _layers.attention(q, k, v, documents)
+        out = attention(q, k, v, documents)
         torch.autograd.backward(out, grad)
         if cuda:
             torch.cuda.synchronize()
@@ -467,7 +462,7 @@ def attention_times(tiny: bool) -> dict[str, Any]:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.attention.flex_attention import create_block_mask
 
-        flex_one = _layers.documents_from_ids(host_ids["one_document"].to(device), (batch, seq))
+        flex_one = plan.documents(host_ids["one_document"].to(device), (batch, seq))
         result["flex_one_document_ms"] = median_ms(lambda: once(flex_one), repeats)
         for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
             try:
@@ -478,7 +473,8 @@ def attention_times(tiny: bool) -> dict[str, Any]:
         causal_mask = create_block_mask(
             lambda b, h, q_index, kv_index: q_index >= kv_index, None, None, seq, seq, device=device
         )
-        plain = flex_one._replace(layout=causal_mask)
+        assert plan.flex is not None
+        plain = flex_one._replace(layout=FlexBlockMask(causal_mask, plan.flex))
         result["flex_causal_mask_ms"] = median_ms(lambda: once(plain), repeats)
     return result
 

@@ -1,6 +1,8 @@
 """PyTorch building blocks shared by the built-in models (imported lazily, with the model modules).
 
-Packed documents (``documents_from_ids``) are kept apart in attention without a ``(seq, seq)`` mask:
+Packed documents are kept apart in attention without a ``(seq, seq)`` mask. How is decided in one place:
+an :class:`AttentionPlan`, chosen once per run from the device and what this torch serves
+(:meth:`AttentionPlan.for_device`), picks one layout per batch (:meth:`AttentionPlan.documents`):
 
 - on CUDA, when the document ids are read on the host (the trainer keeps them there) and no row holds
   more than ``SLICE_MAX_DOCUMENTS``, one causal ``scaled_dot_product_attention`` call per document, on
@@ -29,18 +31,20 @@ import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import attrs
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
+    "AttentionPlan",
     "DocumentSlices",
     "Documents",
     "FeedForward",
+    "FlexBlockMask",
     "VarlenPlan",
     "attention",
     "document_block_mask",
-    "documents_from_ids",
     "rms_norm",
     "swiglu",
 ]
@@ -136,8 +140,19 @@ class VarlenPlan(NamedTuple):
     valid: torch.Tensor
 
 
+class FlexBlockMask(NamedTuple):
+    """A FlexAttention ``BlockMask`` with the kernel that runs it (the plan's, compiled once per process).
+
+    The kernel travels with the mask so that ``attention`` reads it from its input: a compiled block traces
+    no cache lookup and no import.
+    """
+
+    mask: Any
+    kernel: Callable[..., Any]
+
+
 class Documents(NamedTuple):
-    """Packed documents of a batch, in the forms the layers consume (see :func:`documents_from_ids`)."""
+    """Packed documents of a batch, in the forms the layers consume (see :meth:`AttentionPlan.documents`)."""
 
     #: (batch, seq) bool: True at the first token of every document after the first one of its row.
     resets: torch.Tensor
@@ -145,86 +160,100 @@ class Documents(NamedTuple):
     positions: torch.Tensor
     #: (batch, seq) int64: the document of every token, counted from 0 in each row.
     ids: torch.Tensor
-    #: How attention keeps documents apart: :class:`DocumentSlices` or a FlexAttention ``BlockMask``
-    #: (CUDA), a :class:`VarlenPlan`, a dense (batch, 1, seq, seq) bool mask (CPU rows of at most
+    #: How attention keeps documents apart: :class:`DocumentSlices` or a :class:`FlexBlockMask` (CUDA),
+    #: a :class:`VarlenPlan`, a dense (batch, 1, seq, seq) bool mask (CPU rows of at most
     #: ``DENSE_MASK_MAX_SEQ`` tokens), or None when no row holds more than one document (plain causal
     #: attention).
     layout: Any
 
 
-def documents_from_ids(
-    document_ids: torch.Tensor, shape: tuple[int, ...] | torch.Size, device: torch.device | None = None
-) -> Documents:
-    """Document boundaries from ``document_ids`` (batch, seq): a document starts where the id changes.
+@attrs.frozen
+class AttentionPlan:
+    """Which attention kernels one run uses, chosen once (:meth:`for_device`); each batch's layout follows
+    from it and from where that batch's document ids are (:meth:`documents`).
 
-    ``shape`` is the (batch, seq) of the tokens; any other shape of ``document_ids`` is an error. Nothing
-    of size ``seq x seq`` is built (but the short CPU rows of the module docstring): on CUDA the block
-    mask has ``(seq / 128)^2`` entries per row, and the variable-length plan is a few index vectors of
-    about ``batch * seq`` entries. ``device`` is where the model runs, when ``document_ids`` stay in host
-    memory: the layout is then chosen on the host (no device sync) and the rest moved there.
+    Built explicitly, a plan runs any of the paths on any device that has the kernels: a test or a bench
+    passes ``flex=None`` to take the variable-length path on CUDA, or ``slice_max_documents`` on the CPU
+    to take one call per document there.
     """
-    if tuple(document_ids.shape) != tuple(shape):
-        raise ValueError(
-            f"document_ids must have the (batch, seq) shape {tuple(shape)} of the tokens, "
-            f"got {tuple(document_ids.shape)}"
-        )
-    resets = F.pad(document_ids[:, 1:] != document_ids[:, :-1], (1, 0))
-    index = torch.arange(document_ids.shape[1], device=document_ids.device).expand_as(document_ids)
-    starts = torch.where(resets, index, 0).cummax(dim=1).values
-    ids = resets.cumsum(dim=1)  # an id reused later in the row is still a new document
-    layout: Any
-    if device is not None and torch.device(device) != document_ids.device:
-        device = torch.device(device)
-        layout = _host_layout(resets, ids, device)
-        resets, positions, ids = (x.to(device, non_blocking=True) for x in (resets, index - starts, ids))
+
+    #: FlexAttention compiled (uncompiled it materialises the scores) where it trains, else None.
+    flex: Callable[..., Any] | None = None
+    #: Most documents a row may hold for one causal call per document, taken when the ids are in host
+    #: memory (their lengths are then read without a device sync); 0 never.
+    slice_max_documents: int = 0
+    #: Longest row that keeps the dense document mask; 0 never.
+    dense_mask_max_seq: int = 0
+
+    @classmethod
+    def for_device(cls, device: torch.device | str) -> AttentionPlan:
+        """The plan of a run on ``device``'s type, made once per process (see the module docstring)."""
+        return _plan_for(torch.device(device).type)
+
+    def documents(
+        self,
+        document_ids: torch.Tensor,
+        shape: tuple[int, ...] | torch.Size,
+        device: torch.device | None = None,
+    ) -> Documents:
+        """Document boundaries from ``document_ids`` (batch, seq): a document starts where the id changes.
+
+        ``shape`` is the (batch, seq) of the tokens; any other shape of ``document_ids`` is an error.
+        Nothing of size ``seq x seq`` is built (but the short CPU rows of the module docstring): the block
+        mask has ``(seq / 128)^2`` entries per row, and the variable-length plan is a few index vectors of
+        about ``batch * seq`` entries. ``device`` is where the model runs: when ``document_ids`` are
+        elsewhere (in host memory), the layout is chosen there (no device sync) and the rest moved.
+        """
+        if tuple(document_ids.shape) != tuple(shape):
+            raise ValueError(
+                f"document_ids must have the (batch, seq) shape {tuple(shape)} of the tokens, "
+                f"got {tuple(document_ids.shape)}"
+            )
+        resets = F.pad(document_ids[:, 1:] != document_ids[:, :-1], (1, 0))
+        index = torch.arange(document_ids.shape[1], device=document_ids.device).expand_as(document_ids)
+        starts = torch.where(resets, index, 0).cummax(dim=1).values
+        ids = resets.cumsum(dim=1)  # an id reused later in the row is still a new document
+        target = document_ids.device if device is None else torch.device(device)
+        layout = self._layout(resets, ids, target)
+        positions = index - starts
+        if target != document_ids.device:
+            resets, positions, ids = (x.to(target, non_blocking=True) for x in (resets, positions, ids))
         return Documents(resets=resets, positions=positions, ids=ids, layout=layout)
-    if _flex_kernel(document_ids.device) is not None:
-        layout = document_block_mask(ids)  # no host sync: the block mask's shapes are static
-    elif not bool(resets.any()):
-        layout = None
-    elif document_ids.device.type == "cpu" and document_ids.shape[1] <= DENSE_MASK_MAX_SEQ:
-        layout = (ids[:, :, None] == ids[:, None, :]).tril()[:, None]
-    else:
-        layout = _varlen_plan(resets)
-    return Documents(resets=resets, positions=index - starts, ids=ids, layout=layout)
 
-
-def _host_layout(resets: torch.Tensor, ids: torch.Tensor, device: torch.device) -> Any:
-    """The layout for ``device`` of documents read on the host (see :class:`Documents`)."""
-    if not bool(resets.any()):
-        return None
-    if _flex_kernel(device) is None:
+    def _layout(self, resets: torch.Tensor, ids: torch.Tensor, device: torch.device) -> Any:
+        """The one layout choice of a batch (see :class:`Documents`), made on ``resets``' device and
+        placed on ``device``."""
+        on_host = resets.device.type == "cpu"
+        if self.flex is not None and not on_host:
+            return FlexBlockMask(document_block_mask(ids), self.flex)  # no host sync: static shapes
+        if not bool(resets.any()):
+            return None
+        if on_host and int(resets.sum(dim=1).max()) < self.slice_max_documents:
+            return DocumentSlices(tuple(_document_spans(resets)[1].tolist()))
+        if self.flex is not None:
+            return FlexBlockMask(document_block_mask(ids.to(device, non_blocking=True)), self.flex)
+        if resets.shape[1] <= self.dense_mask_max_seq:
+            return (ids[:, :, None] == ids[:, None, :]).tril()[:, None].to(device)
         plan = _varlen_plan(resets)
+        if device == resets.device:
+            return plan
         return plan._replace(**{k: getattr(plan, k).to(device) for k in ("gather", "where", "valid")})
-    if int(resets.sum(dim=1).max()) < SLICE_MAX_DOCUMENTS:
-        return DocumentSlices(tuple(_document_spans(resets)[1].tolist()))
-    return document_block_mask(ids.to(device, non_blocking=True))
 
 
 @functools.cache
-def _flex_api() -> tuple[Callable[..., Any], Any] | None:
-    """``(flex_attention, BlockMask)`` where this torch has them, else None."""
-    try:
-        from torch.nn.attention.flex_attention import BlockMask, flex_attention
-    except ImportError:
-        return None
-    return flex_attention, BlockMask
+def _plan_for(device_type: str) -> AttentionPlan:
+    """:meth:`AttentionPlan.for_device`, once per device type: FlexAttention trains on CUDA only (torch
+    2.11-2.13), where rows of a few documents take cuDNN's causal kernel instead; the CPU keeps the dense
+    mask for short rows; other devices take the variable-length path."""
+    if device_type == "cuda":
+        from torch.nn.attention.flex_attention import flex_attention
 
-
-#: FlexAttention compiled once per process (uncompiled it materialises the scores), made by
-#: :func:`_flex_kernel` when the first block mask is built, outside any compiled block; ``attention`` only
-#: reads it, so ``torch.compile`` of a block traces no cache wrapper or import.
-_FLEX_KERNEL: list[Callable[..., Any]] = []
-
-
-def _flex_kernel(device: torch.device) -> Callable[..., Any] | None:
-    """The FlexAttention kernel for ``device``: CUDA only (it trains nowhere else in torch 2.11-2.13)."""
-    api = _flex_api()
-    if device.type != "cuda" or api is None:
-        return None
-    if not _FLEX_KERNEL:
-        _FLEX_KERNEL.append(torch.compile(api[0], dynamic=False))
-    return _FLEX_KERNEL[0]
+        return AttentionPlan(
+            flex=torch.compile(flex_attention, dynamic=False), slice_max_documents=SLICE_MAX_DOCUMENTS
+        )
+    if device_type == "cpu":
+        return AttentionPlan(dense_mask_max_seq=DENSE_MASK_MAX_SEQ)
+    return AttentionPlan()
 
 
 def document_block_mask(ids: torch.Tensor, block: int = FLEX_BLOCK) -> Any:
@@ -236,9 +265,8 @@ def document_block_mask(ids: torch.Tensor, block: int = FLEX_BLOCK) -> Any:
     tiles lie in one and the same document and ``j < i``. Everything is computed on ``ids``' device
     from the tiles' first and last ids: ``(seq / block)^2`` booleans per row, and no host sync.
     """
-    api = _flex_api()
-    assert api is not None
-    block_mask_class = api[1]
+    from torch.nn.attention.flex_attention import BlockMask
+
     batch, seq = ids.shape
     tiles = -(-seq // block)
     padded = torch.cat((ids, ids[:, -1:].expand(batch, tiles * block - seq)), dim=1)
@@ -265,7 +293,7 @@ def document_block_mask(ids: torch.Tensor, block: int = FLEX_BLOCK) -> Any:
 
     kv_num, kv_index = ordered(partial)
     full_num, full_index = ordered(full)
-    return block_mask_class.from_kv_blocks(
+    return BlockMask.from_kv_blocks(
         kv_num,
         kv_index,
         full_num,
@@ -404,11 +432,9 @@ def attention(
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if layout is None:
         out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=gqa)
-    elif isinstance(layout, torch.Tensor):
-        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=layout, enable_gqa=gqa)
+    elif isinstance(layout, FlexBlockMask):
+        out = layout.kernel(qt, kt, vt, block_mask=layout.mask, enable_gqa=gqa)
     else:
-        # The block mask was built (outside any compiled block) only where the kernel runs; the cached
-        # compiled function is read here without a call dynamo would have to trace.
-        out = _FLEX_KERNEL[0](qt, kt, vt, block_mask=layout, enable_gqa=gqa)
+        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=layout, enable_gqa=gqa)
     result: torch.Tensor = out.transpose(1, 2)
     return result

@@ -11,6 +11,7 @@
 - ``activation_checkpoint``, ``compile``: per-block recomputation and ``torch.compile``;
 - ``pipeline``: stage splitting, the schedule and the gradient clipping over stages;
 - ``ties``: tied weights kept tied by the techniques that replace parameters;
+- ``names``: a parameter's name without torch's module wrappers, as the distributed state dicts key it;
 - ``parallelize``: the order the techniques apply in (``parallelize_model``).
 
 The models compose these in their own plans (``models/<name>/_parallel.py``); the trainer starts the

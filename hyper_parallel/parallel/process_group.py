@@ -25,6 +25,8 @@ import attrs
 import torch
 import torch.distributed as dist
 
+from hyper_parallel._backends import DEFAULT_BACKEND
+
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
@@ -43,9 +45,6 @@ __all__ = [
     "set_collective_timeout",
     "shutdown",
 ]
-
-#: Backend picked for each device type when ``comm.backend`` is null.
-_DEFAULT_BACKEND = {"cuda": "nccl", "npu": "hccl", "cpu": "gloo"}
 
 #: The bound of every collective now (``init_distributed``, then ``set_collective_timeout``); None: no group.
 _timeout: timedelta | None = None
@@ -83,7 +82,7 @@ def _device_type() -> str:
 
 def default_backend(device_type: str) -> str:
     """The collective backend for ``device_type``: nccl on CUDA, hccl on NPU, gloo on the CPU."""
-    return _DEFAULT_BACKEND[device_type]
+    return DEFAULT_BACKEND[device_type]
 
 
 def init_distributed(comm: CommConfig) -> DistributedEnv:

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hyper_parallel._backends import BACKEND_DEVICE
 from hyper_parallel._numbers import read_world_size
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ __all__ = [
 
 #: Device files each accelerator's driver creates.
 _DEVICE_FILES = {"cuda": ("/dev/nvidia[0-9]*", "/proc/driver/nvidia/gpus/*"), "npu": ("/dev/davinci[0-9]*",)}
-_BACKEND_DEVICE = {"nccl": "cuda", "hccl": "npu"}
 _DEVICE_NAMES = {"cuda": "NVIDIA GPU", "npu": "Ascend NPU"}
 
 
@@ -102,11 +102,11 @@ def machine_issues(cfg: TrainerConfig, *, training: bool, files: bool | None = N
             )
         )
     backend = cfg.comm.backend
-    if backend in _BACKEND_DEVICE and _BACKEND_DEVICE[backend] != here:
+    if backend in BACKEND_DEVICE and BACKEND_DEVICE[backend] != here:
         issues.append(
             (
                 "comm.backend",
-                f"{backend!r} needs an {_DEVICE_NAMES[_BACKEND_DEVICE[backend]]}, and this machine has "
+                f"{backend!r} needs an {_DEVICE_NAMES[BACKEND_DEVICE[backend]]}, and this machine has "
                 f"none; use null to pick {'gloo' if here == 'cpu' else backend} automatically",
             )
         )

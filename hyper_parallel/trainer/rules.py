@@ -14,6 +14,7 @@ Importing this module imports attrs and the component Config modules only: never
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 
+from hyper_parallel._backends import BACKEND_DEVICE
 from hyper_parallel._checks import counted, quote, said
 from hyper_parallel.components.lr_scheduler import WarmupDecay
 
@@ -51,8 +52,6 @@ TRAINER_CLASSES: Mapping[TrainerKind, str] = {"lm": "LLMTrainer", "vl": "VLTrain
 TEXT_SOURCES = ("jsonl", "text", "python_docs")
 #: Dataset sources of image-text data (what only a vision-language model and train_vl take).
 IMAGE_SOURCES = {"shapes": "image-caption data", "image_chat": "image-text conversations"}
-#: Accelerator each device-specific backend runs on.
-_BACKEND_DEVICE = {"nccl": "cuda", "hccl": "npu"}
 #: Pipeline schedules that run their micro-batches in rounds of ``pp`` (their count must split into rounds).
 _PP_ROUNDS = ("Interleaved1F1B", "InterleavedZeroBubble")
 
@@ -234,11 +233,7 @@ def _ordinal(n: int) -> str:
 def _backend_issues(cfg: "TrainerConfig") -> Issues:
     """A device-specific backend runs on its own devices only."""
     backend, device = cfg.comm.backend, cfg.training.init_device
-    if (
-        backend in _BACKEND_DEVICE
-        and device in _BACKEND_DEVICE.values()
-        and _BACKEND_DEVICE[backend] != device
-    ):
+    if backend in BACKEND_DEVICE and device in BACKEND_DEVICE.values() and BACKEND_DEVICE[backend] != device:
         yield (
             "comm.backend",
             f"{backend!r} does not run on {device!r} devices (training.init_device); "

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 
-from hyper_parallel.models import _layers  # noqa: E402
+from hyper_parallel.models._layers import AttentionPlan, DocumentSlices, FlexBlockMask  # noqa: E402
 from hyper_parallel.models.llama3 import LLAMA3_FLAVORS  # noqa: E402
 from hyper_parallel.models.llama3 import _modules as llama_modules  # noqa: E402
 from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS  # noqa: E402
@@ -51,18 +51,15 @@ def loss_of(model: Any, ids: Any, tokens: Any = None) -> Any:
 
 
 @pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
-def test_flex_attention_document_masking_equals_the_variable_length_path(
-    name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_flex_attention_document_masking_equals_the_variable_length_path(name: str) -> None:
     model = build(name)
     ids = document_ids("cuda")
-    documents = _layers.documents_from_ids(ids, ids.shape)
-    assert not isinstance(documents.layout, (_layers.VarlenPlan, type(None)))  # a FlexAttention block mask
+    assert isinstance(AttentionPlan.for_device("cuda").documents(ids, ids.shape).layout, FlexBlockMask)
     flex = loss_of(model, ids)
     flex.backward()
     flex_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    monkeypatch.setattr(_layers, "_flex_kernel", lambda device: None)  # the variable-length path on CUDA
+    model.attention_plan = AttentionPlan()  # no FlexAttention: the variable-length path on CUDA
     varlen = loss_of(model, ids)
     varlen.backward()
     assert abs(flex.item() - varlen.item()) < 1e-4
@@ -112,7 +109,7 @@ def test_an_unlogged_step_never_syncs_the_host(name: str) -> None:
 def _layers_fla_installed() -> bool:
     from hyper_parallel.models.qwen3_5 import _gated_delta
 
-    return _gated_delta._fla_chunk() is not None
+    return _gated_delta.fla_kernel() is not None
 
 
 @pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
@@ -123,9 +120,8 @@ def test_document_ids_on_the_host_take_one_causal_call_per_document_and_equal_fl
     one cuDNN causal call each; the same loss and gradients as FlexAttention's block mask, no host sync."""
     model = build(name)
     ids = document_ids("cpu")
-    assert isinstance(
-        _layers.documents_from_ids(ids, ids.shape, torch.device("cuda")).layout, _layers.DocumentSlices
-    )
+    layout = AttentionPlan.for_device("cuda").documents(ids, ids.shape, torch.device("cuda")).layout
+    assert isinstance(layout, DocumentSlices)
     tokens = torch.randint(0, 512, (2, SEQ + 1), generator=torch.Generator().manual_seed(1)).cuda()
     flex = loss_of(model, ids.cuda(), tokens)
     flex.backward()

@@ -1,9 +1,10 @@
 """Packed documents are kept apart without a (seq x seq) mask, and give the dense-masked path's losses.
 
 The reference is the path this release replaced: ``scaled_dot_product_attention`` with a dense
-(batch, 1, seq, seq) boolean mask, patched in for the models' attention. The new path is the
-variable-length one on the CPU; the CUDA block mask is checked here tile by tile against the dense mask
-(FlexAttention itself trains only on CUDA: ``tests/models/test_cuda_paths.py``).
+(batch, 1, seq, seq) boolean mask, which a plan keeping the dense mask for every row length runs. The new
+path is the variable-length one on the CPU; the CUDA block mask is checked here tile by tile against the
+dense mask (FlexAttention itself trains only on CUDA: ``tests/models/test_cuda_paths.py``). Each path is
+taken through the :class:`AttentionPlan` a run would build, set on the model.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from hyper_parallel.models import _layers  # noqa: E402
+from hyper_parallel.models._layers import AttentionPlan, DocumentSlices, VarlenPlan  # noqa: E402
 from hyper_parallel.models.llama3 import LLAMA3_FLAVORS  # noqa: E402
 from hyper_parallel.models.llama3 import _modules as llama_modules  # noqa: E402
 from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS, _gated_delta  # noqa: E402
@@ -28,6 +30,10 @@ from hyper_parallel.models.qwen3_5 import _modules as qwen_modules  # noqa: E402
 SEQ = 320  # above DENSE_MASK_MAX_SEQ: the variable-length path on the CPU
 #: Row 0: a one-token document, boundaries inside and across 64-token groups; row 1: one document.
 LENGTHS = ((5, 70, 1, 244), (SEQ,))
+#: The plan of a run on the CPU.
+CPU = AttentionPlan.for_device("cpu")
+#: The replaced path: the dense document mask at every row length.
+DENSE = AttentionPlan(dense_mask_max_seq=SEQ)
 
 
 def dense_mask(documents: Any) -> Any:
@@ -36,29 +42,21 @@ def dense_mask(documents: Any) -> Any:
     return (ids[:, :, None] == ids[:, None, :]).tril()[:, None]
 
 
-def dense_attention(q: Any, k: Any, v: Any, documents: Any = None) -> Any:
-    """The replaced path: SDPA with the dense document mask ((batch, seq, heads, dim) in and out)."""
-    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    gqa = qt.shape[1] != kt.shape[1]
-    if documents is None:
-        out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=gqa)
-    else:
-        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=dense_mask(documents), enable_gqa=gqa)
-    return out.transpose(1, 2)
-
-
 def document_ids() -> Any:
     rows = [torch.cat([torch.full((n,), i % 2) for i, n in enumerate(row)]) for row in LENGTHS]
     return torch.stack(rows)
 
 
-def build(name: str) -> Any:
+def build(name: str, plan: AttentionPlan | None = None) -> Any:
+    """Model ``name`` (same weights every call) attending as ``plan`` says (None: the CPU's plan)."""
     torch.manual_seed(0)
+    model: Any
     if name == "llama3":
-        args = attrs.evolve(LLAMA3_FLAVORS["debugmodel"], vocab_size=512)
-        return llama_modules.build_llama3(args, "cpu")
-    args = attrs.evolve(QWEN3_5_FLAVORS["debugmodel"], vocab_size=512)
-    return qwen_modules.build_qwen3_5(args, "cpu")
+        model = llama_modules.build_llama3(attrs.evolve(LLAMA3_FLAVORS["debugmodel"], vocab_size=512), "cpu")
+    else:
+        model = qwen_modules.build_qwen3_5(attrs.evolve(QWEN3_5_FLAVORS["debugmodel"], vocab_size=512), "cpu")
+    model.attention_plan = plan
+    return model
 
 
 def loss_and_grads(model: Any) -> tuple[float, dict[str, Any]]:
@@ -70,13 +68,9 @@ def loss_and_grads(model: Any) -> tuple[float, dict[str, Any]]:
     return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def assert_equals_the_dense_masked_path(
-    name: str, new_loss: float, new_grads: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The loss and gradients of model ``name`` with the dense-masked attention patched in equal these."""
-    monkeypatch.setattr(llama_modules, "attention", dense_attention)
-    monkeypatch.setattr(qwen_modules, "attention", dense_attention)
-    old_loss, old_grads = loss_and_grads(build(name))
+def assert_equals_the_dense_masked_path(name: str, new_loss: float, new_grads: dict[str, Any]) -> None:
+    """The loss and gradients of model ``name`` on the dense-masked path equal these."""
+    old_loss, old_grads = loss_and_grads(build(name, DENSE))
     assert abs(new_loss - old_loss) <= 1e-5
     assert new_grads.keys() == old_grads.keys()
     for key, grad in new_grads.items():
@@ -105,46 +99,49 @@ class SquareTensors(TorchDispatchMode):
         return out
 
 
+class RecordedAttention:
+    """Records the query length, mask and causality of every ``scaled_dot_product_attention`` call."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[int, Any, Any]] = []
+        sdpa = F.scaled_dot_product_attention
+
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((args[0].shape[-2], kwargs.get("attn_mask"), kwargs.get("is_causal")))
+            return sdpa(*args, **kwargs)
+
+        monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+
+
 @pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
-def test_packed_losses_and_gradients_equal_the_dense_masked_path(
-    name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert_equals_the_dense_masked_path(name, *loss_and_grads(build(name)), monkeypatch)
+def test_packed_losses_and_gradients_equal_the_dense_masked_path(name: str) -> None:
+    assert_equals_the_dense_masked_path(name, *loss_and_grads(build(name)))
 
 
 @pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
 def test_no_seq_by_seq_tensor_is_made_in_forward_or_backward(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[tuple[Any, Any]] = []
-    sdpa = F.scaled_dot_product_attention
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        calls.append((kwargs.get("attn_mask"), kwargs.get("is_causal")))
-        return sdpa(*args, **kwargs)
-
     model = build(name)
-    with SquareTensors(SEQ) as new:
-        monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    with monkeypatch.context() as patch, SquareTensors(SEQ) as new:
+        calls = RecordedAttention(patch).calls
         loss_and_grads(model)
-        monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
     assert new.found == []
     assert calls
-    assert all(mask is None and causal is True for mask, causal in calls)
+    assert all(mask is None and causal is True for _, mask, causal in calls)
     # Row 0's documents round up to 64, 128 and 256 tokens; row 1 is one 320-token document.
-    plan = _layers.documents_from_ids(document_ids(), (2, SEQ)).layout
-    assert isinstance(plan, _layers.VarlenPlan)
+    plan = CPU.documents(document_ids(), (2, SEQ)).layout
+    assert isinstance(plan, VarlenPlan)
     assert plan.sizes == ((2, 64), (1, 128), (1, 256), (1, 320))
     # The detector sees the replaced path's mask.
-    monkeypatch.setattr(llama_modules, "attention", dense_attention)
-    monkeypatch.setattr(qwen_modules, "attention", dense_attention)
+    model.attention_plan = DENSE
     with SquareTensors(SEQ) as old:
         loss_and_grads(model)
     assert ("aten.tril.default", (2, SEQ, SEQ)) in old.found
 
 
 def test_a_batch_without_boundaries_takes_plain_causal_attention() -> None:
-    documents = _layers.documents_from_ids(torch.zeros(2, 8, dtype=torch.long), (2, 8))
+    documents = CPU.documents(torch.zeros(2, 8, dtype=torch.long), (2, 8))
     assert documents.layout is None
     assert not documents.resets.any()
 
@@ -152,19 +149,18 @@ def test_a_batch_without_boundaries_takes_plain_causal_attention() -> None:
 def test_short_cpu_rows_keep_the_dense_mask_the_cpu_kernel_runs_fastest() -> None:
     seq = _layers.DENSE_MASK_MAX_SEQ
     ids = torch.cat((torch.zeros(1, 10, dtype=torch.long), torch.ones(1, seq - 10, dtype=torch.long)), dim=1)
-    mask = _layers.documents_from_ids(ids, (1, seq)).layout
+    mask = CPU.documents(ids, (1, seq)).layout
     assert isinstance(mask, torch.Tensor)
     assert mask.shape == (1, 1, seq, seq)
     assert mask[0, 0, 10, 9].item() is False
     assert mask[0, 0, 11, 10].item() is True
     longer = torch.cat((ids, torch.ones(1, 1, dtype=torch.long)), dim=1)
-    assert isinstance(_layers.documents_from_ids(longer, (1, seq + 1)).layout, _layers.VarlenPlan)
+    assert isinstance(CPU.documents(longer, (1, seq + 1)).layout, VarlenPlan)
 
 
-@pytest.mark.skipif(_layers._flex_api() is None, reason="this torch has no FlexAttention")
 def test_the_cuda_block_mask_covers_exactly_the_tiles_of_the_dense_mask() -> None:
     block = 16
-    ids = _layers.documents_from_ids(document_ids(), (2, SEQ)).ids
+    ids = CPU.documents(document_ids(), (2, SEQ)).ids
     mask = _layers.document_block_mask(ids, block=block)
     dense = (ids[:, :, None] == ids[:, None, :]).tril()
     tiles = -(-SEQ // block)
@@ -210,7 +206,7 @@ def fake_fla(
     return torch.cat(outs, dim=1), torch.cat(states)
 
 
-def test_fla_gets_packed_documents_as_cu_seqlens(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fla_gets_packed_documents_as_cu_seqlens() -> None:
     generator = torch.Generator().manual_seed(0)
     batch, seq, heads, d = 2, SEQ, 4, 8
 
@@ -222,12 +218,10 @@ def test_fla_gets_packed_documents_as_cu_seqlens(monkeypatch: pytest.MonkeyPatch
         -torch.rand(batch, seq, heads, generator=generator),
         torch.rand(batch, seq, heads, generator=generator),
     )
-    resets = _layers.documents_from_ids(document_ids(), (batch, seq)).resets
+    resets = CPU.documents(document_ids(), (batch, seq)).resets
     assert _gated_delta.cu_seqlens_from_resets(resets).tolist() == [0, 5, 75, 76, 320, 640]
     expected, expected_state = _gated_delta.chunk_gated_delta_rule(*inputs, decay, beta, resets=resets)
-    monkeypatch.setattr(_gated_delta, "_fla_chunk", lambda: fake_fla)
-    monkeypatch.setattr(_gated_delta, "_fla_usable", lambda query: True)
-    out, state = _gated_delta.gated_delta_rule(*inputs, decay, beta, resets=resets)
+    out, state = _gated_delta.gated_delta_rule(*inputs, decay, beta, resets=resets, fla=fake_fla)
     assert out.shape == expected.shape
     assert (out - expected).abs().max().item() < 1e-5
     assert (state - expected_state).abs().max().item() < 1e-5
@@ -236,18 +230,17 @@ def test_fla_gets_packed_documents_as_cu_seqlens(monkeypatch: pytest.MonkeyPatch
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_fla_is_used_only_in_16_bits_on_an_accelerator(dtype: str) -> None:
     query = torch.zeros(1, 2, 1, 4, dtype=getattr(torch, dtype), device="meta")
-    assert _gated_delta._fla_usable(query) is (dtype == "bfloat16")
-    assert _gated_delta._fla_usable(torch.zeros(1, 2, 1, 4, dtype=torch.bfloat16)) is False
+    assert _gated_delta.fla_serves(query) is (dtype == "bfloat16")
+    assert _gated_delta.fla_serves(torch.zeros(1, 2, 1, 4, dtype=torch.bfloat16)) is False
 
 
-@pytest.mark.skipif(_layers._flex_api() is None, reason="this torch has no FlexAttention")
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 def test_flex_attention_with_the_block_mask_equals_the_dense_mask_forward() -> None:
     """FlexAttention's forward runs on the CPU (unfused; its backward is CUDA-only): full tiles skip the
     mask function, so this checks the tile classes against the kernel, not only against each other."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    documents = _layers.documents_from_ids(document_ids(), (2, SEQ))
+    documents = CPU.documents(document_ids(), (2, SEQ))
     generator = torch.Generator().manual_seed(0)
     q = torch.randn(2, 8, SEQ, 32, generator=generator)
     k, v = (torch.randn(2, 4, SEQ, 32, generator=generator) for _ in range(2))
@@ -282,20 +275,35 @@ def test_fla_is_refused_where_its_gated_backward_is_wrong(
 
 
 def test_fla_is_looked_up_once_when_a_gated_deltanet_layer_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The lookup imports fla, which dynamo cannot trace: it happens when the model is built, never inside
-    a (compiled) forward."""
+    """The lookup imports fla, which dynamo cannot trace: it happens when the first layer is built (once
+    per process), never inside a (compiled) forward; every layer keeps what it found."""
+    import importlib
+
     import attrs
 
     from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS
     from hyper_parallel.models.qwen3_5 import _modules as qwen_modules
 
     found: list[str] = []
-    monkeypatch.setattr(_gated_delta, "_FLA_KERNEL", [])
-    monkeypatch.setattr(_gated_delta, "_find_fla", lambda: found.append("looked up"))
-    model = qwen_modules.build_qwen3_5(attrs.evolve(QWEN3_5_FLAVORS["debugmodel"], vocab_size=64), "cpu")
-    assert found == ["looked up"]
-    model(torch.randint(0, 64, (1, 16)), document_ids=torch.zeros(1, 16, dtype=torch.long))
-    assert found == ["looked up"]
+    import_module = importlib.import_module
+
+    def recording(name: str, *args: Any) -> Any:
+        found.append(name)
+        return import_module(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", recording)
+    _gated_delta.fla_kernel.cache_clear()
+    try:
+        model = qwen_modules.build_qwen3_5(attrs.evolve(QWEN3_5_FLAVORS["debugmodel"], vocab_size=64), "cpu")
+        fla = [name for name in found if name.startswith("fla")]
+        assert fla == ["fla.ops.gated_delta_rule"]
+        layers = [m for m in model.modules() if isinstance(m, qwen_modules.GatedDeltaNet)]
+        assert layers
+        assert all(layer.fla is _gated_delta.fla_kernel() for layer in layers)
+        model(torch.randint(0, 64, (1, 16)), document_ids=torch.zeros(1, 16, dtype=torch.long))
+        assert [name for name in found if name.startswith("fla")] == fla
+    finally:
+        _gated_delta.fla_kernel.cache_clear()
 
 
 def test_qwen3_5_runs_in_bfloat16_without_fsdp_casting_its_rope() -> None:
@@ -315,55 +323,65 @@ def test_qwen3_5_runs_in_bfloat16_without_fsdp_casting_its_rope() -> None:
     assert torch.isfinite(logits.float()).all()
 
 
-def _sliced_documents(ids: Any, shape: Any, device: Any = None) -> Any:
-    """``documents_from_ids`` with the layout the host picks for CUDA (computed on the CPU here)."""
-    documents = _layers.documents_from_ids(ids, shape)
-    return documents._replace(
-        layout=_layers._host_layout(documents.resets, documents.ids, torch.device("cpu"))
-    )
-
-
 @pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
 def test_rows_of_a_few_documents_take_one_causal_call_each_and_equal_the_dense_masked_path(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_layers, "_flex_kernel", lambda device: object())  # as on CUDA
-    monkeypatch.setattr(llama_modules, "documents_from_ids", _sliced_documents)
-    monkeypatch.setattr(qwen_modules, "documents_from_ids", _sliced_documents)
-    layouts: list[Any] = []
-    sliced_attention = _layers._sliced_attention
-
-    def recording(q: Any, k: Any, v: Any, slices: Any) -> Any:
-        layouts.append(slices)
-        return sliced_attention(q, k, v, slices)
-
-    monkeypatch.setattr(_layers, "_sliced_attention", recording)
-    new_loss, new_grads = loss_and_grads(build(name))
-    assert layouts
-    assert all(s == _layers.DocumentSlices((5, 70, 1, 244, SEQ)) for s in layouts)
-    assert_equals_the_dense_masked_path(name, new_loss, new_grads, monkeypatch)
+    """CUDA's choice for ids read on the host, taken on the CPU (whose ids are always there)."""
+    sliced = AttentionPlan(slice_max_documents=_layers.SLICE_MAX_DOCUMENTS)
+    assert sliced.documents(document_ids(), (2, SEQ)).layout == DocumentSlices((5, 70, 1, 244, SEQ))
+    model = build(name, sliced)
+    with monkeypatch.context() as patch:
+        calls = RecordedAttention(patch).calls
+        new_loss, new_grads = loss_and_grads(model)
+    lengths = [length for length, _, _ in calls]
+    assert lengths
+    assert lengths == [5, 70, 1, 244, SEQ] * (len(lengths) // 5)
+    assert all(mask is None and causal is True for _, mask, causal in calls)
+    assert_equals_the_dense_masked_path(name, new_loss, new_grads)
 
 
-def test_ids_read_on_the_host_choose_the_layout_there_and_move_the_rest(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Document ids in host memory for a model elsewhere: the layout is picked from them without a device
-    read (one causal call per document up to SLICE_MAX_DOCUMENTS a row, else the block mask; the
+def test_ids_read_on_the_host_choose_the_layout_there_and_move_the_rest() -> None:
+    """Document ids in host memory for a model elsewhere: CUDA's plan picks the layout from them without a
+    device read (one causal call per document up to SLICE_MAX_DOCUMENTS a row, else the block mask; the
     variable-length plan where FlexAttention does not run), and the per-token tensors are moved."""
     meta = torch.device("meta")
+    cuda = AttentionPlan.for_device("cuda")
     ids = document_ids()
-    masks: list[Any] = []
-    monkeypatch.setattr(_layers, "_flex_kernel", lambda device: object())
-    monkeypatch.setattr(_layers, "document_block_mask", lambda ids: masks.append(ids.device) or "block mask")
-    documents = _layers.documents_from_ids(ids, ids.shape, meta)
-    assert documents.layout == _layers.DocumentSlices((5, 70, 1, 244, SEQ))
+    documents = cuda.documents(ids, ids.shape, meta)
+    assert documents.layout == DocumentSlices((5, 70, 1, 244, SEQ))
     assert {t.device for t in documents[:3]} == {meta}
     five = torch.cat([torch.full((n,), i) for i, n in enumerate((64, 64, 64, 64, 64))])[None]
-    assert _layers.documents_from_ids(five, five.shape, meta).layout == "block mask"
-    assert masks == [meta]
+    layout = cuda.documents(five, five.shape, meta).layout
+    assert isinstance(layout, _layers.FlexBlockMask)
+    assert layout.kernel is cuda.flex
+    assert layout.mask.kv_num_blocks.device == meta
     one = torch.zeros(2, SEQ, dtype=torch.long)
-    assert _layers.documents_from_ids(one, one.shape, meta).layout is None
-    monkeypatch.setattr(_layers, "_flex_kernel", lambda device: None)
-    plan = _layers.documents_from_ids(ids, ids.shape, meta).layout
-    assert isinstance(plan, _layers.VarlenPlan)
+    assert cuda.documents(one, one.shape, meta).layout is None
+    plan = attrs.evolve(cuda, flex=None, slice_max_documents=0).documents(ids, ids.shape, meta).layout
+    assert isinstance(plan, VarlenPlan)
     assert plan.gather.device == meta
+
+
+def test_a_run_builds_one_plan_per_device_and_flex_attention_only_for_cuda() -> None:
+    assert AttentionPlan.for_device("cuda") is AttentionPlan.for_device(torch.device("cuda", 0))
+    assert AttentionPlan.for_device("cuda").flex is not None
+    assert AttentionPlan(dense_mask_max_seq=_layers.DENSE_MASK_MAX_SEQ) == CPU
+    assert AttentionPlan.for_device("meta") == AttentionPlan()
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_a_block_compiled_whole_takes_the_flex_attention_layout_and_equals_the_dense_path() -> None:
+    """The plan's FlexAttention kernel travels with its block mask into each block: dynamo traces a block
+    in one graph (``fullgraph``, nothing to look up), and the logits equal the dense-masked path's
+    (FlexAttention's forward runs on the CPU, uncompiled here)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    tokens = torch.randint(0, 512, (2, SEQ), generator=torch.Generator().manual_seed(1))
+    model = build("llama3", AttentionPlan(flex=flex_attention))
+    for block in model.layers.values():
+        block.forward = torch.compile(block.forward, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        logits = model(tokens, document_ids=document_ids())
+        reference = build("llama3", DENSE)(tokens, document_ids=document_ids())
+    assert (logits - reference).abs().max().item() < 1e-5

@@ -212,3 +212,17 @@ def test_a_bf16_autocast_training_step_runs() -> None:
     loss.backward()
     assert torch.isfinite(loss)
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_grouped_mm_is_public_and_multiplies_each_group_by_its_weight() -> None:
+    """Written against torch 2.13.0: ``grouped_matmul`` calls ``torch.nn.functional.grouped_mm`` where torch
+    has it, and falls back to one matmul per expert where it does not, which would hide its absence."""
+    import torch.nn.functional as F
+
+    assert hasattr(F, "grouped_mm"), f"torch {torch.__version__} (written against 2.13.0)"
+    generator = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(10, 16, generator=generator), torch.randn(3, 8, 16, generator=generator)
+    counts = [4, 0, 6]
+    out = F.grouped_mm(x, weight.transpose(-2, -1), offs=torch.tensor(counts).cumsum(0).to(torch.int32))
+    expected = torch.cat([part @ weight[e].t() for e, part in enumerate(x.split(counts)) if counts[e]])
+    assert torch.allclose(out, expected, atol=1e-5)

@@ -60,7 +60,9 @@ def _spec_and_peft(name: str) -> tuple[ModelSpec, LoRA.Config | None]:
 
 
 def _local_bytes(tensor: Any) -> int:
-    local = getattr(tensor, "_local_tensor", tensor)
+    from torch.distributed.tensor import DTensor
+
+    local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
     flatten = getattr(local, "__tensor_flatten__", None)
     if flatten is not None:  # an NF4 tensor: its codes, scales and code book
         return sum(int(getattr(local, name).nbytes) for name in flatten()[0])

@@ -34,14 +34,15 @@ def _params(trainer: LLMTrainer) -> dict[str, Any]:
     held: dict[str, Any] = {}
     for name, param in trainer.model.named_parameters():
         if isinstance(param, DTensor):
+            local = param.to_local()
             held[name] = {
                 "dtensor": True,
                 "mesh": list(param.device_mesh.mesh_dim_names or ()),
                 "placements": [repr(p) for p in param.placements],
-                "local": list(param.to_local().shape),
+                "local": list(local.shape),
                 "global": list(param.shape),
-                "local_type": type(param._local_tensor).__name__,  # NF4Tensor for QLoRA's base
-                "local_dtype": str(param._local_tensor.dtype),
+                "local_type": type(local).__name__,  # NF4Tensor for QLoRA's base
+                "local_dtype": str(local.dtype),
             }
         else:
             held[name] = {

@@ -51,12 +51,7 @@ class CheckpointNotResumableError(ValueError):
 
 
 class Checkpoint:
-    """Base of checkpointers: holds ``Config`` for the root ``checkpoint`` field.
-
-    A namespace, not an object the trainer builds: it gives the Config its dotted name
-    (``Checkpoint.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
-    subclass both, ``Impl(Checkpoint)`` with ``Impl.Config(Checkpoint.Config)``.
-    """
+    """Base of checkpointers: holds ``Config`` for the root ``checkpoint`` field."""
 
     @config_class
     class Config(ConfigBase):

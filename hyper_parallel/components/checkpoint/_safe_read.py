@@ -37,7 +37,6 @@ from typing import Any
 
 import attrs
 import torch
-from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
@@ -226,10 +225,12 @@ class SafePlanner(DefaultLoadPlanner):
                 f"{file}: refused item {fqn!r}: a {type(loaded).__name__}, where a checkpoint holds plain "
                 "values (numbers, strings, lists and dicts of them)"
             )
-        if self.flatten_state_dict:  # what DefaultLoadPlanner.load_bytes does with what it unpickled
-            set_element(self.original_state_dict, self.mappings[fqn], loaded)
-        else:
-            self.state_dict[fqn] = loaded
+        # DefaultLoadPlanner places the item (in the nested state dict it flattened); it unpickles what it
+        # is given without restriction, so it is given only the plain value checked above, pickled again.
+        plain = io.BytesIO()
+        torch.save(loaded, plain)
+        plain.seek(0)
+        super().load_bytes(read_item, plain)
 
 
 @attrs.frozen

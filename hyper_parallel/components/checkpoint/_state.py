@@ -50,6 +50,7 @@ from hyper_parallel._json import loads
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 from hyper_parallel.components.checkpoint._bounds import MAX_JSON_BYTES
 from hyper_parallel.components.checkpoint._manifest import UnreadableCheckpointError
+from hyper_parallel.parallel.names import unwrapped_name
 
 __all__ = ["Stateful", "TrainingState", "decode_json", "encode_json", "is_full", "model_shape_differences"]
 
@@ -217,7 +218,7 @@ class TrainingState:
         if self.save_frozen:
             return set()
         return {
-            name.replace("_checkpoint_wrapped_module.", "").replace("_orig_mod.", "")
+            unwrapped_name(name)
             for name, param in self.model.named_parameters(remove_duplicate=False)
             if not param.requires_grad
         }

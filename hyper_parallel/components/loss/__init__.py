@@ -16,12 +16,7 @@ __all__ = ["CausalLMLoss", "Loss"]
 
 
 class Loss:
-    """Base of losses: holds ``Config`` for the root ``loss`` field.
-
-    A namespace, not an object the trainer builds: it gives the Config its dotted name
-    (``Loss.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
-    subclass both, ``Impl(Loss)`` with ``Impl.Config(Loss.Config)``.
-    """
+    """Base of losses: holds ``Config`` for the root ``loss`` field."""
 
     @config_class
     class Config(ConfigBase):

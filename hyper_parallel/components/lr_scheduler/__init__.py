@@ -19,12 +19,7 @@ __all__ = ["LRScheduler", "WarmupDecay"]
 
 
 class LRScheduler:
-    """Base of learning-rate schedulers: holds ``Config`` for the root ``lr_scheduler`` field.
-
-    A namespace, not an object the trainer builds: it gives the Config its dotted name
-    (``LRScheduler.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
-    subclass both, ``Impl(LRScheduler)`` with ``Impl.Config(LRScheduler.Config)``.
-    """
+    """Base of learning-rate schedulers: holds ``Config`` for the root ``lr_scheduler`` field."""
 
     @config_class
     class Config(ConfigBase):

@@ -27,12 +27,7 @@ _SINK_OPTIONS: Mapping[str, tuple[str, ...]] = {
 
 
 class Metrics:
-    """Base of metric processors: holds ``Config`` for the root ``metrics`` field.
-
-    A namespace, not an object the trainer builds: it gives the Config its dotted name
-    (``Metrics.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
-    subclass both, ``Impl(Metrics)`` with ``Impl.Config(Metrics.Config)``.
-    """
+    """Base of metric processors: holds ``Config`` for the root ``metrics`` field."""
 
     @config_class
     class Config(ConfigBase):

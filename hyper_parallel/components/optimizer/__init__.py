@@ -19,12 +19,7 @@ __all__ = ["SGD", "AdamW", "Optimizer"]
 
 
 class Optimizer:
-    """Base of optimizers: holds ``Config`` for the root ``optimizer`` field.
-
-    A namespace, not an object the trainer builds: it gives the Config its dotted name
-    (``Optimizer.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
-    subclass both, ``Impl(Optimizer)`` with ``Impl.Config(Optimizer.Config)``.
-    """
+    """Base of optimizers: holds ``Config`` for the root ``optimizer`` field."""
 
     @config_class
     class Config(ConfigBase):

@@ -19,8 +19,14 @@ _NORM_TYPES: tuple[type[nn.Module], ...] = (
     nn.LayerNorm,
     nn.GroupNorm,
     nn.LocalResponseNorm,
-    nn.modules.batchnorm._NormBase,
-    *((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ()),
+    nn.RMSNorm,
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.SyncBatchNorm,
+    nn.InstanceNorm1d,
+    nn.InstanceNorm2d,
+    nn.InstanceNorm3d,
 )
 
 

@@ -19,12 +19,7 @@ __all__ = ["Profiler", "TorchProfiler"]
 
 
 class Profiler:
-    """Base of profilers: holds ``Config`` for the root ``profiler`` field.
-
-    A namespace, not an object the trainer builds: it gives the Config its dotted name
-    (``Profiler.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
-    subclass both, ``Impl(Profiler)`` with ``Impl.Config(Profiler.Config)``.
-    """
+    """Base of profilers: holds ``Config`` for the root ``profiler`` field."""
 
     @config_class
     class Config(ConfigBase):

@@ -25,12 +25,7 @@ _optional_nonempty = attrs.validators.optional(attrs.validators.min_len(1))
 
 
 class Tokenizer:
-    """Base of tokenizers: holds ``Config`` for the root ``tokenizer`` field.
-
-    A namespace, not an object the trainer builds: it gives the Config its dotted name
-    (``Tokenizer.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
-    subclass both, ``Impl(Tokenizer)`` with ``Impl.Config(Tokenizer.Config)``.
-    """
+    """Base of tokenizers: holds ``Config`` for the root ``tokenizer`` field."""
 
     @config_class
     class Config(ConfigBase):

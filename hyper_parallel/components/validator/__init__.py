@@ -25,12 +25,7 @@ __all__ = ["LossValidator", "Validator"]
 
 
 class Validator:
-    """Base of validators: holds ``Config`` for the root ``validator`` field.
-
-    A namespace, not an object the trainer builds: it gives the Config its dotted name
-    (``Validator.Config``, the root field's type and what a ``_target_`` names) and lets an implementation
-    subclass both, ``Impl(Validator)`` with ``Impl.Config(Validator.Config)``.
-    """
+    """Base of validators: holds ``Config`` for the root ``validator`` field."""
 
     @config_class
     class Config(ConfigBase):

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hyper_parallel.models._layers import Documents, FeedForward, attention, documents_from_ids, rms_norm
+from hyper_parallel.models._layers import AttentionPlan, Documents, FeedForward, attention, rms_norm
 from hyper_parallel.models.llama3.args import Llama3Args, RopeScaling
 
 if TYPE_CHECKING:
@@ -165,6 +165,9 @@ class Llama3Model(nn.Module):
         #: Sequence shards of the residual stream a stage without embeddings receives (tensor
         #: parallelism with sequence parallelism sets it); the rotary embedding needs the full length.
         self.residual_sequence_shards = 1
+        #: How attention keeps packed documents apart; None: the plan of the device the batch runs on
+        #: (``AttentionPlan.for_device``).
+        self.attention_plan: AttentionPlan | None = None
 
     def tie_weights(self) -> None:
         """Share the embedding matrix with the output projection when ``tie_word_embeddings``."""
@@ -212,10 +215,9 @@ class Llama3Model(nn.Module):
             seq_len = tokens.shape[1]
         else:
             h, seq_len = tokens, tokens.shape[1] * self.residual_sequence_shards
+        plan = self.attention_plan or AttentionPlan.for_device(h.device)
         documents = (
-            None
-            if document_ids is None
-            else documents_from_ids(document_ids, (h.shape[0], seq_len), h.device)
+            None if document_ids is None else plan.documents(document_ids, (h.shape[0], seq_len), h.device)
         )
         positions = None if documents is None else documents.positions
         rope = self.rope(seq_len, h.device, positions)

@@ -11,9 +11,10 @@ S_{t-1}^T k_t)`` solve the unit lower-triangular system ``(I + A) delta = beta v
 (``gamma`` the cumulative log decay inside the chunk, ``A_tj = beta_t exp(gamma_t - gamma_j) k_t . k_j``
 for ``j < t``: the WY / UT representation of the product of Householder-like updates), so one triangular
 solve and a few matrix products replace ``C`` sequential steps; only the chunk-to-chunk state is carried
-in a Python loop. :func:`gated_delta_rule` picks flash-linear-attention's fused kernels when the package is
-installed and the tensors live on an accelerator in 16 bits (packed documents as ``cu_seqlens``), the chunked
-PyTorch path otherwise.
+in a Python loop. :func:`gated_delta_rule` runs flash-linear-attention's fused kernels when its caller passes
+them (a Gated DeltaNet layer looks them up once when it is built, :func:`fla_kernel`, and passes them where
+the tensors live on an accelerator in 16 bits, :func:`fla_serves`; packed documents go as ``cu_seqlens``),
+the chunked PyTorch path otherwise.
 
 Packed sequences: ``resets`` (batch, seq) marks the first token of each document; the state is zeroed
 before that token (exactly what the token loop does), inside and across chunks.
@@ -21,6 +22,7 @@ before that token (exactly what the token loop does), inside and across chunks.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import re
@@ -36,6 +38,8 @@ from hyper_parallel.models._layers import rms_norm
 __all__ = [
     "chunk_gated_delta_rule",
     "cu_seqlens_from_resets",
+    "fla_kernel",
+    "fla_serves",
     "gated_delta_rule",
     "recurrent_gated_delta_rule",
 ]
@@ -202,30 +206,26 @@ def chunk_gated_delta_rule(
     return out.to(value.dtype), state.reshape(batch, heads, d_k, d_v)
 
 
-#: flash-linear-attention's chunked kernel (or None), found once per process by :func:`_fla_chunk` when a
-#: Gated DeltaNet layer is built: outside any compiled block, since dynamo cannot trace fla's import.
-_FLA_KERNEL: list[Callable[..., Any] | None] = []
-
 #: fla issue #640: Triton 3.4.0 up to (not including) 3.7.1 computes fla's gated backward wrongly on Hopper
 #: (compute capability 9); fla 0.6 refuses it there (at the first backward) unless tilelang serves it.
 _FLA_HOPPER_BAD_TRITON = ((3, 4, 0), (3, 7, 1))
 
 
-def _fla_chunk() -> Callable[..., Any] | None:
-    """flash-linear-attention's fused chunked kernel; None where not installed or unable to train here."""
-    if not _FLA_KERNEL:
-        _FLA_KERNEL.append(_find_fla())
-    return _FLA_KERNEL[0]
+@functools.cache
+def fla_kernel() -> Callable[..., Any] | None:
+    """flash-linear-attention's fused chunked kernel, looked up once per process; None where it is not
+    installed or cannot train here.
 
-
-def _find_fla() -> Callable[..., Any] | None:
+    A Gated DeltaNet layer calls this when it is built, outside any compiled block (dynamo cannot trace
+    fla's import), and keeps the result.
+    """
     try:
         module = importlib.import_module("fla.ops.gated_delta_rule")
     except ImportError:
         return None
     refusal = fla_refusal()
     if refusal is not None:
-        warnings.warn(f"{refusal}; Gated DeltaNet runs the PyTorch chunked kernel", stacklevel=3)
+        warnings.warn(f"{refusal}; Gated DeltaNet runs the PyTorch chunked kernel", stacklevel=2)
         return None
     kernel: Callable[..., Any] | None = getattr(module, "chunk_gated_delta_rule", None)
     # fla's autograd function and Triton launches run eagerly inside a compiled block (a graph break).
@@ -276,8 +276,8 @@ def cu_seqlens_from_resets(resets: torch.Tensor) -> torch.Tensor:
     return torch.cat((offsets, offsets.new_tensor([batch * seq])))
 
 
-def _fla_usable(query: torch.Tensor) -> bool:
-    """fla's kernels serve this call: installed, on an accelerator, in 16-bit (they refuse float32)."""
+def fla_serves(query: torch.Tensor) -> bool:
+    """Whether fla's kernels serve a call on ``query``: an accelerator's, in 16 bits (they refuse float32)."""
     return query.device.type != "cpu" and query.dtype in (torch.bfloat16, torch.float16)
 
 
@@ -291,19 +291,20 @@ def gated_delta_rule(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     initial_state: torch.Tensor | None = None,
     resets: torch.Tensor | None = None,
+    fla: Callable[..., Any] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The gated delta rule over a sequence: output (batch, seq, v_heads, d_v) and final state.
 
     Single tokens (decoding) take the recurrent step; longer sequences the chunked algorithm, through
-    flash-linear-attention's kernels when installed, on an accelerator and in bf16/fp16 (packed documents
-    go to fla as ``cu_seqlens`` over the flattened batch), else the PyTorch implementation here (which
-    restarts the state at ``resets`` inside its chunks, with no host sync).
+    ``fla`` when given (flash-linear-attention's kernel, :func:`fla_kernel`, passed where it serves the
+    call, :func:`fla_serves`; packed documents go to it as ``cu_seqlens`` over the flattened batch), else
+    the PyTorch implementation here (which restarts the state at ``resets`` inside its chunks, with no host
+    sync).
     """
     if query.shape[1] == 1:
         return recurrent_gated_delta_rule(
             query, key, value, log_decay, beta, initial_state=initial_state, resets=resets
         )
-    fla = _fla_chunk() if _fla_usable(query) else None
     if fla is not None and (resets is None or initial_state is None):
         groups = value.shape[2] // key.shape[2]
         if groups > 1:

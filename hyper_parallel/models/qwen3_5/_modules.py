@@ -26,15 +26,17 @@ in_proj_v, in_proj_z, in_proj_b, in_proj_a, conv_q, conv_k, conv_v, dt_bias, A_l
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hyper_parallel.models._layers import Documents, FeedForward, attention, documents_from_ids, rms_norm
+from hyper_parallel.models._layers import AttentionPlan, Documents, FeedForward, attention, rms_norm
 from hyper_parallel.models.qwen3_5._gated_delta import (
-    _fla_chunk,
+    fla_kernel,
+    fla_serves,
     gated_delta_rule,
     recurrent_gated_delta_rule,
 )
@@ -204,7 +206,9 @@ class GatedDeltaNet(nn.Module):
 
     def __init__(self, args: Qwen3_5Args) -> None:
         super().__init__()
-        _fla_chunk()  # find fla's kernel now, outside any compiled block (see _gated_delta)
+        #: flash-linear-attention's kernel (None: the PyTorch chunked one), chosen when the layer is built,
+        #: outside any compiled block (see _gated_delta); set None to run the PyTorch kernel.
+        self.fla: Callable[..., Any] | None = fla_kernel()
         self.n_k_heads = args.linear_num_key_heads
         self.n_v_heads = args.linear_num_value_heads
         self.head_k_dim = args.linear_key_head_dim
@@ -253,8 +257,17 @@ class GatedDeltaNet(nn.Module):
         decay_rate = -_local(self.A_log).float().exp()
         log_decay = decay_rate * F.softplus(self.in_proj_a(x).float() + _local(self.dt_bias))
         initial = None if cache is None else cache.state
+        fla = self.fla if fla_serves(q) else None
         out, state = gated_delta_rule(
-            q, k, v, log_decay, beta, chunk_size=self.chunk_size, initial_state=initial, resets=resets
+            q,
+            k,
+            v,
+            log_decay,
+            beta,
+            chunk_size=self.chunk_size,
+            initial_state=initial,
+            resets=resets,
+            fla=fla,
         )
         if cache is not None:
             cache.state = state
@@ -319,6 +332,9 @@ class Qwen3_5Model(nn.Module):
         self.norm = ZeroCenteredRMSNorm(args.dim, args.norm_eps)
         self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
         self.tie_weights()
+        #: How attention keeps packed documents apart; None: the plan of the device the batch runs on
+        #: (``AttentionPlan.for_device``).
+        self.attention_plan: AttentionPlan | None = None
 
     def make_block(self, args: Qwen3_5Args, layer_type: str) -> HybridBlock:
         """One block of ``layer_type`` (a subclass gives it another feed-forward network)."""
@@ -371,7 +387,8 @@ class Qwen3_5Model(nn.Module):
         ``positions`` (3, batch, seq) are multimodal RoPE positions; ``None`` means ``0 .. seq - 1``, or
         the position inside each document when ``document_ids`` (see ``forward``) are given.
         """
-        documents = None if document_ids is None else documents_from_ids(document_ids, h.shape[:2], h.device)
+        plan = self.attention_plan or AttentionPlan.for_device(h.device)
+        documents = None if document_ids is None else plan.documents(document_ids, h.shape[:2], h.device)
         if positions is None and documents is not None:
             positions = documents.positions.expand(3, *documents.positions.shape)
         # Angles in fp32, applied in the activations' dtype (FSDP's mixed precision casts them likewise).

@@ -4,7 +4,7 @@ Each block's feed-forward network is a :class:`MoE`: a linear router, ``n_expert
 as two stacked tensors and a sigmoid-gated shared SwiGLU expert. The router and the shared expert's gate
 are one matmul, and so are each SwiGLU's gate and up projections. The routed tokens are grouped by expert
 (one stable sort; the counts per expert stay on the device), each group goes through its expert in one
-matmul per projection (``torch._grouped_mm`` over all groups at once where torch has it, else one matmul
+matmul per projection (``F.grouped_mm`` over all groups at once where torch has it, else one matmul
 per non-empty group), and the outputs are added back to their tokens with one ``index_add`` onto the
 shared expert's output. Routing weights and the shared expert's gate scale the SwiGLU hidden state rather
 than the output (the same product; the hidden state is the narrower one in every released flavor), in one
@@ -62,7 +62,7 @@ class RouterStats(NamedTuple):
     tokens: int
 
 
-#: ``(device type, dtype)`` where this torch's ``_grouped_mm`` refused to run: its coverage moved between
+#: ``(device type, dtype)`` where this torch's ``grouped_mm`` refused to run: its coverage moved between
 #: releases of the supported range (CPU kernels, float32 on CUDA, GPU architectures), and where it does not
 #: run the experts take one matmul per group instead of failing. Only refusals are kept: a call that fails
 #: leaves nothing behind, so a recomputing activation checkpoint sees the same tensors as the forward.
@@ -70,11 +70,11 @@ _NO_GROUPED_MM: set[tuple[str, torch.dtype]] = set()
 
 
 def _can_group(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether ``torch._grouped_mm`` may take these operands: torch has it, it did not refuse this device
+    """Whether ``F.grouped_mm`` may take these operands: torch has it, it did not refuse this device
     and dtype, rows are 16-byte aligned."""
     size = x.element_size()
     return (
-        hasattr(torch, "_grouped_mm")
+        hasattr(F, "grouped_mm")
         and (x.device.type, x.dtype) not in _NO_GROUPED_MM
         and x.shape[0] > 0
         and (x.shape[1] * size) % 16 == 0
@@ -85,7 +85,7 @@ def _can_group(x: torch.Tensor, weight: torch.Tensor) -> bool:
 def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """``x`` (tokens, in) grouped by expert times each group's ``weight[e]`` (e, out, in) transposed.
 
-    ``counts`` (e,) int: consecutive rows of ``x`` per expert. One ``torch._grouped_mm`` call where
+    ``counts`` (e,) int: consecutive rows of ``x`` per expert. One ``F.grouped_mm`` call where
     torch has it; otherwise one matmul per non-empty group. Under ``torch.compile`` outside bfloat16 (the
     only dtype torch 2.13 traces ``_grouped_mm`` in) the call runs eagerly, a graph break.
     """
@@ -100,7 +100,7 @@ def _grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor)
     if _can_group(x, weight):
         offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
         try:
-            out: torch.Tensor = torch._grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
+            out: torch.Tensor = F.grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
             return out
         except (RuntimeError, NotImplementedError):
             if torch.compiler.is_compiling():
