@@ -60,11 +60,7 @@ class RunGroups(Protocol):
 
 
 class PEFT:
-    """Base of parameter-efficient methods: holds ``Config`` for the root ``peft`` field.
-
-    A namespace, not an object the trainer builds (see ``Loss``): an implementation subclasses both,
-    ``Impl(PEFT)`` with ``Impl.Config(PEFT.Config)``.
-    """
+    """Base of parameter-efficient methods: holds ``Config`` for the root ``peft`` field."""
 
     @config_class
     class Config(ConfigBase):

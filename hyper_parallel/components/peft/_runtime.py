@@ -25,6 +25,7 @@ from torch.distributed.tensor import DTensor
 
 from hyper_parallel.components.peft._base import held_base, is_nf4
 from hyper_parallel.models import LORA_A, LORA_B, is_adapter, parameter_seed
+from hyper_parallel.parallel.names import unwrapped_name
 
 if TYPE_CHECKING:
     from hyper_parallel.components.peft import LoRA
@@ -39,11 +40,6 @@ __all__ = [
     "merged_weights",
     "peft_adapter",
 ]
-
-
-def _clean(name: str) -> str:
-    """``name`` without the wrappers' prefixes (activation checkpointing, compile)."""
-    return name.replace("_checkpoint_wrapped_module.", "").replace("_orig_mod.", "")
 
 
 class _MergedLinear(torch.autograd.Function):
@@ -156,7 +152,7 @@ def adapted_layers(names: Iterable[str]) -> list[str]:
     """The layers (our names, without ``.weight``) that ``names`` hold adapters of, in order."""
     layers: dict[str, None] = {}
     for name in names:
-        clean = _clean(name)
+        clean = unwrapped_name(name)
         if is_adapter(clean):
             layers[clean.rsplit(".", 1)[0]] = None
     return list(layers)
@@ -184,7 +180,7 @@ def initialize_adapters(model: nn.Module, *, seed: int) -> None:
                 # parameter (``SequenceParallel`` does), and the optimizer is built after this.
                 param.requires_grad_(False)
                 continue
-            clean = _clean(name)
+            clean = unwrapped_name(name)
             full = torch.zeros(param.shape, dtype=torch.float32)
             if clean.endswith(LORA_A):
                 bound = 1.0 / float(param.shape[1]) ** 0.5
