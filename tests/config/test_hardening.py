@@ -325,7 +325,7 @@ def test_wrong_kinds_on_the_command_line_are_refused_the_same_way(
         ("os.system", ("os",), "posix"),
         ("tests.support.fake_targets.reexported_system", ("tests",), "posix"),
         ("hyper_parallel.trainer.config.attrs.field", (), attrs.field.__module__),
-        ("hyper_parallel.trainer.rules.math.prod", (), "math"),
+        ("hyper_parallel.components.peft.storage.math.prod", (), "math"),
     ],
 )
 def test_the_objects_own_module_must_be_allowed(target: str, allowed: tuple[str, ...], module: str) -> None:
