@@ -132,7 +132,7 @@ def _assign(model: nn.Module, weights: dict[str, Any], where: str, device: str) 
 
 
 def _load_checkpoint(folder: Path, config: str | Path | None, device: str) -> Loaded:
-    from hyper_parallel.components.dataloader._image_chat import pixel_bounds
+    from hyper_parallel.components.dataloader import NoSource
     from hyper_parallel.export import ExportError, read_checkpoint
 
     try:
@@ -146,7 +146,7 @@ def _load_checkpoint(folder: Path, config: str | Path | None, device: str) -> Lo
     except (OSError, ValueError) as exc:
         raise GenerateError(f"{str(step)!r}: the run's tokenizer cannot be loaded: {exc}") from None
     what = f"{step} ({spec.name} {spec.flavor})"
-    bounds = pixel_bounds(getattr(cfg.dataloader, "dataset", None))
+    bounds = getattr(cfg.dataloader, "dataset", NoSource()).pixel_bounds()
     return Loaded(model, tokenizer, spec.args.max_sequence_length(), what, image_pixels=bounds)
 
 

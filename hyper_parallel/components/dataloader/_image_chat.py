@@ -28,12 +28,15 @@ import math
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from hyper_parallel._json import loads
 from hyper_parallel.config.errors import InputFileError
+
+if TYPE_CHECKING:
+    from hyper_parallel.components.dataloader.sources import ImageChatSource
 
 __all__ = [
     "MAX_ASPECT_RATIO",
@@ -44,7 +47,7 @@ __all__ = [
     "fitted_size",
     "image_size",
     "open_image",
-    "pixel_bounds",
+    "check_image_chat_encoding",
     "read_records",
 ]
 
@@ -187,15 +190,6 @@ def fitted_size(width: int, height: int, *, factor: int, min_pixels: int, max_pi
     return w, h
 
 
-def pixel_bounds(dataset: object) -> tuple[int, int]:
-    """``(min_pixels, max_pixels)`` a run's images are resized within: those of its ``image_chat`` dataset
-    section, else the dataset defaults (an image given to a model trained on other data, or on none)."""
-    from hyper_parallel.components.dataloader import DatasetConfig
-
-    bounds: Any = dataset if getattr(dataset, "source", None) == "image_chat" else DatasetConfig()
-    return int(bounds.image_min_pixels), int(bounds.image_max_pixels)
-
-
 @attrs.frozen
 class Geometry:
     """How images become vision tokens: the vision tower's patch and merge sizes, the pixel bounds."""
@@ -269,3 +263,18 @@ def encode_record(
             "shorten the conversation",
         )
     return ids, mask, sizes
+
+
+def check_image_chat_encoding(cfg: ImageChatSource, tokenizer: Any, model_args: Any, seq_len: int) -> None:
+    """The first conversations of each ``image_chat`` file encoded as ``_samples.image_chat_samples`` will
+    (within ``seq_len``, no text on the image id), for ``--dry-run``; nothing to check without a vision
+    tower (the trainer rules refuse that already). Torch-free: only sizes are computed."""
+    from hyper_parallel.components.dataloader._sources import CHECKED_RECORDS, image_chat_files
+
+    vision, image_token_id = getattr(model_args, "vision", None), getattr(model_args, "image_token_id", None)
+    if vision is None or image_token_id is None:
+        return
+    geometry = Geometry.of(vision, cfg.pixel_bounds())
+    for file in image_chat_files(cfg.paths):
+        for record in read_records(file, CHECKED_RECORDS):
+            encode_record(record, tokenizer, image_token_id, geometry, seq_len)

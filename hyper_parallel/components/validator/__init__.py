@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from hyper_parallel._checks import minus_one_or_at_least
-from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest
+from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, NoSource
 from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class LossValidator(Validator):
         """The validation dataset and batch size."""
 
         dataset: DatasetConfig = attrs.field(
-            default=attrs.Factory(DatasetConfig),
+            default=attrs.Factory(NoSource),
             metadata={"help": "The held-out dataset (same section layout as dataloader.dataset)."},
         )
         micro_batch_size: int | None = attrs.field(
