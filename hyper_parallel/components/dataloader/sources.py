@@ -134,11 +134,10 @@ class DatasetConfig:
     #: Whether its samples are drawn from the seed (then the seed is read even without a shuffle).
     generated: ClassVar[bool] = False
 
-    if TYPE_CHECKING:  # every source's first field
+    if TYPE_CHECKING:  # every source's first field, and the sample options every source has
         source: str | None
-    #: A source without these fields (``source: null``) reads as if they were null.
-    seed: int | None = None
-    max_samples: int | None = None
+        seed: int | None
+        max_samples: int | None
 
     @classmethod
     def tag(cls) -> str | None:
@@ -257,11 +256,19 @@ class _NoFiles(DatasetConfig):
 @attrs.frozen(kw_only=True, slots=False)
 class NoSource(DatasetConfig):
     """``source: null``: a section that names no data (a validator that is off, a config only exported
-    from). Allowed here; what trains on it refuses it (:func:`hyper_parallel.trainer.rules.data_issues`)."""
+    from). Allowed here; what trains on it refuses it (:func:`hyper_parallel.trainer.rules.data_issues`).
+
+    It keeps the sample options every text source shares, so that a section whose source is missing is
+    told that first ("names no training data"), not that its ``seed`` is read by no source.
+    """
 
     names_data: ClassVar[bool] = False
 
     source: None = _source(None)
+    seed: int | None = _seed()
+    pack_sequences: bool = _pack_sequences()
+    document_masking: bool = _document_masking()
+    max_samples: int | None = _max_samples()
 
     @classmethod
     def refuse(cls, name: str, value: object) -> tuple[str, str]:
@@ -269,8 +276,6 @@ class NoSource(DatasetConfig):
             return "source", f"must name the format of paths {list(value)}: 'jsonl', 'text' or 'tokenized'"  # type: ignore[call-overload]
         return super().refuse(name, value)
 
-    def in_file_order(self) -> DatasetConfig:
-        return self
 
 
 @attrs.frozen(kw_only=True, slots=False)
