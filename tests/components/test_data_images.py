@@ -14,11 +14,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hyper_parallel.components.dataloader import LoaderRequest, ShapesSource, SyntheticSource, TextDataLoader  # noqa: E402
-from hyper_parallel.components.dataloader._images import CELLS, COLOURS, PLACES, SHAPES, ShapeImages, patchify  # noqa: E402
+from hyper_parallel.components.dataloader._images import CELLS, COLOURS, PLACES, SHAPES, ShapeImages  # noqa: E402
 from hyper_parallel.components.dataloader._loader import build_loader  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
 from hyper_parallel.config import ConfigError, resolve_root  # noqa: E402
 from hyper_parallel.models import qwen3_5  # noqa: E402
+from hyper_parallel.models.qwen3_5.images import patchify  # noqa: E402
 
 IMAGE_TOKEN = 259  # the byte tokenizer's ids are 0-258
 SEQ_LEN = 49  # bos, 9 image tokens, the longest caption (38 bytes), eos
@@ -54,9 +55,7 @@ def tok() -> Any:
 def loader(
     spec: Any, tok: Any, *, dp_rank: int = 0, dp: int = 1, batch: int = 4, workers: int = 0, **dataset: Any
 ) -> Any:
-    cfg = TextDataLoader.Config(
-        num_workers=workers, pin_memory=False, dataset=ShapesSource(**dataset)
-    )
+    cfg = TextDataLoader.Config(num_workers=workers, pin_memory=False, dataset=ShapesSource(**dataset))
     return cfg.build(
         LoaderRequest(
             tok,
@@ -309,9 +308,7 @@ def test_the_shapes_source_reads_its_sample_count_and_seed() -> None:
 
 
 def test_text_sources_ignore_the_vision_arguments(spec: Any, tok: Any) -> None:
-    cfg = TextDataLoader.Config(
-        num_workers=0, dataset=SyntheticSource(synthetic_num_samples=8)
-    )
+    cfg = TextDataLoader.Config(num_workers=0, dataset=SyntheticSource(synthetic_num_samples=8))
     plain = take(cfg.build(LoaderRequest(tok, 0, 1, seq_len=16, micro_batch_size=2, seed=0)), 2)
     with_vision = cfg.build(
         LoaderRequest(

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hyper_parallel.components.dataloader import LoaderRequest, PythonDocsSource, TextDataLoader  # noqa: E402
-from hyper_parallel.components.dataloader._sources import python_docs, read_documents  # noqa: E402
+from hyper_parallel.components.dataloader._sources import python_docs  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def test_documents_are_the_same_in_a_fresh_process_without_network() -> None:
 
 def test_read_documents_yields_them_in_order() -> None:
     cfg = PythonDocsSource()
-    assert tuple(read_documents(cfg)) == python_docs()
+    assert tuple(cfg.documents()) == python_docs()
 
 
 def test_a_loader_trains_on_them_with_the_byte_tokenizer() -> None:

@@ -35,11 +35,10 @@ def test_loads_reads_documents_up_to_the_limit() -> None:
 
 def _jsonl_source(tmp: Path) -> Callable[[], object]:
     from hyper_parallel.components.dataloader import JsonlSource
-    from hyper_parallel.components.dataloader._sources import read_documents
 
     file = tmp / "train.jsonl"
     file.write_text(DEEP + "\n")
-    return lambda: list(read_documents(JsonlSource(paths=(str(file),))))
+    return lambda: list(JsonlSource(paths=(str(file),)).documents())
 
 
 def _prepare_record(tmp: Path) -> Callable[[], object]:

@@ -30,8 +30,8 @@ from hyper_parallel.components.dataloader.sources import (
 )
 from hyper_parallel.config.base import ConfigBase, config_class
 
-if TYPE_CHECKING:
-    from hyper_parallel.components.dataloader._loader import ResumableLoader
+if TYPE_CHECKING:  # what ``build`` returns, named here for the packages that build loaders
+    from hyper_parallel.components.dataloader._loader import ResumableLoader as ResumableLoader
 
 __all__ = [
     "DataLoader",
@@ -47,6 +47,7 @@ __all__ = [
     "TextSource",
     "TokenizedSource",
 ]
+
 
 @attrs.frozen
 class LoaderRequest:
@@ -170,13 +171,6 @@ class TextDataLoader(DataLoader):
             sharding rules are documented in the private modules of this package; the samples of an
             optimizer step do not depend on the data-parallel size for the same global batch.
             """
-            from hyper_parallel.components.dataloader._loader import build_loader
-
-            return build_loader(
-                self.dataset,
-                request,
-                shuffle=self.shuffle,
-                drop_last=self.drop_last,
-                infinite=True,
-                workers=self,
+            return self.dataset.loader(
+                request, shuffle=self.shuffle, drop_last=self.drop_last, infinite=True, workers=self
             )

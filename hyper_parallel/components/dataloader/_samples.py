@@ -18,7 +18,7 @@ or padded with the pad id on the tokenizer's ``padding_side`` (padded labels are
   (the 270 captions are encoded by every rank).
 - ``image_chat``: one conversation with images per sample (``_image_chat``): the built-in chat format with
   each image as its placeholder ids, right-padded to ``seq_len`` (never cut), labels on the assistant
-  tokens only; ``pixel_values`` are read with Pillow when the sample is loaded (``_pictures``) and
+  tokens only; ``pixel_values`` are read with Pillow when the sample is loaded (the model's ``images``) and
   ``grid_thw`` has one row per image. A batch concatenates its samples' patch rows and image rows.
 """
 
@@ -43,8 +43,8 @@ from hyper_parallel.components.dataloader._tokenizing import encode, tokenize
 
 if TYPE_CHECKING:
     from hyper_parallel.components.dataloader import LoaderRequest
-    from hyper_parallel.components.dataloader.sources import ImageChatSource
     from hyper_parallel.components.dataloader._images import ShapeImages
+    from hyper_parallel.components.dataloader.sources import ImageChatSource
 
 __all__ = [
     "Samples",
@@ -125,8 +125,7 @@ class _ImageChatSamples(Samples):
         return len(self.rows)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        from hyper_parallel.components.dataloader._images import patchify
-        from hyper_parallel.components.dataloader._pictures import image_pixels
+        from hyper_parallel.models.qwen3_5.images import image_pixels, patchify
 
         input_ids, labels, images, sizes = self.rows[index]
         patches = [
@@ -156,8 +155,9 @@ def image_chat_samples(
 ) -> _ImageChatSamples:
     """Every conversation of an ``image_chat`` dataset, encoded (``_image_chat.encode_record``) and padded
     on the right to ``seq_len`` with labels on the assistant tokens only."""
-    from hyper_parallel.components.dataloader._image_chat import Geometry, encode_record, read_records
+    from hyper_parallel.components.dataloader._image_chat import encode_record, read_records
     from hyper_parallel.components.dataloader._sources import image_chat_files
+    from hyper_parallel.models.qwen3_5.images import Geometry
 
     vision, image_token_id = request.vision, request.image_token_id
     if vision is None or image_token_id is None:
@@ -335,4 +335,3 @@ def document_samples(
         return padded_samples(corpus, tokenizer, seq_len, max_samples, ignore_index)
     finally:
         docs.close()  # type: ignore[attr-defined]
-

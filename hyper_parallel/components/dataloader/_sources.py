@@ -138,7 +138,8 @@ def check_image_chat(paths: Sequence[str]) -> None:
 
 def _check_image_chat(files: list[Path]) -> None:
     """The first ``CHECKED_RECORDS`` conversations of each file parse and their images can be opened."""
-    from hyper_parallel.components.dataloader._image_chat import image_size, read_records
+    from hyper_parallel.components.dataloader._image_chat import read_records
+    from hyper_parallel.models.qwen3_5.images import image_size
 
     empty: list[Path] = []
     for file in files:

@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import attrs
 
 from hyper_parallel._checks import quote, said
+from hyper_parallel.models.qwen3_5.images import MAX_PIXELS, MIN_PIXELS
 
 if TYPE_CHECKING:
-    from hyper_parallel.components.dataloader import LoaderRequest
+    from hyper_parallel.components.dataloader import DataLoader, LoaderRequest
     from hyper_parallel.components.dataloader._corpus import Samples
+    from hyper_parallel.components.dataloader._loader import ResumableLoader
 
 __all__ = [
     "DatasetConfig",
@@ -40,11 +42,6 @@ __all__ = [
 ]
 
 Issues = Iterator[tuple[str, str]]
-
-#: The default pixel bounds of ``image_chat`` images (the Qwen-VL image processors' ``min_pixels`` and
-#: ``max_pixels``), also what an image given to a model trained on other data is resized within.
-IMAGE_MIN_PIXELS = 65_536
-IMAGE_MAX_PIXELS = 16_777_216
 
 _SOURCE_HELP = (
     "Data format, required to train: 'jsonl' (one JSON object per line), 'text' (plain "
@@ -146,7 +143,8 @@ class DatasetConfig:
 
     @classmethod
     def refuse(cls, name: str, value: object) -> tuple[str, str]:
-        """``(field path, message)`` for field ``name`` of another source, given ``value`` (not its default)."""
+        """``(field path, message)`` refusing field ``name`` of another source, set to ``value`` (not that
+        field's default): the sources that read it are named, so the user knows which one was meant."""
         owners = [repr(v.tag()) for v in DatasetConfig.__variants__ if name in attrs.fields_dict(v)]
         named = f"{', '.join(owners[:-1])} or {owners[-1]}" if len(owners) > 1 else owners[0]
         return name, f"is only read when source is {named} (source is {cls.tag()!r}); leave it out"
@@ -197,13 +195,39 @@ class DatasetConfig:
         return self if self.generated else attrs.evolve(self, seed=None)  # type: ignore[misc]
 
     def pixel_bounds(self) -> tuple[int, int]:
-        """``(min_pixels, max_pixels)`` images are resized within: the defaults unless the data sets them."""
-        return IMAGE_MIN_PIXELS, IMAGE_MAX_PIXELS
+        """``(min_pixels, max_pixels)`` images are resized within: the image processor's defaults unless
+        the data sets them (the export writes them, ``generate --image`` reads them back)."""
+        return MIN_PIXELS, MAX_PIXELS
 
     def samples(self, request: "LoaderRequest", *, seed: int, max_samples: int | None) -> "Samples":
         """The samples of this data for ``request`` (tokenizer, ``seq_len``, the model's layout); ``seed``
         draws generated data, ``max_samples`` (None: all) keeps the first ones."""
         raise ValueError("the dataset names no source")
+
+    def loader(
+        self,
+        request: "LoaderRequest",
+        *,
+        shuffle: bool,
+        drop_last: bool,
+        infinite: bool,
+        max_samples: int | None = None,
+        workers: "DataLoader.Config | None" = None,
+    ) -> "ResumableLoader":
+        """The batches of this data for the request's rank (what a data loader or a validator serves):
+        ``max_samples`` caps the samples below ``self.max_samples``, ``workers`` (a data loader's Config)
+        gives the worker-process and pinning options (None: loaded in this process)."""
+        from hyper_parallel.components.dataloader._loader import build_loader
+
+        return build_loader(
+            self,
+            request,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            infinite=infinite,
+            max_samples=max_samples,
+            workers=workers,
+        )
 
 
 def _file_paths(section: Any) -> Issues:
@@ -275,7 +299,6 @@ class NoSource(DatasetConfig):
         if name == "paths":
             return "source", f"must name the format of paths {list(value)}: 'jsonl', 'text' or 'tokenized'"  # type: ignore[call-overload]
         return super().refuse(name, value)
-
 
 
 @attrs.frozen(kw_only=True, slots=False)
@@ -500,7 +523,7 @@ class ImageChatSource(DatasetConfig):
     seed: int | None = _seed()
     max_samples: int | None = _max_samples()
     image_min_pixels: int = attrs.field(
-        default=IMAGE_MIN_PIXELS,
+        default=MIN_PIXELS,
         validator=attrs.validators.gt(0),
         metadata={
             "help": "Smaller images are scaled up to about this many pixels (aspect kept). Only for "
@@ -508,7 +531,7 @@ class ImageChatSource(DatasetConfig):
         },
     )
     image_max_pixels: int = attrs.field(
-        default=IMAGE_MAX_PIXELS,
+        default=MAX_PIXELS,
         validator=attrs.validators.gt(0),
         metadata={
             "help": "Larger images are scaled down to at most this many pixels (aspect kept); it bounds "

@@ -18,7 +18,7 @@ from hyper_parallel.config.base import ConfigBase, config_class
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-    from hyper_parallel.components.dataloader._loader import ResumableLoader
+    from hyper_parallel.components.dataloader import ResumableLoader
     from hyper_parallel.components.validator._runtime import LossValidatorRuntime
 
 __all__ = ["LossValidator", "Validator"]
@@ -109,11 +109,8 @@ class LossValidator(Validator):
             out), so a sharded model's forward runs in step. The request's ``process_group`` shares the
             tokenizing as in ``DataLoader.Config.build``.
             """
-            from hyper_parallel.components.dataloader._loader import build_loader
-
             batch = self.micro_batch_size or request.micro_batch_size
-            return build_loader(
-                self.dataset,
+            return self.dataset.loader(
                 attrs.evolve(request, micro_batch_size=batch),
                 shuffle=False,
                 drop_last=False,
