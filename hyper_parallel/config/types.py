@@ -824,7 +824,7 @@ def _variant_facts(tp: Any) -> _VariantFacts:
         for name, field in own.items():
             fields.setdefault(name, field)
     tags = [t for t in by_tag if t is not None]
-    tag_type: Any = Literal[tuple(tags)]  # type: ignore[valid-type]
+    tag_type: Any = Literal[tuple(tags)]
     if None in by_tag:
         tag_type = tag_type | None
     absent = attrs.fields_dict(tp.__variants__[0])[key].default
