@@ -713,6 +713,9 @@ class _Variants(Rule):
         key, title = facts.key, tp.__qualname__
         tag_hook = conv.get_structure_hook(facts.tag_type)
 
+        def structure(value: Any, field_tp: Any) -> Any:
+            return conv.get_structure_hook(field_tp)(value, field_tp)
+
         def field_problems(value: Mapping[str, Any], names: Iterable[str]) -> list[Problem]:
             found: list[Problem] = []
             for name in names:
@@ -731,11 +734,26 @@ class _Variants(Rule):
                 tag = tag_hook(value.get(key, facts.absent), facts.tag_type)
             except Exception as exc:
                 problems += problems_of(exc, (key,))
-            if problems:  # checked by names and types alone, as a mapping with an unknown key is
-                problems += field_problems(value, [k for k in facts.fields if k in value and k != key])
-                raise Problems(f"invalid {title}", problems)
+                raise Problems(
+                    f"invalid {title}", problems + field_problems(value, _given(facts, value))
+                ) from None
             cls = facts.by_tag[tag]
             own = attrs.fields_dict(cls)
+            if problems:  # as a mapping of one class with an unknown key: its fields checked, nothing made
+                errors: list[Exception] = []
+                for name, field in own.items():
+                    if name in value:
+                        try:
+                            conv.get_structure_hook(field.type)(value[name], field.type)
+                        except Exception as exc:
+                            errors.append(at_attribute(exc, cls, name, field.type))
+                mine = {k: v for k, v in value.items() if k in own}
+                try:
+                    problems += problems_of(class_error(cls, mine, errors, structure))
+                except ValueError:  # nothing found: an exception group cannot be empty
+                    pass
+                problems += field_problems(value, [k for k in _given(facts, value) if k not in own])
+                raise Problems(f"invalid {title}", problems)
             typed: list[Problem] = []
             refused: list[Problem] = []
             for name in facts.fields:
@@ -829,6 +847,11 @@ def _variant_facts(tp: Any) -> _VariantFacts:
         tag_type = tag_type | None
     absent = attrs.fields_dict(tp.__variants__[0])[key].default
     return _VariantFacts(key, by_tag, fields, tag_type, absent)
+
+
+def _given(facts: _VariantFacts, value: Mapping[str, Any]) -> list[str]:
+    """The known fields ``value`` gives besides the key, in the variants' order."""
+    return [k for k in facts.fields if k in value and k != facts.key]
 
 
 def _unknown_variant_key(key: object, title: str, facts: _VariantFacts) -> Problem:

@@ -145,7 +145,11 @@ class DatasetConfig:
     def refuse(cls, name: str, value: object) -> tuple[str, str]:
         """``(field path, message)`` refusing field ``name`` of another source, set to ``value`` (not that
         field's default): the sources that read it are named, so the user knows which one was meant."""
-        owners = [repr(v.tag()) for v in DatasetConfig.__variants__ if name in attrs.fields_dict(v)]  # type: ignore[arg-type]
+        owners = [
+            repr(v.tag())
+            for v in DatasetConfig.__variants__
+            if v.names_data and name in attrs.fields_dict(v)  # type: ignore[arg-type]
+        ]
         named = f"{', '.join(owners[:-1])} or {owners[-1]}" if len(owners) > 1 else owners[0]
         return name, f"is only read when source is {named} (source is {cls.tag()!r}); leave it out"
 
