@@ -11,6 +11,7 @@ Invalid` for a value they refuse and cattrs' ``ClassValidationError`` / ``Iterab
 notes naming the attribute, index or key) for containers, so ``cattrs`` users can read them as usual.
 """
 
+import contextlib
 import enum
 import functools
 import itertools
@@ -748,10 +749,8 @@ class _Variants(Rule):
                         except Exception as exc:
                             errors.append(at_attribute(exc, cls, name, field.type))
                 mine = {k: v for k, v in value.items() if k in own}
-                try:
+                with contextlib.suppress(ValueError):  # nothing found: an exception group cannot be empty
                     problems += problems_of(class_error(cls, mine, errors, structure))
-                except ValueError:  # nothing found: an exception group cannot be empty
-                    pass
                 problems += field_problems(value, [k for k in _given(facts, value) if k not in own])
                 raise Problems(f"invalid {title}", problems)
             typed: list[Problem] = []
@@ -1000,6 +999,18 @@ def check_shape(
             elif f.default is attrs.NOTHING:
                 found.append(Problem((*path, name), f"missing required field {name!r}", "parent"))
         return found
+    if _VARIANTS.matches(bare) and isinstance(value, Mapping):
+        facts = _variant_facts(bare)
+        cls = (
+            facts.by_tag.get(value.get(facts.key, facts.absent)) if _hashable(value.get(facts.key)) else None
+        )
+        if cls is not None and value.keys() <= facts.fields.keys():  # the variant it names, by its fields
+            own = attrs.fields_dict(cls)
+            found = check_shape(conv, cls, {k: v for k, v in value.items() if k in own}, path)
+            for name in _given(facts, value):
+                if name not in own:
+                    found += check_shape(conv, facts.fields[name].type, value[name], (*path, name))
+            return found
     if _holds_attrs(bare):
         origin, args = typing.get_origin(bare), typing.get_args(bare)
         items = isinstance(value, (list, tuple))
@@ -1220,6 +1231,15 @@ RULES: tuple[Rule, ...] = (
     _Attrs(),
 )
 _UNSUPPORTED = Rule()
+_VARIANTS = next(rule for rule in RULES if isinstance(rule, _Variants))
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def rule_for(tp: Any) -> Rule:

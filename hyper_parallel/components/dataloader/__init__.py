@@ -5,11 +5,14 @@ validated settings and never read the data files. ``LoaderRequest`` is what the 
 loader needs (tokenizer, data-parallel coordinates, the training shapes, the model's input layout): one
 record handed to ``DataLoader.Config.build`` and to the validator's loader.
 
-The runtime lives in the private modules beside this one, one job each: ``_sources`` reads documents,
-``_tokenizing`` encodes them (shared over a process group), ``_corpus`` cuts packed or padded samples from
-token arrays (in memory, or memory-mapped by ``_prepared`` from folders ``python -m hyper_parallel.data
-prepare`` wrote), ``_samples`` builds each source's samples (also synthetic, captioned images from
-``_images``), ``_order`` computes the sample order (shuffle, blending), ``_loader`` deals and resumes.
+The ``dataset`` section is one class per source (``sources``: ``source: jsonl`` is a ``JsonlSource``),
+each with the fields it reads and the methods for what it does, so nothing here or above asks which
+source a section is. The runtime lives in the private modules beside them, one job each: ``_sources``
+reads documents, ``_tokenizing`` encodes them (shared over a process group), ``_corpus`` cuts packed or
+padded samples from token arrays (in memory, or memory-mapped by ``_prepared`` from folders ``python -m
+hyper_parallel.data prepare`` wrote), ``_samples`` makes the samples of the text, generated and image
+sources (captioned images from ``_images``, conversations from ``_image_chat``), ``_order`` computes the
+sample order (shuffle, blending), ``_loader`` deals and resumes.
 """
 
 from collections.abc import Iterator

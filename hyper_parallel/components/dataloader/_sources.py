@@ -35,12 +35,12 @@ __all__ = [
     "text_documents",
 ]
 
-_SUFFIX = {"jsonl": ".jsonl", "text": ".txt", "image_chat": ".jsonl"}
 #: Conversations of each ``image_chat`` file that ``check_files`` parses, their images' headers read.
 CHECKED_RECORDS = 16
 
 
-def _files(paths: Sequence[str], source: str) -> list[Path]:
+def _files(paths: Sequence[str], suffix: str) -> list[Path]:
+    """The files of ``paths``: each file, and the ``*suffix`` files under each folder (sorted)."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -48,7 +48,7 @@ def _files(paths: Sequence[str], source: str) -> list[Path]:
             found.extend(
                 sorted(
                     p
-                    for p in path.rglob(f"*{_SUFFIX[source]}")
+                    for p in path.rglob(f"*{suffix}")
                     if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
                 )
             )
@@ -58,7 +58,7 @@ def _files(paths: Sequence[str], source: str) -> list[Path]:
             raise InputFileError.at(raw, "dataset path is neither a file nor a directory")
     if not found:
         raise InputFileError(
-            Issue("", f"no {_SUFFIX[source]} file under it (hidden files and folders are skipped)", raw)
+            Issue("", f"no {suffix} file under it (hidden files and folders are skipped)", raw)
             for raw in paths
         )
     return found
@@ -106,7 +106,7 @@ def check_jsonl(paths: Sequence[str], text_field: str) -> None:
     JSON object with ``text_field``, and some file must hold a record: an ``InputFileError`` naming the
     file (``FILE:LINE``) otherwise. Later records are checked as they are read, with the same messages.
     """
-    files = _files(paths, "jsonl")
+    files = _files(paths, ".jsonl")
     empty: list[Path] = []
     for file in files:
         records = _records(file, text_field)
@@ -121,14 +121,14 @@ def check_jsonl(paths: Sequence[str], text_field: str) -> None:
 
 def check_text(paths: Sequence[str]) -> None:
     """Refuse missing paths, folders without ``*.txt`` files, and text files that are all empty."""
-    files = _files(paths, "text")
+    files = _files(paths, ".txt")
     if all(file.stat().st_size == 0 for file in files):
         raise InputFileError(Issue("", "empty: no text to train on", str(file)) for file in files)
 
 
 def image_chat_files(paths: Sequence[str]) -> list[Path]:
     """The JSON lines files of an ``image_chat`` dataset's paths (folders searched as for ``jsonl``)."""
-    return _files(paths, "image_chat")
+    return _files(paths, ".jsonl")
 
 
 def check_image_chat(paths: Sequence[str]) -> None:
@@ -234,11 +234,11 @@ def python_docs() -> tuple[str, ...]:
 def jsonl_documents(paths: Sequence[str], text_field: str) -> Iterator[str]:
     """The ``text_field`` of every record of the ``jsonl`` files of ``paths``, in file order (a record
     that is not a JSON object with that field is an ``InputFileError`` naming it: ``FILE:LINE``)."""
-    for file in _files(paths, "jsonl"):
+    for file in _files(paths, ".jsonl"):
         yield from _records(file, text_field)
 
 
 def text_documents(paths: Sequence[str]) -> Iterator[str]:
     """Each ``*.txt`` file of ``paths`` as one document, in file order."""
-    for file in _files(paths, "text"):
+    for file in _files(paths, ".txt"):
         yield _text(file.read_bytes(), file)
