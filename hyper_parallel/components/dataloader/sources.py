@@ -183,7 +183,7 @@ class DatasetConfig:
         return False
 
     def mixture(self) -> tuple[tuple[float, ...] | None, tuple[str, ...]]:
-        """``(weights, names)`` of the sources blended into the sample order (``((), ())``: one source)."""
+        """``(weights, names)`` of the sources blended into the sample order (``(None, ())``: one source)."""
         return None, ()
 
     def files(self) -> tuple[str, ...]:
@@ -235,6 +235,7 @@ class DatasetConfig:
 
 
 def _file_paths(section: Any) -> Issues:
+    """A source that reads files needs some: its default lists none, so the section must name them."""
     if not section.paths:
         yield "paths", f"must list at least one file or directory when source is {section.source!r}"
 
