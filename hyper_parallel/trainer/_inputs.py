@@ -109,4 +109,3 @@ def build_tokenizer(config: TrainerConfig) -> Any:
     if issues:
         raise InputFileError(issues)
     return tokenizer
-

@@ -36,9 +36,7 @@ class Run:
         self.optimizer = AdamW.Config(lr=0.05, weight_decay=0.1).build(self.model)
         schedule = WarmupDecay.Config(warmup_steps=2, decay_type="linear", min_lr_factor=0.0)
         self.scheduler = schedule.build(self.optimizer, STEPS)
-        data = TextDataLoader.Config(
-            num_workers=0, dataset=JsonlSource(paths=(str(tmp / "train.jsonl"),))
-        )
+        data = TextDataLoader.Config(num_workers=0, dataset=JsonlSource(paths=(str(tmp / "train.jsonl"),)))
         self.loader = data.build(LoaderRequest(tok, 0, 1, seq_len=6, micro_batch_size=2, seed=3))
         self.loss = CausalLMLoss.Config().build()
         self.ckpt = ckpt.build(self.model, self.optimizer, self.scheduler, self.loader)

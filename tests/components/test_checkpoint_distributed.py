@@ -98,9 +98,7 @@ class _Run:
         random.seed(rank)
         self.optimizer = AdamW.Config(lr=0.05, weight_decay=0.1).build(self.model)
         self.scheduler = WarmupDecay.Config(warmup_steps=2).build(self.optimizer, max_steps)
-        data = TextDataLoader.Config(
-            num_workers=0, dataset=JsonlSource(paths=(str(tmp / "train.jsonl"),))
-        )
+        data = TextDataLoader.Config(num_workers=0, dataset=JsonlSource(paths=(str(tmp / "train.jsonl"),)))
         self.loader = data.build(LoaderRequest(tok, rank, 2, seq_len=6, micro_batch_size=2, seed=3))
         self.loss = CausalLMLoss.Config().build()
         self.tally = _Tally()

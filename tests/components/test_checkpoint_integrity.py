@@ -61,9 +61,7 @@ class Run:
         self.model = TinyLM(tok.vocab_size)
         self.optimizer = AdamW.Config(lr=0.05).build(self.model)
         self.scheduler = WarmupDecay.Config(warmup_steps=2).build(self.optimizer, 8)
-        data = TextDataLoader.Config(
-            num_workers=0, dataset=JsonlSource(paths=(str(tmp / "train.jsonl"),))
-        )
+        data = TextDataLoader.Config(num_workers=0, dataset=JsonlSource(paths=(str(tmp / "train.jsonl"),)))
         self.loader = data.build(LoaderRequest(tok, 0, 1, seq_len=6, micro_batch_size=2, seed=3))
         self.tally = Tally()
         config = {"enable": True, "folder": str(tmp / "ckpt"), "interval": 2, "keep_latest_k": 0, **ckpt}

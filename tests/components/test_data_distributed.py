@@ -64,15 +64,11 @@ def write_corpus(folder: Path) -> Path:
 
 
 def train_cfg(corpus: Path, **dataset: Any) -> TextDataLoader.Config:
-    return TextDataLoader.Config(
-        num_workers=0, dataset=JsonlSource(paths=(str(corpus),), **dataset)
-    )
+    return TextDataLoader.Config(num_workers=0, dataset=JsonlSource(paths=(str(corpus),), **dataset))
 
 
 def val_cfg(corpus: Path, steps: int) -> LossValidator.Config:
-    return LossValidator.Config(
-        enable=True, steps=steps, dataset=JsonlSource(paths=(str(corpus),))
-    )
+    return LossValidator.Config(enable=True, steps=steps, dataset=JsonlSource(paths=(str(corpus),)))
 
 
 def rows(batch: dict[str, Any]) -> list[list[int]]:

@@ -31,6 +31,7 @@ def setup(tmp_path: Path) -> tuple[Any, Path, Path]:
     prepared = prepare([data], tmp_path / "prep", tokenizer_config(tmp_path / "cfg", folder), *SMALL_SHARDS)
     return HuggingFaceTokenizer.Config(path=str(folder)).build(), data, prepared
 
+
 #: Each dataset source class by its ``source:`` value.
 SOURCES: dict[Any, Any] = {cls.tag(): cls for cls in DatasetConfig.__variants__}
 
@@ -179,7 +180,8 @@ def test_a_held_out_fraction_never_shares_a_document_with_training(setup: tuple[
     train = loader("tokenized", (str(prepared),), tok, holdout_fraction=0.2, pack_sequences=False)
     held = LossValidator.Config(
         enable=True,
-        dataset=TokenizedSource(paths=(str(prepared),),
+        dataset=TokenizedSource(
+            paths=(str(prepared),),
             holdout_fraction=0.2,
             split="holdout",
             pack_sequences=False,

@@ -13,7 +13,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
-from hyper_parallel.components.dataloader import DataLoader, DatasetConfig, JsonlSource, LoaderRequest, SyntheticSource, TextDataLoader, TextSource  # noqa: E402
+from hyper_parallel.components.dataloader import (  # noqa: E402
+    DataLoader,
+    JsonlSource,
+    LoaderRequest,
+    SyntheticSource,
+    TextDataLoader,
+    TextSource,
+)
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer  # noqa: E402
 from hyper_parallel.components.validator import LossValidator  # noqa: E402
 from tests.support.components import batches_equal, document, train_tokenizer, write_jsonl  # noqa: E402
@@ -68,9 +75,7 @@ def test_text_source_reads_directories_one_document_per_file(tok: Any, tmp_path:
     for i in range(6):
         (folder / ("sub" if i % 2 else "") / f"{i:02d}.txt").write_text(document(i))
     (folder / "notes.md").write_text("ignored")
-    cfg = TextDataLoader.Config(
-        num_workers=0, shuffle=False, dataset=TextSource(paths=(str(folder),))
-    )
+    cfg = TextDataLoader.Config(num_workers=0, shuffle=False, dataset=TextSource(paths=(str(folder),)))
     order = [0, 2, 4, 1, 3, 5]  # sorted paths: 00.txt, 02.txt, 04.txt, sub/01.txt ...
     expected = [t for i in order for t in tok.encode(document(i))]
     got = list(islice(build(cfg, tok, mbs=1), len(expected) // SEQ))
@@ -237,9 +242,7 @@ def test_max_samples_and_drop_last(tok: Any, corpus: Path) -> None:
 
 
 def test_synthetic_source(tok: Any) -> None:
-    cfg = TextDataLoader.Config(
-        num_workers=0, dataset=SyntheticSource(synthetic_num_samples=12)
-    )
+    cfg = TextDataLoader.Config(num_workers=0, dataset=SyntheticSource(synthetic_num_samples=12))
     a = list(islice(build(cfg, tok, mbs=4, seed=3), 3))
     b = list(islice(build(cfg, tok, mbs=4, seed=3), 3))
     assert batches_equal(a, b)

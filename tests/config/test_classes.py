@@ -14,7 +14,13 @@ import pytest
 import yaml
 
 from hyper_parallel.components.checkpoint import Checkpoint, DCPCheckpoint
-from hyper_parallel.components.dataloader import DataLoader, DatasetConfig, JsonlSource, SyntheticSource, TextDataLoader
+from hyper_parallel.components.dataloader import (
+    DataLoader,
+    DatasetConfig,
+    JsonlSource,
+    SyntheticSource,
+    TextDataLoader,
+)
 from hyper_parallel.components.loss import CausalLMLoss, Loss
 from hyper_parallel.components.lr_scheduler import LRScheduler, WarmupDecay
 from hyper_parallel.components.metrics import Metrics, MetricsLogger
