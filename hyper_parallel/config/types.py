@@ -798,10 +798,13 @@ class _Variants(Rule):
         for cls in facts.by_tag.values():
             branch = class_schema(cls, None, default_of)
             own = branch["properties"]
+            tag = attrs.fields_dict(cls)[facts.key].default
+            described = {k: v for k, v in own[facts.key].items() if k in ("description", "default")}
+            own[facts.key] = {"const": tag, **described}  # the value naming this branch, nothing else
             for name, field in facts.fields.items():
                 if name not in own:  # another variant's field: only its default, which is dropped
                     own[name] = {"const": default_of(field.default)}
-            if attrs.fields_dict(cls)[facts.key].default is not facts.absent:
+            if tag is not facts.absent:
                 branch["required"] = [*branch.get("required", []), facts.key]
             branches.append(branch)
         return {"anyOf": branches}

@@ -17,7 +17,7 @@ imported inside the methods.
 """
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
 import attrs
 
@@ -42,23 +42,29 @@ __all__ = [
 ]
 
 Issues = Iterator[tuple[str, str]]
+#: What ``source:`` may say; each class takes only its own value (its validator), so ``--help`` and an
+#: override of ``dataset.source`` offer every source whichever one a section holds.
+Source: TypeAlias = (
+    Literal["jsonl", "text", "tokenized", "python_docs", "synthetic", "shapes", "image_chat"] | None
+)
 
-_SOURCE_HELP = (
-    "Data format, required to train: 'jsonl' (one JSON object per line), 'text' (plain "
+_SOURCE_HELP = {
+    "help": "Data format, required to train: 'jsonl' (one JSON object per line), 'text' (plain "
     "text files), 'tokenized' (folders written by python -m hyper_parallel.data prepare, "
     "memory-mapped), 'python_docs' (docstrings of the Python standard library: real text, no "
     "files), 'synthetic' (random tokens, for smoke tests and benchmarks), 'shapes' (generated "
     "images of coloured shapes with captions, for vision-language models) or 'image_chat' (JSON "
     "lines of chat messages holding image paths, for vision-language models); null names no data."
-)
+}
 
 
 # Each field is written once, here, and listed by every source that reads it (in this order, the order a
 # dump writes them in).
 
 
-def _source(tag: str | None) -> Any:
-    return attrs.field(default=tag, validator=attrs.validators.in_((tag,)), metadata={"help": _SOURCE_HELP})
+def _only(tag: str | None) -> Any:
+    """The validator of a source's ``source`` field: the value naming that class, no other."""
+    return attrs.validators.in_((tag,))
 
 
 def _paths() -> Any:
@@ -293,7 +299,7 @@ class NoSource(DatasetConfig):
 
     names_data: ClassVar[bool] = False
 
-    source: None = _source(None)
+    source: Source = attrs.field(default=None, validator=_only(None), metadata=_SOURCE_HELP)
     seed: int | None = _seed()
     pack_sequences: bool = _pack_sequences()
     document_masking: bool = _document_masking()
@@ -310,7 +316,7 @@ class NoSource(DatasetConfig):
 class JsonlSource(_Documents):
     """``source: jsonl``: one JSON object per line, the document is its ``text_field``."""
 
-    source: Literal["jsonl"] = _source("jsonl")
+    source: Source = attrs.field(default="jsonl", validator=_only("jsonl"), metadata=_SOURCE_HELP)
     paths: tuple[str, ...] = _paths()
     text_field: str = attrs.field(
         default="text",
@@ -345,7 +351,7 @@ class JsonlSource(_Documents):
 class TextSource(_Documents):
     """``source: text``: each file (``*.txt`` under a folder) is one document."""
 
-    source: Literal["text"] = _source("text")
+    source: Source = attrs.field(default="text", validator=_only("text"), metadata=_SOURCE_HELP)
     paths: tuple[str, ...] = _paths()
     seed: int | None = _seed()
     pack_sequences: bool = _pack_sequences()
@@ -375,7 +381,7 @@ class TokenizedSource(DatasetConfig):
     """``source: tokenized``: folders written by ``python -m hyper_parallel.data prepare``, memory-mapped;
     several folders are blended by ``weights``, and each may set apart a held-out fraction."""
 
-    source: Literal["tokenized"] = _source("tokenized")
+    source: Source = attrs.field(default="tokenized", validator=_only("tokenized"), metadata=_SOURCE_HELP)
     paths: tuple[str, ...] = _paths()
     weights: tuple[float, ...] | None = attrs.field(
         default=None,
@@ -451,7 +457,7 @@ class PythonDocsSource(_NoFiles, _Documents):
     """``source: python_docs``: the docstrings of a fixed list of standard-library modules (real text on
     every machine, without files or network)."""
 
-    source: Literal["python_docs"] = _source("python_docs")
+    source: Source = attrs.field(default="python_docs", validator=_only("python_docs"), metadata=_SOURCE_HELP)
     seed: int | None = _seed()
     pack_sequences: bool = _pack_sequences()
     document_masking: bool = _document_masking()
@@ -469,7 +475,7 @@ class SyntheticSource(_NoFiles):
 
     generated: ClassVar[bool] = True
 
-    source: Literal["synthetic"] = _source("synthetic")
+    source: Source = attrs.field(default="synthetic", validator=_only("synthetic"), metadata=_SOURCE_HELP)
     seed: int | None = _seed()
     max_samples: int | None = _max_samples()
     synthetic_num_samples: int = _num_samples()
@@ -494,7 +500,7 @@ class ShapesSource(_NoFiles):
     image_data: ClassVar[str | None] = "image-caption data"
     generated: ClassVar[bool] = True
 
-    source: Literal["shapes"] = _source("shapes")
+    source: Source = attrs.field(default="shapes", validator=_only("shapes"), metadata=_SOURCE_HELP)
     seed: int | None = _seed()
     max_samples: int | None = _max_samples()
     synthetic_num_samples: int = _num_samples()
@@ -523,7 +529,7 @@ class ImageChatSource(DatasetConfig):
 
     image_data: ClassVar[str | None] = "image-text conversations"
 
-    source: Literal["image_chat"] = _source("image_chat")
+    source: Source = attrs.field(default="image_chat", validator=_only("image_chat"), metadata=_SOURCE_HELP)
     paths: tuple[str, ...] = _paths()
     seed: int | None = _seed()
     max_samples: int | None = _max_samples()
