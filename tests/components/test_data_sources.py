@@ -103,6 +103,11 @@ def test_each_source_holds_only_the_fields_it_reads() -> None:
     assert [name for name, own in fields.items() if "text_field" in own] == ["jsonl"]
 
 
+def test_the_base_is_not_a_dataset() -> None:
+    with pytest.raises(TypeError, match="build one of NoSource, JsonlSource, TextSource"):
+        DatasetConfig(source="jsonl")  # type: ignore[call-arg]
+
+
 def test_the_source_names_the_class_and_an_override_switches_it() -> None:
     cfg = load_config(str(ROOT / "configs" / "llama3_debug.yaml"))
     switched = apply_overrides(

@@ -142,6 +142,12 @@ class DatasetConfig:
         seed: int | None
         max_samples: int | None
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "DatasetConfig":
+        if cls is DatasetConfig:  # what used to be built with source="jsonl" is JsonlSource now
+            names = ", ".join(v.__name__ for v in DatasetConfig.__variants__)
+            raise TypeError(f"DatasetConfig is the base of the dataset sources: build one of {names}")
+        return super().__new__(cls)
+
     @classmethod
     def tag(cls) -> str | None:
         """The ``source:`` value naming this class."""
