@@ -145,9 +145,9 @@ def measure_flat(work: Path, sizes_mb: list[float]) -> list[dict[str, Any]]:
 
 def _stdlib_corpus(path: Path, megabytes: float) -> float:
     """Write the docstrings corpus as JSON lines to ``path`` (repeated to ``megabytes``); its text MB."""
-    from hyper_parallel.components.dataloader._sources import python_docs
+    from hyper_parallel.components.dataloader import PythonDocsSource
 
-    docs = list(python_docs())
+    docs = list(PythonDocsSource().documents())
     size = text = 0
     with path.open("w", encoding="utf-8") as handle:
         while size < megabytes * (1 << 20):
@@ -163,7 +163,7 @@ def train_bpe(folder: Path, vocab_size: int = 8192) -> Path:
     """A byte-level BPE ``tokenizer.json`` trained on the docstrings corpus (the reference of (b))."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from hyper_parallel.components.dataloader._sources import python_docs
+    from hyper_parallel.components.dataloader import PythonDocsSource
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -174,7 +174,7 @@ def train_bpe(folder: Path, vocab_size: int = 8192) -> Path:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(python_docs(), trainer)
+    tok.train_from_iterator(PythonDocsSource().documents(), trainer)
     folder.mkdir(parents=True)
     tok.save(str(folder / "tokenizer.json"))
     specials = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}

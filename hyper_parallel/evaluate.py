@@ -302,17 +302,16 @@ def training_data_validator(cfg: TrainerConfig) -> tuple[TrainerConfig, str] | N
     import attrs
 
     dataset = getattr(cfg.dataloader, "dataset", None)
-    if dataset is None or dataset.source is None or not hasattr(cfg.validator, "dataset"):
+    if dataset is None or not dataset.names_data or not hasattr(cfg.validator, "dataset"):
         return None
     steps = cfg.validator.steps
-    if dataset.source == "tokenized" and dataset.holdout_fraction > 0:
-        held = attrs.evolve(dataset, split="holdout")
-        share = f"the last {dataset.holdout_fraction:g} of each folder's documents"
+    split = dataset.held_out()
+    if split is not None:
+        held, share = split
         note = f"no validator section: evaluating the training data's held-out split ({share})"
     else:
         steps = FALLBACK_STEPS if steps == -1 else steps
-        generated = dataset.source in ("synthetic", "shapes")
-        held = attrs.evolve(dataset, seed=dataset.seed if generated else None)
+        held = dataset.in_file_order()
         note = (
             f"no validator section, and the training data ({dataset.source!r}) has no held-out split "
             "(dataloader.dataset.holdout_fraction of prepared folders): evaluating the first "

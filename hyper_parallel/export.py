@@ -267,12 +267,12 @@ def _image_processor_files(cfg: TrainerConfig, hf_config: dict[str, Any]) -> dic
     to whole merged patches between ``min_pixels`` and ``max_pixels``); the pixel bounds are the training
     data's (``image_chat``) or the dataset defaults. ``generate`` reads the bounds back from it.
     """
-    from hyper_parallel.components.dataloader._image_chat import pixel_bounds
+    from hyper_parallel.components.dataloader import NoSource
 
     vision = hf_config.get("vision_config")
     if not isinstance(vision, dict):
         return {}
-    low, high = pixel_bounds(getattr(cfg.dataloader, "dataset", None))
+    low, high = getattr(cfg.dataloader, "dataset", NoSource()).pixel_bounds()
     processor = {
         "image_processor_type": "Qwen2VLImageProcessor",
         "do_convert_rgb": True,

@@ -132,7 +132,7 @@ def _assign(model: nn.Module, weights: dict[str, Any], where: str, device: str) 
 
 
 def _load_checkpoint(folder: Path, config: str | Path | None, device: str) -> Loaded:
-    from hyper_parallel.components.dataloader._image_chat import pixel_bounds
+    from hyper_parallel.components.dataloader import NoSource
     from hyper_parallel.export import ExportError, read_checkpoint
 
     try:
@@ -146,7 +146,7 @@ def _load_checkpoint(folder: Path, config: str | Path | None, device: str) -> Lo
     except (OSError, ValueError) as exc:
         raise GenerateError(f"{str(step)!r}: the run's tokenizer cannot be loaded: {exc}") from None
     what = f"{step} ({spec.name} {spec.flavor})"
-    bounds = pixel_bounds(getattr(cfg.dataloader, "dataset", None))
+    bounds = getattr(cfg.dataloader, "dataset", NoSource()).pixel_bounds()
     return Loaded(model, tokenizer, spec.args.max_sequence_length(), what, image_pixels=bounds)
 
 
@@ -274,17 +274,15 @@ def _image_prompt(loaded: Loaded, image: str, prompt: str) -> tuple[list[int], d
     ``pixel_values`` and ``grid_thw``, prepared as ``image_chat`` training data is."""
     import torch
 
-    from hyper_parallel.components.dataloader._image_chat import Geometry, pixel_bounds
-    from hyper_parallel.components.dataloader._images import patchify
-    from hyper_parallel.components.dataloader._pictures import image_pixels
     from hyper_parallel.config.errors import InputFileError
     from hyper_parallel.data.chat import builtin_chat
+    from hyper_parallel.models.qwen3_5.images import MAX_PIXELS, MIN_PIXELS, Geometry, image_pixels, patchify
 
     args = getattr(loaded.model, "args", None)
     vision, image_token_id = getattr(args, "vision", None), getattr(args, "image_token_id", None)
     if not loaded.sees_images or vision is None or image_token_id is None:
         raise GenerateError(f"--image: {loaded.what} has no vision tower; give no --image")
-    geometry = Geometry.of(vision, loaded.image_pixels or pixel_bounds(None))
+    geometry = Geometry.of(vision, loaded.image_pixels or (MIN_PIXELS, MAX_PIXELS))
     try:
         size = geometry.fitted(Path(image), "--image")
         pixels = image_pixels(Path(image), size)

@@ -11,6 +11,7 @@ Invalid` for a value they refuse and cattrs' ``ClassValidationError`` / ``Iterab
 notes naming the attribute, index or key) for containers, so ``cattrs`` users can read them as usual.
 """
 
+import contextlib
 import enum
 import functools
 import itertools
@@ -692,6 +693,176 @@ class _Mapping(Rule):
         return (args[1] if args else Any) if isinstance(segment, str) else NO_CHILD
 
 
+class _Variants(Rule):
+    """A base class whose subclasses are one field's variants, told apart by the value of one key.
+
+    The base (not an attrs class) declares ``__variant_key__`` (the key: a dataset's ``source``) and
+    ``__variants__`` (attrs classes, each with that key as a field whose default is the value naming it;
+    the first is the one a mapping without the key means). A mapping is structured as the variant its
+    key names, by that class's own hook (its validators and ``cross_check``). Unknown keys are the
+    base's (``unknown field 'x' for Base``, the did-you-mean among every variant's fields); a field of
+    another variant is dropped when it holds that field's default (a dump from when one class had every
+    field), and otherwise refused in the chosen variant's words: ``variant.refuse(name, value)`` gives
+    ``(field path, message)``. Variants are written by their own class: the key is their first field.
+    """
+
+    def matches(self, tp: Any) -> bool:
+        return isinstance(tp, type) and not attrs.has(tp) and hasattr(tp, "__variant_key__")
+
+    def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
+        facts = _variant_facts(tp)
+        key, title = facts.key, tp.__qualname__
+        tag_hook = conv.get_structure_hook(facts.tag_type)
+
+        def structure(value: Any, field_tp: Any) -> Any:
+            return conv.get_structure_hook(field_tp)(value, field_tp)
+
+        def field_problems(value: Mapping[str, Any], names: Iterable[str]) -> list[Problem]:
+            found: list[Problem] = []
+            for name in names:
+                field_tp = facts.fields[name].type
+                try:
+                    conv.get_structure_hook(field_tp)(value[name], field_tp)
+                except Exception as exc:
+                    found += problems_of(exc, (name,))
+            return found
+
+        def structure_variant(value: Any, _tp: Any) -> Any:
+            if not isinstance(value, Mapping):
+                raise Invalid(f"expected a mapping for {title}, got {describe_value(value)}")
+            problems = [_unknown_variant_key(k, title, facts) for k in value if k not in facts.fields]
+            try:
+                tag = tag_hook(value.get(key, facts.absent), facts.tag_type)
+            except Exception as exc:
+                problems += problems_of(exc, (key,))
+                raise Problems(
+                    f"invalid {title}", problems + field_problems(value, _given(facts, value))
+                ) from None
+            cls = facts.by_tag[tag]
+            own = attrs.fields_dict(cls)
+            if problems:  # as a mapping of one class with an unknown key: its fields checked, nothing made
+                errors: list[Exception] = []
+                for name, field in own.items():
+                    if name in value:
+                        try:
+                            conv.get_structure_hook(field.type)(value[name], field.type)
+                        except Exception as exc:
+                            errors.append(at_attribute(exc, cls, name, field.type))
+                mine = {k: v for k, v in value.items() if k in own}
+                with contextlib.suppress(ValueError):  # nothing found: an exception group cannot be empty
+                    problems += problems_of(class_error(cls, mine, errors, structure))
+                problems += field_problems(value, [k for k in _given(facts, value) if k not in own])
+                raise Problems(f"invalid {title}", problems)
+            typed: list[Problem] = []
+            refused: list[Problem] = []
+            for name in facts.fields:
+                if name in value and name not in own:
+                    field = facts.fields[name]
+                    try:
+                        given = conv.get_structure_hook(field.type)(value[name], field.type)
+                    except Exception as exc:
+                        typed += problems_of(exc, (name,))
+                        continue
+                    if given != field.default:
+                        path, message = cls.refuse(name, given)
+                        refused.append(Problem((path,), message))
+            mine = {k: v for k, v in value.items() if k in own}
+            if not typed and not refused:
+                return conv.get_structure_hook(cls)(mine, cls)
+            try:
+                conv.get_structure_hook(cls)(mine, cls)
+            except CheckedGroup as exc:  # its own checks refused it: reported beside the foreign fields
+                own_found, checked = problems_of(exc), True
+            except Exception as exc:
+                own_found, checked = problems_of(exc), False
+            else:
+                own_found, checked = [], True
+            # As for one class: a value of the wrong type hides the rules between fields.
+            found = [*refused, *own_found] if checked and not typed else [*typed, *own_found]
+            raise Problems(f"invalid {title}", found)
+
+        return structure_variant
+
+    def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
+        return _unstructure_any(conv)
+
+    def describe(self, tp: Any) -> str:
+        return str(tp.__qualname__)
+
+    def expected(self, tp: Any) -> str:
+        return "a mapping"
+
+    def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
+        facts = _variant_facts(tp)
+        branches = []
+        for cls in facts.by_tag.values():
+            branch = class_schema(cls, None, default_of)
+            own = branch["properties"]
+            tag = attrs.fields_dict(cls)[facts.key].default
+            described = {k: v for k, v in own[facts.key].items() if k in ("description", "default")}
+            own[facts.key] = {"const": tag, **described}  # the value naming this branch, nothing else
+            for name, field in facts.fields.items():
+                if name not in own:  # another variant's field: only its default, which is dropped
+                    own[name] = {"const": default_of(field.default)}
+            if tag is not facts.absent:
+                branch["required"] = [*branch.get("required", []), facts.key]
+            branches.append(branch)
+        return {"anyOf": branches}
+
+    def child(self, tp: Any, segment: str | int) -> Any:
+        facts = _variant_facts(tp)
+        if segment == facts.key:
+            return facts.tag_type
+        field = facts.fields.get(segment) if isinstance(segment, str) else None
+        return NO_CHILD if field is None else field.type
+
+    def names(self, tp: Any) -> list[str]:
+        return list(_variant_facts(tp).fields)
+
+
+class _VariantFacts(typing.NamedTuple):
+    key: str
+    #: Each variant by the value of its key.
+    by_tag: dict[Any, Any]
+    #: Every variant's fields by name, the first variant's first (the key), each new one where it appears.
+    fields: dict[str, Any]
+    #: The annotation of the key: one of the variants' values.
+    tag_type: Any
+    #: The value a mapping without the key means.
+    absent: Any
+
+
+@functools.cache
+def _variant_facts(tp: Any) -> _VariantFacts:
+    key = tp.__variant_key__
+    by_tag: dict[Any, Any] = {}
+    fields: dict[str, Any] = {}
+    for cls in tp.__variants__:
+        attrs.resolve_types(cls)
+        own = {f.name: f for f in attrs.fields(cls) if f.init}
+        by_tag[own[key].default] = cls
+        for name, field in own.items():
+            fields.setdefault(name, field)
+    tags = [t for t in by_tag if t is not None]
+    tag_type: Any = Literal[tuple(tags)]
+    if None in by_tag:
+        tag_type = tag_type | None
+    absent = attrs.fields_dict(tp.__variants__[0])[key].default
+    return _VariantFacts(key, by_tag, fields, tag_type, absent)
+
+
+def _given(facts: _VariantFacts, value: Mapping[str, Any]) -> list[str]:
+    """The known fields ``value`` gives besides the key, in the variants' order."""
+    return [k for k in facts.fields if k in value and k != facts.key]
+
+
+def _unknown_variant_key(key: object, title: str, facts: _VariantFacts) -> Problem:
+    """An unknown key of a variant mapping, in the words of an unknown key of one class."""
+    if key == TARGET_KEY or not isinstance(key, str):
+        return unknown_key((), key, object)
+    return Problem((key,), f"unknown field {echo(key)} for {title}{did_you_mean(key, facts.fields)}", "key")
+
+
 class _Attrs(Rule):
     """An attrs class: a mapping of its fields, structured by cattrs' generated function."""
 
@@ -831,6 +1002,18 @@ def check_shape(
             elif f.default is attrs.NOTHING:
                 found.append(Problem((*path, name), f"missing required field {name!r}", "parent"))
         return found
+    if _VARIANTS.matches(bare) and isinstance(value, Mapping):
+        facts = _variant_facts(bare)
+        cls = (
+            facts.by_tag.get(value.get(facts.key, facts.absent)) if _hashable(value.get(facts.key)) else None
+        )
+        if cls is not None and value.keys() <= facts.fields.keys():  # the variant it names, by its fields
+            own = attrs.fields_dict(cls)
+            found = check_shape(conv, cls, {k: v for k, v in value.items() if k in own}, path)
+            for name in _given(facts, value):
+                if name not in own:
+                    found += check_shape(conv, facts.fields[name].type, value[name], (*path, name))
+            return found
     if _holds_attrs(bare):
         origin, args = typing.get_origin(bare), typing.get_args(bare)
         items = isinstance(value, (list, tuple))
@@ -1047,9 +1230,19 @@ RULES: tuple[Rule, ...] = (
     _FixedTuple(),
     _Sequence(),
     _Mapping(),
+    _Variants(),
     _Attrs(),
 )
 _UNSUPPORTED = Rule()
+_VARIANTS = next(rule for rule in RULES if isinstance(rule, _Variants))
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def rule_for(tp: Any) -> Rule:

@@ -42,7 +42,6 @@ from hyper_parallel.data import shards
 
 __all__ = ["InputError", "Piece", "PrepareOptions", "plan", "prepare"]
 
-FORMATS = ("jsonl", "text", "parquet", "chat")
 _CHAT = ("chat", "chat-parquet")
 _ROW_GROUPS = ("parquet", "chat-parquet")
 _SUFFIXES = {".jsonl": "jsonl", ".txt": "text", ".parquet": "parquet"}

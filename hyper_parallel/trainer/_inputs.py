@@ -61,17 +61,7 @@ def check_without_torch(config: TrainerConfig) -> None:
         check_weights(config.model)
     tokenizer = build_tokenizer(config)
     for dataset in sections:
-        if getattr(dataset, "source", None) == "image_chat":
-            _check_image_chat(config, dataset, tokenizer)
-    prepared = [d for d in sections if getattr(d, "source", None) == "tokenized"]
-    if prepared:
-        from hyper_parallel.components.dataloader._prepared_check import open_for_training
-        from hyper_parallel.data.shards import tokenizer_fingerprint
-
-        fingerprint = tokenizer_fingerprint(tokenizer)
-        for dataset in prepared:
-            for path in dataset.paths:
-                open_for_training(path, fingerprint)
+        dataset.check_encoded(tokenizer, config.model.args, config.training.seq_len)
 
 
 def _datasets(config: TrainerConfig) -> list[Any]:
@@ -114,50 +104,8 @@ def build_tokenizer(config: TrainerConfig) -> Any:
     if isinstance(vocab, int):
         issues += [Issue("", message, where) for _path, message in rules.vocabulary_issues(config, vocab)]
     dataset = getattr(config.dataloader, "dataset", None)
-    source = getattr(dataset, "source", None)
-    if (
-        source in rules.TEXT_SOURCES
-        and getattr(dataset, "pack_sequences", False)
-        and tokenizer.eos_id is None
-    ):
-        issues.append(
-            Issue(
-                "",
-                "has no eos token, which dataloader.dataset.pack_sequences needs to separate documents; set "
-                "tokenizer.eos_token to one of its tokens, or pack_sequences to false",
-                where,
-            )
-        )
-    if source == "image_chat" and getattr(tokenizer, "chat_template", None):
-        issues.append(
-            Issue(
-                "",
-                "has a chat_template, and the image_chat source writes conversations in the built-in chat "
-                "format only (a template's image tokens are not supported yet); use a tokenizer without one",
-                where,
-            )
-        )
+    if dataset is not None:
+        issues += [Issue("", message, where) for message in dataset.tokenizer_issues(tokenizer)]
     if issues:
         raise InputFileError(issues)
     return tokenizer
-
-
-def _check_image_chat(config: TrainerConfig, dataset: Any, tokenizer: Any) -> None:
-    """The first conversations of each ``image_chat`` file encoded as the loader will (within
-    ``training.seq_len``, no text on the image id): the build's own refusals, at ``--dry-run``."""
-    from hyper_parallel.components.dataloader._image_chat import (
-        Geometry,
-        encode_record,
-        pixel_bounds,
-        read_records,
-    )
-    from hyper_parallel.components.dataloader._sources import CHECKED_RECORDS, image_chat_files
-
-    args = config.model.args
-    vision, image_token_id = getattr(args, "vision", None), getattr(args, "image_token_id", None)
-    if vision is None or image_token_id is None:
-        return  # refused by the trainer rules already
-    geometry = Geometry.of(vision, pixel_bounds(dataset))
-    for file in image_chat_files(dataset):
-        for record in read_records(file, CHECKED_RECORDS):
-            encode_record(record, tokenizer, image_token_id, geometry, config.training.seq_len)

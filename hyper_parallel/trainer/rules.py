@@ -19,12 +19,11 @@ from hyper_parallel._checks import counted, quote, said
 from hyper_parallel.components.lr_scheduler import WarmupDecay
 
 if TYPE_CHECKING:  # the root config module imports this one
+    from hyper_parallel.components.dataloader import DatasetConfig
     from hyper_parallel.trainer.config import TrainerConfig
 
 __all__ = [
     "COMMANDS",
-    "IMAGE_SOURCES",
-    "TEXT_SOURCES",
     "TRAINER_CLASSES",
     "TrainerKind",
     "batch_issues",
@@ -48,10 +47,6 @@ COMMANDS: Mapping[TrainerKind, str] = {"lm": "train_lm", "vl": "train_vl"}
 #: Each trainer as the classes Python code builds name it.
 TRAINER_CLASSES: Mapping[TrainerKind, str] = {"lm": "LLMTrainer", "vl": "VLTrainer"}
 
-#: Dataset sources made of text documents (packing separates them with EOS).
-TEXT_SOURCES = ("jsonl", "text", "python_docs")
-#: Dataset sources of image-text data (what only a vision-language model and train_vl take).
-IMAGE_SOURCES = {"shapes": "image-caption data", "image_chat": "image-text conversations"}
 #: Pipeline schedules that run their micro-batches in rounds of ``pp`` (their count must split into rounds).
 _PP_ROUNDS = ("Interleaved1F1B", "InterleavedZeroBubble")
 
@@ -122,9 +117,8 @@ def _tokenizer_issues(cfg: "TrainerConfig") -> Issues:
             "tokenizer.path to a folder holding tokenizer.json, or use "
             "hyper_parallel.components.tokenizer.ByteTokenizer.Config (needs no files)",
         )
-    source = _data_source(cfg)
-    dataset = getattr(cfg.dataloader, "dataset", None)
-    if not tokenizer.add_eos and source in TEXT_SOURCES and getattr(dataset, "pack_sequences", False):
+    dataset = _training_data(cfg)
+    if not tokenizer.add_eos and dataset is not None and dataset.separates_documents():
         yield (
             "tokenizer.add_eos",
             "false has no effect while dataloader.dataset.pack_sequences is true: packed documents "
@@ -132,8 +126,8 @@ def _tokenizer_issues(cfg: "TrainerConfig") -> Issues:
         )
     vocab = tokenizer.vocab_size()
     model_vocab = cfg.model.args.vocabulary_size()
-    if source in IMAGE_SOURCES:
-        yield from _image_data_issues(cfg, vocab, model_vocab)
+    if dataset is not None and dataset.image_data is not None:
+        yield from _image_data_issues(cfg, dataset, vocab, model_vocab)
     if vocab is not None:
         yield from vocabulary_issues(cfg, vocab)
 
@@ -154,22 +148,24 @@ def vocabulary_issues(cfg: "TrainerConfig", vocab: int) -> Issues:
         )
 
 
-def _data_source(cfg: "TrainerConfig") -> object:
-    """The training data's ``source`` (``"shapes"`` for image-caption data), or None."""
-    return getattr(getattr(cfg.dataloader, "dataset", None), "source", None)
+def _training_data(cfg: "TrainerConfig") -> "DatasetConfig | None":
+    """The training data's section (a data loader without one reads no dataset section)."""
+    return getattr(cfg.dataloader, "dataset", None)
 
 
 def _has_vision(cfg: "TrainerConfig") -> bool:
     return getattr(cfg.model.args, "vision", None) is not None
 
 
-def _image_data_issues(cfg: "TrainerConfig", vocab: int | None, model_vocab: int | None) -> Issues:
-    """Image-caption data needs a vision tower and a placeholder id the tokenizer never produces."""
+def _image_data_issues(
+    cfg: "TrainerConfig", dataset: "DatasetConfig", vocab: int | None, model_vocab: int | None
+) -> Issues:
+    """Image data needs a vision tower and a placeholder id the tokenizer never produces."""
     image_token_id = getattr(cfg.model.args, "image_token_id", None)
     if not _has_vision(cfg) or image_token_id is None:
         yield (
             "dataloader.dataset.source",
-            f"{_data_source(cfg)!r} produces images, but {cfg.model.name!r} has no vision tower; use a "
+            f"{dataset.source!r} produces images, but {cfg.model.name!r} has no vision tower; use a "
             "vision-language model (hyper_parallel.models.qwen3_5.create_vl_model_spec) and train_vl",
         )
         return
@@ -397,11 +393,11 @@ def trainer_issues(
         )
     if trainer is not None:
         yield from data_issues(cfg)
-    if trainer == "lm" and _data_source(cfg) in IMAGE_SOURCES:
+    dataset = _training_data(cfg)
+    if trainer == "lm" and dataset is not None and dataset.image_data is not None:
         yield (
             "dataloader.dataset.source",
-            f"{_data_source(cfg)!r} is {IMAGE_SOURCES[str(_data_source(cfg))]}, which {names['lm']} cannot "
-            f"feed; use {names['vl']}",
+            f"{dataset.source!r} is {dataset.image_data}, which {names['lm']} cannot feed; use {names['vl']}",
         )
 
 
@@ -415,21 +411,21 @@ NO_DATA = (
 def data_issues(cfg: "TrainerConfig") -> Issues:
     """Training needs data named by the config: a dataset section without a ``source`` is refused (it once
     meant random tokens, which trained a whole run on noise without a word)."""
-    dataset = getattr(cfg.dataloader, "dataset", None)
-    if dataset is not None and getattr(dataset, "source", "") is None:
+    dataset = _training_data(cfg)
+    if dataset is not None and not dataset.names_data:
         yield "dataloader.dataset", NO_DATA
     validator = cfg.validator
-    if validator.enable and getattr(getattr(validator, "dataset", None), "source", "") is None:
+    held: DatasetConfig | None = getattr(validator, "dataset", None)
+    if validator.enable and held is not None and not held.names_data:
         yield (
             "validator.dataset",
             "names no validation data: set validator.dataset.source (and its paths), or set "
             "validator.enable to false",
         )
-    source = getattr(getattr(validator, "dataset", None), "source", None)
-    if validator.enable and source in IMAGE_SOURCES:
+    if validator.enable and held is not None and held.image_data is not None:
         yield (
             "validator.dataset.source",
-            f"{source!r} is {IMAGE_SOURCES[str(source)]}, which validation cannot feed yet (it passes the "
+            f"{held.source!r} is {held.image_data}, which validation cannot feed yet (it passes the "
             "model tokens only); validate on text data, or set validator.enable to false",
         )
 

@@ -16,7 +16,7 @@ dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 from hyper_parallel.components.checkpoint import Checkpoint, DCPCheckpoint  # noqa: E402
 from hyper_parallel.components.checkpoint import _manager as _checkpoint_runtime  # noqa: E402
-from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader import JsonlSource, LoaderRequest, TextDataLoader  # noqa: E402
 from hyper_parallel.components.loss import CausalLMLoss  # noqa: E402
 from hyper_parallel.components.lr_scheduler import WarmupDecay  # noqa: E402
 from hyper_parallel.components.optimizer import AdamW  # noqa: E402
@@ -36,9 +36,7 @@ class Run:
         self.optimizer = AdamW.Config(lr=0.05, weight_decay=0.1).build(self.model)
         schedule = WarmupDecay.Config(warmup_steps=2, decay_type="linear", min_lr_factor=0.0)
         self.scheduler = schedule.build(self.optimizer, STEPS)
-        data = TextDataLoader.Config(
-            num_workers=0, dataset=DatasetConfig(source="jsonl", paths=(str(tmp / "train.jsonl"),))
-        )
+        data = TextDataLoader.Config(num_workers=0, dataset=JsonlSource(paths=(str(tmp / "train.jsonl"),)))
         self.loader = data.build(LoaderRequest(tok, 0, 1, seq_len=6, micro_batch_size=2, seed=3))
         self.loss = CausalLMLoss.Config().build()
         self.ckpt = ckpt.build(self.model, self.optimizer, self.scheduler, self.loader)

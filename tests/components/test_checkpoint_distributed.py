@@ -81,7 +81,7 @@ class _Run:
         from torch.distributed.fsdp import fully_shard
 
         from hyper_parallel.components.checkpoint import DCPCheckpoint
-        from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader
+        from hyper_parallel.components.dataloader import JsonlSource, LoaderRequest, TextDataLoader
         from hyper_parallel.components.loss import CausalLMLoss
         from hyper_parallel.components.lr_scheduler import WarmupDecay
         from hyper_parallel.components.optimizer import AdamW
@@ -98,9 +98,7 @@ class _Run:
         random.seed(rank)
         self.optimizer = AdamW.Config(lr=0.05, weight_decay=0.1).build(self.model)
         self.scheduler = WarmupDecay.Config(warmup_steps=2).build(self.optimizer, max_steps)
-        data = TextDataLoader.Config(
-            num_workers=0, dataset=DatasetConfig(source="jsonl", paths=(str(tmp / "train.jsonl"),))
-        )
+        data = TextDataLoader.Config(num_workers=0, dataset=JsonlSource(paths=(str(tmp / "train.jsonl"),)))
         self.loader = data.build(LoaderRequest(tok, rank, 2, seq_len=6, micro_batch_size=2, seed=3))
         self.loss = CausalLMLoss.Config().build()
         self.tally = _Tally()

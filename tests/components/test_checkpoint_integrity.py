@@ -25,7 +25,7 @@ dcp = pytest.importorskip("torch.distributed.checkpoint")
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError, DCPCheckpoint  # noqa: E402
 from hyper_parallel.components.checkpoint._manifest import MANIFEST, write_manifest  # noqa: E402
 from hyper_parallel.components.checkpoint._state import decode_json  # noqa: E402
-from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader import JsonlSource, LoaderRequest, TextDataLoader  # noqa: E402
 from hyper_parallel.components.loss import CausalLMLoss  # noqa: E402
 from hyper_parallel.components.lr_scheduler import WarmupDecay  # noqa: E402
 from hyper_parallel.components.optimizer import AdamW  # noqa: E402
@@ -61,9 +61,7 @@ class Run:
         self.model = TinyLM(tok.vocab_size)
         self.optimizer = AdamW.Config(lr=0.05).build(self.model)
         self.scheduler = WarmupDecay.Config(warmup_steps=2).build(self.optimizer, 8)
-        data = TextDataLoader.Config(
-            num_workers=0, dataset=DatasetConfig(source="jsonl", paths=(str(tmp / "train.jsonl"),))
-        )
+        data = TextDataLoader.Config(num_workers=0, dataset=JsonlSource(paths=(str(tmp / "train.jsonl"),)))
         self.loader = data.build(LoaderRequest(tok, 0, 1, seq_len=6, micro_batch_size=2, seed=3))
         self.tally = Tally()
         config = {"enable": True, "folder": str(tmp / "ckpt"), "interval": 2, "keep_latest_k": 0, **ckpt}

@@ -22,7 +22,7 @@ from hyper_parallel.components.checkpoint import (  # noqa: E402
     DCPCheckpoint,
 )
 from hyper_parallel.components.checkpoint._layout import complete_steps  # noqa: E402
-from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader import JsonlSource, LoaderRequest, TextDataLoader  # noqa: E402
 from hyper_parallel.components.loss import CausalLMLoss  # noqa: E402
 from hyper_parallel.components.lr_scheduler import WarmupDecay  # noqa: E402
 from hyper_parallel.components.optimizer import AdamW  # noqa: E402
@@ -53,9 +53,7 @@ class Run:
         self.model = DropoutLM(tok.vocab_size)
         self.optimizer = AdamW.Config(lr=0.05, weight_decay=0.1).build(self.model)
         self.scheduler = WarmupDecay.Config(warmup_steps=2).build(self.optimizer, max_steps)
-        data = TextDataLoader.Config(
-            num_workers=0, dataset=DatasetConfig(source="jsonl", paths=(str(tmp / "train.jsonl"),))
-        )
+        data = TextDataLoader.Config(num_workers=0, dataset=JsonlSource(paths=(str(tmp / "train.jsonl"),)))
         # 30 short documents packed into 6-token windows: a few batches per epoch, so runs cross epochs.
         self.loader = data.build(LoaderRequest(tok, 0, 1, seq_len=6, micro_batch_size=4, seed=3))
         self.loss = CausalLMLoss.Config().build()

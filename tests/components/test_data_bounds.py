@@ -21,7 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader import LoaderRequest, TextDataLoader, TokenizedSource  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
 from hyper_parallel.config.errors import InputFileError  # noqa: E402
 from hyper_parallel.data.shards import _quick_digest, file_digest  # noqa: E402
@@ -72,7 +72,7 @@ def test_a_token_id_outside_the_vocabulary_names_the_file_and_offset(
     corrupted: tuple[Path, Path, int], workers: int, packed: bool
 ) -> None:
     prepared, tokens_file, vocab = corrupted
-    dataset = DatasetConfig(source="tokenized", paths=(str(prepared),), pack_sequences=packed)
+    dataset = TokenizedSource(paths=(str(prepared),), pack_sequences=packed)
     cfg = TextDataLoader.Config(num_workers=workers, pin_memory=False, dataset=dataset, shuffle=False)
     request = LoaderRequest(ByteTokenizer.Config().build(), 0, 1, seq_len=16, micro_batch_size=2, seed=3)
     with pytest.raises(InputFileError) as info:
@@ -174,7 +174,7 @@ def test_a_hostile_manifest_is_one_line_and_exit_2_in_verify_and_training(
     assert err.startswith(f"{manifest_file}: {problem}")
     assert err.count("\n") == 1
     assert out == ""
-    dataset = DatasetConfig(source="tokenized", paths=(str(folder),))
+    dataset = TokenizedSource(paths=(str(folder),))
     cfg = TextDataLoader.Config(num_workers=0, pin_memory=False, dataset=dataset)
     request = LoaderRequest(ByteTokenizer.Config().build(), 0, 1, seq_len=16, micro_batch_size=2, seed=3)
     with pytest.raises(PreparedDataError) as info:
@@ -195,7 +195,7 @@ def test_offsets_that_do_not_cover_the_tokens_are_refused(clean: Path, tmp_path:
     entry = manifest["shards"][0]["files"]["offsets"]
     entry.update(size=size, sha256=file_digest(offsets_file), quick=_quick_digest(offsets_file, size))
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    dataset = DatasetConfig(source="tokenized", paths=(str(folder),))
+    dataset = TokenizedSource(paths=(str(folder),))
     cfg = TextDataLoader.Config(num_workers=0, pin_memory=False, dataset=dataset)
     request = LoaderRequest(ByteTokenizer.Config().build(), 0, 1, seq_len=16, micro_batch_size=2, seed=3)
     with pytest.raises(PreparedDataError) as info:

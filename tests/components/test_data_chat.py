@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 tokenizers = pytest.importorskip("tokenizers")
 
-from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader import LoaderRequest, TextDataLoader, TokenizedSource  # noqa: E402
 from hyper_parallel.components.dataloader._corpus import Corpus  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer, HuggingFaceTokenizer  # noqa: E402
 from hyper_parallel.data import shards  # noqa: E402
@@ -131,7 +131,7 @@ def test_only_assistant_tokens_carry_labels(tmp_path: Path, pack: bool) -> None:
         "chat",
     )
     tok = HuggingFaceTokenizer.Config(path=str(folder)).build()
-    dataset = DatasetConfig(source="tokenized", paths=(str(out),), pack_sequences=pack)
+    dataset = TokenizedSource(paths=(str(out),), pack_sequences=pack)
     cfg = TextDataLoader.Config(num_workers=0, pin_memory=False, shuffle=False, dataset=dataset)
     loader = cfg.build(LoaderRequest(tok, 0, 1, seq_len=64, micro_batch_size=2, seed=0))
     batch = next(iter(loader))

@@ -19,7 +19,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
     pytest.skip("torch.distributed with gloo is required", allow_module_level=True)
 
 import hyper_parallel.components.dataloader._tokenizing as runtime_tokenizing  # noqa: E402
-from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader import JsonlSource, LoaderRequest, TextDataLoader  # noqa: E402
 from hyper_parallel.components.loss import CausalLMLoss  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
 from hyper_parallel.components.validator import LossValidator  # noqa: E402
@@ -64,15 +64,11 @@ def write_corpus(folder: Path) -> Path:
 
 
 def train_cfg(corpus: Path, **dataset: Any) -> TextDataLoader.Config:
-    return TextDataLoader.Config(
-        num_workers=0, dataset=DatasetConfig(source="jsonl", paths=(str(corpus),), **dataset)
-    )
+    return TextDataLoader.Config(num_workers=0, dataset=JsonlSource(paths=(str(corpus),), **dataset))
 
 
 def val_cfg(corpus: Path, steps: int) -> LossValidator.Config:
-    return LossValidator.Config(
-        enable=True, steps=steps, dataset=DatasetConfig(source="jsonl", paths=(str(corpus),))
-    )
+    return LossValidator.Config(enable=True, steps=steps, dataset=JsonlSource(paths=(str(corpus),)))
 
 
 def rows(batch: dict[str, Any]) -> list[list[int]]:

@@ -13,12 +13,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
-from hyper_parallel.components.dataloader._images import CELLS, COLOURS, PLACES, SHAPES, ShapeImages, patchify  # noqa: E402
+from hyper_parallel.components.dataloader import LoaderRequest, ShapesSource, SyntheticSource, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader._images import CELLS, COLOURS, PLACES, SHAPES, ShapeImages  # noqa: E402
 from hyper_parallel.components.dataloader._loader import build_loader  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
 from hyper_parallel.config import ConfigError, resolve_root  # noqa: E402
 from hyper_parallel.models import qwen3_5  # noqa: E402
+from hyper_parallel.models.qwen3_5.images import patchify  # noqa: E402
 
 IMAGE_TOKEN = 259  # the byte tokenizer's ids are 0-258
 SEQ_LEN = 49  # bos, 9 image tokens, the longest caption (38 bytes), eos
@@ -54,9 +55,7 @@ def tok() -> Any:
 def loader(
     spec: Any, tok: Any, *, dp_rank: int = 0, dp: int = 1, batch: int = 4, workers: int = 0, **dataset: Any
 ) -> Any:
-    cfg = TextDataLoader.Config(
-        num_workers=workers, pin_memory=False, dataset=DatasetConfig(source="shapes", **dataset)
-    )
+    cfg = TextDataLoader.Config(num_workers=workers, pin_memory=False, dataset=ShapesSource(**dataset))
     return cfg.build(
         LoaderRequest(
             tok,
@@ -182,7 +181,7 @@ def test_a_rank_share_and_a_resumed_loader_see_the_same_samples(spec: Any, tok: 
 
 def test_one_pass_filler_batches_carry_an_image_but_no_label(spec: Any, tok: Any) -> None:
     loader = build_loader(
-        DatasetConfig(source="shapes", synthetic_num_samples=3),
+        ShapesSource(synthetic_num_samples=3),
         LoaderRequest(
             tok,
             dp_rank=1,
@@ -245,7 +244,7 @@ def test_build_refuses_what_the_shapes_source_cannot_use(
         "image_token_id": IMAGE_TOKEN,
         **kwargs,
     }
-    cfg = TextDataLoader.Config(num_workers=0, dataset=DatasetConfig(source="shapes"))
+    cfg = TextDataLoader.Config(num_workers=0, dataset=ShapesSource())
     with pytest.raises(ValueError, match="shapes") as info:
         cfg.build(LoaderRequest(tok, 0, 1, **args))
     assert str(info.value) == message
@@ -309,9 +308,7 @@ def test_the_shapes_source_reads_its_sample_count_and_seed() -> None:
 
 
 def test_text_sources_ignore_the_vision_arguments(spec: Any, tok: Any) -> None:
-    cfg = TextDataLoader.Config(
-        num_workers=0, dataset=DatasetConfig(source="synthetic", synthetic_num_samples=8)
-    )
+    cfg = TextDataLoader.Config(num_workers=0, dataset=SyntheticSource(synthetic_num_samples=8))
     plain = take(cfg.build(LoaderRequest(tok, 0, 1, seq_len=16, micro_batch_size=2, seed=0)), 2)
     with_vision = cfg.build(
         LoaderRequest(

@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
-from hyper_parallel.components.dataloader._sources import python_docs, read_documents  # noqa: E402
+from hyper_parallel.components.dataloader import LoaderRequest, PythonDocsSource, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader._sources import python_docs  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,13 +67,13 @@ def test_documents_are_the_same_in_a_fresh_process_without_network() -> None:
 
 
 def test_read_documents_yields_them_in_order() -> None:
-    cfg = DatasetConfig(source="python_docs")
-    assert tuple(read_documents(cfg)) == python_docs()
+    cfg = PythonDocsSource()
+    assert tuple(cfg.documents()) == python_docs()
 
 
 def test_a_loader_trains_on_them_with_the_byte_tokenizer() -> None:
     tok = ByteTokenizer.Config().build()
-    cfg = TextDataLoader.Config(num_workers=0, shuffle=False, dataset=DatasetConfig(source="python_docs"))
+    cfg = TextDataLoader.Config(num_workers=0, shuffle=False, dataset=PythonDocsSource())
     loader = cfg.build(LoaderRequest(tok, 0, 1, seq_len=64, micro_batch_size=4, seed=0))
     first = next(iter(loader))
     assert first["input_ids"].shape == (4, 64)

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
-from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, TextDataLoader, TokenizedSource  # noqa: E402
 from hyper_parallel.components.dataloader._corpus import ConcatSamples  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer, HuggingFaceTokenizer  # noqa: E402
 from hyper_parallel.components.validator import LossValidator  # noqa: E402
@@ -32,11 +32,15 @@ def setup(tmp_path: Path) -> tuple[Any, Path, Path]:
     return HuggingFaceTokenizer.Config(path=str(folder)).build(), data, prepared
 
 
+#: Each dataset source class by its ``source:`` value.
+SOURCES: dict[Any, Any] = {cls.tag(): cls for cls in DatasetConfig.__variants__}
+
+
 def loader(
     source: str, paths: tuple[str, ...], tok: Any, *, rank: int = 0, world: int = 1, mbs: int = 2, **kw: Any
 ) -> Any:
     shuffle = kw.pop("shuffle", True)
-    dataset = DatasetConfig(source=source, paths=paths, **kw)  # type: ignore[arg-type]
+    dataset = SOURCES[source](paths=paths, **kw)
     cfg = TextDataLoader.Config(num_workers=0, pin_memory=False, dataset=dataset, shuffle=shuffle)
     return cfg.build(LoaderRequest(tok, rank, world, seq_len=SEQ, micro_batch_size=mbs, seed=3))
 
@@ -176,8 +180,7 @@ def test_a_held_out_fraction_never_shares_a_document_with_training(setup: tuple[
     train = loader("tokenized", (str(prepared),), tok, holdout_fraction=0.2, pack_sequences=False)
     held = LossValidator.Config(
         enable=True,
-        dataset=DatasetConfig(
-            source="tokenized",
+        dataset=TokenizedSource(
             paths=(str(prepared),),
             holdout_fraction=0.2,
             split="holdout",

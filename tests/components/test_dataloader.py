@@ -13,7 +13,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
-from hyper_parallel.components.dataloader import DataLoader, DatasetConfig, LoaderRequest, TextDataLoader  # noqa: E402
+from hyper_parallel.components.dataloader import (  # noqa: E402
+    DataLoader,
+    JsonlSource,
+    LoaderRequest,
+    SyntheticSource,
+    TextDataLoader,
+    TextSource,
+)
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer  # noqa: E402
 from hyper_parallel.components.validator import LossValidator  # noqa: E402
 from tests.support.components import batches_equal, document, train_tokenizer, write_jsonl  # noqa: E402
@@ -32,8 +39,8 @@ def corpus(tmp_path: Path) -> Path:
 
 
 def loader_cfg(path: Path, **kw: Any) -> TextDataLoader.Config:
-    dataset = {"source": "jsonl", "paths": (str(path),), **kw.pop("dataset", {})}
-    return TextDataLoader.Config(num_workers=kw.pop("num_workers", 0), dataset=DatasetConfig(**dataset), **kw)
+    dataset = JsonlSource(paths=(str(path),), **kw.pop("dataset", {}))
+    return TextDataLoader.Config(num_workers=kw.pop("num_workers", 0), dataset=dataset, **kw)
 
 
 def build(
@@ -68,9 +75,7 @@ def test_text_source_reads_directories_one_document_per_file(tok: Any, tmp_path:
     for i in range(6):
         (folder / ("sub" if i % 2 else "") / f"{i:02d}.txt").write_text(document(i))
     (folder / "notes.md").write_text("ignored")
-    cfg = TextDataLoader.Config(
-        num_workers=0, shuffle=False, dataset=DatasetConfig(source="text", paths=(str(folder),))
-    )
+    cfg = TextDataLoader.Config(num_workers=0, shuffle=False, dataset=TextSource(paths=(str(folder),)))
     order = [0, 2, 4, 1, 3, 5]  # sorted paths: 00.txt, 02.txt, 04.txt, sub/01.txt ...
     expected = [t for i in order for t in tok.encode(document(i))]
     got = list(islice(build(cfg, tok, mbs=1), len(expected) // SEQ))
@@ -237,9 +242,7 @@ def test_max_samples_and_drop_last(tok: Any, corpus: Path) -> None:
 
 
 def test_synthetic_source(tok: Any) -> None:
-    cfg = TextDataLoader.Config(
-        num_workers=0, dataset=DatasetConfig(source="synthetic", synthetic_num_samples=12)
-    )
+    cfg = TextDataLoader.Config(num_workers=0, dataset=SyntheticSource(synthetic_num_samples=12))
     a = list(islice(build(cfg, tok, mbs=4, seed=3), 3))
     b = list(islice(build(cfg, tok, mbs=4, seed=3), 3))
     assert batches_equal(a, b)
@@ -282,7 +285,7 @@ def test_base_config_names_the_class(tok: Any) -> None:
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_one_pass_deals_every_sample_and_evens_the_batch_counts(tok: Any, corpus: Path, world: int) -> None:
-    cfg = LossValidator.Config(dataset=DatasetConfig(source="jsonl", paths=(str(corpus),)))
+    cfg = LossValidator.Config(dataset=JsonlSource(paths=(str(corpus),)))
     loaders = [
         cfg.build_dataloader(
             LoaderRequest(
@@ -320,7 +323,7 @@ def test_one_pass_deals_every_sample_and_evens_the_batch_counts(tok: Any, corpus
 def test_validator_steps_fix_the_set_in_samples(
     tok: Any, corpus: Path, steps: int, mbs: int, expected: int | None
 ) -> None:
-    cfg = LossValidator.Config(steps=steps, dataset=DatasetConfig(source="jsonl", paths=(str(corpus),)))
+    cfg = LossValidator.Config(steps=steps, dataset=JsonlSource(paths=(str(corpus),)))
     whole = len(build(loader_cfg(corpus), tok).samples)
     for world in (1, 2):
         loader = cfg.build_dataloader(LoaderRequest(tok, 0, world, seq_len=SEQ, micro_batch_size=mbs, seed=0))

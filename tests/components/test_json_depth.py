@@ -34,12 +34,11 @@ def test_loads_reads_documents_up_to_the_limit() -> None:
 
 
 def _jsonl_source(tmp: Path) -> Callable[[], object]:
-    from hyper_parallel.components.dataloader import DatasetConfig
-    from hyper_parallel.components.dataloader._sources import read_documents
+    from hyper_parallel.components.dataloader import JsonlSource
 
     file = tmp / "train.jsonl"
     file.write_text(DEEP + "\n")
-    return lambda: list(read_documents(DatasetConfig(source="jsonl", paths=(str(file),))))
+    return lambda: list(JsonlSource(paths=(str(file),)).documents())
 
 
 def _prepare_record(tmp: Path) -> Callable[[], object]:

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
-from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest  # noqa: E402
+from hyper_parallel.components.dataloader import JsonlSource, LoaderRequest  # noqa: E402
 from hyper_parallel.components.loss import CausalLMLoss  # noqa: E402
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer  # noqa: E402
 from hyper_parallel.components.validator import LossValidator, Validator  # noqa: E402
@@ -94,7 +94,7 @@ def test_built_validation_loader_gives_the_same_pass_every_time(model: Any, tmp_
     tok = HuggingFaceTokenizer.Config(path=str(train_tokenizer(tmp_path / "tok"))).build()
     data = write_jsonl(tmp_path / "val.jsonl", 20)
     cfg = LossValidator.Config(
-        enable=True, freq=5, dataset=DatasetConfig(source="jsonl", paths=(str(data),)), micro_batch_size=3
+        enable=True, freq=5, dataset=JsonlSource(paths=(str(data),)), micro_batch_size=3
     )
     loader = cfg.build_dataloader(LoaderRequest(tok, 0, 1, seq_len=6, micro_batch_size=1, seed=0))
     torch.manual_seed(0)
@@ -141,7 +141,7 @@ def test_base_config_names_the_class() -> None:
 def test_rank_shares_add_up_to_the_single_process_result(tmp_path: Path, world: int, steps: int) -> None:
     tok = HuggingFaceTokenizer.Config(path=str(train_tokenizer(tmp_path / "tok"))).build()
     data = write_jsonl(tmp_path / "val.jsonl", 25)
-    cfg = LossValidator.Config(steps=steps, dataset=DatasetConfig(source="jsonl", paths=(str(data),)))
+    cfg = LossValidator.Config(steps=steps, dataset=JsonlSource(paths=(str(data),)))
     torch.manual_seed(0)
     lm = TinyLM(tok.vocab_size)
     loss = CausalLMLoss.Config().build()

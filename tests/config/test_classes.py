@@ -14,7 +14,13 @@ import pytest
 import yaml
 
 from hyper_parallel.components.checkpoint import Checkpoint, DCPCheckpoint
-from hyper_parallel.components.dataloader import DataLoader, DatasetConfig, TextDataLoader
+from hyper_parallel.components.dataloader import (
+    DataLoader,
+    DatasetConfig,
+    JsonlSource,
+    SyntheticSource,
+    TextDataLoader,
+)
 from hyper_parallel.components.loss import CausalLMLoss, Loss
 from hyper_parallel.components.lr_scheduler import LRScheduler, WarmupDecay
 from hyper_parallel.components.metrics import Metrics, MetricsLogger
@@ -22,6 +28,7 @@ from hyper_parallel.components.optimizer import SGD, AdamW, Optimizer
 from hyper_parallel.components.profiler import Profiler, TorchProfiler
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer, Tokenizer
 from hyper_parallel.components.validator import LossValidator, Validator
+from hyper_parallel.config import ConfigError, converter
 from hyper_parallel.models import ModelArgs, ModelSpec, llama3, qwen3_5
 from hyper_parallel.models.llama3 import _runtime as llama3_runtime
 from hyper_parallel.models.qwen3_5 import _runtime as qwen3_5_runtime
@@ -40,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SECTIONS: list[type] = [
     Tokenizer.Config,
     HuggingFaceTokenizer.Config,
-    DatasetConfig,
+    *DatasetConfig.__variants__,
     DataLoader.Config,
     TextDataLoader.Config,
     Optimizer.Config,
@@ -82,7 +89,10 @@ def issues(obj: Any) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("cls", SECTIONS, ids=lambda c: c.__qualname__)
 def test_defaults_construct_and_are_consistent(cls: type) -> None:
     obj = cls()
-    assert issues(obj) == []
+    # A dataset source that reads files has no default files: the one thing its defaults lack.
+    files = "paths" in attrs.fields_dict(cls) if attrs.has(cls) else False
+    message = f"must list at least one file or directory when source is {getattr(obj, 'source', '')!r}"
+    assert issues(obj) == ([("paths", message)] if files else [])
     assert hash(obj) == hash(cls())
 
 
@@ -184,8 +194,8 @@ BAD_VALUES: list[tuple[type, dict[str, Any], str]] = [
     (LossValidator.Config, {"micro_batch_size": 0}, "'micro_batch_size' must be > 0"),
     (TextDataLoader.Config, {"num_workers": -1}, "'num_workers' must be >= 0"),
     (TextDataLoader.Config, {"prefetch_factor": 0}, "'prefetch_factor' must be >= 1"),
-    (DatasetConfig, {"paths": ("a.jsonl", "")}, "Length of"),
-    (DatasetConfig, {"text_field": ""}, "Length of 'text_field'"),
+    (JsonlSource, {"paths": ("a.jsonl", "")}, "Length of"),
+    (JsonlSource, {"text_field": ""}, "Length of 'text_field'"),
     (HuggingFaceTokenizer.Config, {"path": ""}, "Length of 'path'"),
     (HuggingFaceTokenizer.Config, {"model_max_length": 0}, "'model_max_length' must be > 0"),
     (TrainingConfig, {"max_steps": 0}, "'max_steps' must be > 0"),
@@ -252,12 +262,8 @@ CROSS_CHECKS: list[tuple[Any, list[tuple[str, str]]]] = [
     ),
     (SGD.Config(nesterov=True, momentum=0.9), []),
     (
-        DatasetConfig(source="jsonl"),
+        JsonlSource(),
         [("paths", "must list at least one file or directory when source is 'jsonl'")],
-    ),
-    (
-        DatasetConfig(source="synthetic", paths=("a.txt",)),
-        [("paths", "must be empty when source is 'synthetic' (or set source to 'jsonl' or 'text')")],
     ),
     (
         TextDataLoader.Config(num_workers=0, prefetch_factor=2, persistent_workers=True),
@@ -334,6 +340,15 @@ CROSS_CHECKS: list[tuple[Any, list[tuple[str, str]]]] = [
 @pytest.mark.parametrize(("obj", "expected"), CROSS_CHECKS, ids=lambda v: type(v).__qualname__)
 def test_section_cross_check(obj: Any, expected: list[tuple[str, str]]) -> None:
     assert issues(obj) == expected
+
+
+def test_a_source_without_files_has_no_paths_and_refuses_them_by_name() -> None:
+    assert "paths" not in attrs.fields_dict(SyntheticSource)
+    with pytest.raises(ConfigError) as info:
+        converter.structure({"source": "synthetic", "paths": ["a.txt"]}, DatasetConfig)
+    assert [(i.path, i.message) for i in info.value.issues] == [
+        ("paths", "must be empty when source is 'synthetic' (or set source to 'jsonl' or 'text')")
+    ]
 
 
 def test_lr_scheduler_decay_steps() -> None:
@@ -887,6 +902,8 @@ def _build(cls: Any, args: dict[str, Any]) -> Any:
     kwargs: dict[str, Any] = {}
     for key, value in args.items():
         hint = hints[key]
+        if isinstance(value, dict) and hint is DatasetConfig:  # one class per source: the one it names
+            hint = {v.tag(): v for v in DatasetConfig.__variants__}[value.get("source")]
         if isinstance(value, dict) and isinstance(hint, type) and attrs.has(hint):
             value = _build(hint, value)
         elif isinstance(value, list):

@@ -143,13 +143,13 @@ def test_a_target_re_bound_after_a_resolve_is_checked_and_built_again(
 
 
 def test_a_class_is_written_field_by_field_by_its_runtime_class() -> None:
-    from hyper_parallel.components.dataloader import DatasetConfig
+    from hyper_parallel.components.dataloader import JsonlSource
     from hyper_parallel.config.conversion import ConfigConverter
 
     conv = ConfigConverter()
-    value = DatasetConfig(source="jsonl", paths=("a.jsonl", "ünï.jsonl"), seed=3)
+    value = JsonlSource(paths=("a.jsonl", "ünï.jsonl"), seed=3)
     written = [conv.unstructure(value) for _ in range(3)]
-    want = {f.name: getattr(value, f.name) for f in attrs.fields(DatasetConfig)}
+    want = {f.name: getattr(value, f.name) for f in attrs.fields(JsonlSource)}
     want["paths"] = ["a.jsonl", "ünï.jsonl"]
     assert written == [want] * len(written)
 

@@ -18,7 +18,7 @@ import pytest
 
 import tests.support.fake_targets as fake
 from hyper_parallel.components.checkpoint import DCPCheckpoint
-from hyper_parallel.components.dataloader import DatasetConfig, TextDataLoader
+from hyper_parallel.components.dataloader import JsonlSource, TextDataLoader
 from hyper_parallel.components.loss import CausalLMLoss
 from hyper_parallel.components.lr_scheduler import WarmupDecay
 from hyper_parallel.components.metrics import MetricsLogger
@@ -150,7 +150,7 @@ def test_full_yaml_values_arrive_typed() -> None:
     )
     assert type(cfg.optimizer.lr) is float
     assert isinstance(cfg.dataloader, TextDataLoader.Config)
-    assert type(cfg.dataloader.dataset) is DatasetConfig
+    assert type(cfg.dataloader.dataset) is JsonlSource
     assert cfg.dataloader.dataset.paths == (
         "/data/pretrain/shard-000.jsonl",
         "/data/pretrain/shard-001.jsonl",

@@ -251,6 +251,9 @@ def _leaves(cls: type, prefix: str) -> Iterator[str]:
             yield f"{prefix}{field.name}"  # architecture arguments: read by the model builder as a whole
         elif isinstance(kind, type) and attrs.has(kind):
             yield from _leaves(kind, f"{prefix}{field.name}.")
+        elif hasattr(kind, "__variants__"):  # one class per variant (dataset sources): each one's fields
+            for variant in kind.__variants__:
+                yield from _leaves(variant, f"{prefix}{field.name}.")
         else:
             yield f"{prefix}{field.name}"
 

@@ -107,21 +107,18 @@ def test_the_vl_debug_model_learns_from_an_image_folder(trained: dict[str, Path]
 
 
 def test_only_the_assistant_tokens_carry_labels(tmp_path: Path) -> None:
-    from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest
-    from hyper_parallel.components.dataloader._samples import build_samples
+    from hyper_parallel.components.dataloader import ImageChatSource, LoaderRequest
     from hyper_parallel.components.tokenizer import ByteTokenizer
     from hyper_parallel.models.qwen3_5 import create_vl_model_spec
 
     data = write_data(tmp_path)
     args = create_vl_model_spec("debugmodel", overrides={"text.vocab_size": 512, "image_token_id": 259}).args
     tokenizer = ByteTokenizer.Config().build()
-    dataset = DatasetConfig(
-        source="image_chat", paths=(str(data),), image_min_pixels=1024, image_max_pixels=4096
-    )
+    dataset = ImageChatSource(paths=(str(data),), image_min_pixels=1024, image_max_pixels=4096)
     request = LoaderRequest(
         tokenizer, 0, 1, seq_len=48, micro_batch_size=1, seed=0, vision=args.vision, image_token_id=259
     )
-    sample = build_samples(dataset, request, seed=0, max_samples=None)[0]  # the red image
+    sample = dataset.samples(request, seed=0, max_samples=None)[0]  # the red image
     ids, labels = sample["input_ids"].tolist(), sample["labels"].tolist()
     # 64 x 48 pixels rounded to the 32-pixel blocks: 64 x 64, 2 x 2 merged tokens of 4 x 4 patches
     expected = [tokenizer.bos_id, *b"<|user|>\n", *[259] * 4, *b"Colour?\n", *b"<|assistant|>\n", *b"red"]
@@ -150,22 +147,19 @@ def test_the_pixel_bounds_set_the_image_size(
 ) -> None:
     """A 64 x 48 image in 32-pixel blocks: kept at 64 x 64 within the bounds, shrunk below the maximum,
     grown to the minimum, its aspect kept; the sample's patch grid and placeholders follow."""
-    from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest
-    from hyper_parallel.components.dataloader._samples import build_samples
+    from hyper_parallel.components.dataloader import ImageChatSource, LoaderRequest
     from hyper_parallel.components.tokenizer import ByteTokenizer
     from hyper_parallel.models.qwen3_5 import create_vl_model_spec
 
     low, high = bounds
     data = write_data(tmp_path)
     args = create_vl_model_spec("debugmodel", overrides={"text.vocab_size": 512, "image_token_id": 259}).args
-    dataset = DatasetConfig(
-        source="image_chat", paths=(str(data),), image_min_pixels=low, image_max_pixels=high
-    )
+    dataset = ImageChatSource(paths=(str(data),), image_min_pixels=low, image_max_pixels=high)
     request = LoaderRequest(
         ByteTokenizer.Config().build(), 0, 1, seq_len=96, micro_batch_size=1, seed=0, vision=args.vision,
         image_token_id=259,
     )  # fmt: skip
-    sample = build_samples(dataset, request, seed=0, max_samples=1)[0]
+    sample = dataset.samples(request, seed=0, max_samples=1)[0]
     width, height = size
     assert sample["grid_thw"].tolist() == [[1, height // 16, width // 16]]
     assert sample["input_ids"].tolist().count(259) == width * height // 32**2

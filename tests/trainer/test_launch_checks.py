@@ -178,7 +178,7 @@ def test_a_trainer_refuses_a_config_built_in_python_by_the_same_rule() -> None:
 
 
 def test_the_trainer_validates_a_config_built_in_python_before_building_anything() -> None:
-    from hyper_parallel.components.dataloader import DatasetConfig, TextDataLoader
+    from hyper_parallel.components.dataloader import SyntheticSource, TextDataLoader
     from hyper_parallel.components.tokenizer import ByteTokenizer
     from hyper_parallel.config import ConfigError
     from hyper_parallel.models.qwen3_5 import create_model_spec
@@ -188,7 +188,7 @@ def test_the_trainer_validates_a_config_built_in_python_before_building_anything
     cfg = TrainerConfig(
         model=create_model_spec(flavor="debugmodel"),
         tokenizer=ByteTokenizer.Config(),
-        dataloader=TextDataLoader.Config(dataset=DatasetConfig(source="synthetic")),
+        dataloader=TextDataLoader.Config(dataset=SyntheticSource()),
         parallelism=ParallelismConfig(cp=2),
     )
     with pytest.raises(ConfigError) as info:

@@ -12,44 +12,29 @@ or a plain string (text only). An image path is relative to the JSON lines file'
 Every conversation holds at least one image, in a turn other than the assistant's, and an assistant turn
 (the tokens the loss is taken on). Anything else is an ``InputFileError`` at ``FILE:LINE``.
 
-Images are read with Pillow: only the header here (:func:`image_size`: the size, the pixel bound), the
-pixels when a batch is loaded (``_pictures``). An image larger than Pillow's ``MAX_IMAGE_PIXELS`` is
-refused as a decompression bomb (``IMAGE: problem``), before any pixel is decoded. :func:`fitted_size` is
-the size an image is resized to: its aspect ratio kept, each side a multiple of the vision tower's patch
-size times its merge size, the area within ``image_min_pixels`` and ``image_max_pixels`` (the rule of the
-Qwen-VL image processors). Torch-free: ``--dry-run`` runs these checks.
+How an image becomes vision tokens (its size within ``image_min_pixels`` and ``image_max_pixels``, its
+token count, its pixels) is the model's image processor, :mod:`hyper_parallel.models.qwen3_5.images`:
+only the header is read here, the pixels when a batch is loaded. Torch-free: ``--dry-run`` runs these
+checks.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from hyper_parallel._json import loads
 from hyper_parallel.config.errors import InputFileError
+from hyper_parallel.models.qwen3_5.images import Geometry
 
-__all__ = [
-    "MAX_ASPECT_RATIO",
-    "ChatRecord",
-    "Geometry",
-    "Part",
-    "encode_record",
-    "fitted_size",
-    "image_size",
-    "open_image",
-    "pixel_bounds",
-    "read_records",
-]
+if TYPE_CHECKING:
+    from hyper_parallel.components.dataloader.sources import ImageChatSource
 
-#: Longest side over shortest side an image may have (the Qwen-VL image processors refuse more).
-MAX_ASPECT_RATIO = 200
+__all__ = ["ChatRecord", "Part", "check_image_chat_encoding", "encode_record", "read_records"]
 
 
 @attrs.frozen
@@ -132,104 +117,6 @@ def read_records(file: Path, limit: int | None = None) -> Iterator[ChatRecord]:
                 yield _record(line, where, file.parent)
 
 
-def image_size(image: Path, where: str) -> tuple[int, int]:
-    """``(width, height)`` of ``image`` from its header, refusing what cannot be read or is too large.
-
-    A missing file is refused at ``where`` (the record naming it); an unreadable image or one above
-    Pillow's ``MAX_IMAGE_PIXELS`` (a decompression bomb) at the image file itself.
-    """
-    if not image.is_file():
-        raise InputFileError.at(where, f"image {str(image)!r} does not exist")
-    with open_image(image) as opened:
-        width, height = opened.size
-    return int(width), int(height)
-
-
-@contextlib.contextmanager
-def open_image(image: Path) -> Iterator[Any]:
-    """``image`` opened with Pillow (its header read, no pixels yet), with Pillow's decompression-bomb
-    warning turned into a refusal: every reader of an image goes through here. An unreadable image, or
-    one above ``PIL.Image.MAX_IMAGE_PIXELS``, is ``IMAGE: problem`` (``InputFileError``)."""
-    from PIL import Image
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(image) as opened:
-                yield opened
-    except (Image.DecompressionBombWarning, Image.DecompressionBombError):
-        raise InputFileError.at(
-            image,
-            f"holds more than Pillow's limit of {Image.MAX_IMAGE_PIXELS} pixels (PIL.Image."
-            "MAX_IMAGE_PIXELS): a decompression bomb, or an image to shrink before training",
-        ) from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise InputFileError.at(image, f"not an image Pillow can read: {exc}") from None
-
-
-def fitted_size(width: int, height: int, *, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """``(width, height)`` an image is resized to (module docs); ``ValueError`` past the aspect ratio."""
-    if max(width, height) > MAX_ASPECT_RATIO * min(width, height):
-        raise ValueError(
-            f"{width} x {height} pixels: the aspect ratio exceeds {MAX_ASPECT_RATIO}, which the vision "
-            "tower does not take"
-        )
-    h = max(factor, round(height / factor) * factor)
-    w = max(factor, round(width / factor) * factor)
-    if h * w > max_pixels:
-        beta = math.sqrt(height * width / max_pixels)
-        h = max(factor, math.floor(height / beta / factor) * factor)
-        w = max(factor, math.floor(width / beta / factor) * factor)
-    elif h * w < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h = math.ceil(height * beta / factor) * factor
-        w = math.ceil(width * beta / factor) * factor
-    return w, h
-
-
-def pixel_bounds(dataset: object) -> tuple[int, int]:
-    """``(min_pixels, max_pixels)`` a run's images are resized within: those of its ``image_chat`` dataset
-    section, else the dataset defaults (an image given to a model trained on other data, or on none)."""
-    from hyper_parallel.components.dataloader import DatasetConfig
-
-    bounds: Any = dataset if getattr(dataset, "source", None) == "image_chat" else DatasetConfig()
-    return int(bounds.image_min_pixels), int(bounds.image_max_pixels)
-
-
-@attrs.frozen
-class Geometry:
-    """How images become vision tokens: the vision tower's patch and merge sizes, the pixel bounds."""
-
-    patch: int
-    merge: int
-    min_pixels: int
-    max_pixels: int
-
-    @classmethod
-    def of(cls, vision: Any, bounds: tuple[int, int]) -> Geometry:
-        """The geometry of a vision tower (``vision``: its arguments) and ``(min_pixels, max_pixels)``."""
-        return cls(int(vision.patch_size), int(vision.spatial_merge_size), *bounds)
-
-    def fitted(self, image: Path, where: str) -> tuple[int, int]:
-        """The size ``image`` is resized to (:func:`fitted_size`), refused at the image when it cannot be."""
-        width, height = image_size(image, where)
-        try:
-            return fitted_size(
-                width,
-                height,
-                factor=self.patch * self.merge,
-                min_pixels=self.min_pixels,
-                max_pixels=self.max_pixels,
-            )
-        except ValueError as exc:
-            raise InputFileError.at(image, str(exc)) from None
-
-    def tokens(self, size: tuple[int, int]) -> int:
-        """Language-model tokens of an image resized to ``size`` (one per merged block of patches)."""
-        width, height = size
-        return (width // self.patch) * (height // self.patch) // self.merge**2
-
-
 def encode_record(
     record: ChatRecord, tokenizer: Any, image_token_id: int, geometry: Geometry, seq_len: int
 ) -> tuple[list[int], list[int], list[tuple[int, int]]]:
@@ -269,3 +156,18 @@ def encode_record(
             "shorten the conversation",
         )
     return ids, mask, sizes
+
+
+def check_image_chat_encoding(cfg: ImageChatSource, tokenizer: Any, model_args: Any, seq_len: int) -> None:
+    """The first conversations of each ``image_chat`` file encoded as ``_samples.image_chat_samples`` will
+    (within ``seq_len``, no text on the image id), for ``--dry-run``; nothing to check without a vision
+    tower (the trainer rules refuse that already). Torch-free: only sizes are computed."""
+    from hyper_parallel.components.dataloader._sources import CHECKED_RECORDS, image_chat_files
+
+    vision, image_token_id = getattr(model_args, "vision", None), getattr(model_args, "image_token_id", None)
+    if vision is None or image_token_id is None:
+        return
+    geometry = Geometry.of(vision, cfg.pixel_bounds())
+    for file in image_chat_files(cfg.paths):
+        for record in read_records(file, CHECKED_RECORDS):
+            encode_record(record, tokenizer, image_token_id, geometry, seq_len)

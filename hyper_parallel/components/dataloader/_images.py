@@ -26,7 +26,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["CELLS", "COLOURS", "PLACES", "SHAPES", "ShapeImages", "patchify"]
+from hyper_parallel.models.qwen3_5.images import patchify
+
+__all__ = ["CELLS", "COLOURS", "PLACES", "SHAPES", "ShapeImages"]
 
 #: The image is a CELLS x CELLS grid of places; each cell becomes one merged vision token.
 CELLS = 3
@@ -78,19 +80,6 @@ def _mask(shape: str, dy: torch.Tensor, dx: torch.Tensor, radius: float) -> torc
 
 def _caption(colour: str, shape: str, place: str) -> str:
     return f"{'an' if colour[0] in 'aeiou' else 'a'} {colour} {shape} {place}"
-
-
-def patchify(image: torch.Tensor, patch_size: int, temporal_patch_size: int, merge_size: int) -> torch.Tensor:
-    """``image`` (C, H, W) as Qwen vision patches (H * W / patch ** 2, C * T * patch ** 2); module docs."""
-    channels, height, width = image.shape
-    h, w, m, p = height // patch_size, width // patch_size, merge_size, patch_size
-    if h * p != height or w * p != width or h % m or w % m:
-        raise ValueError(
-            f"image {height}x{width} is not a whole number of {m}x{m} blocks of {p}-pixel patches"
-        )
-    blocks = image.reshape(channels, h // m, m, p, w // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)
-    frames = blocks.unsqueeze(5).expand(*blocks.shape[:5], temporal_patch_size, p, p)
-    return frames.reshape(h * w, channels * temporal_patch_size * p * p)
 
 
 class ShapeImages:

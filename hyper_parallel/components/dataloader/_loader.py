@@ -38,7 +38,7 @@ import torch.utils.data
 
 from hyper_parallel.components.dataloader._corpus import ConcatSamples, TokenIdError
 from hyper_parallel.components.dataloader._order import SampleOrder
-from hyper_parallel.components.dataloader._samples import Samples, WithFiller, build_samples, collate_fn
+from hyper_parallel.components.dataloader._samples import Samples, WithFiller, collate_fn
 from hyper_parallel.config.errors import InputFileError
 
 if TYPE_CHECKING:
@@ -292,8 +292,8 @@ def build_loader(
         )
     caps = [cap for cap in (dataset.max_samples, max_samples) if cap is not None]
     seed = dataset.seed if dataset.seed is not None else request.seed
-    samples = build_samples(dataset, request, seed=seed, max_samples=min(caps) if caps else None)
-    tokenized = dataset.source == "tokenized"
+    samples = dataset.samples(request, seed=seed, max_samples=min(caps) if caps else None)
+    weights, names = dataset.mixture()
     try:
         return ResumableLoader(
             samples,
@@ -303,10 +303,10 @@ def build_loader(
             drop_last=drop_last,
             infinite=infinite,
             workers=workers,
-            weights=dataset.weights,
-            source_names=dataset.paths if tokenized else (),
+            weights=weights,
+            source_names=names,
         )
     except _TooFewSamples as exc:
-        if not dataset.paths:
+        if not dataset.files():
             raise
-        raise InputFileError.at(", ".join(dataset.paths), str(exc)) from None
+        raise InputFileError.at(", ".join(dataset.files()), str(exc)) from None

@@ -22,13 +22,14 @@ from hyper_parallel.config.errors import Issue
 from hyper_parallel.data.shards import tokenizer_fingerprint
 
 if TYPE_CHECKING:
-    from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest
+    from hyper_parallel.components.dataloader import LoaderRequest
+    from hyper_parallel.components.dataloader.sources import TokenizedSource
 
 __all__ = ["PreparedDataError", "prepared_samples"]
 
 
 def _corpus(
-    path: str, cfg: DatasetConfig, fingerprint: tuple[str, dict[str, object]], vocab_size: int
+    path: str, cfg: TokenizedSource, fingerprint: tuple[str, dict[str, object]], vocab_size: int
 ) -> Corpus:
     prepared = open_for_training(path, fingerprint)
     total = prepared.documents
@@ -38,7 +39,7 @@ def _corpus(
     return Corpus(prepared.shards, documents=total - held, vocab_size=vocab_size)
 
 
-def prepared_samples(cfg: DatasetConfig, request: LoaderRequest, *, max_samples: int | None) -> Samples:
+def prepared_samples(cfg: TokenizedSource, request: LoaderRequest, *, max_samples: int | None) -> Samples:
     """Samples of every prepared folder of ``cfg.paths`` (one source each), cut as ``cfg`` says."""
     tokenizer = request.tokenizer
     fingerprint = tokenizer_fingerprint(tokenizer)

@@ -18,7 +18,7 @@ or padded with the pad id on the tokenizer's ``padding_side`` (padded labels are
   (the 270 captions are encoded by every rank).
 - ``image_chat``: one conversation with images per sample (``_image_chat``): the built-in chat format with
   each image as its placeholder ids, right-padded to ``seq_len`` (never cut), labels on the assistant
-  tokens only; ``pixel_values`` are read with Pillow when the sample is loaded (``_pictures``) and
+  tokens only; ``pixel_values`` are read with Pillow when the sample is loaded (the model's ``images``) and
   ``grid_thw`` has one row per image. A batch concatenates its samples' patch rows and image rows.
 """
 
@@ -39,14 +39,22 @@ from hyper_parallel.components.dataloader._corpus import (
     Samples,
     corpus_in_memory,
 )
-from hyper_parallel.components.dataloader._sources import read_documents
 from hyper_parallel.components.dataloader._tokenizing import encode, tokenize
 
 if TYPE_CHECKING:
-    from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest
+    from hyper_parallel.components.dataloader import LoaderRequest
     from hyper_parallel.components.dataloader._images import ShapeImages
+    from hyper_parallel.components.dataloader.sources import ImageChatSource
 
-__all__ = ["Samples", "WithFiller", "build_samples", "collate_fn"]
+__all__ = [
+    "Samples",
+    "WithFiller",
+    "collate_fn",
+    "document_samples",
+    "image_chat_samples",
+    "shapes_samples",
+    "synthetic_samples",
+]
 
 
 class _SyntheticSamples(Samples):
@@ -117,8 +125,7 @@ class _ImageChatSamples(Samples):
         return len(self.rows)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        from hyper_parallel.components.dataloader._images import patchify
-        from hyper_parallel.components.dataloader._pictures import image_pixels
+        from hyper_parallel.models.qwen3_5.images import image_pixels, patchify
 
         input_ids, labels, images, sizes = self.rows[index]
         patches = [
@@ -143,16 +150,14 @@ def _collate_images(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.T
     return batch
 
 
-def _image_chat(cfg: DatasetConfig, request: LoaderRequest, max_samples: int | None) -> _ImageChatSamples:
+def image_chat_samples(
+    cfg: ImageChatSource, request: LoaderRequest, max_samples: int | None
+) -> _ImageChatSamples:
     """Every conversation of an ``image_chat`` dataset, encoded (``_image_chat.encode_record``) and padded
     on the right to ``seq_len`` with labels on the assistant tokens only."""
-    from hyper_parallel.components.dataloader._image_chat import (
-        Geometry,
-        encode_record,
-        pixel_bounds,
-        read_records,
-    )
+    from hyper_parallel.components.dataloader._image_chat import encode_record, read_records
     from hyper_parallel.components.dataloader._sources import image_chat_files
+    from hyper_parallel.models.qwen3_5.images import Geometry
 
     vision, image_token_id = request.vision, request.image_token_id
     if vision is None or image_token_id is None:
@@ -163,9 +168,9 @@ def _image_chat(cfg: DatasetConfig, request: LoaderRequest, max_samples: int | N
     tokenizer, seq_len, ignore = request.tokenizer, request.seq_len, request.ignore_index
     pad = getattr(tokenizer, "pad_id", None)
     pad = getattr(tokenizer, "eos_id", None) if pad is None else pad
-    geometry = Geometry.of(vision, pixel_bounds(cfg))
+    geometry = Geometry.of(vision, cfg.pixel_bounds())
     rows: list[tuple[torch.Tensor, torch.Tensor, tuple[Path, ...], list[tuple[int, int]]]] = []
-    for file in image_chat_files(cfg):
+    for file in image_chat_files(cfg.paths):
         for record in read_records(file):
             if max_samples is not None and len(rows) >= max_samples:
                 break
@@ -287,47 +292,45 @@ def collate_fn(samples: Samples) -> Callable[[list[dict[str, torch.Tensor]]], di
     return _collate_images if isinstance(samples, (_ShapesSamples, _ImageChatSamples)) else None
 
 
-def build_samples(
-    cfg: DatasetConfig, request: LoaderRequest, *, seed: int, max_samples: int | None
+def shapes_samples(request: LoaderRequest, seed: int, count: int) -> Samples:
+    """``count`` captioned images of shapes drawn from ``seed``, for the request's model layout."""
+    return _shapes(
+        request.tokenizer,
+        vision=request.vision,
+        image_token_id=request.image_token_id,
+        seq_len=request.seq_len,
+        seed=seed,
+        count=count,
+        ignore_index=request.ignore_index,
+    )
+
+
+def synthetic_samples(request: LoaderRequest, seed: int, count: int) -> Samples:
+    """``count`` windows of random token ids drawn from ``seed`` below the tokenizer's vocabulary size."""
+    vocab = getattr(request.tokenizer, "vocab_size", None)
+    if not isinstance(vocab, int) or vocab < 1:
+        raise ValueError("the synthetic source needs a tokenizer with a positive vocab_size")
+    return _SyntheticSamples(count, request.seq_len, vocab, seed)
+
+
+def document_samples(
+    documents: Iterator[str],
+    request: LoaderRequest,
+    *,
+    pack: bool,
+    document_masking: bool,
+    max_samples: int | None,
 ) -> Samples:
-    """The samples of dataset ``cfg`` for ``request`` (its tokenizer, ``seq_len`` and model layout).
-
-    ``seed`` draws the generated sources; ``max_samples`` (None: all) keeps the first samples. Text
-    documents are read and tokenized here, once, shared over the request's ``process_group``.
-    """
+    """Text ``documents`` tokenized (shared over the request's ``process_group``) and packed, or padded
+    one per sample; ``max_samples`` (None: all) keeps the first samples."""
     tokenizer, seq_len, ignore_index = request.tokenizer, request.seq_len, request.ignore_index
-    if cfg.source == "image_chat":
-        return _image_chat(cfg, request, max_samples)
-    if cfg.source == "shapes":
-        count = cfg.synthetic_num_samples
-        return _shapes(
-            tokenizer,
-            vision=request.vision,
-            image_token_id=request.image_token_id,
-            seq_len=seq_len,
-            seed=seed,
-            count=count if max_samples is None else min(count, max_samples),
-            ignore_index=ignore_index,
-        )
-    if cfg.source == "synthetic":
-        vocab = getattr(tokenizer, "vocab_size", None)
-        if not isinstance(vocab, int) or vocab < 1:
-            raise ValueError("the synthetic source needs a tokenizer with a positive vocab_size")
-        count = cfg.synthetic_num_samples
-        return _SyntheticSamples(
-            count if max_samples is None else min(count, max_samples), seq_len, vocab, seed
-        )
-    if cfg.source == "tokenized":
-        from hyper_parallel.components.dataloader._prepared import prepared_samples
-
-        return prepared_samples(cfg, request, max_samples=max_samples)
-    docs = tokenize(tokenizer, read_documents(cfg), request.process_group)
+    docs = tokenize(tokenizer, documents, request.process_group)
     try:
-        if cfg.pack_sequences:
+        if pack:
             eos = getattr(tokenizer, "eos_id", None)
             if eos is None:
                 raise ValueError("packing documents needs a tokenizer with an eos token")
-            return _packed(docs, eos, seq_len, max_samples, cfg.document_masking, ignore_index)
+            return _packed(docs, eos, seq_len, max_samples, document_masking, ignore_index)
         corpus = corpus_in_memory(iter(itertools.islice(docs, max_samples)), None)
         return padded_samples(corpus, tokenizer, seq_len, max_samples, ignore_index)
     finally:

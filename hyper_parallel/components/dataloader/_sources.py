@@ -20,22 +20,27 @@ import inspect
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hyper_parallel._json import loads
 from hyper_parallel.config.errors import InputFileError, Issue
 
-if TYPE_CHECKING:
-    from hyper_parallel.components.dataloader import DatasetConfig
+__all__ = [
+    "CHECKED_RECORDS",
+    "check_image_chat",
+    "check_jsonl",
+    "check_text",
+    "image_chat_files",
+    "jsonl_documents",
+    "python_docs",
+    "text_documents",
+]
 
-__all__ = ["CHECKED_RECORDS", "check_files", "image_chat_files", "python_docs", "read_documents"]
-
-_SUFFIX = {"jsonl": ".jsonl", "text": ".txt", "image_chat": ".jsonl"}
 #: Conversations of each ``image_chat`` file that ``check_files`` parses, their images' headers read.
 CHECKED_RECORDS = 16
 
 
-def _files(paths: Sequence[str], source: str) -> list[Path]:
+def _files(paths: Sequence[str], suffix: str) -> list[Path]:
+    """The files of ``paths``: each file, and the ``*suffix`` files under each folder (sorted)."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -43,7 +48,7 @@ def _files(paths: Sequence[str], source: str) -> list[Path]:
             found.extend(
                 sorted(
                     p
-                    for p in path.rglob(f"*{_SUFFIX[source]}")
+                    for p in path.rglob(f"*{suffix}")
                     if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
                 )
             )
@@ -53,7 +58,7 @@ def _files(paths: Sequence[str], source: str) -> list[Path]:
             raise InputFileError.at(raw, "dataset path is neither a file nor a directory")
     if not found:
         raise InputFileError(
-            Issue("", f"no {_SUFFIX[source]} file under it (hidden files and folders are skipped)", raw)
+            Issue("", f"no {suffix} file under it (hidden files and folders are skipped)", raw)
             for raw in paths
         )
     return found
@@ -94,27 +99,17 @@ def _records(file: Path, text_field: str) -> Iterator[str]:
             yield record[text_field]
 
 
-def check_files(cfg: DatasetConfig) -> None:
-    """Refuse, before anything is built, a dataset whose files cannot be read as configured.
+def check_jsonl(paths: Sequence[str], text_field: str) -> None:
+    """Refuse, before anything is built, ``jsonl`` files that cannot be read as configured.
 
-    Every path must exist (a folder must hold files of the source's suffix), the first record of each
-    ``jsonl`` file must be a JSON object with the text field, and the dataset must hold a document: an
-    ``InputFileError`` naming the file (``FILE:LINE``) otherwise. Later records are checked as they are
-    read, with the same messages.
+    Every path must exist (a folder must hold ``*.jsonl`` files), the first record of each file must be a
+    JSON object with ``text_field``, and some file must hold a record: an ``InputFileError`` naming the
+    file (``FILE:LINE``) otherwise. Later records are checked as they are read, with the same messages.
     """
-    if cfg.source not in _SUFFIX:
-        return
-    files = _files(cfg.paths, cfg.source)
-    if cfg.source == "image_chat":
-        _check_image_chat(files)
-        return
-    if cfg.source == "text":
-        if all(file.stat().st_size == 0 for file in files):
-            raise InputFileError(Issue("", "empty: no text to train on", str(file)) for file in files)
-        return
+    files = _files(paths, ".jsonl")
     empty: list[Path] = []
     for file in files:
-        records = _records(file, cfg.text_field)
+        records = _records(file, text_field)
         try:
             if next(records, None) is None:
                 empty.append(file)
@@ -124,14 +119,27 @@ def check_files(cfg: DatasetConfig) -> None:
         raise InputFileError(Issue("", "empty: no JSON record to train on", str(file)) for file in empty)
 
 
-def image_chat_files(cfg: DatasetConfig) -> list[Path]:
+def check_text(paths: Sequence[str]) -> None:
+    """Refuse missing paths, folders without ``*.txt`` files, and text files that are all empty."""
+    files = _files(paths, ".txt")
+    if all(file.stat().st_size == 0 for file in files):
+        raise InputFileError(Issue("", "empty: no text to train on", str(file)) for file in files)
+
+
+def image_chat_files(paths: Sequence[str]) -> list[Path]:
     """The JSON lines files of an ``image_chat`` dataset's paths (folders searched as for ``jsonl``)."""
-    return _files(cfg.paths, "image_chat")
+    return _files(paths, ".jsonl")
+
+
+def check_image_chat(paths: Sequence[str]) -> None:
+    """The first ``CHECKED_RECORDS`` conversations of each file parse and their images can be opened."""
+    _check_image_chat(image_chat_files(paths))
 
 
 def _check_image_chat(files: list[Path]) -> None:
     """The first ``CHECKED_RECORDS`` conversations of each file parse and their images can be opened."""
-    from hyper_parallel.components.dataloader._image_chat import image_size, read_records
+    from hyper_parallel.components.dataloader._image_chat import read_records
+    from hyper_parallel.models.qwen3_5.images import image_size
 
     empty: list[Path] = []
     for file in files:
@@ -223,18 +231,14 @@ def python_docs() -> tuple[str, ...]:
     return tuple(docs)
 
 
-def read_documents(cfg: DatasetConfig) -> Iterator[str]:
-    """The documents of a ``jsonl``, ``text`` or ``python_docs`` dataset, in file (or listed) order.
+def jsonl_documents(paths: Sequence[str], text_field: str) -> Iterator[str]:
+    """The ``text_field`` of every record of the ``jsonl`` files of ``paths``, in file order (a record
+    that is not a JSON object with that field is an ``InputFileError`` naming it: ``FILE:LINE``)."""
+    for file in _files(paths, ".jsonl"):
+        yield from _records(file, text_field)
 
-    A file that cannot be read as configured raises an ``InputFileError`` naming it (``FILE:LINE``).
-    """
-    if cfg.source == "python_docs":
-        yield from python_docs()
-        return
-    if cfg.source is None:  # refused before a loader is built (trainer rules); a direct caller is told
-        raise ValueError("the dataset names no source")
-    for file in _files(cfg.paths, cfg.source):
-        if cfg.source == "text":
-            yield _text(file.read_bytes(), file)
-        else:
-            yield from _records(file, cfg.text_field)
+
+def text_documents(paths: Sequence[str]) -> Iterator[str]:
+    """Each ``*.txt`` file of ``paths`` as one document, in file order."""
+    for file in _files(paths, ".txt"):
+        yield _text(file.read_bytes(), file)

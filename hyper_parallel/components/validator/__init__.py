@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from hyper_parallel._checks import minus_one_or_at_least
-from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest
+from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, NoSource
 from hyper_parallel.config.base import ConfigBase, config_class
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-    from hyper_parallel.components.dataloader._loader import ResumableLoader
+    from hyper_parallel.components.dataloader import ResumableLoader
     from hyper_parallel.components.validator._runtime import LossValidatorRuntime
 
 __all__ = ["LossValidator", "Validator"]
@@ -61,7 +61,7 @@ class LossValidator(Validator):
         """The validation dataset and batch size."""
 
         dataset: DatasetConfig = attrs.field(
-            default=attrs.Factory(DatasetConfig),
+            default=attrs.Factory(NoSource),
             metadata={"help": "The held-out dataset (same section layout as dataloader.dataset)."},
         )
         micro_batch_size: int | None = attrs.field(
@@ -104,11 +104,8 @@ class LossValidator(Validator):
             out), so a sharded model's forward runs in step. The request's ``process_group`` shares the
             tokenizing as in ``DataLoader.Config.build``.
             """
-            from hyper_parallel.components.dataloader._loader import build_loader
-
             batch = self.micro_batch_size or request.micro_batch_size
-            return build_loader(
-                self.dataset,
+            return self.dataset.loader(
                 attrs.evolve(request, micro_batch_size=batch),
                 shuffle=False,
                 drop_last=False,
