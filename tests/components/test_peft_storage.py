@@ -87,6 +87,7 @@ def test_lora_adapts_the_targets_its_model_names_and_counts_their_adapters() -> 
     assert roles.elements("frozen") == 4 * 32 + 4
 
 
+@pytest.mark.multiprocess
 def test_asking_whether_a_tensor_is_nf4_never_imports_torchao() -> None:
     pytest.importorskip("torch")
     code = (
@@ -96,7 +97,9 @@ def test_asking_whether_a_tensor_is_nf4_never_imports_torchao() -> None:
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torchao'))\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, timeout=300
+    )
     assert out.stdout.strip() == "[]"
 
 
