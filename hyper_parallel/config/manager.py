@@ -178,17 +178,17 @@ def load_config_report(
             # Report what is wrong with the overrides too, not in a second run.
             found += [*exc.issues, *(_override_issues(raw, parsed, locate) if parsed else ())]
             made, unmade = exc.config, exc.unmade
-            if made is not None and parsed:  # the rules see the overrides' values too, or nothing
-                try:
-                    made = _apply(made, parsed, sources, locate)
-                except ConfigError:  # already reported, by _override_issues
-                    made = None
+            if made is not None and parsed:  # the rules see the overrides' values too
+                made, unmade = _apply_sound(made, unmade, parsed, sources, locate)
         if cfg is not None and parsed:
             try:
                 cfg = _apply(cfg, parsed, sources, locate)
             except ConfigError as exc:
                 found += exc.issues
-                made, unmade, cfg = exc.config, exc.unmade, None
+                made, unmade = exc.config, exc.unmade
+                if made is None:  # an override that could not be placed: the rules see the others'
+                    made, unmade = _apply_sound(cfg, unmade, parsed, sources, locate, exc)
+                cfg = None
     warned: list[Issue] = []
     made = cfg if cfg is not None else made
     if made is not None:
@@ -418,6 +418,55 @@ def _apply(
         raise to_config_error(problems, locate)
     patch.record(result)
     return result
+
+
+def _apply_sound(
+    cfg: TrainerConfig,
+    unmade: frozenset[str],
+    parsed: "list[Override]",
+    sources: SourceMap | None,
+    locate: Locate,
+    failed: ConfigError | None = None,
+) -> tuple[TrainerConfig | None, frozenset[str]]:
+    """``cfg`` with the overrides that are sound, for the rules that span groups (the problems of the others
+    are reported already): an override at or under a path with a problem is left out, and the root group
+    of a field it set joins ``unmade``, so no rule speaks of a value the user set otherwise (one naming no
+    field set nothing). ``failed`` is what applying all of them raised, when known. ``(None, unmade)`` when
+    even the sound ones cannot be applied."""
+    if failed is None:
+        try:
+            return _apply(cfg, parsed, sources, locate), unmade
+        except ConfigError as exc:
+            failed = exc
+    if failed.config is not None:
+        return failed.config, unmade | failed.unmade
+    bad = {issue.parts for issue in failed.issues}
+    sound = [o for o in parsed if not any(_overlap(o.path, p) for p in bad)]
+    unmade |= {str(o.path[0]) for o in parsed if o not in sound and _names_a_field(cfg, o.path)}
+    if len(sound) == len(parsed):
+        return None, unmade
+    try:
+        return (_apply(cfg, sound, sources, locate) if sound else cfg), unmade
+    except ConfigError:
+        return None, unmade
+
+
+def _names_a_field(cfg: object, path: Path) -> bool:
+    """Whether ``path`` leads to a value of ``cfg`` (a ``_target_`` always does: it names the class)."""
+    node = cfg
+    for part in path:
+        if part == "_target_":
+            return True
+        try:
+            node = node[part] if isinstance(part, int) else getattr(node, part)  # type: ignore[index]
+        except (AttributeError, IndexError, KeyError, TypeError):
+            return False
+    return True
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    """Whether one of two paths is the other or under it."""
+    return a[: len(b)] == b or b[: len(a)] == a
 
 
 def dump_config(cfg: TrainerConfig) -> str:

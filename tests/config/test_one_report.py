@@ -23,6 +23,8 @@ DATA = """dataloader:
   dataset:
     source: python_docs
 """
+#: What a tp of 3 on the llama3 debug model is told (8 heads, 4 key/value heads), world size or not.
+HEADS = "must divide the model's 8 attention heads and 4 key/value heads, got 3"
 
 
 def run(path: Path, *flags: str) -> tuple[int, list[str]]:
@@ -74,9 +76,10 @@ def test_a_group_refused_by_its_own_check_hides_no_rule_that_spans_groups(tmp_pa
         f"{path}:1:1: training.seq_len: must be divisible by parallelism.tp (3, set by --parallelism.tp) "
         "for sequence parallelism (each tp rank holds an equal slice of the sequence; or set "
         "parallelism.sequence_parallel to false), got 2048",
+        f"--parallelism.tp: {HEADS}",
         "--training.global_batch_size: must be a multiple of micro_batch_size (4, set by "
         "--training.micro_batch_size), got 7",
-        "2 problems found; nothing was started.",
+        "3 problems found; nothing was started.",
     ]
 
 
@@ -95,8 +98,9 @@ def test_the_rules_do_not_speak_of_a_group_that_could_not_be_made(tmp_path: Path
         f"{path}:8:12: training.seq_len: must be divisible by parallelism.tp (3) for sequence parallelism "
         "(each tp rank holds an equal slice of the sequence; or set parallelism.sequence_parallel to false), "
         "got 256",
+        f"{path}:11:7: parallelism.tp: {HEADS}",
         f"{path}:14:7: optimizer.lr: expected a number, got the string 'x'",
-        "2 problems found; nothing was started.",
+        "3 problems found; nothing was started.",
     ]
 
 
@@ -111,8 +115,9 @@ def test_the_rules_see_the_flags_values_while_the_file_has_an_error(tmp_path: Pa
     code, lines = run(path, "--training.seq_len", "256", "--training.max_steps", "500")
     assert code == 2
     assert lines == [
+        f"{path}:8:7: parallelism.tp: {HEADS}",
         f"{path}:11:7: optimizer.lr: expected a number, got the string 'x'",
         "--training.seq_len: must be divisible by parallelism.tp (3) for sequence parallelism (each tp rank "
         "holds an equal slice of the sequence; or set parallelism.sequence_parallel to false), got 256",
-        "2 problems found; nothing was started.",
+        "3 problems found; nothing was started.",
     ]
