@@ -155,6 +155,7 @@ def load_config_report(
     ``overrides['optimizer.lr']``) and trainers by their commands (``train_vl``, else ``VLTrainer``).
     """
     early: tuple[Issue, ...] = ()
+    unread: frozenset[Path] = frozenset()  # values the file could not give (an unset ${env:X})
     try:
         if text is None:
             raw, sources = load_yaml_file(path)
@@ -163,7 +164,7 @@ def load_config_report(
     except PartialDocument as exc:  # duplicate keys and the like: reported with everything else
         if exc.sources is None:
             raise
-        raw, sources, early = exc.value, exc.sources, exc.issues
+        raw, sources, early, unread = exc.value, exc.sources, exc.issues, exc.unread
     parsed = _parse_overrides(overrides or {}, command_line)
     locate = _locator(parsed, sources)
     found = list(early)
@@ -189,6 +190,9 @@ def load_config_report(
                 if made is None:  # an override that could not be placed: the rules see the others'
                     made, unmade = _apply_sound(cfg, unmade, parsed, sources, locate, exc)
                 cfg = None
+    if unread:  # what the resolve says of a value the file could not give is not news
+        found = [*early, *(i for i in found[len(early) :] if not any(_overlap(i.parts, p) for p in unread))]
+        unmade |= {str(p[0]) for p in unread if p}
     warned: list[Issue] = []
     made = cfg if cfg is not None else made
     if made is not None:
