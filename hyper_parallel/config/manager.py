@@ -194,17 +194,29 @@ def load_config_report(
         found = [*early, *(i for i in found[len(early) :] if not any(_overlap(i.parts, p) for p in unread))]
         unmade |= {str(p[0]) for p in unread if p}
     warned: list[Issue] = []
+    skipped: list[tuple[str, str]] = []
     made = cfg if cfg is not None else made
     if made is not None:
         names = rules.COMMANDS if command_line else rules.TRAINER_CLASSES
         known = {(i.path, str(i.message)) for i in found}
-        spanning = _root_issues(made, world_size, trainer, names, locate)
-        found += [i for i in spanning if (i.path, str(i.message)) not in known and not _reads(i, unmade)]
+        spanning = [i for i in _root_issues(made, world_size, trainer, names, locate) if _new(i, known)]
+        found += [i for i in spanning if not _reads(i, unmade)]
         warned = [i for i in _issues(rules.warnings(made), locate) if not _reads(i, unmade)]
+        unsaid = sorted({g for i in spanning if _reads(i, unmade) for g in _groups(i) if g in unmade})
+        if unsaid:  # a rule's verdict on a group's default is no verdict on what the file gave
+            skipped.append((f"the rules that span groups, on {', '.join(unsaid)}", _unmade_reason(unsaid)))
+    elif found:
+        skipped.append(("the rules that span groups", NO_CONFIG))
     if strict:
         found, warned = [*found, *warned], []
     if found:
-        raise ConfigError(_cite_overrides(found, parsed), warnings=_cite_overrides(warned, parsed))
+        raise ConfigError(
+            _cite_overrides(found, parsed),
+            warnings=_cite_overrides(warned, parsed),
+            config=made,
+            unmade=unmade,
+            skipped=skipped,
+        )
     assert cfg is not None
     given = {path[:end] for path in sources.paths() for end in range(1, len(path) + 1)}
     given.update(o.path[:end] for o in parsed for end in range(1, len(o.path) + 1))
@@ -282,14 +294,33 @@ def _root_issues(
     return _issues([*pairs, *rules.trainer_issues(cfg, trainer, names)], locate, problems)
 
 
-def _reads(issue: Issue, groups: frozenset[str]) -> bool:
-    """Whether ``issue`` is at, or quotes a value of, one of root ``groups``."""
+#: Why nothing that needs a whole config was checked (:attr:`ConfigError.skipped`).
+NO_CONFIG = "no config could be made while these errors stand"
+
+
+def _unmade_reason(groups: Iterable[str]) -> str:
+    """Why what reads ``groups`` was not checked (:attr:`ConfigError.skipped`)."""
+    groups = list(groups)
+    return f"{', '.join(groups)} {'has' if len(groups) == 1 else 'have'} errors"
+
+
+def _new(issue: Issue, known: set[tuple[str, str]]) -> bool:
+    return (issue.path, str(issue.message)) not in known
+
+
+def _groups(issue: Issue) -> set[str]:
+    """The root groups ``issue`` is at or quotes a value of."""
     paths = (
         [issue.path, *(q.path for q in issue.message.quotes)]
         if isinstance(issue.message, Said)
         else [issue.path]
     )
-    return any(path.partition(".")[0].partition("[")[0] in groups for path in paths)
+    return {path.partition(".")[0].partition("[")[0] for path in paths}
+
+
+def _reads(issue: Issue, groups: frozenset[str]) -> bool:
+    """Whether ``issue`` is at, or quotes a value of, one of root ``groups``."""
+    return not _groups(issue).isdisjoint(groups)
 
 
 def _issues(
