@@ -374,7 +374,7 @@ def _later_checks(
     """The issues of ``exc`` and what the launch's own checks find in the config that could be made
     despite them (``exc.config``): this machine, the model's size and, when asked, the files it names,
     each run only where the groups it reads were made; and ``exc.skipped`` with the checks left out."""
-    from hyper_parallel.config.manager import NO_CONFIG
+    from hyper_parallel.config.manager import NO_CONFIG, unmade_reason
 
     issues, skipped = list(exc.issues), list(exc.skipped)
     made = exc.config
@@ -396,10 +396,8 @@ def _later_checks(
         if path.partition(".")[0] not in unmade and (path, message) not in known
     ]
     if files and unmade_files:
-        from hyper_parallel.config.manager import _unmade_reason
-
-        skipped.append(("the files the config names", _unmade_reason(unmade_files)))
-    elif files and not training:  # the launch runs these itself, after the process group starts
+        skipped.append(("the files the config names", unmade_reason(unmade_files)))
+    elif files and not training and not found:  # (as below: once this machine has what they read)
         from hyper_parallel.trainer._inputs import check_without_torch
 
         try:

@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # the overrides machinery is imported only when there are ove
     from hyper_parallel.config.overrides import Override
 
 __all__ = [
+    "NO_CONFIG",
     "ConfigReport",
     "apply_overrides",
     "config_schema",
@@ -52,6 +53,7 @@ __all__ = [
     "load_config",
     "load_config_report",
     "load_config_text",
+    "unmade_reason",
     "validate",
     "write_config",
 ]
@@ -204,7 +206,7 @@ def load_config_report(
         warned = [i for i in _issues(rules.warnings(made), locate) if not _reads(i, unmade)]
         unsaid = sorted({g for i in spanning if _reads(i, unmade) for g in _groups(i) if g in unmade})
         if unsaid:  # a rule's verdict on a group's default is no verdict on what the file gave
-            skipped.append((f"the rules that span groups, on {', '.join(unsaid)}", _unmade_reason(unsaid)))
+            skipped.append((f"the rules that span groups, on {', '.join(unsaid)}", unmade_reason(unsaid)))
     elif found:
         skipped.append(("the rules that span groups", NO_CONFIG))
     if strict:
@@ -298,7 +300,7 @@ def _root_issues(
 NO_CONFIG = "no config could be made while these errors stand"
 
 
-def _unmade_reason(groups: Iterable[str]) -> str:
+def unmade_reason(groups: Iterable[str]) -> str:
     """Why what reads ``groups`` was not checked (:attr:`ConfigError.skipped`)."""
     groups = list(groups)
     return f"{', '.join(groups)} {'has' if len(groups) == 1 else 'have'} errors"

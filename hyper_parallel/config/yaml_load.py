@@ -596,7 +596,8 @@ class _Builder:
             if key is None:
                 continue
             child = (*path, key)
-            if key in result:  # a path is built once, so ``keys`` holds where the first one is
+            if key in result or (self.unread and child in self.unread):  # (an unread first one too)
+                # a path is built once, so ``keys`` holds where the first one is
                 message = f"duplicate key {echo(key)} (first defined at line {keys[child].line + 1})"
                 self.partial.append(_issue(child, message, self.mark(key_node)))
                 continue
