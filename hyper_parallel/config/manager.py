@@ -193,7 +193,7 @@ def load_config_report(
                     made, unmade = _apply_sound(cfg, unmade, parsed, sources, locate, exc)
                 cfg = None
     if unread:  # what the resolve says of a value the file could not give is not news
-        found = [*early, *(i for i in found[len(early) :] if not any(_overlap(i.parts, p) for p in unread))]
+        found = [*early, *(i for i in found[len(early) :] if not _of_unread(i, unread, sources))]
         unmade |= {str(p[0]) for p in unread if p}
     warned: list[Issue] = []
     skipped: list[tuple[str, str]] = []
@@ -499,6 +499,16 @@ def _names_a_field(cfg: object, path: Path) -> bool:
         except (AttributeError, IndexError, KeyError, TypeError):
             return False
     return True
+
+
+def _of_unread(issue: Issue, unread: frozenset[Path], sources: SourceMap) -> bool:
+    """Whether ``issue`` speaks of a value the file could not give (``unread``: null in the document), not
+    of its key (an unknown key is located at the key, and is news)."""
+    for path in unread:
+        if _overlap(issue.parts, path):
+            key = sources.key(path) if issue.parts == path else None
+            return key is None or issue.location != str(key)
+    return False
 
 
 def _overlap(a: Path, b: Path) -> bool:

@@ -442,8 +442,8 @@ class PartialDocument(ConfigError):
         super().__init__(issues)
         self.value = value
         self.sources = sources
-        #: The paths whose value could not be read (an unset ``${env:X}``): left out of ``value`` (null in a
-        #: list), so the rest of the document is checked; what a check says of them is not news.
+        #: The paths whose value could not be read (an unset ``${env:X}``): null in ``value``, so the rest of
+        #: the document is checked; what a check says of that null is not news (an unknown key still is).
         self.unread = unread
 
 
@@ -596,15 +596,12 @@ class _Builder:
             if key is None:
                 continue
             child = (*path, key)
-            if key in result or (self.unread and child in self.unread):  # (an unread first one too)
-                # a path is built once, so ``keys`` holds where the first one is
+            if key in result:  # a path is built once, so ``keys`` holds where the first one is
                 message = f"duplicate key {echo(key)} (first defined at line {keys[child].line + 1})"
                 self.partial.append(_issue(child, message, self.mark(key_node)))
                 continue
             keys[child] = key_node.start_mark
-            value = self.build(value_node, child)
-            if not self.unread or child not in self.unread:  # an unread value is left out: default
-                result[key] = value
+            result[key] = self.build(value_node, child)
         return result
 
     def key(self, node: yaml.Node, path: Path) -> str | None:

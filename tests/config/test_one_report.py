@@ -290,3 +290,38 @@ def test_a_later_check_an_error_makes_meaningless_is_named_in_one_line(tmp_path:
         "while these errors stand)",
         "1 problem found; nothing was started.",
     ]
+
+
+def test_a_misspelled_target_hides_no_bad_model_argument_flag_and_an_unset_variable_hides_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HP_TEST_ONE_REPORT_UNSET", raising=False)
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "model:\n  _target_: hyper_parallel.models.llama3.create_model_spec\n  flavor: debugmodel\n"
+        "  weights_path: ${env:HP_TEST_ONE_REPORT_UNSET}\n"
+        "tokenizer:\n  _target_: hyper_parallel.components.tokenizer.ByteTokenizer.Config\n"
+        "  weights_path: ${env:HP_TEST_ONE_REPORT_UNSET}\n"
+        "training:\n  _target_: hyper_parallel.trainer.config.TraningConfig\n" + DATA
+    )
+    code, lines = run(path, "--model.overrides.n_layer", "3", "--optimizer.lr", "x")
+    assert code == 2
+    unset = (
+        "environment variable HP_TEST_ONE_REPORT_UNSET is not set ('${env:HP_TEST_ONE_REPORT_UNSET}'); set "
+        "it, or give a default: '${env:HP_TEST_ONE_REPORT_UNSET,DEFAULT}'"
+    )
+    assert lines == [
+        f"{path}:4:17: model.weights_path: {unset}",
+        # a key that no field has is news, whatever its value
+        f"{path}:7:3: tokenizer.weights_path: unknown field 'weights_path' for ByteTokenizer.Config; "
+        "it is a field of 'model' (model.weights_path)",
+        f"{path}:7:17: tokenizer.weights_path: {unset}",
+        f"{path}:9:13: training._target_: module 'hyper_parallel.trainer.config' has no attribute "
+        "'TraningConfig'; did you mean 'TrainingConfig'?",
+        "--model.overrides.n_layer: unknown argument 'n_layer' of Llama3Args; did you mean 'n_layers'?",
+        "--optimizer.lr: expected a number, got the string 'x'",
+        # a rule spoke of the tokenizer's defaults, and the files are read by the groups that failed
+        "not checked: the rules that span groups, on tokenizer (tokenizer has errors); the files the config "
+        "names (model, tokenizer, training have errors)",
+        "6 problems found; nothing was started.",
+    ]
