@@ -216,13 +216,24 @@ def warn_issues(issues: Sequence[Issue], err: TextIO) -> None:
     err.write(f"{count} warning{'s' if count != 1 else ''} (--strict refuses them)\n")
 
 
-def report_issues(issues: Sequence[Issue], err: TextIO) -> int:
-    """Print input errors on rank 0 as a launch does; returns ``EXIT_INPUT_ERROR``."""
+def report_issues(issues: Sequence[Issue], err: TextIO, skipped: Sequence[tuple[str, str]] = ()) -> int:
+    """Print input errors on rank 0 as a launch does, then (one line) the checks they made meaningless
+    (``skipped``: :attr:`ConfigError.skipped`); returns ``EXIT_INPUT_ERROR``."""
     if is_rank0():
         err.write(f"{ConfigError(issues)}\n")
+        if skipped:
+            err.write(f"not checked: {_skipped_text(skipped)}\n")
         count = len(issues)
         err.write(f"{count} problem{'s' if count != 1 else ''} found; nothing was started.\n")
     return EXIT_INPUT_ERROR
+
+
+def _skipped_text(skipped: Sequence[tuple[str, str]]) -> str:
+    """``checks (why); checks and checks (why)``: the checks of each reason together, in their order."""
+    by_reason: dict[str, list[str]] = {}
+    for checks, why in skipped:
+        by_reason.setdefault(why, []).append(checks)
+    return "; ".join(f"{' and '.join(checks)} ({why})" for why, checks in by_reason.items())
 
 
 def main(
@@ -262,6 +273,7 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
     training = not (args.dry_run or args.print_config or args.dump_config or args.help)
     if training and world_size is None:
         world_size = 1  # a plain `python -m` launch is one process; torchrun exports WORLD_SIZE
+    files = training or (args.dry_run and not args.no_file_checks)
     try:
         loaded = load_config_report(
             args.config_file,
@@ -272,8 +284,12 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
             command_line=True,
             trainer=_TRAINERS.get(prog),
         )
+    except ConfigError as exc:  # what the launch checks next, on what could be made: in the same report
+        warn_issues(exc.warnings, err)
+        issues, skipped = _later_checks(exc, args.config_file, training=training, files=files)
+        return report_issues(issues, err, skipped)
+    try:
         cfg = loaded.config
-        files = training or (args.dry_run and not args.no_file_checks)
         machine = machine_issues(cfg, training=training, files=files)
         if machine:
             raise ConfigError([Issue(path, message, args.config_file) for path, message in machine])
@@ -346,6 +362,50 @@ def _train(cfg: TrainerConfig, prog: str, out: TextIO, err: TextIO) -> int:
     import signal  # the trainer has it loaded already; a dry run never gets here
 
     return 128 + int(signal.Signals[stopped])
+
+
+#: The root groups the checks of the files a config names read (``trainer._inputs``, ``machine``).
+_FILE_GROUPS = ("model", "tokenizer", "training", "dataloader", "validator")
+
+
+def _later_checks(
+    exc: ConfigError, source: str, *, training: bool, files: bool
+) -> tuple[list[Issue], list[tuple[str, str]]]:
+    """The issues of ``exc`` and what the launch's own checks find in the config that could be made
+    despite them (``exc.config``): this machine, the model's size and, when asked, the files it names,
+    each run only where the groups it reads were made; and ``exc.skipped`` with the checks left out."""
+    from hyper_parallel.config.manager import NO_CONFIG, unmade_reason
+
+    issues, skipped = list(exc.issues), list(exc.skipped)
+    made = exc.config
+    if made is None:  # (a document that could not be read at all skipped everything: no line for that)
+        if files and skipped:
+            skipped.append(("the files the config names", NO_CONFIG))
+        return issues, skipped
+    unmade = exc.unmade
+    unmade_files = [g for g in _FILE_GROUPS if g in unmade]
+    found = machine_issues(made, training=training, files=files and not unmade_files)
+    if "model" not in unmade:
+        from hyper_parallel.preflight.limits import size_issues
+
+        found += size_issues(made)
+    known = {(i.path, str(i.message)) for i in issues}
+    issues += [
+        Issue(path, message, source)
+        for path, message in found
+        if path.partition(".")[0] not in unmade and (path, message) not in known
+    ]
+    if files and unmade_files:
+        skipped.append(("the files the config names", unmade_reason(unmade_files)))
+    elif files and not training and not found:  # (as below: once this machine has what they read)
+        from hyper_parallel.trainer._inputs import check_without_torch
+
+        try:
+            check_without_torch(made)
+        except ConfigError as found_in_files:  # (the tokenizer's size may be a rule's finding already)
+            said = {str(i.message) for i in issues}
+            issues += [i for i in found_in_files.issues if str(i.message) not in said]
+    return issues, skipped
 
 
 def _refuse_impossible_size(cfg: "TrainerConfig", source: str) -> None:

@@ -262,6 +262,13 @@ class ParallelismConfig(ConfigBase):
             value = getattr(self, name)
             if value > 1:
                 yield name, _not_yet(name, value)
+        if self.dp_shard != -1 and self.cp != -1:  # stated: decided without the world size
+            yield from self._expert_split(self.dp_shard * self.cp, "")
+
+    def _expert_split(self, shard_cp: int, ranks: str) -> Iterator[tuple[str, str]]:
+        """``ep`` carves its groups out of ``dp_shard * cp`` (``shard_cp``), so it must divide it."""
+        if self.ep > 1 and shard_cp % self.ep:
+            yield "ep", f"must divide dp_shard * cp ({shard_cp}{ranks}), got {self.ep}"
 
     def pipeline_stages_per_rank(self) -> int:
         """Pipeline stages (model chunks) each pipeline rank holds under ``pp_schedule``."""
@@ -313,12 +320,10 @@ class ParallelismConfig(ConfigBase):
             if product != world_size:
                 return [("dp_shard", f"{formula} = {product}, but the world size is {world_size}")]
             degrees = known
-        if self.ep > 1 and (degrees["dp_shard"] * degrees["cp"]) % self.ep:
-            shard_cp = degrees["dp_shard"] * degrees["cp"]
-            return [
-                ("ep", f"must divide dp_shard * cp ({shard_cp} with world size {world_size}), got {self.ep}")
-            ]
-        return []
+        # Stated dp_shard and cp: the message of cross_check, which reports it without the world size.
+        stated = self.dp_shard != -1 and self.cp != -1
+        ranks = "" if stated else f" with world size {world_size}"
+        return list(self._expert_split(degrees["dp_shard"] * degrees["cp"], ranks))
 
     def resolved_degrees(self, world_size: int) -> dict[str, int]:
         """Every degree with ``-1`` inferred for ``world_size``; ``ValueError`` if they do not fit."""

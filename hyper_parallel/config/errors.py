@@ -198,6 +198,9 @@ class ConfigError(ValueError):
     config: Any
     #: The root groups ``config`` holds defaults for: what the rules say of them is not reported.
     unmade: frozenset[str]
+    #: ``(checks, why)`` for each kind of check these errors made meaningless, so left out of the report:
+    #: ``("the files the config names", "no config could be made")`` (the launch says so in one line).
+    skipped: tuple[tuple[str, str], ...]
 
     def __init__(
         self,
@@ -206,12 +209,13 @@ class ConfigError(ValueError):
         warnings: Iterable[Issue] = (),
         config: Any = None,
         unmade: frozenset[str] = frozenset(),
+        skipped: Iterable[tuple[str, str]] = (),
     ) -> None:
         self.issues = tuple(sorted(issues, key=_position))
         if not self.issues:
             raise ValueError("ConfigError needs at least one issue")
         self.warnings = tuple(sorted(warnings, key=_position))
-        self.config, self.unmade = config, unmade
+        self.config, self.unmade, self.skipped = config, unmade, tuple(skipped)
         super().__init__(str(self))
 
     def __str__(self) -> str:

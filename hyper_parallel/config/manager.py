@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # the overrides machinery is imported only when there are ove
     from hyper_parallel.config.overrides import Override
 
 __all__ = [
+    "NO_CONFIG",
     "ConfigReport",
     "apply_overrides",
     "config_schema",
@@ -52,6 +53,7 @@ __all__ = [
     "load_config",
     "load_config_report",
     "load_config_text",
+    "unmade_reason",
     "validate",
     "write_config",
 ]
@@ -155,6 +157,7 @@ def load_config_report(
     ``overrides['optimizer.lr']``) and trainers by their commands (``train_vl``, else ``VLTrainer``).
     """
     early: tuple[Issue, ...] = ()
+    unread: frozenset[Path] = frozenset()  # values the file could not give (an unset ${env:X})
     try:
         if text is None:
             raw, sources = load_yaml_file(path)
@@ -163,7 +166,7 @@ def load_config_report(
     except PartialDocument as exc:  # duplicate keys and the like: reported with everything else
         if exc.sources is None:
             raise
-        raw, sources, early = exc.value, exc.sources, exc.issues
+        raw, sources, early, unread = exc.value, exc.sources, exc.issues, exc.unread
     parsed = _parse_overrides(overrides or {}, command_line)
     locate = _locator(parsed, sources)
     found = list(early)
@@ -178,29 +181,44 @@ def load_config_report(
             # Report what is wrong with the overrides too, not in a second run.
             found += [*exc.issues, *(_override_issues(raw, parsed, locate) if parsed else ())]
             made, unmade = exc.config, exc.unmade
-            if made is not None and parsed:  # the rules see the overrides' values too, or nothing
-                try:
-                    made = _apply(made, parsed, sources, locate)
-                except ConfigError:  # already reported, by _override_issues
-                    made = None
+            if made is not None and parsed:  # the rules see the overrides' values too
+                made, unmade = _apply_sound(made, unmade, parsed, sources, locate)
         if cfg is not None and parsed:
             try:
                 cfg = _apply(cfg, parsed, sources, locate)
             except ConfigError as exc:
                 found += exc.issues
-                made, unmade, cfg = exc.config, exc.unmade, None
+                made, unmade = exc.config, exc.unmade
+                if made is None:  # an override that could not be placed: the rules see the others'
+                    made, unmade = _apply_sound(cfg, unmade, parsed, sources, locate, exc)
+                cfg = None
+    if unread:  # what the resolve says of a value the file could not give is not news
+        found = [*early, *(i for i in found[len(early) :] if not _of_unread(i, unread, sources))]
+        unmade |= {str(p[0]) for p in unread if p}
     warned: list[Issue] = []
+    skipped: list[tuple[str, str]] = []
     made = cfg if cfg is not None else made
     if made is not None:
         names = rules.COMMANDS if command_line else rules.TRAINER_CLASSES
         known = {(i.path, str(i.message)) for i in found}
-        spanning = _root_issues(made, world_size, trainer, names, locate)
-        found += [i for i in spanning if (i.path, str(i.message)) not in known and not _reads(i, unmade)]
+        spanning = [i for i in _root_issues(made, world_size, trainer, names, locate) if _new(i, known)]
+        found += [i for i in spanning if not _reads(i, unmade)]
         warned = [i for i in _issues(rules.warnings(made), locate) if not _reads(i, unmade)]
+        unsaid = sorted({g for i in spanning if _reads(i, unmade) for g in _groups(i) if g in unmade})
+        if unsaid:  # a rule's verdict on a group's default is no verdict on what the file gave
+            skipped.append((f"the rules that span groups, on {', '.join(unsaid)}", unmade_reason(unsaid)))
+    elif found:
+        skipped.append(("the rules that span groups", NO_CONFIG))
     if strict:
         found, warned = [*found, *warned], []
     if found:
-        raise ConfigError(_cite_overrides(found, parsed), warnings=_cite_overrides(warned, parsed))
+        raise ConfigError(
+            _cite_overrides(found, parsed),
+            warnings=_cite_overrides(warned, parsed),
+            config=made,
+            unmade=unmade,
+            skipped=skipped,
+        )
     assert cfg is not None
     given = {path[:end] for path in sources.paths() for end in range(1, len(path) + 1)}
     given.update(o.path[:end] for o in parsed for end in range(1, len(o.path) + 1))
@@ -278,14 +296,33 @@ def _root_issues(
     return _issues([*pairs, *rules.trainer_issues(cfg, trainer, names)], locate, problems)
 
 
-def _reads(issue: Issue, groups: frozenset[str]) -> bool:
-    """Whether ``issue`` is at, or quotes a value of, one of root ``groups``."""
+#: Why nothing that needs a whole config was checked (:attr:`ConfigError.skipped`).
+NO_CONFIG = "no config could be made while these errors stand"
+
+
+def unmade_reason(groups: Iterable[str]) -> str:
+    """Why what reads ``groups`` was not checked (:attr:`ConfigError.skipped`)."""
+    groups = list(groups)
+    return f"{', '.join(groups)} {'has' if len(groups) == 1 else 'have'} errors"
+
+
+def _new(issue: Issue, known: set[tuple[str, str]]) -> bool:
+    return (issue.path, str(issue.message)) not in known
+
+
+def _groups(issue: Issue) -> set[str]:
+    """The root groups ``issue`` is at or quotes a value of."""
     paths = (
         [issue.path, *(q.path for q in issue.message.quotes)]
         if isinstance(issue.message, Said)
         else [issue.path]
     )
-    return any(path.partition(".")[0].partition("[")[0] in groups for path in paths)
+    return {path.partition(".")[0].partition("[")[0] for path in paths}
+
+
+def _reads(issue: Issue, groups: frozenset[str]) -> bool:
+    """Whether ``issue`` is at, or quotes a value of, one of root ``groups``."""
+    return not _groups(issue).isdisjoint(groups)
 
 
 def _issues(
@@ -418,6 +455,65 @@ def _apply(
         raise to_config_error(problems, locate)
     patch.record(result)
     return result
+
+
+def _apply_sound(
+    cfg: TrainerConfig,
+    unmade: frozenset[str],
+    parsed: "list[Override]",
+    sources: SourceMap | None,
+    locate: Locate,
+    failed: ConfigError | None = None,
+) -> tuple[TrainerConfig | None, frozenset[str]]:
+    """``cfg`` with the overrides that are sound, for the rules that span groups (the problems of the others
+    are reported already): an override at or under a path with a problem is left out, and the root group
+    of a field it set joins ``unmade``, so no rule speaks of a value the user set otherwise (one naming no
+    field set nothing). ``failed`` is what applying all of them raised, when known. ``(None, unmade)`` when
+    even the sound ones cannot be applied."""
+    if failed is None:
+        try:
+            return _apply(cfg, parsed, sources, locate), unmade
+        except ConfigError as exc:
+            failed = exc
+    if failed.config is not None:
+        return failed.config, unmade | failed.unmade
+    bad = {issue.parts for issue in failed.issues}
+    sound = [o for o in parsed if not any(_overlap(o.path, p) for p in bad)]
+    unmade |= {str(o.path[0]) for o in parsed if o not in sound and _names_a_field(cfg, o.path)}
+    if len(sound) == len(parsed):
+        return None, unmade
+    try:
+        return (_apply(cfg, sound, sources, locate) if sound else cfg), unmade
+    except ConfigError:
+        return None, unmade
+
+
+def _names_a_field(cfg: object, path: Path) -> bool:
+    """Whether ``path`` leads to a value of ``cfg`` (a ``_target_`` always does: it names the class)."""
+    node = cfg
+    for part in path:
+        if part == "_target_":
+            return True
+        try:
+            node = node[part] if isinstance(part, int) else getattr(node, part)  # type: ignore[index]
+        except (AttributeError, IndexError, KeyError, TypeError):
+            return False
+    return True
+
+
+def _of_unread(issue: Issue, unread: frozenset[Path], sources: SourceMap) -> bool:
+    """Whether ``issue`` speaks of a value the file could not give (``unread``: null in the document), not
+    of its key (an unknown key is located at the key, and is news)."""
+    for path in unread:
+        if _overlap(issue.parts, path):
+            key = sources.key(path) if issue.parts == path else None
+            return key is None or issue.location != str(key)
+    return False
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    """Whether one of two paths is the other or under it."""
+    return a[: len(b)] == b or b[: len(a)] == a
 
 
 def dump_config(cfg: TrainerConfig) -> str:

@@ -378,6 +378,24 @@ class OverridePatch:
                     self.conv.get_structure_hook(read[0])(read[1], read[0])
                 except Exception as exc:
                     self.problems.extend(problems_of(exc, o.path))
+                else:
+                    self._check_arguments(target, o, read[1], node)
+
+    def _check_arguments(self, target: Target, o: Override, value: object, node: object) -> None:
+        """An override of a factory's argument, checked as the factory checks it without being called
+        (its ``check_arguments``: ``--model.overrides.n_layer`` against the flavor's arguments), so the
+        document's other problems hide no bad flag."""
+        check = getattr(target.obj, "check_arguments", None) if target.is_factory else None
+        if not callable(check) or len(o.path) < 2:
+            return
+        given = {str(k): v for k, v in node.items()} if isinstance(node, Mapping) else {}
+        if len(o.path) > 2:  # a key of a mapping argument: ``overrides: {text.vocab_size: ...}``
+            value = {".".join(str(part) for part in o.path[2:]): value}
+        flavor = {"flavor": given["flavor"]} if isinstance(given.get("flavor"), str) else {}
+        try:
+            check(**flavor, **{str(o.path[1]): value})
+        except Exception as exc:
+            self.problems.extend(problems_of(exc, o.path[:1]))
 
     # -- steps ---------------------------------------------------------------------------------------------
 

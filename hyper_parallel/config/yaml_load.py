@@ -432,10 +432,19 @@ class PartialDocument(ConfigError):
     left out): ``value`` and ``sources`` are that document, so a caller can report what else is wrong with
     it in the same run. Callers that only catch :class:`ConfigError` see these problems as usual."""
 
-    def __init__(self, issues: Iterable[Issue], value: object = None, sources: "SourceMap | None" = None):
+    def __init__(
+        self,
+        issues: Iterable[Issue],
+        value: object = None,
+        sources: "SourceMap | None" = None,
+        unread: frozenset[Path] = frozenset(),
+    ):
         super().__init__(issues)
         self.value = value
         self.sources = sources
+        #: The paths whose value could not be read (an unset ``${env:X}``): null in ``value``, so the rest of
+        #: the document is checked; what a check says of that null is not news (an unknown key still is).
+        self.unread = unread
 
 
 class _Builder:
@@ -451,6 +460,7 @@ class _Builder:
         "keys",
         "partial",
         "smap",
+        "unread",
         "values",
     )
 
@@ -462,6 +472,8 @@ class _Builder:
         self.issues: list[Issue] = []
         #: Problems after which the document is still worth checking (see :class:`PartialDocument`).
         self.partial: list[Issue] = []
+        #: Paths whose value could not be read (a bad interpolation): see :attr:`PartialDocument.unread`.
+        self.unread: set[Path] = set()
         self.count = 0  # nodes built so far, against MAX_NODES (an alias adds all the nodes it copies)
         self.chars = 0  # characters of keys and scalars built so far, against MAX_CHARS (likewise)
         self.active: set[int] = set()  # ids of collection nodes being built: an alias to one is recursive
@@ -531,6 +543,7 @@ class _Builder:
             else:
                 done = self.expanded[ident] = self.interpolate(node, text, path)
             if done is None:  # its problems are recorded, once however many aliases it has
+                self.unread.add(path)
                 return None
             text = done
         self.chars += len(text)
@@ -569,9 +582,9 @@ class _Builder:
         # A one-line plain scalar is its text verbatim and ends at ``end`` (its start mark is that of an
         # anchor or tag before it): locate each reference.  Anything else is located at its start.
         first = end.column - len(text) if not node.style and start.line == end.line else None
-        for offset, message in problems:
+        for offset, message in problems:  # the rest of the document is still worth checking
             column = start.column + 1 if first is None else first + offset + 1
-            self.issues.append(_issue(path, message, Mark(self.file, start.line + 1, column)))
+            self.partial.append(_issue(path, message, Mark(self.file, start.line + 1, column)))
         return None
 
     def mapping(self, node: yaml.MappingNode, path: Path) -> dict[str, object]:
@@ -729,7 +742,7 @@ def parse_yaml(text: str | bytes, filename: str = "<string>") -> tuple[object, S
     if builder.issues:
         raise ConfigError([*builder.issues, *builder.partial])
     if builder.partial:
-        raise PartialDocument(builder.partial, value, smap)
+        raise PartialDocument(builder.partial, value, smap, frozenset(builder.unread))
     return value, smap
 
 

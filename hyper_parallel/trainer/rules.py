@@ -33,6 +33,7 @@ __all__ = [
     "layout_issues",
     "pipeline_issues",
     "sequence_parallel_issues",
+    "stated_degree_issues",
     "trainer_issues",
     "vocabulary_issues",
     "warnings",
@@ -70,6 +71,7 @@ def cross_group_issues(cfg: "TrainerConfig") -> Issues:
             f"must be <= the model's max_seq_len ({max_len}), got {training.seq_len}",
         )
     yield from sequence_parallel_issues(cfg, par.tp)
+    yield from stated_degree_issues(cfg)
     if par.cp > 1 and training.seq_len % (2 * par.cp):
         yield (
             "training.seq_len",
@@ -80,6 +82,22 @@ def cross_group_issues(cfg: "TrainerConfig") -> Issues:
     if batch_ok and par.dp_replicate != -1 and par.dp_shard != -1:
         yield from batch_issues(cfg, par.dp_replicate, par.dp_shard)
     yield from _backend_issues(cfg)
+
+
+def stated_degree_issues(cfg: "TrainerConfig") -> Issues:
+    """The model's limits (``ModelArgs.parallel_issues``) on the degrees the config states, without the
+    world size: ``tp: 4`` on a model of 2 key/value heads is refused by ``--dry-run`` as by the launch.
+
+    A degree left at -1 stands at 1 here, which no model refuses, and only what is said of a stated
+    degree is kept; ``pp``'s limits are :func:`pipeline_issues`' (which asks the model too).
+    """
+    par = cfg.parallelism
+    stated = {name: getattr(par, name) for name in ("dp_replicate", "dp_shard", "cp", "tp", "pp", "ep")}
+    degrees = {name: 1 if value == -1 else value for name, value in stated.items()}
+    for path, message in cfg.model.args.parallel_issues(degrees):
+        group, _, name = path.partition(".")
+        if group == "parallelism" and name != "pp" and stated.get(name, -1) != -1:
+            yield path, message
 
 
 def expert_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:

@@ -41,7 +41,7 @@ def test_dry_run_resolves_and_prints_a_summary() -> None:
         "--dry-run",
         "--training.max_steps",
         "200",
-        "--parallelism.tp=4",
+        "--parallelism.tp=2",
         "--optimizer.lr",
         "0.0001",
     )

@@ -659,7 +659,9 @@ def test_a_mapping_merged_many_times_is_refused_without_being_expanded(tmp_path:
     merges = [line for line in lines if line.endswith(MERGE)]
     assert len(merges) == 10_000
     assert merges[0] == f"{path}:3:{len('  m: [{') + 1}: x.m[0]: {MERGE}"  # at the first '<<'
-    assert lines[-1] == f"{len(lines) - 1} problems found; nothing was started."
+    # (the line saying which checks these problems left out is no problem)
+    problems = [line for line in lines[:-1] if not line.startswith("not checked: ")]
+    assert lines[-1] == f"{len(problems)} problems found; nothing was started."
 
 
 @pytest.mark.parametrize("extra", [1, 1024 * 1024])

@@ -30,12 +30,19 @@ PP = (
 )
 BATCH = "must be a multiple of micro_batch_size (3), got 8"
 
+#: What tp 3 is told on the Qwen 3.5 debug model (the stated degree decides it, with the world size or not).
+HEADS_3 = (
+    "must divide the model's 4 attention heads and 2 key/value heads, got 3",
+    "must divide the model's 4 linear-attention (Gated DeltaNet) key heads and 8 value heads, got 3",
+    "must divide the model's feed-forward hidden size 512, got 3",
+)
+
 
 def pairs(exc: ConfigError) -> list[tuple[str, str]]:
     return [(i.path, i.message) for i in exc.issues]
 
 
-def test_a_layout_that_breaks_four_rules_gets_four_issues_at_once() -> None:
+def test_a_layout_that_breaks_seven_rules_gets_seven_issues_at_once() -> None:
     overrides = {"parallelism.tp": "3", "parallelism.pp": "2", "compile.enable": "true"}
     with pytest.raises(ConfigError) as info:
         load_config_report(DEBUG, overrides, world_size=4, command_line=True)
@@ -44,6 +51,7 @@ def test_a_layout_that_breaks_four_rules_gets_four_issues_at_once() -> None:
         (f"{DEBUG}:44:13", "parallelism.dp_shard", SHARD),
         ("--compile.enable", "compile.enable", COMPILE_PP),
         ("--parallelism.pp", "parallelism.pp", PP),
+        *(("--parallelism.tp", "parallelism.tp", message) for message in HEADS_3),
     ]
 
 
@@ -96,6 +104,7 @@ def test_validate_runs_every_cross_group_rule_and_the_world_size_in_one_pass() -
         ("compile.enable", COMPILE_PP),
         ("parallelism.dp_shard", SHARD),
         ("parallelism.pp", PP),
+        *(("parallelism.tp", message) for message in HEADS_3),
         ("training.seq_len", SEQ_TP),
     ]
     assert all(i.location is None for i in info.value.issues)

@@ -130,7 +130,12 @@ def test_tensor_parallel_degree_must_split_the_heads(
 ) -> None:
     path = _config(tmp_path, model, flavor, parallelism)
     assert _issues(path, world_size) == expected
-    load_config(path)  # without a world size the degrees are unknown: nothing to refuse yet
+    # Without the world size, a stated tp is refused all the same (what --dry-run says of it); one left
+    # at -1 is unknown until the world size says what it becomes.
+    if parallelism["tp"] == -1:
+        load_config(path)
+    else:
+        assert _issues(path, None) == expected
 
 
 @pytest.mark.parametrize(
@@ -392,7 +397,23 @@ def test_pipeline_layouts_the_schedules_run_resolve(flags: dict[str, str]) -> No
 EP_RULES = [
     ({"ep": 2}, 4, []),
     ({"ep": 4, "dp_shard": 4}, 4, []),
-    ({"ep": 3}, 4, [("parallelism.ep", "must divide dp_shard * cp (4 with world size 4), got 3")]),
+    (
+        {"ep": 3},
+        4,
+        [
+            ("parallelism.ep", "must divide the model's 8 experts (model.args.n_experts), got 3"),
+            ("parallelism.ep", "must divide dp_shard * cp (4 with world size 4), got 3"),
+        ],
+    ),
+    # Stated degrees decide both without the world size, and both are reported.
+    (
+        {"ep": 3, "dp_shard": 4},
+        None,
+        [
+            ("parallelism.ep", "must divide dp_shard * cp (4), got 3"),
+            ("parallelism.ep", "must divide the model's 8 experts (model.args.n_experts), got 3"),
+        ],
+    ),
     (
         {"ep": 16},
         16,
@@ -463,3 +484,56 @@ def test_expert_parallel_layouts_are_checked_at_resolve_time(
         assert cfg.parallelism.resolved_degrees(world_size or 1)["ep"] == parallelism["ep"]
         return
     assert _issues(path, world_size) == expected
+
+
+def _dry_run(path: Path, *flags: str) -> tuple[int, list[str]]:
+    import io
+
+    from hyper_parallel.launch import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--config-file", str(path), "--dry-run", "--no-file-checks", *flags], out=out, err=err)
+    return code, err.getvalue().splitlines()
+
+
+def test_dry_run_without_the_world_size_refuses_a_stated_tp_the_launch_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    data = {"_target_": "hyper_parallel.components.dataloader.TextDataLoader.Config"}
+    data["dataset"] = {"source": "python_docs"}  # type: ignore[assignment]
+    path = _config(tmp_path, QWEN, "debugmodel", {}, dataloader=data)  # 4 heads, 2 key/value heads
+    assert _dry_run(path, "--parallelism.tp", "4") == (
+        2,
+        [f"--parallelism.tp: {_heads(4, 2, 4)}", "1 problem found; nothing was started."],
+    )
+    stated = _config(tmp_path, QWEN, "debugmodel", {"tp": 4, "dp_shard": 2}, dataloader=data)
+    assert _dry_run(stated) == (
+        2,
+        [f"{stated}:7:7: parallelism.tp: {_heads(4, 2, 4)}", "1 problem found; nothing was started."],
+    )
+
+
+def test_every_problem_of_the_stated_degrees_is_reported_without_the_world_size(tmp_path: Path) -> None:
+    """Heads, key/value heads, the pipeline, the micro-batch split, the sequence and batch splits: all
+    at once."""
+    path = _config(tmp_path, QWEN, "debugmodel", {"tp": 3, "dp_shard": 5, "pp": 2})
+    assert _issues(path, None) == [
+        ("parallelism.tp", _heads(4, 2, 3)),
+        (
+            "parallelism.tp",
+            "must divide the model's 4 linear-attention (Gated DeltaNet) key heads and 8 value heads, got 3",
+        ),
+        ("parallelism.tp", "must divide the model's feed-forward hidden size 512, got 3"),
+        ("parallelism.pp", _QWEN_PP),
+        (
+            "training.micro_batch_size",
+            "must be a multiple of pp (2) under pipeline parallelism: each micro-batch is one pipeline "
+            "step, split into parallelism.pp_microbatches (null: pp) micro-batches, got 1",
+        ),
+        ("training.seq_len", SEQ_SPLIT),
+        (
+            "training.global_batch_size",
+            "must be a multiple of micro_batch_size x dp_replicate x dp_shard (5), got 16",
+        ),
+    ]
