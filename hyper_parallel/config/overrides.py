@@ -38,6 +38,7 @@ from hyper_parallel.config.root import (
     Resolved,
     RootFacts,
     elsewhere,
+    foreign_hint,
     made_from_hint,
     unknown_root_field,
     unstructure_group,
@@ -448,7 +449,8 @@ class OverridePatch:
             if child is NO_CHILD:
                 hint = did_you_mean(seg, names) if isinstance(seg, str) else ""
                 if isinstance(seg, str) and len(here) == 2 and isinstance(here[0], str):  # '--training.lr'
-                    hint = elsewhere(self.conv, self.facts, seg, self._tree, here[0], hint)
+                    foreign = foreign_hint(self.facts, seg, here[0])
+                    hint = foreign or elsewhere(self.conv, self.facts, seg, self._tree, here[0], hint)
                     if not hint:  # '--model.args.n_layers': model.overrides
                         inner = rest[1] if len(rest) > 1 and isinstance(rest[1], str) else None
                         hint = made_from_hint(self.facts.types[here[0]], seg, here[:1], inner)
