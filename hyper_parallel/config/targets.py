@@ -177,15 +177,19 @@ def _import(name: str, allowed: tuple[str, ...]) -> object:
 
 
 class _Missing(TargetError):
-    """A name that does not exist: without a close guess, :func:`load_target` lists what does."""
+    """A name that does not exist: ``plain`` says so, the message adds the closest name that does, which
+    :func:`load_target` replaces with the list of targets where it is none."""
+
+    def __init__(self, plain: str, close: str | None, suggestion: str | None) -> None:
+        super().__init__(f"{plain}; did you mean {close!r}?" if close else plain, suggestion)
+        self.plain = plain
 
 
 def _no_attribute(owner: str, parts: list[str], i: int, public: list[str]) -> TargetError:
     """``owner`` has no attribute ``parts[i]``: the error, with the dotted name the closest one makes."""
     close = closest(parts[i], public)
-    hint = f"; did you mean {close!r}?" if close else ""
     guess = ".".join([*parts[:i], close, *parts[i + 1 :]]) if close else None
-    return _Missing(f"{owner} has no attribute {parts[i]!r}{hint}", guess)
+    return _Missing(f"{owner} has no attribute {parts[i]!r}", close, guess)
 
 
 def _submodule(name: str, module: types.ModuleType, part: str, allowed: tuple[str, ...]) -> object:
@@ -263,9 +267,9 @@ def load_target(
     try:
         obj = _import(name, allowed)
     except _Missing as exc:
-        if exc.suggestion is not None:  # a close name is the better answer
-            raise
-        raise TargetError(f"{exc}{_choices(field_type, allowed, packages)}") from None
+        if exc.suggestion is not None and _fits(exc.suggestion, field_type, allowed):
+            raise  # a close name that is a target is the better answer
+        raise TargetError(f"{exc.plain}{_choices(field_type, allowed, packages)}") from None
     module = getattr(obj, "__module__", None)
     if (isinstance(obj, type) or inspect.isroutine(obj)) and not (
         isinstance(module, str) and _is_allowed(module, allowed)
@@ -291,6 +295,16 @@ def load_target(
     # another group's Config class: the list of this group's (a name that does not exist gets it too)
     listed = _choices(field_type, allowed, packages) if isinstance(obj, type) and attrs.has(obj) else ""
     raise TargetError(f"{echo(name)} is {_kind_of(obj)}; {expected}{listed}")
+
+
+def _fits(name: str, field_type: type, allowed: tuple[str, ...]) -> bool:
+    """Whether ``name`` (a guess) is a target of ``field_type``: a guess that is not (``'Literal'``, which a
+    model module imports) is not said."""
+    try:
+        load_target(name, field_type, allowed)
+    except TargetError:
+        return False
+    return True
 
 
 def _misspelled_prefix(parts: list[str], allowed: tuple[str, ...]) -> str | None:

@@ -43,6 +43,11 @@ DEBUG = str(Path(__file__).resolve().parents[2] / "configs" / "qwen3_5_debug.yam
             f"'{C}.optimizer.AdamW.Config' is the class AdamW.Config; expected a Config class deriving from "
             f"LRScheduler.Config, {EXPECTED}{SCHEDULERS}",
         ),
+        (  # the closest name is a base, which is no target: the list, not the guess
+            "optimizer",
+            f"{C}.optimizer.Optimizr.Config",
+            f"module '{C}.optimizer' has no attribute 'Optimizr'{OPTIMIZERS}",
+        ),
         (  # a close name: its guess, not the list
             "optimizer",
             f"{C}.optimizer.AdamX.Config",
@@ -90,4 +95,17 @@ def test_a_wrong_target_flag_lists_the_groups_targets() -> None:
     assert err.getvalue().splitlines() == [
         f"--lr_scheduler._target_: module '{C}.lr_scheduler' has no attribute 'Cosine'{SCHEDULERS}",
         "1 problem found; nothing was started.",
+    ]
+
+
+def test_a_close_name_that_is_no_target_is_not_guessed() -> None:
+    # 'mixtral' is close to 'Literal', which the model's module imports: not a model, so not said
+    with pytest.raises(ConfigError) as info:
+        load_config_text("model:\n  _target_: hyper_parallel.models.llama3.mixtral\n", "run.yaml")
+    assert [(i.location, i.path, i.message) for i in info.value.issues] == [
+        (
+            "run.yaml:2:13",
+            "model._target_",
+            f"module 'hyper_parallel.models.llama3' has no attribute 'mixtral'{MODELS}",
+        )
     ]
