@@ -81,12 +81,8 @@ def split_path(path: str) -> tuple[PathPart, ...]:
 def parse_path(key: str) -> tuple[PathPart, ...] | None:
     """The path an override key names (:func:`split_path`'s), or None if it is malformed; a leading ``~``
     (a removal, ``~optimizer.betas``) is not part of it."""
-    parts: list[PathPart] = []
-    for text in key.removeprefix("~").split("."):
-        if (found := _segment(text)) is None:
-            return None
-        parts += found
-    return tuple(parts)
+    found = [_segment(text) for text in key.removeprefix("~").split(".")]
+    return None if None in found else tuple(part for parts in found for part in parts or ())
 
 
 @functools.lru_cache(maxsize=4096)  # asked for each override of every call, of the same few keys
