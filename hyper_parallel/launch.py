@@ -21,6 +21,7 @@ from hyper_parallel.config import ConfigError, Issue, converter, dump_config, wr
 from hyper_parallel.config.errors import did_you_mean, echo, warning_line
 from hyper_parallel.config.help import config_help, group_of_field, summary
 from hyper_parallel.config.manager import load_config_report
+from hyper_parallel.config.root import foreign_hint
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
 from hyper_parallel.trainer.config import TrainerConfig
 from hyper_parallel.trainer.machine import machine_issues, machine_warnings
@@ -87,10 +88,13 @@ def _option_issue(name: str) -> Issue:
     """An unknown option without a dot: another tool's name for one of ours, or a field without its group."""
     field = name[2:].replace("-", "_")
     group = group_of_field(converter, TrainerConfig, field) if field.isidentifier() else None
+    foreign = foreign_hint(converter.root_facts(TrainerConfig), field, None, flag=True)
     if name in _MEANT_FLAGS:
         hint = f"; did you mean {_MEANT_FLAGS[name]!r}?"
     elif group is not None:
         hint = f"; it is a field of {group!r} (--{group}.{field})"
+    elif foreign:  # another tool's name for a field ('--learning_rate')
+        hint = foreign
     else:
         hint = did_you_mean(name, _FLAGS) or "; overrides are dotted, e.g. --optimizer.lr"
     return Issue("", f"unknown option {echo(name)}{hint}", name)

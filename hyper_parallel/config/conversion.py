@@ -10,7 +10,7 @@ naming every problem at its path.
 """
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 import cattrs
@@ -40,13 +40,20 @@ class ConfigConverter(cattrs.Converter):
         self.override_fields: dict[tuple[object, tuple[str | int, ...]], tuple[Any, Any]] = {}
         register_rules(self)
 
-    def register_root(self, root_cls: type, *, target_packages: Iterable[str] = ()) -> None:
+    def register_root(
+        self,
+        root_cls: type,
+        *,
+        target_packages: Iterable[str] = (),
+        foreign_names: Mapping[str, tuple[str, str]] | None = None,
+    ) -> None:
         """Make ``root_cls`` a root: each of its fields is a group that a ``_target_`` builds.
 
         ``target_packages`` are the packages whose public modules hold the Config classes and factories
-        its documents may name (trusted code may allow more per call; see :mod:`.options`).
+        its documents may name (trusted code may allow more per call; see :mod:`.options`);
+        ``foreign_names`` maps other tools' keys to the field that replaces each and a note, for hints.
         """
-        facts = self._roots[root_cls] = root_facts(root_cls, target_packages)
+        facts = self._roots[root_cls] = root_facts(root_cls, target_packages, foreign_names)
 
         def structure_root_hook(raw: Any, _tp: Any) -> Any:
             return structure_root(self, facts, raw)

@@ -6,6 +6,7 @@ one error per run.
 """
 
 import functools
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ __all__ = [
     "did_you_mean",
     "format_path",
     "override_origin",
+    "parse_path",
     "split_path",
     "warning_line",
 ]
@@ -54,20 +56,33 @@ def format_path(parts: Sequence[PathPart]) -> str:
     return out or TOP_LEVEL
 
 
+# A name and its indices, in ASCII digits (``\d`` takes other scripts'), at most 9 (``int()`` of thousands of
+# digits raises, where the key should be reported as malformed).
+_SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[[0-9]{1,9}\])*)")
+_INDEX = re.compile(r"\[([0-9]{1,9})\]")
+
+
+@functools.lru_cache(maxsize=4096)  # asked for each override of every call, of the same few keys
+def _segment(text: str) -> tuple[PathPart, ...] | None:
+    """The one reading of a path segment: ``pp_layer_split[2]`` -> ``("pp_layer_split", 2)``; None when it
+    is not a name with indices."""
+    match = _SEGMENT.fullmatch(text)
+    return None if match is None else (match.group(1), *(int(i) for i in _INDEX.findall(match.group(2))))
+
+
 def split_path(path: str) -> tuple[PathPart, ...]:
     """The parts :func:`format_path` shows as ``path``: ``parallelism.pp_layer_split[2]`` ->
-    ``("parallelism", "pp_layer_split", 2)``; ``""`` and :data:`TOP_LEVEL` -> ``()``."""
-    if path in ("", TOP_LEVEL):
-        return ()
-    parts: list[PathPart] = []
-    for segment in path.split("."):
-        name, bracket, rest = segment.partition("[")
-        parts.append(name)
-        while bracket:
-            index, _, tail = rest.partition("]")
-            parts.append(int(index) if index.isdigit() else index)
-            _, bracket, rest = tail.partition("[")
-    return tuple(parts)
+    ``("parallelism", "pp_layer_split", 2)``; ``""`` and :data:`TOP_LEVEL` -> ``()``; a segment that is
+    not a name with indices is kept whole."""
+    segments = () if path in ("", TOP_LEVEL) else path.split(".")
+    return tuple(part for text in segments for part in (_segment(text) or (text,)))
+
+
+def parse_path(key: str) -> tuple[PathPart, ...] | None:
+    """The path an override key names (:func:`split_path`'s), or None if it is malformed; a leading ``~``
+    (a removal, ``~optimizer.betas``) is not part of it."""
+    found = [_segment(text) for text in key.removeprefix("~").split(".")]
+    return None if None in found else tuple(part for parts in found for part in parts or ())
 
 
 @functools.lru_cache(maxsize=4096)  # asked for each override of every call, of the same few keys

@@ -20,14 +20,13 @@ explicitly, so such a value is taken as the default and the new class's default 
 """
 
 import functools
-import re
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path
+from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path, parse_path
 from hyper_parallel.config.recipes import (
     Given,
     given_of,
@@ -38,6 +37,7 @@ from hyper_parallel.config.root import (
     Resolved,
     RootFacts,
     elsewhere,
+    foreign_hint,
     made_from_hint,
     unknown_root_field,
     unstructure_group,
@@ -65,10 +65,6 @@ if typing.TYPE_CHECKING:  # the converter module imports this one
 
 __all__ = ["Override", "OverridePatch", "parse_path"]
 
-# ASCII digits only, at most 9 of them: ``\d`` would accept other scripts' digits, and an index of thousands
-# of digits would make ``int()`` raise instead of the key being reported as malformed.
-_SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[[0-9]{1,9}\])*)$")
-_INDEX = re.compile(r"\[([0-9]{1,9})\]")
 _NULLS = ("null", "~")
 
 
@@ -88,22 +84,6 @@ class Override(typing.NamedTuple):
     def delete(self) -> bool:
         """Whether this override removes the value at its path (``~group.field``, Hydra's delete)."""
         return self.key.startswith("~")
-
-
-@functools.lru_cache(maxsize=4096)
-def parse_path(key: str) -> Path | None:
-    """``"parallelism.pp_layer_split[2]"`` -> ``("parallelism", "pp_layer_split", 2)``; None if malformed.
-
-    A leading ``~`` (a removal, ``~optimizer.betas``) is not part of the path.
-    """
-    parts: list[str | int] = []
-    for segment in key.removeprefix("~").split("."):
-        match = _SEGMENT.match(segment)
-        if not match:
-            return None
-        parts.append(match.group(1))
-        parts.extend(int(i) for i in _INDEX.findall(match.group(2)))
-    return tuple(parts)
 
 
 def _reader(tp: Any, conv: "ConfigConverter") -> Callable[[str], Any]:
@@ -466,7 +446,8 @@ class OverridePatch:
             if child is NO_CHILD:
                 hint = did_you_mean(seg, names) if isinstance(seg, str) else ""
                 if isinstance(seg, str) and len(here) == 2 and isinstance(here[0], str):  # '--training.lr'
-                    hint = elsewhere(self.conv, self.facts, seg, self._tree, here[0], hint)
+                    foreign = foreign_hint(self.facts, seg, here[0])
+                    hint = foreign or elsewhere(self.conv, self.facts, seg, self._tree, here[0], hint)
                     if not hint:  # '--model.args.n_layers': model.overrides
                         inner = rest[1] if len(rest) > 1 and isinstance(rest[1], str) else None
                         hint = made_from_hint(self.facts.types[here[0]], seg, here[:1], inner)

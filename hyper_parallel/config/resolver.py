@@ -11,13 +11,13 @@ from typing import Any
 
 from hyper_parallel.config.conversion import ConfigConverter
 from hyper_parallel.config.options import resolve_options
-from hyper_parallel.trainer.config import TARGET_PACKAGES, TrainerConfig
+from hyper_parallel.trainer.config import FOREIGN_NAMES, TARGET_PACKAGES, TrainerConfig
 
 __all__ = ["converter", "resolve_root"]
 
 #: The project's converter: ``converter.structure(raw, TrainerConfig)`` resolves a whole document.
 converter = ConfigConverter()
-converter.register_root(TrainerConfig, target_packages=TARGET_PACKAGES)
+converter.register_root(TrainerConfig, target_packages=TARGET_PACKAGES, foreign_names=FOREIGN_NAMES)
 
 
 def resolve_root(raw: Mapping[str, Any], *, allowed_targets: Iterable[str] | None = None) -> TrainerConfig:

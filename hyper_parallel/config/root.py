@@ -63,6 +63,7 @@ __all__ = [
     "RootFacts",
     "check_groups",
     "elsewhere",
+    "foreign_hint",
     "group_hook",
     "group_writer",
     "made_from_hint",
@@ -89,6 +90,8 @@ class RootFacts(typing.NamedTuple):
     kwargs: Mapping[str, str]
     #: The groups without a default, which every document must give.
     required: tuple[str, ...]
+    #: Other tools' keys -> (the field that replaces each, or ""; what to know, or ""): hints only.
+    foreign_names: Mapping[str, tuple[str, str]]
 
     def allowed(self, extra: tuple[str, ...]) -> tuple[str, ...]:
         """What a ``_target_`` may be under: the root's packages, then ``extra`` (trusted code's)."""
@@ -101,9 +104,12 @@ def _allowed(packages: tuple[str, ...], extra: tuple[str, ...]) -> tuple[str, ..
     return tuple(dict.fromkeys((*packages, *extra)))
 
 
-def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
+def root_facts(
+    root_cls: type, packages: Iterable[str] = (), foreign_names: Mapping[str, tuple[str, str]] | None = None
+) -> RootFacts:
     """The facts of ``root_cls`` whose targets live in ``packages``, computed once (by the converter, when
-    the root is registered); each package must be a dotted module name."""
+    the root is registered); each package must be a dotted module name. ``foreign_names`` is the root's
+    table of other tools' keys (see :func:`foreign_hint`)."""
     attrs.resolve_types(root_cls)
     fields = {f.name: f for f in attrs.fields(root_cls) if f.init}
     defaults = {}
@@ -124,6 +130,7 @@ def root_facts(root_cls: type, packages: Iterable[str] = ()) -> RootFacts:
         names,
         {n: f.alias or n for n, f in fields.items()},
         tuple(n for n, f in fields.items() if f.default is attrs.NOTHING),
+        dict(foreign_names or {}),
     )
 
 
@@ -236,6 +243,9 @@ def _in_wrong_group(
     ):
         return problem
     message = str(problem.message)
+    foreign = foreign_hint(facts, path[1], str(path[0]))
+    if foreign:  # the table knows better than a guess by spelling
+        return problem._replace(message=message.partition("; did you mean")[0] + foreign)
     guess = message if "; did you mean" in message else ""  # the message ends with its guess
     found = elsewhere(conv, facts, path[1], raw, str(path[0]), guess)
     return problem._replace(message=found if guess else message + found) if found != guess else problem
@@ -258,6 +268,22 @@ def elsewhere(
     return f"; it is a field of {owners[0]!r} ({owners[0]}.{name})" if owners else ""
 
 
+def foreign_hint(facts: RootFacts, name: str, group: str | None, *, flag: bool = False) -> str:
+    """What another tool's key ``name``, given in ``group`` (None: at the root), is called here, from the
+    root's table: ``; did you mean 'optimizer.lr'?`` (``'lr'`` in its own group, ``'--optimizer.lr'`` as an
+    option) and what to know in parentheses, or ``; `` and what to know where no field replaces it; ``""``
+    for a key the table lacks."""
+    found = facts.foreign_names.get(name)
+    if found is None:
+        return ""
+    path, note = found
+    if not path:
+        return f"; {note}"
+    owner, _, field = path.partition(".")
+    shown = f"--{path}" if flag else field if owner == group else path
+    return f"; did you mean {shown!r}?" + (f" ({note})" if note else "")
+
+
 #: Root keys of other tools, and what to do instead.
 _FOREIGN_ROOT_KEYS = {
     "defaults": "composing a config from other files (Hydra's defaults list) is not supported; "
@@ -276,6 +302,9 @@ def unknown_root_field(
     """
     if key in _FOREIGN_ROOT_KEYS:
         return f"unknown root field {echo(key)}: {_FOREIGN_ROOT_KEYS[key]}"
+    hint = foreign_hint(facts, key, None)
+    if hint:
+        return f"unknown root field {echo(key)}{hint}"
     hint = did_you_mean(key, facts.types)
     owners = field_owners(conv, facts, key, tree)
     if owners and not hint:

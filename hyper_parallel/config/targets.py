@@ -13,7 +13,8 @@ function declared to return one. Nothing is called here.
 A class that declares ``__abstract__ = True`` in its own body (the base ``Optimizer.Config``, ``ModelSpec``;
 the marker is not inherited, as in SQLAlchemy's declarative classes) or that has abstract methods (``abc``)
 is a base, not a target: naming one is refused with the list of its concrete targets, and the JSON schema
-does not offer it. Python code still constructs a base where it wants one.
+does not offer it. Python code still constructs a base where it wants one. A name that does not exist (and
+is close to none that does) and another group's Config class are refused with the same list.
 """
 
 import functools
@@ -175,12 +176,20 @@ def _import(name: str, allowed: tuple[str, ...]) -> object:
     return obj
 
 
+class _Missing(TargetError):
+    """A name that does not exist: ``plain`` says so, the message adds the closest name that does, which
+    :func:`load_target` replaces with the list of targets where it is none."""
+
+    def __init__(self, plain: str, close: str | None, suggestion: str | None) -> None:
+        super().__init__(f"{plain}; did you mean {close!r}?" if close else plain, suggestion)
+        self.plain = plain
+
+
 def _no_attribute(owner: str, parts: list[str], i: int, public: list[str]) -> TargetError:
     """``owner`` has no attribute ``parts[i]``: the error, with the dotted name the closest one makes."""
     close = closest(parts[i], public)
-    hint = f"; did you mean {close!r}?" if close else ""
     guess = ".".join([*parts[:i], close, *parts[i + 1 :]]) if close else None
-    return TargetError(f"{owner} has no attribute {parts[i]!r}{hint}", guess)
+    return _Missing(f"{owner} has no attribute {parts[i]!r}", close, guess)
 
 
 def _submodule(name: str, module: types.ModuleType, part: str, allowed: tuple[str, ...]) -> object:
@@ -255,7 +264,12 @@ def load_target(
     if not isinstance(name, str):
         raise TargetError(f"'_target_' must be a dotted name (a string), got {echo(name)}")
     check_target_name(name, allowed, packages)
-    obj = _import(name, allowed)
+    try:
+        obj = _import(name, allowed)
+    except _Missing as exc:
+        if exc.suggestion is not None and _fits(exc.suggestion, field_type, allowed):
+            raise  # a close name that is a target is the better answer
+        raise TargetError(f"{exc.plain}{_choices(field_type, allowed, packages)}") from None
     module = getattr(obj, "__module__", None)
     if (isinstance(obj, type) or inspect.isroutine(obj)) and not (
         isinstance(module, str) and _is_allowed(module, allowed)
@@ -278,7 +292,19 @@ def load_target(
         )
     if isinstance(obj, type) and issubclass(obj, field_type):
         raise TargetError(f"{echo(name)} is {_kind_of(obj)}, which is not an attrs Config class; {expected}")
-    raise TargetError(f"{echo(name)} is {_kind_of(obj)}; {expected}")
+    # another group's Config class: the list of this group's (a name that does not exist gets it too)
+    listed = _choices(field_type, allowed, packages) if isinstance(obj, type) and attrs.has(obj) else ""
+    raise TargetError(f"{echo(name)} is {_kind_of(obj)}; {expected}{listed}")
+
+
+def _fits(name: str, field_type: type, allowed: tuple[str, ...]) -> bool:
+    """Whether ``name`` (a guess) is a target of ``field_type``: a guess that is not (``'Literal'``, which a
+    model module imports) is not said."""
+    try:
+        load_target(name, field_type, allowed)
+    except TargetError:
+        return False
+    return True
 
 
 def _misspelled_prefix(parts: list[str], allowed: tuple[str, ...]) -> str | None:
@@ -345,11 +371,19 @@ def is_abstract(cls: type) -> bool:
 
 
 def _abstract_message(name: str, cls: type, allowed: tuple[str, ...], packages: tuple[str, ...]) -> str:
-    # Listing the choices imports the root's config packages (never a user package): a mistake pays.
+    listed = (
+        _choices(cls, allowed, packages)
+        or "; name one of: a Config class deriving from it, or a factory returning one"
+    )
+    return f"{echo(name)} is a base class, not a target{listed}"
+
+
+def _choices(field_type: type, allowed: tuple[str, ...], packages: tuple[str, ...]) -> str:
+    """``; name one of: ...``, the targets that build ``field_type``, or ``""`` when none is found. Listing
+    them imports the root's config packages (never a user package): only a mistake pays for it."""
     import_config_modules(packages)
-    choices = [qualified_name(t) for t in discover_targets(cls, allowed, walk=False)]
-    listed = ", ".join(choices) if choices else "a Config class deriving from it, or a factory returning one"
-    return f"{echo(name)} is a base class, not a target; name one of: {listed}"
+    choices = [qualified_name(t) for t in discover_targets(field_type, allowed, walk=False)]
+    return f"; name one of: {', '.join(choices)}" if choices else ""
 
 
 def import_config_modules(packages: Iterable[str]) -> None:

@@ -35,8 +35,10 @@ from hyper_parallel.sections import (
     TrainingConfig,
 )
 from hyper_parallel.trainer import rules
+from hyper_parallel.trainer.foreign_names import FOREIGN_NAMES
 
 __all__ = [
+    "FOREIGN_NAMES",
     "TARGET_PACKAGES",
     "ActivationCheckpointConfig",
     "CommConfig",

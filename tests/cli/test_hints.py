@@ -154,3 +154,47 @@ def test_a_field_in_the_wrong_group_of_a_file_names_the_group_that_has_it() -> N
         ),
         ("run.yaml:10:3", "training.nothing_like_it", "unknown field 'nothing_like_it' for TrainingConfig"),
     ]
+
+
+ACCUMULATION = (
+    "it is derived: training.global_batch_size / (training.micro_batch_size x parallelism.dp_replicate "
+    "x parallelism.dp_shard)"
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--learning_rate", "1e-4"], "unknown option '--learning_rate'; did you mean '--optimizer.lr'?"),
+        (["--learning-rate=1e-4"], "unknown option '--learning-rate'; did you mean '--optimizer.lr'?"),
+        (
+            ["--gradient_accumulation_steps", "4"],
+            f"unknown option '--gradient_accumulation_steps'; {ACCUMULATION}",
+        ),
+        (
+            ["--num_train_epochs", "3"],
+            "unknown option '--num_train_epochs'; did you mean '--training.max_steps'? (a run is counted in "
+            "optimizer steps and the data loader repeats its data; epochs are not supported)",
+        ),
+        (
+            ["--per_device_train_batch_size", "2"],
+            "unknown option '--per_device_train_batch_size'; did you mean '--training.micro_batch_size'?",
+        ),
+        (
+            ["--training.learning_rate", "1e-4"],
+            "no field 'learning_rate' under 'training'; did you mean 'optimizer.lr'?",
+        ),
+        (
+            ["--training.gradient_accumulation_steps", "4"],
+            f"no field 'gradient_accumulation_steps' under 'training'; {ACCUMULATION}",
+        ),
+        (
+            ["--lr_scheduler.warmup_ratio", "0.1"],
+            "no field 'warmup_ratio' under 'lr_scheduler'; did you mean 'warmup_steps'? (a number of steps, "
+            "not a fraction of training.max_steps)",
+        ),
+    ],
+)
+def test_another_tools_option_names_what_replaces_it(argv: list[str], message: str) -> None:
+    lines = launch_errors("--config-file", DEBUG, *argv, "--dry-run")
+    assert_reported(lines, [(argv[0].partition("=")[0], message)])

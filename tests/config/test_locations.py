@@ -77,7 +77,11 @@ def test_five_mistakes_are_one_error_with_exact_locations_sorted_by_position(bad
             "model:\n  _target_: hyper_parallel.models.qwen3_5.nope\n",
             "2:13",
             "model._target_",
-            "module 'hyper_parallel.models.qwen3_5' has no attribute 'nope'",
+            "module 'hyper_parallel.models.qwen3_5' has no attribute 'nope'; name one of: "
+            "hyper_parallel.models.llama3.create_model_spec, "
+            "hyper_parallel.models.qwen3_5.create_model_spec, "
+            "hyper_parallel.models.qwen3_5.create_vl_model_spec, "
+            "hyper_parallel.models.qwen3_5_moe.create_model_spec",
         ),
         (
             "training:\n  _target_: hyper_parallel.trainer.config.TrainingConfig\n  seq_len: 1.5\n",

@@ -65,6 +65,8 @@ COMPILE = "hyper_parallel.trainer.config.CompileConfig"
 EXPECTED_TAIL = (
     "expected a Config class deriving from Optimizer.Config, or a factory function declared to return one"
 )
+#: A wrong optimizer target's list of the ones that exist (issue 44 point 6).
+OPTIMIZERS = f"; name one of: {ADAMW}, {SGD_T}"
 EXPECTED_MODEL_TAIL = (
     "expected a Config class deriving from ModelSpec, or a factory function declared to return one"
 )
@@ -362,7 +364,7 @@ def test_target_that_is_not_a_dotted_string(target: object, message: str) -> Non
         ("hyper_parallel.nope.X", f"'hyper_parallel.nope.X' is not a config target: {RULE}"),
         (
             "hyper_parallel.components.nope.X",
-            "module 'hyper_parallel.components' has no attribute 'nope'",
+            f"module 'hyper_parallel.components' has no attribute 'nope'{OPTIMIZERS}",
         ),
         (
             "hyper_parallel.components.optimizer.AdamX.Config",
@@ -381,10 +383,11 @@ def test_target_that_is_not_a_dotted_string(target: object, message: str) -> Non
             "'hyper_parallel.components.optimizer.AdamW' is the class AdamW; "
             "did you mean 'hyper_parallel.components.optimizer.AdamW.Config'?",
         ),
-        (LOSS, f"{LOSS!r} is the class CausalLMLoss.Config; {EXPECTED_TAIL}"),
+        (LOSS, f"{LOSS!r} is the class CausalLMLoss.Config; {EXPECTED_TAIL}{OPTIMIZERS}"),
         (
             "hyper_parallel.trainer.config.TrainingConfig",
-            f"'hyper_parallel.trainer.config.TrainingConfig' is the class TrainingConfig; {EXPECTED_TAIL}",
+            f"'hyper_parallel.trainer.config.TrainingConfig' is the class TrainingConfig; {EXPECTED_TAIL}"
+            f"{OPTIMIZERS}",
         ),
         (
             "hyper_parallel.components.optimizer.__all__",
@@ -450,7 +453,13 @@ def test_target_import_failures(target: str, message: str, monkeypatch: pytest.M
             f"{os.system.__module__!r}, outside "
             f"the allowed target prefixes ({PACKAGES}, tests.support.fake_targets)",
         ),
-        ("tests.support.fake_targets.nope", "module 'tests.support.fake_targets' has no attribute 'nope'"),
+        (
+            "tests.support.fake_targets.nope",
+            f"module 'tests.support.fake_targets' has no attribute 'nope'{OPTIMIZERS}, "
+            "tests.support.fake_targets.PercentOptimizerConfig, "
+            "tests.support.fake_targets.RecordingOptimizerConfig, "
+            "tests.support.fake_targets.make_optimizer",
+        ),
     ],
 )
 def test_allowed_module_still_refuses_what_is_not_a_target(
