@@ -216,7 +216,7 @@ def validator_message(
     for auto, got 0``), and any other exception its own text."""
     if field is not None and field.validator is not None:
         try:
-            found = _check_value(field.validator, None, field, value)
+            found = _check_value(field.validator, None, field, _converted(field, value, None))
         except Exception:  # a validator that reads the instance: its own words below
             found = []
         if found:
@@ -308,22 +308,42 @@ def cross_check_errors(obj: object) -> list[Exception]:
     return out
 
 
+def _converted(field: "attrs.Attribute[Any]", value: Any, instance: object) -> Any:
+    """``value`` as attrs' ``__init__`` hands it to ``field``'s validators: through the field's converter
+    (a plain callable, or an ``attrs.Converter`` that may take the instance and the field)."""
+    convert = field.converter
+    if convert is None:
+        return value
+    if isinstance(convert, attrs.Converter):
+        return convert(value, instance, field)  # type: ignore[call-arg]
+    return convert(value)
+
+
 def _validator_errors(
     cls: type, kwargs: Mapping[str, Any], skip: set[str], items: Mapping[str, list[tuple[int, Any]]] = {}
 ) -> list[Exception]:
-    """Run every validator of ``cls`` on an unvalidated instance holding ``kwargs`` (defaults elsewhere).
+    """Run every validator of ``cls`` on an unvalidated instance holding ``kwargs`` (defaults elsewhere),
+    each value through its field's converter first, as attrs' ``__init__`` does.
 
     ``items`` holds the sound items of list fields that failed as a whole (a type error in another item):
     their member validators run too, so one bad item hides no other.
     """
     shell: Any = object.__new__(cls)
     fields = attrs.fields(cls)
+    out: list[Exception] = []
     for f in fields:
         alias = f.alias or f.name
         value = kwargs[alias] if alias in kwargs else field_default(f, shell)
-        if value is not attrs.NOTHING:
-            object.__setattr__(shell, f.name, value)
-    out: list[Exception] = []
+        if value is attrs.NOTHING:
+            continue
+        try:
+            value = _converted(f, value, shell)
+        except Exception as exc:  # the converter refuses it: reported at the field, no validator runs on it
+            skip = {*skip, f.name}
+            message = validator_message(exc) if isinstance(exc, (ValueError, TypeError)) else repr(exc)
+            out.append(at_attribute(Invalid(message), cls, f.name, f.type))
+            continue
+        object.__setattr__(shell, f.name, value)
     for f in fields:
         if f.validator is None:
             continue
@@ -356,7 +376,11 @@ def _sound_items(
     f: "attrs.Attribute[Any]", raw: object, failure: BaseException, structure: Callable[[Any, Any], Any]
 ) -> list[tuple[int, Any]] | None:
     """The items of list field ``f`` that structure on their own, when ``failure`` names only some items."""
-    if _member_validator(f.validator) is None or not isinstance(raw, (list, tuple)):
+    if (
+        f.converter is not None
+        or _member_validator(f.validator) is None
+        or not isinstance(raw, (list, tuple))
+    ):
         return None
     types = _element_types(f.type)
     if types is None:

@@ -286,6 +286,23 @@ def test_a_config_class_may_use_attrs_converters_and_post_init() -> None:
     assert fake.CALLS == ["RecordingOptimizerConfig"]
 
 
+def test_validators_see_the_converted_value_when_another_field_of_the_group_is_wrong() -> None:
+    percent = "tests.support.fake_targets.PercentOptimizerConfig"
+    raw = {"model": model(), "optimizer": {"_target_": percent, "lr": 50, "weight_decay": "x"}}
+    # 50 percent is 0.5, which the validator (0 < lr <= 1) accepts: only the other field is reported.
+    assert issues(raw, TESTS) == [("optimizer.weight_decay", "expected a number, got the string 'x'")]
+    raw["optimizer"]["lr"] = 150
+    assert issues(raw, TESTS) == [
+        ("optimizer.lr", "must be <= 1.0, got 1.5"),
+        ("optimizer.weight_decay", "expected a number, got the string 'x'"),
+    ]
+    raw["optimizer"] = {"_target_": percent, "lr": 150, "weight_decay": -1.0}  # two validators fail
+    assert issues(raw, TESTS) == [
+        ("optimizer.lr", "must be <= 1.0, got 1.5"),
+        ("optimizer.weight_decay", "must be >= 0.0, got -1.0"),
+    ]
+
+
 def test_every_unknown_root_field_is_reported() -> None:
     raw = doc(trainig={"_target_": TRAINING}, foo={}, _target_="x.y")
     assert issues(raw) == [

@@ -82,4 +82,9 @@ def _percent(value: float) -> float:
 class PercentOptimizerConfig(Optimizer.Config):
     """An optimizer Config whose ``lr`` is given in percent and stored as a fraction (an attrs converter)."""
 
-    lr: float = attrs.field(default=1.0, converter=_percent, metadata={"help": "learning rate, in percent"})
+    lr: float = attrs.field(
+        default=1.0,
+        converter=_percent,
+        validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)],  # the fraction: 0 < lr <= 1
+        metadata={"help": "learning rate, in percent"},
+    )
