@@ -315,7 +315,7 @@ def _converted(field: "attrs.Attribute[Any]", value: Any, instance: object) -> A
     if convert is None:
         return value
     if isinstance(convert, attrs.Converter):
-        return convert(value, instance, field)  # type: ignore[call-arg]
+        return convert(value, instance, field)  # type: ignore[operator]  # attrs sets __call__ per instance
     return convert(value)
 
 
