@@ -88,3 +88,33 @@ class PercentOptimizerConfig(Optimizer.Config):
         validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)],  # the fraction: 0 < lr <= 1
         metadata={"help": "learning rate, in percent"},
     )
+
+
+def _recorded(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    """A validator that records each call (and accepts every value)."""
+    CALLS.append(f"validate {type(instance).__name__}.{attribute.name}")
+
+
+@attrs.frozen(kw_only=True)
+class RecordingSection:
+    """A nested section whose construction and validator record their calls."""
+
+    size: int = attrs.field(default=1, validator=_recorded, metadata={"help": "any size"})
+
+    def __attrs_post_init__(self) -> None:
+        CALLS.append("RecordingSection")
+
+
+@attrs.frozen(kw_only=True)
+class SectionsOptimizerConfig(Optimizer.Config):
+    """An optimizer Config with nested sections; it, they and their validators record their calls."""
+
+    section: RecordingSection = attrs.field(
+        factory=RecordingSection, validator=_recorded, metadata={"help": "one section"}
+    )
+    sections: list[RecordingSection] = attrs.field(
+        factory=list, validator=_recorded, metadata={"help": "a list of sections"}
+    )
+
+    def __attrs_post_init__(self) -> None:
+        CALLS.append("SectionsOptimizerConfig")
