@@ -965,7 +965,15 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
 
 def _holds_attrs(tp: Any) -> bool:
     """Whether annotation ``tp`` is, or contains, an attrs class or variants of one (whose structuring
-    would construct it)."""
+    would construct it); answered once per annotation (the name walk asks it of every field)."""
+    try:
+        return _holds_attrs_once(tp)
+    except TypeError:  # an unhashable annotation
+        return _holds_attrs_once.__wrapped__(tp)
+
+
+@functools.cache
+def _holds_attrs_once(tp: Any) -> bool:
     if isinstance(tp, type) and (attrs.has(tp) or _VARIANTS.matches(tp)):
         return True
     return any(_holds_attrs(a) for a in typing.get_args(tp))
@@ -989,6 +997,8 @@ def check_shape(
     decides whether anything may be called). ``also`` names keys an attrs mapping may hold besides its
     fields (a root group's ``_target_``).
     """
+    if not leaves and not _holds_attrs(tp):  # nothing below has names of its own
+        return []
     bare, nullable = strip_optional(tp)
     if nullable and value is None:
         return []
