@@ -42,7 +42,6 @@ from hyper_parallel.config.types import (
     check_shape,
     class_fields,
     describe_value,
-    unknown_keys,
 )
 from hyper_parallel.config.validation import (
     CheckedGroup,
@@ -388,12 +387,12 @@ def _unknown_keys(conv: "ConfigConverter", path: Path, target: Target, node: Map
     """Whether group ``node`` holds a name ``target`` does not know, at any depth, or lacks a required one
     (names alone: the cheap walk that decides whether anything may be called)."""
     if not target.is_factory:
-        return unknown_keys(check_shape(conv, target.obj, node, path, _TARGET_ONLY, leaves=False))
+        return bool(check_shape(conv, target.obj, node, path, _TARGET_ONLY, leaves=False))
     params = target.params
     args = {k: v for k, v in node.items() if k != TARGET_KEY}
     if not args.keys() <= params.keys() or target.required - args.keys():
         return True
-    return any(unknown_keys(check_shape(conv, params[k], v, (k,), leaves=False)) for k, v in args.items())
+    return any(check_shape(conv, params[k], v, (k,), leaves=False) for k, v in args.items())
 
 
 def _build_group(

@@ -70,7 +70,6 @@ __all__ = [
     "takes_text",
     "type_schema",
     "union_args",
-    "unknown_keys",
 ]
 
 #: Largest magnitude accepted for an integer field (int64, what every training runtime stores).
@@ -910,7 +909,7 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
         return conv.get_structure_hook(field_tp)(value, field_tp)
 
     def names_unknown(value: Mapping[str, Any]) -> bool:
-        return unknown_keys(check_shape(conv, cls, value, (), also, leaves=False))
+        return bool(check_shape(conv, cls, value, (), also, leaves=False))
 
     def shape_error(value: Mapping[str, Any]) -> ClassValidationError:
         """The mapping with a name not known at any depth: every problem :func:`check_shape` finds (which
@@ -993,7 +992,7 @@ def check_shape(
     Config class is built, so no ``__init__`` or validator runs: a document with a key that is not known
     (an unknown field at any depth, a group without its ``_target_``) is checked this way, and nothing of
     it is called. Scalars and other leaves are checked by their structure hooks, which build no attrs
-    instance; with ``leaves=False`` they are not checked at all (the names alone: the cheap walk that
+    instance; with ``leaves=False`` only names are checked (an unknown or missing one: the cheap walk that
     decides whether anything may be called). ``also`` names keys an attrs mapping may hold besides its
     fields (a root group's ``_target_``).
     """
@@ -1004,7 +1003,8 @@ def check_shape(
         return []
     if isinstance(bare, type) and attrs.has(bare):
         if type(value) is not dict and not isinstance(value, Mapping):
-            return [Problem(path, f"expected a mapping for {bare.__qualname__}, got {describe_value(value)}")]
+            shown = f"expected a mapping for {bare.__qualname__}, got {describe_value(value)}"
+            return [Problem(path, shown)] if leaves else []
         fields = {f.name: f for f in attrs.fields(attrs.resolve_types(bare)) if f.init}
         found = [unknown_key(path, k, bare) for k in value if k not in fields and k not in also]
         for name, f in fields.items():
@@ -1060,12 +1060,6 @@ def check_shape(
     except Exception as exc:
         return problems_of(exc, path)
     return []
-
-
-def unknown_keys(problems: Iterable[Problem]) -> bool:
-    """Whether ``problems`` (of :func:`check_shape`) hold a name that is not known or a required one that
-    is missing: then no class of the document may be called."""
-    return any(p.anchor != "value" for p in problems)
 
 
 def class_fields(cls: type) -> dict[str, Any]:

@@ -338,10 +338,7 @@ def _validator_errors(
             continue
         try:
             value = _converted(f, value, shell)
-        except Exception as exc:  # the converter refuses it: reported at the field, no validator runs on it
-            skip = {*skip, f.name}
-            message = validator_message(exc) if isinstance(exc, (ValueError, TypeError)) else repr(exc)
-            out.append(at_attribute(Invalid(message), cls, f.name, f.type))
+        except Exception:  # attrs' __init__ raises it too: the construction's error says it
             continue
         object.__setattr__(shell, f.name, value)
     for f in fields:
@@ -406,12 +403,13 @@ def class_error(
     """cattrs' errors for ``cls``, completed: every validator failure, not only the first.
 
     ``errors`` are the members of cattrs' ``ClassValidationError``: field failures (noted with their
-    attribute), unknown keys, or the one exception ``cls(...)`` raised. The fields that were sound are
-    structured again with ``structure(value, type)`` and every validator runs on them, so one bad field hides
-    nothing else.
+    attribute) or the one exception ``cls(...)`` raised (every name of ``raw`` is known: see
+    :func:`~hyper_parallel.config.types.check_shape`). The fields that were sound are structured again with
+    ``structure(value, type)`` and every validator runs on them (each value through its converter), so
+    one bad field hides nothing else.
     """
     failures = {seg: e for e in errors for named, seg in [_segment(e)] if named}
-    construction = [e for e in errors if not _segment(e)[0] and not isinstance(e, ForbiddenExtraKeysError)]
+    construction = [e for e in errors if not _segment(e)[0]]
     kept = [e for e in errors if e not in construction]
     kwargs: dict[str, Any] = {}
     items: dict[str, list[tuple[int, Any]]] = {}
