@@ -187,9 +187,8 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     # by names and types alone (no Config class constructed, no validator run); no factory is called while
     # any group has one (or lacks its '_target_'); and while the document has an unknown root field, no
     # target at all (RFC 9.2).
-    clean = not unknown
     for name, target in targets.items():
-        call = root_known and (clean if target.is_factory else name not in unknown)
+        call = root_known and (not unknown if target.is_factory else name not in unknown)
         value = _build_group(conv, (name,), facts.types[name], target, raw[name], problems, call, root_known)
         if value is not _INVALID:
             groups[kwargs[name]] = value
@@ -198,9 +197,8 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
             problems.append(Problem((name,), f"missing required root group {name!r}", "parent"))
     if problems:
         made = None
-        if (
-            not unknown
-        ):  # the groups that were made (some refused by their own checks), the rest their defaults
+        # the groups that were made (some refused by their own checks), the rest their defaults
+        if root_known:
             with contextlib.suppress(Exception):
                 made = facts.cls(**groups)
         unmade = frozenset(n for n in raw if kwargs[n] not in groups) if made is not None else frozenset()
@@ -453,7 +451,7 @@ def _call_factory(
     for name, value in args.items():
         if name in params:
             tp = params[name]
-            shape = [] if call else check_shape(conv, tp, value, (*path, name))  # names first: see above
+            shape = [] if call else check_shape(conv, tp, value, (*path, name))  # constructs nothing
             problems.extend(shape)
             if shape:
                 continue
