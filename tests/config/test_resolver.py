@@ -311,6 +311,20 @@ def test_nothing_is_constructed_or_validated_before_every_name_at_every_depth_is
     assert sorted(fake.CALLS) == sorted([*RECORDED_SECTIONS, "recording_model_spec"])
 
 
+def test_an_unknown_name_in_a_dataset_variant_calls_no_factory() -> None:
+    dataset = {"source": "jsonl", "pathz": ["a.jsonl"], "paths": 3}
+    raw = {
+        "model": {"_target_": "tests.support.fake_targets.recording_model_spec"},
+        "tokenizer": BYTES,
+        "dataloader": {"_target_": DATALOADER, "dataset": dataset},
+    }
+    assert issues(raw, TESTS) == [
+        ("dataloader.dataset.paths", "expected a list, got the integer 3"),
+        ("dataloader.dataset.pathz", "unknown field 'pathz' for DatasetConfig; did you mean 'paths'?"),
+    ]
+    assert fake.CALLS == []
+
+
 def test_a_config_class_structured_alone_builds_no_section_before_every_name_is_known() -> None:
     raw = {"section": {"size": 2}, "sections": [{"size": 3}, {"sise": 4}]}
     with pytest.raises(ConfigError) as info:
