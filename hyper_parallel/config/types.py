@@ -882,9 +882,9 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
     the class's ``cross_check``; at the first thing that fails, it is structured again the detailed way,
     which finds and names every problem. So errors read as cattrs' always did, and a valid document pays
     neither for their bookkeeping nor for generating cattrs' function (made the first time a mapping of
-    ``cls`` is refused: 13% of a cold ``--dry-run``). A key that is no field is reported before ``cls`` is
-    called, with every problem of the known fields found by their own hooks, so no ``__init__`` or
-    ``__attrs_post_init__`` runs on a mapping with an unknown key (RFC 9.2).
+    ``cls`` is refused: 13% of a cold ``--dry-run``). A mapping with a name that is not known, here or at
+    any depth below (a class with sections walks their names first), is checked by :func:`check_shape`
+    alone, so no ``__init__``, ``__attrs_post_init__`` or validator of it or of any section runs (RFC 9.2).
     """
     attrs.resolve_types(cls)
     made: list[Hook] = []  # cattrs' function, once made
