@@ -271,7 +271,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     cfg = loaded.config
     machine = machine_issues(cfg, training=True)  # what train_lm refuses on this machine, refused alike
     if machine:
-        return report_issues([Issue(path, message, args.config_file) for path, message in machine], err)
+        return report_issues(loaded.located(machine, args.config_file), err)
     if not cfg.validator.enable and ("validator",) not in loaded.given:
         fallback = training_data_validator(cfg)
         if fallback is None:

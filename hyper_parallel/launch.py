@@ -296,7 +296,7 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
         cfg = loaded.config
         machine = machine_issues(cfg, training=training, files=files)
         if machine:
-            raise ConfigError([Issue(path, message, args.config_file) for path, message in machine])
+            raise ConfigError(loaded.located(machine, args.config_file))
         _refuse_impossible_size(cfg, args.config_file)
         if files and not training:  # the launch runs these itself, after the process group starts
             from hyper_parallel.trainer._inputs import check_without_torch

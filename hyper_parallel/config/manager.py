@@ -82,6 +82,16 @@ class ConfigReport(typing.NamedTuple):
     warnings: tuple[Issue, ...]
     #: Every path the file or an override set (``("optimizer", "lr")``) and each of their ancestors.
     given: frozenset[Path]
+    #: Where the value at a path came from (``FILE:LINE:COL``, or the flag that set it).
+    locate: Locate | None = None
+
+    def located(self, pairs: Iterable[tuple[str, str]], source: str) -> list[Issue]:
+        """``(dotted path, message)`` findings about the resolved config (a file it names is missing) as
+        issues located as the resolver locates its own: where the value was set, in the file or by a flag;
+        a finding about no one field is at ``source``."""
+        pairs = list(pairs)
+        found = [Issue("", message, source) for path, message in pairs if not path]
+        return found + _issues([(path, message) for path, message in pairs if path], self.locate)
 
 
 def load_config(
@@ -222,7 +232,7 @@ def load_config_report(
     assert cfg is not None
     given = {path[:end] for path in sources.paths() for end in range(1, len(path) + 1)}
     given.update(o.path[:end] for o in parsed for end in range(1, len(o.path) + 1))
-    return ConfigReport(cfg, tuple(_cite_overrides(warned, parsed)), frozenset(given))
+    return ConfigReport(cfg, tuple(_cite_overrides(warned, parsed)), frozenset(given), locate)
 
 
 def apply_overrides(

@@ -4,8 +4,10 @@ The root class (``TrainerConfig``) declares the groups; this module keeps no lis
 facts (group names, field types, default targets) are computed once, when the root is registered on the
 converter. Structuring checks and imports each group's ``_target_``, checks the arguments against the
 target's fields or signature, and only then constructs or calls it; every problem in every group is
-collected, and no target is called while the document still has an unknown root field (its other groups
-are checked by names and types all the same; validators and cross-group rules run once the root is clean).
+collected. Nothing is called before its names are known: first every group's names are walked, at every
+depth; a Config group with a name not known is then checked by names and types alone (no ``__init__``, no
+validator), no factory is called while any group has such a name or lacks its ``_target_``, and no target
+at all while the document has an unknown root field (validators and cross-group rules wait for it).
 Unstructuring writes each group's runtime class (never the declared base, which would lose a subclass's
 fields), or the factory and the arguments it was called with.
 """
@@ -165,15 +167,15 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
                 else:
                     message = f"root field names must be strings, got {describe_value(key)}"
                 problems.append(Problem((key if isinstance(key, str) else echo(key),), message, "key"))
-    # While the document names a group that does not exist, every other group is still checked by names
-    # and types (RFC 9.2), but no target is called: no factory, no Config class constructed.
-    call = not problems
     options = current_options()
     allowed = facts.allowed(options.allowed)
     kwargs = facts.kwargs
     groups: dict[str, Any] = {}
     # What the document gave in each group, for a later '_target_' switch (see recipes.Given).
     given: dict[str, frozenset[str]] = {}
+    targets: dict[str, Target] = {}
+    unknown: set[str] = set()  # the groups with a name not known, at any depth
+    root_known = not problems  # every root field is a group
     for name, node in raw.items():
         if name not in types:
             continue
@@ -183,16 +185,29 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
             continue
         if isinstance(node, Mapping):
             given[name] = frozenset(node)
-        if _check_group_shape(name, node, problems):
-            value = _resolve_group(conv, facts, (name,), node, allowed, problems, call)
-            if value is not _INVALID:
-                groups[kwargs[name]] = value
+        target = _group_target(conv, facts, name, node, allowed, problems)
+        if target is None:
+            unknown.add(name)
+        else:
+            targets[name] = target
+            if _unknown_keys(conv, (name,), target, node):
+                unknown.add(name)
+    # Nothing is called before its names are known: a group with a name not known at any depth is checked
+    # by names and types alone (no Config class constructed, no validator run); no factory is called while
+    # any group has one (or lacks its '_target_'); and while the document has an unknown root field, no
+    # target at all (RFC 9.2).
+    for name, target in targets.items():
+        call = root_known and (not unknown if target.is_factory else name not in unknown)
+        value = _build_group(conv, (name,), facts.types[name], target, raw[name], problems, call, root_known)
+        if value is not _INVALID:
+            groups[kwargs[name]] = value
     for name in facts.required:
         if name not in raw:
             problems.append(Problem((name,), f"missing required root group {name!r}", "parent"))
     if problems:
         made = None
-        if call:  # the groups that were made (some refused by their own checks), the rest their defaults
+        # the groups that were made (some refused by their own checks), the rest their defaults
+        if root_known:
             with contextlib.suppress(Exception):
                 made = facts.cls(**groups)
         unmade = frozenset(n for n in raw if kwargs[n] not in groups) if made is not None else frozenset()
@@ -372,29 +387,58 @@ def group_hook(conv: "ConfigConverter", cls: type) -> Any:
     return hooks.get(cls) or hooks.setdefault(cls, attrs_hook(cls, conv, _TARGET_ONLY))
 
 
-def _resolve_group(
+def _group_target(
     conv: "ConfigConverter",
     facts: RootFacts,
-    path: tuple[str],
-    node: Mapping[str, Any],
+    name: str,
+    node: object,
     allowed: tuple[str, ...],
     problems: list[Problem],
-    call: bool = True,
-) -> Any:
-    field_type = facts.types[path[0]]
+) -> Target | None:
+    """The target group ``name``'s ``_target_`` names, or None after recording why there is none (a group
+    whose ``_target_`` is a close misspelling is checked against the one it most likely meant)."""
+    if not _check_group_shape(name, node, problems):
+        return None
+    assert isinstance(node, Mapping)
+    field_type = facts.types[name]
     try:
-        target = load_target(node[TARGET_KEY], field_type, allowed, packages=facts.packages)
+        return load_target(node[TARGET_KEY], field_type, allowed, packages=facts.packages)
     except TargetError as exc:
-        problems.append(Problem((*path, TARGET_KEY), str(exc)))
+        problems.append(Problem((name, TARGET_KEY), str(exc)))
         if exc.suggestion is not None:  # the values are checked against the target it most likely meant
-            meant = {**node, TARGET_KEY: exc.suggestion}
             with contextlib.suppress(TargetError):
-                load_target(exc.suggestion, field_type, allowed, packages=facts.packages)
-                _resolve_group(conv, facts, path, meant, allowed, problems, call=False)
-        return _INVALID
+                meant = load_target(exc.suggestion, field_type, allowed, packages=facts.packages)
+                _build_group(conv, (name,), field_type, meant, node, problems, call=False)
+        return None
+
+
+def _unknown_keys(conv: "ConfigConverter", path: Path, target: Target, node: Mapping[str, Any]) -> bool:
+    """Whether group ``node`` holds a name ``target`` does not know, at any depth, or lacks a required one
+    (names alone: the cheap walk that decides whether anything may be called)."""
+    if not target.is_factory:
+        return bool(check_shape(conv, target.obj, node, path, _TARGET_ONLY, leaves=False))
+    params = target.params
+    args = {k: v for k, v in node.items() if k != TARGET_KEY}
+    if not args.keys() <= params.keys() or target.required - args.keys():
+        return True
+    return any(check_shape(conv, params[k], v, (k,), leaves=False) for k, v in args.items())
+
+
+def _build_group(
+    conv: "ConfigConverter",
+    path: Path,
+    field_type: type,
+    target: Target,
+    node: Mapping[str, Any],
+    problems: list[Problem],
+    call: bool = True,
+    checks: bool = False,
+) -> Any:
+    """Group ``node`` built by ``target`` (if ``call``; else only checked by names and types, and, with
+    ``checks``, by what a factory checks of its arguments without being called)."""
     if target.is_factory:
         args = {k: v for k, v in node.items() if k != TARGET_KEY}
-        return _call_factory(conv, path, field_type, target, args, problems, call)
+        return _call_factory(conv, path, field_type, target, args, problems, call, checks)
     if not call:  # names and types only: no Config class is constructed, none of its code runs
         problems.extend(check_shape(conv, target.obj, node, path, _TARGET_ONLY))
         return _INVALID
@@ -414,8 +458,10 @@ def _call_factory(
     args: Mapping[str, Any],
     problems: list[Problem],
     call: bool = True,
+    checks: bool = True,
 ) -> Any:
-    """Check ``args`` against the factory's signature, then (if ``call``) call it and check its result."""
+    """Check ``args`` against the factory's signature, then (if ``call``) call it and check its result;
+    when it is not called or its arguments are wrong, ``checks`` runs what it checks without a call."""
     before = len(problems)
     short = target.name.rpartition(".")[2]
     params = target.params
@@ -436,8 +482,9 @@ def _call_factory(
     for name, value in args.items():
         if name in params:
             tp = params[name]
-            if not call:
-                problems.extend(check_shape(conv, tp, value, (*path, name)))
+            shape = [] if call else check_shape(conv, tp, value, (*path, name))  # constructs nothing
+            problems.extend(shape)
+            if shape:
                 continue
             try:
                 kwargs[name] = conv.get_structure_hook(tp)(value, tp)
@@ -445,7 +492,7 @@ def _call_factory(
                 problems.extend(problems_of(exc, (*path, name)))
     if len(problems) > before or not call:
         check = getattr(target.obj, "check_arguments", None)  # what it can check without being called
-        if call and callable(check):
+        if checks and callable(check):
             try:
                 check(**kwargs)
             except Problems as exc:

@@ -11,7 +11,6 @@ Invalid` for a value they refuse and cattrs' ``ClassValidationError`` / ``Iterab
 notes naming the attribute, index or key) for containers, so ``cattrs`` users can read them as usual.
 """
 
-import contextlib
 import enum
 import functools
 import itertools
@@ -714,18 +713,8 @@ class _Variants(Rule):
         key, title = facts.key, tp.__qualname__
         tag_hook = conv.get_structure_hook(facts.tag_type)
 
-        def structure(value: Any, field_tp: Any) -> Any:
-            return conv.get_structure_hook(field_tp)(value, field_tp)
-
         def field_problems(value: Mapping[str, Any], names: Iterable[str]) -> list[Problem]:
-            found: list[Problem] = []
-            for name in names:
-                field_tp = facts.fields[name].type
-                try:
-                    conv.get_structure_hook(field_tp)(value[name], field_tp)
-                except Exception as exc:
-                    found += problems_of(exc, (name,))
-            return found
+            return [p for n in names for p in check_shape(conv, facts.fields[n].type, value[n], (n,))]
 
         def structure_variant(value: Any, _tp: Any) -> Any:
             if not isinstance(value, Mapping):
@@ -740,17 +729,8 @@ class _Variants(Rule):
                 ) from None
             cls = facts.by_tag[tag]
             own = attrs.fields_dict(cls)
-            if problems:  # as a mapping of one class with an unknown key: its fields checked, nothing made
-                errors: list[Exception] = []
-                for name, field in own.items():
-                    if name in value:
-                        try:
-                            conv.get_structure_hook(field.type)(value[name], field.type)
-                        except Exception as exc:
-                            errors.append(at_attribute(exc, cls, name, field.type))
-                mine = {k: v for k, v in value.items() if k in own}
-                with contextlib.suppress(ValueError):  # nothing found: an exception group cannot be empty
-                    problems += problems_of(class_error(cls, mine, errors, structure))
+            if problems:  # an unknown key: every field checked by names and types, nothing constructed
+                problems += check_shape(conv, cls, {k: v for k, v in value.items() if k in own}, ())
                 problems += field_problems(value, [k for k in _given(facts, value) if k not in own])
                 raise Problems(f"invalid {title}", problems)
             typed: list[Problem] = []
@@ -902,9 +882,9 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
     the class's ``cross_check``; at the first thing that fails, it is structured again the detailed way,
     which finds and names every problem. So errors read as cattrs' always did, and a valid document pays
     neither for their bookkeeping nor for generating cattrs' function (made the first time a mapping of
-    ``cls`` is refused: 13% of a cold ``--dry-run``). A key that is no field is reported before ``cls`` is
-    called, with every problem of the known fields found by their own hooks, so no ``__init__`` or
-    ``__attrs_post_init__`` runs on a mapping with an unknown key (RFC 9.2).
+    ``cls`` is refused: 13% of a cold ``--dry-run``). A mapping with a name that is not known, here or at
+    any depth below (a class with sections walks their names first), is checked by :func:`check_shape`
+    alone, so no ``__init__``, ``__attrs_post_init__`` or validator of it or of any section runs (RFC 9.2).
     """
     attrs.resolve_types(cls)
     made: list[Hook] = []  # cattrs' function, once made
@@ -919,7 +899,8 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
         return made[0](value, cls)
 
     init_fields = [f for f in attrs.fields(cls) if f.init]
-    allowed = frozenset(f.name for f in init_fields) | also
+    types = {f.name: f.type for f in init_fields}
+    allowed = frozenset(types) | also
     title = cls.__qualname__
     # The base's cross_check finds nothing: a class that keeps it is not asked.
     checked = getattr(cls, "cross_check", ConfigBase.cross_check) is not ConfigBase.cross_check
@@ -927,21 +908,27 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
     def structure(value: Any, field_tp: Any) -> Any:
         return conv.get_structure_hook(field_tp)(value, field_tp)
 
-    def with_unknown_keys(value: Mapping[str, Any]) -> Exception:
-        errors: list[Exception] = [ForbiddenExtraKeysError("", cls, {k for k in value if k not in allowed})]
-        for f in init_fields:
-            if f.name in value:
-                try:
-                    structure(value[f.name], f.type)
-                except Exception as exc:
-                    errors.append(at_attribute(exc, cls, f.name, f.type))
-        return class_error(cls, value, errors, structure)
+    def names_unknown(value: Mapping[str, Any]) -> bool:
+        return bool(check_shape(conv, cls, value, (), also, leaves=False))
+
+    def shape_error(value: Mapping[str, Any]) -> ClassValidationError:
+        """The mapping with a name not known at any depth: every problem :func:`check_shape` finds (which
+        constructs nothing), noted as cattrs notes its own."""
+        extra = {k for k in value if k not in allowed}
+        errors: list[Exception] = [ForbiddenExtraKeysError("", cls, extra)] if extra else []
+        for p in check_shape(conv, cls, value, (), also):
+            name = p.path[0]
+            if name in types:  # a field's own problem (an unknown key is reported above)
+                missing = p.anchor == "parent" and len(p.path) == 1
+                exc = KeyError(name) if missing else Invalid(p.message, p.anchor, p.path[1:])
+                errors.append(at_attribute(exc, cls, str(name), types[name]))
+        return ClassValidationError(f"While structuring {title}", errors, cls)
 
     def detailed(value: Any) -> Any:
         if type(value) is not dict and not isinstance(value, Mapping):
             raise Invalid(f"expected a mapping for {title}, got {describe_value(value)}")
-        if not value.keys() <= allowed:
-            raise with_unknown_keys(value)
+        if not value.keys() <= allowed or names_unknown(value):
+            raise shape_error(value)
         try:
             obj = generated(value)
         except ClassValidationError as exc:
@@ -958,8 +945,11 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
         return lambda value, _tp: detailed(value)
     fields = [(f.name, f.alias or f.name, conv.get_structure_hook(f.type), f.type) for f in init_fields]
 
+    # Fields that build classes of their own: their names, at every depth, are known before any is built.
+    nested = any(_holds_attrs(tp) for tp in types.values())
+
     def structure_attrs(o: Any, _tp: Any = None) -> Any:
-        if type(o) is dict and o.keys() <= allowed:
+        if type(o) is dict and o.keys() <= allowed and not (nested and names_unknown(o)):
             try:
                 obj = cls(**{key: hook(o[name], tp) for name, key, hook, tp in fields if name in o})
                 sound = not checked or next(iter(obj.cross_check()), None) is None
@@ -973,32 +963,53 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
 
 
 def _holds_attrs(tp: Any) -> bool:
-    """Whether annotation ``tp`` is, or contains, an attrs class (whose structuring would construct it)."""
-    return (isinstance(tp, type) and attrs.has(tp)) or any(_holds_attrs(a) for a in typing.get_args(tp))
+    """Whether annotation ``tp`` is, or contains, an attrs class or variants of one (whose structuring
+    would construct it); answered once per annotation (the name walk asks it of every field)."""
+    try:
+        return _holds_attrs_once(tp)
+    except TypeError:  # an unhashable annotation
+        return _holds_attrs_once.__wrapped__(tp)
+
+
+@functools.cache
+def _holds_attrs_once(tp: Any) -> bool:
+    if isinstance(tp, type) and (attrs.has(tp) or _VARIANTS.matches(tp)):
+        return True
+    return any(_holds_attrs(a) for a in typing.get_args(tp))
 
 
 def check_shape(
-    conv: cattrs.Converter, tp: Any, value: Any, path: Path, also: frozenset[str] = frozenset()
+    conv: cattrs.Converter,
+    tp: Any,
+    value: Any,
+    path: Path,
+    also: frozenset[str] = frozenset(),
+    leaves: bool = True,
 ) -> list[Problem]:
     """The problems of structuring ``value`` as ``tp`` found by names and types alone, constructing nothing.
 
-    A document that cannot be resolved (an unknown root field) has its groups checked this way: every
-    unknown or missing name and every value of the wrong type is reported, but no Config class is built, so
-    no ``__init__`` or validator of the document's targets runs. Scalars and other leaves are checked by
-    their structure hooks, which build no attrs instance. ``also`` names keys an attrs mapping may hold
-    besides its fields (a root group's ``_target_``).
+    Every unknown or missing name at every depth and every value of the wrong type is reported, but no
+    Config class is built, so no ``__init__`` or validator runs: a document with a key that is not known
+    (an unknown field at any depth, a group without its ``_target_``) is checked this way, and nothing of
+    it is called. Scalars and other leaves are checked by their structure hooks, which build no attrs
+    instance; with ``leaves=False`` only names are checked (an unknown or missing one: the cheap walk that
+    decides whether anything may be called). ``also`` names keys an attrs mapping may hold besides its
+    fields (a root group's ``_target_``).
     """
+    if not leaves and not _holds_attrs(tp):  # nothing below has names of its own
+        return []
     bare, nullable = strip_optional(tp)
     if nullable and value is None:
         return []
     if isinstance(bare, type) and attrs.has(bare):
         if type(value) is not dict and not isinstance(value, Mapping):
-            return [Problem(path, f"expected a mapping for {bare.__qualname__}, got {describe_value(value)}")]
+            shown = f"expected a mapping for {bare.__qualname__}, got {describe_value(value)}"
+            return [Problem(path, shown)] if leaves else []
         fields = {f.name: f for f in attrs.fields(attrs.resolve_types(bare)) if f.init}
         found = [unknown_key(path, k, bare) for k in value if k not in fields and k not in also]
         for name, f in fields.items():
             if name in value:
-                found += check_shape(conv, f.type, value[name], (*path, name))
+                found += check_shape(conv, f.type, value[name], (*path, name), leaves=leaves)
             elif f.default is attrs.NOTHING:
                 found.append(Problem((*path, name), f"missing required field {name!r}", "parent"))
         return found
@@ -1009,11 +1020,18 @@ def check_shape(
         )
         if cls is not None and value.keys() <= facts.fields.keys():  # the variant it names, by its fields
             own = attrs.fields_dict(cls)
-            found = check_shape(conv, cls, {k: v for k, v in value.items() if k in own}, path)
+            found = check_shape(conv, cls, {k: v for k, v in value.items() if k in own}, path, leaves=leaves)
             for name in _given(facts, value):
                 if name not in own:
-                    found += check_shape(conv, facts.fields[name].type, value[name], (*path, name))
+                    found += check_shape(
+                        conv, facts.fields[name].type, value[name], (*path, name), leaves=leaves
+                    )
             return found
+        if not leaves:  # the names of every variant: its own hook reports the rest, constructing nothing
+            unknown = [
+                _unknown_variant_key(k, describe_type(bare), facts) for k in value if k not in facts.fields
+            ]
+            return [p._replace(path=(*path, *p.path)) for p in unknown]
     if _holds_attrs(bare):
         origin, args = typing.get_origin(bare), typing.get_args(bare)
         items = isinstance(value, (list, tuple))
@@ -1021,14 +1039,22 @@ def check_shape(
             origin is tuple and len(args) == 2 and args[1] is Ellipsis
         )
         if items and homogeneous:
-            return [p for i, v in enumerate(value) for p in check_shape(conv, args[0], v, (*path, i))]
+            return [
+                p
+                for i, v in enumerate(value)
+                for p in check_shape(conv, args[0], v, (*path, i), leaves=leaves)
+            ]
         if (
             origin in (dict, Mapping)
             and len(args) == 2
             and isinstance(value, Mapping)
             and not _holds_attrs(args[0])
         ):
-            return [p for k, v in value.items() for p in check_shape(conv, args[1], v, (*path, k))]
+            return [
+                p for k, v in value.items() for p in check_shape(conv, args[1], v, (*path, k), leaves=leaves)
+            ]
+    if not leaves:
+        return []
     try:
         conv.get_structure_hook(tp)(value, tp)
     except Exception as exc:

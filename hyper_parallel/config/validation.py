@@ -216,7 +216,7 @@ def validator_message(
     for auto, got 0``), and any other exception its own text."""
     if field is not None and field.validator is not None:
         try:
-            found = _check_value(field.validator, None, field, value)
+            found = _check_value(field.validator, None, field, _converted(field, value, None))
         except Exception:  # a validator that reads the instance: its own words below
             found = []
         if found:
@@ -308,22 +308,39 @@ def cross_check_errors(obj: object) -> list[Exception]:
     return out
 
 
+def _converted(field: "attrs.Attribute[Any]", value: Any, instance: object) -> Any:
+    """``value`` as attrs' ``__init__`` hands it to ``field``'s validators: through the field's converter
+    (a plain callable, or an ``attrs.Converter`` that may take the instance and the field)."""
+    convert = field.converter
+    if convert is None:
+        return value
+    if isinstance(convert, attrs.Converter):
+        return convert(value, instance, field)  # type: ignore[operator]  # attrs sets __call__ per instance
+    return convert(value)
+
+
 def _validator_errors(
     cls: type, kwargs: Mapping[str, Any], skip: set[str], items: Mapping[str, list[tuple[int, Any]]] = {}
 ) -> list[Exception]:
-    """Run every validator of ``cls`` on an unvalidated instance holding ``kwargs`` (defaults elsewhere).
+    """Run every validator of ``cls`` on an unvalidated instance holding ``kwargs`` (defaults elsewhere),
+    each value through its field's converter first, as attrs' ``__init__`` does.
 
     ``items`` holds the sound items of list fields that failed as a whole (a type error in another item):
     their member validators run too, so one bad item hides no other.
     """
     shell: Any = object.__new__(cls)
     fields = attrs.fields(cls)
+    out: list[Exception] = []
     for f in fields:
         alias = f.alias or f.name
         value = kwargs[alias] if alias in kwargs else field_default(f, shell)
-        if value is not attrs.NOTHING:
-            object.__setattr__(shell, f.name, value)
-    out: list[Exception] = []
+        if value is attrs.NOTHING:
+            continue
+        try:
+            value = _converted(f, value, shell)
+        except Exception:  # attrs' __init__ raises it too: the construction's error says it
+            continue
+        object.__setattr__(shell, f.name, value)
     for f in fields:
         if f.validator is None:
             continue
@@ -356,7 +373,11 @@ def _sound_items(
     f: "attrs.Attribute[Any]", raw: object, failure: BaseException, structure: Callable[[Any, Any], Any]
 ) -> list[tuple[int, Any]] | None:
     """The items of list field ``f`` that structure on their own, when ``failure`` names only some items."""
-    if _member_validator(f.validator) is None or not isinstance(raw, (list, tuple)):
+    if (
+        f.converter is not None
+        or _member_validator(f.validator) is None
+        or not isinstance(raw, (list, tuple))
+    ):
         return None
     types = _element_types(f.type)
     if types is None:
@@ -382,12 +403,13 @@ def class_error(
     """cattrs' errors for ``cls``, completed: every validator failure, not only the first.
 
     ``errors`` are the members of cattrs' ``ClassValidationError``: field failures (noted with their
-    attribute), unknown keys, or the one exception ``cls(...)`` raised. The fields that were sound are
-    structured again with ``structure(value, type)`` and every validator runs on them, so one bad field hides
-    nothing else.
+    attribute) or the one exception ``cls(...)`` raised (every name of ``raw`` is known: see
+    :func:`~hyper_parallel.config.types.check_shape`). The fields that were sound are structured again with
+    ``structure(value, type)`` and every validator runs on them (each value through its converter), so
+    one bad field hides nothing else.
     """
     failures = {seg: e for e in errors for named, seg in [_segment(e)] if named}
-    construction = [e for e in errors if not _segment(e)[0] and not isinstance(e, ForbiddenExtraKeysError)]
+    construction = [e for e in errors if not _segment(e)[0]]
     kept = [e for e in errors if e not in construction]
     kwargs: dict[str, Any] = {}
     items: dict[str, list[tuple[int, Any]]] = {}

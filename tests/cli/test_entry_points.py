@@ -147,7 +147,7 @@ def test_training_refuses_files_that_do_not_exist_before_building_anything() -> 
     done = run("hyper_parallel.train_lm", "--config-file", MINIMAL, "--parallelism.tp", "1")
     assert done.returncode == 2
     assert (
-        f"{MINIMAL}: model.weights_path: '/path/to/Qwen3.5-0.8B-Base' is not a directory on this machine"
+        f"{MINIMAL}:3:17: model.weights_path: '/path/to/Qwen3.5-0.8B-Base' is not a directory on this machine"
         in done.stderr
     )
     assert "nothing was started" in done.stderr

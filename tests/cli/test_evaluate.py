@@ -115,7 +115,7 @@ def test_input_errors_exit_2_with_one_line(
     assert main(["--config-file", config, *no_start]) == 2
     assert capsys.readouterr() == (  # checked with the files, before anything is built
         "",
-        f"{config}: checkpoint.initial_load_path: {str(missing)!r} is not a directory on this machine\n"
+        f"--checkpoint.initial_load_path: {str(missing)!r} is not a directory on this machine\n"
         "1 problem found; nothing was started.\n",
     )
 

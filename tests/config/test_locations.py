@@ -5,6 +5,9 @@ from pathlib import Path
 import pytest
 
 from hyper_parallel.config import ConfigError, load_config
+from hyper_parallel.config.manager import load_config_text
+
+TESTS = ("tests.support.fake_targets",)
 
 DOC = """\
 model:
@@ -157,3 +160,34 @@ def test_a_broken_file_and_bad_overrides_are_reported_together(bad_file: Path) -
         ),
     ]
     assert len(info.value.issues) == 6 + len(flags)  # the file's own six problems come first
+
+
+PERCENT = """\
+model:
+  _target_: hyper_parallel.models.llama3.create_model_spec
+  flavor: debugmodel
+tokenizer:
+  _target_: hyper_parallel.components.tokenizer.ByteTokenizer.Config
+optimizer:
+  _target_: tests.support.fake_targets.PercentOptimizerConfig
+  lr: 50
+  weight_decay: x
+"""
+
+
+@pytest.mark.parametrize(
+    ("lr", "expected"),
+    [
+        ("50", []),  # 50 percent is 0.5: its validator (0 < lr <= 1) sees the converted value
+        ("150", ["run.yaml:8:7: optimizer.lr: must be <= 1.0, got 1.5"]),
+    ],
+)
+def test_a_converted_value_is_validated_as_converted_beside_another_error_of_its_group(
+    lr: str, expected: list[str]
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config_text(PERCENT.replace("lr: 50", f"lr: {lr}"), "run.yaml", allowed_targets=TESTS)
+    assert str(info.value).splitlines() == [
+        *expected,
+        "run.yaml:9:17: optimizer.weight_decay: expected a number, got the string 'x'",
+    ]

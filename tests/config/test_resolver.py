@@ -268,12 +268,85 @@ def test_an_unknown_key_of_a_config_group_is_reported_before_its_class_is_called
         },
         "training": {"_target_": TRAINING, "seq_len": -4},
     }
+    # The optimizer is checked by names and types (lr: -1 is a number); its validators wait for its names.
     assert issues(raw, TESTS) == [
-        ("optimizer.lr", "must be > 0.0, got -1.0"),
         ("optimizer.lrr", "unknown field 'lrr' for RecordingOptimizerConfig; did you mean 'lr'?"),
         ("training.seq_len", "must be > 0, got -4"),
     ]
-    assert fake.CALLS == ["recording_model_spec"]  # the factory ran; the Config class was never constructed
+    assert fake.CALLS == []  # the Config class was never constructed, and no factory called either
+
+
+SECTIONS = "tests.support.fake_targets.SectionsOptimizerConfig"
+RECORDED_SECTIONS = [  # what building a sound SectionsOptimizerConfig with one listed section records
+    "validate RecordingSection.size",
+    "RecordingSection",
+    "validate RecordingSection.size",
+    "RecordingSection",
+    "validate SectionsOptimizerConfig.section",
+    "validate SectionsOptimizerConfig.sections",
+    "SectionsOptimizerConfig",
+]
+
+
+def test_nothing_is_constructed_or_validated_before_every_name_at_every_depth_is_known() -> None:
+    raw = {
+        "model": {"_target_": "tests.support.fake_targets.recording_model_spec"},
+        "tokenizer": BYTES,
+        "optimizer": {
+            "_target_": SECTIONS,
+            "lr": -1.0,
+            "section": {"size": 2},
+            "sections": [{"size": "3"}, {"sise": 4}],
+        },
+        "training": {"_target_": TRAINING, "seq_len": -4},
+    }
+    assert issues(raw, TESTS) == [
+        ("optimizer.sections[0].size", "expected an integer, got the string '3'"),
+        ("optimizer.sections[1].sise", "unknown field 'sise' for RecordingSection; did you mean 'size'?"),
+        ("training.seq_len", "must be > 0, got -4"),
+    ]
+    assert fake.CALLS == []  # no section, no optimizer, no validator of theirs, no factory
+    # The same names, all known: every class is built, and its validators run.
+    raw["optimizer"] = {"_target_": SECTIONS, "section": {"size": 2}, "sections": [{"size": 3}]}
+    raw["training"] = {"_target_": TRAINING}
+    resolve_root(raw, allowed_targets=TESTS)
+    assert sorted(fake.CALLS) == sorted([*RECORDED_SECTIONS, "recording_model_spec"])
+
+
+def test_an_unknown_name_in_a_dataset_variant_calls_no_factory() -> None:
+    dataset = {"source": "jsonl", "pathz": ["a.jsonl"], "paths": 3}
+    raw = {
+        "model": {"_target_": "tests.support.fake_targets.recording_model_spec"},
+        "tokenizer": BYTES,
+        "dataloader": {"_target_": DATALOADER, "dataset": dataset},
+    }
+    assert issues(raw, TESTS) == [
+        ("dataloader.dataset.paths", "expected a list, got the integer 3"),
+        ("dataloader.dataset.pathz", "unknown field 'pathz' for DatasetConfig; did you mean 'paths'?"),
+    ]
+    assert fake.CALLS == []
+
+
+def test_a_config_class_structured_alone_builds_no_section_before_every_name_is_known() -> None:
+    raw = {"section": {"size": 2}, "sections": [{"size": 3}, {"sise": 4}]}
+    with pytest.raises(ConfigError) as info:
+        converter.structure(raw, fake.SectionsOptimizerConfig)
+    assert [(i.path, i.message) for i in info.value.issues] == [
+        ("sections[1].sise", "unknown field 'sise' for RecordingSection; did you mean 'size'?")
+    ]
+    assert fake.CALLS == []  # not even the sound section before it
+
+
+def test_no_factory_is_called_while_another_group_lacks_its_target() -> None:
+    raw = {
+        "model": {"_target_": "tests.support.fake_targets.recording_model_spec", "flavor": "debugmodel"},
+        "tokenizer": BYTES,
+        "optimizer": {"_target_": SECTIONS, "section": {"size": 2}, "sections": [{"size": 3}]},
+        "loss": {"ignore_index": -100},
+    }
+    assert issues(raw, TESTS) == [("loss._target_", MISSING_TARGET)]
+    assert "recording_model_spec" not in fake.CALLS  # the factory waits for every group's names
+    assert fake.CALLS == RECORDED_SECTIONS  # a group whose names are all known is built and validated
 
 
 def test_a_config_class_may_use_attrs_converters_and_post_init() -> None:
@@ -286,6 +359,23 @@ def test_a_config_class_may_use_attrs_converters_and_post_init() -> None:
     raw["optimizer"] = {"_target_": "tests.support.fake_targets.RecordingOptimizerConfig", "lr": 0.5}
     assert resolve_root(raw, allowed_targets=TESTS).optimizer.lr == 0.5
     assert fake.CALLS == ["RecordingOptimizerConfig"]
+
+
+def test_validators_see_the_converted_value_when_another_field_of_the_group_is_wrong() -> None:
+    percent = "tests.support.fake_targets.PercentOptimizerConfig"
+    raw = {"model": model(), "optimizer": {"_target_": percent, "lr": 50, "weight_decay": "x"}}
+    # 50 percent is 0.5, which the validator (0 < lr <= 1) accepts: only the other field is reported.
+    assert issues(raw, TESTS) == [("optimizer.weight_decay", "expected a number, got the string 'x'")]
+    raw["optimizer"]["lr"] = 150
+    assert issues(raw, TESTS) == [
+        ("optimizer.lr", "must be <= 1.0, got 1.5"),
+        ("optimizer.weight_decay", "expected a number, got the string 'x'"),
+    ]
+    raw["optimizer"] = {"_target_": percent, "lr": 150, "weight_decay": -1.0}  # two validators fail
+    assert issues(raw, TESTS) == [
+        ("optimizer.lr", "must be <= 1.0, got 1.5"),
+        ("optimizer.weight_decay", "must be >= 0.0, got -1.0"),
+    ]
 
 
 def test_every_unknown_root_field_is_reported() -> None:
@@ -968,8 +1058,7 @@ def test_str_of_the_error_has_one_line_per_issue() -> None:
     raw = doc(optimizer=group(ADAMW, lrr=1e-4, lr=-1.0), training=group(TRAINING, max_steps="1"))
     with pytest.raises(ConfigError) as info:
         resolve_root(raw)
-    assert str(info.value).splitlines() == [
-        "optimizer.lr: must be > 0.0, got -1.0",
+    assert str(info.value).splitlines() == [  # lr's validator waits for the optimizer's names
         "optimizer.lrr: unknown field 'lrr' for AdamW.Config; did you mean 'lr'?",
         "training.max_steps: expected an integer, got the string '1'",
     ]

@@ -82,4 +82,39 @@ def _percent(value: float) -> float:
 class PercentOptimizerConfig(Optimizer.Config):
     """An optimizer Config whose ``lr`` is given in percent and stored as a fraction (an attrs converter)."""
 
-    lr: float = attrs.field(default=1.0, converter=_percent, metadata={"help": "learning rate, in percent"})
+    lr: float = attrs.field(
+        default=1.0,
+        converter=_percent,
+        validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)],  # the fraction: 0 < lr <= 1
+        metadata={"help": "learning rate, in percent"},
+    )
+
+
+def _recorded(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    """A validator that records each call (and accepts every value)."""
+    CALLS.append(f"validate {type(instance).__name__}.{attribute.name}")
+
+
+@attrs.frozen(kw_only=True)
+class RecordingSection:
+    """A nested section whose construction and validator record their calls."""
+
+    size: int = attrs.field(default=1, validator=_recorded, metadata={"help": "any size"})
+
+    def __attrs_post_init__(self) -> None:
+        CALLS.append("RecordingSection")
+
+
+@attrs.frozen(kw_only=True)
+class SectionsOptimizerConfig(Optimizer.Config):
+    """An optimizer Config with nested sections; it, they and their validators record their calls."""
+
+    section: RecordingSection = attrs.field(
+        factory=RecordingSection, validator=_recorded, metadata={"help": "one section"}
+    )
+    sections: list[RecordingSection] = attrs.field(
+        factory=list, validator=_recorded, metadata={"help": "a list of sections"}
+    )
+
+    def __attrs_post_init__(self) -> None:
+        CALLS.append("SectionsOptimizerConfig")

@@ -67,8 +67,8 @@ def refused_alike(path: Path, *flags: str) -> str:
 def test_a_data_path_that_does_not_exist(tmp_path: Path) -> None:
     missing = tmp_path / "missing.jsonl"
     path = config(tmp_path, data=f"    source: jsonl\n    paths: [{missing}]\n")
-    assert refused_alike(path) == (
-        f"{path}: dataloader.dataset.paths[0]: {str(missing)!r} does not exist on this machine\n"
+    assert refused_alike(path) == (  # at the position the path was given: line 13, column 13
+        f"{path}:13:13: dataloader.dataset.paths[0]: {str(missing)!r} does not exist on this machine\n"
         "1 problem found; nothing was started.\n"
     )
 
@@ -78,8 +78,21 @@ def test_a_weights_path_that_is_not_a_folder(tmp_path: Path) -> None:
     weights.write_bytes(b"")
     path = config(tmp_path, data="    source: python_docs\n", model=f"  weights_path: {weights}\n")
     assert refused_alike(path) == (
-        f"{path}: model.weights_path: {str(weights)!r} is not a directory on this machine\n"
+        f"{path}:4:17: model.weights_path: {str(weights)!r} is not a directory on this machine\n"
         "1 problem found; nothing was started.\n"
+    )
+
+
+def test_a_file_check_names_the_flag_that_gave_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.jsonl"
+    weights = tmp_path / "weights"
+    path = config(tmp_path, data="    source: jsonl\n    paths: [a.jsonl]\n")
+    flags = ["--dataloader.dataset.paths", f"[{missing}]", "--model.weights_path", str(weights)]
+    assert refused_alike(path, *flags) == (
+        f"--dataloader.dataset.paths: dataloader.dataset.paths[0]: {str(missing)!r} does not exist on this "
+        "machine\n"
+        f"--model.weights_path: {str(weights)!r} is not a directory on this machine\n"
+        "2 problems found; nothing was started.\n"
     )
 
 

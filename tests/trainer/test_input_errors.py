@@ -81,9 +81,9 @@ def _record_not_an_object(tmp: Path) -> tuple[dict[str, str], str]:
 
 
 def _missing_data_path(tmp: Path) -> tuple[dict[str, str], str]:
-    # refused at resolve time already (as --dry-run would): the config file's line names the field
+    # refused at resolve time already (as --dry-run would), at the flag that gave the path
     message = (
-        f"{debug_config_path('llama3')}: dataloader.dataset.paths[0]: '{tmp / 'nowhere.jsonl'}' does not "
+        f"--dataloader.dataset.paths: dataloader.dataset.paths[0]: '{tmp / 'nowhere.jsonl'}' does not "
         "exist on this machine\n1 problem found; nothing was started."
     )
     return jsonl(tmp / "nowhere.jsonl"), message
