@@ -378,7 +378,7 @@ def _later_checks(
     """The issues of ``exc`` and what the launch's own checks find in the config that could be made
     despite them (``exc.config``): this machine, the model's size and, when asked, the files it names,
     each run only where the groups it reads were made; and ``exc.skipped`` with the checks left out."""
-    from hyper_parallel.config.manager import NO_CONFIG, unmade_reason
+    from hyper_parallel.config.manager import NO_CONFIG, located_issues, unmade_reason
 
     issues, skipped = list(exc.issues), list(exc.skipped)
     made = exc.config
@@ -394,11 +394,8 @@ def _later_checks(
 
         found += size_issues(made)
     known = {(i.path, str(i.message)) for i in issues}
-    issues += [
-        Issue(path, message, source)
-        for path, message in found
-        if path.partition(".")[0] not in unmade and (path, message) not in known
-    ]
+    sound = [(p, m) for p, m in found if p.partition(".")[0] not in unmade and (p, m) not in known]
+    issues += located_issues(sound, exc.locate, source)
     if files and unmade_files:
         skipped.append(("the files the config names", unmade_reason(unmade_files)))
     elif files and not training and not found:  # (as below: once this machine has what they read)

@@ -78,7 +78,10 @@ class ConfigConverter(cattrs.Converter):
         except Exception as exc:
             unmade: frozenset[str] = getattr(exc, "unmade", frozenset())
             config = getattr(exc, "config", None)
-            raise to_config_error(problems_of(exc), current_options().locate, config, unmade) from None
+            unchecked: frozenset[str] = getattr(exc, "unchecked", frozenset())
+            raise to_config_error(
+                problems_of(exc), current_options().locate, config, unmade, unchecked
+            ) from None
 
     def unstructure(self, obj: Any, unstructure_as: Any = None) -> Any:
         """The raw form of ``obj`` (by its runtime class); :class:`ConfigError` for what cannot be written."""

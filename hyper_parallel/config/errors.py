@@ -7,7 +7,7 @@ one error per run.
 
 import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -216,6 +216,9 @@ class ConfigError(ValueError):
     #: ``(checks, why)`` for each kind of check these errors made meaningless, so left out of the report:
     #: ``("the files the config names", "no config could be made")`` (the launch says so in one line).
     skipped: tuple[tuple[str, str], ...]
+    #: Where the value at a path came from (the resolver's locator: ``FILE:LINE:COL`` or the flag), so
+    #: that what later checks find in ``config`` is located as these issues are; None without a source.
+    locate: Callable[..., str | None] | None
 
     def __init__(
         self,
@@ -225,12 +228,13 @@ class ConfigError(ValueError):
         config: Any = None,
         unmade: frozenset[str] = frozenset(),
         skipped: Iterable[tuple[str, str]] = (),
+        locate: Callable[..., str | None] | None = None,
     ) -> None:
         self.issues = tuple(sorted(issues, key=_position))
         if not self.issues:
             raise ValueError("ConfigError needs at least one issue")
         self.warnings = tuple(sorted(warnings, key=_position))
-        self.config, self.unmade, self.skipped = config, unmade, tuple(skipped)
+        self.config, self.unmade, self.skipped, self.locate = config, unmade, tuple(skipped), locate
         super().__init__(str(self))
 
     def __str__(self) -> str:

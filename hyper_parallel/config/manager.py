@@ -53,6 +53,7 @@ __all__ = [
     "load_config",
     "load_config_report",
     "load_config_text",
+    "located_issues",
     "unmade_reason",
     "validate",
     "write_config",
@@ -86,12 +87,17 @@ class ConfigReport(typing.NamedTuple):
     locate: Locate | None = None
 
     def located(self, pairs: Iterable[tuple[str, str]], source: str) -> list[Issue]:
-        """``(dotted path, message)`` findings about the resolved config (a file it names is missing) as
-        issues located as the resolver locates its own: where the value was set, in the file or by a flag;
-        a finding about no one field is at ``source``."""
-        pairs = list(pairs)
-        found = [Issue("", message, source) for path, message in pairs if not path]
-        return found + _issues([(path, message) for path, message in pairs if path], self.locate)
+        """:func:`located_issues` with this config's locator."""
+        return located_issues(pairs, self.locate, source)
+
+
+def located_issues(pairs: Iterable[tuple[str, str]], locate: Locate | None, source: str) -> list[Issue]:
+    """``(dotted path, message)`` findings about a resolved config (a file it names is missing) as issues
+    located as the resolver locates its own (``locate``): where the value was set, in the file or by a
+    flag; a finding about no one field is at ``source``."""
+    pairs = list(pairs)
+    found = [Issue("", message, source) for path, message in pairs if not path]
+    return found + _issues([(path, message) for path, message in pairs if path], locate)
 
 
 def load_config(
@@ -185,12 +191,13 @@ def load_config_report(
     with resolve_options(allowed_targets=allowed_targets, locate=_file_locator(sources), root_checks=False):
         made: TrainerConfig | None = None  # see ConfigError.config: the rules still run on it
         unmade: frozenset[str] = frozenset()
+        skipped: list[tuple[str, str]] = []
         try:
             cfg = converter.structure(raw, TrainerConfig)
         except ConfigError as exc:
             # Report what is wrong with the overrides too, not in a second run.
             found += [*exc.issues, *(_override_issues(raw, parsed, locate) if parsed else ())]
-            made, unmade = exc.config, exc.unmade
+            made, unmade, skipped = exc.config, exc.unmade, list(exc.skipped)
             if made is not None and parsed:  # the rules see the overrides' values too
                 made, unmade = _apply_sound(made, unmade, parsed, sources, locate)
         if cfg is not None and parsed:
@@ -206,7 +213,6 @@ def load_config_report(
         found = [*early, *(i for i in found[len(early) :] if not _of_unread(i, unread, sources))]
         unmade |= {str(p[0]) for p in unread if p}
     warned: list[Issue] = []
-    skipped: list[tuple[str, str]] = []
     made = cfg if cfg is not None else made
     if made is not None:
         names = rules.COMMANDS if command_line else rules.TRAINER_CLASSES
@@ -228,6 +234,7 @@ def load_config_report(
             config=made,
             unmade=unmade,
             skipped=skipped,
+            locate=locate,
         )
     assert cfg is not None
     given = {path[:end] for path in sources.paths() for end in range(1, len(path) + 1)}

@@ -175,6 +175,7 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     given: dict[str, frozenset[str]] = {}
     targets: dict[str, Target] = {}
     unknown: set[str] = set()  # the groups with a name not known, at any depth
+    untargeted = False  # some group given without its '_target_' (or not as a mapping)
     root_known = not problems  # every root field is a group
     for name, node in raw.items():
         if name not in types:
@@ -188,16 +189,18 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
         target = _group_target(conv, facts, name, node, allowed, problems)
         if target is None:
             unknown.add(name)
+            untargeted = untargeted or not isinstance(node, Mapping) or TARGET_KEY not in node
         else:
             targets[name] = target
             if _unknown_keys(conv, (name,), target, node):
                 unknown.add(name)
     # Nothing is called before its names are known: a group with a name not known at any depth is checked
-    # by names and types alone (no Config class constructed, no validator run); no factory is called while
-    # any group has one (or lacks its '_target_'); and while the document has an unknown root field, no
-    # target at all (RFC 9.2).
+    # by names and types alone (no Config class constructed, no validator run, no factory called); no
+    # factory is called while another group lacks its '_target_' (what that group is, is not known); and
+    # while the document has an unknown root field, no target at all (RFC 9.2). A factory does run beside
+    # another group's unknown name or wrong target, so the rules that read its result report in the same run.
     for name, target in targets.items():
-        call = root_known and (not unknown if target.is_factory else name not in unknown)
+        call = root_known and name not in unknown and not (target.is_factory and untargeted)
         value = _build_group(conv, (name,), facts.types[name], target, raw[name], problems, call, root_known)
         if value is not _INVALID:
             groups[kwargs[name]] = value
@@ -212,7 +215,8 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
                 made = facts.cls(**groups)
         unmade = frozenset(n for n in raw if kwargs[n] not in groups) if made is not None else frozenset()
         found = [_in_wrong_group(conv, facts, raw, p) for p in problems]
-        raise Problems("invalid config", found, made, unmade)
+        unchecked = frozenset(n for n in unknown if n in targets and not targets[n].is_factory)
+        raise Problems("invalid config", found, made, unmade, unchecked)
     root = construct(facts.cls, groups, options.root_checks)
     remember_given(root, Given(given, None, options.locate))
     return root

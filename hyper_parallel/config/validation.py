@@ -93,7 +93,8 @@ class Invalid(ValueError):
 
 class Problems(ValueError):
     """Several problems at once, with paths relative to where it is raised (a factory's own checks);
-    ``config`` and ``unmade`` as :class:`.ConfigError` has them."""
+    ``config`` and ``unmade`` as :class:`.ConfigError` has them; ``unchecked``: the root groups whose values
+    were checked by type alone, a name in them not being known (their own checks wait for it)."""
 
     def __init__(
         self,
@@ -101,9 +102,10 @@ class Problems(ValueError):
         problems: Iterable[Problem],
         config: Any = None,
         unmade: frozenset[str] = frozenset(),
+        unchecked: frozenset[str] = frozenset(),
     ) -> None:
         self.problems = tuple(problems)
-        self.config, self.unmade = config, unmade
+        self.config, self.unmade, self.unchecked = config, unmade, unchecked
         detail = "; ".join(f"{format_path(p.path)}: {p.message}" for p in self.problems)
         super().__init__(f"{summary}: {detail}")
 
@@ -196,15 +198,28 @@ def to_config_error(
     locate: Locate | None,
     config: Any = None,
     unmade: frozenset[str] = frozenset(),
+    unchecked: frozenset[str] = frozenset(),
 ) -> ConfigError:
-    """Turn problems into one :class:`ConfigError`, each issue located by ``locate``."""
+    """Turn problems into one :class:`ConfigError`, each issue located by ``locate``; the groups in
+    ``unchecked`` are named in its ``skipped`` (their own checks wait until every name in them is known)."""
     seen: dict[tuple[Path, str], Issue] = {}
     for p in problems:
         seen.setdefault(
             (p.path, p.message),
             Issue(format_path(p.path), p.message, locate(p) if locate else None, parts=p.path),
         )
-    return ConfigError(seen.values(), config=config, unmade=unmade)
+    skipped = []
+    if unchecked:
+        groups = sorted(unchecked)
+        one = len(groups) == 1
+        skipped.append(
+            (
+                f"the value checks of {', '.join(groups)}",
+                f"a name in {'it' if one else 'each'} is not known, and nothing of {'it' if one else 'them'} "
+                "runs before all are",
+            )
+        )
+    return ConfigError(seen.values(), config=config, unmade=unmade, skipped=skipped)
 
 
 def validator_message(

@@ -273,7 +273,9 @@ def test_an_unknown_key_of_a_config_group_is_reported_before_its_class_is_called
         ("optimizer.lrr", "unknown field 'lrr' for RecordingOptimizerConfig; did you mean 'lr'?"),
         ("training.seq_len", "must be > 0, got -4"),
     ]
-    assert fake.CALLS == []  # the Config class was never constructed, and no factory called either
+    # The Config class was never constructed; the model's factory, its own names all known and every group
+    # naming its target, was called, so the rules that read the model report in the same run.
+    assert fake.CALLS == ["recording_model_spec"]
 
 
 SECTIONS = "tests.support.fake_targets.SectionsOptimizerConfig"
@@ -305,15 +307,16 @@ def test_nothing_is_constructed_or_validated_before_every_name_at_every_depth_is
         ("optimizer.sections[1].sise", "unknown field 'sise' for RecordingSection; did you mean 'size'?"),
         ("training.seq_len", "must be > 0, got -4"),
     ]
-    assert fake.CALLS == []  # no section, no optimizer, no validator of theirs, no factory
+    assert fake.CALLS == ["recording_model_spec"]  # no section, no optimizer, no validator of theirs
     # The same names, all known: every class is built, and its validators run.
+    fake.CALLS.clear()
     raw["optimizer"] = {"_target_": SECTIONS, "section": {"size": 2}, "sections": [{"size": 3}]}
     raw["training"] = {"_target_": TRAINING}
     resolve_root(raw, allowed_targets=TESTS)
     assert sorted(fake.CALLS) == sorted([*RECORDED_SECTIONS, "recording_model_spec"])
 
 
-def test_an_unknown_name_in_a_dataset_variant_calls_no_factory() -> None:
+def test_an_unknown_name_in_a_dataset_variant_is_told_beside_its_other_fields_type_errors() -> None:
     dataset = {"source": "jsonl", "pathz": ["a.jsonl"], "paths": 3}
     raw = {
         "model": {"_target_": "tests.support.fake_targets.recording_model_spec"},
@@ -324,7 +327,7 @@ def test_an_unknown_name_in_a_dataset_variant_calls_no_factory() -> None:
         ("dataloader.dataset.paths", "expected a list, got the integer 3"),
         ("dataloader.dataset.pathz", "unknown field 'pathz' for DatasetConfig; did you mean 'paths'?"),
     ]
-    assert fake.CALLS == []
+    assert fake.CALLS == ["recording_model_spec"]  # the model's names are known: only the dataloader waits
 
 
 def test_a_config_class_structured_alone_builds_no_section_before_every_name_is_known() -> None:
@@ -548,6 +551,7 @@ def test_target_import_failures(target: str, message: str, monkeypatch: pytest.M
             f"module 'tests.support.fake_targets' has no attribute 'nope'{OPTIMIZERS}, "
             "tests.support.fake_targets.PercentOptimizerConfig, "
             "tests.support.fake_targets.RecordingOptimizerConfig, "
+            "tests.support.fake_targets.SectionsOptimizerConfig, "
             "tests.support.fake_targets.make_optimizer",
         ),
     ],
