@@ -161,8 +161,9 @@ class Rule:
         return False
 
     def takes_text(self, tp: Any) -> bool:
-        """Whether a string can be a value of ``tp`` (then text that parses but does not fit stays text)."""
-        return False
+        """Whether a string can be a value of ``tp`` (then text that parses but does not fit stays text);
+        a kind whose command-line text is the value itself takes text."""
+        return self.text_as_is(tp)
 
     def child(self, tp: Any, segment: str | int) -> Any:
         """The annotation one override path segment below ``tp``, or :data:`NO_CHILD`."""
@@ -243,9 +244,6 @@ class _Scalar(Rule):
         return dict(self.json)
 
     def text_as_is(self, tp: Any) -> bool:
-        return self.cls is str
-
-    def takes_text(self, tp: Any) -> bool:
         return self.cls is str
 
 
@@ -392,9 +390,6 @@ class _Literal(Rule):
     def text_as_is(self, tp: Any) -> bool:
         return all(isinstance(given, str) for given, _ in self.pairs(tp))
 
-    def takes_text(self, tp: Any) -> bool:
-        return self.text_as_is(tp)
-
 
 class _Enum(_Literal):
     """An ``Enum`` is written as its member's value; a file gives the value, Python code the member."""
@@ -438,9 +433,6 @@ class _Path(Rule):
         return {"type": "string"}
 
     def text_as_is(self, tp: Any) -> bool:
-        return True
-
-    def takes_text(self, tp: Any) -> bool:
         return True
 
 
