@@ -34,6 +34,7 @@ from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.targets import TARGET_KEY
 from hyper_parallel.config.validation import (
+    NO_CHILD,
     CheckedGroup,
     Invalid,
     Path,
@@ -77,8 +78,6 @@ INT_LIMIT = 2**63 - 1
 
 Hook = Callable[[Any, Any], Any]
 Schema = dict[str, Any]
-#: :func:`child_type`'s answer when an annotation has no such child.
-NO_CHILD: Any = object()
 
 
 def describe_value(value: object) -> str:
@@ -924,7 +923,7 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
         try:
             obj = generated(value)
         except ClassValidationError as exc:
-            raise class_error(cls, value, list(exc.exceptions), structure) from None
+            raise class_error(cls, value, list(exc.exceptions), structure, child_type) from None
         if checked:
             found = cross_check_errors(obj)
             if found:
