@@ -120,6 +120,10 @@ def strip_optional(tp: object) -> tuple[object, bool]:
 class Rule:
     """One kind of annotation. The defaults describe a kind that cannot be given in a config file."""
 
+    #: What an "expected ..., got ..." message asks for when it is the same for every annotation the rule
+    #: matches (``a list``); empty: the annotation as :meth:`describe` shows it.
+    words = ""
+
     def matches(self, tp: Any) -> bool:
         """Whether this rule answers for ``tp`` (an annotation, or the runtime class of a value)."""
         return True
@@ -149,7 +153,7 @@ class Rule:
 
     def expected(self, tp: Any) -> str:
         """What an "expected ..., got ..." message asks for: ``an integer``, ``a list``."""
-        return describe_type(tp)
+        return self.words or describe_type(tp)
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         """The JSON schema of ``tp``, as strict as the hook; ``default_of`` writes a default value."""
@@ -235,9 +239,6 @@ class _Scalar(Rule):
 
     def describe(self, tp: Any) -> str:
         return self.name
-
-    def expected(self, tp: Any) -> str:
-        return self.words
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         return dict(self.json)
@@ -406,6 +407,8 @@ class _Enum(_Literal):
 class _Path(Rule):
     """A ``pathlib`` path is written as its text."""
 
+    words = "a path (a string)"
+
     def matches(self, tp: Any) -> bool:
         return isinstance(tp, type) and issubclass(tp, pathlib.PurePath)
 
@@ -424,9 +427,6 @@ class _Path(Rule):
 
     def describe(self, tp: Any) -> str:
         return "path"
-
-    def expected(self, tp: Any) -> str:
-        return "a path (a string)"
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         return {"type": "string"}
@@ -526,6 +526,8 @@ def _items(value: Any, hooks: Iterable[tuple[Hook, Any]], tp: Any) -> list[Any]:
 class _FixedTuple(Rule):
     """``tuple[X, Y]``: a list of exactly that many items."""
 
+    words = "a list"
+
     def matches(self, tp: Any) -> bool:
         args = typing.get_args(tp)
         return typing.get_origin(tp) is tuple and bool(args) and args[-1] is not Ellipsis
@@ -545,9 +547,6 @@ class _FixedTuple(Rule):
 
     def describe(self, tp: Any) -> str:
         return f"list[{', '.join(describe_type(a) for a in typing.get_args(tp))}]"
-
-    def expected(self, tp: Any) -> str:
-        return "a list"
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         items = [type_schema(a, default_of) for a in typing.get_args(tp)]
@@ -573,6 +572,8 @@ _SEQUENCES: dict[Any, type] = {
 
 class _Sequence(Rule):
     """``list[X]``, ``tuple[X, ...]``, ``Sequence[X]``, ``frozenset[X]`` and their bare forms: a YAML list."""
+
+    words = "a list"
 
     def matches(self, tp: Any) -> bool:
         try:
@@ -615,9 +616,6 @@ class _Sequence(Rule):
         args = [a for a in typing.get_args(tp) if a is not Ellipsis]
         return f"{name}[{', '.join(describe_type(a) for a in args)}]" if args else name
 
-    def expected(self, tp: Any) -> str:
-        return "a list"
-
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         args = [a for a in typing.get_args(tp) if a is not Ellipsis]
         out: Schema = {"type": "array", "items": type_schema(args[0], default_of) if args else {}}
@@ -633,6 +631,8 @@ class _Sequence(Rule):
 class _Mapping(Rule):
     """``dict[K, V]``, ``Mapping[K, V]``, bare ``dict`` (any mapping class): a YAML mapping, structured as a
     ``dict`` (never with a ``_target_``)."""
+
+    words = "a mapping"
 
     def matches(self, tp: Any) -> bool:
         origin = typing.get_origin(tp) or tp
@@ -671,9 +671,6 @@ class _Mapping(Rule):
         args = typing.get_args(tp)
         return f"mapping[{', '.join(describe_type(a) for a in args)}]" if args else "mapping"
 
-    def expected(self, tp: Any) -> str:
-        return "a mapping"
-
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         args = typing.get_args(tp)
         return {"type": "object", "additionalProperties": type_schema(args[1], default_of) if args else {}}
@@ -695,6 +692,8 @@ class _Variants(Rule):
     field), and otherwise refused in the chosen variant's words: ``variant.refuse(name, value)`` gives
     ``(field path, message)``. Variants are written by their own class: the key is their first field.
     """
+
+    words = "a mapping"
 
     def matches(self, tp: Any) -> bool:
         return isinstance(tp, type) and not attrs.has(tp) and hasattr(tp, "__variant_key__")
@@ -756,12 +755,6 @@ class _Variants(Rule):
 
     def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
         return _unstructure_any(conv)
-
-    def describe(self, tp: Any) -> str:
-        return str(tp.__qualname__)
-
-    def expected(self, tp: Any) -> str:
-        return "a mapping"
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         facts = _variant_facts(tp)
@@ -837,6 +830,8 @@ def _unknown_variant_key(key: object, title: str, facts: _VariantFacts) -> Probl
 class _Attrs(Rule):
     """An attrs class: a mapping of its fields, structured by cattrs' generated function."""
 
+    words = "a mapping"
+
     def matches(self, tp: Any) -> bool:
         return isinstance(tp, type) and attrs.has(tp)
 
@@ -845,12 +840,6 @@ class _Attrs(Rule):
 
     def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
         return attrs_unstructure(cls, conv)
-
-    def describe(self, tp: Any) -> str:
-        return str(tp.__qualname__)
-
-    def expected(self, tp: Any) -> str:
-        return "a mapping"
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         return class_schema(tp, None, default_of)
