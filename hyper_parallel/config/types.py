@@ -1012,27 +1012,14 @@ def check_shape(
                 _unknown_variant_key(k, describe_type(bare), facts) for k in value if k not in facts.fields
             ]
             return [p._replace(path=(*path, *p.path)) for p in unknown]
-    if _holds_attrs(bare):
-        origin, args = typing.get_origin(bare), typing.get_args(bare)
-        items = isinstance(value, (list, tuple))
-        homogeneous = (origin in (list, Sequence) and len(args) == 1) or (
-            origin is tuple and len(args) == 2 and args[1] is Ellipsis
-        )
-        if items and homogeneous:
-            return [
-                p
-                for i, v in enumerate(value)
-                for p in check_shape(conv, args[0], v, (*path, i), leaves=leaves)
-            ]
-        if (
-            origin in (dict, Mapping)
-            and len(args) == 2
-            and isinstance(value, Mapping)
-            and not _holds_attrs(args[0])
-        ):
-            return [
-                p for k, v in value.items() for p in check_shape(conv, args[1], v, (*path, k), leaves=leaves)
-            ]
+    if isinstance(value, (list, tuple, Mapping)) and _holds_attrs(bare):
+        rule = rule_for(bare)  # a list or mapping of sections: each item by the annotation overrides see
+        below = [
+            (k, v, rule.child(bare, k))
+            for k, v in (value.items() if isinstance(value, Mapping) else enumerate(value))
+        ]
+        if isinstance(rule, (_Sequence, _Mapping)) and all(t is not NO_CHILD for _, _, t in below):
+            return [p for k, v, t in below for p in check_shape(conv, t, v, (*path, k), leaves=leaves)]
     if not leaves:
         return []
     try:
