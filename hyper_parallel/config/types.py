@@ -34,6 +34,7 @@ from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.targets import TARGET_KEY
 from hyper_parallel.config.validation import (
+    NO_CHILD,
     CheckedGroup,
     Invalid,
     Path,
@@ -77,8 +78,6 @@ INT_LIMIT = 2**63 - 1
 
 Hook = Callable[[Any, Any], Any]
 Schema = dict[str, Any]
-#: :func:`child_type`'s answer when an annotation has no such child.
-NO_CHILD: Any = object()
 
 
 def describe_value(value: object) -> str:
@@ -121,6 +120,10 @@ def strip_optional(tp: object) -> tuple[object, bool]:
 class Rule:
     """One kind of annotation. The defaults describe a kind that cannot be given in a config file."""
 
+    #: What an "expected ..., got ..." message asks for when it is the same for every annotation the rule
+    #: matches (``a list``); empty: the annotation as :meth:`describe` shows it.
+    words = ""
+
     def matches(self, tp: Any) -> bool:
         """Whether this rule answers for ``tp`` (an annotation, or the runtime class of a value)."""
         return True
@@ -150,7 +153,7 @@ class Rule:
 
     def expected(self, tp: Any) -> str:
         """What an "expected ..., got ..." message asks for: ``an integer``, ``a list``."""
-        return describe_type(tp)
+        return self.words or describe_type(tp)
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         """The JSON schema of ``tp``, as strict as the hook; ``default_of`` writes a default value."""
@@ -161,8 +164,9 @@ class Rule:
         return False
 
     def takes_text(self, tp: Any) -> bool:
-        """Whether a string can be a value of ``tp`` (then text that parses but does not fit stays text)."""
-        return False
+        """Whether a string can be a value of ``tp`` (then text that parses but does not fit stays text);
+        a kind whose command-line text is the value itself takes text."""
+        return self.text_as_is(tp)
 
     def child(self, tp: Any, segment: str | int) -> Any:
         """The annotation one override path segment below ``tp``, or :data:`NO_CHILD`."""
@@ -236,16 +240,10 @@ class _Scalar(Rule):
     def describe(self, tp: Any) -> str:
         return self.name
 
-    def expected(self, tp: Any) -> str:
-        return self.words
-
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         return dict(self.json)
 
     def text_as_is(self, tp: Any) -> bool:
-        return self.cls is str
-
-    def takes_text(self, tp: Any) -> bool:
         return self.cls is str
 
 
@@ -392,9 +390,6 @@ class _Literal(Rule):
     def text_as_is(self, tp: Any) -> bool:
         return all(isinstance(given, str) for given, _ in self.pairs(tp))
 
-    def takes_text(self, tp: Any) -> bool:
-        return self.text_as_is(tp)
-
 
 class _Enum(_Literal):
     """An ``Enum`` is written as its member's value; a file gives the value, Python code the member."""
@@ -411,6 +406,8 @@ class _Enum(_Literal):
 
 class _Path(Rule):
     """A ``pathlib`` path is written as its text."""
+
+    words = "a path (a string)"
 
     def matches(self, tp: Any) -> bool:
         return isinstance(tp, type) and issubclass(tp, pathlib.PurePath)
@@ -431,16 +428,10 @@ class _Path(Rule):
     def describe(self, tp: Any) -> str:
         return "path"
 
-    def expected(self, tp: Any) -> str:
-        return "a path (a string)"
-
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         return {"type": "string"}
 
     def text_as_is(self, tp: Any) -> bool:
-        return True
-
-    def takes_text(self, tp: Any) -> bool:
         return True
 
 
@@ -535,6 +526,8 @@ def _items(value: Any, hooks: Iterable[tuple[Hook, Any]], tp: Any) -> list[Any]:
 class _FixedTuple(Rule):
     """``tuple[X, Y]``: a list of exactly that many items."""
 
+    words = "a list"
+
     def matches(self, tp: Any) -> bool:
         args = typing.get_args(tp)
         return typing.get_origin(tp) is tuple and bool(args) and args[-1] is not Ellipsis
@@ -554,9 +547,6 @@ class _FixedTuple(Rule):
 
     def describe(self, tp: Any) -> str:
         return f"list[{', '.join(describe_type(a) for a in typing.get_args(tp))}]"
-
-    def expected(self, tp: Any) -> str:
-        return "a list"
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         items = [type_schema(a, default_of) for a in typing.get_args(tp)]
@@ -582,6 +572,8 @@ _SEQUENCES: dict[Any, type] = {
 
 class _Sequence(Rule):
     """``list[X]``, ``tuple[X, ...]``, ``Sequence[X]``, ``frozenset[X]`` and their bare forms: a YAML list."""
+
+    words = "a list"
 
     def matches(self, tp: Any) -> bool:
         try:
@@ -624,9 +616,6 @@ class _Sequence(Rule):
         args = [a for a in typing.get_args(tp) if a is not Ellipsis]
         return f"{name}[{', '.join(describe_type(a) for a in args)}]" if args else name
 
-    def expected(self, tp: Any) -> str:
-        return "a list"
-
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         args = [a for a in typing.get_args(tp) if a is not Ellipsis]
         out: Schema = {"type": "array", "items": type_schema(args[0], default_of) if args else {}}
@@ -642,6 +631,8 @@ class _Sequence(Rule):
 class _Mapping(Rule):
     """``dict[K, V]``, ``Mapping[K, V]``, bare ``dict`` (any mapping class): a YAML mapping, structured as a
     ``dict`` (never with a ``_target_``)."""
+
+    words = "a mapping"
 
     def matches(self, tp: Any) -> bool:
         origin = typing.get_origin(tp) or tp
@@ -680,9 +671,6 @@ class _Mapping(Rule):
         args = typing.get_args(tp)
         return f"mapping[{', '.join(describe_type(a) for a in args)}]" if args else "mapping"
 
-    def expected(self, tp: Any) -> str:
-        return "a mapping"
-
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         args = typing.get_args(tp)
         return {"type": "object", "additionalProperties": type_schema(args[1], default_of) if args else {}}
@@ -704,6 +692,8 @@ class _Variants(Rule):
     field), and otherwise refused in the chosen variant's words: ``variant.refuse(name, value)`` gives
     ``(field path, message)``. Variants are written by their own class: the key is their first field.
     """
+
+    words = "a mapping"
 
     def matches(self, tp: Any) -> bool:
         return isinstance(tp, type) and not attrs.has(tp) and hasattr(tp, "__variant_key__")
@@ -765,12 +755,6 @@ class _Variants(Rule):
 
     def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
         return _unstructure_any(conv)
-
-    def describe(self, tp: Any) -> str:
-        return str(tp.__qualname__)
-
-    def expected(self, tp: Any) -> str:
-        return "a mapping"
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         facts = _variant_facts(tp)
@@ -846,6 +830,8 @@ def _unknown_variant_key(key: object, title: str, facts: _VariantFacts) -> Probl
 class _Attrs(Rule):
     """An attrs class: a mapping of its fields, structured by cattrs' generated function."""
 
+    words = "a mapping"
+
     def matches(self, tp: Any) -> bool:
         return isinstance(tp, type) and attrs.has(tp)
 
@@ -854,12 +840,6 @@ class _Attrs(Rule):
 
     def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
         return attrs_unstructure(cls, conv)
-
-    def describe(self, tp: Any) -> str:
-        return str(tp.__qualname__)
-
-    def expected(self, tp: Any) -> str:
-        return "a mapping"
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         return class_schema(tp, None, default_of)
@@ -932,7 +912,7 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
         try:
             obj = generated(value)
         except ClassValidationError as exc:
-            raise class_error(cls, value, list(exc.exceptions), structure) from None
+            raise class_error(cls, value, list(exc.exceptions), structure, child_type) from None
         if checked:
             found = cross_check_errors(obj)
             if found:
@@ -1032,27 +1012,14 @@ def check_shape(
                 _unknown_variant_key(k, describe_type(bare), facts) for k in value if k not in facts.fields
             ]
             return [p._replace(path=(*path, *p.path)) for p in unknown]
-    if _holds_attrs(bare):
-        origin, args = typing.get_origin(bare), typing.get_args(bare)
-        items = isinstance(value, (list, tuple))
-        homogeneous = (origin in (list, Sequence) and len(args) == 1) or (
-            origin is tuple and len(args) == 2 and args[1] is Ellipsis
-        )
-        if items and homogeneous:
-            return [
-                p
-                for i, v in enumerate(value)
-                for p in check_shape(conv, args[0], v, (*path, i), leaves=leaves)
-            ]
-        if (
-            origin in (dict, Mapping)
-            and len(args) == 2
-            and isinstance(value, Mapping)
-            and not _holds_attrs(args[0])
-        ):
-            return [
-                p for k, v in value.items() for p in check_shape(conv, args[1], v, (*path, k), leaves=leaves)
-            ]
+    if isinstance(value, (list, tuple, Mapping)) and _holds_attrs(bare):
+        rule = rule_for(bare)  # a list or mapping of sections: each item by the annotation overrides see
+        below = [
+            (k, v, rule.child(bare, k))
+            for k, v in (value.items() if isinstance(value, Mapping) else enumerate(value))
+        ]
+        if isinstance(rule, (_Sequence, _Mapping)) and all(t is not NO_CHILD for _, _, t in below):
+            return [p for k, v, t in below for p in check_shape(conv, t, v, (*path, k), leaves=leaves)]
     if not leaves:
         return []
     try:

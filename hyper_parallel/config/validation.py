@@ -14,7 +14,6 @@ structured :class:`~hyper_parallel._checks.RuleViolation` our validators raise, 
 rebased to root paths here, so the manager can cite the override that set each quoted value.
 """
 
-import collections.abc
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
@@ -42,6 +41,7 @@ from hyper_parallel.config.errors import (
 from hyper_parallel.config.targets import TARGET_KEY
 
 __all__ = [
+    "NO_CHILD",
     "CheckedGroup",
     "Invalid",
     "Locate",
@@ -64,6 +64,10 @@ __all__ = [
 
 Path = tuple[PathPart, ...]
 Anchor = Literal["value", "key", "parent"]
+#: :func:`~hyper_parallel.config.types.child_type`'s answer when an annotation has no such child.
+NO_CHILD: Any = object()
+Structure = Callable[[Any, Any], Any]  # (value, annotation) -> value
+Child = Callable[[Any, str | int], Any]  # (annotation, segment) -> annotation, or NO_CHILD
 
 
 class Problem(typing.NamedTuple):
@@ -280,24 +284,6 @@ def _call(validator: Any, instance: object, field: "attrs.Attribute[Any]", value
     return []
 
 
-def _element_types(tp: Any) -> Callable[[int], Any] | None:
-    """The annotation of item ``i`` of a list or tuple annotation (Optional stripped), or None."""
-    args = typing.get_args(tp)
-    if type(None) in args:  # X | None
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) != 1:
-            return None
-        tp, args = rest[0], typing.get_args(rest[0])
-    origin = typing.get_origin(tp)
-    if origin is tuple and args:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return lambda _i: args[0]
-        return lambda i: args[i] if i < len(args) else None
-    if origin in (list, collections.abc.Sequence) and len(args) == 1:
-        return lambda _i: args[0]
-    return None
-
-
 def field_default(field: "attrs.Attribute[Any]", instance: object = None) -> Any:
     """The default of an attrs field, calling a ``Factory`` (with ``instance`` if it takes self);
     ``attrs.NOTHING`` when there is none (or it needs an instance that was not given)."""
@@ -385,7 +371,7 @@ def _member_validator(validator: Any) -> Any:
 
 
 def _sound_items(
-    f: "attrs.Attribute[Any]", raw: object, failure: BaseException, structure: Callable[[Any, Any], Any]
+    f: "attrs.Attribute[Any]", raw: object, failure: BaseException, structure: Structure, child: Child
 ) -> list[tuple[int, Any]] | None:
     """The items of list field ``f`` that structure on their own, when ``failure`` names only some items."""
     if (
@@ -394,16 +380,13 @@ def _sound_items(
         or not isinstance(raw, (list, tuple))
     ):
         return None
-    types = _element_types(f.type)
-    if types is None:
-        return None
     bad = {seg for named, seg in map(_segment, getattr(failure, "exceptions", ())) if named}
     if not bad:
         return None
     out = []
     for index, item in enumerate(raw):
-        tp = types(index)
-        if index in bad or tp is None:
+        tp = child(f.type, index)
+        if index in bad or tp is NO_CHILD:
             continue
         try:
             out.append((index, structure(item, tp)))
@@ -413,7 +396,7 @@ def _sound_items(
 
 
 def class_error(
-    cls: type, raw: Mapping[str, Any], errors: list[Exception], structure: Callable[[Any, Any], Any]
+    cls: type, raw: Mapping[str, Any], errors: list[Exception], structure: Structure, child: Child
 ) -> ClassValidationError:
     """cattrs' errors for ``cls``, completed: every validator failure, not only the first.
 
@@ -421,7 +404,7 @@ def class_error(
     attribute) or the one exception ``cls(...)`` raised (every name of ``raw`` is known: see
     :func:`~hyper_parallel.config.types.check_shape`). The fields that were sound are structured again with
     ``structure(value, type)`` and every validator runs on them (each value through its converter), so
-    one bad field hides nothing else.
+    one bad field hides nothing else; ``child(type, index)`` is the type of a list field's item.
     """
     failures = {seg: e for e in errors for named, seg in [_segment(e)] if named}
     construction = [e for e in errors if not _segment(e)[0]]
@@ -432,7 +415,7 @@ def class_error(
         if not f.init or f.name not in raw:
             continue
         if f.name in failures:
-            sound = _sound_items(f, raw[f.name], failures[f.name], structure)
+            sound = _sound_items(f, raw[f.name], failures[f.name], structure, child)
             if sound:
                 items[f.name] = sound
             continue

@@ -55,6 +55,7 @@ A dump writes the resolved values.  Command-line override values use :func:`expa
 """
 
 import functools
+import math
 import os
 import re
 import stat
@@ -112,11 +113,17 @@ _ALLOWED_TAGS = "!!str, !!int, !!float, !!bool, !!null, !!map, !!seq"
 _ScalarNode = yaml.ScalarNode
 _MappingNode = yaml.MappingNode
 
-_NULLS = frozenset({"", "~", "null", "Null", "NULL"})
-_BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
-_INF = {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"}
-_NINF = {"-.inf", "-.Inf", "-.INF"}
-_NAN = {".nan", ".NaN", ".NAN"}
+#: The words of the YAML 1.2 core schema and their values, the one table every reader of a word asks: null
+#: (the empty plain scalar too), the booleans, the infinities and not-a-number.
+_WORDS: dict[str, object] = {
+    **dict.fromkeys(("", "~", "null", "Null", "NULL")),
+    **dict.fromkeys(("true", "True", "TRUE"), True),
+    **dict.fromkeys(("false", "False", "FALSE"), False),
+    **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), math.inf),
+    **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), -math.inf),
+    **dict.fromkeys((".nan", ".NaN", ".NAN"), math.nan),
+}
+_BOOLS = {text: value for text, value in _WORDS.items() if type(value) is bool}
 _NUMBER_START = frozenset("0123456789+-.")
 _INT_DEC = re.compile(r"[-+]?[0-9]+")
 _INT_OCT = re.compile(r"0o[0-7]+")
@@ -127,10 +134,9 @@ _FLOAT_RE = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+
 #: cost of every command).
 _FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]")
 #: What :func:`parse_scalar` reads without its general steps: text of at most ``_SHORT`` characters that
-#: is one of the core schema's null and boolean words, or a decimal integer (``_INT_DEC``) or float
-#: (``_FLOAT_RE``), tried in that order as :func:`_resolve_plain` tries them.
+#: is one of the core schema's words (``_WORDS``; empty text is the empty string there), or a decimal
+#: integer (``_INT_DEC``) or float (``_FLOAT_RE``), tried in that order as :func:`_resolve_plain` tries them.
 _SHORT = 64
-_WORDS: dict[str, object] = {**dict.fromkeys(_NULLS - {""}), **_BOOLS}
 _DECIMAL = re.compile(f"(?P<int>{_INT_DEC.pattern})|(?P<float>{_FLOAT_RE.pattern})")
 _MAX_MESSAGE = 200
 
@@ -370,12 +376,9 @@ def _to_int(text: str) -> int | None:
 
 def _to_float(text: str) -> float | None:
     """Core-schema float value of ``text`` (integers included), or ``None`` when it is not one."""
-    if text in _INF:
-        return float("inf")
-    if text in _NINF:
-        return float("-inf")
-    if text in _NAN:
-        return float("nan")
+    word = _WORDS.get(text)
+    if type(word) is float:
+        return word
     if _FLOAT_RE.fullmatch(text):
         return float(text)
     number = _to_int(text)
@@ -387,18 +390,14 @@ def _resolve_plain(text: str) -> object:
 
     Raises ``ValueError`` for an integer too long for Python to convert (over ~4300 digits).
     """
-    if text in _NULLS:
-        return None
-    boolean = _BOOLS.get(text)
-    if boolean is not None:
-        return boolean
-    if not text or text[0] not in _NUMBER_START:
+    if text in _WORDS:
+        return _WORDS[text]
+    if text[0] not in _NUMBER_START:
         return text
     number = _to_int(text)
     if number is not None:
         return number
-    real = _to_float(text)
-    return text if real is None else real
+    return float(text) if _FLOAT_RE.fullmatch(text) else text
 
 
 def is_plain_string(text: str) -> bool:
@@ -567,7 +566,7 @@ class _Builder:
                 self.add(path, f"{echo(text)} is not {words}", node)
             return value
         if tag == _NULL:
-            if text not in _NULLS:
+            if text not in _WORDS or _WORDS[text] is not None:
                 self.add(path, f"{echo(text)} is not null (tagged !!null)", node)
             return None
         self.add(path, self.tag_message(tag, "scalar"), node)
@@ -799,7 +798,7 @@ def parse_scalar(text: str, source: str = "<command line>") -> object:
     else is taken verbatim as a string, so ``"a: b"`` or ``"x # y"`` are not reinterpreted, and ``""`` is
     the empty string.  ``source`` names the origin in error locations.
     """
-    if len(text) <= _SHORT:  # most values: a word of the core schema or a number in decimal notation
+    if text and len(text) <= _SHORT:  # most values: a word of the core schema or a decimal number
         word = _WORDS.get(text, text)
         if word is not text:
             return word
