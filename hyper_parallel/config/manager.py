@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 import attrs
 import yaml
-from typing_extensions import Unpack
 
 from hyper_parallel._checks import Quote, Said
 from hyper_parallel.config.errors import (
@@ -48,7 +47,6 @@ if TYPE_CHECKING:  # the overrides machinery is imported only when there are ove
 __all__ = [
     "NO_CONFIG",
     "ConfigReport",
-    "LoadOptions",
     "apply_overrides",
     "config_schema",
     "dump_config",
@@ -102,20 +100,14 @@ def located_issues(pairs: Iterable[tuple[str, str]], locate: Locate | None, sour
     return found + _issues([(path, message) for path, message in pairs if path], locate)
 
 
-class LoadOptions(typing.TypedDict, total=False):
-    """The options :func:`load_config` and :func:`load_config_text` pass on to :func:`load_config_report`,
-    named once so that the two loaders cannot drift apart."""
-
-    allowed_targets: Iterable[str] | None
-    world_size: int | None
-    strict: bool
-    trainer: TrainerKind | None
-
-
 def load_config(
     path: str | os.PathLike[str],
     overrides: Mapping[str, object] | None = None,
-    **options: Unpack[LoadOptions],
+    *,
+    allowed_targets: Iterable[str] | None = None,
+    world_size: int | None = None,
+    strict: bool = False,
+    trainer: TrainerKind | None = None,
 ) -> TrainerConfig:
     """Resolve the YAML file at ``path``, then apply ``overrides`` (dotted keys) to the result.
 
@@ -126,7 +118,14 @@ def load_config(
     :class:`ConfigWarning` through :mod:`warnings`; ``strict=True`` makes them errors.
     :func:`load_config_report` returns them instead.
     """
-    report = load_config_report(path, overrides, **options)
+    report = load_config_report(
+        path,
+        overrides,
+        allowed_targets=allowed_targets,
+        world_size=world_size,
+        strict=strict,
+        trainer=trainer,
+    )
     _emit(report.warnings, stacklevel=3)
     return report.config
 
@@ -135,11 +134,23 @@ def load_config_text(
     text: str | bytes,
     name: str = "<string>",
     overrides: Mapping[str, object] | None = None,
-    **options: Unpack[LoadOptions],
+    *,
+    allowed_targets: Iterable[str] | None = None,
+    world_size: int | None = None,
+    strict: bool = False,
+    trainer: TrainerKind | None = None,
 ) -> TrainerConfig:
     """Like :func:`load_config` for YAML text that is not in a file (standard input); ``name`` is the
     source that locations name (``<stdin>:LINE:COL``)."""
-    report = load_config_report(name, overrides, text=text, **options)
+    report = load_config_report(
+        name,
+        overrides,
+        text=text,
+        allowed_targets=allowed_targets,
+        world_size=world_size,
+        strict=strict,
+        trainer=trainer,
+    )
     _emit(report.warnings, stacklevel=3)
     return report.config
 
