@@ -80,3 +80,19 @@ def test_process_groups_can_be_listed_given_a_timeout_and_aborted() -> None:
         "datetime.timedelta",
     )
     assert _parameters(distributed_c10d._abort_process_group) == ["group"]
+
+
+def test_the_private_grouped_matmul_the_experts_fall_back_to_computes_what_the_public_one_does() -> None:
+    """``qwen3_5_moe/_modules.py`` calls ``torch._grouped_mm`` where this torch has no public
+    ``F.grouped_mm`` (releases of the supported range before it) with the public one's arguments,
+    ``(tokens, weights transposed, offs=group ends)``; on this torch the module takes the public one."""
+    from hyper_parallel.models.qwen3_5_moe import _modules
+
+    assert _modules._GROUPED_MM is torch.nn.functional.grouped_mm
+    x, w = torch.randn(8, 16), torch.randn(2, 32, 16)
+    ends = torch.tensor([3, 8], dtype=torch.int32)
+    per_group = torch.cat([x[:3] @ w[0].t(), x[3:] @ w[1].t()])
+    private = torch._grouped_mm(x, w.transpose(-2, -1), offs=ends)
+    public = torch.nn.functional.grouped_mm(x, w.transpose(-2, -1), offs=ends)
+    torch.testing.assert_close(private, per_group)
+    torch.testing.assert_close(public, private, rtol=0, atol=0)

@@ -68,13 +68,18 @@ class RouterStats(NamedTuple):
 #: leaves nothing behind, so a recomputing activation checkpoint sees the same tensors as the forward.
 _NO_GROUPED_MM: set[tuple[str, torch.dtype]] = set()
 
+#: torch's grouped matmul: the public ``F.grouped_mm`` where this torch has it, else the ``torch._grouped_mm``
+#: it wraps (same arguments), which releases of the supported range before the public name carry; held by
+#: ``tests/parallel/test_torch_internals.py``. None: one matmul per group.
+_GROUPED_MM: Any = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+
 
 def _can_group(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether ``F.grouped_mm`` may take these operands: torch has it, it did not refuse this device
-    and dtype, rows are 16-byte aligned."""
+    """Whether the grouped matmul (:data:`_GROUPED_MM`) may take these operands: torch has it, it did not
+    refuse this device and dtype, rows are 16-byte aligned."""
     size = x.element_size()
     return (
-        hasattr(F, "grouped_mm")
+        _GROUPED_MM is not None
         and (x.device.type, x.dtype) not in _NO_GROUPED_MM
         and x.shape[0] > 0
         and (x.shape[1] * size) % 16 == 0
@@ -100,7 +105,7 @@ def _grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor)
     if _can_group(x, weight):
         offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
         try:
-            out: torch.Tensor = F.grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
+            out: torch.Tensor = _GROUPED_MM(x, weight.transpose(-2, -1), offs=offsets)
             return out
         except (RuntimeError, NotImplementedError):
             if torch.compiler.is_compiling():
