@@ -44,7 +44,7 @@ def _choice(name: str, *values: str) -> Any:
 
 Flavor = _choice("Flavor", "debugmodel", "0.8B", "2B", "4B", "9B")
 PaddingSide = _choice("PaddingSide", "left", "right")
-Source = _choice("Source", "jsonl", "text", "synthetic")
+Source = _choice("Source", "jsonl")
 Implementation = _choice("Implementation", "auto", "fused", "foreach", "for_loop")
 DecayType = _choice("DecayType", "linear", "cosine", "constant")
 Reduction = _choice("Reduction", "mean", "sum")
@@ -111,14 +111,17 @@ class HuggingFaceTokenizerSchema(TokenizerSchema):
 
 @dataclass
 class DatasetSchema:
-    _target_: str = f"{_DATA}.DatasetConfig"
-    source: Source = Source["synthetic"]
+    """The JSONL source's section (``source: jsonl``, what the benchmarked configs name): a dataset section is
+    one class per source, and OmegaConf's structured configs have no union to pick a schema by a key's value."""
+
+    _target_: str = f"{_DATA}.JsonlSource"
+    source: Source = Source["jsonl"]
     paths: list[str] = field(default_factory=list)
     text_field: str = "text"
     seed: int | None = None
     pack_sequences: bool = True
+    document_masking: bool = True
     max_samples: int | None = None
-    synthetic_num_samples: int = 10_000
 
 
 @dataclass
