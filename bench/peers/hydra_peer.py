@@ -111,8 +111,9 @@ class HuggingFaceTokenizerSchema(TokenizerSchema):
 
 @dataclass
 class DatasetSchema:
-    """The JSONL source's section (``source: jsonl``, what the benchmarked configs name): a dataset section is
-    one class per source, and OmegaConf's structured configs have no union to pick a schema by a key's value."""
+    """The JSONL source's section (``source: jsonl``, what the benchmarked configs name): a dataset section
+    is one class per source, and OmegaConf's structured configs have no union to pick a schema by a key's
+    value."""
 
     _target_: str = f"{_DATA}.JsonlSource"
     source: Source = Source["jsonl"]
