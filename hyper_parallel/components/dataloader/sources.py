@@ -246,10 +246,18 @@ class DatasetConfig:
         )
 
 
-def _file_paths(section: Any) -> Issues:
-    """A source that reads files needs some: its default lists none, so the section must name them."""
-    if not section.paths:
-        yield "paths", f"must list at least one file or directory when source is {section.source!r}"
+class _Files(DatasetConfig):
+    """Data read from ``paths``: a source that reads files needs some (its default lists none, so the
+    section must name them), and they are the files it is read from."""
+
+    paths: tuple[str, ...]
+
+    def cross_check(self) -> Issues:
+        if not self.paths:
+            yield "paths", f"must list at least one file or directory when source is {self.source!r}"
+
+    def files(self) -> tuple[str, ...]:
+        return self.paths
 
 
 class _Documents(DatasetConfig):
@@ -319,7 +327,7 @@ class NoSource(DatasetConfig):
 
 
 @attrs.frozen(kw_only=True, slots=False)
-class JsonlSource(_Documents):
+class JsonlSource(_Files, _Documents):
     """``source: jsonl``: one JSON object per line, the document is its ``text_field``."""
 
     source: Source = attrs.field(default="jsonl", validator=_only("jsonl"), metadata=_SOURCE_HELP)
@@ -333,12 +341,6 @@ class JsonlSource(_Documents):
     pack_sequences: bool = _pack_sequences()
     document_masking: bool = _document_masking()
     max_samples: int | None = _max_samples()
-
-    def cross_check(self) -> Issues:
-        return _file_paths(self)
-
-    def files(self) -> tuple[str, ...]:
-        return self.paths
 
     def check_files(self) -> None:
         """Every path exists, a folder holds ``*.jsonl`` files, the first record of each file is a JSON
@@ -354,7 +356,7 @@ class JsonlSource(_Documents):
 
 
 @attrs.frozen(kw_only=True, slots=False)
-class TextSource(_Documents):
+class TextSource(_Files, _Documents):
     """``source: text``: each file (``*.txt`` under a folder) is one document."""
 
     source: Source = attrs.field(default="text", validator=_only("text"), metadata=_SOURCE_HELP)
@@ -363,12 +365,6 @@ class TextSource(_Documents):
     pack_sequences: bool = _pack_sequences()
     document_masking: bool = _document_masking()
     max_samples: int | None = _max_samples()
-
-    def cross_check(self) -> Issues:
-        return _file_paths(self)
-
-    def files(self) -> tuple[str, ...]:
-        return self.paths
 
     def check_files(self) -> None:
         """Every path exists, a folder holds ``*.txt`` files, and not every file is empty."""
@@ -383,7 +379,7 @@ class TextSource(_Documents):
 
 
 @attrs.frozen(kw_only=True, slots=False)
-class TokenizedSource(DatasetConfig):
+class TokenizedSource(_Files):
     """``source: tokenized``: folders written by ``python -m hyper_parallel.data prepare``, memory-mapped;
     several folders are blended by ``weights``, and each may set apart a held-out fraction."""
 
@@ -417,7 +413,7 @@ class TokenizedSource(DatasetConfig):
 
     def cross_check(self) -> Issues:
         """Paths, and mixture and held-out options consistent with them."""
-        yield from _file_paths(self)
+        yield from super().cross_check()
         if self.weights is not None:
             if len(self.weights) != len(self.paths):
                 yield (
@@ -430,9 +426,6 @@ class TokenizedSource(DatasetConfig):
             yield "holdout_fraction", f"must be in [0, 1), got {self.holdout_fraction}"
         if self.split == "holdout" and self.holdout_fraction == 0.0:
             yield "split", "'holdout' needs holdout_fraction > 0 (the documents it reads)"
-
-    def files(self) -> tuple[str, ...]:
-        return self.paths
 
     def mixture(self) -> tuple[tuple[float, ...] | None, tuple[str, ...]]:
         return self.weights, self.paths
@@ -529,7 +522,7 @@ class ShapesSource(_NoFiles):
 
 
 @attrs.frozen(kw_only=True, slots=False)
-class ImageChatSource(DatasetConfig):
+class ImageChatSource(_Files):
     """``source: image_chat``: JSON lines of chat messages holding image paths (vision-language models);
     each conversation is one sample, its images resized within the pixel bounds."""
 
@@ -568,7 +561,7 @@ class ImageChatSource(DatasetConfig):
 
     def cross_check(self) -> Issues:
         """Paths, and bounds that leave a range."""
-        yield from _file_paths(self)
+        yield from super().cross_check()
         if self.image_min_pixels > self.image_max_pixels:
             yield (
                 "image_min_pixels",
@@ -578,9 +571,6 @@ class ImageChatSource(DatasetConfig):
                     f", got {self.image_min_pixels}",
                 ),
             )
-
-    def files(self) -> tuple[str, ...]:
-        return self.paths
 
     def pixel_bounds(self) -> tuple[int, int]:
         return self.image_min_pixels, self.image_max_pixels
