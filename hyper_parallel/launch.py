@@ -20,13 +20,14 @@ from hyper_parallel._numbers import read_world_size
 from hyper_parallel.config import ConfigError, Issue, converter, dump_config, write_config
 from hyper_parallel.config.errors import did_you_mean, echo, warning_line
 from hyper_parallel.config.help import config_help, group_of_field, summary
-from hyper_parallel.config.manager import load_config_report
+from hyper_parallel.config.manager import load_config_report, located_issues
 from hyper_parallel.config.root import foreign_hint
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
 from hyper_parallel.trainer.config import TrainerConfig
 from hyper_parallel.trainer.machine import machine_issues, machine_warnings
 
 if TYPE_CHECKING:
+    from hyper_parallel.config.validation import Locate
     from hyper_parallel.preflight import Device
     from hyper_parallel.trainer.rules import TrainerKind
 
@@ -294,10 +295,10 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
         return report_issues(issues, err, skipped)
     try:
         cfg = loaded.config
-        machine = machine_issues(cfg, training=training, files=files)
-        if machine:
-            raise ConfigError(loaded.located(machine, args.config_file))
-        _refuse_impossible_size(cfg, args.config_file)
+        source = args.config_file
+        launch = _launch_issues(cfg, frozenset(), loaded.locate, source, training=training, files=files)
+        if launch:
+            raise ConfigError(launch)
         if files and not training:  # the launch runs these itself, after the process group starts
             from hyper_parallel.trainer._inputs import check_without_torch
 
@@ -378,7 +379,7 @@ def _later_checks(
     """The issues of ``exc`` and what the launch's own checks find in the config that could be made
     despite them (``exc.config``): this machine, the model's size and, when asked, the files it names,
     each run only where the groups it reads were made; and ``exc.skipped`` with the checks left out."""
-    from hyper_parallel.config.manager import NO_CONFIG, located_issues, unmade_reason
+    from hyper_parallel.config.manager import NO_CONFIG, unmade_reason
 
     issues, skipped = list(exc.issues), list(exc.skipped)
     made = exc.config
@@ -388,14 +389,10 @@ def _later_checks(
         return issues, skipped
     unmade = exc.unmade
     unmade_files = [g for g in _FILE_GROUPS if g in unmade]
-    found = machine_issues(made, training=training, files=files and not unmade_files)
-    if "model" not in unmade:
-        from hyper_parallel.preflight.limits import size_issues
-
-        found += size_issues(made)
+    reads_files = files and not unmade_files
+    found = _launch_issues(made, unmade, exc.locate, source, training=training, files=reads_files)
     known = {(i.path, str(i.message)) for i in issues}
-    sound = [(p, m) for p, m in found if p.partition(".")[0] not in unmade and (p, m) not in known]
-    issues += located_issues(sound, exc.locate, source)
+    issues += [i for i in found if (i.path, str(i.message)) not in known]
     if files and unmade_files:
         skipped.append(("the files the config names", unmade_reason(unmade_files)))
     elif files and not training and not found:  # (as below: once this machine has what they read)
@@ -409,13 +406,26 @@ def _later_checks(
     return issues, skipped
 
 
-def _refuse_impossible_size(cfg: "TrainerConfig", source: str) -> None:
-    """A ``ConfigError`` when the model has more parameters than any machine holds (``preflight.limits``)."""
+def _launch_issues(
+    cfg: "TrainerConfig",
+    unmade: frozenset[str],
+    locate: "Locate | None",
+    source: str,
+    *,
+    training: bool,
+    files: bool,
+) -> list[Issue]:
+    """What the launch checks of a resolved config itself, on the groups that were made (none of
+    ``unmade``'s): this machine (``machine_issues``; with ``files``, the files it reads first), located as the
+    resolver locates its issues, and a model more parameters than any machine holds (``preflight.limits``),
+    at ``source``."""
     from hyper_parallel.preflight.limits import size_issues
 
-    problems = size_issues(cfg)
-    if problems:
-        raise ConfigError([Issue(path, message, source) for path, message in problems])
+    found = machine_issues(cfg, training=training, files=files)
+    machine = [(path, message) for path, message in found if path.partition(".")[0] not in unmade]
+    size = size_issues(cfg) if "model" not in unmade else []
+    at_source = [Issue(path, message, source) for path, message in size]
+    return [*located_issues(machine, locate, source), *at_source]
 
 
 def _device_memory_check(cfg: "TrainerConfig", world_size: int | None, text: str | None) -> "Device | None":

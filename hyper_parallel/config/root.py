@@ -5,8 +5,8 @@ facts (group names, field types, default targets) are computed once, when the ro
 converter. Structuring checks and imports each group's ``_target_``, checks the arguments against the
 target's fields or signature, and only then constructs or calls it; every problem in every group is
 collected. Nothing is called before its names are known: first every group's names are walked, at every
-depth; a Config group with a name not known is then checked by names and types alone (no ``__init__``, no
-validator), no factory is called while any group has such a name or lacks its ``_target_``, and no target
+depth; a group with a name not known is then checked by names and types alone (no ``__init__``, no
+validator, no factory call), no factory is called while another group lacks its ``_target_``, and no target
 at all while the document has an unknown root field (validators and cross-group rules wait for it).
 Unstructuring writes each group's runtime class (never the declared base, which would lose a subclass's
 fields), or the factory and the arguments it was called with.
