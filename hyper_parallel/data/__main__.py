@@ -43,8 +43,8 @@ def _parser() -> argparse.ArgumentParser:
         "--format",
         choices=("jsonl", "text", "parquet", "chat"),
         default=None,
-        help="input format (default: by file suffix); chat reads {'messages': [{'role', 'content'}, ...]} "
-        "records from .jsonl, or a Parquet messages column",
+        help="input format (default: by file suffix); chat reads records of OpenAI messages, ShareGPT "
+        "conversations or Alpaca instruction/input/output, from .jsonl or Parquet columns",
     )
     prepare.add_argument(
         "--shard-mb", type=float, default=64.0, metavar="MB", help="input megabytes per shard (default 64)"
@@ -55,6 +55,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="Jinja chat template replacing the tokenizer's own",
     )
+    prepare.add_argument(
+        "--train-on",
+        default="assistant",
+        metavar="ROLES",
+        help="chat: the roles whose turns carry labels, comma-separated (default assistant)",
+    )
+    prepare.add_argument(
+        "--drop-unlabeled",
+        action="store_true",
+        help="chat: leave out the records that carry no label (default: refuse them)",
+    )
     verify = commands.add_parser("verify", help="check every file of a prepared folder against its checksums")
     verify.add_argument("folder", metavar="DIR")
     return parser
@@ -64,6 +75,7 @@ def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: T
     """Run the command line; returns the exit status."""
     from hyper_parallel.config import ConfigError
     from hyper_parallel.data import shards
+    from hyper_parallel.data.chat import train_on_problem
     from hyper_parallel.data.prepare import InputError, PrepareOptions, prepare
 
     err = err if err is not None else sys.stderr
@@ -89,11 +101,20 @@ def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: T
             if not template_file.is_file():
                 raise InputError(f"{template_file}: no such file")
             template = template_file.read_text(encoding="utf-8")
+        train_on = tuple(role.strip() for role in args.train_on.split(","))
+        if args.format != "chat" and (train_on != ("assistant",) or args.drop_unlabeled):
+            flag = "--drop-unlabeled" if args.drop_unlabeled else "--train-on"
+            raise InputError(f"{flag}: only read with --format chat")
+        problem = train_on_problem(train_on)
+        if problem is not None:
+            raise InputError(f"--train-on: {problem}")
         options = PrepareOptions(
             format=args.format,
             text_field=args.text_field,
             shard_bytes=max(1, int(args.shard_mb * (1 << 20))),
             chat_template=template,
+            train_on=train_on,
+            drop_unlabeled=args.drop_unlabeled,
         )
         manifest = prepare(
             args.inputs, args.output, args.config_file, options=options, workers=args.workers, stream=err
@@ -111,6 +132,14 @@ def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: T
         f"{args.output}: {manifest['documents']:,} documents, {manifest['tokens']:,} tokens in "
         f"{len(manifest['shards'])} shard(s) ({manifest['dtype']})\n"
     )
+    if manifest["chat"]:
+        share = manifest["label_tokens"] / max(manifest["tokens"], 1)
+        dropped = manifest["unlabeled_dropped"]
+        out.write(
+            f"{args.output}: {manifest['label_tokens']:,} tokens carry labels ({share:.1%} of all)"
+            + (f"; {dropped:,} record(s) without one dropped" if dropped else "")
+            + "\n"
+        )
     return 0
 
 

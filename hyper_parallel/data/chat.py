@@ -1,4 +1,12 @@
-"""Chat records to token ids and an assistant mask: the loss is taken on the assistant turns only.
+"""Chat records to token ids and a label mask: the loss is taken on the turns of the roles ``train_on`` names.
+
+A chat record has one of three shapes, told apart per record (``conversation``): OpenAI's ``{"messages":
+[{"role", "content"}, ...]}``, ShareGPT's ``{"conversations": [{"from", "value"}, ...]}`` and Alpaca's
+``{"instruction", "input", "output"}`` (the instruction, and the input after a blank line when there is
+one, is the user's message; the output is the assistant's). Roles are read as written (``ROLES``:
+system, user, assistant, tool); ShareGPT's ``human`` and ``gpt`` are read as user and assistant (its
+``system``, and the roles as written, as themselves, as Axolotl's ShareGPT reading does). Any other role
+is refused: a role a template does not know is rendered as nothing, or as a wrong turn, without a word.
 
 A tokenizer with a ``chat_template`` (the Jinja template of a Hugging Face ``tokenizer_config.json``) renders
 each conversation with it, in a sandbox (``jinja2.sandbox.ImmutableSandboxedEnvironment``: a template cannot
@@ -6,14 +14,23 @@ reach Python objects or files). The assistant tokens are those the template mark
 ``{% generation %} ... {% endgeneration %}``, the convention Hugging Face's
 ``apply_chat_template(..., return_assistant_tokens_mask=True)`` reads: a token is trained on when its
 characters overlap a marked span. The text is encoded without adding bos/eos (the template writes its own
-special tokens), as ``apply_chat_template`` does. A template without ``generation`` marks is refused:
-nothing would be trained on.
+special tokens), as ``apply_chat_template`` does. The marks are found in the parsed template (a
+``generation`` block in its syntax tree), not in its text: Hugging Face templates without marks (ChatML,
+Llama 3, Qwen) all hold the word in ``add_generation_prompt``. A template without a ``generation`` block
+is refused while ``assistant`` is trained on: nothing would be. The content of a message of another role
+``train_on`` names (``user``, ``system``, ``tool``) is marked by itself: it is given to the template
+between two private-use characters (inside its leading and trailing whitespace, which templates trim),
+and the conversation is rendered a second time unmarked; when the two texts differ once the marks are
+taken out, the template changes that content (cuts or tests it) and the conversation is refused, since
+its tokens could not be found exactly.
 
 A tokenizer without a template (the byte tokenizer) uses the built-in one, documented here because it is a
-format: ``[bos]`` (when the tokenizer adds one), then for each message ``<|ROLE|>`` and a newline (not
+format: ``[bos]`` (when the tokenizer adds one), then for each message ``<|ROLE|>`` and a newline (never
 trained on), then its content; a non-assistant content is followed by a newline, an assistant content by
-the EOS id, and the assistant content and that EOS are what is trained on. A content that is a list of
-parts (``image_chat`` data) writes them in order, an image as its placeholder ids (never trained on).
+the EOS id. A message whose role is in ``train_on`` has what follows its header trained on: an
+assistant's content and its EOS, another role's content and its newline (encoded as one text, so the
+ids are those of the format whatever is trained). A content that is a list of parts (``image_chat``
+data) writes them in order, an image as its placeholder ids (never trained on).
 """
 
 from __future__ import annotations
@@ -24,9 +41,29 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["MAX_RENDER_CHARS", "MAX_RENDER_SECONDS", "MAX_RENDER_STEPS", "ChatRenderer", "builtin_chat"]
+__all__ = [
+    "MAX_RENDER_CHARS",
+    "MAX_RENDER_SECONDS",
+    "MAX_RENDER_STEPS",
+    "ROLES",
+    "ChatRenderer",
+    "builtin_chat",
+    "conversation",
+    "train_on_problem",
+]
 
 _OPEN, _CLOSE = "\ue000", "\ue001"  # private-use characters marking generation spans while rendering
+_IN, _OUT = "\ue002", "\ue003"  # ... and the content of a trained message of a role other than assistant
+_MARKS = (_OPEN, _CLOSE, _IN, _OUT)
+
+#: The roles of a message, as written.
+ROLES = ("system", "user", "assistant", "tool")
+#: ShareGPT's ``from`` values and the roles they are read as.
+_SHAREGPT = {"human": "user", "gpt": "assistant", **{role: role for role in ROLES}}
+_SHAPES = (
+    "'messages' (OpenAI: role/content), 'conversations' (ShareGPT: from/value) or "
+    "'instruction'/'input'/'output' (Alpaca)"
+)
 
 #: Most characters one conversation may render to (the template's output, and any string or list an
 #: expression builds on the way: ``'x' * 10**11`` is refused before it is built).
@@ -97,10 +134,65 @@ def _checked_binop(operator: str, left: Any, right: Any) -> None:
         raise ValueError(f"the chat_template computes {left} ** {right}, a number too large to need")
 
 
+def train_on_problem(train_on: Sequence[str]) -> str | None:
+    """What makes ``train_on`` (the roles whose turns are trained on) unusable, or None."""
+    if not train_on:
+        return f"names no role: give one or more of {', '.join(ROLES)}"
+    unknown = [role for role in train_on if role not in ROLES]
+    if unknown:
+        return f"{unknown[0]!r} is not a role: the roles are {', '.join(ROLES)}"
+    return None
+
+
+def conversation(record: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The messages (``role``, ``content``) of one chat record, whichever of the three shapes it has.
+
+    Raises ``ValueError`` saying what is wrong (the caller adds where)."""
+    if "messages" in record:
+        return _messages(record["messages"], "messages", "role", "content", {role: role for role in ROLES})
+    if "conversations" in record:
+        return _messages(record["conversations"], "conversations", "from", "value", _SHAREGPT)
+    if "instruction" in record or "output" in record:
+        instruction, given, output = record.get("instruction"), record.get("input"), record.get("output")
+        given = "" if given is None else given
+        if not (isinstance(instruction, str) and isinstance(given, str) and isinstance(output, str)):
+            raise ValueError(
+                "an Alpaca record needs string 'instruction' and 'output' ('input': a string or absent)"
+            )
+        user = f"{instruction}\n\n{given}" if given else instruction
+        return [{"role": "user", "content": user}, {"role": "assistant", "content": output}]
+    raise ValueError(f"not a chat record: expected {_SHAPES}")
+
+
+def _messages(
+    raw: object, key: str, role_key: str, text_key: str, roles: Mapping[str, str]
+) -> list[dict[str, str]]:
+    """A list of messages with ``role_key`` and ``text_key``, each role read through ``roles``."""
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"no {key!r} list")
+    out = []
+    for i, message in enumerate(raw):
+        if (
+            not isinstance(message, dict)
+            or not isinstance(message.get(role_key), str)
+            or not isinstance(message.get(text_key), str)
+        ):
+            raise ValueError(f"{key}[{i}] is not an object with string {role_key!r} and {text_key!r}")
+        role = roles.get(message[role_key])
+        if role is None:
+            raise ValueError(
+                f"{key}[{i}] has {role_key} {message[role_key][:40]!r}, not one of {', '.join(roles)}"
+            )
+        out.append({"role": role, "content": message[text_key]})
+    return out
+
+
 def builtin_chat(
-    tokenizer: Any, messages: Sequence[Mapping[str, str | Sequence[str | Sequence[int]]]]
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, str | Sequence[str | Sequence[int]]]],
+    train_on: Sequence[str] = ("assistant",),
 ) -> tuple[list[int], list[int]]:
-    """Ids and assistant mask of ``messages`` under the built-in template (the module docstring).
+    """Ids and label mask of ``messages`` under the built-in template (the module docstring).
 
     A content may also be a list of parts, written in order: text, or a list of ids put in as they are
     and never trained on (an image's placeholder ids, ``image_chat`` data)."""
@@ -118,36 +210,42 @@ def builtin_chat(
 
     for message in messages:
         assistant = message["role"] == "assistant"
+        trained = int(message["role"] in train_on)
         add(f"<|{message['role']}|>\n", 0)
         content = message["content"]
         if isinstance(content, str):
-            add(content if assistant else content + "\n", int(assistant))
+            add(content if assistant else content + "\n", trained)
         else:
             for part in content:
                 if isinstance(part, str):
-                    add(part, int(assistant))
+                    add(part, trained)
                 else:
                     ids.extend(part)
                     mask.extend([0] * len(part))
             if not assistant:
-                add("\n", 0)
+                add("\n", trained)
         if assistant and eos is not None:
             ids.append(eos)
-            mask.append(1)
+            mask.append(trained)
     return ids, mask
 
 
 class ChatRenderer:
     """Encodes conversations with the tokenizer's chat template, or the built-in one when it has none.
 
-    ``template`` (Jinja text) replaces the tokenizer's own when given. Refused at construction (a
-    ``ValueError`` naming the reason): a template that does not parse, or has no ``generation`` marks.
+    ``template`` (Jinja text) replaces the tokenizer's own when given; ``train_on`` names the roles whose
+    turns carry labels (the module docstring). Refused at construction (a ``ValueError`` naming the
+    reason): a template that does not parse, or has no ``generation`` block while ``assistant`` is
+    trained on.
     """
 
-    def __init__(self, tokenizer: Any, template: str | None = None) -> None:
+    def __init__(
+        self, tokenizer: Any, template: str | None = None, train_on: Sequence[str] = ("assistant",)
+    ) -> None:
         self.tokenizer = tokenizer
         source = template if template is not None else getattr(tokenizer, "chat_template", None)
         self.template_text: str | None = source
+        self.train_on = tuple(train_on)
         self._template: Any = None
         self._budget = _Budget()
         if source is None:
@@ -157,11 +255,6 @@ class ChatRenderer:
                 "a chat template needs a tokenizer that reports character offsets (a Hugging Face "
                 f"tokenizer); {type(tokenizer).__name__} uses the built-in chat format: leave "
                 "--chat-template out"
-            )
-        if "generation" not in source:
-            raise ValueError(
-                "the tokenizer's chat_template has no {% generation %} marks, so no assistant token would be "
-                "trained on: add them around the assistant content"
             )
         import jinja2
         import jinja2.ext
@@ -203,19 +296,51 @@ class ChatRenderer:
         environment.globals["raise_exception"] = _raise
         environment.globals["range"] = _range
         try:
-            self._template = environment.from_string(source)
+            tree = environment.parse(source)
+        except jinja2.exceptions.TemplateError as exc:
+            raise ValueError(f"the chat_template does not parse: {exc}") from None
+        # A generation block is a call of the extension's ``_mark`` in the tree (``_Generation.parse``).
+        marked = any(
+            node.identifier == _Generation.identifier and node.name == "_mark"
+            for node in tree.find_all(jinja2.nodes.ExtensionAttribute)
+        )
+        if not marked and "assistant" in self.train_on:
+            raise ValueError(
+                "the tokenizer's chat_template has no {% generation %} marks, so no assistant token would be "
+                "trained on: add them around the assistant content"
+            )
+        try:
+            self._template = environment.from_string(tree)
         except jinja2.exceptions.TemplateError as exc:
             raise ValueError(f"the chat_template does not parse: {exc}") from None
 
     def render(self, messages: Sequence[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
-        """The rendered text and its assistant character spans ``[start, end)`` (template tokenizers only)."""
+        """The rendered text and its trained character spans ``[start, end)`` (template tokenizers only):
+        the ``generation`` blocks when ``assistant`` is trained on, and the content of the messages of
+        the other roles ``train_on`` names."""
+        for message in messages:
+            if any(mark in message["content"] for mark in _MARKS):
+                raise ValueError("a message holds one of the private-use characters U+E000 to U+E003")
+        own = [role for role in self.train_on if role != "assistant"]
+        marked = [_content_marked(message) if message["role"] in own else message for message in messages]
+        text, spans = _spans(self._generate(marked), "assistant" in self.train_on)
+        if marked != list(messages):
+            plain, _ = _spans(self._generate(messages), False)
+            if plain != text:
+                roles = sorted({m["role"] for m in messages if m["role"] in own})
+                raise ValueError(
+                    f"the chat_template does not write the content of {'/'.join(roles)} messages as given "
+                    "(it cuts or tests it), so its tokens cannot be found exactly: leave "
+                    f"{'/'.join(roles)} out of train_on with this template"
+                )
+        return text, spans
+
+    def _generate(self, messages: Sequence[dict[str, str]]) -> str:
+        """The template's output for ``messages``, generation blocks between ``_OPEN`` and ``_CLOSE``."""
         import jinja2
 
         assert self._template is not None
         tok = self.tokenizer
-        for message in messages:
-            if _OPEN in message["content"] or _CLOSE in message["content"]:
-                raise ValueError("a message holds the private-use characters U+E000/U+E001")
         self._budget.steps = 0
         chunks: list[str] = []
         size = 0
@@ -245,27 +370,14 @@ class ChatRenderer:
             raise ValueError("the chat_template recursed too deeply (a macro calling itself?)") from None
         except MemoryError:
             raise ValueError("the chat_template ran out of memory rendering one conversation") from None
-        marked = "".join(chunks)
-        text: list[str] = []
-        spans: list[tuple[int, int]] = []
-        length = 0
-        start = 0
-        for char in marked:
-            if char == _OPEN:
-                start = length
-            elif char == _CLOSE:
-                spans.append((start, length))
-            else:
-                text.append(char)
-                length += 1
-        return "".join(text), spans
+        return "".join(chunks)
 
     def encode_batch(
         self, conversations: Sequence[Sequence[dict[str, str]]]
     ) -> list[tuple[list[int], list[int]]]:
-        """``(ids, assistant mask)`` of each conversation."""
+        """``(ids, label mask)`` of each conversation."""
         if self._template is None:
-            return [builtin_chat(self.tokenizer, messages) for messages in conversations]
+            return [builtin_chat(self.tokenizer, messages, self.train_on) for messages in conversations]
         rendered = [self.render(messages) for messages in conversations]
         encodings = self.tokenizer.encode_with_offsets([text for text, _ in rendered])
         out = []
@@ -281,3 +393,42 @@ class ChatRenderer:
                     mask[index] = 1
             out.append((ids, mask))
         return out
+
+
+def _content_marked(message: dict[str, str]) -> dict[str, str]:
+    """``message`` with its content between ``_IN`` and ``_OUT``, inside its surrounding whitespace (which
+    templates trim: the marks stay at the content's ends)."""
+    content = message["content"]
+    core = content.strip()
+    if not core:
+        return message
+    start = content.index(core)
+    end = start + len(core)
+    return {**message, "content": f"{content[:start]}{_IN}{core}{_OUT}{content[end:]}"}
+
+
+def _spans(marked: str, generation: bool) -> tuple[str, list[tuple[int, int]]]:
+    """The text of a rendering without its marks, and the spans they enclose (sorted, overlaps merged):
+    the content marks', and the generation blocks' when ``generation``."""
+    text: list[str] = []
+    spans: list[tuple[int, int]] = []
+    starts = {_OPEN: 0, _IN: 0}
+    length = 0
+    for char in marked:
+        if char in (_OPEN, _IN):
+            starts[char] = length
+        elif char == _CLOSE:
+            if generation:
+                spans.append((starts[_OPEN], length))
+        elif char == _OUT:
+            spans.append((starts[_IN], length))
+        else:
+            text.append(char)
+            length += 1
+    merged: list[tuple[int, int]] = []
+    for begin, end in sorted(spans):
+        if merged and begin <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((begin, end))
+    return "".join(text), merged

@@ -7,13 +7,20 @@ records its fingerprint and training refuses shards prepared with another.
 The work is planned from the inputs alone, before any tokenizing: each ``.jsonl`` (or chat) file is cut at
 line boundaries into pieces of about 4 MiB (``_UNIT_BYTES``, or ``shard_bytes`` when smaller), ``.txt``
 files (one document each) are pieces of their own, a Parquet file (a text column, or with ``--format chat``
-a ``messages`` column of ``{role, content}`` structs) is cut at row-group boundaries; consecutive pieces
+the columns of a chat record: ``messages``, ``conversations``, or ``instruction``/``input``/``output``) is
+cut at row-group boundaries; consecutive pieces
 make a shard once they hold ``shard_bytes``. So the shards, and every byte written, are the same for any
 number of workers: a worker encodes a unit of about 4 MiB of a shard's pieces and sends its arrays back,
 the main process joins a shard's units in order and writes it, and the work spreads over the workers
 whatever the shard size. A finished shard is renamed into place; a prepare interrupted and run again with
 the same inputs, tokenizer and options keeps the finished shards and encodes only the rest. The manifest
 is written last.
+
+Chat data is refused when it would train on nothing: a record whose rendering carries no label (no turn of
+a role ``train_on`` names) is counted and the prepare refused, naming the first few and the count, unless
+``drop_unlabeled`` leaves such records out (the manifest counts them); a corpus with no label at all is
+refused too. Such a refusal leaves the output folder empty (it removes the shards this plan wrote), so the
+same command with ``--drop-unlabeled`` can follow. The manifest records the label tokens.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -40,7 +48,7 @@ from hyper_parallel._disk import write_problem
 from hyper_parallel._json import loads
 from hyper_parallel.data import shards
 
-__all__ = ["InputError", "Piece", "PrepareOptions", "plan", "prepare"]
+__all__ = ["InputError", "Piece", "PrepareOptions", "Unlabeled", "plan", "prepare"]
 
 _CHAT = ("chat", "chat-parquet")
 _ROW_GROUPS = ("parquet", "chat-parquet")
@@ -57,6 +65,8 @@ _BATCH_CHARS = 8 << 20
 #: (a 100 MB corpus in 64 MB shards is 25 units, not 2), and large enough that a unit's encoding
 #: outweighs sending it.
 _UNIT_BYTES = 4 << 20
+#: Unlabeled records named in the refusal (the rest are counted).
+_NAMED = 5
 
 
 class InputError(ValueError):
@@ -65,12 +75,35 @@ class InputError(ValueError):
 
 @attrs.frozen
 class PrepareOptions:
-    """What decides the bytes a prepare writes (besides the inputs and the tokenizer)."""
+    """What decides the bytes a prepare writes (besides the inputs and the tokenizer).
+
+    Chat data only: ``train_on`` names the roles whose turns carry labels (``hyper_parallel.data.chat``);
+    ``drop_unlabeled`` leaves out the records that would carry none, instead of refusing them.
+    """
 
     format: str | None = None
     text_field: str = "text"
     shard_bytes: int = 64 << 20
     chat_template: str | None = None
+    train_on: tuple[str, ...] = ("assistant",)
+    drop_unlabeled: bool = False
+
+
+@attrs.define
+class Unlabeled:
+    """The chat records whose rendering carries no label: how many, and where the first ``_NAMED`` are."""
+
+    count: int = 0
+    first: list[str] = attrs.Factory(list)
+
+    def add(self, where: str) -> None:
+        self.count += 1
+        if len(self.first) < _NAMED:
+            self.first.append(where)
+
+    def merge(self, other: Unlabeled) -> None:
+        self.count += other.count
+        self.first.extend(other.first[: _NAMED - len(self.first)])
 
 
 @attrs.frozen
@@ -394,25 +427,42 @@ def texts_of(piece: Piece, text_field: str) -> Iterator[str]:
 
 
 def chats_of(piece: Piece) -> Iterator[tuple[str, list[dict[str, str]]]]:
-    """A chat piece's conversations, checked, each with its location (``FILE:LINE`` or ``FILE: row N``)."""
+    """A chat piece's conversations, checked, each with its location (``FILE:LINE`` or ``FILE: row N``):
+    each record's shape (OpenAI, ShareGPT, Alpaca) is told apart by ``chat.conversation``."""
+    from hyper_parallel.data.chat import conversation
+
     if piece.format == "chat-parquet":
-        records: Iterator[tuple[str, object]] = _parquet_column(piece, "messages")
+        records: Iterator[tuple[str, dict[str, Any]]] = _parquet_chat_rows(piece)
     else:
-        records = (
-            (f"{piece.file}:{number}", _record(piece, number, line).get("messages"))
-            for number, line in _lines(piece)
+        records = ((f"{piece.file}:{number}", _record(piece, number, line)) for number, line in _lines(piece))
+    for where, record in records:
+        try:
+            messages = conversation(record)
+        except ValueError as exc:
+            raise InputError(f"{where}: {exc}") from None
+        yield where, messages
+
+
+#: The Parquet columns a chat record is read from (those of the three shapes).
+_CHAT_COLUMNS = ("messages", "conversations", "instruction", "input", "output")
+
+
+def _parquet_chat_rows(piece: Piece) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each row of a chat Parquet piece as a record of the chat columns the file has, with ``FILE: row N``."""
+    pq = _pyarrow_parquet()
+    handle = pq.ParquetFile(piece.file)
+    names = handle.schema_arrow.names
+    columns = [column for column in _CHAT_COLUMNS if column in names]
+    if not {"messages", "conversations", "instruction", "output"} & set(columns):
+        raise InputError(
+            f"{piece.file}: no column 'messages', 'conversations' or 'instruction'/'output' "
+            f"(columns: {names})"
         )
-    for where, messages in records:
-        if not isinstance(messages, list) or not messages:
-            raise InputError(f"{where}: no 'messages' list")
-        for i, message in enumerate(messages):
-            if (
-                not isinstance(message, dict)
-                or not isinstance(message.get("role"), str)
-                or not isinstance(message.get("content"), str)
-            ):
-                raise InputError(f"{where}: messages[{i}] is not an object with string 'role' and 'content'")
-        yield where, [{"role": m["role"], "content": m["content"]} for m in messages]
+    row = sum(handle.metadata.row_group(g).num_rows for g in range(piece.start))
+    for group in range(piece.start, piece.end):
+        for record in handle.read_row_group(group, columns=columns).to_pylist():
+            yield f"{piece.file}: row {row}", record
+            row += 1
 
 
 def _parquet_column(piece: Piece, column: str) -> Iterator[tuple[str, object]]:
@@ -437,7 +487,9 @@ def _parquet_texts(piece: Piece, text_field: str) -> Iterator[str]:
 
 # -- encoding ------------------------------------------------------------------------------------------
 def _chars(item: Any) -> int:
-    """Characters of a text, or of a conversation's message contents."""
+    """Characters of a text, or of a conversation's message contents (alone or after its location)."""
+    if isinstance(item, tuple):
+        item = item[-1]
     if isinstance(item, str):
         return len(item)
     if isinstance(item, list):
@@ -463,12 +515,19 @@ def _batches(items: Iterator[Any]) -> Iterator[list[Any]]:
 
 
 def encode_pieces(
-    tokenizer: Any, pieces: Sequence[Piece], options: PrepareOptions, dtype: np.dtype[Any]
+    tokenizer: Any,
+    pieces: Sequence[Piece],
+    options: PrepareOptions,
+    dtype: np.dtype[Any],
+    unlabeled: Unlabeled | None = None,
 ) -> shards.ShardArrays:
     """The shard arrays of ``pieces``: each document encoded, EOS appended where packing needs it.
 
     Documents are encoded a batch at a time into one array per batch (``encode_batch_flat``), and the
     arrays are joined once per shard: no Python list or array per document on the text path.
+
+    A chat record that carries no label is left out when ``options.drop_unlabeled``; either way it is
+    counted in ``unlabeled`` (without one, a kept record is an ``InputError`` at its place).
     """
     eos = getattr(tokenizer, "eos_id", None)
     tokens: list[np.ndarray[Any, Any]] = []
@@ -479,11 +538,11 @@ def encode_pieces(
     if chat:
         from hyper_parallel.data.chat import ChatRenderer
 
-        renderer = ChatRenderer(tokenizer, options.chat_template)
+        renderer = ChatRenderer(tokenizer, options.chat_template, options.train_on)
     for piece in pieces:
         if piece.format in _CHAT:
             for batch in _batches(chats_of(piece)):
-                encoded = _encode_chats(renderer, batch)
+                encoded = _labelled(_encode_chats(renderer, batch), batch, options, unlabeled)
                 sizes = np.fromiter((len(i) for i, _ in encoded), dtype=np.int64, count=len(encoded))
                 every = itertools.chain.from_iterable(i for i, _ in encoded)
                 ids = np.fromiter(every, dtype=dtype, count=int(sizes.sum()))
@@ -543,6 +602,31 @@ def _close_with_eos(
     return out, closed, add.astype(np.uint8), mask
 
 
+def _labelled(
+    encoded: list[tuple[list[int], list[int]]],
+    batch: Sequence[tuple[str, object]],
+    options: PrepareOptions,
+    unlabeled: Unlabeled | None,
+) -> list[tuple[list[int], list[int]]]:
+    """``encoded`` with the records that carry no label counted, and left out when dropping them."""
+    kept = []
+    for (where, _), (ids, mask) in zip(batch, encoded, strict=True):
+        if any(mask):
+            kept.append((ids, mask))
+            continue
+        if unlabeled is None and not options.drop_unlabeled:
+            raise InputError(f"{where}: {_unlabeled_problem(options)}")
+        if unlabeled is not None:
+            unlabeled.add(where)
+        if not options.drop_unlabeled:
+            kept.append((ids, mask))
+    return kept
+
+
+def _unlabeled_problem(options: PrepareOptions) -> str:
+    return f"no token carries a label (no turn of a role train_on names: {', '.join(options.train_on)})"
+
+
 def _encode_flat(
     tokenizer: Any, texts: list[str], dtype: np.dtype[Any]
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -595,21 +679,19 @@ def _worker_init(tokenizer: Any, options: PrepareOptions, dtype: str) -> None:
 
 
 _Unit = tuple[int, int, list[Piece]]  # shard index, unit index in the shard, pieces
-_Done = tuple[int, int, shards.ShardArrays | None, str | None]  # shard, unit, arrays or the input error
+# shard, unit, arrays and unlabeled records, or the input error
+_Done = tuple[int, int, tuple[shards.ShardArrays, Unlabeled] | None, str | None]
 
 
 def _work(task: _Unit) -> _Done:
-    """Encode one unit of a shard in a worker: its arrays, or the input error's message."""
+    """Encode one unit of a shard in a worker: its arrays and unlabeled records, or the input error."""
     shard, unit, pieces = task
+    unlabeled = Unlabeled()
     try:
-        return (
-            shard,
-            unit,
-            encode_pieces(_WORKER["tokenizer"], pieces, _WORKER["options"], _WORKER["dtype"]),
-            None,
-        )
+        arrays = encode_pieces(_WORKER["tokenizer"], pieces, _WORKER["options"], _WORKER["dtype"], unlabeled)
     except InputError as exc:
         return shard, unit, None, str(exc)
+    return shard, unit, (arrays, unlabeled), None
 
 
 def _units(shard: int, pieces: Sequence[Piece], unit_bytes: int) -> list[_Unit]:
@@ -683,10 +765,13 @@ def prepare(
     tokenizer = build_tokenizer(config_file)
     template = None
     if options.format == "chat":
-        from hyper_parallel.data.chat import ChatRenderer
+        from hyper_parallel.data.chat import ChatRenderer, train_on_problem
 
+        problem = train_on_problem(options.train_on)
+        if problem is not None:
+            raise InputError(f"train_on: {problem}")
         try:
-            template = ChatRenderer(tokenizer, options.chat_template).template_text
+            template = ChatRenderer(tokenizer, options.chat_template, options.train_on).template_text
         except ValueError as exc:
             raise InputError(str(exc)) from None
     fingerprint, description = shards.tokenizer_fingerprint(tokenizer)
@@ -729,6 +814,8 @@ def prepare(
             progress.close()
             _WORKER.clear()
         ordered = [entries[i] for i in range(len(tasks))]
+        chat = any(p.format in _CHAT for pieces in tasks for p in pieces)
+        labels = _labels(folder, len(tasks), ordered, options) if chat else None
         manifest = {
             "format": shards.FORMAT,
             "version": shards.FORMAT_VERSION,
@@ -736,7 +823,7 @@ def prepare(
             "dtype": dtype.name,
             "input_format": options.format,
             "text_field": options.text_field,
-            "chat": any(p.format in _CHAT for pieces in tasks for p in pieces),
+            "chat": chat,
             "chat_template_sha256": (
                 None if template is None else hashlib.sha256(template.encode("utf-8")).hexdigest()
             ),
@@ -744,10 +831,45 @@ def prepare(
             "shards": ordered,
             "documents": sum(int(e["documents"]) for e in ordered),
             "tokens": sum(int(e["tokens"]) for e in ordered),
+            "label_tokens": labels,
+            "unlabeled_dropped": sum(int(e.get("unlabeled", 0)) for e in ordered) if chat else 0,
         }
         with _writing(folder / shards.MANIFEST):
             shards.write_manifest(folder, manifest)
         return manifest
+
+
+def _labels(folder: Path, count: int, entries: Sequence[dict[str, Any]], options: PrepareOptions) -> int:
+    """The label tokens of a chat corpus's shards; refused (its shards removed: ``_discard``) when kept
+    records carry no label, or none at all does."""
+    unlabeled = Unlabeled()
+    for entry in entries:
+        unlabeled.count += int(entry.get("unlabeled", 0))
+        unlabeled.first.extend(entry.get("unlabeled_at", [])[: _NAMED - len(unlabeled.first)])
+    labels = sum(int(entry.get("label_tokens", 0)) for entry in entries)
+    if unlabeled.count and not options.drop_unlabeled:
+        _discard(folder, count)
+        named = ", ".join(unlabeled.first) + (", ..." if unlabeled.count > len(unlabeled.first) else "")
+        raise InputError(
+            f"{unlabeled.first[0]}: {_unlabeled_problem(options)}; {unlabeled.count:,} record(s) in all "
+            f"carry none ({named}): fix them, or leave them out with --drop-unlabeled"
+        )
+    if labels == 0:
+        _discard(folder, count)
+        dropped = f" ({unlabeled.count:,} record(s) without one dropped)" if unlabeled.count else ""
+        raise InputError(
+            f"{folder}: no token carries a label{dropped}: a run would train on nothing "
+            f"(train_on: {', '.join(options.train_on)})"
+        )
+    return labels
+
+
+def _discard(folder: Path, count: int) -> None:
+    """Remove the ``count`` shards of the plan claiming ``folder`` and the plan: a refused corpus leaves an
+    empty folder, which any prepare may claim (a resumed one would keep them, refused again)."""
+    for index in range(count):
+        shutil.rmtree(folder / shards.shard_name(index), ignore_errors=True)
+    (folder / _PLAN).unlink(missing_ok=True)
 
 
 class _Collector:
@@ -766,23 +888,30 @@ class _Collector:
         for shard, unit, pieces in todo:
             self.units[shard] = self.units.get(shard, 0) + 1
             self.sizes[shard, unit] = _piece_bytes(pieces)
-        self.parts: dict[int, dict[int, shards.ShardArrays]] = {}
+        self.parts: dict[int, dict[int, tuple[shards.ShardArrays, Unlabeled]]] = {}
 
     def collect(self, results: Iterator[_Done]) -> None:
-        for shard, unit, arrays, error in results:
+        for shard, unit, done, error in results:
             if error is not None:
                 raise InputError(error)
-            assert arrays is not None
+            assert done is not None
             parts = self.parts.setdefault(shard, {})
-            parts[unit] = arrays
+            parts[unit] = done
             whole = len(parts) == self.units[shard]
             if whole:
-                joined = _join([parts[u] for u in range(self.units[shard])])
+                ordered = [parts[u] for u in range(self.units[shard])]
+                joined = _join([arrays for arrays, _ in ordered])
+                unlabeled = Unlabeled()
+                for _, part in ordered:
+                    unlabeled.merge(part)
                 del self.parts[shard]
                 name = shards.shard_name(shard)
+                notes = {"unlabeled": unlabeled.count, "unlabeled_at": unlabeled.first}
                 with _writing(self.folder / name):
-                    self.entries[shard] = shards.write_shard(self.folder, name, joined)
-            self.progress.update(arrays, self.sizes[shard, unit], whole)
+                    self.entries[shard] = shards.write_shard(
+                        self.folder, name, joined, notes if joined.mask is not None else None
+                    )
+            self.progress.update(done[0], self.sizes[shard, unit], whole)
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ One module owns the format so that the writer (``python -m hyper_parallel.data p
     shard-00000/tokens.npy     token ids of the shard's documents, concatenated (uint16, or uint32)
     shard-00000/offsets.npy    int64, documents + 1 entries: document d is tokens[offsets[d]:offsets[d+1]]
     shard-00000/appended.npy   uint8 per document: 1 where prepare appended the EOS packing needs
-    shard-00000/mask.npy       uint8 per token, chat data only: 1 on assistant tokens (the ones trained on)
+    shard-00000/mask.npy       uint8 per token, chat data only: 1 on the tokens trained on (labels)
 
 Every array is a plain ``.npy`` file, read with ``numpy.load(mmap_mode="r", allow_pickle=False)``: nothing
 is loaded into memory until a sample touches it, and nothing read can run code. A document is stored as the
@@ -17,7 +17,9 @@ corpus is its shards' ``tokens`` end to end, exactly what the in-memory sources 
 
 A shard is written under a temporary name and renamed into place when complete, so an interrupted prepare
 keeps every finished shard; the manifest records each file's size and SHA-256 (and a quick digest of its
-first and last MiB, which training checks at start-up without reading the whole corpus).
+first and last MiB, which training checks at start-up without reading the whole corpus). For chat data it
+also records how many tokens carry a label (``label_tokens``): a corpus with none is refused at launch,
+and for a folder prepared before the count was recorded it is counted from the masks.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ _QUICK_BYTES = 1 << 20
 _ARRAYS = ("tokens", "offsets", "appended", "mask")
 #: Offsets checked at a time when a shard is opened.
 _OFFSETS_BLOCK = 1 << 20
+#: Mask entries counted at a time (a memory-mapped mask is read in blocks: memory stays flat).
+_MASK_BLOCK = 64 << 20
 
 
 class PreparedError(ValueError):
@@ -139,10 +143,13 @@ class ShardArrays:
         return int(self.offsets.shape[0]) - 1
 
 
-def write_shard(folder: Path, name: str, arrays: ShardArrays) -> dict[str, Any]:
+def write_shard(
+    folder: Path, name: str, arrays: ShardArrays, notes: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Write shard ``name`` of ``folder`` atomically (a temporary folder renamed); its manifest entry.
 
-    The entry lists the shard's documents and tokens, and each file's size, SHA-256 and quick digest.
+    The entry lists the shard's documents and tokens (and label tokens, with a mask), each file's size,
+    SHA-256 and quick digest, and ``notes`` (what the writer counted, kept with a resumed shard).
     """
     final, temporary = folder / name, folder / f".{name}.tmp"
     if temporary.exists():
@@ -162,11 +169,14 @@ def write_shard(folder: Path, name: str, arrays: ShardArrays) -> dict[str, Any]:
             size = path.stat().st_size
             files[key] = {"size": size, "sha256": file_digest(path), "quick": _quick_digest(path, size)}
         entry = {
+            **(notes or {}),
             "name": name,
             "documents": arrays.documents,
             "tokens": int(arrays.tokens.shape[0]),
             "files": files,
         }
+        if arrays.mask is not None:
+            entry["label_tokens"] = _nonzero(arrays.mask)
         (temporary / SHARD_ENTRY).write_text(json.dumps(entry, sort_keys=True) + "\n", encoding="utf-8")
     except OSError:  # a full disk: give back what the half-written shard holds
         shutil.rmtree(temporary, ignore_errors=True)
@@ -253,6 +263,8 @@ def _manifest_problem(manifest: Mapping[str, Any]) -> str | None:
             return f"shard entry {number} names {str(name)[:60]!r}, not a shard-NNNNN folder of its own"
         if not (_count(entry.get("documents")) and _count(entry.get("tokens"))):
             return f"shard {name}: its documents and tokens are not non-negative integers"
+        if "label_tokens" in entry and not _count(entry["label_tokens"]):
+            return f"shard {name}: its label_tokens is not a non-negative integer"
         files = entry.get("files")
         required = {"tokens", "offsets", "appended"}
         if not isinstance(files, dict) or not required <= set(files) <= set(_ARRAYS):
@@ -270,6 +282,9 @@ def _manifest_problem(manifest: Mapping[str, Any]) -> str | None:
     if manifest.get("documents") != documents or manifest.get("tokens") != tokens:
         said = f"{str(manifest.get('documents'))[:20]} documents, {str(manifest.get('tokens'))[:20]} tokens"
         return f"its totals ({said}) are not the sums of its shards' ({documents}, {tokens})"
+    labels = manifest.get("label_tokens")
+    if labels is not None and not (_count(labels) and labels <= tokens):
+        return f"its label_tokens {str(labels)[:20]} is not a count of at most its {tokens} tokens"
     return None
 
 
@@ -293,8 +308,27 @@ class PreparedCorpus:
 
     @property
     def chat(self) -> bool:
-        """Whether the shards carry an assistant mask (chat data)."""
+        """Whether the shards carry a label mask (chat data)."""
         return bool(self.manifest.get("chat"))
+
+    @property
+    def label_tokens(self) -> int | None:
+        """Tokens that carry a label (chat data; None for text, where every token does): the manifest's
+        count, or counted from the memory-mapped masks of a folder prepared before it was recorded."""
+        if not self.chat:
+            return None
+        recorded = self.manifest.get("label_tokens")
+        if recorded is not None:
+            return int(recorded)
+        return sum(_nonzero(shard.mask) for shard in self.shards if shard.mask is not None)
+
+
+def _nonzero(mask: npt.NDArray[np.uint8]) -> int:
+    """Non-zero entries of a mask, counted in blocks (a memory-mapped one is never read at once)."""
+    return sum(
+        int(np.count_nonzero(mask[start : start + _MASK_BLOCK]))
+        for start in range(0, mask.shape[0], _MASK_BLOCK)
+    )
 
 
 def _load(path: Path, entry: Mapping[str, Any], dtype: np.dtype[Any] | None) -> npt.NDArray[Any]:

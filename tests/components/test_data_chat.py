@@ -225,7 +225,10 @@ def test_a_bad_parquet_chat_row_is_located(tmp_path: Path) -> None:
             pa.table({"messages": [CHATS[1], CHATS[0], [{"role": "user", "content": None}]]}),
             "row 2: messages[0] is not an object with string 'role' and 'content'",
         ),
-        "text.parquet": (pa.table({"text": ["hi"]}), "no column 'messages' (columns: ['text'])"),
+        "text.parquet": (
+            pa.table({"text": ["hi"]}),
+            "no column 'messages', 'conversations' or 'instruction'/'output' (columns: ['text'])",
+        ),
     }
     for name, (table, problem) in cases.items():
         pq.write_table(table, tmp_path / name, row_group_size=1)

@@ -18,8 +18,16 @@ class PreparedDataError(ConfigError):
 
 def open_for_training(path: str, fingerprint: tuple[str, dict[str, object]]) -> PreparedCorpus:
     """The prepared folder at ``path``, refused (``PreparedDataError``) when its manifest or shards are
-    damaged or it was prepared with a tokenizer other than the one of ``fingerprint``."""
+    damaged, it was prepared with a tokenizer other than the one of ``fingerprint``, or it is chat data
+    in which no token carries a label (a run would log a loss of 0 and train on nothing)."""
     try:
-        return open_prepared(path, tokenizer=fingerprint)
+        prepared = open_prepared(path, tokenizer=fingerprint)
     except PreparedError as exc:
         raise PreparedDataError([Issue("dataset.paths", exc.problem, exc.where)]) from None
+    if prepared.label_tokens == 0:
+        problem = (
+            f"chat data in which no token carries a label (0 of {prepared.tokens:,}): a run would train on "
+            "nothing; prepare it again (prepare names the records without a trained turn)"
+        )
+        raise PreparedDataError([Issue("dataset.paths", problem, path)])
+    return prepared
