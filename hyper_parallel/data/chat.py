@@ -323,10 +323,10 @@ class ChatRenderer:
                 raise ValueError("a message holds one of the private-use characters U+E000 to U+E003")
         own = [role for role in self.train_on if role != "assistant"]
         marked = [_content_marked(message) if message["role"] in own else message for message in messages]
-        text, spans = _spans(self._generate(marked), "assistant" in self.train_on)
+        text, spans, paired = _spans(self._generate(marked), "assistant" in self.train_on)
         if marked != list(messages):
-            plain, _ = _spans(self._generate(messages), False)
-            if plain != text:
+            plain, _, _ = _spans(self._generate(messages), False)
+            if plain != text or not paired:
                 roles = sorted({m["role"] for m in messages if m["role"] in own})
                 raise ValueError(
                     f"the chat_template does not write the content of {'/'.join(roles)} messages as given "
@@ -407,21 +407,31 @@ def _content_marked(message: dict[str, str]) -> dict[str, str]:
     return {**message, "content": f"{content[:start]}{_IN}{core}{_OUT}{content[end:]}"}
 
 
-def _spans(marked: str, generation: bool) -> tuple[str, list[tuple[int, int]]]:
-    """The text of a rendering without its marks, and the spans they enclose (sorted, overlaps merged):
-    the content marks', and the generation blocks' when ``generation``."""
+def _spans(marked: str, generation: bool) -> tuple[str, list[tuple[int, int]], bool]:
+    """The text of a rendering without its marks, the spans they enclose (sorted, overlaps merged: the
+    content marks', and the generation blocks' when ``generation``), and whether every content mark
+    that opens closes (a template that cuts a content may write one without the other)."""
     text: list[str] = []
     spans: list[tuple[int, int]] = []
-    starts = {_OPEN: 0, _IN: 0}
+    start = 0  # where the generation block open now opened
+    content: int | None = None  # where the content mark open now opened
+    paired = True
     length = 0
     for char in marked:
-        if char in (_OPEN, _IN):
-            starts[char] = length
+        if char == _OPEN:
+            start = length
+        elif char == _IN:
+            paired = paired and content is None
+            content = length
         elif char == _CLOSE:
             if generation:
-                spans.append((starts[_OPEN], length))
+                spans.append((start, length))
         elif char == _OUT:
-            spans.append((starts[_IN], length))
+            if content is None:
+                paired = False
+            else:
+                spans.append((content, length))
+                content = None
         else:
             text.append(char)
             length += 1
@@ -431,4 +441,4 @@ def _spans(marked: str, generation: bool) -> tuple[str, list[tuple[int, int]]]:
             merged[-1] = (merged[-1][0], max(merged[-1][1], end))
         else:
             merged.append((begin, end))
-    return "".join(text), merged
+    return "".join(text), merged, paired and content is None
