@@ -400,3 +400,20 @@ def test_a_folder_without_labels_is_refused_at_dry_run_exit_2(tmp_path: Path) ->
     problems = [line for line in err.getvalue().splitlines() if "warning" not in line]
     assert f"{folder}: dataset.paths: chat data in which no token carries a label (0 of 30)" in problems[0]
     assert "Traceback" not in err.getvalue()
+
+
+def test_train_on_user_through_a_hugging_face_template_labels_exactly_the_user_tokens(tmp_path: Path) -> None:
+    pytest.importorskip("tokenizers")
+    from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
+    from tests.components.test_data_chat import CHATS, qwen_style_tokenizer
+
+    folder = qwen_style_tokenizer(tmp_path / "tok")
+    data = write(tmp_path / "chat.jsonl", [{"messages": CHATS[0]}])
+    config = tokenizer_config(tmp_path / "cfg", folder)
+    args: list[str | Path] = ["--output", tmp_path / "out", "--config-file", config, "--format", "chat"]
+    status, _, err = run_prepare("prepare", data, *args, "--train-on", "user,assistant")
+    assert (status, err) == (0, "")
+    tokenizer = HuggingFaceTokenizer.Config(path=str(folder)).build()
+    ((ids, mask),) = documents(tmp_path / "out")
+    trained = [tokenizer.decode([i]) for i, m in zip(ids, mask, strict=True) if m]
+    assert "".join(trained) == "What is two plus two?Four.<|im_end|>"
