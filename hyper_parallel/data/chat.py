@@ -58,8 +58,9 @@ _MARKS = (_OPEN, _CLOSE, _IN, _OUT)
 
 #: The roles of a message, as written.
 ROLES = ("system", "user", "assistant", "tool")
-#: ShareGPT's ``from`` values and the roles they are read as.
-_SHAREGPT = {"human": "user", "gpt": "assistant", **{role: role for role in ROLES}}
+#: The role values of each shape of record and the roles they are read as (OpenAI's as written).
+_OPENAI = {role: role for role in ROLES}
+_SHAREGPT = {"human": "user", "gpt": "assistant", **_OPENAI}
 _SHAPES = (
     "'messages' (OpenAI: role/content), 'conversations' (ShareGPT: from/value) or "
     "'instruction'/'input'/'output' (Alpaca)"
@@ -149,7 +150,7 @@ def conversation(record: Mapping[str, Any]) -> list[dict[str, str]]:
 
     Raises ``ValueError`` saying what is wrong (the caller adds where)."""
     if "messages" in record:
-        return _messages(record["messages"], "messages", "role", "content", {role: role for role in ROLES})
+        return _messages(record["messages"], "messages", "role", "content", _OPENAI)
     if "conversations" in record:
         return _messages(record["conversations"], "conversations", "from", "value", _SHAREGPT)
     if "instruction" in record or "output" in record:
