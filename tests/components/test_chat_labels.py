@@ -310,6 +310,9 @@ def test_records_without_a_trained_turn_are_counted_and_refused_then_dropped_on_
         f"6 record(s) in all carry none ({named}, ...): fix them, or leave them out with --drop-unlabeled\n"
     )
     assert [p.name for p in (tmp_path / "out").iterdir()] == [".prepare.lock"]  # the same folder can be used
+    # Records spread over shards encoded by two workers, in any order: the same records named, in order.
+    sharded = run_chat(tmp_path, data, "--shard-mb", "0.00002", "--workers", "2", output="sharded")
+    assert sharded == (2, "", err)
     status, out, err = run_chat(tmp_path, data, "--drop-unlabeled")
     assert (status, err) == (0, "")
     assert out.splitlines() == [
