@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from hyper_parallel.data.overlong import OVERLONG
+
 __all__ = ["main"]
 
 EXIT_INPUT_ERROR = 2
@@ -55,6 +57,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="Jinja chat template replacing the tokenizer's own",
     )
+    prepare.add_argument(
+        "--overlong",
+        choices=OVERLONG,
+        default=None,
+        help="a conversation longer than the config's training.seq_len: refuse it (error), or say how many "
+        "training will drop or cut (default: the config dataset's overlong, else error)",
+    )
     verify = commands.add_parser("verify", help="check every file of a prepared folder against its checksums")
     verify.add_argument("folder", metavar="DIR")
     return parser
@@ -96,7 +105,14 @@ def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: T
             chat_template=template,
         )
         manifest = prepare(
-            args.inputs, args.output, args.config_file, options=options, workers=args.workers, stream=err
+            args.inputs,
+            args.output,
+            args.config_file,
+            options=options,
+            workers=args.workers,
+            stream=err,
+            overlong=args.overlong,
+            out=out,
         )
     except (InputError, shards.PreparedError, ConfigError) as exc:
         err.write(f"{exc}\n")

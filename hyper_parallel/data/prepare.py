@@ -29,7 +29,7 @@ import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -38,7 +38,8 @@ import numpy as np
 
 from hyper_parallel._disk import write_problem
 from hyper_parallel._json import loads
-from hyper_parallel.data import shards
+from hyper_parallel.data import packing, shards
+from hyper_parallel.data.overlong import Overlong
 
 __all__ = ["InputError", "Piece", "PrepareOptions", "plan", "prepare"]
 
@@ -71,6 +72,8 @@ class PrepareOptions:
     text_field: str = "text"
     shard_bytes: int = 64 << 20
     chat_template: str | None = None
+    train_on: tuple[str, ...] = ("assistant",)
+    drop_unlabeled: bool = False
 
 
 @attrs.frozen
@@ -463,13 +466,23 @@ def _batches(items: Iterator[Any]) -> Iterator[list[Any]]:
 
 
 def encode_pieces(
-    tokenizer: Any, pieces: Sequence[Piece], options: PrepareOptions, dtype: np.dtype[Any]
+    tokenizer: Any,
+    pieces: Sequence[Piece],
+    options: PrepareOptions,
+    dtype: np.dtype[Any],
+    inputs: Mapping[str, int] | None = None,
 ) -> shards.ShardArrays:
     """The shard arrays of ``pieces``: each document encoded, EOS appended where packing needs it.
 
     Documents are encoded a batch at a time into one array per batch (``encode_batch_flat``), and the
-    arrays are joined once per shard: no Python list or array per document on the text path.
+    arrays are joined once per shard: no Python list or array per document on the text path. Chat
+    documents also get their record's ``(input index, line)`` (``inputs``: each file's index; by
+    default the order the pieces name them in).
     """
+    inputs = (
+        inputs if inputs is not None else {f: i for i, f in enumerate(dict.fromkeys(p.file for p in pieces))}
+    )
+    records: list[np.ndarray[Any, Any]] = []
     eos = getattr(tokenizer, "eos_id", None)
     tokens: list[np.ndarray[Any, Any]] = []
     lengths: list[np.ndarray[Any, Any]] = []
@@ -484,6 +497,10 @@ def encode_pieces(
         if piece.format in _CHAT:
             for batch in _batches(chats_of(piece)):
                 encoded = _encode_chats(renderer, batch)
+                lines = [_line_of(where) for where, _ in batch]
+                records.append(
+                    np.column_stack([np.full(len(lines), inputs[piece.file]), lines]).astype(np.int64).ravel()
+                )
                 sizes = np.fromiter((len(i) for i, _ in encoded), dtype=np.int64, count=len(encoded))
                 every = itertools.chain.from_iterable(i for i, _ in encoded)
                 ids = np.fromiter(every, dtype=dtype, count=int(sizes.sum()))
@@ -511,7 +528,15 @@ def encode_pieces(
         offsets,
         np.concatenate(appended) if appended else np.zeros(0, dtype=np.uint8),
         (np.concatenate(masks) if masks else np.zeros(0, dtype=np.uint8)) if chat else None,
+        (np.concatenate(records) if records else np.zeros(0, dtype=np.int64)) if chat else None,
     )
+
+
+def _line_of(where: str) -> int:
+    """The line (or Parquet row) of a record's location, ``FILE:LINE`` or ``FILE: row N``: its last
+    number, which is what a check names it by later (``records.npy``)."""
+    digits = len(where) - len(where.rstrip("0123456789"))
+    return int(where[-digits:]) if digits else 0
 
 
 def _close_with_eos(
@@ -576,22 +601,75 @@ def _encode_chats(
 
 def build_tokenizer(config_file: str) -> Any:
     """The tokenizer of ``config_file``'s ``tokenizer`` group (nothing else of the config is built)."""
+    return _run_settings(config_file)[0]
+
+
+def _run_settings(config_file: str) -> tuple[Any, int | None, Overlong]:
+    """The tokenizer of ``config_file`` (nothing else of the config is built), its ``training.seq_len``
+    and its dataset's ``overlong`` policy (``error`` when its dataset has none)."""
     from hyper_parallel.config import load_config
 
     cfg = load_config(config_file)
     try:
-        return cfg.tokenizer.build(cfg.model.weights_path)
+        tokenizer = cfg.tokenizer.build(cfg.model.weights_path)
     except (OSError, ValueError) as exc:
         raise InputError(f"{config_file}: tokenizer: {exc}") from None
+    seq_len = getattr(getattr(cfg, "training", None), "seq_len", None)
+    dataset = getattr(getattr(cfg, "dataloader", None), "dataset", None)
+    policy: Overlong = getattr(dataset, "overlong", "error")
+    return tokenizer, seq_len if isinstance(seq_len, int) else None, policy
+
+
+def _check_chat_rows(
+    folder: Path,
+    entries: Sequence[dict[str, Any]],
+    names: Sequence[str],
+    seq_len: int,
+    policy: Overlong,
+    where: str,
+) -> list[str]:
+    """The lines saying how the prepared conversations pack into rows of ``seq_len`` (``where``: whose
+    seq_len), or an :class:`InputError` naming the first one longer than it when ``policy`` is ``error``."""
+    lengths, located = [], []
+    for entry in entries:
+        shard = folder / str(entry["name"])
+        offsets = np.load(shard / "offsets.npy", mmap_mode="r")
+        lengths.append(np.diff(offsets) - np.load(shard / "appended.npy", mmap_mode="r"))
+        located.append(np.load(shard / "records.npy", mmap_mode="r").reshape(-1, 2))  # chat shards have it
+    every = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+    over = packing.overlong(every, seq_len)
+    lines = []
+    if over.size:
+        first = int(over[0])
+        index, line = (int(x) for x in np.concatenate(located)[first])
+        if policy == "error":
+            raise InputError(
+                f"{shards.record_where(names[index], line)}: a conversation of {int(every[first])} tokens, "
+                f"longer than training.seq_len {seq_len} of {where} ({over.size} of {every.size} "
+                "conversations are): give --overlong drop or truncate (and set dataloader.dataset.overlong "
+                "to the same), or raise training.seq_len"
+            )
+        done = "dropped" if policy == "drop" else f"cut to {seq_len} tokens"
+        lines.append(
+            f"overlong: {over.size} of {every.size} conversations are longer than seq_len {seq_len}: "
+            f"{done} when training (overlong: {policy})"
+        )
+    sizes, kept = packing.fitted(every, seq_len, policy)
+    rows = packing.pack_rows(sizes, seq_len, kept)
+    lines.append(
+        f"packing at seq_len {seq_len}: {kept.size:,} conversations in {len(rows):,} rows, efficiency "
+        f"{rows.efficiency(sizes, seq_len):.1%} (real tokens / row tokens; no conversation split)"
+    )
+    return lines
 
 
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_init(tokenizer: Any, options: PrepareOptions, dtype: str) -> None:
+def _worker_init(tokenizer: Any, options: PrepareOptions, dtype: str, inputs: Mapping[str, int]) -> None:
     # The tokenizer the main process built, pickled: a worker loads no config, so it starts in the time
     # numpy and the tokenizer library take to import.
-    _WORKER.update(tokenizer=tokenizer, options=options, dtype=np.dtype(dtype))
+    _WORKER.update(tokenizer=tokenizer, options=options, dtype=np.dtype(dtype), inputs=inputs)
 
 
 _Unit = tuple[int, int, list[Piece]]  # shard index, unit index in the shard, pieces
@@ -605,7 +683,9 @@ def _work(task: _Unit) -> _Done:
         return (
             shard,
             unit,
-            encode_pieces(_WORKER["tokenizer"], pieces, _WORKER["options"], _WORKER["dtype"]),
+            encode_pieces(
+                _WORKER["tokenizer"], pieces, _WORKER["options"], _WORKER["dtype"], _WORKER["inputs"]
+            ),
             None,
         )
     except InputError as exc:
@@ -624,11 +704,13 @@ def _join(parts: Sequence[shards.ShardArrays]) -> shards.ShardArrays:
     offsets = np.zeros(sizes.size + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
     masks = [part.mask for part in parts if part.mask is not None]
+    records = [part.records for part in parts if part.records is not None]
     return shards.ShardArrays(
         np.concatenate([part.tokens for part in parts]),
         offsets,
         np.concatenate([part.appended for part in parts]),
         np.concatenate(masks) if masks else None,
+        np.concatenate(records) if records else None,
     )
 
 
@@ -672,15 +754,23 @@ def prepare(
     options: PrepareOptions | None = None,
     workers: int = 1,
     stream: TextIO | None = None,
+    overlong: Overlong | None = None,
+    out: TextIO | None = None,
 ) -> dict[str, Any]:
     """Tokenize ``inputs`` into the prepared folder ``output``; returns the manifest written.
 
     Raises :class:`InputError` for an input or an output folder that cannot be used (nothing is left
-    half-written: only finished shards, which a later run with the same plan keeps).
+    half-written: only finished shards, which a later run with the same plan keeps). Chat data is
+    checked against the config's ``training.seq_len`` before the manifest is written: a conversation
+    longer than it is refused unless ``overlong`` (default: the config dataset's ``overlong``, else
+    ``error``) drops or cuts such ones; the shards never depend on it (the loader applies the policy),
+    so a refused prepare run again with ``--overlong`` keeps them. How the conversations pack (rows,
+    efficiency) is written to ``out``.
     """
     options = options or PrepareOptions()
     stream = stream if stream is not None else sys.stderr
-    tokenizer = build_tokenizer(config_file)
+    tokenizer, seq_len, configured = _run_settings(config_file)
+    overlong = configured if overlong is None else overlong
     template = None
     if options.format == "chat":
         from hyper_parallel.data.chat import ChatRenderer
@@ -711,24 +801,30 @@ def prepare(
                 entries[index] = entry
             else:
                 todo.extend(_units(index, pieces, min(options.shard_bytes, _UNIT_BYTES)))
+        names = {str(r["name"]): i for i, r in enumerate(records)}
         progress = _Progress(stream, len(tasks), len(entries))
         collector = _Collector(folder, todo, entries, progress)
         try:
             if workers <= 1 or len(todo) <= 1:
-                _worker_init(tokenizer, options, dtype.name)
+                _worker_init(tokenizer, options, dtype.name, names)
                 collector.collect(map(_work, todo))
             else:
                 context = multiprocessing.get_context("spawn")
                 with context.Pool(
                     min(workers, len(todo)),
                     initializer=_worker_init,
-                    initargs=(tokenizer, options, dtype.name),
+                    initargs=(tokenizer, options, dtype.name, names),
                 ) as pool:
                     collector.collect(pool.imap_unordered(_work, todo))
         finally:
             progress.close()
             _WORKER.clear()
         ordered = [entries[i] for i in range(len(tasks))]
+        chat = any(p.format in _CHAT for pieces in tasks for p in pieces)
+        if chat and seq_len is not None:
+            report = _check_chat_rows(folder, ordered, list(names), seq_len, overlong, config_file)
+            if out is not None:
+                out.write("".join(f"{line}\n" for line in report))
         manifest = {
             "format": shards.FORMAT,
             "version": shards.FORMAT_VERSION,
@@ -736,7 +832,7 @@ def prepare(
             "dtype": dtype.name,
             "input_format": options.format,
             "text_field": options.text_field,
-            "chat": any(p.format in _CHAT for pieces in tasks for p in pieces),
+            "chat": chat,
             "chat_template_sha256": (
                 None if template is None else hashlib.sha256(template.encode("utf-8")).hexdigest()
             ),

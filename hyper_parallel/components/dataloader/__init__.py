@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from hyper_parallel.components.dataloader.sources import (
+    ChatSource,
     DatasetConfig,
     ImageChatSource,
     JsonlSource,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:  # what ``build`` returns, named here for the packages that bu
     from hyper_parallel.components.dataloader._loader import ResumableLoader as ResumableLoader
 
 __all__ = [
+    "ChatSource",
     "DataLoader",
     "DatasetConfig",
     "ImageChatSource",
