@@ -9,11 +9,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from hyper_parallel.data.overlong import OVERLONG
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    from hyper_parallel.data.prepare import RunSettings
+
+__all__ = ["load_run", "main"]
 
 EXIT_INPUT_ERROR = 2
 
@@ -69,6 +72,28 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def load_run(config_file: str) -> RunSettings:
+    """What ``prepare`` takes of the training config ``config_file``: the tokenizer its ``tokenizer``
+    group builds (nothing else of the config is built, so preparing and training cannot disagree), its
+    ``training.seq_len`` and its dataset's ``overlong`` policy."""
+    from hyper_parallel.config import load_config
+    from hyper_parallel.data.prepare import InputError, RunSettings
+
+    cfg = load_config(config_file)
+    try:
+        tokenizer = cfg.tokenizer.build(cfg.model.weights_path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{config_file}: tokenizer: {exc}") from None
+    seq_len = getattr(getattr(cfg, "training", None), "seq_len", None)
+    dataset = getattr(getattr(cfg, "dataloader", None), "dataset", None)
+    return RunSettings(
+        tokenizer,
+        config_file,
+        seq_len if isinstance(seq_len, int) else None,
+        getattr(dataset, "overlong", "error"),
+    )
+
+
 def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: TextIO | None = None) -> int:
     """Run the command line; returns the exit status."""
     from hyper_parallel.config import ConfigError
@@ -107,7 +132,7 @@ def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: T
         manifest = prepare(
             args.inputs,
             args.output,
-            args.config_file,
+            load_run(args.config_file),
             options=options,
             workers=args.workers,
             stream=err,

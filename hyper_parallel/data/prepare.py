@@ -1,8 +1,9 @@
 """``prepare``: tokenize text once into the memory-mapped shards training reads (format: ``shards``).
 
-The tokenizer is exactly the one the config's ``tokenizer`` group builds (the config is resolved with
-``load_config`` and only its tokenizer is built), so preparing and training cannot disagree; the manifest
-records its fingerprint and training refuses shards prepared with another.
+The tokenizer is exactly the one the config's ``tokenizer`` group builds (the command line resolves the
+config with ``load_config`` and builds only its tokenizer: :class:`RunSettings`), so preparing and
+training cannot disagree; the manifest records its fingerprint and training refuses shards prepared with
+another.
 
 The work is planned from the inputs alone, before any tokenizing: each ``.jsonl`` (or chat) file is cut at
 line boundaries into pieces of about 4 MiB (``_UNIT_BYTES``, or ``shard_bytes`` when smaller), ``.txt``
@@ -41,7 +42,7 @@ from hyper_parallel._json import loads
 from hyper_parallel.data import packing, shards
 from hyper_parallel.data.overlong import Overlong
 
-__all__ = ["InputError", "Piece", "PrepareOptions", "plan", "prepare"]
+__all__ = ["InputError", "Piece", "PrepareOptions", "RunSettings", "plan", "prepare"]
 
 _CHAT = ("chat", "chat-parquet")
 _ROW_GROUPS = ("parquet", "chat-parquet")
@@ -599,25 +600,19 @@ def _encode_chats(
     return encoded
 
 
-def build_tokenizer(config_file: str) -> Any:
-    """The tokenizer of ``config_file``'s ``tokenizer`` group (nothing else of the config is built)."""
-    return _run_settings(config_file)[0]
+@attrs.frozen
+class RunSettings:
+    """What ``prepare`` takes of the training config (resolved by the command line, ``__main__``, so
+    that this module, which the ``chat`` source encodes with, never imports the config package)."""
 
-
-def _run_settings(config_file: str) -> tuple[Any, int | None, Overlong]:
-    """The tokenizer of ``config_file`` (nothing else of the config is built), its ``training.seq_len``
-    and its dataset's ``overlong`` policy (``error`` when its dataset has none)."""
-    from hyper_parallel.config import load_config
-
-    cfg = load_config(config_file)
-    try:
-        tokenizer = cfg.tokenizer.build(cfg.model.weights_path)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{config_file}: tokenizer: {exc}") from None
-    seq_len = getattr(getattr(cfg, "training", None), "seq_len", None)
-    dataset = getattr(getattr(cfg, "dataloader", None), "dataset", None)
-    policy: Overlong = getattr(dataset, "overlong", "error")
-    return tokenizer, seq_len if isinstance(seq_len, int) else None, policy
+    #: The tokenizer the config's ``tokenizer`` group builds (nothing else of the config is built).
+    tokenizer: Any
+    #: The config file, as messages name it.
+    config_file: str
+    #: Its ``training.seq_len`` (None: the config has none), which chat data is checked against.
+    seq_len: int | None = None
+    #: Its dataset's ``overlong`` policy (``error`` when its dataset has none).
+    overlong: Overlong = "error"
 
 
 def _check_chat_rows(
@@ -749,7 +744,7 @@ def _piece_bytes(pieces: Sequence[Piece]) -> int:
 def prepare(
     inputs: Sequence[str],
     output: str,
-    config_file: str,
+    run: RunSettings,
     *,
     options: PrepareOptions | None = None,
     workers: int = 1,
@@ -757,20 +752,20 @@ def prepare(
     overlong: Overlong | None = None,
     out: TextIO | None = None,
 ) -> dict[str, Any]:
-    """Tokenize ``inputs`` into the prepared folder ``output``; returns the manifest written.
+    """Tokenize ``inputs`` into the prepared folder ``output`` with ``run``'s tokenizer; returns the
+    manifest written.
 
     Raises :class:`InputError` for an input or an output folder that cannot be used (nothing is left
     half-written: only finished shards, which a later run with the same plan keeps). Chat data is
     checked against the config's ``training.seq_len`` before the manifest is written: a conversation
-    longer than it is refused unless ``overlong`` (default: the config dataset's ``overlong``, else
-    ``error``) drops or cuts such ones; the shards never depend on it (the loader applies the policy),
-    so a refused prepare run again with ``--overlong`` keeps them. How the conversations pack (rows,
-    efficiency) is written to ``out``.
+    longer than it is refused unless ``overlong`` (default: ``run.overlong``) drops or cuts such ones;
+    the shards never depend on it (the loader applies the policy), so a refused prepare run again with
+    ``--overlong`` keeps them. How the conversations pack (rows, efficiency) is written to ``out``.
     """
     options = options or PrepareOptions()
     stream = stream if stream is not None else sys.stderr
-    tokenizer, seq_len, configured = _run_settings(config_file)
-    overlong = configured if overlong is None else overlong
+    tokenizer, seq_len, config_file = run.tokenizer, run.seq_len, run.config_file
+    overlong = run.overlong if overlong is None else overlong
     template = None
     if options.format == "chat":
         from hyper_parallel.data.chat import ChatRenderer

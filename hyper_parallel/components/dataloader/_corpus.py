@@ -295,7 +295,7 @@ class ChatRows(Samples):
         at = 0
         for number, doc in enumerate(self.rows.row(index).tolist()):
             tokens, mask = self.corpus.document(doc)
-            tokens = tokens[: self.seq_len]
+            tokens = tokens[: self.seq_len].astype(np.int64)
             end = at + tokens.shape[0]
             ids[at:end] = tokens
             trained = np.ones(tokens.shape[0], dtype=bool) if mask is None else mask[: tokens.shape[0]] != 0
