@@ -3,7 +3,10 @@
 Part of ``DataLoader``. With ``pack_sequences`` every document ends with EOS and the documents are
 concatenated and cut into windows of ``seq_len`` tokens (the incomplete tail is dropped); a packed sample
 also carries ``document_ids`` when ``document_masking`` is on. Otherwise each document is one sample, cut
-or padded with the pad id on the tokenizer's ``padding_side`` (padded labels are ``ignore_index``).
+or padded with the pad id on the tokenizer's ``padding_side`` (padded labels are ``ignore_index``). Chat
+data (``chat_samples``: a prepared chat folder, or the ``chat`` source) is never cut that way: each row
+holds whole conversations, bin-packed and padded, and a conversation longer than ``seq_len`` follows the
+dataset's ``overlong`` policy (``_overlong``).
 ``labels`` is aligned with ``input_ids`` (the loss shifts). ``max_samples`` keeps the first samples.
 
 - ``synthetic``: ``synthetic_num_samples`` windows of uniform random token ids (reproducible per index).
