@@ -630,7 +630,7 @@ def _check_chat_rows(
         shard = folder / str(entry["name"])
         offsets = np.load(shard / "offsets.npy", mmap_mode="r")
         lengths.append(np.diff(offsets) - np.load(shard / "appended.npy", mmap_mode="r"))
-        located.append(np.load(shard / "records.npy", mmap_mode="r").reshape(-1, 2))  # chat shards have it
+        located.append(np.load(shard / "records.npy", mmap_mode="r").reshape(-1, 2))  # every chat shard's
     every = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
     over = packing.overlong(every, seq_len)
     lines = []

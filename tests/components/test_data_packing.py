@@ -273,3 +273,24 @@ def test_a_bad_chat_file_is_located_before_anything_is_built(tmp_path: Path) -> 
     with pytest.raises(InputFileError) as refused:
         ChatSource(paths=(str(bad),)).check_files()
     assert str(refused.value) == f"{bad}:1: no 'messages' list"
+
+
+def test_document_ids_of_windows_across_shards_and_a_held_out_split() -> None:
+    from hyper_parallel.components.dataloader._corpus import Corpus
+    from hyper_parallel.data.shards import ShardArrays
+
+    rng = np.random.default_rng(3)
+    shards, every = [], []
+    for _ in range(3):
+        lengths = rng.integers(1, 9, size=7)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        shards.append(ShardArrays(rng.integers(0, 50, int(offsets[-1])), offsets, np.zeros(7, np.uint8)))
+        every.extend(lengths.tolist())
+    corpus = Corpus(shards, first=2, documents=17)
+    selected = every[2:19]
+    owner = np.repeat(np.arange(len(selected)), selected)  # each token's document, from the lengths
+    samples = PackedSamples(corpus, 6, corpus.tokens // 6, True, -100)
+    for index in range(len(samples)):
+        window = owner[index * 6 : (index + 1) * 6]
+        expected = np.cumsum(np.concatenate([[0], window[1:] != window[:-1]]))
+        assert samples[index]["document_ids"].tolist() == expected.tolist()
