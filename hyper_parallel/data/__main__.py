@@ -9,9 +9,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-__all__ = ["main"]
+from hyper_parallel.data.overlong import OVERLONG
+
+if TYPE_CHECKING:
+    from hyper_parallel.data.prepare import RunSettings
+
+__all__ = ["load_run", "main"]
 
 EXIT_INPUT_ERROR = 2
 
@@ -66,9 +71,38 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="chat: leave out the records that carry no label (default: refuse them)",
     )
+    prepare.add_argument(
+        "--overlong",
+        choices=OVERLONG,
+        default=None,
+        help="a conversation longer than the config's training.seq_len: refuse it (error), or say how many "
+        "training will drop or cut (default: the config dataset's overlong, else error)",
+    )
     verify = commands.add_parser("verify", help="check every file of a prepared folder against its checksums")
     verify.add_argument("folder", metavar="DIR")
     return parser
+
+
+def load_run(config_file: str) -> RunSettings:
+    """What ``prepare`` takes of the training config ``config_file``: the tokenizer its ``tokenizer``
+    group builds (nothing else of the config is built, so preparing and training cannot disagree), its
+    ``training.seq_len`` and its dataset's ``overlong`` policy."""
+    from hyper_parallel.config import load_config
+    from hyper_parallel.data.prepare import InputError, RunSettings
+
+    cfg = load_config(config_file)
+    try:
+        tokenizer = cfg.tokenizer.build(cfg.model.weights_path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{config_file}: tokenizer: {exc}") from None
+    seq_len = getattr(getattr(cfg, "training", None), "seq_len", None)
+    dataset = getattr(getattr(cfg, "dataloader", None), "dataset", None)
+    return RunSettings(
+        tokenizer,
+        config_file,
+        seq_len if isinstance(seq_len, int) else None,
+        getattr(dataset, "overlong", "error"),
+    )
 
 
 def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: TextIO | None = None) -> int:
@@ -117,7 +151,14 @@ def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: T
             drop_unlabeled=args.drop_unlabeled,
         )
         manifest = prepare(
-            args.inputs, args.output, args.config_file, options=options, workers=args.workers, stream=err
+            args.inputs,
+            args.output,
+            load_run(args.config_file),
+            options=options,
+            workers=args.workers,
+            stream=err,
+            overlong=args.overlong,
+            out=out,
         )
     except (InputError, shards.PreparedError, ConfigError) as exc:
         err.write(f"{exc}\n")

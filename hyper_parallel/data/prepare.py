@@ -1,8 +1,9 @@
 """``prepare``: tokenize text once into the memory-mapped shards training reads (format: ``shards``).
 
-The tokenizer is exactly the one the config's ``tokenizer`` group builds (the config is resolved with
-``load_config`` and only its tokenizer is built), so preparing and training cannot disagree; the manifest
-records its fingerprint and training refuses shards prepared with another.
+The tokenizer is exactly the one the config's ``tokenizer`` group builds (the command line resolves the
+config with ``load_config`` and builds only its tokenizer: :class:`RunSettings`), so preparing and
+training cannot disagree; the manifest records its fingerprint and training refuses shards prepared with
+another.
 
 The work is planned from the inputs alone, before any tokenizing: each ``.jsonl`` (or chat) file is cut at
 line boundaries into pieces of about 4 MiB (``_UNIT_BYTES``, or ``shard_bytes`` when smaller), ``.txt``
@@ -37,7 +38,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -46,9 +47,19 @@ import numpy as np
 
 from hyper_parallel._disk import write_problem
 from hyper_parallel._json import loads
-from hyper_parallel.data import shards
+from hyper_parallel.data import packing, shards
+from hyper_parallel.data.overlong import Overlong
 
-__all__ = ["InputError", "Piece", "PrepareOptions", "Unlabeled", "plan", "prepare"]
+__all__ = [
+    "InputError",
+    "Piece",
+    "PrepareOptions",
+    "RunSettings",
+    "Unlabeled",
+    "check_labels",
+    "plan",
+    "prepare",
+]
 
 _CHAT = ("chat", "chat-parquet")
 _ROW_GROUPS = ("parquet", "chat-parquet")
@@ -520,15 +531,22 @@ def encode_pieces(
     options: PrepareOptions,
     dtype: np.dtype[Any],
     unlabeled: Unlabeled | None = None,
+    inputs: Mapping[str, int] | None = None,
 ) -> shards.ShardArrays:
     """The shard arrays of ``pieces``: each document encoded, EOS appended where packing needs it.
 
     Documents are encoded a batch at a time into one array per batch (``encode_batch_flat``), and the
-    arrays are joined once per shard: no Python list or array per document on the text path.
+    arrays are joined once per shard: no Python list or array per document on the text path. Chat
+    documents also get their record's ``(input index, line)`` (``inputs``: each file's index; by
+    default the order the pieces name them in).
 
     A chat record that carries no label is left out when ``options.drop_unlabeled``; either way it is
     counted in ``unlabeled`` (without one, a kept record is an ``InputError`` at its place).
     """
+    inputs = (
+        inputs if inputs is not None else {f: i for i, f in enumerate(dict.fromkeys(p.file for p in pieces))}
+    )
+    records: list[np.ndarray[Any, Any]] = []
     eos = getattr(tokenizer, "eos_id", None)
     tokens: list[np.ndarray[Any, Any]] = []
     lengths: list[np.ndarray[Any, Any]] = []
@@ -542,7 +560,12 @@ def encode_pieces(
     for piece in pieces:
         if piece.format in _CHAT:
             for batch in _batches(chats_of(piece)):
-                encoded = _labelled(_encode_chats(renderer, batch), batch, options, unlabeled)
+                kept = _labelled(_encode_chats(renderer, batch), batch, options, unlabeled)
+                encoded = [pair for _, pair in kept]
+                lines = [_line_of(where) for where, _ in kept]
+                records.append(
+                    np.column_stack([np.full(len(lines), inputs[piece.file]), lines]).astype(np.int64).ravel()
+                )
                 sizes = np.fromiter((len(i) for i, _ in encoded), dtype=np.int64, count=len(encoded))
                 every = itertools.chain.from_iterable(i for i, _ in encoded)
                 ids = np.fromiter(every, dtype=dtype, count=int(sizes.sum()))
@@ -570,7 +593,15 @@ def encode_pieces(
         offsets,
         np.concatenate(appended) if appended else np.zeros(0, dtype=np.uint8),
         (np.concatenate(masks) if masks else np.zeros(0, dtype=np.uint8)) if chat else None,
+        (np.concatenate(records) if records else np.zeros(0, dtype=np.int64)) if chat else None,
     )
+
+
+def _line_of(where: str) -> int:
+    """The line (or Parquet row) of a record's location, ``FILE:LINE`` or ``FILE: row N``: its last
+    number, which is what a check names it by later (``records.npy``)."""
+    digits = len(where) - len(where.rstrip("0123456789"))
+    return int(where[-digits:]) if digits else 0
 
 
 def _close_with_eos(
@@ -607,19 +638,20 @@ def _labelled(
     batch: Sequence[tuple[str, object]],
     options: PrepareOptions,
     unlabeled: Unlabeled | None,
-) -> list[tuple[list[int], list[int]]]:
-    """``encoded`` with the records that carry no label counted, and left out when dropping them."""
-    kept = []
+) -> list[tuple[str, tuple[list[int], list[int]]]]:
+    """``encoded`` with its records' locations, the records that carry no label counted, and left out
+    when dropping them."""
+    kept: list[tuple[str, tuple[list[int], list[int]]]] = []
     for (where, _), (ids, mask) in zip(batch, encoded, strict=True):
         if any(mask):
-            kept.append((ids, mask))
+            kept.append((where, (ids, mask)))
             continue
         if unlabeled is None and not options.drop_unlabeled:
             raise InputError(f"{where}: {_unlabeled_problem(options)}")
         if unlabeled is not None:
             unlabeled.add(where)
         if not options.drop_unlabeled:
-            kept.append((ids, mask))
+            kept.append((where, (ids, mask)))
     return kept
 
 
@@ -658,24 +690,71 @@ def _encode_chats(
     return encoded
 
 
-def build_tokenizer(config_file: str) -> Any:
-    """The tokenizer of ``config_file``'s ``tokenizer`` group (nothing else of the config is built)."""
-    from hyper_parallel.config import load_config
+@attrs.frozen
+class RunSettings:
+    """What ``prepare`` takes of the training config (resolved by the command line, ``__main__``, so
+    that this module, which the ``chat`` source encodes with, never imports the config package)."""
 
-    cfg = load_config(config_file)
-    try:
-        return cfg.tokenizer.build(cfg.model.weights_path)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{config_file}: tokenizer: {exc}") from None
+    #: The tokenizer the config's ``tokenizer`` group builds (nothing else of the config is built).
+    tokenizer: Any
+    #: The config file, as messages name it.
+    config_file: str
+    #: Its ``training.seq_len`` (None: the config has none), which chat data is checked against.
+    seq_len: int | None = None
+    #: Its dataset's ``overlong`` policy (``error`` when its dataset has none).
+    overlong: Overlong = "error"
+
+
+def _check_chat_rows(
+    folder: Path,
+    entries: Sequence[dict[str, Any]],
+    names: Sequence[str],
+    seq_len: int,
+    policy: Overlong,
+    where: str,
+) -> list[str]:
+    """The lines saying how the prepared conversations pack into rows of ``seq_len`` (``where``: whose
+    seq_len), or an :class:`InputError` naming the first one longer than it when ``policy`` is ``error``."""
+    lengths, located = [], []
+    for entry in entries:
+        shard = folder / str(entry["name"])
+        offsets = np.load(shard / "offsets.npy", mmap_mode="r")
+        lengths.append(np.diff(offsets) - np.load(shard / "appended.npy", mmap_mode="r"))
+        located.append(np.load(shard / "records.npy", mmap_mode="r").reshape(-1, 2))  # every chat shard's
+    every = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+    over = packing.overlong(every, seq_len)
+    lines = []
+    if over.size:
+        first = int(over[0])
+        index, line = (int(x) for x in np.concatenate(located)[first])
+        if policy == "error":
+            raise InputError(
+                f"{shards.record_where(names[index], line)}: a conversation of {int(every[first])} tokens, "
+                f"longer than training.seq_len {seq_len} of {where} ({over.size} of {every.size} "
+                "conversations are): give --overlong drop or truncate (and set dataloader.dataset.overlong "
+                "to the same), or raise training.seq_len"
+            )
+        done = "dropped" if policy == "drop" else f"cut to {seq_len} tokens"
+        lines.append(
+            f"overlong: {over.size} of {every.size} conversations are longer than seq_len {seq_len}: "
+            f"{done} when training (overlong: {policy})"
+        )
+    sizes, kept = packing.fitted(every, seq_len, policy)
+    rows = packing.pack_rows(sizes, seq_len, kept)
+    lines.append(
+        f"packing at seq_len {seq_len}: {kept.size:,} conversations in {len(rows):,} rows, efficiency "
+        f"{rows.efficiency(sizes, seq_len):.1%} (real tokens / row tokens; no conversation split)"
+    )
+    return lines
 
 
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_init(tokenizer: Any, options: PrepareOptions, dtype: str) -> None:
+def _worker_init(tokenizer: Any, options: PrepareOptions, dtype: str, inputs: Mapping[str, int]) -> None:
     # The tokenizer the main process built, pickled: a worker loads no config, so it starts in the time
     # numpy and the tokenizer library take to import.
-    _WORKER.update(tokenizer=tokenizer, options=options, dtype=np.dtype(dtype))
+    _WORKER.update(tokenizer=tokenizer, options=options, dtype=np.dtype(dtype), inputs=inputs)
 
 
 _Unit = tuple[int, int, list[Piece]]  # shard index, unit index in the shard, pieces
@@ -688,7 +767,9 @@ def _work(task: _Unit) -> _Done:
     shard, unit, pieces = task
     unlabeled = Unlabeled()
     try:
-        arrays = encode_pieces(_WORKER["tokenizer"], pieces, _WORKER["options"], _WORKER["dtype"], unlabeled)
+        arrays = encode_pieces(
+            _WORKER["tokenizer"], pieces, _WORKER["options"], _WORKER["dtype"], unlabeled, _WORKER["inputs"]
+        )
     except InputError as exc:
         return shard, unit, None, str(exc)
     return shard, unit, (arrays, unlabeled), None
@@ -706,11 +787,13 @@ def _join(parts: Sequence[shards.ShardArrays]) -> shards.ShardArrays:
     offsets = np.zeros(sizes.size + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
     masks = [part.mask for part in parts if part.mask is not None]
+    records = [part.records for part in parts if part.records is not None]
     return shards.ShardArrays(
         np.concatenate([part.tokens for part in parts]),
         offsets,
         np.concatenate([part.appended for part in parts]),
         np.concatenate(masks) if masks else None,
+        np.concatenate(records) if records else None,
     )
 
 
@@ -749,20 +832,28 @@ def _piece_bytes(pieces: Sequence[Piece]) -> int:
 def prepare(
     inputs: Sequence[str],
     output: str,
-    config_file: str,
+    run: RunSettings,
     *,
     options: PrepareOptions | None = None,
     workers: int = 1,
     stream: TextIO | None = None,
+    overlong: Overlong | None = None,
+    out: TextIO | None = None,
 ) -> dict[str, Any]:
-    """Tokenize ``inputs`` into the prepared folder ``output``; returns the manifest written.
+    """Tokenize ``inputs`` into the prepared folder ``output`` with ``run``'s tokenizer; returns the
+    manifest written.
 
     Raises :class:`InputError` for an input or an output folder that cannot be used (nothing is left
-    half-written: only finished shards, which a later run with the same plan keeps).
+    half-written: only finished shards, which a later run with the same plan keeps). Chat data is
+    checked against the config's ``training.seq_len`` before the manifest is written: a conversation
+    longer than it is refused unless ``overlong`` (default: ``run.overlong``) drops or cuts such ones;
+    the shards never depend on it (the loader applies the policy), so a refused prepare run again with
+    ``--overlong`` keeps them. How the conversations pack (rows, efficiency) is written to ``out``.
     """
     options = options or PrepareOptions()
     stream = stream if stream is not None else sys.stderr
-    tokenizer = build_tokenizer(config_file)
+    tokenizer, seq_len, config_file = run.tokenizer, run.seq_len, run.config_file
+    overlong = run.overlong if overlong is None else overlong
     template = None
     if options.format == "chat":
         from hyper_parallel.data.chat import ChatRenderer, train_on_problem
@@ -796,18 +887,19 @@ def prepare(
                 entries[index] = entry
             else:
                 todo.extend(_units(index, pieces, min(options.shard_bytes, _UNIT_BYTES)))
+        names = {str(r["name"]): i for i, r in enumerate(records)}
         progress = _Progress(stream, len(tasks), len(entries))
         collector = _Collector(folder, todo, entries, progress)
         try:
             if workers <= 1 or len(todo) <= 1:
-                _worker_init(tokenizer, options, dtype.name)
+                _worker_init(tokenizer, options, dtype.name, names)
                 collector.collect(map(_work, todo))
             else:
                 context = multiprocessing.get_context("spawn")
                 with context.Pool(
                     min(workers, len(todo)),
                     initializer=_worker_init,
-                    initargs=(tokenizer, options, dtype.name),
+                    initargs=(tokenizer, options, dtype.name, names),
                 ) as pool:
                     collector.collect(pool.imap_unordered(_work, todo))
         finally:
@@ -816,6 +908,10 @@ def prepare(
         ordered = [entries[i] for i in range(len(tasks))]
         chat = any(p.format in _CHAT for pieces in tasks for p in pieces)
         labels = _labels(folder, len(tasks), ordered, options) if chat else None
+        if chat and seq_len is not None:
+            report = _check_chat_rows(folder, ordered, list(names), seq_len, overlong, config_file)
+            if out is not None:
+                out.write("".join(f"{line}\n" for line in report))
         manifest = {
             "format": shards.FORMAT,
             "version": shards.FORMAT_VERSION,
@@ -847,21 +943,29 @@ def _labels(folder: Path, count: int, entries: Sequence[dict[str, Any]], options
         unlabeled.count += int(entry.get("unlabeled", 0))
         unlabeled.first.extend(entry.get("unlabeled_at", [])[: _NAMED - len(unlabeled.first)])
     labels = sum(int(entry.get("label_tokens", 0)) for entry in entries)
-    if unlabeled.count and not options.drop_unlabeled:
+    try:
+        check_labels(unlabeled, labels, options, str(folder), "--drop-unlabeled")
+    except InputError:
         _discard(folder, count)
+        raise
+    return labels
+
+
+def check_labels(unlabeled: Unlabeled, labels: int, options: PrepareOptions, where: str, drop: str) -> None:
+    """Refuse (``InputError``) kept records that carry no label (``drop`` names the option that leaves
+    them out), or a corpus at ``where`` in which no token carries one: a run would train on nothing."""
+    if unlabeled.count and not options.drop_unlabeled:
         named = ", ".join(unlabeled.first) + (", ..." if unlabeled.count > len(unlabeled.first) else "")
         raise InputError(
             f"{unlabeled.first[0]}: {_unlabeled_problem(options)}; {unlabeled.count:,} record(s) in all "
-            f"carry none ({named}): fix them, or leave them out with --drop-unlabeled"
+            f"carry none ({named}): fix them, or leave them out with {drop}"
         )
     if labels == 0:
-        _discard(folder, count)
         dropped = f" ({unlabeled.count:,} record(s) without one dropped)" if unlabeled.count else ""
         raise InputError(
-            f"{folder}: no token carries a label{dropped}: a run would train on nothing "
+            f"{where}: no token carries a label{dropped}: a run would train on nothing "
             f"(train_on: {', '.join(options.train_on)})"
         )
-    return labels
 
 
 def _discard(folder: Path, count: int) -> None:

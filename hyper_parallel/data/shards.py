@@ -8,12 +8,16 @@ One module owns the format so that the writer (``python -m hyper_parallel.data p
     shard-00000/offsets.npy    int64, documents + 1 entries: document d is tokens[offsets[d]:offsets[d+1]]
     shard-00000/appended.npy   uint8 per document: 1 where prepare appended the EOS packing needs
     shard-00000/mask.npy       uint8 per token, chat data only: 1 on the tokens trained on (labels)
+    shard-00000/records.npy    int64, 2 per document, chat data only: the input (its index in the
+                               manifest's inputs) and line (a Parquet row) of the record it comes from
 
 Every array is a plain ``.npy`` file, read with ``numpy.load(mmap_mode="r", allow_pickle=False)``: nothing
 is loaded into memory until a sample touches it, and nothing read can run code. A document is stored as the
 tokenizer encodes it, plus the EOS that packing separates documents with when the encoding does not end
 with one (``appended`` says where, so unpacked samples can leave it out again): the packed stream of a
-corpus is its shards' ``tokens`` end to end, exactly what the in-memory sources pack.
+corpus is its shards' ``tokens`` end to end, exactly what the in-memory sources pack. ``records`` lets a
+check name a conversation (one longer than ``seq_len``) as ``FILE:LINE``; folders prepared before it was
+written are read as well (their conversations are named by folder and document number).
 
 A shard is written under a temporary name and renamed into place when complete, so an interrupted prepare
 keeps every finished shard; the manifest records each file's size and SHA-256 (and a quick digest of its
@@ -51,6 +55,7 @@ __all__ = [
     "finished_shard",
     "open_prepared",
     "read_manifest",
+    "record_where",
     "shard_name",
     "token_dtype",
     "tokenizer_fingerprint",
@@ -67,7 +72,7 @@ SHARD_ENTRY = "shard.json"
 
 #: Bytes hashed at each end of a file for the quick digest checked at start-up.
 _QUICK_BYTES = 1 << 20
-_ARRAYS = ("tokens", "offsets", "appended", "mask")
+_ARRAYS = ("tokens", "offsets", "appended", "mask", "records")
 #: Offsets checked at a time when a shard is opened.
 _OFFSETS_BLOCK = 1 << 20
 #: Mask entries counted at a time (a memory-mapped mask is read in blocks: memory stays flat).
@@ -136,6 +141,8 @@ class ShardArrays:
     offsets: npt.NDArray[np.int64]
     appended: npt.NDArray[np.uint8]
     mask: npt.NDArray[np.uint8] | None = None
+    #: ``(input index, line)`` of each document's record, interleaved (chat data; None before it existed).
+    records: npt.NDArray[np.int64] | None = None
 
     @property
     def documents(self) -> int:
@@ -268,7 +275,7 @@ def _manifest_problem(manifest: Mapping[str, Any]) -> str | None:
         files = entry.get("files")
         required = {"tokens", "offsets", "appended"}
         if not isinstance(files, dict) or not required <= set(files) <= set(_ARRAYS):
-            return f"shard {name}: its files are not {sorted(required)} (and optionally mask)"
+            return f"shard {name}: its files are not {sorted(required)} (and optionally mask, records)"
         for key, recorded in files.items():
             if not (
                 isinstance(recorded, dict)
@@ -380,7 +387,9 @@ def open_prepared(
             for key in _ARRAYS
             if key in files
         }
-        shard = ShardArrays(arrays["tokens"], arrays["offsets"], arrays["appended"], arrays.get("mask"))
+        shard = ShardArrays(
+            arrays["tokens"], arrays["offsets"], arrays["appended"], arrays.get("mask"), arrays.get("records")
+        )
         if shard.documents != entry.get("documents") or shard.tokens.shape[0] != entry.get("tokens"):
             raise PreparedError(where, "its arrays disagree with the manifest's counts")
         problem = _arrays_problem(shard)
@@ -410,6 +419,8 @@ def _arrays_problem(shard: ShardArrays) -> str | None:
         return f"appended.npy has {shard.appended.shape[0]} entries for {shard.documents} documents"
     if shard.mask is not None and shard.mask.shape[0] != count:
         return f"mask.npy has {shard.mask.shape[0]} entries for {count} tokens"
+    if shard.records is not None and shard.records.shape[0] != 2 * shard.documents:
+        return f"records.npy has {shard.records.shape[0]} entries for {shard.documents} documents (2 each)"
     return None
 
 
@@ -431,6 +442,11 @@ def verify(folder: str | os.PathLike[str]) -> list[str]:
             if not path.is_file() or file_digest(path) != recorded.get("sha256"):
                 bad.append(str(path))
     return bad
+
+
+def record_where(name: str, line: int) -> str:
+    """Where a record of input ``name`` is: ``FILE:LINE``, or ``FILE: row N`` in a Parquet file."""
+    return f"{name}: row {line}" if name.endswith(".parquet") else f"{name}:{line}"
 
 
 def shard_name(index: int) -> str:

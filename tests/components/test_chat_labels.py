@@ -181,7 +181,7 @@ def test_openai_sharegpt_and_alpaca_records_give_the_same_ids_and_labels(tmp_pat
         (said, [0] * (len(said) - 3) + [1, 1, 1])
     ]
     tokens = 4 * len(HI_YO) + len(said)
-    assert out.splitlines()[1] == f"{tmp_path / 'out'}: 15 tokens carry labels ({15 / tokens:.1%} of all)"
+    assert out.splitlines()[-1] == f"{tmp_path / 'out'}: 15 tokens carry labels ({15 / tokens:.1%} of all)"
     manifest = shards.open_prepared(tmp_path / "out").manifest
     assert (manifest["label_tokens"], manifest["unlabeled_dropped"], manifest["tokens"]) == (15, 0, tokens)
 
@@ -267,7 +267,7 @@ def test_train_on_user_labels_the_user_content_and_its_newline(tmp_path: Path) -
     ((ids, mask),) = documents(tmp_path / "out")
     assert ids == HI_YO
     assert mask == [0] * len(USER_HEAD) + [1, 1, 1] + [0] * len(ASSISTANT_HEAD) + [1, 1, 1]
-    assert out.splitlines()[1] == f"{tmp_path / 'out'}: 6 tokens carry labels ({6 / len(HI_YO):.1%} of all)"
+    assert out.splitlines()[-1] == f"{tmp_path / 'out'}: 6 tokens carry labels ({6 / len(HI_YO):.1%} of all)"
 
 
 @pytest.mark.parametrize(
@@ -316,6 +316,8 @@ def test_records_without_a_trained_turn_are_counted_and_refused_then_dropped_on_
     status, out, err = run_chat(tmp_path, data, "--drop-unlabeled")
     assert (status, err) == (0, "")
     assert out.splitlines() == [
+        f"packing at seq_len 2048: 1 conversations in 1 rows, efficiency {len(HI_YO) / 2048:.1%} (real tokens / "
+        "row tokens; no conversation split)",
         f"{tmp_path / 'out'}: 1 documents, {len(HI_YO)} tokens in 1 shard(s) (uint16)",
         f"{tmp_path / 'out'}: 3 tokens carry labels ({3 / len(HI_YO):.1%} of all); "
         "6 record(s) without one dropped",

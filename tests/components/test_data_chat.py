@@ -15,6 +15,7 @@ from hyper_parallel.components.dataloader._corpus import Corpus  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer, HuggingFaceTokenizer  # noqa: E402
 from hyper_parallel.data import shards  # noqa: E402
 from hyper_parallel.data.chat import builtin_chat  # noqa: E402
+from hyper_parallel.data.packing import pack_rows  # noqa: E402
 from tests.support.prepared import folder_bytes, prepare, run_prepare, tokenizer_config  # noqa: E402
 
 #: Qwen's ChatML layout, with the generation marks transformers reads for the assistant mask.
@@ -135,11 +136,16 @@ def test_only_assistant_tokens_carry_labels(tmp_path: Path, pack: bool) -> None:
     cfg = TextDataLoader.Config(num_workers=0, pin_memory=False, shuffle=False, dataset=dataset)
     loader = cfg.build(LoaderRequest(tok, 0, 1, seq_len=64, micro_batch_size=2, seed=0))
     batch = next(iter(loader))
-    if pack:
-        stream = np.concatenate([s.tokens for s in shards.open_prepared(out).shards])
-        mask = np.concatenate([s.mask for s in shards.open_prepared(out).shards if s.mask is not None])
-        ids = torch.from_numpy(stream[:128].astype(np.int64)).reshape(2, 64)
-        trained = torch.from_numpy(mask[:128] == 1).reshape(2, 64)
+    if pack:  # rows of whole conversations (as encoded: no appended EOS), padded
+        docs = documents(out)
+        rows = pack_rows(np.asarray([len(ids) for ids, _ in docs]), 64)
+        ids = torch.full((2, 64), tok.pad_id)
+        trained = torch.zeros((2, 64), dtype=torch.bool)
+        for row in range(2):
+            row_ids = [t for d in rows.row(row).tolist() for t in docs[d][0]]
+            row_mask = [m for d in rows.row(row).tolist() for m in docs[d][1]]
+            ids[row, : len(row_ids)] = torch.tensor(row_ids)
+            trained[row, : len(row_ids)] = torch.tensor(row_mask) == 1
     else:
         (first, first_mask), (second, second_mask) = documents(out)[:2]
         ids = torch.full((2, 64), tok.pad_id)

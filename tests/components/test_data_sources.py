@@ -135,8 +135,8 @@ def test_a_field_no_chosen_source_reads_is_refused_naming_those_that_do() -> Non
     assert [(i.path, i.message) for i in info.value.issues] == [
         (
             "dataloader.dataset.document_masking",
-            "is only read when source is 'jsonl', 'text', 'tokenized' or 'python_docs' (source is "
-            "'shapes'); leave it out",
+            "is only read when source is 'jsonl', 'text', 'tokenized', 'chat' or 'python_docs' (source "
+            "is 'shapes'); leave it out",
         )
     ]
 

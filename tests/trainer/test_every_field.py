@@ -80,6 +80,9 @@ WIRED: dict[str, str] = {
         "components/test_data_tokenized.py::test_a_held_out_fraction_never_shares_a_document_with_training"
     ),
     "dataloader.dataset.split": "components/test_data_tokenized.py::test_a_held_out_fraction_never_shares_a_document_with_training",
+    "dataloader.dataset.overlong": "components/test_data_packing.py::test_the_loader_refuses_drops_or_cuts_an_overlong_conversation",
+    "dataloader.dataset.train_on": "components/test_data_packing.py::test_the_chat_source_passes_its_label_options_to_prepare",
+    "dataloader.dataset.drop_unlabeled": "components/test_data_packing.py::test_the_chat_source_passes_its_label_options_to_prepare",
     # optimizer
     "optimizer.lr": "components/test_optimizer.py::test_adamw_honours_every_field",
     "optimizer.weight_decay": "components/test_optimizer.py::test_adamw_step_decays_only_the_decay_group",
@@ -195,6 +198,9 @@ WIRED: dict[str, str] = {
         "components/test_data_tokenized.py::test_a_held_out_fraction_never_shares_a_document_with_training"
     ),
     "validator.dataset.split": "components/test_data_tokenized.py::test_a_held_out_fraction_never_shares_a_document_with_training",
+    "validator.dataset.overlong": "components/test_data_packing.py::test_the_loader_refuses_drops_or_cuts_an_overlong_conversation",
+    "validator.dataset.train_on": "components/test_data_packing.py::test_the_chat_source_passes_its_label_options_to_prepare",
+    "validator.dataset.drop_unlabeled": "components/test_data_packing.py::test_the_chat_source_passes_its_label_options_to_prepare",
     "validator.dataset.synthetic_num_samples": "trainer/test_trainer.py::test_validation_runs_every_freq_steps_and_is_logged",
     # refused with any image source (validation feeds tokens only), read by no validator yet
     "validator.dataset.image_min_pixels": "trainer/test_image_chat.py::test_the_pixel_bounds_set_the_image_size",

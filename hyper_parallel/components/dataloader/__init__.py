@@ -10,9 +10,11 @@ each with the fields it reads and the methods for what it does, so nothing here 
 source a section is. The runtime lives in the private modules beside them, one job each: ``_sources``
 reads documents, ``_tokenizing`` encodes them (shared over a process group), ``_corpus`` cuts packed or
 padded samples from token arrays (in memory, or memory-mapped by ``_prepared`` from folders ``python -m
-hyper_parallel.data prepare`` wrote), ``_samples`` makes the samples of the text, generated and image
-sources (captioned images from ``_images``, conversations from ``_image_chat``), ``_order`` computes the
-sample order (shuffle, blending), ``_loader`` deals and resumes.
+hyper_parallel.data prepare`` wrote; ``_chat`` encodes the ``chat`` source's files in memory with
+prepare's own functions), ``_samples`` makes the samples of the text, chat, generated and image sources
+(whole-conversation rows, their over-long conversations refused or said by ``_overlong``; captioned images
+from ``_images``, conversations from ``_image_chat``), ``_order`` computes the sample order (shuffle,
+blending), ``_loader`` deals and resumes.
 """
 
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from hyper_parallel.components.dataloader.sources import (
+    ChatSource,
     DatasetConfig,
     ImageChatSource,
     JsonlSource,
@@ -37,6 +40,7 @@ if TYPE_CHECKING:  # what ``build`` returns, named here for the packages that bu
     from hyper_parallel.components.dataloader._loader import ResumableLoader as ResumableLoader
 
 __all__ = [
+    "ChatSource",
     "DataLoader",
     "DatasetConfig",
     "ImageChatSource",

@@ -5,12 +5,17 @@ appended flags, an optional assistant mask): memory-mapped from a prepared folde
 built in memory from the documents a ``jsonl``/``text``/``python_docs`` source reads. The samples are cut
 from it the same way either way, so the same files give the same batches prepared or not.
 
-- Packed: the corpus's tokens end to end, cut into windows of ``seq_len`` (the incomplete tail dropped);
-  ``document_ids`` count the EOS tokens before each position (document masking).
+- Packed text: the corpus's tokens end to end, cut into windows of ``seq_len`` (the incomplete tail
+  dropped); ``document_ids`` count the documents started before each position, from the offsets (a
+  token equal to EOS inside a document starts nothing).
+- Packed chat (a corpus with an assistant mask): rows of whole conversations (``ChatRows``: the bin
+  packing of ``hyper_parallel.data.packing``), each as encoded (no EOS prepare appended), padded to
+  ``seq_len``; ``document_ids`` number the conversations of the row and give the padding an id of its own.
 - Padded: document ``d`` (without an EOS prepare appended) cut or padded to ``seq_len``.
 
 Labels are the ids, or ``ignore_index`` where the assistant mask is 0 (chat data) or on padding. Reading a
-sample touches only its own window: memory stays flat in the corpus size.
+sample touches only its own window: memory stays flat in the corpus size (chat rows hold two integers per
+conversation: which row holds it).
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ import numpy.typing as npt
 import torch
 import torch.utils.data
 
+from hyper_parallel.components.dataloader._overlong import document_lengths, document_location
+from hyper_parallel.data.packing import Rows
 from hyper_parallel.data.shards import ShardArrays
 
 __all__ = [
+    "ChatRows",
     "ConcatSamples",
     "Corpus",
     "PackedSamples",
@@ -78,8 +86,11 @@ class Corpus:
         first: int = 0,
         documents: int | None = None,
         vocab_size: int | None = None,
+        names: Sequence[str] = (),
+        label: str = "the data",
     ) -> None:
         self.shards = list(shards)
+        self.names, self.label = tuple(names), label
         self.vocab_size = vocab_size
         self.doc_starts = [0]
         self.token_starts = [0]
@@ -99,7 +110,10 @@ class Corpus:
         pickling a corpus for a data-loader worker never copies it."""
         state = dict(vars(self))
         state["shards"] = [
-            {key: _portable(getattr(shard, key)) for key in ("tokens", "offsets", "appended", "mask")}
+            {
+                key: _portable(getattr(shard, key))
+                for key in ("tokens", "offsets", "appended", "mask", "records")
+            }
             for shard in self.shards
         ]
         return state
@@ -118,6 +132,34 @@ class Corpus:
     def tokens(self) -> int:
         """Tokens of the selected documents."""
         return self.end - self.begin
+
+    def lengths(self) -> npt.NDArray[np.int64]:
+        """Each selected document's length as the tokenizer encoded it (no appended EOS), from the offsets
+        (no token read)."""
+        return document_lengths(self.shards, self.first, self.documents)
+
+    def location(self, doc: int) -> str:
+        """Where selected document ``doc`` comes from: its record's ``FILE:LINE`` when the corpus knows
+        it (chat shards name their records), else the corpus's label and the document's number."""
+        return document_location(self.shards, self.names, self.label, doc + self.first)
+
+    def document_starts(self, start: int, stop: int) -> npt.NDArray[np.int64]:
+        """Positions in ``(start, stop)`` of the selected stream where a document begins, relative to
+        ``start``: read from the offsets (a binary search per shard), never from the tokens."""
+        lo, hi = start + self.begin, stop + self.begin
+        found = []
+        shard = bisect.bisect_right(self.token_starts, lo) - 1
+        while shard < len(self.shards) and self.token_starts[shard] < hi:
+            base, offsets = self.token_starts[shard], self.shards[shard].offsets
+            left = int(np.searchsorted(offsets, lo - base, side="right"))
+            right = int(np.searchsorted(offsets, hi - base, side="left"))
+            found.append(np.asarray(offsets[left:right], dtype=np.int64) + base)
+            if self.token_starts[shard] > lo:  # a shard's first document starts at its first token
+                found.append(np.asarray([base], dtype=np.int64))
+            shard += 1
+        if not found:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(np.concatenate(found)) - lo
 
     def _span(self, start: int, stop: int, key: str) -> npt.NDArray[Any]:
         """``tokens`` (or ``mask``) of stream positions ``[start, stop)`` relative to ``begin``."""
@@ -159,6 +201,10 @@ class Corpus:
             f"{getattr(array, 'filename', None) or 'tokens'}: offset {offset + first}: token id "
             f"{int(tokens[first])} >= vocab_size {self.vocab_size} (run python -m hyper_parallel.data verify)"
         )
+
+
+#: The arrays of a shard (``ShardArrays``' fields), each carried to a worker as its file when mapped.
+_ARRAYS = ("tokens", "offsets", "appended", "mask", "records")
 
 
 def _portable(array: npt.NDArray[Any] | None) -> Any:
@@ -205,40 +251,88 @@ def _labels(ids: torch.Tensor, mask: npt.NDArray[Any] | None, ignore_index: int)
 
 
 class PackedSamples(Samples):
-    """Windows of ``seq_len`` tokens of a corpus's stream; ``eos`` (None: no masking): ``document_ids``."""
+    """Windows of ``seq_len`` tokens of a corpus's stream; with ``masking``, ``document_ids`` too."""
 
-    def __init__(self, corpus: Corpus, seq_len: int, count: int, eos: int | None, ignore_index: int) -> None:
-        self.corpus, self.seq_len, self.count, self.eos = corpus, seq_len, count, eos
+    def __init__(self, corpus: Corpus, seq_len: int, count: int, masking: bool, ignore_index: int) -> None:
+        self.corpus, self.seq_len, self.count, self.masking = corpus, seq_len, count, masking
         self.ignore_index = ignore_index
 
     def __len__(self) -> int:
         return self.count
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        tokens, mask = self.corpus.window(index * self.seq_len, (index + 1) * self.seq_len)
+        start, stop = index * self.seq_len, (index + 1) * self.seq_len
+        tokens, mask = self.corpus.window(start, stop)
         window = torch.from_numpy(tokens.astype(np.int64))
         sample = {"input_ids": window, "labels": _labels(window, mask, self.ignore_index)}
-        if self.eos is not None:
-            # A document ends with its EOS: the document of token t counts the EOS tokens before t.
-            ends = (window == self.eos).long()
-            sample["document_ids"] = ends.cumsum(0) - ends
+        if self.masking:
+            # The document of token t counts the documents that start in the window up to t (offsets).
+            starts = self.corpus.document_starts(start, stop)
+            ids = np.searchsorted(starts, np.arange(self.seq_len), side="right")
+            sample["document_ids"] = torch.from_numpy(ids.astype(np.int64))
+        return sample
+
+
+class ChatRows(Samples):
+    """Rows of whole conversations (``rows``: which documents each holds), padded on the right to
+    ``seq_len`` with ``pad`` (labels ``ignore_index``); with ``masking``, ``document_ids`` number the
+    conversations of a row from 0 and give the padding the next id (it attends to nothing real).
+    ``cut`` (``overlong: truncate``) keeps each conversation's first ``seq_len`` tokens."""
+
+    def __init__(
+        self, corpus: Corpus, rows: Rows, seq_len: int, *, pad: int, masking: bool, ignore_index: int
+    ) -> None:
+        self.corpus, self.rows, self.seq_len = corpus, rows, seq_len
+        self.pad, self.masking, self.ignore_index = pad, masking, ignore_index
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        ids = np.full(self.seq_len, self.pad, dtype=np.int64)
+        labels = np.full(self.seq_len, self.ignore_index, dtype=np.int64)
+        documents = np.zeros(self.seq_len, dtype=np.int64)
+        at = 0
+        for number, doc in enumerate(self.rows.row(index).tolist()):
+            tokens, mask = self.corpus.document(doc)
+            tokens = tokens[: self.seq_len].astype(np.int64)
+            end = at + tokens.shape[0]
+            ids[at:end] = tokens
+            trained = np.ones(tokens.shape[0], dtype=bool) if mask is None else mask[: tokens.shape[0]] != 0
+            labels[at:end] = np.where(trained, tokens, self.ignore_index)
+            documents[at:end] = number
+            documents[end:] = number + 1
+            at = end
+        sample = {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels)}
+        if self.masking:
+            sample["document_ids"] = torch.from_numpy(documents)
         return sample
 
 
 class PaddedSamples(Samples):
-    """One document per sample, cut or padded to ``seq_len`` on ``left`` or right (labels ignored there)."""
+    """One document per sample (``documents`` picks them), cut or padded to ``seq_len`` on ``left`` or
+    right (labels ignored there)."""
 
     def __init__(
-        self, corpus: Corpus, seq_len: int, count: int, *, pad: int, left: bool, ignore_index: int
+        self,
+        corpus: Corpus,
+        seq_len: int,
+        count: int,
+        *,
+        pad: int,
+        left: bool,
+        ignore_index: int,
+        documents: npt.NDArray[np.int64] | None = None,
     ) -> None:
         self.corpus, self.seq_len, self.count = corpus, seq_len, count
         self.pad, self.left, self.ignore_index = pad, left, ignore_index
+        self.documents = documents  # sample i is document documents[i] (None: document i)
 
     def __len__(self) -> int:
         return self.count
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        tokens, mask = self.corpus.document(index)
+        tokens, mask = self.corpus.document(index if self.documents is None else int(self.documents[index]))
         ids = torch.from_numpy(tokens[: self.seq_len].astype(np.int64))
         labels = _labels(ids, None if mask is None else mask[: self.seq_len], self.ignore_index)
         fill = self.seq_len - ids.numel()

@@ -9,6 +9,10 @@ of the blended order (``_order``), weighted by ``dataset.weights`` (default: by 
 ``holdout_fraction`` sets apart the last documents of each folder (that fraction of them, rounded down):
 ``split: train`` reads the documents before them, ``split: holdout`` those documents only, so validation
 samples never share a token with the training samples.
+
+A folder of chat data (its shards carry an assistant mask) gives rows of whole conversations
+(``_samples.chat_samples``), its conversations longer than ``seq_len`` refused, dropped or cut by
+``overlong``, named by their record (``FILE:LINE``) where the folder records it.
 """
 
 from __future__ import annotations
@@ -16,8 +20,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hyper_parallel.components.dataloader._corpus import ConcatSamples, Corpus, Samples
-from hyper_parallel.components.dataloader._prepared_check import PreparedDataError, open_for_training
-from hyper_parallel.components.dataloader._samples import packed_samples, padded_samples
+from hyper_parallel.components.dataloader._prepared_check import (
+    PreparedDataError,
+    input_names,
+    open_for_training,
+)
+from hyper_parallel.components.dataloader._samples import chat_samples, packed_samples, padded_samples
 from hyper_parallel.config.errors import Issue
 from hyper_parallel.data.shards import tokenizer_fingerprint
 
@@ -32,11 +40,15 @@ def _corpus(
     path: str, cfg: TokenizedSource, fingerprint: tuple[str, dict[str, object]], vocab_size: int
 ) -> Corpus:
     prepared = open_for_training(path, fingerprint)
-    total = prepared.documents
-    held = int(total * cfg.holdout_fraction)
-    if cfg.split == "holdout":
-        return Corpus(prepared.shards, first=total - held, documents=held, vocab_size=vocab_size)
-    return Corpus(prepared.shards, documents=total - held, vocab_size=vocab_size)
+    first, count = cfg.selected(prepared.documents)
+    return Corpus(
+        prepared.shards,
+        first=first,
+        documents=count,
+        vocab_size=vocab_size,
+        names=input_names(prepared.manifest),
+        label=path,
+    )
 
 
 def prepared_samples(cfg: TokenizedSource, request: LoaderRequest, *, max_samples: int | None) -> Samples:
@@ -47,14 +59,25 @@ def prepared_samples(cfg: TokenizedSource, request: LoaderRequest, *, max_sample
     sources: list[Samples] = []
     for path in cfg.paths:
         corpus = _corpus(path, cfg, fingerprint, tokenizer.vocab_size)
-        if cfg.pack_sequences:
+        if corpus.chat:
+            samples = chat_samples(
+                corpus,
+                tokenizer,
+                request.seq_len,
+                pack=cfg.pack_sequences,
+                masking=cfg.document_masking,
+                max_samples=max_samples,
+                overlong=cfg.overlong,
+                ignore_index=request.ignore_index,
+            )
+        elif cfg.pack_sequences:
             if eos is None:
                 raise ValueError("packing documents needs a tokenizer with an eos token")
             samples = packed_samples(
                 corpus,
                 request.seq_len,
                 max_samples,
-                eos if cfg.document_masking else None,
+                cfg.document_masking,
                 request.ignore_index,
             )
         else:

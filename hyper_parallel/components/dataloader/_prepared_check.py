@@ -6,10 +6,12 @@ imports no torch (this module imports numpy, through ``hyper_parallel.data.shard
 
 from __future__ import annotations
 
+from typing import Any
+
 from hyper_parallel.config.errors import ConfigError, Issue
 from hyper_parallel.data.shards import PreparedCorpus, PreparedError, open_prepared
 
-__all__ = ["PreparedDataError", "open_for_training"]
+__all__ = ["PreparedDataError", "input_names", "open_for_training"]
 
 
 class PreparedDataError(ConfigError):
@@ -31,3 +33,12 @@ def open_for_training(path: str, fingerprint: tuple[str, dict[str, object]]) -> 
         )
         raise PreparedDataError([Issue("dataset.paths", problem, path)])
     return prepared
+
+
+def input_names(manifest: dict[str, Any]) -> tuple[str, ...]:
+    """The names of the inputs a prepared folder was made from, in the manifest's order (what its chat
+    shards' ``records`` index)."""
+    inputs = manifest.get("inputs")
+    if not isinstance(inputs, list):
+        return ()
+    return tuple(str(entry.get("name", "")) if isinstance(entry, dict) else "" for entry in inputs)

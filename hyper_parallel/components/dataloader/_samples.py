@@ -3,7 +3,10 @@
 Part of ``DataLoader``. With ``pack_sequences`` every document ends with EOS and the documents are
 concatenated and cut into windows of ``seq_len`` tokens (the incomplete tail is dropped); a packed sample
 also carries ``document_ids`` when ``document_masking`` is on. Otherwise each document is one sample, cut
-or padded with the pad id on the tokenizer's ``padding_side`` (padded labels are ``ignore_index``).
+or padded with the pad id on the tokenizer's ``padding_side`` (padded labels are ``ignore_index``). Chat
+data (``chat_samples``: a prepared chat folder, or the ``chat`` source) is never cut that way: each row
+holds whole conversations, bin-packed and padded, and a conversation longer than ``seq_len`` follows the
+dataset's ``overlong`` policy (``_overlong``).
 ``labels`` is aligned with ``input_ids`` (the loss shifts). ``max_samples`` keeps the first samples.
 
 - ``synthetic``: ``synthetic_num_samples`` windows of uniform random token ids (reproducible per index).
@@ -33,13 +36,17 @@ import torch
 import torch.utils.data
 
 from hyper_parallel.components.dataloader._corpus import (
+    ChatRows,
     Corpus,
     PackedSamples,
     PaddedSamples,
     Samples,
     corpus_in_memory,
 )
+from hyper_parallel.components.dataloader._overlong import refuse_or_say
 from hyper_parallel.components.dataloader._tokenizing import encode, tokenize
+from hyper_parallel.data.overlong import Overlong
+from hyper_parallel.data.packing import Rows, fitted, pack_rows
 
 if TYPE_CHECKING:
     from hyper_parallel.components.dataloader import LoaderRequest
@@ -49,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Samples",
     "WithFiller",
+    "chat_samples",
     "collate_fn",
     "document_samples",
     "image_chat_samples",
@@ -262,17 +270,54 @@ def _packed(
 ) -> Samples:
     limit = None if max_samples is None else max_samples * seq_len
     corpus = corpus_in_memory(docs, eos, stop_after_tokens=limit)
-    return packed_samples(corpus, seq_len, max_samples, eos if document_masking else None, ignore)
+    return packed_samples(corpus, seq_len, max_samples, document_masking, ignore)
 
 
 def packed_samples(
-    corpus: Corpus, seq_len: int, max_samples: int | None, eos: int | None, ignore_index: int
+    corpus: Corpus, seq_len: int, max_samples: int | None, masking: bool, ignore_index: int
 ) -> Samples:
-    """Windows of a corpus (``eos``: with document ids), the first ``max_samples`` (None: all)."""
+    """Windows of a corpus (``masking``: with document ids), the first ``max_samples`` (None: all)."""
     count = corpus.tokens // seq_len
     if max_samples is not None:
         count = min(count, max_samples)
-    return PackedSamples(corpus, seq_len, count, eos, ignore_index)
+    return PackedSamples(corpus, seq_len, count, masking, ignore_index)
+
+
+def chat_samples(
+    corpus: Corpus,
+    tokenizer: Any,
+    seq_len: int,
+    *,
+    pack: bool,
+    masking: bool,
+    max_samples: int | None,
+    overlong: Overlong,
+    ignore_index: int,
+) -> Samples:
+    """Samples of whole conversations (a corpus with an assistant mask): rows bin-packed
+    (``ChatRows``), or one conversation per sample padded per the tokenizer; a conversation longer than
+    ``seq_len`` is refused (``overlong: error``, at its record's ``FILE:LINE``), dropped or cut, and a
+    drop or cut is logged with its count. ``max_samples`` keeps the first rows."""
+    lengths = corpus.lengths()
+    sizes, kept = fitted(lengths, seq_len, overlong)
+    refuse_or_say(lengths, seq_len, overlong, corpus.location, corpus.label)
+    if not pack:
+        pad = getattr(tokenizer, "pad_id", None)
+        if pad is None:
+            raise ValueError("padding documents (pack_sequences: false) needs a tokenizer with a pad token")
+        left = getattr(tokenizer, "padding_side", "right") == "left"
+        count = kept.size if max_samples is None else min(kept.size, max_samples)
+        return PaddedSamples(
+            corpus, seq_len, count, pad=pad, left=left, ignore_index=ignore_index, documents=kept
+        )
+    rows = pack_rows(sizes, seq_len, kept)
+    if max_samples is not None and max_samples < len(rows):
+        rows = Rows(rows.starts[: max_samples + 1], rows.documents[: int(rows.starts[max_samples])])
+    pad = getattr(tokenizer, "pad_id", None)
+    pad = getattr(tokenizer, "eos_id", None) if pad is None else pad
+    return ChatRows(
+        corpus, rows, seq_len, pad=0 if pad is None else pad, masking=masking, ignore_index=ignore_index
+    )
 
 
 def padded_samples(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 import attrs
 
 from hyper_parallel._checks import quote, said
+from hyper_parallel.data.overlong import Overlong
 from hyper_parallel.models.qwen3_5.images import MAX_PIXELS, MIN_PIXELS
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from hyper_parallel.components.dataloader._loader import ResumableLoader
 
 __all__ = [
+    "ChatSource",
     "DatasetConfig",
     "ImageChatSource",
     "JsonlSource",
@@ -45,16 +47,18 @@ Issues = Iterator[tuple[str, str]]
 #: What ``source:`` may say; each class takes only its own value (its validator), so ``--help`` and an
 #: override of ``dataset.source`` offer every source whichever one a section holds.
 Source: TypeAlias = (
-    Literal["jsonl", "text", "tokenized", "python_docs", "synthetic", "shapes", "image_chat"] | None
+    Literal["jsonl", "text", "tokenized", "chat", "python_docs", "synthetic", "shapes", "image_chat"] | None
 )
 
 _SOURCE_HELP = {
     "help": "Data format, required to train: 'jsonl' (one JSON object per line), 'text' (plain "
     "text files), 'tokenized' (folders written by python -m hyper_parallel.data prepare, "
-    "memory-mapped), 'python_docs' (docstrings of the Python standard library: real text, no "
-    "files), 'synthetic' (random tokens, for smoke tests and benchmarks), 'shapes' (generated "
-    "images of coloured shapes with captions, for vision-language models) or 'image_chat' (JSON "
-    "lines of chat messages holding image paths, for vision-language models); null names no data."
+    "memory-mapped), 'chat' (JSON lines or Parquet of chat messages, rendered and encoded at launch as "
+    "prepare --format chat would: small sets), 'python_docs' (docstrings of the Python standard "
+    "library: real text, no files), 'synthetic' (random tokens, for smoke tests and benchmarks), "
+    "'shapes' (generated images of coloured shapes with captions, for vision-language models) or "
+    "'image_chat' (JSON lines of chat messages holding image paths, for vision-language models); null "
+    "names no data."
 }
 
 
@@ -107,6 +111,14 @@ def _max_samples() -> Any:
         validator=attrs.validators.optional(attrs.validators.gt(0)),
         metadata={"help": "Stop after this many samples per epoch; null reads the whole dataset."},
     )
+
+
+#: Help of the ``overlong`` field (written as ``attrs.field(default="error", metadata=...)`` per source).
+_OVERLONG_HELP = {
+    "help": "A conversation longer than training.seq_len (chat data: packed whole, it fits no row): "
+    "'error' refuses the data naming its record, 'drop' leaves it out, 'truncate' keeps its first "
+    "seq_len tokens (both say how many)."
+}
 
 
 def _num_samples() -> Any:
@@ -410,6 +422,7 @@ class TokenizedSource(_Files):
     pack_sequences: bool = _pack_sequences()
     document_masking: bool = _document_masking()
     max_samples: int | None = _max_samples()
+    overlong: Overlong = attrs.field(default="error", metadata=_OVERLONG_HELP)
 
     def cross_check(self) -> Issues:
         """Paths, and mixture and held-out options consistent with them."""
@@ -436,19 +449,122 @@ class TokenizedSource(_Files):
         share = f"the last {self.holdout_fraction:g} of each folder's documents"
         return attrs.evolve(self, split="holdout"), share
 
+    def selected(self, documents: int) -> tuple[int, int]:
+        """``(first, count)``: the documents of a folder of ``documents`` that ``split`` reads."""
+        held = int(documents * self.holdout_fraction)
+        return (documents - held, held) if self.split == "holdout" else (0, documents - held)
+
     def check_encoded(self, tokenizer: Any, model_args: Any, seq_len: int) -> None:
-        """Each folder's manifest, shards and tokenizer fingerprint (a ``PreparedDataError``)."""
-        from hyper_parallel.components.dataloader._prepared_check import open_for_training
+        """Each folder's manifest, shards and tokenizer fingerprint (a ``PreparedDataError``), and with
+        ``overlong: error`` no conversation of chat data longer than ``seq_len`` (an ``InputFileError``
+        at its record)."""
+        from hyper_parallel.components.dataloader._overlong import (
+            document_lengths,
+            document_location,
+            overlong_issue,
+        )
+        from hyper_parallel.components.dataloader._prepared_check import input_names, open_for_training
+        from hyper_parallel.config.errors import InputFileError
         from hyper_parallel.data.shards import tokenizer_fingerprint
 
         fingerprint = tokenizer_fingerprint(tokenizer)
         for path in self.paths:
-            open_for_training(path, fingerprint)
+            prepared = open_for_training(path, fingerprint)
+            if not prepared.chat or self.overlong != "error":
+                continue
+            first, count = self.selected(prepared.documents)
+            names = input_names(prepared.manifest)
+            issue = overlong_issue(
+                document_lengths(prepared.shards, first, count),
+                seq_len,
+                lambda doc: document_location(prepared.shards, names, path, doc + first),  # noqa: B023
+            )
+            if issue is not None:
+                raise InputFileError.at(*issue)
 
     def samples(self, request: "LoaderRequest", *, seed: int, max_samples: int | None) -> "Samples":
         from hyper_parallel.components.dataloader._prepared import prepared_samples
 
         return prepared_samples(self, request, max_samples=max_samples)
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class ChatSource(_Files):
+    """``source: chat``: chat records (``{"messages": [...]}`` JSON lines, or a Parquet ``messages``
+    column) named directly, rendered and encoded at launch exactly as ``prepare --format chat`` would,
+    so a first fine-tune needs no prepare; each conversation is one document, packed whole."""
+
+    source: Source = attrs.field(default="chat", validator=_only("chat"), metadata=_SOURCE_HELP)
+    paths: tuple[str, ...] = _paths()
+    seed: int | None = _seed()
+    pack_sequences: bool = _pack_sequences()
+    document_masking: bool = _document_masking()
+    max_samples: int | None = _max_samples()
+    overlong: Overlong = attrs.field(default="error", metadata=_OVERLONG_HELP)
+    train_on: tuple[str, ...] = attrs.field(
+        default=("assistant",),
+        validator=attrs.validators.min_len(1),
+        metadata={
+            "help": "Roles whose turns carry labels (prepare's --train-on); the others are context only. "
+            "Only for source 'chat'."
+        },
+    )
+    drop_unlabeled: bool = attrs.field(
+        default=False,
+        metadata={
+            "help": "Leave out conversations with no token to train on instead of refusing them "
+            "(prepare's --drop-unlabeled). Only for source 'chat'."
+        },
+    )
+
+    def check_files(self) -> None:
+        """Every path exists and holds chat files, and the first record of each is a conversation."""
+        from hyper_parallel.components.dataloader._chat import check_chat_files
+
+        check_chat_files(self)
+
+    def check_encoded(self, tokenizer: Any, model_args: Any, seq_len: int) -> None:
+        """Every conversation encoded as the launch will, and with ``overlong: error`` none longer than
+        ``seq_len`` (an ``InputFileError`` at its record's ``FILE:LINE``)."""
+        from hyper_parallel.components.dataloader._chat import chat_shards
+        from hyper_parallel.components.dataloader._overlong import (
+            document_lengths,
+            document_location,
+            overlong_issue,
+        )
+        from hyper_parallel.config.errors import InputFileError
+
+        arrays, names = chat_shards(self, tokenizer)
+        if self.overlong != "error":
+            return
+        total = sum(shard.documents for shard in arrays)
+        issue = overlong_issue(
+            document_lengths(arrays, 0, total),
+            seq_len,
+            lambda doc: document_location(arrays, names, "chat data", doc),
+        )
+        if issue is not None:
+            raise InputFileError.at(*issue)
+
+    def samples(self, request: "LoaderRequest", *, seed: int, max_samples: int | None) -> "Samples":
+        from hyper_parallel.components.dataloader._chat import chat_shards
+        from hyper_parallel.components.dataloader._corpus import Corpus
+        from hyper_parallel.components.dataloader._samples import chat_samples
+
+        arrays, names = chat_shards(self, request.tokenizer)
+        corpus = Corpus(
+            arrays, vocab_size=request.tokenizer.vocab_size, names=names, label=", ".join(self.paths)
+        )
+        return chat_samples(
+            corpus,
+            request.tokenizer,
+            request.seq_len,
+            pack=self.pack_sequences,
+            masking=self.document_masking,
+            max_samples=max_samples,
+            overlong=self.overlong,
+            ignore_index=request.ignore_index,
+        )
 
 
 @attrs.frozen(kw_only=True, slots=False)
@@ -606,6 +722,7 @@ DatasetConfig.__variants__ = (
     JsonlSource,
     TextSource,
     TokenizedSource,
+    ChatSource,
     PythonDocsSource,
     SyntheticSource,
     ShapesSource,
