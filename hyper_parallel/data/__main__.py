@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+import attrs
+
 __all__ = ["main"]
 
 EXIT_INPUT_ERROR = 2
@@ -52,12 +54,35 @@ def _parser() -> argparse.ArgumentParser:
     prepare.add_argument(
         "--chat-template",
         default=None,
-        metavar="FILE",
-        help="Jinja chat template replacing the tokenizer's own",
+        metavar="NAME|FILE",
+        help="chat template replacing the config's tokenizer.chat_template: a preset (builtin, chatml, "
+        "llama3) or a Jinja file",
     )
     verify = commands.add_parser("verify", help="check every file of a prepared folder against its checksums")
     verify.add_argument("folder", metavar="DIR")
     return parser
+
+
+def _chat_template(value: str, config_file: str) -> str:
+    """The Jinja text ``--chat-template`` names: a file, or a preset as ``tokenizer.chat_template`` reads
+    it (the built-in one with the config tokenizer's ``add_bos``)."""
+    from hyper_parallel.components.tokenizer.chat_templates import PRESETS, is_template_file
+    from hyper_parallel.config import load_config
+    from hyper_parallel.config.errors import did_you_mean
+    from hyper_parallel.data.prepare import InputError
+
+    template_file = Path(value)
+    if template_file.is_file():
+        return template_file.read_text(encoding="utf-8")
+    if is_template_file(value):
+        raise InputError(f"{template_file}: no such file")
+    if value not in PRESETS:
+        raise InputError(
+            f"--chat-template: {value!r} is no preset ({', '.join(PRESETS)}) and no file"
+            f"{did_you_mean(value, PRESETS)}"
+        )
+    tokenizer = load_config(config_file).tokenizer
+    return attrs.evolve(tokenizer, chat_template=value).chat_template_text() or ""
 
 
 def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: TextIO | None = None) -> int:
@@ -85,10 +110,7 @@ def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: T
         if args.chat_template is not None:
             if args.format != "chat":
                 raise InputError("--chat-template: only read with --format chat")
-            template_file = Path(args.chat_template)
-            if not template_file.is_file():
-                raise InputError(f"{template_file}: no such file")
-            template = template_file.read_text(encoding="utf-8")
+            template = _chat_template(args.chat_template, args.config_file)
         options = PrepareOptions(
             format=args.format,
             text_field=args.text_field,

@@ -6,8 +6,11 @@ imports no torch (this module imports numpy, through ``hyper_parallel.data.shard
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 from hyper_parallel.config.errors import ConfigError, Issue
-from hyper_parallel.data.shards import PreparedCorpus, PreparedError, open_prepared
+from hyper_parallel.data.shards import MANIFEST, PreparedCorpus, PreparedError, open_prepared
 
 __all__ = ["PreparedDataError", "open_for_training"]
 
@@ -16,10 +19,26 @@ class PreparedDataError(ConfigError):
     """A prepared folder the config names cannot be trained on: ``FILE: dataset.paths: PROBLEM``, exit 2."""
 
 
-def open_for_training(path: str, fingerprint: tuple[str, dict[str, object]]) -> PreparedCorpus:
+def open_for_training(
+    path: str, fingerprint: tuple[str, dict[str, object]], chat_template: str | None
+) -> PreparedCorpus:
     """The prepared folder at ``path``, refused (``PreparedDataError``) when its manifest or shards are
-    damaged or it was prepared with a tokenizer other than the one of ``fingerprint``."""
+    damaged, it was prepared with a tokenizer other than the one of ``fingerprint``, or its chats were
+    rendered with another template than ``chat_template`` (the training tokenizer's; None: the built-in
+    format), so that ``prepare`` and training cannot disagree on it."""
     try:
-        return open_prepared(path, tokenizer=fingerprint)
+        corpus = open_prepared(path, tokenizer=fingerprint)
     except PreparedError as exc:
         raise PreparedDataError([Issue("dataset.paths", exc.problem, exc.where)]) from None
+    recorded = corpus.manifest.get("chat_template_sha256")
+    wanted = None if chat_template is None else hashlib.sha256(chat_template.encode("utf-8")).hexdigest()
+    if corpus.chat and recorded != wanted:
+        used = "the built-in format" if recorded is None else f"the chat template of SHA-256 {recorded[:16]}"
+        ours = "the built-in format" if wanted is None else f"the template of SHA-256 {wanted[:16]}"
+        problem = (
+            f"its conversations were rendered with {used}, but the config's tokenizer renders them with "
+            f"{ours}: set tokenizer.chat_template to the template given to prepare --chat-template (or "
+            "prepare the data again with this config)"
+        )
+        raise PreparedDataError([Issue("dataset.paths", problem, str(Path(path) / MANIFEST))])
+    return corpus

@@ -443,7 +443,7 @@ class TokenizedSource(_Files):
 
         fingerprint = tokenizer_fingerprint(tokenizer)
         for path in self.paths:
-            open_for_training(path, fingerprint)
+            open_for_training(path, fingerprint, getattr(tokenizer, "chat_template", None))
 
     def samples(self, request: "LoaderRequest", *, seed: int, max_samples: int | None) -> "Samples":
         from hyper_parallel.components.dataloader._prepared import prepared_samples

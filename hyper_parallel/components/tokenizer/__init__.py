@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import attrs
 
 from hyper_parallel.config.base import ConfigBase, config_class
+from hyper_parallel.config.errors import InputFileError, did_you_mean
 
 if TYPE_CHECKING:
     from hyper_parallel.components.tokenizer._runtime import ByteLevelTokenizer, HFTokenizer
@@ -49,6 +50,42 @@ class Tokenizer:
             default=True,
             metadata={"help": "Append the end-of-sequence token to every encoded document."},
         )
+        chat_template: str | None = attrs.field(
+            default=None,
+            validator=_optional_nonempty,
+            metadata={
+                "help": "How chats become text: null (the tokenizer's own, else built-in), a preset "
+                "(builtin, chatml, llama3) or a Jinja file path."
+            },
+        )
+
+        def cross_check(self) -> Iterator[tuple[str, str]]:
+            """Yield ``(field path, message)``: a ``chat_template`` neither a preset nor a file path."""
+            yield from super().cross_check()
+            from hyper_parallel.components.tokenizer.chat_templates import PRESETS, is_template_file
+
+            value = self.chat_template
+            if value is not None and not is_template_file(value) and value not in PRESETS:
+                yield (
+                    "chat_template",
+                    f"{value!r} is no preset ({', '.join(PRESETS)}) and no path to a Jinja file (a value "
+                    f"with a '/' or a .jinja suffix){did_you_mean(value, PRESETS)}",
+                )
+
+        def chat_template_text(self) -> str | None:
+            """The Jinja text ``chat_template`` names (a preset's, or its file's), None when null; an
+            ``InputFileError`` naming the file when it cannot be read."""
+            if self.chat_template is None:
+                return None
+            from hyper_parallel.components.tokenizer.chat_templates import read_template
+
+            try:
+                return read_template(self.chat_template, add_bos=self.add_bos)
+            except FileNotFoundError:
+                problem = "no such chat template file"
+            except (OSError, UnicodeDecodeError) as exc:
+                problem = f"cannot be read as a UTF-8 chat template: {exc}"
+            raise InputFileError.at(self.chat_template, problem, "tokenizer.chat_template")
 
         def vocab_size(self) -> int | None:
             """Number of token ids when the config alone fixes it; None when only the files know."""
@@ -153,4 +190,6 @@ class ByteTokenizer(Tokenizer):
             """The byte tokenizer; ``weights_path`` is ignored (nothing is read)."""
             from hyper_parallel.components.tokenizer._runtime import ByteLevelTokenizer
 
-            return ByteLevelTokenizer(add_bos=self.add_bos, add_eos=self.add_eos)
+            built = ByteLevelTokenizer(add_bos=self.add_bos, add_eos=self.add_eos)
+            built.chat_template = self.chat_template_text()
+            return built
