@@ -68,13 +68,14 @@ def test_each_preset_trains_on_the_answers_and_the_token_ending_them(preset: str
 
 def test_an_unknown_preset_is_refused_at_resolve_with_the_closest_name(tmp_path: Path) -> None:
     config = _config(
-        tmp_path, "  _target_: hyper_parallel.components.tokenizer.ByteTokenizer.Config\n  chat_template: chatlm\n"
+        tmp_path,
+        "  _target_: hyper_parallel.components.tokenizer.ByteTokenizer.Config\n  chat_template: chatlm\n",
     )
     with pytest.raises(ConfigError) as info:
         load_config(config)
     assert str(info.value).endswith(
-        "tokenizer.chat_template: 'chatlm' is no preset (builtin, chatml, llama3) and no path to a Jinja file "
-        "(a value with a '/' or a .jinja suffix); did you mean 'chatml'?"
+        "tokenizer.chat_template: 'chatlm' is no preset (builtin, chatml, llama3) and no path to a Jinja "
+        "file (a value with a '/' or a .jinja suffix); did you mean 'chatml'?"
     )
     assert f"{config}:6:" in str(info.value)
 
@@ -122,7 +123,8 @@ def test_prepare_refuses_an_unknown_preset_name_with_the_closest(tmp_path: Path)
     )  # fmt: skip
     assert (status, err) == (
         2,
-        "--chat-template: 'llama' is no preset (builtin, chatml, llama3) and no file; did you mean 'llama3'?\n",
+        "--chat-template: 'llama' is no preset (builtin, chatml, llama3) and no file; "
+        "did you mean 'llama3'?\n",
     )
 
 
@@ -147,7 +149,9 @@ def test_the_byte_tokenizers_export_applies_the_builtin_format_as_prepare_did(
     out = prepare([data], tmp_path / "prep", config, "--format", "chat")
     export = _export_tokenizer(load_config(config).tokenizer, tmp_path / "export")
     auto = transformers.AutoTokenizer.from_pretrained(export)
-    encoded = auto.apply_chat_template(ZED, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    encoded = auto.apply_chat_template(
+        ZED, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
     assert documents(out) == [(list(encoded["input_ids"]), list(encoded["assistant_masks"]))]
     prompt = auto.apply_chat_template(ZED[:2], tokenize=True, add_generation_prompt=True, return_dict=True)
     plain = ByteTokenizer.Config(add_bos=add_bos).build()
@@ -169,7 +173,9 @@ def test_a_hugging_face_tokenizers_export_applies_the_preset_training_used(tmp_p
     export = _export_tokenizer(load_config(config).tokenizer, tmp_path / "export")
     assert json.loads((export / "tokenizer_config.json").read_text())["chat_template"] == PRESETS["chatml"]
     auto = transformers.AutoTokenizer.from_pretrained(export)
-    encoded = auto.apply_chat_template(ZED, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    encoded = auto.apply_chat_template(
+        ZED, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
     prepared = documents(out)
     assert prepared == [(list(encoded["input_ids"]), list(encoded["assistant_masks"]))]
     assert sum(prepared[0][1]) > 0

@@ -355,7 +355,8 @@ def test_the_byte_tokenizer_exports_as_an_equivalent_tokenizer_json(trained: Pat
     # the byte tokenizer reads a rendered template: encode_with_offsets), not their bytes.
     sample = "<s> and </s> and <pad> are specials here"
     ((rendered, _),) = ours.encode_with_offsets([sample])
-    assert rendered[:3] == [256, *b" a"] and 257 in rendered and 258 in rendered
+    assert rendered[:3] == [256, *b" a"]
+    assert {257, 258} <= set(rendered)
     assert auto(sample)["input_ids"] == [256, *rendered]
     assert theirs.encode(sample, add_eos=False) == [256, *rendered]
     specials = {"<s>": 256, "</s>": 257, "<pad>": 258}
