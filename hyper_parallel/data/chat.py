@@ -207,8 +207,11 @@ class ChatRenderer:
         except jinja2.exceptions.TemplateError as exc:
             raise ValueError(f"the chat_template does not parse: {exc}") from None
 
-    def render(self, messages: Sequence[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
-        """The rendered text and its assistant character spans ``[start, end)`` (template tokenizers only)."""
+    def render(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = False
+    ) -> tuple[str, list[tuple[int, int]]]:
+        """The rendered text and its assistant character spans ``[start, end)`` (template tokenizers only);
+        ``add_generation_prompt`` ends it with the assistant's header (a prompt to answer)."""
         import jinja2
 
         assert self._template is not None
@@ -223,7 +226,7 @@ class ChatRenderer:
             with _time_limit(MAX_RENDER_SECONDS):
                 for chunk in self._template.generate(
                     messages=list(messages),
-                    add_generation_prompt=False,
+                    add_generation_prompt=add_generation_prompt,
                     bos_token=getattr(tok, "bos_token", None) or "",
                     eos_token=getattr(tok, "eos_token", None) or "",
                     pad_token=getattr(tok, "pad_token", None) or "",
