@@ -44,6 +44,7 @@ WIRED: dict[str, str] = {
     "tokenizer.path": "components/test_tokenizer.py::test_path_may_name_the_file",
     "tokenizer.add_bos": "components/test_tokenizer.py::test_add_bos_and_add_eos_flags",
     "tokenizer.add_eos": "components/test_tokenizer.py::test_add_bos_and_add_eos_flags",
+    "tokenizer.chat_template": "components/test_chat_templates.py::test_each_preset_trains_on_the_answers_and_the_token_ending_them",
     "tokenizer.bos_token": "components/test_tokenizer.py::test_config_tokens_override_and_pad_falls_back_to_eos",
     "tokenizer.eos_token": "components/test_tokenizer.py::test_config_tokens_override_and_pad_falls_back_to_eos",
     "tokenizer.pad_token": "components/test_tokenizer.py::test_config_tokens_override_and_pad_falls_back_to_eos",
