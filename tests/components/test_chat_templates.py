@@ -179,3 +179,31 @@ def test_a_hugging_face_tokenizers_export_applies_the_preset_training_used(tmp_p
     prepared = documents(out)
     assert prepared == [(list(encoded["input_ids"]), list(encoded["assistant_masks"]))]
     assert sum(prepared[0][1]) > 0
+
+
+def _dry_run(*argv: str) -> tuple[int, str]:
+    import io
+
+    from hyper_parallel.launch import main
+
+    out, err = io.StringIO(), io.StringIO()
+    status = main(["--dry-run", *argv], out=out, err=err)
+    return status, err.getvalue()
+
+
+def test_dry_run_refuses_an_unknown_preset_and_a_missing_file_in_one_line_each(tmp_path: Path) -> None:
+    from tests.support.trainer import debug_config_path
+
+    debug = str(debug_config_path("llama3"))
+    assert _dry_run("--config-file", debug, "--tokenizer.chat_template", "llama") == (
+        2,
+        "--tokenizer.chat_template: 'llama' is no preset (builtin, chatml, llama3) and no path to a Jinja "
+        "file (a value with a '/' or a .jinja suffix); did you mean 'llama3'?\n"
+        "1 problem found; nothing was started.\n",
+    )
+    missing = tmp_path / "t.jinja"
+    status, err = _dry_run("--config-file", debug, "--tokenizer.chat_template", str(missing))
+    assert (status, err.splitlines()[0]) == (
+        2,
+        f"{missing}: tokenizer.chat_template: no such chat template file",
+    )

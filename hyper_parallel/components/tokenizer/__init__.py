@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import attrs
 
 from hyper_parallel.config.base import ConfigBase, config_class
-from hyper_parallel.config.errors import InputFileError, did_you_mean
+from hyper_parallel.config.errors import ConfigError, InputFileError, Issue, did_you_mean
 
 if TYPE_CHECKING:
     from hyper_parallel.components.tokenizer._runtime import ByteLevelTokenizer, HFTokenizer
@@ -62,22 +62,33 @@ class Tokenizer:
         def cross_check(self) -> Iterator[tuple[str, str]]:
             """Yield ``(field path, message)``: a ``chat_template`` neither a preset nor a file path."""
             yield from super().cross_check()
+            problem = self._unknown_preset()
+            if problem is not None:
+                yield "chat_template", problem
+
+        def _unknown_preset(self) -> str | None:
+            """Why ``chat_template`` names nothing: neither a preset nor a file path (None when it does)."""
             from hyper_parallel.components.tokenizer.chat_templates import PRESETS, is_template_file
 
             value = self.chat_template
-            if value is not None and not is_template_file(value) and value not in PRESETS:
-                yield (
-                    "chat_template",
-                    f"{value!r} is no preset ({', '.join(PRESETS)}) and no path to a Jinja file (a value "
-                    f"with a '/' or a .jinja suffix){did_you_mean(value, PRESETS)}",
-                )
+            if value is None or is_template_file(value) or value in PRESETS:
+                return None
+            return (
+                f"{value!r} is no preset ({', '.join(PRESETS)}) and no path to a Jinja file (a value with a "
+                f"'/' or a .jinja suffix){did_you_mean(value, PRESETS)}"
+            )
 
         def chat_template_text(self) -> str | None:
-            """The Jinja text ``chat_template`` names (a preset's, or its file's), None when null; an
-            ``InputFileError`` naming the file when it cannot be read."""
+            """The Jinja text ``chat_template`` names (a preset's, or its file's), None when null; a
+            ``ConfigError`` for an unknown preset (as at resolve), an ``InputFileError`` naming the file
+            when it cannot be read."""
             if self.chat_template is None:
                 return None
             from hyper_parallel.components.tokenizer.chat_templates import read_template
+
+            problem = self._unknown_preset()
+            if problem is not None:  # a config made despite its errors (the launch's later checks)
+                raise ConfigError([Issue("tokenizer.chat_template", problem)])
 
             try:
                 return read_template(self.chat_template, add_bos=self.add_bos)
