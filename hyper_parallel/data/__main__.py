@@ -66,14 +66,21 @@ def _parser() -> argparse.ArgumentParser:
 def _chat_template(value: str, config_file: str) -> str:
     """The Jinja text ``--chat-template`` names: a file, or a preset as ``tokenizer.chat_template`` reads
     it (the built-in one with the config tokenizer's ``add_bos``)."""
-    from hyper_parallel.components.tokenizer.chat_templates import PRESETS, is_template_file
+    from hyper_parallel.components.tokenizer.chat_templates import (
+        PRESETS,
+        is_template_file,
+        read_template_file,
+    )
     from hyper_parallel.config import load_config
     from hyper_parallel.config.errors import did_you_mean
     from hyper_parallel.data.prepare import InputError
 
     template_file = Path(value)
-    if template_file.is_file():
-        return template_file.read_text(encoding="utf-8")
+    if template_file.exists():
+        try:
+            return read_template_file(template_file)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"{template_file}: cannot be read as a UTF-8 chat template: {exc}") from None
     if is_template_file(value):
         raise InputError(f"{template_file}: no such file")
     if value not in PRESETS:

@@ -207,3 +207,24 @@ def test_dry_run_refuses_an_unknown_preset_and_a_missing_file_in_one_line_each(t
         2,
         f"{missing}: tokenizer.chat_template: no such chat template file",
     )
+
+
+def test_a_template_path_that_is_no_small_regular_file_is_refused_naming_it(tmp_path: Path) -> None:
+    import os
+
+    from hyper_parallel.components.tokenizer.chat_templates import MAX_TEMPLATE_BYTES
+
+    big = tmp_path / "big.jinja"
+    big.write_bytes(b"x" * (MAX_TEMPLATE_BYTES + 1))
+    fifo = tmp_path / "fifo.jinja"
+    os.mkfifo(fifo)  # reading it would wait for a writer forever
+    for path, why in (
+        (big, f"more than {MAX_TEMPLATE_BYTES:,} bytes: not a chat template"),
+        (fifo, "not a regular file"),
+    ):
+        with pytest.raises(InputFileError) as info:
+            ByteTokenizer.Config(chat_template=str(path)).build()
+        assert (
+            str(info.value)
+            == f"{path}: tokenizer.chat_template: cannot be read as a UTF-8 chat template: {why}"
+        )

@@ -94,7 +94,7 @@ class Tokenizer:
                 return read_template(self.chat_template, add_bos=self.add_bos)
             except FileNotFoundError:
                 problem = "no such chat template file"
-            except (OSError, UnicodeDecodeError) as exc:
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
                 problem = f"cannot be read as a UTF-8 chat template: {exc}"
             raise InputFileError.at(self.chat_template, problem, "tokenizer.chat_template")
 

@@ -26,7 +26,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["PRESETS", "builtin_template", "is_template_file", "read_template"]
+__all__ = [
+    "MAX_TEMPLATE_BYTES",
+    "PRESETS",
+    "builtin_template",
+    "is_template_file",
+    "read_template",
+    "read_template_file",
+]
+
+#: Largest chat template file read (real ones are a few KiB; Qwen's longest about 8).
+MAX_TEMPLATE_BYTES = 1 << 20
 
 
 def builtin_template(*, add_bos: bool) -> str:
@@ -87,9 +97,21 @@ def is_template_file(value: str) -> bool:
 def read_template(value: str, *, add_bos: bool) -> str:
     """The Jinja text ``value`` (a preset name or a file, see the module docstring) names.
 
-    ``KeyError`` for an unknown preset name; ``OSError`` / ``UnicodeDecodeError`` for a file that cannot
-    be read as UTF-8."""
+    ``KeyError`` for an unknown preset name; for a file, what ``read_template_file`` raises."""
     if not is_template_file(value):
         text = PRESETS[value]
         return builtin_template(add_bos=add_bos) if text is None else text
-    return Path(value).read_text(encoding="utf-8")
+    return read_template_file(Path(value))
+
+
+def read_template_file(path: Path) -> str:
+    """The text of the Jinja file ``path``: ``OSError`` (``FileNotFoundError`` when there is none) or
+    ``UnicodeDecodeError`` when it cannot be read as UTF-8, ``ValueError`` for something that is not a
+    regular file (a FIFO would block the read) or holds more than ``MAX_TEMPLATE_BYTES``."""
+    if path.exists() and not path.is_file():
+        raise ValueError("not a regular file")
+    with path.open("rb") as handle:
+        data = handle.read(MAX_TEMPLATE_BYTES + 1)
+    if len(data) > MAX_TEMPLATE_BYTES:
+        raise ValueError(f"more than {MAX_TEMPLATE_BYTES:,} bytes: not a chat template")
+    return data.decode("utf-8")
