@@ -1,6 +1,12 @@
-"""Held-out loss of a trained model: ``python -m hyper_parallel.evaluate --config-file C``.
+"""Held-out loss of a trained model: ``python -m hyper_parallel.evaluate --checkpoint PATH``.
 
-``[--checkpoint PATH] [--GROUP.FIELD VALUE ...] [--json] [--allow-target PREFIX] [--strict]``
+``[--config-file C] [--GROUP.FIELD VALUE ...] [--json] [--allow-target PREFIX] [--strict]``
+
+The config is ``--config-file``'s, else the one the run saved beside ``--checkpoint``'s weights
+(``step-<N>/config.yaml``, of the newest complete step of a ``checkpoint.folder``), as ``generate`` and
+``export`` read it. A vision-language model's checkpoint (``train_vl``'s) is refused in one line naming
+its data, exit 2: validation feeds the model tokens only, not images, so its held-out loss is not
+measured yet.
 
 The validator's data (the config's ``validator`` section; it need not be enabled) goes through the model once
 and the command prints the tokens counted, the mean loss and the perplexity: ``tokens N  loss X  perplexity
@@ -46,6 +52,7 @@ from hyper_parallel.launch import (
     parse_arguments,
     report_issues,
 )
+from hyper_parallel.trainer import rules
 from hyper_parallel.trainer.machine import machine_issues
 
 if TYPE_CHECKING:
@@ -53,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EvaluateError", "evaluate", "main"]
 
-_USAGE = """usage: python -m hyper_parallel.evaluate --config-file FILE [--checkpoint PATH]
+_USAGE = """usage: python -m hyper_parallel.evaluate [--config-file FILE] [--checkpoint PATH]
        [--GROUP.FIELD VALUE ...] [--json] [--strict] [--allow-target PREFIX]
 
 Run the validator's data (the config's validator section) through the model once and print the tokens,
@@ -61,7 +68,7 @@ the mean loss and the perplexity. Under torchrun, each rank evaluates its share 
 -m hyper_parallel.evaluate --config-file FILE ...).
 
 options:
-  --config-file FILE     the run's YAML config (the one it trained with)
+  --config-file FILE     the run's YAML config (default: the config.yaml saved beside --checkpoint's weights)
   --checkpoint PATH      a step-<N> folder, or a checkpoint.folder for its newest intact step (default: the
                          config's checkpoint.folder when checkpointing is enabled)
   --GROUP.FIELD VALUE    override one field, as for train_lm (e.g. --validator.steps 8)
@@ -132,6 +139,41 @@ def _checkpoint_folder(cfg: TrainerConfig, checkpoint: str | None) -> Path | Non
     return folder
 
 
+def vision_language_refusal(cfg: TrainerConfig) -> str:
+    """Why ``cfg``'s vision-language model is not evaluated: one line naming the data train_vl feeds it."""
+    dataset = getattr(cfg.dataloader, "dataset", None)
+    source = getattr(dataset, "source", None)
+    image_data = getattr(dataset, "image_data", None)
+    data = f"{source!r} data" if image_data is None else f"{source!r}, {image_data}"
+    return (
+        f"{cfg.model.name!r} is a vision-language model, trained by train_vl (its data: {data}), which "
+        "evaluate cannot run yet (validation feeds the model tokens, not images): its held-out loss is "
+        "not measured here"
+    )
+
+
+def checkpoint_config(checkpoint: str | None) -> str:
+    """The config saved beside the weights ``checkpoint`` names (a ``step-<N>`` folder, or a
+    ``checkpoint.folder`` for its newest complete step), as ``generate`` and ``export`` read it when no
+    ``--config-file`` is given; ``EvaluateError`` when there is none."""
+    from hyper_parallel.components.checkpoint._layout import CONFIG_FILE, complete_steps, step_folder
+
+    if checkpoint is None:
+        raise EvaluateError("give --config-file FILE, or --checkpoint PATH whose config.yaml is read")
+    folder = Path(checkpoint)
+    if not folder.is_dir():
+        raise EvaluateError(f"{checkpoint!r}: no such folder")
+    steps = complete_steps(folder)
+    step = step_folder(folder, steps[-1]) if steps and not (folder / CONFIG_FILE).is_file() else folder
+    config = step / CONFIG_FILE
+    if not config.is_file():
+        raise EvaluateError(
+            f"{str(step)!r} holds no {CONFIG_FILE} (saved by an older version, or no checkpoint): pass the "
+            "run's config with --config-file"
+        )
+    return str(config)
+
+
 def _refuse_oversized(cfg: TrainerConfig, step: Path, metadata: Any) -> None:
     """Refuse a config whose model is larger than the checkpoint stores, before the trainer builds it."""
     import math
@@ -155,8 +197,9 @@ def evaluate(
     ``cfg`` is the run's config; its ``validator`` section says what to evaluate (enabled or not).
     ``checkpoint`` and the weights otherwise used are as in the module docstring; whatever the trainer
     prints (``debug.print_config``) goes to ``stream`` (default stderr). Call it on every rank
-    of a torchrun launch. Raises ``EvaluateError`` for a checkpoint that cannot be used, and the
-    trainer's errors (``ConfigError`` for a bad file the config names, ``TrainingError``) as training does.
+    of a torchrun launch. Raises ``EvaluateError`` for a checkpoint that cannot be
+    used, and the trainer's errors (``ConfigError`` for a bad file the config names, ``TrainingError``)
+    as training does.
 
     A checkpoint folder's steps are searched as export's are (``_newest.newest_readable``): a step that
     fails when read is skipped with a warning for the next older one, one pruned while it was read makes
@@ -179,25 +222,25 @@ def evaluate(
 
     def read(step: Path) -> None:  # every rank: DCP gathers a failed read, so every rank falls back alike
         _refuse_oversized(cfg, step, inspect(step, digests=False).metadata)  # before the model is built
-        trainer = built[0] if built else build(None)
-        trainer.checkpointer.load_model_from(step)
+        made = built[0] if built else build(None)
+        made.checkpointer.load_model_from(step)
 
     try:
         if folder is None:
-            trainer = build(cfg.checkpoint.initial_load_path)
+            made = build(cfg.checkpoint.initial_load_path)
         else:
             try:
                 step, _ = newest_readable(folder, read, purpose="evaluate")
             except NoReadableStepError as exc:
                 raise EvaluateError(str(exc)) from None
-            trainer = built[0]
+            made = built[0]
             # Each rank listed the folder on its own: a save and a prune between two listings of a live
             # folder would mix two steps' weights. The ranks compare what they read, as training does.
             problem = step_disagreement(step_of(step), str(folder))
             if problem is not None:
                 raise EvaluateError(problem)
-        with trainer.autocast():  # the model computes as in training
-            results: dict[str, float] = trainer.validator.validate(trainer.model, trainer.step)
+        with made.autocast():  # the model computes as in training
+            results: dict[str, float] = made.validator.validate(made.model, made.step)
     finally:
         for made in built:
             made.close()
@@ -246,7 +289,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         if getattr(args, key)
     ]
     if args.config_file is None and not issues:
-        issues.append(Issue("", "--config-file FILE is required", "command line"))
+        try:
+            args.config_file = checkpoint_config(checkpoint)
+        except EvaluateError as exc:
+            issues.append(Issue("", str(exc), "--checkpoint" if checkpoint else "command line"))
     if issues:
         return report_issues(issues, err)
     assert args.config_file is not None
@@ -264,14 +310,17 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
             world_size=world_size,
             strict=args.strict,
             command_line=True,
-            trainer="lm",
         )
     except ConfigError as exc:
         return report_issues(exc.issues, err)
     cfg = loaded.config
-    machine = machine_issues(cfg, training=True)  # what train_lm refuses on this machine, refused alike
-    if machine:
-        return report_issues(loaded.located(machine, args.config_file), err)
+    if rules.trainer_kind(cfg) == "vl":
+        err.write(f"evaluate: {vision_language_refusal(cfg)}\n")
+        return EXIT_INPUT_ERROR
+    # What train_lm and this machine refuse, refused alike.
+    refused = [*rules.trainer_issues(cfg, "lm"), *machine_issues(cfg, training=True)]
+    if refused:
+        return report_issues(loaded.located(refused, args.config_file), err)
     if not cfg.validator.enable and ("validator",) not in loaded.given:
         fallback = training_data_validator(cfg)
         if fallback is None:

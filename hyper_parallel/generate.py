@@ -1,7 +1,7 @@
 """Continue a prompt with a trained model: ``python -m hyper_parallel.generate PATH --prompt TEXT``.
 
-``[--image IMAGE] [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--config-file C]
-[--device D]``
+``[--chat [--system TEXT]] [--image IMAGE] [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S]
+[--config-file C] [--device D]``
 
 ``PATH`` is a checkpoint (a ``step-<N>`` folder, or a ``checkpoint.folder`` whose newest intact step is read,
 exactly as ``hyper_parallel.export`` reads it: checksums checked, nothing unpickled but DCP's metadata) or a
@@ -24,6 +24,13 @@ built-in chat format holding the image then the text, followed by the assistant'
 The image is read and resized as the training data's images are (the run's ``image_min_pixels`` and
 ``image_max_pixels``); the whole sequence is recomputed for each new token (no cache for images yet).
 
+``--chat`` answers ``--prompt`` as a user message (after ``--system``'s, when given): the conversation is
+rendered through the run's chat template (``tokenizer.chat_template``: a preset, a file, the tokenizer's
+own, else the built-in format; an export's ``tokenizer_config.json`` carries the one training used) with its
+generation prompt, the assistant's header, exactly as training rendered its conversations
+(``chat_prompt``). stdout is then the rendered prompt (special tokens left out) and the answer: the text
+``--prompt`` would print had the same conversation been rendered by hand.
+
 An input error (no such folder, not a checkpoint, an unreadable config or tokenizer, an option out of
 range) prints ``generate: PATH: problem`` on one line and exits 2. torch is imported only after the
 command line is read.
@@ -44,7 +51,7 @@ if TYPE_CHECKING:
 
     from hyper_parallel.components.tokenizer._runtime import TokenizerRuntime
 
-__all__ = ["GenerateError", "Loaded", "generate_text", "load_model", "main"]
+__all__ = ["GenerateError", "Loaded", "chat_prompt", "generate_text", "load_model", "main"]
 
 #: Exit status of an input error (as every command of the project).
 EXIT_INPUT_ERROR = 2
@@ -225,15 +232,21 @@ def generate_text(
     top_p: float = 1.0,
     seed: int = 0,
     image: str | None = None,
+    chat: bool = False,
+    system: str | None = None,
 ) -> str:
     """The continuation of ``prompt`` (text after it, without the end-of-sequence token); with ``image``,
-    the assistant's answer to a user turn holding the image and ``prompt`` (the module docstring)."""
+    the assistant's answer to a user turn holding the image and ``prompt``; with ``chat``, the
+    continuation of ``prompt`` as a user message (after ``system``'s) rendered by ``chat_prompt`` (the
+    module docstring)."""
     from hyper_parallel.models import generate_ids
 
     tokenizer = loaded.tokenizer
     inputs: dict[str, Any] | None = None
     if image is not None:
         ids, inputs = _image_prompt(loaded, image, prompt)
+    elif chat:
+        ids = chat_prompt(tokenizer, prompt, system)
     else:
         ids = tokenizer.encode(prompt, add_eos=False)
     if not ids:
@@ -267,6 +280,25 @@ def generate_text(
     head = tokenizer.decode(ids, skip_special_tokens=True)
     whole = tokenizer.decode(ids + new, skip_special_tokens=True)
     return whole[len(head) :] if whole.startswith(head) else tokenizer.decode(new, skip_special_tokens=True)
+
+
+def chat_prompt(tokenizer: TokenizerRuntime, prompt: str, system: str | None = None) -> list[int]:
+    """Ids of ``prompt`` as a user message (after ``system`` as a system message, when given) and the
+    assistant's header, rendered as training rendered conversations: the tokenizer's chat template
+    (``tokenizer.chat_template``) with its generation prompt, else the built-in format."""
+    from hyper_parallel.data.chat import ChatRenderer, builtin_chat
+
+    messages = [{"role": "system", "content": system}] if system is not None else []
+    messages.append({"role": "user", "content": prompt})
+    if tokenizer.chat_template is None:
+        ids, _ = builtin_chat(tokenizer, messages)
+        return ids + tokenizer.encode("<|assistant|>\n", add_bos=False, add_eos=False)
+    try:
+        text, _ = ChatRenderer(tokenizer).render(messages, add_generation_prompt=True)
+    except ValueError as exc:
+        raise GenerateError(f"--chat: {exc}") from None
+    ((ids, _),) = tokenizer.encode_with_offsets([text])  # type: ignore[attr-defined]
+    return list(ids)
 
 
 def _image_prompt(loaded: Loaded, image: str, prompt: str) -> tuple[list[int], dict[str, Any]]:
@@ -304,7 +336,13 @@ def _parser() -> argparse.ArgumentParser:
         "newest step) or an exported Hugging Face folder; prints the prompt and its continuation.",
     )
     parser.add_argument("path", help="step-<N> folder, checkpoint.folder, or an exported folder")
-    parser.add_argument("--prompt", required=True, help="text to continue")
+    parser.add_argument("--prompt", required=True, help="text to continue (with --chat: the user's message)")
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="answer --prompt as a user message, rendered with the run's chat template",
+    )
+    parser.add_argument("--system", help="with --chat: a system message before the user's")
     parser.add_argument(
         "--image", help="an image the prompt asks about (a vision-language checkpoint; chat format)"
     )
@@ -326,6 +364,10 @@ def _check_options(args: argparse.Namespace) -> None:
         raise GenerateError(f"--temperature: must be >= 0, got {args.temperature}")
     if not 0 < args.top_p <= 1:
         raise GenerateError(f"--top-p: must be in (0, 1], got {args.top_p}")
+    if args.system is not None and not args.chat:
+        raise GenerateError("--system: only read with --chat")
+    if args.chat and args.image is not None:
+        raise GenerateError("--chat: --image already asks in the chat format; leave --chat out")
     if not 0 <= args.seed < 2**63:
         raise GenerateError(f"--seed: must be in [0, 2**63), got {args.seed}")
     import torch
@@ -353,11 +395,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             top_p=args.top_p,
             seed=args.seed,
             image=args.image,
+            chat=args.chat,
+            system=args.system,
         )
+        shown = args.prompt
+        if args.chat:  # the conversation as the model read it: the rendered prompt, then its answer
+            shown = loaded.tokenizer.decode(
+                chat_prompt(loaded.tokenizer, args.prompt, args.system), skip_special_tokens=True
+            )
     except GenerateError as exc:
         print(f"generate: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR
-    sys.stdout.write(args.prompt + text + "\n")
+    sys.stdout.write(shown + text + "\n")
     return 0
 
 

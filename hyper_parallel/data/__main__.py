@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+import attrs
+
 from hyper_parallel.data.overlong import OVERLONG
 
 if TYPE_CHECKING:
@@ -57,8 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     prepare.add_argument(
         "--chat-template",
         default=None,
-        metavar="FILE",
-        help="Jinja chat template replacing the tokenizer's own",
+        metavar="NAME|FILE",
+        help="chat template replacing the config's tokenizer.chat_template: a preset (builtin, chatml, "
+        "llama3) or a Jinja file",
     )
     prepare.add_argument(
         "--train-on",
@@ -105,6 +108,35 @@ def load_run(config_file: str) -> RunSettings:
     )
 
 
+def _chat_template(value: str, config_file: str) -> str:
+    """The Jinja text ``--chat-template`` names: a file, or a preset as ``tokenizer.chat_template`` reads
+    it (the built-in one with the config tokenizer's ``add_bos``)."""
+    from hyper_parallel.components.tokenizer.chat_templates import (
+        PRESETS,
+        is_template_file,
+        read_template_file,
+    )
+    from hyper_parallel.config import load_config
+    from hyper_parallel.config.errors import did_you_mean
+    from hyper_parallel.data.prepare import InputError
+
+    template_file = Path(value)
+    if template_file.exists():
+        try:
+            return read_template_file(template_file)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"{template_file}: cannot be read as a UTF-8 chat template: {exc}") from None
+    if is_template_file(value):
+        raise InputError(f"{template_file}: no such file")
+    if value not in PRESETS:
+        raise InputError(
+            f"--chat-template: {value!r} is no preset ({', '.join(PRESETS)}) and no file"
+            f"{did_you_mean(value, PRESETS)}"
+        )
+    tokenizer = load_config(config_file).tokenizer
+    return attrs.evolve(tokenizer, chat_template=value).chat_template_text() or ""
+
+
 def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: TextIO | None = None) -> int:
     """Run the command line; returns the exit status."""
     from hyper_parallel.config import ConfigError
@@ -131,10 +163,7 @@ def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: T
         if args.chat_template is not None:
             if args.format != "chat":
                 raise InputError("--chat-template: only read with --format chat")
-            template_file = Path(args.chat_template)
-            if not template_file.is_file():
-                raise InputError(f"{template_file}: no such file")
-            template = template_file.read_text(encoding="utf-8")
+            template = _chat_template(args.chat_template, args.config_file)
         train_on = tuple(role.strip() for role in args.train_on.split(","))
         if args.format != "chat" and (train_on != ("assistant",) or args.drop_unlabeled):
             flag = "--drop-unlabeled" if args.drop_unlabeled else "--train-on"

@@ -315,18 +315,23 @@ class ChatRenderer:
         except jinja2.exceptions.TemplateError as exc:
             raise ValueError(f"the chat_template does not parse: {exc}") from None
 
-    def render(self, messages: Sequence[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
+    def render(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = False
+    ) -> tuple[str, list[tuple[int, int]]]:
         """The rendered text and its trained character spans ``[start, end)`` (template tokenizers only):
         the ``generation`` blocks when ``assistant`` is trained on, and the content of the messages of
-        the other roles ``train_on`` names."""
+        the other roles ``train_on`` names; ``add_generation_prompt`` ends it with the assistant's header
+        (a prompt to answer)."""
         for message in messages:
             if any(mark in message["content"] for mark in _MARKS):
                 raise ValueError("a message holds one of the private-use characters U+E000 to U+E003")
         own = [role for role in self.train_on if role != "assistant"]
         marked = [_content_marked(message) if message["role"] in own else message for message in messages]
-        text, spans, paired = _spans(self._generate(marked), "assistant" in self.train_on)
+        text, spans, paired = _spans(
+            self._generate(marked, add_generation_prompt), "assistant" in self.train_on
+        )
         if marked != list(messages):
-            plain, _, _ = _spans(self._generate(messages), False)
+            plain, _, _ = _spans(self._generate(messages, add_generation_prompt), False)
             if plain != text or not paired:
                 roles = sorted({m["role"] for m in messages if m["role"] in own})
                 raise ValueError(
@@ -336,7 +341,7 @@ class ChatRenderer:
                 )
         return text, spans
 
-    def _generate(self, messages: Sequence[dict[str, str]]) -> str:
+    def _generate(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> str:
         """The template's output for ``messages``, generation blocks between ``_OPEN`` and ``_CLOSE``."""
         import jinja2
 
@@ -349,7 +354,7 @@ class ChatRenderer:
             with _time_limit(MAX_RENDER_SECONDS):
                 for chunk in self._template.generate(
                     messages=list(messages),
-                    add_generation_prompt=False,
+                    add_generation_prompt=add_generation_prompt,
                     bos_token=getattr(tok, "bos_token", None) or "",
                     eos_token=getattr(tok, "eos_token", None) or "",
                     pad_token=getattr(tok, "pad_token", None) or "",

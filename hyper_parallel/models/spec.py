@@ -55,6 +55,12 @@ class ModelArgs(ConfigBase):
         name); ``None`` when the arguments do not say."""
         return None
 
+    def hf_linear_names(self) -> Mapping[str, frozenset[str]]:
+        """Hugging Face's last names of the blocks' linear layers (``q_proj``, ``down_proj``...) that differ
+        from ours, each to the layers of ours it names (one fused tensor there can be several layers here):
+        ``peft.targets`` takes either spelling. Empty when the arguments do not say."""
+        return {}
+
     def lora_targets(self) -> frozenset[str] | None:
         """The linear layers of the blocks LoRA adapts when ``peft.targets`` is empty (a subset of
         ``block_linear_names``); ``None`` when the arguments do not say."""

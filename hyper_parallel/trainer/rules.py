@@ -35,6 +35,7 @@ __all__ = [
     "sequence_parallel_issues",
     "stated_degree_issues",
     "trainer_issues",
+    "trainer_kind",
     "vocabulary_issues",
     "warnings",
     "world_size_issues",
@@ -173,6 +174,11 @@ def _training_data(cfg: "TrainerConfig") -> "DatasetConfig | None":
 
 def _has_vision(cfg: "TrainerConfig") -> bool:
     return getattr(cfg.model.args, "vision", None) is not None
+
+
+def trainer_kind(cfg: "TrainerConfig") -> TrainerKind:
+    """The trainer that trains ``cfg``'s model: ``"vl"`` for a vision-language model, else ``"lm"``."""
+    return "vl" if _has_vision(cfg) else "lm"
 
 
 def _image_data_issues(

@@ -120,6 +120,34 @@ def test_input_errors_exit_2_with_one_line(
     )
 
 
+def test_without_config_file_the_config_saved_beside_the_checkpoint_is_read(
+    run: tuple[Path, dict[str, Any]], capsys: Any
+) -> None:
+    folder, logged = run
+    assert main(["--checkpoint", str(folder / "step-2"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert json.loads(out)["loss"] == logged["validation/loss"]
+    assert main(["--checkpoint", str(folder), "--json"]) == 0  # the folder: its newest step's config
+    newest = evaluate(tiny_config("llama3", VALIDATION), checkpoint=folder)
+    assert json.loads(capsys.readouterr().out)["loss"] == newest["loss"]
+    assert main([]) == 2
+    assert capsys.readouterr().err == (
+        "command line: give --config-file FILE, or --checkpoint PATH whose config.yaml is read\n"
+        "1 problem found; nothing was started.\n"
+    )
+
+
+def test_a_vision_language_checkpoint_is_refused_in_one_line_naming_its_data(capsys: Any) -> None:
+    assert main(["--config-file", str(debug_config_path("qwen3_5_vl"))]) == 2
+    assert capsys.readouterr() == (
+        "",
+        "evaluate: 'qwen3_5_vl' is a vision-language model, trained by train_vl (its data: 'shapes', "
+        "image-caption data), which evaluate cannot run yet (validation feeds the model tokens, not "
+        "images): its held-out loss is not measured here\n",
+    )
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_two_ranks_evaluate_to_the_same_figures(run: tuple[Path, dict[str, Any]]) -> None:

@@ -70,6 +70,26 @@ def test_a_checkpoint_and_its_export_continue_the_prompt_alike(run: tuple[Path, 
     assert from_export[:2] == (0, out), from_export[2]
 
 
+def test_chat_answers_the_prompt_as_a_user_turn_rendered_as_by_hand(
+    run: tuple[Path, Path], capsys: Any
+) -> None:
+    checkpoint, exported = run
+    if checkpoint.parent.name != "llama3":
+        pytest.skip("the rendering is the tokenizer's, whatever the model: one model suffices")
+    flags = ["--max-new-tokens", "12"]
+    by_hand = "<|system|>\nBe brief.\n<|user|>\nWhat is my name?\n<|assistant|>\n"  # the built-in format
+    status, out, err = _generate(capsys, str(checkpoint), "--prompt", by_hand, *flags)
+    assert status == 0, err
+    chat = ["--chat", "--system", "Be brief.", "--prompt", "What is my name?", *flags]
+    assert _generate(capsys, str(checkpoint), *chat)[:2] == (0, out)
+    assert _generate(capsys, str(exported), *chat)[:2] == (0, out)  # its tokenizer_config's chat_template
+    assert _generate(capsys, str(checkpoint), "--system", "x", "--prompt", "y") == (
+        2,
+        "",
+        "generate: --system: only read with --chat\n",
+    )
+
+
 def test_sampling_repeats_with_a_seed(run: tuple[Path, Path], capsys: Any) -> None:
     checkpoint, exported = run
     flags = ["--prompt", PROMPT, "--max-new-tokens", "10", "--temperature", "1.0", "--top-p", "0.9"]

@@ -1,4 +1,4 @@
-"""Chat templates render under a loop, size, time and recursion bound (N5), and need offsets (N11).
+"""Chat templates render under a loop, size, time and recursion bound (N5), with any offsets tokenizer (N11).
 
 A template is untrusted text (it ships in a tokenizer's folder or comes from ``--chat-template``). Jinja's
 sandbox keeps it from Python objects and files, not from work: nested ``range`` loops ran past 120 s at
@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("jinja2")
 
-from hyper_parallel.data import chat
+from hyper_parallel.data import chat, shards
 from hyper_parallel.data.chat import MAX_RENDER_CHARS, MAX_RENDER_STEPS, ChatRenderer
 from tests.support.prepared import run_prepare, tokenizer_config
 
@@ -81,13 +81,14 @@ def test_an_ordinary_template_renders_as_before() -> None:
     assert renderer.render(MESSAGES) == ("<assistant>hi", [(11, 13)])
 
 
-def test_a_chat_template_with_the_byte_tokenizer_is_one_line_and_exit_2(tmp_path: Path) -> None:
+def test_a_chat_template_file_renders_with_the_byte_tokenizer(tmp_path: Path) -> None:
+    # The byte tokenizer reports character offsets now (encode_with_offsets): a template is no refusal.
     data = tmp_path / "chat.jsonl"
     data.write_text(
         '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}\n'
     )
     template = tmp_path / "template.jinja"
-    template.write_text(MARK)
+    template.write_text("{{ messages[0].content }}" + MARK)
     status, _, err = run_prepare(
         "prepare",
         data,
@@ -100,8 +101,7 @@ def test_a_chat_template_with_the_byte_tokenizer_is_one_line_and_exit_2(tmp_path
         "--chat-template",
         template,
     )
-    assert status == 2
-    assert err == (
-        "a chat template needs a tokenizer that reports character offsets (a Hugging Face tokenizer); "
-        "ByteLevelTokenizer uses the built-in chat format: leave --chat-template out\n"
-    )
+    assert status == 0, err
+    (arrays,) = shards.open_prepared(tmp_path / "out").shards
+    assert arrays.tokens.tolist() == [ord("a"), ord("a"), 257]  # the EOS packing appends, untrained
+    assert arrays.mask.tolist() == [0, 1, 0]

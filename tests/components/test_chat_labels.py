@@ -316,8 +316,8 @@ def test_records_without_a_trained_turn_are_counted_and_refused_then_dropped_on_
     status, out, err = run_chat(tmp_path, data, "--drop-unlabeled")
     assert (status, err) == (0, "")
     assert out.splitlines() == [
-        f"packing at seq_len 2048: 1 conversations in 1 rows, efficiency {len(HI_YO) / 2048:.1%} (real tokens / "
-        "row tokens; no conversation split)",
+        f"packing at seq_len 2048: 1 conversations in 1 rows, efficiency {len(HI_YO) / 2048:.1%} "
+        "(real tokens / row tokens; no conversation split)",
         f"{tmp_path / 'out'}: 1 documents, {len(HI_YO)} tokens in 1 shard(s) (uint16)",
         f"{tmp_path / 'out'}: 3 tokens carry labels ({3 / len(HI_YO):.1%} of all); "
         "6 record(s) without one dropped",
@@ -375,12 +375,13 @@ def test_a_folder_without_labels_is_refused_at_launch_counted_from_the_mask_when
 ) -> None:
     fingerprint = shards.tokenizer_fingerprint(ByteTokenizer.Config().build())
     assert (
-        open_for_training(str(hand_made(tmp_path / "old", HI_YO_MASK, None)), fingerprint).label_tokens == 3
+        open_for_training(str(hand_made(tmp_path / "old", HI_YO_MASK, None)), fingerprint, None).label_tokens
+        == 3
     )
     for name, recorded in (("zero-old", None), ("zero", 0)):
         folder = hand_made(tmp_path / name, [0] * len(HI_YO), recorded)
         with pytest.raises(PreparedDataError) as info:
-            open_for_training(str(folder), fingerprint)
+            open_for_training(str(folder), fingerprint, None)
         assert str(info.value) == (
             f"{folder}: dataset.paths: chat data in which no token carries a label (0 of {len(HI_YO)}): "
             "a run would train on nothing; prepare it again (prepare names the records without a trained "

@@ -133,6 +133,7 @@ def test_a_hugging_face_tokenizer_exports_its_files_with_the_config_overrides(fo
     import json
 
     from hyper_parallel.components.tokenizer._export import tokenizer_files
+    from hyper_parallel.components.tokenizer.chat_templates import builtin_template
 
     cfg = HuggingFaceTokenizer.Config(path=str(folder), eos_token="<pad>", model_max_length=64)
     files = tokenizer_files(cfg, None)
@@ -149,6 +150,7 @@ def test_a_hugging_face_tokenizer_exports_its_files_with_the_config_overrides(fo
         "tokenizer_class": "PreTrainedTokenizerFast",
         "add_bos_token": True,
         "add_eos_token": False,
+        "chat_template": builtin_template(add_bos=True),  # the one training used: it has none of its own
     }
     assert json.loads(files["special_tokens_map.json"]) == {
         "bos_token": "<s>",

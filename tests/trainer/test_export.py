@@ -346,11 +346,19 @@ def test_the_byte_tokenizer_exports_as_an_equivalent_tokenizer_json(trained: Pat
     text = _utf8_text_with_every_byte()
     covered = set(text.encode("utf-8"))
     assert covered == set(range(256)) - {0xC0, 0xC1, *range(0xF5, 0x100)}
-    for sample in (text, "<s> and </s> and <pad> are text here", "", "  two  spaces\n\ttab"):
+    for sample in (text, "", "  two  spaces\n\ttab"):
         assert theirs.encode(sample) == ours.encode(sample), sample
         expected = ours.encode(sample, add_eos=False)
         assert auto(sample)["input_ids"] == expected, sample  # BOS added, EOS not: a prompt
         assert auto.decode(expected) == ours.decode(expected)
+    # Written in a text, the special tokens are the special ids, as a chat template writes them (and as
+    # the byte tokenizer reads a rendered template: encode_with_offsets), not their bytes.
+    sample = "<s> and </s> and <pad> are specials here"
+    ((rendered, _),) = ours.encode_with_offsets([sample])
+    assert rendered[:3] == [256, *b" a"]
+    assert {257, 258} <= set(rendered)
+    assert auto(sample)["input_ids"] == [256, *rendered]
+    assert theirs.encode(sample, add_eos=False) == [256, *rendered]
     specials = {"<s>": 256, "</s>": 257, "<pad>": 258}
     assert {t: auto.convert_tokens_to_ids(t) for t in specials} == specials
     assert (auto.bos_token, auto.eos_token, auto.pad_token) == ("<s>", "</s>", "<pad>")

@@ -67,24 +67,39 @@ def test_lora_starts_from_the_model_and_trains_only_the_adapters() -> None:
     assert with_state == {id(params[n]) for n in adapters}  # optimizer state for the adapters alone
 
 
+#: Llama 3's linear layers in the refusals: ours, then Hugging Face's.
+LLAMA_LAYERS = (
+    "w1, w2, w3, wk, wo, wq, wv, Hugging Face's down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj"
+)
+
+
 @pytest.mark.parametrize(
     ("model", "targets", "message"),
     [
         (
             "llama3",
             "[wq, nope]",
-            "'nope' name no linear layer of llama3's blocks; choose among w1, w2, w3, wk, wo, wq, wv",
+            f"'nope' name no linear layer of llama3's blocks; choose among {LLAMA_LAYERS}, or all-linear",
         ),
         (
             "llama3",
             "[in_proj_q]",
-            "'in_proj_q' name no linear layer of llama3's blocks; choose among w1, w2, w3, wk, wo, wq, wv",
+            f"'in_proj_q' name no linear layer of llama3's blocks; choose among {LLAMA_LAYERS}, or "
+            "all-linear",
+        ),
+        (
+            "llama3",
+            "[q_prj]",
+            f"'q_prj' name no linear layer of llama3's blocks; choose among {LLAMA_LAYERS}, or all-linear; "
+            "did you mean 'q_proj'?",
         ),
         (
             "qwen3_5",
             "[router]",
             "'router' name no linear layer of qwen3_5's blocks; choose among in_proj_a, in_proj_b, "
-            "in_proj_k, in_proj_q, in_proj_v, in_proj_z, out_proj, w1, w2, w3, wk, wo, wq, wv",
+            "in_proj_k, in_proj_q, in_proj_v, in_proj_z, out_proj, w1, w2, w3, wk, wo, wq, wv, Hugging "
+            "Face's down_proj, gate_proj, in_proj_qkv, k_proj, o_proj, q_proj, up_proj, v_proj, or "
+            "all-linear",
         ),
     ],
 )
@@ -339,6 +354,61 @@ class _Block(torch.nn.Module):
 
     def forward(self, x: Any) -> Any:
         return self.other(self.wq(x))
+
+
+@pytest.mark.parametrize(
+    ("model", "targets", "layers"),
+    [
+        ("llama3", "[q_proj, v_proj]", {"wq", "wv"}),
+        ("llama3", "[gate_proj, up_proj, down_proj, o_proj, k_proj]", {"w1", "w3", "w2", "wo", "wk"}),
+        ("llama3", "[all-linear]", {"wq", "wk", "wv", "wo", "w1", "w2", "w3"}),
+        ("qwen3_5", "[in_proj_qkv, out_proj, wq]", {"in_proj_q", "in_proj_k", "in_proj_v", "out_proj", "wq"}),
+        (
+            "qwen3_5",
+            "[all-linear]",
+            {"wq", "wk", "wv", "wo", "w1", "w2", "w3", "out_proj", *(f"in_proj_{p}" for p in "qkvzab")},
+        ),
+    ],
+)
+def test_hugging_face_names_and_all_linear_adapt_the_layers_they_name(
+    model: str, targets: str, layers: set[str]
+) -> None:
+    cfg = tiny_config(model, {**LORA, "peft.targets": targets})
+    assert cfg.peft.layer_names(cfg.model.args) == layers
+    built = cfg.model.build_model_fn(cfg.model.args, device="meta")
+    cfg.peft.apply(built, cfg.model.args)
+    adapted = {name.split(".")[-2] for name, _ in built.named_parameters() if name.endswith(".lora_A")}
+    assert adapted == layers  # never the output head, the router or a routed expert
+
+
+def test_the_hugging_face_names_are_those_the_weight_adapters_rename() -> None:
+    from hyper_parallel.models.llama3 import _runtime as llama3
+    from hyper_parallel.models.qwen3_5 import _runtime as qwen3_5
+
+    for model, runtime in (("llama3", llama3), ("qwen3_5", qwen3_5)):
+        args = tiny_config(model, {}).model.args
+        renamed: dict[str, set[str]] = {}
+        for hf, ours in runtime._IN_LAYER.items():
+            renamed.setdefault(hf.split(".")[-2], set()).add(ours.split(".")[-2])
+        for fused, parts in getattr(runtime, "_FUSED", {}).items():
+            if fused.endswith("_proj_qkv.weight"):
+                renamed[fused.split(".")[-2]] = {part.split(".")[-2] for part in parts}
+        for hf, ours in args.hf_linear_names().items():
+            assert renamed[hf] == ours, (model, hf)
+        linears = args.block_linear_names()
+        assert {hf for hf, ours in renamed.items() if ours <= linears and {hf} != ours} == set(
+            args.hf_linear_names()
+        )
+
+
+def test_all_linear_is_listed_alone() -> None:
+    from hyper_parallel.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        tiny_config("llama3", {**LORA, "peft.targets": "[all-linear, wq]"})
+    assert [(i.path, i.message) for i in caught.value.issues] == [
+        ("peft.targets", "'all-linear' names every linear layer of the blocks: list it alone")
+    ]
 
 
 def test_rank_alpha_dropout_and_targets_shape_what_an_adapter_adds() -> None:

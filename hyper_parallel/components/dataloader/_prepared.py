@@ -37,9 +37,13 @@ __all__ = ["PreparedDataError", "prepared_samples"]
 
 
 def _corpus(
-    path: str, cfg: TokenizedSource, fingerprint: tuple[str, dict[str, object]], vocab_size: int
+    path: str,
+    cfg: TokenizedSource,
+    fingerprint: tuple[str, dict[str, object]],
+    vocab_size: int,
+    template: str | None,
 ) -> Corpus:
-    prepared = open_for_training(path, fingerprint)
+    prepared = open_for_training(path, fingerprint, template)
     first, count = cfg.selected(prepared.documents)
     return Corpus(
         prepared.shards,
@@ -58,7 +62,7 @@ def prepared_samples(cfg: TokenizedSource, request: LoaderRequest, *, max_sample
     eos = getattr(tokenizer, "eos_id", None)
     sources: list[Samples] = []
     for path in cfg.paths:
-        corpus = _corpus(path, cfg, fingerprint, tokenizer.vocab_size)
+        corpus = _corpus(path, cfg, fingerprint, tokenizer.vocab_size, tokenizer.chat_template)
         if corpus.chat:
             samples = chat_samples(
                 corpus,

@@ -469,7 +469,7 @@ class TokenizedSource(_Files):
 
         fingerprint = tokenizer_fingerprint(tokenizer)
         for path in self.paths:
-            prepared = open_for_training(path, fingerprint)
+            prepared = open_for_training(path, fingerprint, getattr(tokenizer, "chat_template", None))
             if not prepared.chat or self.overlong != "error":
                 continue
             first, count = self.selected(prepared.documents)

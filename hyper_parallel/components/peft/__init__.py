@@ -33,6 +33,9 @@ from hyper_parallel.components.peft.storage import BASES, TORCHAO_VERSION, Froze
 from hyper_parallel.config.base import ConfigBase, config_class
 from hyper_parallel.models import is_adapter
 
+#: The ``peft.targets`` entry naming every linear layer of the blocks (the ``peft`` library's spelling).
+ALL_LINEAR = "all-linear"
+
 if TYPE_CHECKING:
     import torch
 
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
     from hyper_parallel.preflight.model import ParamGroup
     from hyper_parallel.sections import ParallelismConfig, TrainingConfig
 
-__all__ = ["PEFT", "TORCHAO_VERSION", "FullFineTuning", "LoRA"]
+__all__ = ["ALL_LINEAR", "PEFT", "TORCHAO_VERSION", "FullFineTuning", "LoRA"]
 
 #: A checkpoint's full tensors by our names.
 Weights = dict[str, "torch.Tensor"]
@@ -177,9 +180,9 @@ class LoRA(PEFT):
         targets: tuple[str, ...] = attrs.field(
             default=(),
             metadata={
-                "help": "Linear layers of the blocks to adapt, by their last name (wq, w1, in_proj_q...); "
-                "empty: the model's defaults (ModelArgs.lora_targets). Routers and routed experts are never "
-                "adapted."
+                "help": "Linear layers of the blocks to adapt, by last name, ours (wq, w1...) or Hugging "
+                "Face's (q_proj, gate_proj...), or all-linear; empty: the model's defaults "
+                "(ModelArgs.lora_targets). Routers and routed experts are never adapted."
             },
         )
 
@@ -207,9 +210,19 @@ class LoRA(PEFT):
             yield from super().cross_check()
             seen: set[str] = set()
             for target in self.targets:
-                if not target.isidentifier():
-                    yield "targets", f"{target!r} is not a layer name (a Python identifier such as 'wq')"
-                elif target in seen:
+                if target == ALL_LINEAR:
+                    if len(self.targets) > 1:
+                        yield (
+                            "targets",
+                            f"{ALL_LINEAR!r} names every linear layer of the blocks: list it alone",
+                        )
+                elif not target.isidentifier():
+                    yield (
+                        "targets",
+                        f"{target!r} is not a layer name (a Python identifier such as 'wq' or 'q_proj') "
+                        f"nor {ALL_LINEAR!r}",
+                    )
+                if target in seen:
                     yield "targets", f"{target!r} is listed twice"
                 seen.add(target)
             if self.quantize_embeddings and not self.base.quantized:
@@ -229,10 +242,29 @@ class LoRA(PEFT):
             """``alpha / rank``: what ``B A x`` is multiplied by."""
             return self.alpha / self.rank
 
+        def target_layers(self, args: "ModelArgs") -> dict[str, frozenset[str]]:
+            """Each of ``targets`` and the layers of the model (our last names) it names: ours as they are,
+            Hugging Face's through ``ModelArgs.hf_linear_names``, ``all-linear`` every linear layer of the
+            blocks (``ModelArgs.block_linear_names``, as peft means it: never the output head). A name the
+            model does not know names nothing (an empty set)."""
+            ours = args.block_linear_names() or frozenset()
+            hf = args.hf_linear_names()
+            named: dict[str, frozenset[str]] = {}
+            for target in self.targets:
+                if target == ALL_LINEAR:
+                    named[target] = ours
+                elif target in hf:
+                    named[target] = hf[target]
+                else:
+                    named[target] = frozenset({target}) & ours if ours else frozenset({target})
+            return named
+
         def layer_names(self, args: "ModelArgs") -> frozenset[str]:
-            """The last names of the linear layers adapted: ``targets``, or the model's defaults
-            (``ModelArgs.lora_targets``) when empty."""
-            return frozenset(self.targets or args.lora_targets() or ())
+            """The last names of the linear layers adapted: those ``targets`` name (``target_layers``), or
+            the model's defaults (``ModelArgs.lora_targets``) when empty."""
+            if not self.targets:
+                return frozenset(args.lora_targets() or ())
+            return frozenset().union(*self.target_layers(args).values())
 
         def storage(self, part: Part, compute_dtype: str) -> str:
             """How the frozen ``part`` is held: a dtype's name or ``'nf4'`` (see ``storage``); the runtime,

@@ -5,6 +5,7 @@ compute dtype and the parallel layout, so they take those root groups (``RunGrou
 is one); each yields ``(root field path, message)``.
 """
 
+import difflib
 import importlib.util
 import math
 from collections.abc import Iterator, Mapping
@@ -42,13 +43,25 @@ def run_issues(peft: "LoRA.Config", cfg: "RunGroups") -> Issues:
     """``targets`` must name linear layers of the model's blocks (the model's arguments list them); the
     base's own rules (a bfloat16 base needs bfloat16 compute); an NF4 base needs torchao, weights NF4
     can hold, and a layout it runs on (the explicit degrees: ``-1`` waits for the world size)."""
-    names = cfg.model.args.block_linear_names()
-    unknown = [target for target in peft.targets if names is not None and target not in names]
+    from hyper_parallel.components.peft import ALL_LINEAR
+
+    args = cfg.model.args
+    names = args.block_linear_names()
+    named = peft.target_layers(args)
+    unknown = [target for target, layers in named.items() if names is not None and not layers]
     if unknown:
+        hf = sorted(args.hf_linear_names())
+        theirs = f", Hugging Face's {', '.join(hf)}" if hf else ""
+        spellings = [*(names or ()), *hf, ALL_LINEAR]
+        # closer than the resolver's suggestions: the layer names share "_proj", "in_proj_" and "w"
+        close = (
+            difflib.get_close_matches(unknown[0], spellings, n=1, cutoff=0.75) if len(unknown) == 1 else []
+        )
+        guess = f"; did you mean {close[0]!r}?" if close else ""
         yield (
             "peft.targets",
             f"{', '.join(repr(t) for t in unknown)} name no linear layer of {cfg.model.name}'s blocks; "
-            f"choose among {', '.join(sorted(names or ()))}",
+            f"choose among {', '.join(sorted(names or ()))}{theirs}, or {ALL_LINEAR}{guess}",
         )
     yield from peft.base.issues(cfg.training.mixed_precision_param)
     weights = _nf4_weights(peft, cfg) if not unknown else None

@@ -139,7 +139,7 @@ def apply_lora(cfg: LoRA.Config, model: nn.Module, args: ModelArgs) -> nn.Module
         module.__class__ = LoRALinear
         adapted = cast(LoRALinear, module)
         adapted.lora_scale, adapted.lora_dropout = cfg.scale, cfg.dropout
-    missing = [t for t in cfg.targets if t not in found]
+    missing = [t for t, layers in cfg.target_layers(args).items() if not layers & found]
     if missing or not found:
         raise ValueError(
             f"peft.targets: {', '.join(repr(t) for t in missing or sorted(targets))} name no linear layer "

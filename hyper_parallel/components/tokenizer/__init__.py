@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import attrs
 
 from hyper_parallel.config.base import ConfigBase, config_class
+from hyper_parallel.config.errors import ConfigError, InputFileError, Issue, did_you_mean
 
 if TYPE_CHECKING:
     from hyper_parallel.components.tokenizer._runtime import ByteLevelTokenizer, HFTokenizer
@@ -49,6 +50,53 @@ class Tokenizer:
             default=True,
             metadata={"help": "Append the end-of-sequence token to every encoded document."},
         )
+        chat_template: str | None = attrs.field(
+            default=None,
+            validator=_optional_nonempty,
+            metadata={
+                "help": "How chats become text: null (the tokenizer's own, else built-in), a preset "
+                "(builtin, chatml, llama3) or a Jinja file path."
+            },
+        )
+
+        def cross_check(self) -> Iterator[tuple[str, str]]:
+            """Yield ``(field path, message)``: a ``chat_template`` neither a preset nor a file path."""
+            yield from super().cross_check()
+            problem = self._unknown_preset()
+            if problem is not None:
+                yield "chat_template", problem
+
+        def _unknown_preset(self) -> str | None:
+            """Why ``chat_template`` names nothing: neither a preset nor a file path (None when it does)."""
+            from hyper_parallel.components.tokenizer.chat_templates import PRESETS, is_template_file
+
+            value = self.chat_template
+            if value is None or is_template_file(value) or value in PRESETS:
+                return None
+            return (
+                f"{value!r} is no preset ({', '.join(PRESETS)}) and no path to a Jinja file (a value with a "
+                f"'/' or a .jinja suffix){did_you_mean(value, PRESETS)}"
+            )
+
+        def chat_template_text(self) -> str | None:
+            """The Jinja text ``chat_template`` names (a preset's, or its file's), None when null; a
+            ``ConfigError`` for an unknown preset (as at resolve), an ``InputFileError`` naming the file
+            when it cannot be read."""
+            if self.chat_template is None:
+                return None
+            from hyper_parallel.components.tokenizer.chat_templates import read_template
+
+            problem = self._unknown_preset()
+            if problem is not None:  # a config made despite its errors (the launch's later checks)
+                raise ConfigError([Issue("tokenizer.chat_template", problem)])
+
+            try:
+                return read_template(self.chat_template, add_bos=self.add_bos)
+            except FileNotFoundError:
+                problem = "no such chat template file"
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                problem = f"cannot be read as a UTF-8 chat template: {exc}"
+            raise InputFileError.at(self.chat_template, problem, "tokenizer.chat_template")
 
         def vocab_size(self) -> int | None:
             """Number of token ids when the config alone fixes it; None when only the files know."""
@@ -153,4 +201,6 @@ class ByteTokenizer(Tokenizer):
             """The byte tokenizer; ``weights_path`` is ignored (nothing is read)."""
             from hyper_parallel.components.tokenizer._runtime import ByteLevelTokenizer
 
-            return ByteLevelTokenizer(add_bos=self.add_bos, add_eos=self.add_eos)
+            built = ByteLevelTokenizer(add_bos=self.add_bos, add_eos=self.add_eos)
+            built.chat_template = self.chat_template_text()
+            return built

@@ -14,9 +14,15 @@ The byte tokenizer has no files, so an equivalent ``tokenizer.json`` is built wi
 library: byte-level pre-tokenization (every byte becomes one character of GPT-2's byte alphabet, with
 no regex split and no prefix space), a BPE model without merges whose vocabulary gives each byte's
 character the byte's value as id, the byte-level decoder, and ``<s>``, ``</s>``, ``<pad>`` as special
-tokens 256, 257 and 258. ``split_special_tokens`` in ``tokenizer_config.json`` keeps a literal ``"<s>"``
-in a text as its three bytes, as ``ByteTokenizer`` does. Encoding a prompt adds ``<s>`` when the config's
-``add_bos`` is set (the post-processor) but never ``</s>``: a prompt is meant to be continued.
+tokens 256, 257 and 258. Written in a text, ``<s>``, ``</s>`` and ``<pad>`` are those special tokens
+(as in every Hugging Face tokenizer, whose chat templates write them so), where ``ByteTokenizer.encode``
+keeps them as their bytes: a prompt holding them is the one text the two encode differently. Encoding a
+prompt adds ``<s>`` when the config's ``add_bos`` is set (the post-processor) but never ``</s>``: a prompt
+is meant to be continued.
+
+``tokenizer_config.json`` carries the ``chat_template`` training rendered conversations with
+(``training_chat_template``: the configured preset or file, the tokenizer's own, or the built-in format as
+Jinja), so ``apply_chat_template`` on the export gives the ids the prepared chat data holds.
 
 Imports ``tokenizers`` (not torch); called by the export only.
 """
@@ -37,6 +43,7 @@ __all__ = [
     "byte_tokenizer_json",
     "special_token_ids",
     "tokenizer_files",
+    "training_chat_template",
     "with_training_specials",
 ]
 
@@ -112,8 +119,8 @@ def tokenizer_files(cfg: Tokenizer.Config, weights_path: str | None) -> dict[str
         config = {
             "tokenizer_class": "PreTrainedTokenizerFast",
             **specials,
-            "split_special_tokens": True,
             "clean_up_tokenization_spaces": False,
+            "chat_template": training_chat_template(cfg, None),
         }
         return {
             "tokenizer.json": byte_tokenizer_json(add_bos=cfg.add_bos).encode("utf-8") + b"\n",
@@ -161,12 +168,24 @@ def _hf_files(cfg: Any, weights_path: str | None) -> dict[str, bytes]:
         elif key in saved and key not in special_map:
             special_map[key] = saved[key]
     saved.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
+    saved["chat_template"] = training_chat_template(cfg, built.chat_template)
     # A prompt is encoded as training encoded a document's start: BOS as configured, never EOS.
     saved["add_bos_token"] = bos is not None
     saved["add_eos_token"] = False
     files["tokenizer_config.json"] = _json(saved)
     files["special_tokens_map.json"] = _json(special_map)
     return files
+
+
+def training_chat_template(cfg: Tokenizer.Config, own: str | None) -> str:
+    """The chat template training rendered conversations with, as Jinja: the configured one (a preset or
+    a file), else the tokenizer's own (``own``), else the built-in format (``builtin_template``)."""
+    from hyper_parallel.components.tokenizer.chat_templates import builtin_template
+
+    configured = cfg.chat_template_text()
+    if configured is not None:
+        return configured
+    return own if own is not None else builtin_template(add_bos=cfg.add_bos)
 
 
 def with_training_specials(tokenizer_json: bytes, bos: tuple[str, int] | None) -> bytes:

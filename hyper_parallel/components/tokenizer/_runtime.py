@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -148,6 +149,32 @@ class ByteLevelTokenizer(TokenizerRuntime):
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
         body = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(dtype)
         return self._framed(body, lengths)
+
+    def encode_with_offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Ids of each text without bos/eos, with each token's character span ``(start, end)``.
+
+        What a chat template's rendering is encoded with: there, ``<s>``, ``</s>`` and ``<pad>`` are the
+        special ids (a template writes the special tokens as text, as Hugging Face's do, and the export
+        encodes them so); everything else is its UTF-8 bytes, each byte spanning its character."""
+        specials = {self.bos_token: self.bos_id, self.eos_token: self.eos_id, self.pad_token: self.pad_id}
+        pattern = re.compile("|".join(re.escape(token) for token in specials))
+        out = []
+        for text in texts:
+            ids: list[int] = []
+            offsets: list[tuple[int, int]] = []
+            at = 0
+            for match in [*pattern.finditer(text), None]:
+                end = len(text) if match is None else match.start()
+                for index in range(at, end):
+                    piece = text[index].encode("utf-8")
+                    ids.extend(piece)
+                    offsets.extend([(index, index + 1)] * len(piece))
+                if match is not None:
+                    ids.append(specials[match.group()])
+                    offsets.append(match.span())
+                    at = match.end()
+            out.append((ids, offsets))
+        return out
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """Bytes decoded as UTF-8 (invalid sequences become U+FFFD); specials as ``<s>``, ``</s>``, ``<pad>``.
@@ -335,7 +362,8 @@ def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | Non
         source=str(file),
         configured=configured,
     )
-    template = saved.get("chat_template")
-    if isinstance(template, str) and template:
-        built.chat_template = template
+    template = cfg.chat_template_text()
+    if template is None and isinstance(saved.get("chat_template"), str) and saved["chat_template"]:
+        template = saved["chat_template"]  # the tokenizer's own
+    built.chat_template = template
     return built

@@ -16,9 +16,23 @@ from hyper_parallel.models.spec import ModelArgs
 if TYPE_CHECKING:
     from hyper_parallel.models.llama3.estimate import Llama3Costs
 
-__all__ = ["LLAMA3_FLAVORS", "Llama3Args", "RopeScaling"]
+__all__ = ["HF_LINEAR_NAMES", "LLAMA3_FLAVORS", "Llama3Args", "RopeScaling"]
 
 _pos_int = attrs.validators.gt(0)
+
+#: Hugging Face's names of the attention and SwiGLU projections -> ours (``Llama3Args.hf_linear_names``).
+HF_LINEAR_NAMES: Mapping[str, frozenset[str]] = {
+    hf: frozenset({ours})
+    for hf, ours in {
+        "q_proj": "wq",
+        "k_proj": "wk",
+        "v_proj": "wv",
+        "o_proj": "wo",
+        "gate_proj": "w1",
+        "up_proj": "w3",
+        "down_proj": "w2",
+    }.items()
+}
 
 
 @config_class
@@ -148,6 +162,11 @@ class Llama3Args(ModelArgs):
     def block_linear_names(self) -> frozenset[str]:
         """Attention ``wq wk wv wo`` and the SwiGLU ``w1 w2 w3``."""
         return frozenset({"wq", "wk", "wv", "wo", "w1", "w2", "w3"})
+
+    def hf_linear_names(self) -> Mapping[str, frozenset[str]]:
+        """``LlamaForCausalLM``'s ``self_attn.{q,k,v,o}_proj`` and ``mlp.{gate,up,down}_proj`` (the names
+        the state-dict adapter renames)."""
+        return HF_LINEAR_NAMES
 
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
         """Yield ``(root field path, message)``: tensor parallelism splits the query and key/value heads;

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from hyper_parallel.models.qwen3_5.estimate import Qwen3_5Costs, Qwen3_5VLCosts
 
 __all__ = [
+    "HF_LINEAR_NAMES",
     "QWEN3_5_FLAVORS",
     "QWEN3_5_VL_FLAVORS",
     "Qwen3_5Args",
@@ -33,6 +34,18 @@ __all__ = [
 ]
 
 _pos_int = attrs.validators.gt(0)
+
+#: Hugging Face's names of the blocks' linear layers that differ from ours (``hf_linear_names``).
+HF_LINEAR_NAMES: Mapping[str, frozenset[str]] = {
+    "q_proj": frozenset({"wq"}),
+    "k_proj": frozenset({"wk"}),
+    "v_proj": frozenset({"wv"}),
+    "o_proj": frozenset({"wo"}),
+    "gate_proj": frozenset({"w1"}),
+    "up_proj": frozenset({"w3"}),
+    "down_proj": frozenset({"w2"}),
+    "in_proj_qkv": frozenset({"in_proj_q", "in_proj_k", "in_proj_v"}),
+}
 
 
 @config_class
@@ -181,6 +194,12 @@ class Qwen3_5Args(ModelArgs):
             {"wq", "wk", "wv", "wo", "w1", "w2", "w3", "out_proj"} | {f"in_proj_{part}" for part in "qkvzab"}
         )
 
+    def hf_linear_names(self) -> Mapping[str, frozenset[str]]:
+        """Hugging Face's attention and MLP (or shared expert) ``q_proj``... ``down_proj``, and the Gated
+        DeltaNet's fused ``in_proj_qkv`` (our ``in_proj_q in_proj_k in_proj_v``); its ``in_proj_z``,
+        ``in_proj_a``, ``in_proj_b`` and ``out_proj`` are named as here."""
+        return HF_LINEAR_NAMES
+
     def lora_targets(self) -> frozenset[str]:
         """All of them but the Gated DeltaNet's per-head gate projections ``in_proj_a`` and ``in_proj_b``
         (one output per head: the rest of the layer's projections carry its weights)."""
@@ -317,6 +336,10 @@ class Qwen3_5VLArgs(ModelArgs):
     def block_linear_names(self) -> frozenset[str]:
         """Those of the language model (LoRA adapts its blocks, never the vision tower's)."""
         return self.text.block_linear_names()
+
+    def hf_linear_names(self) -> Mapping[str, frozenset[str]]:
+        """Those of the language model."""
+        return self.text.hf_linear_names()
 
     def lora_targets(self) -> frozenset[str]:
         """Those of the language model."""
