@@ -1,7 +1,7 @@
 """Continue a prompt with a trained model: ``python -m hyper_parallel.generate PATH --prompt TEXT``.
 
-``[--chat [--system TEXT]] [--image IMAGE] [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S]
-[--config-file C] [--device D]``
+``[--chat [--system TEXT] [--history FILE]] [--image IMAGE] [--max-new-tokens N] [--temperature T]
+[--top-p P] [--seed S] [--config-file C] [--device D]``
 
 ``PATH`` is a checkpoint (a ``step-<N>`` folder, or a ``checkpoint.folder`` whose newest intact step is read,
 exactly as ``hyper_parallel.export`` reads it: checksums checked, nothing unpickled but DCP's metadata) or a
@@ -24,7 +24,8 @@ built-in chat format holding the image then the text, followed by the assistant'
 The image is read and resized as the training data's images are (the run's ``image_min_pixels`` and
 ``image_max_pixels``); the whole sequence is recomputed for each new token (no cache for images yet).
 
-``--chat`` answers ``--prompt`` as a user message (after ``--system``'s, when given): the conversation is
+``--chat`` answers ``--prompt`` as a user message (after ``--system``'s, when given, and the earlier turns of
+``--history``, a JSON chat record in any shape ``prepare`` reads): the conversation is
 rendered through the run's chat template (``tokenizer.chat_template``: a preset, a file, the tokenizer's
 own, else the built-in format; an export's ``tokenizer_config.json`` carries the one training used) with its
 generation prompt, the assistant's header, exactly as training rendered its conversations
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
     from hyper_parallel.components.tokenizer._runtime import TokenizerRuntime
 
-__all__ = ["GenerateError", "Loaded", "chat_prompt", "generate_text", "load_model", "main"]
+__all__ = ["GenerateError", "Loaded", "chat_prompt", "generate_text", "load_model", "main", "read_history"]
 
 #: Exit status of an input error (as every command of the project).
 EXIT_INPUT_ERROR = 2
@@ -234,11 +235,12 @@ def generate_text(
     image: str | None = None,
     chat: bool = False,
     system: str | None = None,
+    history: Sequence[dict[str, str]] = (),
 ) -> str:
     """The continuation of ``prompt`` (text after it, without the end-of-sequence token); with ``image``,
     the assistant's answer to a user turn holding the image and ``prompt``; with ``chat``, the
-    continuation of ``prompt`` as a user message (after ``system``'s) rendered by ``chat_prompt`` (the
-    module docstring)."""
+    continuation of ``prompt`` as a user message (after ``system``'s and the earlier turns of ``history``)
+    rendered by ``chat_prompt`` (the module docstring)."""
     from hyper_parallel.models import generate_ids
 
     tokenizer = loaded.tokenizer
@@ -246,7 +248,7 @@ def generate_text(
     if image is not None:
         ids, inputs = _image_prompt(loaded, image, prompt)
     elif chat:
-        ids = chat_prompt(tokenizer, prompt, system)
+        ids = chat_prompt(tokenizer, prompt, system, history)
     else:
         ids = tokenizer.encode(prompt, add_eos=False)
     if not ids:
@@ -282,13 +284,20 @@ def generate_text(
     return whole[len(head) :] if whole.startswith(head) else tokenizer.decode(new, skip_special_tokens=True)
 
 
-def chat_prompt(tokenizer: TokenizerRuntime, prompt: str, system: str | None = None) -> list[int]:
-    """Ids of ``prompt`` as a user message (after ``system`` as a system message, when given) and the
-    assistant's header, rendered as training rendered conversations: the tokenizer's chat template
-    (``tokenizer.chat_template``) with its generation prompt, else the built-in format."""
+def chat_prompt(
+    tokenizer: TokenizerRuntime,
+    prompt: str,
+    system: str | None = None,
+    history: Sequence[dict[str, str]] = (),
+) -> list[int]:
+    """Ids of ``prompt`` as a user message (after ``system`` as a system message, when given, and the
+    earlier turns of ``history``) and the assistant's header, rendered as training rendered conversations:
+    the tokenizer's chat template (``tokenizer.chat_template``) with its generation prompt, else the
+    built-in format."""
     from hyper_parallel.data.chat import ChatRenderer, builtin_chat
 
     messages = [{"role": "system", "content": system}] if system is not None else []
+    messages.extend(history)
     messages.append({"role": "user", "content": prompt})
     if tokenizer.chat_template is None:
         ids, _ = builtin_chat(tokenizer, messages)
@@ -329,6 +338,37 @@ def _image_prompt(loaded: Loaded, image: str, prompt: str) -> tuple[list[int], d
     return ids, {"pixel_values": patches.to(device), "grid_thw": grid}
 
 
+#: Largest ``--history`` file read: a conversation so far, not a dataset.
+MAX_HISTORY_BYTES = 1 << 20
+
+
+def read_history(path: str) -> list[dict[str, str]]:
+    """The messages of the one chat record in the JSON file ``path`` (any shape ``prepare --format chat``
+    reads), refused in one line (``GenerateError``) when the file is no regular file, over
+    ``MAX_HISTORY_BYTES``, not JSON, or not a chat record."""
+    from hyper_parallel.data.chat import conversation
+
+    file = Path(path)
+    if not file.is_file():
+        raise GenerateError(f"{path}: no such file")
+    with open(file, "rb") as handle:
+        data = handle.read(MAX_HISTORY_BYTES + 1)
+    if len(data) > MAX_HISTORY_BYTES:
+        raise GenerateError(
+            f"{path}: larger than {MAX_HISTORY_BYTES} bytes; a conversation so far is smaller"
+        )
+    try:
+        record = loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise GenerateError(f"{path}: not a JSON chat record ({exc})") from None
+    if not isinstance(record, dict):
+        raise GenerateError(f"{path}: not a JSON object (a chat record)")
+    try:
+        return conversation(record)
+    except ValueError as exc:
+        raise GenerateError(f"{path}: {exc}") from None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m hyper_parallel.generate",
@@ -343,6 +383,12 @@ def _parser() -> argparse.ArgumentParser:
         help="answer --prompt as a user message, rendered with the run's chat template",
     )
     parser.add_argument("--system", help="with --chat: a system message before the user's")
+    parser.add_argument(
+        "--history",
+        metavar="FILE",
+        help="with --chat: a JSON file of one chat record (messages, ShareGPT or Alpaca, as prepare reads "
+        "them): the earlier turns of the conversation, before --prompt's",
+    )
     parser.add_argument(
         "--image", help="an image the prompt asks about (a vision-language checkpoint; chat format)"
     )
@@ -366,6 +412,8 @@ def _check_options(args: argparse.Namespace) -> None:
         raise GenerateError(f"--top-p: must be in (0, 1], got {args.top_p}")
     if args.system is not None and not args.chat:
         raise GenerateError("--system: only read with --chat")
+    if args.history is not None and not args.chat:
+        raise GenerateError("--history: only read with --chat")
     if args.chat and args.image is not None:
         raise GenerateError("--chat: --image already asks in the chat format; leave --chat out")
     if not 0 <= args.seed < 2**63:
@@ -385,6 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         _check_options(args)
+        history = () if args.history is None else read_history(args.history)
         loaded = load_model(args.path, config=args.config_file, device=args.device)
         print(f"generate: {loaded.what}", file=sys.stderr)
         text = generate_text(
@@ -397,11 +446,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             image=args.image,
             chat=args.chat,
             system=args.system,
+            history=history,
         )
         shown = args.prompt
         if args.chat:  # the conversation as the model read it: the rendered prompt, then its answer
             shown = loaded.tokenizer.decode(
-                chat_prompt(loaded.tokenizer, args.prompt, args.system), skip_special_tokens=True
+                chat_prompt(loaded.tokenizer, args.prompt, args.system, history), skip_special_tokens=True
             )
     except GenerateError as exc:
         print(f"generate: {exc}", file=sys.stderr)

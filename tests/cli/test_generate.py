@@ -90,6 +90,40 @@ def test_chat_answers_the_prompt_as_a_user_turn_rendered_as_by_hand(
     )
 
 
+def test_chat_history_puts_the_earlier_turns_before_the_prompt_as_by_hand(
+    run: tuple[Path, Path], capsys: Any, tmp_path: Path
+) -> None:
+    checkpoint, exported = run
+    if checkpoint.parent.name != "llama3":
+        pytest.skip("the rendering is the tokenizer's, whatever the model: one model suffices")
+    flags = ["--max-new-tokens", "8"]
+    earlier = [{"from": "human", "value": "My name is Zed"}, {"from": "gpt", "value": "Hi Zed"}]
+    history = tmp_path / "history.json"
+    history.write_text(json.dumps({"conversations": earlier}))  # ShareGPT, as prepare reads it
+    # the built-in format; the earlier answer's EOS id is left out of the text printed
+    status, out, err = _generate(
+        capsys, str(checkpoint), "--chat", "--history", str(history), "--prompt", "What is my name?", *flags
+    )
+    assert status == 0, err
+    assert out.startswith(
+        "<|user|>\nMy name is Zed\n<|assistant|>\nHi Zed<|user|>\nWhat is my name?\n<|assistant|>\n"
+    )
+    # the export renders with the chat_template its tokenizer_config.json carries: the same ids, the same text
+    chat = ["--chat", "--history", str(history), "--prompt", "What is my name?", *flags]
+    assert _generate(capsys, str(exported), *chat)[:2] == (0, out)
+    history.write_text('{"messages": [{"role": "bot", "content": "x"}]}')
+    status, _, err = _generate(capsys, str(checkpoint), "--chat", "--history", str(history), "--prompt", "y")
+    assert (status, err.splitlines()[-1]) == (
+        2,
+        f"generate: {history}: messages[0] has role 'bot', not one of system, user, assistant, tool",
+    )
+    assert _generate(capsys, str(checkpoint), "--history", str(history), "--prompt", "y") == (
+        2,
+        "",
+        "generate: --history: only read with --chat\n",
+    )
+
+
 def test_sampling_repeats_with_a_seed(run: tuple[Path, Path], capsys: Any) -> None:
     checkpoint, exported = run
     flags = ["--prompt", PROMPT, "--max-new-tokens", "10", "--temperature", "1.0", "--top-p", "0.9"]
