@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from hyper_parallel._disk import write_problem
 from hyper_parallel._dtypes import DTYPE_NAMES, torch_dtype
 from hyper_parallel._numbers import UNIT_NAMES, read_size
+from hyper_parallel.trainer.machine import torch_version_problem
 
 if TYPE_CHECKING:
     import torch
@@ -579,6 +580,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="write the LoRA adapters as a peft adapter folder instead of the merged model",
     )
     args = parser.parse_args(argv)
+    old_torch = torch_version_problem()
+    if old_torch is not None:  # refused as the launch scripts refuse it, before torch is used
+        print(f"export: {old_torch}", file=sys.stderr)
+        return 2
     try:
         if args.adapter_only:
             out = export_adapter(args.checkpoint, args.out, config=args.config_file)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hyper_parallel._json import loads
+from hyper_parallel.trainer.machine import torch_version_problem
 
 if TYPE_CHECKING:
     from torch import nn
@@ -377,6 +378,10 @@ def _check_options(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit status (0 generated, 2 an input error printed on one line)."""
     args = _parser().parse_args(argv)
+    old_torch = torch_version_problem()
+    if old_torch is not None:  # refused as the launch scripts refuse it, before torch is imported
+        print(f"generate: {old_torch}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
     try:
         _check_options(args)
         loaded = load_model(args.path, config=args.config_file, device=args.device)

@@ -32,6 +32,7 @@ __all__ = [
     "intra_op_threads",
     "machine_issues",
     "machine_warnings",
+    "torch_version_problem",
 ]
 
 #: Device files each accelerator's driver creates.
@@ -115,13 +116,24 @@ def machine_issues(cfg: TrainerConfig, *, training: bool, files: bool | None = N
         issues.append(
             ("", "training needs PyTorch, which is not installed: python -m pip install -e '.[torch]'")
         )
-    version = _torch_version()
-    if version is not None and version[:2] < SUPPORTED_TORCH[0]:
-        issues.append(("", f"PyTorch {_torch_version_text()} is older than {_supported_text()}, the range "
-                           "this project supports (FlexAttention, FSDP2 and DCP APIs it calls)"))  # fmt: skip
+    old_torch = torch_version_problem()
+    if old_torch is not None:
+        issues.append(("", old_torch))
     if training if files is None else files:
         issues.extend(_missing_files(cfg))
     return issues
+
+
+def torch_version_problem() -> str | None:
+    """Why the installed PyTorch cannot run this project (older than :data:`SUPPORTED_TORCH`), or None:
+    the launch scripts, ``evaluate``, ``export`` and ``generate`` refuse it in these words."""
+    version = _torch_version()
+    if version is None or version[:2] >= SUPPORTED_TORCH[0]:
+        return None
+    return (
+        f"PyTorch {_torch_version_text()} is older than {_supported_text()}, the range this project supports "
+        "(FlexAttention, FSDP2 and DCP APIs it calls)"
+    )
 
 
 #: CPU feature flags (``/proc/cpuinfo``: x86 ``flags``, Arm ``Features``) that compute each dtype natively.
