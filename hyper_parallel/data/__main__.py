@@ -14,6 +14,10 @@ from typing import TextIO
 __all__ = ["main"]
 
 EXIT_INPUT_ERROR = 2
+#: Largest ``--shard-mb`` (1 TiB of input per shard): beyond it the shard size is no finite byte count.
+MAX_SHARD_MB = 1 << 20
+#: Largest ``--chat-template`` file read (templates are a few KiB; the largest shipped ones about 10).
+MAX_TEMPLATE_BYTES = 1 << 20
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,6 +64,30 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _read_template(path: Path) -> str:
+    """The text of a ``--chat-template`` file: a regular file of UTF-8 text, at most
+    :data:`MAX_TEMPLATE_BYTES` (a binary or a FIFO named by mistake is one line, not a traceback or a wait).
+    """
+    from hyper_parallel._disk import write_problem
+    from hyper_parallel._paths import read_regular
+    from hyper_parallel.data.prepare import InputError
+
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    try:
+        data = read_regular(path, MAX_TEMPLATE_BYTES)
+        return data.decode("utf-8")
+    except OSError as exc:
+        raise InputError(f"--chat-template: {path}: {write_problem(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"--chat-template: {path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at {exc.start}): a "
+            "chat template is a Jinja text file"
+        ) from None
+    except ValueError as exc:
+        raise InputError(f"--chat-template: {path}: {exc}: a chat template is a Jinja text file") from None
+
+
 def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: TextIO | None = None) -> int:
     """Run the command line; returns the exit status."""
     from hyper_parallel.config import ConfigError
@@ -79,16 +107,15 @@ def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: T
             return EXIT_INPUT_ERROR if bad else 0
         if args.workers < 1:
             raise InputError(f"--workers: must be at least 1, got {args.workers}")
-        if args.shard_mb <= 0:
+        if not args.shard_mb > 0:  # also NaN
             raise InputError(f"--shard-mb: must be positive, got {args.shard_mb}")
+        if args.shard_mb > MAX_SHARD_MB:
+            raise InputError(f"--shard-mb: must be at most {MAX_SHARD_MB} (1 TiB), got {args.shard_mb}")
         template = None
         if args.chat_template is not None:
             if args.format != "chat":
                 raise InputError("--chat-template: only read with --format chat")
-            template_file = Path(args.chat_template)
-            if not template_file.is_file():
-                raise InputError(f"{template_file}: no such file")
-            template = template_file.read_text(encoding="utf-8")
+            template = _read_template(Path(args.chat_template))
         options = PrepareOptions(
             format=args.format,
             text_field=args.text_field,
