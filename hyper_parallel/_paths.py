@@ -14,9 +14,10 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
+from collections.abc import Iterator
 from typing import BinaryIO
 
-__all__ = ["NotRegularFileError", "kind_problem", "open_regular", "read_regular"]
+__all__ = ["NotRegularFileError", "entry_kinds", "kind_problem", "open_regular", "read_regular"]
 
 
 class NotRegularFileError(OSError):
@@ -50,6 +51,23 @@ def kind_problem(path: str | os.PathLike[str]) -> str | None:
         return None
     kind = _kind(mode)
     return None if kind is None else _phrase(kind)
+
+
+def entry_kinds(folder: str | os.PathLike[str]) -> Iterator[str]:
+    """``'PATH' is a FIFO, ...`` for each FIFO, socket or device among the entries of ``folder`` (the
+    files a weights, tokenizer, data or checkpoint folder holds; not its subfolders): reading one would
+    wait or never end, so it is refused before any is read. An unreadable folder yields nothing: its
+    reader says why."""
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_file() or entry.is_dir():
+                    continue
+                problem = kind_problem(entry.path)  # None for a dangling link: its reader says
+                if problem is not None:
+                    yield f"{entry.path!r} {problem}"
+    except OSError:
+        return
 
 
 def open_regular(path: str | os.PathLike[str]) -> BinaryIO:

@@ -87,9 +87,13 @@ def _is_hf_folder(path: Path) -> bool:
 
 def load_model(path: str | Path, *, config: str | Path | None = None, device: str = "cpu") -> Loaded:
     """The model and tokenizer of a checkpoint or an exported folder ``path`` (see the module docstring)."""
+    from hyper_parallel._paths import entry_kinds
+
     folder = Path(path)
     if not folder.is_dir():
         raise GenerateError(f"{str(folder)!r}: no such folder")
+    for problem in entry_kinds(folder):  # a FIFO among its files would be waited on
+        raise GenerateError(problem)
     if _is_hf_folder(folder):
         if config is not None:
             raise GenerateError(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from hyper_parallel._backends import BACKEND_DEVICE
 from hyper_parallel._numbers import read_world_size
-from hyper_parallel._paths import kind_problem
+from hyper_parallel._paths import entry_kinds, kind_problem
 
 if TYPE_CHECKING:
     from hyper_parallel.trainer.config import TrainerConfig
@@ -268,24 +268,9 @@ def _missing_files(cfg: TrainerConfig) -> Iterator[tuple[str, str]]:
         elif not path.exists():
             yield field, f"{raw!r} does not exist on this machine"
         elif path.is_dir():
-            yield from ((field, problem) for problem in _entry_kinds(path))
+            yield from ((field, problem) for problem in entry_kinds(path))
     metrics_file = (
         getattr(cfg.metrics, "jsonl_path", None) if getattr(cfg.metrics, "enable_jsonl", False) else None
     )
     if metrics_file is not None and (problem := kind_problem(metrics_file)) is not None:
         yield "metrics.jsonl_path", f"{metrics_file!r} {problem}"
-
-
-def _entry_kinds(folder: Path) -> Iterator[str]:
-    """A FIFO, socket or device among the entries of ``folder`` (the files a weights, tokenizer, data or
-    checkpoint folder holds): reading one would wait or never end, so it is refused before any is read."""
-    try:
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                if entry.is_file() or entry.is_dir():
-                    continue
-                problem = kind_problem(entry.path)  # None for a dangling link: its reader says
-                if problem is not None:
-                    yield f"{entry.path!r} {problem}"
-    except OSError:  # unreadable: its reader says why
-        return

@@ -134,3 +134,24 @@ def test_a_fifo_safetensors_shard_is_refused_when_its_header_is_read(tmp_path: P
     )
     done = _child("-c", code, str(fifo))
     assert (done.returncode, done.stdout) == (0, f"{fifo}: cannot be read: {FIFO}\n"), done.stderr[-2000:]
+
+
+def test_a_fifo_in_the_folder_generate_reads_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    from hyper_parallel.generate import main as generate_main
+
+    fifo = _fifo(tmp_path / "model.safetensors")
+    assert generate_main([str(tmp_path), "--prompt", "hi"]) == 2
+    assert capsys.readouterr().err == f"generate: {str(fifo)!r} {FIFO}\n"
+
+
+def test_a_fifo_as_an_image_is_refused_from_the_record(tmp_path: Path) -> None:
+    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.models.qwen3_5.images import image_size
+
+    fifo = _fifo(tmp_path / "cat.png")
+    with pytest.raises(InputFileError) as caught:
+        image_size(fifo, "data.jsonl:1")
+    assert str(caught.value.issues[0]) == f"data.jsonl:1: image {str(fifo)!r} {FIFO}"

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from hyper_parallel._paths import kind_problem
 from hyper_parallel.config.errors import InputFileError
 
 if TYPE_CHECKING:
@@ -62,6 +63,9 @@ def image_size(image: Path, where: str) -> tuple[int, int]:
     A missing file is refused at ``where`` (the record naming it); an unreadable image or one above
     Pillow's ``MAX_IMAGE_PIXELS`` (a decompression bomb) at the image file itself.
     """
+    problem = kind_problem(image)  # a FIFO would be waited on, a device read forever
+    if problem is not None:
+        raise InputFileError.at(where, f"image {str(image)!r} {problem}")
     if not image.is_file():
         raise InputFileError.at(where, f"image {str(image)!r} does not exist")
     with open_image(image) as opened:
