@@ -155,3 +155,15 @@ def test_a_fifo_as_an_image_is_refused_from_the_record(tmp_path: Path) -> None:
     with pytest.raises(InputFileError) as caught:
         image_size(fifo, "data.jsonl:1")
     assert str(caught.value.issues[0]) == f"data.jsonl:1: image {str(fifo)!r} {FIFO}"
+
+
+def test_a_fifo_beside_a_tokenizer_file_is_refused_not_skipped(tmp_path: Path) -> None:
+    """``tokenizer.path`` naming the file itself: the ``tokenizer_config.json`` beside it is read too."""
+    from hyper_parallel.components.tokenizer._runtime import locate_tokenizer
+    from hyper_parallel.config.errors import InputFileError
+
+    (tmp_path / "tokenizer.json").write_text("{}")
+    fifo = _fifo(tmp_path / "tokenizer_config.json")
+    with pytest.raises(InputFileError) as caught:
+        locate_tokenizer(str(tmp_path / "tokenizer.json"))
+    assert str(caught.value.issues[0]) == f"{fifo}: {FIFO}"
