@@ -11,7 +11,22 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["write_problem"]
+__all__ = ["FULL_DISK_ERRNOS", "full_disk_errno", "write_problem"]
+
+#: The errnos of a write the disk has no room for: no space (ENOSPC), a quota (EDQUOT), a file larger
+#: than the file system or ``ulimit -f`` allows (EFBIG). Each is the user's to fix by freeing space or
+#: moving the output, never a traceback.
+FULL_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+#: How writers that keep no ``OSError`` (torch's zip writer) say the same in text.
+_FULL_DISK_TEXTS = {os.strerror(code): code for code in FULL_DISK_ERRNOS}
+
+
+def full_disk_errno(exc: BaseException) -> int | None:
+    """The errno of :data:`FULL_DISK_ERRNOS` that ``exc`` is, or that its text names; None otherwise."""
+    if isinstance(exc, OSError) and exc.errno in FULL_DISK_ERRNOS:
+        return exc.errno
+    text = str(exc)
+    return next((code for phrase, code in _FULL_DISK_TEXTS.items() if phrase in text), None)
 
 
 def write_problem(exc: OSError) -> str:

@@ -39,11 +39,12 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from hyper_parallel._disk import write_problem
 from hyper_parallel._dtypes import DTYPE_NAMES, torch_dtype
 from hyper_parallel._numbers import UNIT_NAMES, read_size
+from hyper_parallel.trainer.machine import torch_version_problem
 
 if TYPE_CHECKING:
     import torch
@@ -218,7 +219,9 @@ def export_adapter(
 
 
 def _write_adapter(out: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any]) -> None:
-    """``adapter_config.json`` and ``adapter_model.safetensors`` as ``.OUT.partial``, then renamed."""
+    """``adapter_config.json`` and ``adapter_model.safetensors`` as ``.OUT.partial``, then renamed; a
+    failed write is :func:`_refuse_failed_write`'s, as for the merged model."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
     partial = _partial(out)
@@ -227,11 +230,14 @@ def _write_adapter(out: Path, tensors: dict[str, torch.Tensor], config: dict[str
         shutil.rmtree(partial)
     partial.parent.mkdir(parents=True, exist_ok=True)
     partial.mkdir()
-    probe = partial / "adapter_config.json"
-    probe.write_text(json.dumps(config, indent=2) + "\n")
-    mode = probe.stat().st_mode & 0o777
-    save_file(tensors, str(partial / "adapter_model.safetensors"), metadata={"format": "pt"})
-    (partial / "adapter_model.safetensors").chmod(mode)
+    try:
+        probe = partial / "adapter_config.json"
+        probe.write_text(json.dumps(config, indent=2) + "\n")
+        mode = probe.stat().st_mode & 0o777
+        save_file(tensors, str(partial / "adapter_model.safetensors"), metadata={"format": "pt"})
+        (partial / "adapter_model.safetensors").chmod(mode)
+    except (OSError, SafetensorError) as exc:  # a full disk, a quota, a file-size limit
+        _refuse_failed_write(out, partial, exc)
     if out.exists():
         out.rmdir()
     partial.rename(out)
@@ -516,15 +522,21 @@ def _write(
     partial.mkdir()  # exclusive: fails if anything took its place
     try:
         _write_files(partial, tensors, config, limit, extra)
-    except (OSError, SafetensorError) as exc:  # a full disk, a quota
-        shutil.rmtree(partial, ignore_errors=True)
-        detail = write_problem(exc) if isinstance(exc, OSError) else str(exc).splitlines()[0]
-        raise ExportError(
-            f"{str(out)!r}: {detail}; nothing was published: free space or choose another output folder"
-        ) from None
+    except (OSError, SafetensorError) as exc:  # a full disk, a quota, a file-size limit
+        _refuse_failed_write(out, partial, exc)
     if out.exists():
         out.rmdir()  # checked empty above
     partial.rename(out)
+
+
+def _refuse_failed_write(out: Path, partial: Path, exc: Exception) -> NoReturn:
+    """Remove the partial folder of a write that failed (ENOSPC, EDQUOT, EFBIG, ...) and raise the
+    ``ExportError`` naming the output and the reason: nothing is published."""
+    shutil.rmtree(partial, ignore_errors=True)
+    detail = write_problem(exc) if isinstance(exc, OSError) else str(exc).splitlines()[0]
+    raise ExportError(
+        f"{str(out)!r}: {detail}; nothing was published: free space or choose another output folder"
+    ) from None
 
 
 def _write_files(
@@ -579,6 +591,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="write the LoRA adapters as a peft adapter folder instead of the merged model",
     )
     args = parser.parse_args(argv)
+    old_torch = torch_version_problem()
+    if old_torch is not None:  # refused as the launch scripts refuse it, before torch is used
+        print(f"export: {old_torch}", file=sys.stderr)
+        return 2
     try:
         if args.adapter_only:
             out = export_adapter(args.checkpoint, args.out, config=args.config_file)

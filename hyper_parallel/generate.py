@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hyper_parallel._json import loads
+from hyper_parallel.trainer.machine import torch_version_problem
 
 if TYPE_CHECKING:
     from torch import nn
@@ -94,9 +95,13 @@ def _is_hf_folder(path: Path) -> bool:
 
 def load_model(path: str | Path, *, config: str | Path | None = None, device: str = "cpu") -> Loaded:
     """The model and tokenizer of a checkpoint or an exported folder ``path`` (see the module docstring)."""
+    from hyper_parallel._paths import entry_kinds
+
     folder = Path(path)
     if not folder.is_dir():
         raise GenerateError(f"{str(folder)!r}: no such folder")
+    for problem in entry_kinds(folder):  # a FIFO among its files would be waited on
+        raise GenerateError(problem)
     if _is_hf_folder(folder):
         if config is not None:
             raise GenerateError(
@@ -192,14 +197,19 @@ def _load_hf_folder(folder: Path, device: str) -> Loaded:
 def _pixel_bounds(folder: Path) -> tuple[int, int] | None:
     """``(min_pixels, max_pixels)`` of the folder's ``preprocessor_config.json`` (export writes it for a
     vision-language model), or None without one."""
+    from hyper_parallel.models.qwen3_5.images import MAX_PIXELS
+
     path = folder / "preprocessor_config.json"
     if not path.is_file():
         return None
     try:
         saved = loads(path.read_text(encoding="utf-8"))
         low, high = saved["min_pixels"], saved["max_pixels"]
-        if not (type(low) is int and type(high) is int and 0 < low <= high):
-            raise ValueError(f"min_pixels {low!r} and max_pixels {high!r} are not 0 < min <= max integers")
+        if not (type(low) is int and type(high) is int and 0 < low <= high <= MAX_PIXELS):
+            raise ValueError(
+                f"min_pixels {low!r} and max_pixels {high!r} are not integers with 0 < min <= max <= "
+                f"{MAX_PIXELS} (the image processor's largest bound)"
+            )
     except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
         detail = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
         raise GenerateError(f"{str(path)!r}: {detail}") from None
@@ -246,18 +256,14 @@ def generate_text(
     tokenizer = loaded.tokenizer
     inputs: dict[str, Any] | None = None
     if image is not None:
-        ids, inputs = _image_prompt(loaded, image, prompt)
+        ids, inputs = _image_prompt(loaded, image, prompt, max_new_tokens)
     elif chat:
         ids = chat_prompt(tokenizer, prompt, system, history)
     else:
         ids = tokenizer.encode(prompt, add_eos=False)
     if not ids:
         raise GenerateError("--prompt: encodes to no tokens; give some text")
-    if loaded.max_length is not None and len(ids) + max_new_tokens > loaded.max_length:
-        raise GenerateError(
-            f"--max-new-tokens: the prompt's {len(ids)} tokens and {max_new_tokens} new ones exceed the "
-            f"model's {loaded.max_length} positions"
-        )
+    _check_positions(loaded, len(ids), max_new_tokens)
     stop = () if tokenizer.eos_id is None else (tokenizer.eos_id,)
     new = generate_ids(
         loaded.model,
@@ -310,9 +316,22 @@ def chat_prompt(
     return list(ids)
 
 
-def _image_prompt(loaded: Loaded, image: str, prompt: str) -> tuple[list[int], dict[str, Any]]:
+def _check_positions(loaded: Loaded, prompt: int, max_new_tokens: int) -> None:
+    """Refuse a prompt of ``prompt`` tokens that leaves no room for ``max_new_tokens`` in the model."""
+    if loaded.max_length is not None and prompt + max_new_tokens > loaded.max_length:
+        raise GenerateError(
+            f"--max-new-tokens: the prompt's {prompt} tokens and {max_new_tokens} new ones exceed the "
+            f"model's {loaded.max_length} positions"
+        )
+
+
+def _image_prompt(
+    loaded: Loaded, image: str, prompt: str, max_new_tokens: int
+) -> tuple[list[int], dict[str, Any]]:
     """Ids of a user turn holding ``image`` then ``prompt`` and the assistant's header, and the image's
-    ``pixel_values`` and ``grid_thw``, prepared as ``image_chat`` training data is."""
+    ``pixel_values`` and ``grid_thw``, prepared as ``image_chat`` training data is. The image's size comes
+    from its header; the prompt's tokens are checked against the model's positions before a pixel is
+    decoded (a small image resized up to large bounds would otherwise fill the memory first)."""
     import torch
 
     from hyper_parallel.config.errors import InputFileError
@@ -326,12 +345,16 @@ def _image_prompt(loaded: Loaded, image: str, prompt: str) -> tuple[list[int], d
     geometry = Geometry.of(vision, loaded.image_pixels or (MIN_PIXELS, MAX_PIXELS))
     try:
         size = geometry.fitted(Path(image), "--image")
-        pixels = image_pixels(Path(image), size)
     except InputFileError as exc:
         raise GenerateError(str(exc.issues[0])) from None
     turn = [{"role": "user", "content": [[image_token_id] * geometry.tokens(size), prompt]}]
     ids, _ = builtin_chat(loaded.tokenizer, turn)
     ids += loaded.tokenizer.encode("<|assistant|>\n", add_bos=False, add_eos=False)
+    _check_positions(loaded, len(ids), max_new_tokens)
+    try:
+        pixels = image_pixels(Path(image), size)
+    except InputFileError as exc:
+        raise GenerateError(str(exc.issues[0])) from None
     patches = patchify(pixels, vision.patch_size, vision.temporal_patch_size, vision.spatial_merge_size)
     device = next(loaded.model.parameters()).device
     grid = torch.tensor([[1, size[1] // vision.patch_size, size[0] // vision.patch_size]])
@@ -403,11 +426,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The lowest temperature above 0 that sampling takes: below it ``logits / temperature`` leaves float32's
+#: range (inf, then NaN probabilities), and the draw is the argmax anyway.
+MIN_TEMPERATURE = 1e-3
+
+
 def _check_options(args: argparse.Namespace) -> None:
+    """Refuse what the options say before anything is loaded: each value's range, a prompt that is no
+    UTF-8 text (bytes the shell passed undecoded), a device that holds no values."""
     if args.max_new_tokens < 1:
         raise GenerateError(f"--max-new-tokens: must be >= 1, got {args.max_new_tokens}")
     if not args.temperature >= 0:  # also NaN
         raise GenerateError(f"--temperature: must be >= 0, got {args.temperature}")
+    if not (args.temperature == 0 or MIN_TEMPERATURE <= args.temperature < float("inf")):
+        raise GenerateError(
+            f"--temperature: must be 0 (greedy) or in [{MIN_TEMPERATURE}, inf), got {args.temperature}"
+        )
     if not 0 < args.top_p <= 1:
         raise GenerateError(f"--top-p: must be in (0, 1], got {args.top_p}")
     if args.system is not None and not args.chat:
@@ -418,19 +452,30 @@ def _check_options(args: argparse.Namespace) -> None:
         raise GenerateError("--chat: --image already asks in the chat format; leave --chat out")
     if not 0 <= args.seed < 2**63:
         raise GenerateError(f"--seed: must be in [0, 2**63), got {args.seed}")
+    try:
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:  # undecodable argv bytes arrive as lone surrogates
+        byte = ord(args.prompt[exc.start]) & 0xFF
+        raise GenerateError(f"--prompt: not UTF-8 text: byte 0x{byte:02x} at {exc.start}") from None
     import torch
 
     try:
-        torch.device(args.device)
+        device = torch.device(args.device)
     except (RuntimeError, ValueError, TypeError):
         raise GenerateError(
             f"--device: {args.device!r} is not a torch device (e.g. cpu, cuda, cuda:1)"
         ) from None
+    if device.type == "meta":
+        raise GenerateError("--device: 'meta' holds no values to decode with; use cpu or an accelerator")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit status (0 generated, 2 an input error printed on one line)."""
     args = _parser().parse_args(argv)
+    old_torch = torch_version_problem()
+    if old_torch is not None:  # refused as the launch scripts refuse it, before torch is imported
+        print(f"generate: {old_torch}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
     try:
         _check_options(args)
         history = () if args.history is None else read_history(args.history)

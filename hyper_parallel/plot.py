@@ -14,6 +14,7 @@ matplotlib is an optional extra: ``python -m pip install -e '.[plot]'``.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Sequence
@@ -21,8 +22,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from hyper_parallel._json import loads
+from hyper_parallel._paths import NotRegularFileError, open_regular
 
 __all__ = ["Run", "main", "plot_metrics", "read_metrics", "split_runs"]
+
+#: Runs the legend names (in file order); more are drawn unnamed, the legend saying how many. A legend of
+#: every run of a file that 5,000 launches appended to took most of a minute (and covered the plot).
+MAX_LEGEND_RUNS = 8
 
 _USAGE = "usage: python -m hyper_parallel.plot METRICS.jsonl [MORE.jsonl ...] [-o OUTPUT.png]\n"
 
@@ -37,7 +43,11 @@ class Run(NamedTuple):
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a metrics JSON-lines file; ``ValueError`` names the first line that is not JSON."""
     records = []
-    with Path(path).open(encoding="utf-8") as handle:
+    try:
+        raw = open_regular(path)  # a FIFO or a device is refused at once, never waited on
+    except NotRegularFileError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    with raw, io.TextIOWrapper(raw, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
@@ -134,18 +144,23 @@ def plot_metrics(
         if not train_steps:
             continue
         drawn += 1
-        (line,) = loss_axes.plot(train_steps, train_loss, label=f"training loss ({run.label})")
+        # Labels past the legend's runs start with "_", which matplotlib leaves out of a legend.
+        named = drawn <= MAX_LEGEND_RUNS
+        label = run.label if named else "_"
+        (line,) = loss_axes.plot(train_steps, train_loss, label=f"training loss ({label})" if named else "_")
         val_steps, val_loss = _series(run.records, "validation/loss")
         if val_steps:
-            shown = f"validation ({run.label})"
+            shown = f"validation ({label})" if named else "_"
             loss_axes.plot(val_steps, val_loss, "o--", color=line.get_color(), label=shown)
         lr_steps, lr = _series(run.records, "lr")
-        lr_axes.plot(lr_steps, lr, color=line.get_color(), label=run.label)
+        lr_axes.plot(lr_steps, lr, color=line.get_color(), label=label)
     if not drawn:
         plt.close(figure)
         raise ValueError("no training loss in the records (was metrics.enable_jsonl set?)")
+    if drawn > MAX_LEGEND_RUNS:  # said in the legend itself: the lines beyond it are drawn, unnamed
+        loss_axes.plot([], [], " ", label=f"and {drawn - MAX_LEGEND_RUNS:,} more runs, not named here")
     loss_axes.set_ylabel("loss (mean since the previous log line)")
-    loss_axes.legend(fontsize="small")
+    loss_axes.legend(fontsize="small", loc="upper right" if drawn > MAX_LEGEND_RUNS else "best")
     loss_axes.grid(alpha=0.3)
     lr_axes.set_ylabel("learning rate")
     lr_axes.set_xlabel("step")

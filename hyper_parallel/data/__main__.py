@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 __all__ = ["load_run", "main"]
 
 EXIT_INPUT_ERROR = 2
+#: Largest ``--shard-mb`` (1 TiB of input per shard): beyond it the shard size is no finite byte count.
+MAX_SHARD_MB = 1 << 20
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -111,21 +113,14 @@ def load_run(config_file: str) -> RunSettings:
 def _chat_template(value: str, config_file: str) -> str:
     """The Jinja text ``--chat-template`` names: a file, or a preset as ``tokenizer.chat_template`` reads
     it (the built-in one with the config tokenizer's ``add_bos``)."""
-    from hyper_parallel.components.tokenizer.chat_templates import (
-        PRESETS,
-        is_template_file,
-        read_template_file,
-    )
+    from hyper_parallel.components.tokenizer.chat_templates import PRESETS, is_template_file
     from hyper_parallel.config import load_config
     from hyper_parallel.config.errors import did_you_mean
     from hyper_parallel.data.prepare import InputError
 
     template_file = Path(value)
     if template_file.exists():
-        try:
-            return read_template_file(template_file)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise InputError(f"{template_file}: cannot be read as a UTF-8 chat template: {exc}") from None
+        return _read_template(template_file)
     if is_template_file(value):
         raise InputError(f"{template_file}: no such file")
     if value not in PRESETS:
@@ -135,6 +130,31 @@ def _chat_template(value: str, config_file: str) -> str:
         )
     tokenizer = load_config(config_file).tokenizer
     return attrs.evolve(tokenizer, chat_template=value).chat_template_text() or ""
+
+
+def _read_template(path: Path) -> str:
+    """The text of a ``--chat-template`` file: a regular file of UTF-8 text, at most
+    :data:`MAX_TEMPLATE_BYTES` (a binary or a FIFO named by mistake is one line, not a traceback or a wait).
+    """
+    from hyper_parallel._disk import write_problem
+    from hyper_parallel._paths import read_regular
+    from hyper_parallel.components.tokenizer.chat_templates import MAX_TEMPLATE_BYTES
+    from hyper_parallel.data.prepare import InputError
+
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    try:
+        data = read_regular(path, MAX_TEMPLATE_BYTES)
+        return data.decode("utf-8")
+    except OSError as exc:
+        raise InputError(f"--chat-template: {path}: {write_problem(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"--chat-template: {path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at {exc.start}): a "
+            "chat template is a Jinja text file"
+        ) from None
+    except ValueError as exc:
+        raise InputError(f"--chat-template: {path}: {exc}: a chat template is a Jinja text file") from None
 
 
 def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: TextIO | None = None) -> int:
@@ -157,8 +177,10 @@ def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: T
             return EXIT_INPUT_ERROR if bad else 0
         if args.workers < 1:
             raise InputError(f"--workers: must be at least 1, got {args.workers}")
-        if args.shard_mb <= 0:
+        if not args.shard_mb > 0:  # also NaN
             raise InputError(f"--shard-mb: must be positive, got {args.shard_mb}")
+        if args.shard_mb > MAX_SHARD_MB:
+            raise InputError(f"--shard-mb: must be at most {MAX_SHARD_MB} (1 TiB), got {args.shard_mb}")
         template = None
         if args.chat_template is not None:
             if args.format != "chat":

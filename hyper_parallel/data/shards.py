@@ -258,6 +258,9 @@ def _manifest_problem(manifest: Mapping[str, Any]) -> str | None:
     """
     if manifest.get("dtype") not in ("uint16", "uint32"):
         return f"token dtype {str(manifest.get('dtype'))[:40]!r} (prepare writes uint16 or uint32)"
+    recorded = manifest.get("tokenizer")
+    if not (isinstance(recorded, dict) and isinstance(recorded.get("fingerprint"), str)):
+        return "'tokenizer' is not an object with a string 'fingerprint' (the tokenizer it was prepared with)"
     entries = manifest.get("shards")
     if not isinstance(entries, list):
         return "'shards' is not a list"
@@ -432,7 +435,13 @@ def _describe(description: object) -> str:
 
 
 def verify(folder: str | os.PathLike[str]) -> list[str]:
-    """Every file of a prepared folder whose full SHA-256 differs from the manifest's (empty: all intact)."""
+    """Every file of a prepared folder whose full SHA-256 differs from the manifest's (empty: all intact).
+
+    An intact folder is then checked as training checks it (``open_prepared``: the manifest, each shard's
+    sizes, arrays and offsets; a ``PreparedError`` on the first problem), and every token id against the
+    vocabulary size the manifest records, which training checks only as each sample is read: a folder
+    ``verify`` passes is one training takes (with the tokenizer it was prepared with).
+    """
     root = Path(folder)
     manifest = read_manifest(root)
     bad = []
@@ -441,12 +450,33 @@ def verify(folder: str | os.PathLike[str]) -> list[str]:
             path = root / str(entry["name"]) / f"{key}.npy"
             if not path.is_file() or file_digest(path) != recorded.get("sha256"):
                 bad.append(str(path))
+    if bad:
+        return bad
+    corpus = open_prepared(root)
+    description = manifest["tokenizer"].get("description")
+    vocab_size = description.get("vocab_size") if isinstance(description, dict) else None
+    if type(vocab_size) is int:
+        for entry, shard in zip(manifest["shards"], corpus.shards, strict=True):
+            _check_ids(root / str(entry["name"]) / "tokens.npy", shard.tokens, vocab_size)
     return bad
 
 
 def record_where(name: str, line: int) -> str:
     """Where a record of input ``name`` is: ``FILE:LINE``, or ``FILE: row N`` in a Parquet file."""
     return f"{name}: row {line}" if name.endswith(".parquet") else f"{name}:{line}"
+
+
+def _check_ids(path: Path, tokens: npt.NDArray[Any], vocab_size: int) -> None:
+    """Refuse the first token id of ``tokens`` (the file ``path``) at or above ``vocab_size``, in the
+    words training uses, reading a block at a time (memory stays flat)."""
+    for start in range(0, tokens.shape[0], _OFFSETS_BLOCK):
+        block = np.asarray(tokens[start : start + _OFFSETS_BLOCK])
+        outside = block >= vocab_size
+        if bool(outside.any()):
+            at = int(np.argmax(outside))
+            raise PreparedError(
+                path, f"offset {start + at}: token id {int(block[at])} >= vocab_size {vocab_size}"
+            )
 
 
 def shard_name(index: int) -> str:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from hyper_parallel._json import loads
+from hyper_parallel._paths import open_regular
 from hyper_parallel.config.errors import InputFileError, Issue
 from hyper_parallel.models._shapes import Shape
 
@@ -79,7 +80,7 @@ def read_header(file: Path) -> dict[str, TensorEntry]:
     """
     try:
         size = file.stat().st_size
-        with file.open("rb") as handle:
+        with open_regular(file) as handle:  # a FIFO or a device is refused, never waited on
             head = handle.read(8)
             if len(head) < 8:
                 raise InputFileError.at(

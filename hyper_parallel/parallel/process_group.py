@@ -215,10 +215,11 @@ def _collective_device(group: dist.ProcessGroup | None) -> torch.device:
 
 #: What the backends say when a collective ended because another rank stopped or stalled: gloo's and
 #: NCCL's timeouts, then a peer's connection dropped (the rank died, or torchrun stopped it).
-# The last: the rendezvous of init_process_group when a rank never joins (a stall at start-up).
+# The last two: the rendezvous of init_process_group when a rank never joins (a stall at start-up), on a
+# store of its own (``MASTER_PORT``) and on torchrun's (gloo waiting for the peer's address in the store).
 _TIMED_OUT = re.compile(
     r"Timed out waiting \d+ms|Watchdog caught collective operation timeout"
-    r"|Timed out after \d+ seconds waiting for clients"
+    r"|Timed out after \d+ seconds waiting for clients|wait timeout after \d+ms, keys: /default_pg/"
 )
 _PEER_LOST = re.compile(
     r"Connection closed by peer|Connection reset by peer|Broken pipe|NCCL communicator was aborted"

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from hyper_parallel._backends import BACKEND_DEVICE
 from hyper_parallel._numbers import read_world_size
+from hyper_parallel._paths import entry_kinds, kind_problem
 
 if TYPE_CHECKING:
     from hyper_parallel.trainer.config import TrainerConfig
@@ -32,6 +33,7 @@ __all__ = [
     "intra_op_threads",
     "machine_issues",
     "machine_warnings",
+    "torch_version_problem",
 ]
 
 #: Device files each accelerator's driver creates.
@@ -115,13 +117,24 @@ def machine_issues(cfg: TrainerConfig, *, training: bool, files: bool | None = N
         issues.append(
             ("", "training needs PyTorch, which is not installed: python -m pip install -e '.[torch]'")
         )
-    version = _torch_version()
-    if version is not None and version[:2] < SUPPORTED_TORCH[0]:
-        issues.append(("", f"PyTorch {_torch_version_text()} is older than {_supported_text()}, the range "
-                           "this project supports (FlexAttention, FSDP2 and DCP APIs it calls)"))  # fmt: skip
+    old_torch = torch_version_problem()
+    if old_torch is not None:
+        issues.append(("", old_torch))
     if training if files is None else files:
         issues.extend(_missing_files(cfg))
     return issues
+
+
+def torch_version_problem() -> str | None:
+    """Why the installed PyTorch cannot run this project (older than :data:`SUPPORTED_TORCH`), or None:
+    the launch scripts, ``evaluate``, ``export`` and ``generate`` refuse it in these words."""
+    version = _torch_version()
+    if version is None or version[:2] >= SUPPORTED_TORCH[0]:
+        return None
+    return (
+        f"PyTorch {_torch_version_text()} is older than {_supported_text()}, the range this project supports "
+        "(FlexAttention, FSDP2 and DCP APIs it calls)"
+    )
 
 
 #: CPU feature flags (``/proc/cpuinfo``: x86 ``flags``, Arm ``Features``) that compute each dtype natively.
@@ -248,7 +261,16 @@ def _named_paths(cfg: TrainerConfig) -> Iterator[tuple[str, str, bool]]:
 def _missing_files(cfg: TrainerConfig) -> Iterator[tuple[str, str]]:
     for field, raw, directory in _named_paths(cfg):
         path = Path(raw)
-        if directory and not path.is_dir():
+        if (problem := kind_problem(path)) is not None:
+            yield field, f"{raw!r} {problem}"
+        elif directory and not path.is_dir():
             yield field, f"{raw!r} is not a directory on this machine"
         elif not path.exists():
             yield field, f"{raw!r} does not exist on this machine"
+        elif path.is_dir():
+            yield from ((field, problem) for problem in entry_kinds(path))
+    metrics_file = (
+        getattr(cfg.metrics, "jsonl_path", None) if getattr(cfg.metrics, "enable_jsonl", False) else None
+    )
+    if metrics_file is not None and (problem := kind_problem(metrics_file)) is not None:
+        yield "metrics.jsonl_path", f"{metrics_file!r} {problem}"

@@ -219,8 +219,8 @@ def test_a_template_path_that_is_no_small_regular_file_is_refused_naming_it(tmp_
     fifo = tmp_path / "fifo.jinja"
     os.mkfifo(fifo)  # reading it would wait for a writer forever
     for path, why in (
-        (big, f"more than {MAX_TEMPLATE_BYTES:,} bytes: not a chat template"),
-        (fifo, "not a regular file"),
+        (big, f"larger than {MAX_TEMPLATE_BYTES:,} bytes"),
+        (fifo, "is a FIFO, not a regular file: give a file (it would be waited on or read forever)"),
     ):
         with pytest.raises(InputFileError) as info:
             ByteTokenizer.Config(chat_template=str(path)).build()

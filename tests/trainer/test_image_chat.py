@@ -261,6 +261,14 @@ def _decompression_bomb(tmp: Path) -> tuple[Path, str]:
     )
 
 
+def _postscript_named_png(tmp: Path) -> tuple[Path, str]:
+    (tmp / "pics").mkdir()
+    (tmp / "pics" / "red.png").write_bytes(b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 64 48\nshowpage\n")
+    data = tmp / "train.jsonl"
+    data.write_text(json.dumps(conversation("pics/red.png", "red")) + "\n")
+    return data, f"{tmp / 'pics' / 'red.png'}: not an image in a format read here (PNG, JPEG, WEBP, GIF, BMP)"
+
+
 def _longer_than_seq_len(tmp: Path) -> tuple[Path, str]:
     data = write_data(tmp)
     record = conversation("pics/red.png", "red " * 20)
@@ -277,6 +285,7 @@ FAULTS = {
     "no_messages": _no_messages,
     "image_in_the_answer": _image_in_the_answer,
     "decompression_bomb": _decompression_bomb,
+    "postscript_named_png": _postscript_named_png,
     "longer_than_seq_len": _longer_than_seq_len,
 }
 

@@ -47,3 +47,27 @@ def test_a_peer_that_never_joins_ends_start_up_with_one_line() -> None:
         "another rank stopped or is stalled\n"
     )
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_peer_that_never_joins_under_torchrun_ends_start_up_with_one_line() -> None:
+    """Under torchrun the store is the agent's: gloo waits in it for the stalled peer's address and torch
+    raises ``DistStoreError: wait timeout after ...ms`` (a traceback before); rank 0 prints the same line."""
+    pytest.importorskip("torch")
+    from tests.support.processes import torchrun
+
+    flags = as_flags(
+        tiny_overrides("llama3", **{"comm.init_timeout_seconds": "3", "training.max_steps": "1"})
+    )
+    config = str(debug_config_path("llama3"))
+    done = torchrun(2, "-m", "tests.support.stalled_peer", "--config-file", config, *flags, timeout=150)
+    assert done.returncode != 0
+    ours = [
+        line for line in done.stderr.splitlines() if "training stopped" in line or "DistStoreError" in line
+    ]
+    assert ours == [
+        "training stopped: rank 0: start-up: init_process_group timed out (comm.init_timeout_seconds = 3): "
+        "another rank stopped or is stalled"
+    ], done.stderr[-3000:]
+    assert 'File "' + str(ROOT) not in done.stderr  # no traceback through our code (torchrun's own remains)

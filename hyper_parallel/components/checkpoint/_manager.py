@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import os
 import warnings
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
@@ -54,6 +55,7 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from hyper_parallel._checks import counted
+from hyper_parallel._disk import full_disk_errno, write_problem
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 from hyper_parallel.components.checkpoint._layout import (
     CONFIG_FILE,
@@ -320,7 +322,8 @@ class CheckpointManager:
 
         Nothing here waits on another rank (the error path): each rank whose write failed raises.
         """
-        if not _disk_full(exc):
+        code = _disk_full(exc)
+        if code is None:
             return
         if _rank() == 0:
             discard_partial(partial)
@@ -330,7 +333,8 @@ class CheckpointManager:
         )
         raise InputFileError.at(
             self.folder,
-            f"no space left on the device (ENOSPC) while saving step {step}: its partial folder was "
+            f"{_FULL_DISK_PHRASES.get(code) or write_problem(OSError(code, os.strerror(code)))} while "
+            f"saving step {step}: its partial folder was "
             f"removed and {kept}; free space, lower checkpoint.keep_latest_k or move checkpoint.folder, then "
             "relaunch to resume",
         ) from None
@@ -581,8 +585,13 @@ def _step_of(final: Path) -> int:
     return int(final.name.rpartition("-")[2])
 
 
-def _disk_full(exc: BaseException) -> bool:
-    """Whether ``exc``, or a failure it carries (a cause, DCP's per-rank failures), is ENOSPC.
+#: ENOSPC as the save's refusal has always said it; the other full-disk errnos as ``write_problem`` does.
+_FULL_DISK_PHRASES = {errno.ENOSPC: "no space left on the device (ENOSPC)"}
+
+
+def _disk_full(exc: BaseException) -> int | None:
+    """The full-disk errno (ENOSPC, EDQUOT, EFBIG: ``FULL_DISK_ERRNOS``) of ``exc`` or of a failure it
+    carries (a cause, DCP's per-rank failures), or None.
 
     torch's writers do not always keep the ``OSError``: the zip writer's "enforce fail" names it in text.
     """
@@ -592,14 +601,12 @@ def _disk_full(exc: BaseException) -> bool:
         if id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
-            return True
-        if not isinstance(current, CheckpointException) and "No space left on device" in str(current):
-            return True
         if isinstance(current, CheckpointException):
             pending.extend(failure for failure, _trace in current.failures.values())
+        elif (code := full_disk_errno(current)) is not None:
+            return code
         pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
-    return False
+    return None
 
 
 def _refuse_another_shape(

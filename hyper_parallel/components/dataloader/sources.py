@@ -650,7 +650,7 @@ class ImageChatSource(_Files):
     max_samples: int | None = _max_samples()
     image_min_pixels: int = attrs.field(
         default=MIN_PIXELS,
-        validator=attrs.validators.gt(0),
+        validator=[attrs.validators.gt(0), attrs.validators.le(MAX_PIXELS)],
         metadata={
             "help": "Smaller images are scaled up to about this many pixels (aspect kept). Only for "
             "source 'image_chat'."
@@ -658,10 +658,10 @@ class ImageChatSource(_Files):
     )
     image_max_pixels: int = attrs.field(
         default=MAX_PIXELS,
-        validator=attrs.validators.gt(0),
+        validator=[attrs.validators.gt(0), attrs.validators.le(MAX_PIXELS)],
         metadata={
-            "help": "Larger images are scaled down to at most this many pixels (aspect kept); it bounds "
-            "the vision tokens per image. Only for source 'image_chat'."
+            "help": "Larger images are scaled down to at most this many pixels (aspect kept; at most "
+            "16,777,216); it bounds the vision tokens per image. Only for source 'image_chat'."
         },
     )
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, SupportsFloat, TextIO
 
 from hyper_parallel._disk import write_problem
+from hyper_parallel._paths import NotRegularFileError, kind_problem
 
 if TYPE_CHECKING:
     from hyper_parallel.components.metrics import MetricsLogger
@@ -117,6 +118,9 @@ class MetricsProcessor:
             self.jsonl_path = path
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
+                problem = kind_problem(path)  # a FIFO would block the open, a device swallow the records
+                if problem is not None:
+                    raise NotRegularFileError(problem)
                 self._jsonl = path.open("a", encoding="utf-8")
                 if resumed_from:
                     self._write_jsonl({"step": resumed_from, "event": "resumed"})
@@ -326,6 +330,8 @@ class MetricsProcessor:
         from hyper_parallel.config.errors import InputFileError
 
         self._close_quietly()
+        if isinstance(exc, NotRegularFileError):
+            raise InputFileError.at(path, f"{exc}; set {field} to a file") from None
         raise InputFileError.at(path, f"{write_problem(exc)}; free space or set {field} elsewhere") from None
 
     def _turn_off_jsonl(self, exc: OSError) -> None:

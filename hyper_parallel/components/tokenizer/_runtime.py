@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hyper_parallel._json import loads
+from hyper_parallel._paths import kind_problem
 from hyper_parallel.config.errors import InputFileError
 
 if TYPE_CHECKING:
@@ -282,9 +283,13 @@ def locate_tokenizer(path: str) -> tuple[Path, Path | None]:
     """``tokenizer.json`` and the optional ``tokenizer_config.json`` beside it, from a file or folder."""
     where = Path(path)
     file = where / "tokenizer.json" if where.is_dir() else where
+    config = file.parent / "tokenizer_config.json"
+    for named in (file, config):  # a FIFO would be waited on (and the config never silently skipped)
+        problem = kind_problem(named)
+        if problem is not None:
+            raise InputFileError.at(named, problem)
     if not file.is_file():
         raise InputFileError.at(file, "no tokenizer file here (expected a local tokenizer.json)")
-    config = file.parent / "tokenizer_config.json"
     return file, config if config.is_file() else None
 
 

@@ -105,13 +105,10 @@ def read_template(value: str, *, add_bos: bool) -> str:
 
 
 def read_template_file(path: Path) -> str:
-    """The text of the Jinja file ``path``: ``OSError`` (``FileNotFoundError`` when there is none) or
-    ``UnicodeDecodeError`` when it cannot be read as UTF-8, ``ValueError`` for something that is not a
-    regular file (a FIFO would block the read) or holds more than ``MAX_TEMPLATE_BYTES``."""
-    if path.exists() and not path.is_file():
-        raise ValueError("not a regular file")
-    with path.open("rb") as handle:
-        data = handle.read(MAX_TEMPLATE_BYTES + 1)
-    if len(data) > MAX_TEMPLATE_BYTES:
-        raise ValueError(f"more than {MAX_TEMPLATE_BYTES:,} bytes: not a chat template")
-    return data.decode("utf-8")
+    """The text of the Jinja file ``path``: ``OSError`` (``FileNotFoundError`` when there is none, a
+    ``NotRegularFileError`` at once for a FIFO, socket or device, whose read would wait) or
+    ``UnicodeDecodeError`` when it cannot be read as UTF-8, ``ValueError`` when it holds more than
+    ``MAX_TEMPLATE_BYTES``."""
+    from hyper_parallel._paths import read_regular
+
+    return read_regular(path, MAX_TEMPLATE_BYTES).decode("utf-8")

@@ -9,8 +9,11 @@ bicubic, scaled to ``[-1, 1]``, the processors' mean 0.5 and std 0.5) and their 
 (:func:`patchify`: one row per patch of ``channels * temporal_patch_size * patch ** 2`` values, rows in
 spatial-merge-block order, as the Hugging Face processors lay them out).
 
-Images are read with Pillow (:func:`open_image`): an image larger than Pillow's ``MAX_IMAGE_PIXELS`` is
-refused as a decompression bomb (``IMAGE: problem``, an ``InputFileError``) before any pixel is decoded.
+Images are read with Pillow (:func:`open_image`), and only in the formats of :data:`IMAGE_FORMATS`: Pillow
+otherwise picks a decoder by the file's content, and some of its decoders hand the file to another program
+(a PostScript file named ``.png`` runs Ghostscript when ``gs`` is on the PATH). An image larger than
+Pillow's ``MAX_IMAGE_PIXELS`` is refused as a decompression bomb before any pixel is decoded; that, another
+format, and every failure of a decoder is ``IMAGE: problem`` (an ``InputFileError``).
 Importing this module imports neither torch nor Pillow (``--dry-run`` sizes images from their headers).
 """
 
@@ -25,12 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from hyper_parallel._paths import kind_problem
 from hyper_parallel.config.errors import InputFileError
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "IMAGE_FORMATS",
     "MAX_ASPECT_RATIO",
     "MAX_PIXELS",
     "MIN_PIXELS",
@@ -46,6 +51,8 @@ __all__ = [
 #: image processors' ``min_pixels`` and ``max_pixels``).
 MIN_PIXELS = 65_536
 MAX_PIXELS = 16_777_216
+#: The formats images are read in (Pillow's names, its ``formats=``): decoded by Pillow itself, in process.
+IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 #: Longest side over shortest side an image may have (the Qwen-VL image processors refuse more).
 MAX_ASPECT_RATIO = 200
 
@@ -56,6 +63,9 @@ def image_size(image: Path, where: str) -> tuple[int, int]:
     A missing file is refused at ``where`` (the record naming it); an unreadable image or one above
     Pillow's ``MAX_IMAGE_PIXELS`` (a decompression bomb) at the image file itself.
     """
+    problem = kind_problem(image)  # a FIFO would be waited on, a device read forever
+    if problem is not None:
+        raise InputFileError.at(where, f"image {str(image)!r} {problem}")
     if not image.is_file():
         raise InputFileError.at(where, f"image {str(image)!r} does not exist")
     with open_image(image) as opened:
@@ -65,15 +75,17 @@ def image_size(image: Path, where: str) -> tuple[int, int]:
 
 @contextlib.contextmanager
 def open_image(image: Path) -> Iterator[Any]:
-    """``image`` opened with Pillow (its header read, no pixels yet), with Pillow's decompression-bomb
-    warning turned into a refusal: every reader of an image goes through here. An unreadable image, or
-    one above ``PIL.Image.MAX_IMAGE_PIXELS``, is ``IMAGE: problem`` (``InputFileError``)."""
-    from PIL import Image
+    """``image`` opened with Pillow in one of :data:`IMAGE_FORMATS` (its header read, no pixels yet), with
+    Pillow's decompression-bomb warning turned into a refusal: every reader of an image goes through here.
+    An image in another format, one above ``PIL.Image.MAX_IMAGE_PIXELS``, and any failure of the decoder
+    while the block reads it (the block holds Pillow calls only) are ``IMAGE: problem`` (``InputFileError``).
+    """
+    from PIL import Image, UnidentifiedImageError
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(image) as opened:
+            with Image.open(image, formats=IMAGE_FORMATS) as opened:
                 yield opened
     except (Image.DecompressionBombWarning, Image.DecompressionBombError):
         raise InputFileError.at(
@@ -81,8 +93,12 @@ def open_image(image: Path) -> Iterator[Any]:
             f"holds more than Pillow's limit of {Image.MAX_IMAGE_PIXELS} pixels (PIL.Image."
             "MAX_IMAGE_PIXELS): a decompression bomb, or an image to shrink before training",
         ) from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise InputFileError.at(image, f"not an image Pillow can read: {exc}") from None
+    except UnidentifiedImageError:
+        raise InputFileError.at(
+            image, f"not an image in a format read here ({', '.join(IMAGE_FORMATS)})"
+        ) from None
+    except Exception as exc:  # a decoder's failure on hostile bytes, whatever its type
+        raise InputFileError.at(image, f"not an image Pillow can read: {exc or type(exc).__name__}") from None
 
 
 def fitted_size(width: int, height: int, *, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
