@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import pickle
 import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -35,14 +32,13 @@ from hyper_parallel.components.checkpoint._safe_read import (  # noqa: E402
     read_metadata,
 )
 from hyper_parallel.export import main as export_main  # noqa: E402
+from tests.support.peak_rss import RSS_BOUND, run_with_peak_rss  # noqa: E402
 from tests.support.trainer import as_flags, debug_config_path, tiny_overrides  # noqa: E402
 
 EMBED = "model.tok_embeddings.weight"
 NORM = "model.norm.weight"
 LR = "optimizer.param_groups.0.lr"
 MANAGER_LOG = "hyper_parallel.components.checkpoint._manager"
-#: Peak resident memory a reader may reach on these inputs of a few MB (the issue's bound).
-RSS_BOUND = 1536 << 20
 
 
 def _launch_argv(folder: Path, steps: int) -> list[str]:
@@ -109,33 +105,6 @@ def _resume(ckpt: Path, caplog: pytest.LogCaptureFixture) -> str:
     return caplog.text
 
 
-_CHILD = """
-import resource, sys
-from hyper_parallel.{module} import main
-status = main(sys.argv[1:]) if {returns} else None
-print("maxrss_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
-sys.exit(status or 0)
-"""
-
-
-def _child(module: str, argv: list[str], *, returns: bool = True) -> tuple[int, str, int]:
-    """Run ``hyper_parallel.MODULE``'s ``main(argv)`` in a child process: its status, stderr and peak RSS
-    in bytes (``ru_maxrss``, KiB on Linux)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    code = _CHILD.format(module=module, returns=returns)
-    done = subprocess.run(
-        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300, env=env
-    )
-    lines = done.stderr.splitlines()
-    peak = [int(line.split()[1]) for line in lines if line.startswith("maxrss_kib ")]
-    assert peak, done.stderr[-2000:]
-    return (
-        done.returncode,
-        "\n".join(line for line in lines if not line.startswith("maxrss_kib ")),
-        peak[0] << 10,
-    )
-
-
 # -- M1: a pickled item is walked once per shared part, within a budget of nodes ----------------------------
 def _shared_40_times() -> list[object]:
     value: list[object] = []
@@ -179,7 +148,7 @@ def test_a_pickled_item_sharing_itself_40_times_skips_the_step_on_resume(
 def test_a_pickled_item_spanning_a_2_gib_hole_is_refused_before_it_is_read(ckpt: Path) -> None:
     step = ckpt / "step-2"
     plant(step, MetadataIndex(LR), b"", hole=2 << 30, manifest=False)  # no manifest: nothing hashes the hole
-    status, err, peak = _child("launch", _launch_argv(ckpt, 3))
+    status, err, peak = run_with_peak_rss("launch", _launch_argv(ckpt, 3))
     assert status == 0, err[-2000:]
     assert (
         f"skipping the checkpoint of step 2: {step / '.metadata'}: tensor {LR}: a pickled item of {2 << 30} "
@@ -209,11 +178,11 @@ def test_a_deflated_chunk_is_refused_before_it_is_inflated(ckpt: Path, tmp_path:
     assert len(deflated) <= 512 * 64 * 4 + MAX_ITEM_OVERHEAD  # inside the bound on the item's bytes
     shard = plant(step, MetadataIndex(EMBED, [0, 0]), deflated)
     offset = read_metadata(step / ".metadata").storage_data[MetadataIndex(EMBED, [0, 0])].offset
-    status, err, peak = _child("export", [str(step), str(tmp_path / "hf")])
+    status, err, peak = run_with_peak_rss("export", [str(step), str(tmp_path / "hf")])
     assert status == 2, err[-2000:]
     assert err == (
         f"export: {str(step)!r} is damaged: {shard}: record plain/data.pkl at byte {offset} is compressed "
-        "(method 8); torch.save stores its records, and a compressed one could expand past the bytes stored"
+        "(method 8); torch.save stores its records, and a compressed one could expand past the bytes stored\n"
     )
     assert peak < RSS_BOUND, f"peak RSS {peak >> 20} MiB"
     assert not (tmp_path / "hf").exists()
