@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DTYPES",
     "ExportError",
+    "base_size_problem",
     "export_adapter",
     "export_checkpoint",
     "main",
@@ -415,7 +416,7 @@ def _check_base(step: Path, cfg: TrainerConfig, accept: bool) -> None:
     )
 
 
-def _base_size_problem(step: Path, cfg: TrainerConfig) -> str | None:
+def base_size_problem(step: Path, cfg: TrainerConfig) -> str | None:
     """For a checkpoint without its base: why the config's base cannot be the one built again, or None.
 
     The base the config describes must fit the values its weights folder stores (the headers, bounded) or,
@@ -463,7 +464,7 @@ def _check_model(step: Path, cfg: TrainerConfig, metadata: Any) -> None:
     # A LoRA run whose base is built again at every start saved its adapters alone (the base is rebuilt).
     rebuilt = not cfg.peft.checkpoint_holds_base(cfg.model.weights_path)
     if rebuilt:  # sized by the base it is built from (its folder's headers, or the record)
-        base_problem = _base_size_problem(step, cfg)
+        base_problem = base_size_problem(step, cfg)
         if base_problem is not None:
             raise ExportError(base_problem)
     problem = size_problem(cfg.model.args, sum(math.prod(size) for size in stored.values()))
