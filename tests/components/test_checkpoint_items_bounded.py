@@ -214,3 +214,20 @@ def test_a_chunk_stored_far_beyond_its_size_is_refused_from_the_metadata(
         "bytes of torch.float32 and stores "
     )
     assert err.endswith(f" (a saved tensor adds at most {MAX_ITEM_OVERHEAD} bytes: MAX_ITEM_OVERHEAD)\n")
+
+
+def test_a_list_of_chunks_shared_by_many_tensors_is_refused_before_it_is_walked_again(
+    ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pickled list referred to by every tensor costs bytes once and was walked once per tensor."""
+    step = ckpt / "step-2"
+    metadata = read_metadata(step / ".metadata")
+    items = metadata.state_dict_metadata
+    items["model.output.weight"].chunks = items[EMBED].chunks  # type: ignore[union-attr]
+    (step / ".metadata").write_bytes(pickle.dumps(metadata))
+    write_manifest(step)
+    assert export_main([str(step), str(tmp_path / "hf")]) == 2
+    assert capsys.readouterr().err == (
+        f"export: {str(step)!r} is damaged: {step / '.metadata'}: tensor model.output.weight: shares its "
+        "list of chunks with another tensor (DCP writes one per tensor)\n"
+    )

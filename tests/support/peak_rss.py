@@ -20,8 +20,10 @@ _MARK = "peak_rss_kib "
 _CHILD = """
 import resource, sys
 from hyper_parallel.{module} import main
-status = main(sys.argv[1:])
-print({mark!r}, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+try:
+    status = main(sys.argv[1:])
+finally:  # a traceback too: its peak is what a test reports
+    print({mark!r}, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr, flush=True)
 sys.exit(status or 0)
 """
 
