@@ -375,14 +375,15 @@ def _check_records(folder: Path, metadata: Metadata, *, crc: bool) -> None:
         path = folder / relative
         with open(path, "rb") as stream:
             for index, info in infos:
-                where = f"{path}: item {index.fqn} at byte {info.offset}"  # the records say their name
                 stream.seek(info.offset)
                 if stream.read(4) != _ZIP_MAGIC:
                     continue
-                try:
+                try:  # torch would read it as a zip: it must be one whose directory reads
                     archive = zipfile.ZipFile(_Slice(stream, info.offset, info.length))  # type: ignore[arg-type]
                 except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-                    raise UnreadableCheckpointError(f"{where}: not a readable zip ({exc})") from None
+                    raise UnreadableCheckpointError(
+                        f"{path}: item {index.fqn} at byte {info.offset}: not a readable zip ({exc})"
+                    ) from None
                 with archive:
                     _check_members(path, info, archive, limits.get(index, info.length), crc=crc)
 
