@@ -178,11 +178,16 @@ def _refuse_oversized(cfg: TrainerConfig, step: Path, metadata: Any) -> None:
     """Refuse a config whose model is larger than the checkpoint stores, before the trainer builds it."""
     import math
 
-    from hyper_parallel.export import stored_model_sizes
+    from hyper_parallel.export import base_size_problem, stored_model_sizes
     from hyper_parallel.models import size_problem
 
     if not cfg.peft.checkpoint_holds_base(cfg.model.weights_path):
-        return  # LoRA's adapters alone (the base is built again); the trainer checks their shapes
+        # LoRA's adapters alone: the base is built again, sized by its weights folder (or base.json's
+        # count) first; the trainer checks the adapters' shapes
+        base_problem = base_size_problem(step, cfg)
+        if base_problem is not None:
+            raise EvaluateError(base_problem)
+        return
     stored = sum(math.prod(size) for size in stored_model_sizes(metadata).values())
     problem = size_problem(cfg.model.args, stored)
     if problem is not None:

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DTYPES",
     "ExportError",
+    "base_size_problem",
     "export_adapter",
     "export_checkpoint",
     "main",
@@ -96,6 +97,7 @@ def export_checkpoint(
     dtype: str | None = None,
     max_shard_size: int | str = "5GB",
     config: str | Path | TrainerConfig | None = None,
+    accept_changed_base: bool = False,
 ) -> Path:
     """Write the model of ``checkpoint`` as a Hugging Face safetensors folder ``out_dir``; returns it.
 
@@ -103,7 +105,9 @@ def export_checkpoint(
     ``dtype`` (``float32``, ``bfloat16``, ``float16``; None keeps the saved dtypes) casts the floating-point
     weights; files above ``max_shard_size`` bytes (int, or ``"5GB"``-style) are split into shards with an
     index. ``config`` (a YAML file or a ``TrainerConfig``) replaces the ``config.yaml`` saved with the
-    checkpoint. Raises ``ExportError`` (one line) for anything the caller can fix.
+    checkpoint. A LoRA/QLoRA checkpoint is merged only into the base its ``base.json`` names
+    (``accept_changed_base`` takes the one ``model.weights_path`` holds now). Raises ``ExportError`` (one
+    line) for anything the caller can fix.
     """
     if dtype is not None and dtype not in DTYPES:
         raise ExportError(f"dtype: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
@@ -128,7 +132,9 @@ def export_checkpoint(
         }
         found["adapter"], found["tokenizer"] = adapter, files
 
-    step, cfg, weights = _read_newest(Path(checkpoint), config, before_read, purpose="export")
+    step, cfg, weights = _read_newest(
+        Path(checkpoint), config, before_read, purpose="export", accept_changed_base=accept_changed_base
+    )
     weights = _merged(cfg, weights)
     adapter, hf_config, tokenizer = found["adapter"], found["hf_config"], found["tokenizer"]
     if dtype is not None:
@@ -170,6 +176,7 @@ def _rebuilt_base(cfg: TrainerConfig) -> dict[str, torch.Tensor]:
     From ``model.weights_path`` when set, else drawn from the run's seed as the trainer draws it (each
     parameter from ``(seed, name)``, whatever the layout).
     """
+    from hyper_parallel.config.errors import InputFileError
     from hyper_parallel.models import load_pretrained, materialize
 
     spec = cfg.model
@@ -180,9 +187,10 @@ def _rebuilt_base(cfg: TrainerConfig) -> dict[str, torch.Tensor]:
         else:
             materialize(model, spec, device="cpu", seed=cfg.run_seed())
     except (OSError, KeyError, ValueError) as exc:
+        detail = exc.issues[0] if isinstance(exc, InputFileError) else exc
         raise ExportError(
             f"the checkpoint holds LoRA adapters without their frozen base, which comes from "
-            f"model.weights_path {spec.weights_path!r}: it cannot be read ({exc})"
+            f"model.weights_path {spec.weights_path!r}: it cannot be read ({detail})"
         ) from None
     state = model.state_dict()
     adapters = set(cfg.peft.adapter_keys(state))
@@ -190,7 +198,11 @@ def _rebuilt_base(cfg: TrainerConfig) -> dict[str, torch.Tensor]:
 
 
 def export_adapter(
-    checkpoint: str | Path, out_dir: str | Path, *, config: str | Path | TrainerConfig | None = None
+    checkpoint: str | Path,
+    out_dir: str | Path,
+    *,
+    config: str | Path | TrainerConfig | None = None,
+    accept_changed_base: bool = False,
 ) -> Path:
     """Write the LoRA adapters of ``checkpoint`` as a ``peft`` adapter folder ``out_dir``; returns it.
 
@@ -198,11 +210,14 @@ def export_adapter(
     names and module names of the Hugging Face model ``export_checkpoint`` writes), so
     ``peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE), out_dir)`` gives the
     merged export's model. ``BASE`` is the base model (``model.weights_path``, written into
-    ``base_model_name_or_path``). ``ExportError`` when the run trained no adapters.
+    ``base_model_name_or_path``; it must be the base ``base.json`` names, or ``accept_changed_base``).
+    ``ExportError`` when the run trained no adapters.
     """
     out = Path(out_dir)
     _check_output(out)
-    step, cfg, read = _read_newest(Path(checkpoint), config, purpose="export")
+    step, cfg, read = _read_newest(
+        Path(checkpoint), config, purpose="export", accept_changed_base=accept_changed_base
+    )
     adapter = cfg.model.state_dict_adapter(cfg.model.args)
     try:
         folder = cfg.peft.adapter_folder(read, adapter.to_hf)
@@ -244,16 +259,20 @@ def _write_adapter(out: Path, tensors: dict[str, torch.Tensor], config: dict[str
 
 
 def read_checkpoint(
-    checkpoint: str | Path, config: str | Path | TrainerConfig | None = None
+    checkpoint: str | Path,
+    config: str | Path | TrainerConfig | None = None,
+    *,
+    accept_changed_base: bool = False,
 ) -> tuple[Path, TrainerConfig, dict[str, torch.Tensor]]:
     """The step folder, the run's config and the full model weights (our names) of ``checkpoint``.
 
     ``checkpoint`` and ``config`` are as in :func:`export_checkpoint` (a step folder or its parent, whose
     newest intact step is read; the config saved beside the weights unless one is given). LoRA's
-    adapters come merged into the layers they adapt: the weights are those of a plain model. Read safely in
-    this process; raises ``ExportError`` (one line) for anything the caller can fix.
+    adapters come merged into the layers they adapt: the weights are those of a plain model (the base its
+    ``base.json`` names, see :func:`export_checkpoint`). Read safely in this process; raises
+    ``ExportError`` (one line) for anything the caller can fix.
     """
-    step, cfg, weights = _read_newest(Path(checkpoint), config)
+    step, cfg, weights = _read_newest(Path(checkpoint), config, accept_changed_base=accept_changed_base)
     return step, cfg, _merged(cfg, weights)
 
 
@@ -321,6 +340,7 @@ def _read_newest(
     before_read: Callable[[TrainerConfig], None] | None = None,
     *,
     purpose: str = "read",
+    accept_changed_base: bool = False,
 ) -> tuple[Path, TrainerConfig, dict[str, torch.Tensor]]:
     """The step folder read, its config and model weights: ``path``, or its newest step that reads.
 
@@ -335,6 +355,7 @@ def _read_newest(
         inspection = inspect(step)
         cfg = _run_config(step, config)
         _check_model(step, cfg, inspection.metadata)
+        _check_base(step, cfg, accept_changed_base)
         if before_read is not None:
             try:
                 before_read(cfg)
@@ -363,6 +384,74 @@ def stored_model_sizes(metadata: Any) -> dict[str, list[int]]:
     }
 
 
+def _check_base(step: Path, cfg: TrainerConfig, accept: bool) -> None:
+    """Refuse a checkpoint without its frozen base when the base its config builds is not the one its
+    ``base.json`` records (``components.checkpoint._base_record``), unless ``accept``; the base's identity
+    is read from its files' headers and sampled values, before anything is built."""
+    from hyper_parallel.components.checkpoint._base_record import (
+        BASE_FILE,
+        base_identity,
+        changes,
+        read_record,
+    )
+    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.models._stored_size import parameter_count
+
+    if cfg.peft.checkpoint_holds_base(cfg.model.weights_path):
+        return
+    try:
+        saved = read_record(step)
+        if saved is None:
+            return
+        current = base_identity(
+            cfg.model.weights_path, parameters=parameter_count(cfg.model.args), seed=cfg.run_seed()
+        )
+    except InputFileError as exc:
+        raise ExportError(str(exc.issues[0])) from None
+    found = changes(saved, current)
+    if not found:
+        return
+    where = cfg.model.weights_path
+    base = f"model.weights_path {where!r}" if where is not None else "the base drawn from the run's seed"
+    if accept:
+        _log.warning("%s: %s differs (%s): accepted", step / BASE_FILE, base, "; ".join(found))
+        return
+    raise ExportError(
+        f"{step / BASE_FILE}: {base} is not the frozen base this checkpoint's adapters were trained on "
+        f"({'; '.join(found)}); pass --accept-changed-base (accept_changed_base=True) to use it anyway"
+    )
+
+
+def base_size_problem(step: Path, cfg: TrainerConfig) -> str | None:
+    """For a checkpoint without its base: why the config's base cannot be the one built again, or None.
+
+    The base the config describes must fit the values its weights folder stores (the headers, bounded) or,
+    drawn from the seed, have the parameter count ``base.json`` recorded: a ``vocab_size`` of 2^21 or
+    100,000 layers in ``config.yaml`` is refused before the base is built or drawn.
+    """
+    from hyper_parallel.components.checkpoint._base_record import BASE_FILE, read_record
+    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.models import folder_values, size_problem
+    from hyper_parallel.models._stored_size import parameter_count
+
+    try:
+        if cfg.model.weights_path is not None:
+            folder = Path(cfg.model.weights_path)
+            problem = size_problem(cfg.model.args, folder_values(folder))
+            return None if problem is None else f"{folder}: {problem}"
+        saved = read_record(step)
+    except InputFileError as exc:
+        return str(exc.issues[0])
+    count = parameter_count(cfg.model.args)
+    recorded = None if saved is None else saved.get("parameters")
+    if count is None or not isinstance(recorded, int) or count == recorded:
+        return None
+    return (
+        f"{step / BASE_FILE}: its config describes a base of {count:,} parameters and the base this "
+        f"checkpoint was trained on had {recorded:,}: the config does not describe these adapters"
+    )
+
+
 def _check_model(step: Path, cfg: TrainerConfig, metadata: Any) -> None:
     """Refuse a config whose model is not the one stored in ``step``, before any weight is allocated.
 
@@ -380,6 +469,10 @@ def _check_model(step: Path, cfg: TrainerConfig, metadata: Any) -> None:
     meta_file = step / ".metadata"
     # A LoRA run whose base is built again at every start saved its adapters alone (the base is rebuilt).
     rebuilt = not cfg.peft.checkpoint_holds_base(cfg.model.weights_path)
+    if rebuilt:  # sized by the base it is built from (its folder's headers, or the record)
+        base_problem = base_size_problem(step, cfg)
+        if base_problem is not None:
+            raise ExportError(base_problem)
     problem = size_problem(cfg.model.args, sum(math.prod(size) for size in stored.values()))
     if problem is not None and not rebuilt:
         raise ExportError(f"{meta_file}: {problem}")
@@ -586,6 +679,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-shard-size", default="5GB", help="largest safetensors file (default 5GB)")
     parser.add_argument("--config-file", help="the run's config, when the checkpoint holds no config.yaml")
     parser.add_argument(
+        "--accept-changed-base",
+        action="store_true",
+        help="merge LoRA adapters into model.weights_path even when it differs from the base they were "
+        "trained on (base.json)",
+    )
+    parser.add_argument(
         "--adapter-only",
         action="store_true",
         help="write the LoRA adapters as a peft adapter folder instead of the merged model",
@@ -597,7 +696,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.adapter_only:
-            out = export_adapter(args.checkpoint, args.out, config=args.config_file)
+            out = export_adapter(
+                args.checkpoint,
+                args.out,
+                config=args.config_file,
+                accept_changed_base=args.accept_changed_base,
+            )
         else:
             out = export_checkpoint(
                 args.checkpoint,
@@ -605,6 +709,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 dtype=args.dtype,
                 max_shard_size=args.max_shard_size,
                 config=args.config_file,
+                accept_changed_base=args.accept_changed_base,
             )
     except ExportError as exc:
         print(f"export: {exc}", file=sys.stderr)

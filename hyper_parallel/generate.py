@@ -1,7 +1,7 @@
 """Continue a prompt with a trained model: ``python -m hyper_parallel.generate PATH --prompt TEXT``.
 
 ``[--chat [--system TEXT] [--history FILE]] [--image IMAGE] [--max-new-tokens N] [--temperature T]
-[--top-p P] [--seed S] [--config-file C] [--device D]``
+[--top-p P] [--seed S] [--config-file C] [--device D] [--accept-changed-base]``
 
 ``PATH`` is a checkpoint (a ``step-<N>`` folder, or a ``checkpoint.folder`` whose newest intact step is read,
 exactly as ``hyper_parallel.export`` reads it: checksums checked, nothing unpickled but DCP's metadata) or a
@@ -93,8 +93,15 @@ def _is_hf_folder(path: Path) -> bool:
     )
 
 
-def load_model(path: str | Path, *, config: str | Path | None = None, device: str = "cpu") -> Loaded:
-    """The model and tokenizer of a checkpoint or an exported folder ``path`` (see the module docstring)."""
+def load_model(
+    path: str | Path,
+    *,
+    config: str | Path | None = None,
+    device: str = "cpu",
+    accept_changed_base: bool = False,
+) -> Loaded:
+    """The model and tokenizer of a checkpoint or an exported folder ``path`` (see the module docstring);
+    ``accept_changed_base`` merges LoRA adapters into a base other than the one their ``base.json`` names."""
     from hyper_parallel._paths import entry_kinds
 
     folder = Path(path)
@@ -108,7 +115,7 @@ def load_model(path: str | Path, *, config: str | Path | None = None, device: st
                 f"--config-file: {str(folder)!r} is a Hugging Face folder; its config.json is read"
             )
         return _load_hf_folder(folder, device)
-    return _load_checkpoint(folder, config, device)
+    return _load_checkpoint(folder, config, device, accept_changed_base)
 
 
 def _meta_model(spec: Any) -> nn.Module:
@@ -144,12 +151,14 @@ def _assign(model: nn.Module, weights: dict[str, Any], where: str, device: str) 
         raise GenerateError(f"--device {device}: cannot be used here: {first}") from None
 
 
-def _load_checkpoint(folder: Path, config: str | Path | None, device: str) -> Loaded:
+def _load_checkpoint(
+    folder: Path, config: str | Path | None, device: str, accept_changed_base: bool
+) -> Loaded:
     from hyper_parallel.components.dataloader import NoSource
     from hyper_parallel.export import ExportError, read_checkpoint
 
     try:
-        step, cfg, weights = read_checkpoint(folder, config)
+        step, cfg, weights = read_checkpoint(folder, config, accept_changed_base=accept_changed_base)
     except ExportError as exc:
         raise GenerateError(str(exc)) from None
     spec = cfg.model
@@ -165,7 +174,8 @@ def _load_checkpoint(folder: Path, config: str | Path | None, device: str) -> Lo
 
 def _load_hf_folder(folder: Path, device: str) -> Loaded:
     from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
-    from hyper_parallel.models import read_safetensors_folder, spec_from_hf_config
+    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.models import check_tensors, read_safetensors_folder, spec_from_hf_config
 
     config_file = folder / "config.json"
     try:
@@ -176,6 +186,10 @@ def _load_hf_folder(folder: Path, device: str) -> Loaded:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise GenerateError(f"{str(config_file)!r}: {exc}") from None
     _refuse_oversized(folder, config_file, spec)
+    try:
+        check_tensors(spec)  # the headers against the model: a tensor it lacks is refused, never read
+    except InputFileError as exc:
+        raise GenerateError(str(exc.issues[0])) from None
     try:
         weights = spec.state_dict_adapter(spec.args, str(folder)).from_hf(read_safetensors_folder(folder))
     except (OSError, KeyError, ValueError) as exc:
@@ -423,6 +437,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
     parser.add_argument("--config-file", help="the run's config, when the checkpoint holds no config.yaml")
     parser.add_argument("--device", default="cpu", help="torch device to decode on (default cpu)")
+    parser.add_argument(
+        "--accept-changed-base",
+        action="store_true",
+        help="decode with LoRA adapters on model.weights_path even when it differs from the base they were "
+        "trained on (base.json)",
+    )
     return parser
 
 
@@ -479,7 +499,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_options(args)
         history = () if args.history is None else read_history(args.history)
-        loaded = load_model(args.path, config=args.config_file, device=args.device)
+        loaded = load_model(
+            args.path,
+            config=args.config_file,
+            device=args.device,
+            accept_changed_base=args.accept_changed_base,
+        )
         print(f"generate: {loaded.what}", file=sys.stderr)
         text = generate_text(
             loaded,

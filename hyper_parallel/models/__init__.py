@@ -5,7 +5,8 @@ Built-in model packages (``hyper_parallel.models.llama3``, ``hyper_parallel.mode
 ``materialize`` fills a parallelized (meta) model with layout-independent random weights, ``initialize``
 does so in place, and ``load_pretrained`` loads Hugging Face weights into it (rank 0 reads, the others
 receive their shards); ``check_weights`` checks a weights folder against a spec's model before anything
-is built (``config.json``, safetensors headers, names, shapes and dtypes); ``read_safetensors_folder``
+is built (``config.json``, safetensors headers, names, shapes and dtypes; ``check_tensors`` the headers
+alone, which every reader of such a folder runs before reading a tensor); ``read_safetensors_folder``
 reads such a folder's tensors (headers checked first); ``spec_from_hf_config`` rebuilds the spec an
 exported ``config.json`` describes; ``generate_ids`` decodes with the models' inference cache;
 ``parameter_seed`` is the seed each named parameter is drawn from (adapters are drawn alike) and
@@ -32,13 +33,14 @@ if TYPE_CHECKING:
         materialize,
         read_safetensors_folder,
     )
-    from hyper_parallel.models._weights_check import check_weights
+    from hyper_parallel.models._weights_check import check_tensors, check_weights
 
 __all__ = [
     "LORA_A",
     "LORA_B",
     "ModelArgs",
     "ModelSpec",
+    "check_tensors",
     "check_weights",
     "folder_values",
     "generate_ids",
@@ -58,6 +60,7 @@ _LAZY = {
     "load_pretrained": "_weights",
     "materialize": "_weights",
     "read_safetensors_folder": "_weights",
+    "check_tensors": "_weights_check",
     "check_weights": "_weights_check",
     "spec_from_hf_config": "_hf_config",
     "generate_ids": "_inference",

@@ -174,14 +174,18 @@ def load_pretrained(
 
     ``model`` may be plain, on meta (allocated first on ``device``, default CPU), or parallelized (FSDP2
     and/or tensor parallel ``DTensor`` parameters, possibly on meta). With an initialised process group of
-    more than one rank, only rank 0 reads the files; the others receive their shards by broadcast. Names
-    the adapter produces must match the model's exactly (``KeyError`` otherwise); tied weights stay tied.
+    more than one rank, only rank 0 reads the files; the others receive their shards by broadcast. The
+    files' headers are checked against the model first (``check_tensors``: an ``InputFileError`` for a
+    tensor the model lacks or of another shape, before any tensor is read), and names the adapter produces
+    must match the model's exactly (``KeyError`` otherwise); tied weights stay tied.
 
     ``expected`` (name -> dtype of every parameter of the whole model) makes ``model`` one pipeline stage:
     the files are checked against the whole model, rank 0 sends every tensor, and each stage keeps those
     it holds.
     """
     from torch.distributed.tensor import DTensor
+
+    from hyper_parallel.models._weights_check import check_tensors
 
     if spec.weights_path is None:
         raise ValueError(f"model.weights_path is not set for {spec.name} {spec.flavor}: nothing to load")
@@ -201,6 +205,7 @@ def load_pretrained(
         )
         dtypes = {name: dtype for name, dtype in dtypes.items() if not is_adapter(name)}
         try:
+            check_tensors(spec)  # headers against the model before any tensor is read: extras refused
             adapter = spec.state_dict_adapter(spec.args, spec.weights_path)
             loaded = adapter.from_hf(read_safetensors_folder(spec.weights_path))
             _check_names(loaded, dtypes)

@@ -36,7 +36,7 @@ from hyper_parallel.models._shapes import Shape
 if TYPE_CHECKING:
     from hyper_parallel.models.spec import ModelSpec
 
-__all__ = ["MAX_HEADER_BYTES", "check_weights", "read_header", "weight_files"]
+__all__ = ["MAX_HEADER_BYTES", "check_tensors", "check_weights", "read_header", "weight_files"]
 
 #: Longest safetensors header accepted (the format's own reader refuses longer ones too).
 MAX_HEADER_BYTES = 100_000_000
@@ -166,9 +166,23 @@ def check_weights(spec: ModelSpec) -> None:
     up to the headers: its files, ``config.json`` and dtypes."""
     assert spec.weights_path is not None
     folder = Path(spec.weights_path)
-    files = weight_files(folder)
     adapter = spec.state_dict_adapter(spec.args, spec.weights_path)
     _check_config_json(spec, adapter, folder / "config.json")
+    check_tensors(spec)
+
+
+def check_tensors(spec: ModelSpec) -> None:
+    """``check_weights`` without ``config.json``: the headers of ``spec.weights_path``'s files against the
+    model's names, shapes and dtypes, before any tensor is read.
+
+    Every reader of a weights folder runs it first (``load_pretrained``, ``generate``): a tensor the model
+    lacks is refused, never read (a 256 GiB sparse extra tensor once passed the size check and was loaded
+    whole), and a tensor of the model is read at the model's size.
+    """
+    assert spec.weights_path is not None
+    folder = Path(spec.weights_path)
+    files = weight_files(folder)
+    adapter = spec.state_dict_adapter(spec.args, spec.weights_path)
     headers = {file: read_header(file) for file in files}
     where: dict[str, Path] = {}
     placeholders: dict[str, Shape] = {}

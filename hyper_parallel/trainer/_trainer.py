@@ -325,6 +325,7 @@ class Trainer:
         training = config.training
         self.phase = "start-up (the checkpoint folder and the resume)"
         self.train_state = _TrainState()
+        holds_base = config.peft.checkpoint_holds_base(config.model.weights_path)
         self.checkpointer = config.checkpoint.build(
             self.model,
             self.optimizer,
@@ -334,7 +335,9 @@ class Trainer:
             max_steps=training.max_steps,
             run_config_yaml=self.config_yaml,
             # A LoRA base built again at every start (from model.weights_path, or NF4) is not saved.
-            save_frozen=config.peft.checkpoint_holds_base(config.model.weights_path),
+            save_frozen=holds_base,
+            # ... and every checkpoint names the base it was trained on (base.json), checked on resume.
+            base_record=self._base_record(config) if config.model.weights_path or not holds_base else None,
         )
         if config.checkpoint.enable:  # every rank must resume the same step (a shared folder)
             latest = getattr(self.checkpointer, "latest_step", None)
@@ -345,6 +348,15 @@ class Trainer:
         except CheckpointNotResumableError as exc:
             raise TrainingError(str(exc)) from None
         self.resumed_from = self.step
+
+    def _base_record(self, config: TrainerConfig) -> dict[str, Any]:
+        """The identity of the base this run built (``checkpoint._base_record``): its weights folder's
+        headers and sampled values, or the seed it was drawn from, and its parameter count."""
+        from hyper_parallel.components.checkpoint._base_record import base_identity
+        from hyper_parallel.models._stored_size import parameter_count
+
+        spec = config.model
+        return base_identity(spec.weights_path, parameters=parameter_count(spec.args), seed=self.seed)
 
     def _build_observers(self, config: TrainerConfig) -> None:
         """7. Metrics, profiler and validator."""

@@ -147,6 +147,7 @@ WIRED: dict[str, str] = {
     "checkpoint.load_step": "components/test_checkpoint_resume.py::test_load_step_naming_an_export_of_an_extended_run_is_refused",
     "checkpoint.exclude_from_loading": "components/test_checkpoint.py::test_exclude_from_loading_keeps_the_fresh_state",
     "checkpoint.last_save_model_only": "components/test_checkpoint_resume.py::test_a_run_that_ended_with_an_export_is_finished",
+    "checkpoint.accept_changed_base": "trainer/test_lora_base_identity.py::test_a_resume_on_a_base_updated_in_place_is_refused_unless_accepted",
     "checkpoint.export_dtype": "components/test_checkpoint_resume.py::test_export_dtype_is_the_dtype_of_the_final_export",
     "checkpoint.async_mode": "trainer/test_parallel.py::test_async_checkpoints_under_fsdp_finish_and_resume",
     "checkpoint.enable_first_step_checkpoint": (

@@ -124,6 +124,13 @@ class Checkpoint:
             default="float32",
             metadata={"help": "Weight dtype of the final model-only save (needs last_save_model_only)."},
         )
+        accept_changed_base: bool = attrs.field(
+            default=False,
+            metadata={
+                "help": "Resume (or load initial_load_path) a LoRA/QLoRA checkpoint whose frozen base "
+                "differs from the one its base.json records (model.weights_path changed); false refuses."
+            },
+        )
 
         def cross_check(self) -> Iterator[tuple[str, str]]:
             """Yield ``(field path, message)`` for contradictory save/load options, and options of a sink
@@ -135,6 +142,13 @@ class Checkpoint:
                 switch="initial_load_path",
                 on=self.initial_load_path is not None,
                 when="initial_load_path is set",
+            )
+            yield from unread_while_off(
+                self,
+                ("accept_changed_base",),
+                switch="enable",
+                on=self.enable or self.initial_load_path is not None,
+                when="enable is true or initial_load_path is set",
             )
             if "model" in self.exclude_from_loading:
                 yield "exclude_from_loading", "cannot exclude 'model': a resume always restores the model"
@@ -191,6 +205,7 @@ class DCPCheckpoint(Checkpoint):
             max_steps: int | None = None,
             run_config_yaml: str | None = None,
             save_frozen: bool = True,
+            base_record: dict[str, Any] | None = None,
         ) -> "CheckpointManager":
             """A manager saving and restoring these objects with torch.distributed.checkpoint.
 
@@ -200,10 +215,13 @@ class DCPCheckpoint(Checkpoint):
             resolved config as YAML, which the trainer dumps) is written as ``config.yaml`` into every
             checkpoint, for ``hyper_parallel.export``; ``save_frozen`` False leaves the parameters that do
             not train out of every checkpoint (a LoRA run that builds its base again at every start, see
-            ``PEFT.Config.checkpoint_holds_base``). Call it on every rank (with torch.distributed it
-            creates the manager's process group). ``load()`` resumes, ``maybe_save(step, last_step=...)``
-            saves every ``interval`` steps, ``close()`` finishes an asynchronous save; the layout and
-            publish protocol are documented in the private modules of this package.
+            ``PEFT.Config.checkpoint_holds_base``); ``base_record`` (``_base_record.base_identity`` of the
+            base the run built) is written as ``base.json`` into every checkpoint, and a checkpoint without
+            its base is loaded only on the base its record names (``accept_changed_base``). Call it on
+            every rank (with torch.distributed it creates the manager's process group). ``load()``
+            resumes, ``maybe_save(step, last_step=...)`` saves every ``interval`` steps, ``close()``
+            finishes an asynchronous save; the layout and publish protocol are documented in the private
+            modules of this package.
             """
             from hyper_parallel.components.checkpoint._manager import CheckpointManager
 
@@ -217,4 +235,5 @@ class DCPCheckpoint(Checkpoint):
                 max_steps=max_steps,
                 run_config_yaml=run_config_yaml,
                 save_frozen=save_frozen,
+                base_record=base_record,
             )

@@ -15,6 +15,12 @@ refuses such a ``.metadata`` before any allocation, so memory follows the bytes 
 - each chunk has its storage entry, untransformed (a compressed chunk could expand past its bytes), of at
   least the chunk's bytes: DCP's writer stores a chunk's raw data uncompressed, so a declared tensor is
   never larger than the bytes stored for it (``inspect`` already checks every range lies inside a file);
+  and of at most the chunk's bytes and ``MAX_ITEM_OVERHEAD`` (the records ``torch.save`` adds), so what a
+  reader parses of it is bounded by the chunk (``_safe_read`` then checks its zip records are stored, not
+  compressed, and hold no more than the chunk);
+- each non-tensor item (the optimizer's hyperparameters, pickled) stores at most ``MAX_BYTES_ITEM``: DCP
+  reads such an item whole, so a range spanning a hole of a sparse file would be read (and held) whole;
+- no two tensors share one list of chunks (each would be walked again for every tensor referring to it);
 - the trainer's JSON parts (``step``, ``lr_scheduler``, ``dataloader.rank<r>``, ``rng.rank<r>``,
   ``train_state.rank<r>``) are 1-D ``uint8`` of at most ``MAX_JSON_BYTES``.
 
@@ -41,12 +47,26 @@ from torch.distributed.checkpoint.metadata import (
 
 from hyper_parallel.components.checkpoint._manifest import UnreadableCheckpointError
 
-__all__ = ["MAX_DIMS", "MAX_JSON_BYTES", "check_declared", "is_json_part"]
+__all__ = [
+    "MAX_BYTES_ITEM",
+    "MAX_DIMS",
+    "MAX_ITEM_OVERHEAD",
+    "MAX_JSON_BYTES",
+    "check_declared",
+    "chunk_bytes",
+    "is_json_part",
+]
 
 #: Most dimensions a saved tensor may declare (torch itself allows 64).
 MAX_DIMS = 64
 #: Largest JSON part (data position, RNG, scheduler, step) a checkpoint may declare, in bytes.
 MAX_JSON_BYTES = 64 << 20
+#: Most bytes a tensor item may store beyond its chunk's data: the zip records ``torch.save`` wraps the
+#: data in (about 1.6 KB in torch 2.13, whatever the tensor's size).
+MAX_ITEM_OVERHEAD = 64 << 10
+#: Most bytes a non-tensor item may store (DCP reads it whole): a pickled hyperparameter, or in an earlier
+#: version's checkpoint a JSON part as a pickled string (at most ``MAX_JSON_BYTES`` of text).
+MAX_BYTES_ITEM = MAX_JSON_BYTES + (1 << 20)
 _JSON_PARTS = ("step", "lr_scheduler")
 _PER_RANK_JSON = ("dataloader.rank", "rng.rank", "train_state.rank")
 
@@ -182,6 +202,11 @@ def _check_tensor(fqn: str, item: TensorStorageMetadata, storage: Mapping[Any, A
             raise _Refused(
                 f"chunk at {list(offsets)} declares {numel * element} bytes of {dtype} and stores {length}"
             )
+        if length > numel * element + MAX_ITEM_OVERHEAD:
+            raise _Refused(
+                f"chunk at {list(offsets)} declares {numel * element} bytes of {dtype} and stores {length} "
+                f"(a saved tensor adds at most {MAX_ITEM_OVERHEAD} bytes: MAX_ITEM_OVERHEAD)"
+            )
         covered += numel
         boxes.append((offsets, sizes))
     total = math.prod(size)
@@ -198,6 +223,20 @@ def _check_tensor(fqn: str, item: TensorStorageMetadata, storage: Mapping[Any, A
         raise _Refused(f"its {len(boxes)} chunks overlap (they do not tile its declared size {list(size)})")
     a, b = (boxes[i] for i in pair)
     raise _Refused(f"chunks at {list(a[0])} and {list(b[0])} overlap")
+
+
+def chunk_bytes(metadata: Metadata) -> dict[MetadataIndex, int]:
+    """The bytes of data each stored item of a checked ``metadata`` holds at most: a tensor chunk's
+    elements times their size, a non-tensor item its stored length (``check_declared`` bounds both)."""
+    limits: dict[MetadataIndex, int] = {}
+    for fqn, item in metadata.state_dict_metadata.items():
+        if isinstance(item, TensorStorageMetadata):
+            element = torch.empty((), dtype=item.properties.dtype).element_size()
+            for chunk in item.chunks:
+                limits[MetadataIndex(fqn, chunk.offsets)] = math.prod(chunk.sizes) * element
+        else:
+            limits[MetadataIndex(fqn)] = metadata.storage_data[MetadataIndex(fqn)].length
+    return limits
 
 
 #: Box comparisons spent naming two overlapping chunks of a file already refused (plus 8 per chunk).
@@ -227,13 +266,26 @@ def check_declared(meta_path: Path, metadata: Metadata) -> None:
             raise UnreadableCheckpointError(
                 f"{meta_path}: tensor {index.fqn}: its storage entry is not a file, offset and length"
             )
+    chunk_lists: set[int] = set()  # ids: the metadata holds them all alive while this runs
     for fqn, item in items.items():
         try:
             if isinstance(item, TensorStorageMetadata):
+                # A list of chunks referred to by many tensors costs a few bytes of pickle each time and
+                # would be walked each time (a 4 MB .metadata: 10^11 steps); DCP writes one per tensor.
+                if id(item.chunks) in chunk_lists:
+                    raise _Refused(
+                        "shares its list of chunks with another tensor (DCP writes one per tensor)"
+                    )
+                chunk_lists.add(id(item.chunks))
                 _check_tensor(fqn, item, storage)
             elif isinstance(item, BytesStorageMetadata):
-                if storage.get(MetadataIndex(fqn)) is None:
+                stored = storage.get(MetadataIndex(fqn))
+                if stored is None:
                     raise _Refused("has no stored data")
+                if stored.length > MAX_BYTES_ITEM:
+                    raise _Refused(
+                        f"a pickled item of {stored.length} bytes (at most {MAX_BYTES_ITEM}: MAX_BYTES_ITEM)"
+                    )
             else:
                 raise _Refused(f"is a {type(item).__name__}, not DCP storage metadata")
         except _Refused as exc:

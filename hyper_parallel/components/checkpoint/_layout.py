@@ -272,10 +272,18 @@ def make_partial(folder: Path, step: int) -> Path:
     return partial
 
 
-def publish(partial: Path, final: Path, *, keep_latest_k: int, config_yaml: str | None) -> None:
+def publish(
+    partial: Path,
+    final: Path,
+    *,
+    keep_latest_k: int,
+    config_yaml: str | None,
+    extra: dict[str, str] | None = None,
+) -> None:
     """Rename a finished save (``.metadata`` written) to its step folder, then keep the newest ``k``.
 
-    ``config_yaml`` (the run's config) is written into it first, then the checksum manifest;
+    ``config_yaml`` (the run's config) and ``extra`` (more files by name: the base record) are written
+    into it first, then the checksum manifest;
     ``keep_latest_k`` 0 keeps every step. Only steps up to the one published count and are pruned: a
     newer step left from before a resume (one skipped as damaged, or past ``load_step``) is never why an
     intact older step is deleted; it is replaced when the run saves that step again.
@@ -284,6 +292,8 @@ def publish(partial: Path, final: Path, *, keep_latest_k: int, config_yaml: str 
     _refuse_link(final)
     if config_yaml is not None:
         (partial / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
+    for name, text in (extra or {}).items():
+        (partial / name).write_text(text, encoding="utf-8")
     write_manifest(partial)
     if final.exists():
         shutil.rmtree(final)

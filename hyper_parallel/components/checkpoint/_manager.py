@@ -57,6 +57,7 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from hyper_parallel._checks import counted
 from hyper_parallel._disk import full_disk_errno, write_problem
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
+from hyper_parallel.components.checkpoint._base_record import BASE_FILE, changes, read_record, record_text
 from hyper_parallel.components.checkpoint._layout import (
     CONFIG_FILE,
     CheckpointFolderError,
@@ -152,9 +153,11 @@ class CheckpointManager:
         max_steps: int | None = None,
         run_config_yaml: str | None = None,
         save_frozen: bool = True,
+        base_record: dict[str, Any] | None = None,
     ) -> None:
         self.cfg = cfg
         self.run_config_yaml = run_config_yaml
+        self.base_record = base_record
         self.folder = Path(cfg.folder)
         self.state = TrainingState(
             model=model,
@@ -309,8 +312,13 @@ class CheckpointManager:
         """Rank 0 publishes a finished save (every rank has written: ``.metadata`` exists) and prunes."""
         if _rank() == 0:
             try:
+                extra = {} if self.base_record is None else {BASE_FILE: record_text(self.base_record)}
                 publish(
-                    partial, final, keep_latest_k=self.cfg.keep_latest_k, config_yaml=self.run_config_yaml
+                    partial,
+                    final,
+                    keep_latest_k=self.cfg.keep_latest_k,
+                    config_yaml=self.run_config_yaml,
+                    extra=extra,
                 )
             except OSError as exc:
                 self._refuse_disk_full(exc, partial, _step_of(final))
@@ -560,7 +568,31 @@ class CheckpointManager:
                 raise  # another rank stopped: not this step's fault, and no older step would read better
             raise unreadable(path, exc) from None
 
+    def _check_base(self, path: Path) -> None:
+        """Refuse a checkpoint without its frozen base whose ``base.json`` names another base than the one
+        this run built (``_base_record``), unless ``accept_changed_base``; an ``InputFileError`` naming the
+        record, the folder and what changed (exit status 2)."""
+        if self.state.save_frozen or self.base_record is None:
+            return
+        saved = read_record(path)
+        if saved is None:
+            return
+        found = changes(saved, self.base_record)
+        if not found:
+            return
+        where = self.base_record.get("weights_path")
+        base = f"model.weights_path {where!r}" if where is not None else "the base drawn from the seed"
+        if getattr(self.cfg, "accept_changed_base", False):
+            _log.warning("%s: %s differs (%s): accepted", path / BASE_FILE, base, "; ".join(found))
+            return
+        raise InputFileError.at(
+            path / BASE_FILE,
+            f"{base} is not the frozen base this checkpoint's adapters were trained on ({'; '.join(found)}); "
+            "set checkpoint.accept_changed_base: true to load them on it anyway",
+        )
+
     def _load_model(self, path: Path, inspection: Inspection) -> None:
+        self._check_base(path)
         items = inspection.metadata.state_dict_metadata
         if not any(key.startswith("model.") for key in items):
             raise ValueError(f"checkpoint {str(path)!r} holds no model state")
@@ -572,6 +604,7 @@ class CheckpointManager:
         self.state.restore_model(state)
 
     def _load_full(self, path: Path, inspection: Inspection) -> int:
+        self._check_base(path)
         items = inspection.metadata.state_dict_metadata
         state = self.state.placeholders(self.state.wanted(path, items, self.cfg.exclude_from_loading), items)
         field = "checkpoint.folder" if path.parent == self.folder else "checkpoint.initial_load_path"

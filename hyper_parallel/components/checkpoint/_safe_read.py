@@ -43,7 +43,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem
 from torch.futures import Future
 
-from hyper_parallel.components.checkpoint._bounds import check_declared
+from hyper_parallel.components.checkpoint._bounds import check_declared, chunk_bytes
 from hyper_parallel.components.checkpoint._manifest import UnreadableCheckpointError, verify_files
 
 __all__ = [
@@ -190,15 +190,59 @@ def _why(exc: BaseException) -> str:
     return first.split(". ")[0][:200]  # the first sentence: torch's further ones are advice, cut mid-way
 
 
-def _plain(value: Any) -> bool:
-    """Whether ``value`` is plain data: None, a bool, number or string, or lists, tuples, dicts of them."""
+#: Most values a pickled item may hold, counted as the tree a walk of it visits: a container referred to
+#: twice counts twice (a list that holds itself 40 times over is a 2^40-node tree). The optimizer's
+#: hyperparameters of a large model (its ``param_names``, ``params``) are a few thousand values.
+MAX_PLAIN_NODES = 1_000_000
+#: Deepest nesting of containers accepted in a pickled item (the JSON readers' bound).
+MAX_PLAIN_DEPTH = 100
+
+
+class _NotPlain(Exception):
+    """Why a pickled item is refused (``SafePlanner.load_bytes`` adds the file and the item)."""
+
+
+def _plain_nodes(value: Any, memo: dict[int, int | None], depth: int = 0) -> int:
+    """The nodes of ``value`` as a tree, when it is plain data (None, a bool, number or string, lists,
+    tuples and dicts of them); raises ``_NotPlain`` otherwise, or beyond ``MAX_PLAIN_NODES`` or
+    ``MAX_PLAIN_DEPTH``.
+
+    Each container is walked once, keyed on its identity (``memo``: id -> its tree size, None while it is
+    being walked): a shared part costs one visit however often it is referred to, its size is counted
+    each time, and a container inside itself is a cycle. The work is the pickle's own size.
+    """
     if value is None or isinstance(value, (bool, int, float, str)):
-        return True
+        return 1
+    key = id(value)
+    if key in memo:
+        known = memo[key]
+        if known is None:
+            raise _NotPlain("a container that holds itself (a cycle)")
+        return known
+    if depth >= MAX_PLAIN_DEPTH:
+        raise _NotPlain(f"containers nested more than {MAX_PLAIN_DEPTH} deep (MAX_PLAIN_DEPTH)")
     if isinstance(value, (list, tuple)):
-        return all(_plain(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, (str, int)) and _plain(v) for k, v in value.items())
-    return False
+        children: list[Any] = list(value)
+    elif isinstance(value, dict):
+        if not all(isinstance(k, (str, int)) for k in value):
+            raise _NotPlain("a dict with keys other than strings and integers")
+        children = [*value.keys(), *value.values()]
+    else:
+        raise _NotPlain(
+            f"a {type(value).__name__}, where a checkpoint holds plain values (numbers, strings, lists and "
+            "dicts of them)"
+        )
+    memo[key] = None
+    total = 1
+    for child in children:
+        total += _plain_nodes(child, memo, depth + 1)
+        if total > MAX_PLAIN_NODES:
+            raise _NotPlain(
+                f"more than {MAX_PLAIN_NODES:,} values once its shared parts are counted each time they are "
+                "referred to (MAX_PLAIN_NODES)"
+            )
+    memo[key] = total
+    return total
 
 
 class SafePlanner(DefaultLoadPlanner):
@@ -220,11 +264,10 @@ class SafePlanner(DefaultLoadPlanner):
         except Exception as exc:
             first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
             raise RefusedContentError(f"{file}: refused item {fqn!r}: {first}") from None
-        if not _plain(loaded):
-            raise RefusedContentError(
-                f"{file}: refused item {fqn!r}: a {type(loaded).__name__}, where a checkpoint holds plain "
-                "values (numbers, strings, lists and dicts of them)"
-            )
+        try:
+            _plain_nodes(loaded, {})
+        except _NotPlain as exc:
+            raise RefusedContentError(f"{file}: refused item {fqn!r}: {exc}") from None
         # DefaultLoadPlanner places the item (in the nested state dict it flattened); it unpickles what it
         # is given without restriction, so it is given only the plain value checked above, pickled again.
         plain = io.BytesIO()
@@ -271,8 +314,7 @@ def inspect(folder: Path, *, digests: bool = True) -> Inspection:
                 f"{folder / relative}: truncated ({sizes[relative]} bytes, .metadata reads up to "
                 f"{int(info.offset) + int(info.length)})"
             )
-    if not verified and digests:
-        _check_records(folder, metadata)
+    _check_records(folder, metadata, crc=not verified and digests)
     return Inspection(metadata=metadata, verified=verified)
 
 
@@ -306,34 +348,74 @@ class _Slice(io.RawIOBase):
         return len(data)
 
 
-def _check_records(folder: Path, metadata: Metadata) -> None:
-    """For a step without a manifest: every stored item's zip records against their CRC-32.
+#: How a zip (what ``torch.save`` writes for each item) begins: an item that does is read as one by torch.
+_ZIP_MAGIC = b"PK\x03\x04"
 
-    ``torch.save`` (how DCP stores each item) writes a zip whose records carry a CRC-32 that torch does
-    not check when it reads them: a flipped byte in tensor data loaded silently. Reading each record
-    once (what the manifest's digests cost) finds it; an item that is not a zip, or a record saved
-    without a CRC (``torch.serialization.set_crc32_options(False)``: 0), is left to the reader.
+
+def _check_records(folder: Path, metadata: Metadata, *, crc: bool) -> None:
+    """Every stored item's zip records: stored, not compressed, and no larger than the item's data; with
+    ``crc`` (a step without a manifest) each record read once against its CRC-32.
+
+    ``torch.save`` (how DCP stores each item) writes its records uncompressed, and torch's reader inflates
+    a compressed one to the size its zip directory claims: a 1 MB deflated chunk became 1 GiB in memory,
+    and the chunk's narrowed zeros loaded silently. A record's size is therefore checked here, from the
+    zip's directory alone (bounded: ``_bounds`` caps each item's stored bytes near its chunk's), before
+    torch reads it: the data records (``.../data/N``) may hold at most the chunk's bytes. An item that is
+    no zip at all is left to the reader (torch's ``weights_only`` loader refuses it).
+
+    Without a manifest the records are also read against their CRC-32, which torch does not check when it
+    reads them: a flipped byte in tensor data loaded silently. A record saved without a CRC
+    (``torch.serialization.set_crc32_options(False)``: 0) is left to the reader.
     """
-    per_file: dict[str, list[Any]] = {}
-    for info in (metadata.storage_data or {}).values():
-        per_file.setdefault(info.relative_path, []).append(info)
+    limits = chunk_bytes(metadata)
+    per_file: dict[str, list[tuple[Any, Any]]] = {}
+    for index, info in (metadata.storage_data or {}).items():
+        per_file.setdefault(info.relative_path, []).append((index, info))
     for relative, infos in per_file.items():
         path = folder / relative
         with open(path, "rb") as stream:
-            for info in infos:
-                try:
-                    archive = zipfile.ZipFile(_Slice(stream, info.offset, info.length))  # type: ignore[arg-type]
-                except (zipfile.BadZipFile, OSError, ValueError):
+            for index, info in infos:
+                stream.seek(info.offset)
+                if stream.read(4) != _ZIP_MAGIC:
                     continue
+                try:  # torch would read it as a zip: it must be one whose directory reads
+                    archive = zipfile.ZipFile(_Slice(stream, info.offset, info.length))  # type: ignore[arg-type]
+                except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+                    raise UnreadableCheckpointError(
+                        f"{path}: item {index.fqn} at byte {info.offset}: not a readable zip ({exc})"
+                    ) from None
                 with archive:
-                    for member in archive.infolist():
-                        if member.CRC == 0:
-                            continue
-                        try:
-                            with archive.open(member) as record:
-                                while record.read(1 << 22):
-                                    pass
-                        except (zipfile.BadZipFile, OSError, ValueError) as exc:
-                            raise UnreadableCheckpointError(
-                                f"{path}: record {member.filename} at byte {info.offset} is damaged ({exc})"
-                            ) from None
+                    _check_members(path, info, archive, limits.get(index, info.length), crc=crc)
+
+
+def _check_members(path: Path, info: Any, archive: zipfile.ZipFile, limit: int, *, crc: bool) -> None:
+    """``_check_records`` for the records of one item (``info`` its storage entry, ``limit`` its data's
+    bytes)."""
+    data = 0
+    length = info.length
+    for member in archive.infolist():
+        name = member.filename
+        where = f"{path}: record {name} at byte {info.offset}"
+        if member.compress_type != zipfile.ZIP_STORED:
+            raise UnreadableCheckpointError(
+                f"{where} is compressed (method {member.compress_type}); torch.save stores "
+                "its records, and a compressed one could expand past the bytes stored"
+            )
+        if member.file_size != member.compress_size or member.header_offset + member.file_size > length:
+            raise UnreadableCheckpointError(
+                f"{where} claims {member.file_size} bytes, more than its item stores ({length})"
+            )
+        if "/data/" in f"/{name}":
+            data += member.file_size
+            if data > limit:
+                raise UnreadableCheckpointError(
+                    f"{where}: the item's data records hold {data} bytes, more than its chunk's {limit}"
+                )
+        if not crc or member.CRC == 0:
+            continue
+        try:
+            with archive.open(member) as record:
+                while record.read(1 << 22):
+                    pass
+        except (zipfile.BadZipFile, OSError, ValueError) as exc:
+            raise UnreadableCheckpointError(f"{where} is damaged ({exc})") from None
