@@ -16,12 +16,14 @@ Build order (the trainer owns it; users never wire components by hand):
 7. metrics, profiler, validator.
 
 One optimizer step reads ``global_batch_size / (micro_batch_size x dp)`` micro-batches on each rank.
-With ``loss.reduction: mean`` every micro-batch counts equally (the mean of the micro-batch means over
-accumulation and data-parallel ranks); with ``sum`` every token counts equally (summed token losses
-divided by the tokens counted in the whole global batch). FSDP averages gradients over data-parallel
-ranks, which the scaling below accounts for. Under pipeline parallelism each micro-batch is one pipeline
-step (split into ``pp_microbatches``) with the same loss weights; the loss is summed from the last stage
-and the gradient norm is clipped over every stage.
+With ``loss.reduction: sum`` (the default) every token counts equally: the summed token losses are
+divided by the tokens counted in the whole global batch (every micro-batch, every data-parallel rank),
+so the step's loss and gradients do not depend on how the batch is split (Hugging Face's fix of the
+gradient-accumulation loss normalises the same way). With ``mean`` every micro-batch counts equally
+(the mean of the micro-batch means over accumulation and data-parallel ranks), whatever its counted
+tokens. FSDP averages gradients over data-parallel ranks, which the scaling below accounts for. Under
+pipeline parallelism each micro-batch is one pipeline step (split into ``pp_microbatches``) with the same
+loss weights; the loss is summed from the last stage and the gradient norm is clipped over every stage.
 """
 
 from __future__ import annotations
@@ -526,7 +528,7 @@ class Trainer:
         clock = _StepClock(self.device, self.metrics.should_log(step))
         batches = self._next_micro_batches()
         clock.mark("data")
-        token_weighted = getattr(self.config.loss, "reduction", "mean") == "sum"
+        token_weighted = getattr(self.config.loss, "reduction", "sum") == "sum"
         local_tokens = torch.zeros((), dtype=torch.float64, device=self.device)
         for batch in batches:
             local_tokens += self.loss_fn.count_tokens(batch["labels"])

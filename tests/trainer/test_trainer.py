@@ -71,13 +71,54 @@ def test_sum_reduction_weights_every_token_equally_across_micro_batches() -> Non
         "dataloader.dataset.pack_sequences": "false",
         "training.seq_len": "512",
     }
-    _, mean_of_means = train({**docs, "training.max_steps": "1"})
+    _, mean_of_means = train({**docs, "training.max_steps": "1", "loss.reduction": "mean"})
     _, weighted = train({**docs, "training.max_steps": "1", "loss.reduction": "sum"})
-    _, whole = train(
-        {**docs, "training.max_steps": "1", "loss.reduction": "sum", "training.micro_batch_size": "4"}
-    )
+    _, whole = train({**docs, "training.max_steps": "1", "training.micro_batch_size": "4"})  # the default
     assert weighted[0].loss == pytest.approx(whole[0].loss, abs=1e-5)
     assert weighted[0].loss != pytest.approx(mean_of_means[0].loss, abs=1e-4)
+
+
+class _SparseLabels(LLMTrainer):
+    """Fine-tuning-like labels: the n-th sequence of the run keeps only its last ``1 + 7n mod 13`` labels
+    (an answer after an ignored prompt), so micro-batches count very different numbers of tokens."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.sequences_seen = 0
+        super().__init__(*args, **kwargs)
+
+    def host_inputs(self, batch: Any) -> dict[str, Any]:
+        labels = batch["labels"].clone()
+        for row in range(labels.shape[0]):
+            kept = 1 + (7 * self.sequences_seen) % 13
+            labels[row, : labels.shape[1] - kept] = -100
+            self.sequences_seen += 1
+        return {**super().host_inputs(batch), "labels": labels}
+
+
+def _sparse_losses(overrides: dict[str, str]) -> list[float]:
+    run = {
+        "training.max_steps": "3",
+        "training.global_batch_size": "8",
+        "training.mixed_precision_param": "float32",
+        **overrides,
+    }
+    trainer = _SparseLabels(tiny_config("llama3", run))
+    try:
+        return [r.loss for r in trainer.train()]
+    finally:
+        trainer.close()
+
+
+def test_the_default_loss_is_normalised_over_the_global_batch_so_accumulation_changes_nothing() -> None:
+    # Sparse SFT-like labels (1 to 13 of 32 per sequence): one micro-batch of 8 against 4 of 2 (the same
+    # global batch). The default divides by the step's supervised tokens: the same losses; the mean of
+    # the micro-batch means ('mean', by name) weighs a micro-batch of few labels like one of many.
+    whole = _sparse_losses({"training.micro_batch_size": "8"})
+    accumulated = _sparse_losses({"training.micro_batch_size": "2"})
+    assert accumulated == pytest.approx(whole, abs=1e-5, rel=0)
+    by_micro_batch = _sparse_losses({"training.micro_batch_size": "2", "loss.reduction": "mean"})
+    assert all(abs(a - b) > 1e-3 for a, b in zip(by_micro_batch, whole, strict=True))
+    assert tiny_config("llama3").loss.reduction == "sum"
 
 
 def test_max_grad_norm_clips_and_null_only_measures() -> None:
