@@ -32,6 +32,7 @@ __all__ = [
     "expert_issues",
     "layout_issues",
     "pipeline_issues",
+    "sequence_length_issues",
     "sequence_parallel_issues",
     "stated_degree_issues",
     "trainer_issues",
@@ -148,6 +149,7 @@ def _tokenizer_issues(cfg: "TrainerConfig") -> Issues:
         yield from _image_data_issues(cfg, dataset, vocab, model_vocab)
     if vocab is not None:
         yield from vocabulary_issues(cfg, vocab)
+    yield from sequence_length_issues(cfg, getattr(tokenizer, "model_max_length", None))
 
 
 def vocabulary_issues(cfg: "TrainerConfig", vocab: int) -> Issues:
@@ -164,6 +166,24 @@ def vocabulary_issues(cfg: "TrainerConfig", vocab: int) -> Issues:
             f"the model embeds {model_vocab} token ids but the tokenizer produces {vocab}; set "
             f"model.overrides.{nested}vocab_size to at least {vocab}",
         )
+
+
+def sequence_length_issues(cfg: "TrainerConfig", longest: int | None, *, from_files: bool = False) -> Issues:
+    """``training.seq_len`` must not exceed the tokenizer's ``model_max_length`` (None: unbounded).
+
+    At resolve time for the config's ``tokenizer.model_max_length``; the launch and ``--dry-run`` ask again
+    with the loaded tokenizer's (``from_files``: the value its ``tokenizer_config.json`` holds), before the
+    data loader would refuse it.
+    """
+    seq_len = cfg.training.seq_len
+    if longest is None or seq_len <= longest:
+        return
+    held = "its tokenizer_config.json's model_max_length" if from_files else "tokenizer.model_max_length"
+    yield (
+        "training.seq_len",
+        f"{seq_len} exceeds {held} ({longest}); lower training.seq_len, or set tokenizer.model_max_length "
+        f"to at least {seq_len} if the model takes sequences that long",
+    )
 
 
 def _training_data(cfg: "TrainerConfig") -> "DatasetConfig | None":

@@ -187,6 +187,33 @@ def test_a_tokenizer_with_more_ids_than_the_model_embeds(tmp_path: Path) -> None
     assert launch("--config-file", str(path), "--dry-run", *QUIET)[0] == 0  # it fits the 512 of the config
 
 
+def test_a_tokenizer_whose_model_max_length_is_below_seq_len(tmp_path: Path) -> None:
+    # It used to pass --dry-run and end the launch in the data loader's traceback (exit 1).
+    folder = train_tokenizer(tmp_path / "tok")
+    saved = folder / "tokenizer_config.json"
+    saved.write_text(json.dumps({**json.loads(saved.read_text()), "model_max_length": 16}))
+    corpus = write_jsonl(tmp_path / "train.jsonl", 8)
+    path = config(
+        tmp_path,
+        data=f"    source: jsonl\n    paths: [{corpus}]\n",
+        tokenizer=f"HuggingFaceTokenizer.Config\n  path: {folder}",
+    )
+    assert refused_alike(path) == (  # the file's value: located at the tokenizer the config names
+        f"{folder / 'tokenizer.json'}: training.seq_len 32 exceeds its tokenizer_config.json's "
+        "model_max_length (16); lower training.seq_len, or set tokenizer.model_max_length to at least 32 if "
+        "the model takes sequences that long\n"
+    )
+    # The config's own value is refused at resolve, located at the seq_len that exceeds it.
+    assert refused_alike(path, "--tokenizer.model_max_length", "31") == (
+        f"{path}:17:12: training.seq_len: 32 exceeds tokenizer.model_max_length (31); lower "
+        "training.seq_len, or set tokenizer.model_max_length to at least 32 if the model takes sequences "
+        "that long\n1 problem found; nothing was started.\n"
+    )
+    # Raised by the config, the file's value no longer bounds the run.
+    raised = launch("--config-file", str(path), "--dry-run", *QUIET, "--tokenizer.model_max_length", "32")
+    assert raised[0] == 0
+
+
 def test_a_prepared_folder_of_another_tokenizer(tmp_path: Path) -> None:
     corpus = write_jsonl(tmp_path / "train.jsonl", 8)
     folder = prepare([corpus], tmp_path / "prepared", tokenizer_config(tmp_path / "prep"))
