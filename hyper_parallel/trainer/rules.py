@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from hyper_parallel._backends import BACKEND_DEVICE
 from hyper_parallel._checks import counted, quote, said
 from hyper_parallel.components.lr_scheduler import WarmupDecay
+from hyper_parallel.components.peft import FullFineTuning
 
 if TYPE_CHECKING:  # the root config module imports this one
     from hyper_parallel.components.dataloader import DatasetConfig
@@ -36,6 +37,7 @@ __all__ = [
     "sequence_parallel_issues",
     "stated_degree_issues",
     "trainer_issues",
+    "unsaved_fine_tune",
     "vocabulary_issues",
     "warnings",
     "world_size_issues",
@@ -184,6 +186,36 @@ def sequence_length_issues(cfg: "TrainerConfig", longest: int | None, *, from_fi
         f"{seq_len} exceeds {held} ({longest}); lower training.seq_len, or set tokenizer.model_max_length "
         f"to at least {seq_len} if the model takes sequences that long",
     )
+
+
+def unsaved_fine_tune(cfg: "TrainerConfig", *, off_by_choice: bool) -> Issues:
+    """A run that fine-tunes (a ``peft`` method other than full fine-tuning, or ``model.weights_path``)
+    with checkpointing off saves nothing of what it trains: said at ``checkpoint.enable``.
+
+    Checkpointing is off by default, so such a run is an error unless the config wrote
+    ``checkpoint.enable: false`` itself (``off_by_choice``: in the file or by a flag, which only the
+    launcher knows from the resolve's provenance); then the same finding is a warning. The launcher runs it
+    (``--dry-run`` and the launch alike); a config built in Python has no provenance and is not asked.
+    """
+    if getattr(cfg.checkpoint, "enable", True):
+        return
+    reasons = []
+    if not isinstance(cfg.peft, FullFineTuning.Config):
+        reasons.append(f"peft is {type(cfg.peft).__qualname__.removesuffix('.Config')}")
+    if cfg.model.weights_path is not None:
+        reasons.append("model.weights_path is set")
+    if not reasons:
+        return
+    why = " and ".join(reasons)
+    if off_by_choice:
+        yield "checkpoint.enable", f"is false: this run fine-tunes ({why}) and saves nothing it trains"
+    else:
+        yield (
+            "checkpoint.enable",
+            f"is false by default, so this run, which fine-tunes ({why}), would save nothing it trains; "
+            "set checkpoint.enable: true (and checkpoint.folder) to keep the result, or write "
+            "checkpoint.enable: false to train without saving",
+        )
 
 
 def _training_data(cfg: "TrainerConfig") -> "DatasetConfig | None":

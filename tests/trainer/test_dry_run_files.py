@@ -38,7 +38,8 @@ def launch(*argv: str) -> tuple[int, str, str]:
 
 
 def config(folder: Path, *, data: str, tokenizer: str = "ByteTokenizer.Config", model: str = "") -> Path:
-    """A Llama 3 debug config (vocabulary 512) reading ``data`` (a dataset section's lines)."""
+    """A Llama 3 debug config (vocabulary 512) reading ``data`` (a dataset section's lines); one from
+    weights saves checkpoints in ``folder``."""
     text = (
         f"model:\n  _target_: {LLAMA}\n  flavor: debugmodel\n{model}  overrides:\n    vocab_size: 512\n"
         f"tokenizer:\n  _target_: hyper_parallel.components.tokenizer.{tokenizer}\n"
@@ -48,6 +49,9 @@ def config(folder: Path, *, data: str, tokenizer: str = "ByteTokenizer.Config", 
         "lr_scheduler:\n  _target_: hyper_parallel.components.lr_scheduler.WarmupDecay.Config\n"
         "  warmup_steps: 0\n"
     )
+    if "weights_path" in model:  # a run from weights saves what it trains (else refused: see test_cli.py)
+        text += "checkpoint:\n  _target_: hyper_parallel.components.checkpoint.DCPCheckpoint.Config\n"
+        text += f"  enable: true\n  folder: {folder / 'checkpoints'}\n"
     path = folder / "run.yaml"
     path.write_text(text)
     return path
