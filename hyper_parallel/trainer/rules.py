@@ -36,6 +36,7 @@ __all__ = [
     "sequence_length_issues",
     "sequence_parallel_issues",
     "stated_degree_issues",
+    "step_warnings",
     "trainer_issues",
     "unsaved_fine_tune",
     "vocabulary_issues",
@@ -517,14 +518,21 @@ def warnings(cfg: "TrainerConfig") -> Issues:
 
     The run starts all the same (``load_config(strict=True)`` and ``--strict`` refuse it): a warmup or a
     decay that does not fit in ``training.max_steps`` (warmup keeps its length, the decay is shortened),
-    and validation, profiling or metrics whose period exceeds the run, so they never run.
+    and validation, profiling or metrics whose period exceeds the run, so they never run. A run by
+    ``training.epochs`` has no step count yet: the trainer asks :func:`step_warnings` once the data is
+    loaded.
     """
-    max_steps = cfg.training.max_steps
+    if cfg.training.max_steps is not None:
+        yield from step_warnings(cfg, cfg.training.max_steps)
+
+
+def step_warnings(cfg: "TrainerConfig", max_steps: int, steps: str = "training.max_steps") -> Issues:
+    """:func:`warnings` for a run of ``max_steps`` optimizer steps (``steps``: what gives that count)."""
     sched = cfg.lr_scheduler
     if sched.warmup_steps > max_steps:
         yield (
             "lr_scheduler.warmup_steps",
-            said("must be <= ", quote("training.max_steps", max_steps), f", got {sched.warmup_steps}"),
+            said("must be <= ", quote(steps, max_steps), f", got {sched.warmup_steps}"),
         )
     elif isinstance(sched, WarmupDecay.Config) and sched.decay_ratio is not None:
         decay = sched.decay_steps(max_steps)
@@ -534,7 +542,7 @@ def warnings(cfg: "TrainerConfig") -> Issues:
                 said(
                     quote("lr_scheduler.warmup_steps", sched.warmup_steps, "warmup_steps"),
                     f" plus the decay phase ({counted(decay, 'step')} = decay_ratio x {max_steps}) exceeds ",
-                    quote("training.max_steps", max_steps),
+                    quote(steps, max_steps),
                     f"; the decay is shortened to {counted(max_steps - sched.warmup_steps, 'step')}",
                 ),
             )
@@ -545,7 +553,7 @@ def warnings(cfg: "TrainerConfig") -> Issues:
                 "validation would never run: ",
                 quote("validator.freq", cfg.validator.freq, "freq"),
                 " exceeds ",
-                quote("training.max_steps", max_steps),
+                quote(steps, max_steps),
             ),
         )
     if cfg.profiler.enable and cfg.profiler.profile_freq > max_steps:
@@ -555,7 +563,7 @@ def warnings(cfg: "TrainerConfig") -> Issues:
                 "no trace would be captured: ",
                 quote("profiler.profile_freq", cfg.profiler.profile_freq, "profile_freq"),
                 " exceeds ",
-                quote("training.max_steps", max_steps),
+                quote(steps, max_steps),
             ),
         )
     if cfg.metrics.log_freq > max_steps:
@@ -565,6 +573,6 @@ def warnings(cfg: "TrainerConfig") -> Issues:
                 "no metrics would be logged: ",
                 quote("metrics.log_freq", cfg.metrics.log_freq, "log_freq"),
                 " exceeds ",
-                quote("training.max_steps", max_steps),
+                quote(steps, max_steps),
             ),
         )

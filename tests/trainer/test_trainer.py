@@ -121,6 +121,69 @@ def test_the_default_loss_is_normalised_over_the_global_batch_so_accumulation_ch
     assert tiny_config("llama3").loss.reduction == "sum"
 
 
+def test_one_of_max_steps_and_epochs_gives_the_run_length() -> None:
+    from hyper_parallel.config import ConfigError
+
+    with pytest.raises(ConfigError) as both:
+        tiny_config("llama3", {"training.epochs": "2"})  # beside TINY_RUN's max_steps 4
+    assert [(i.path, str(i.message)) for i in both.value.issues] == [
+        (
+            "training.epochs",
+            "is 2 and max_steps is 4: give one of the two; to train by epochs, set max_steps to null",
+        )
+    ]
+    with pytest.raises(ConfigError) as neither:
+        tiny_config("llama3", {"training.max_steps": "null"})
+    assert [(i.path, str(i.message)) for i in neither.value.issues] == [
+        ("training.max_steps", "is null and so is epochs: give one of the two (the run's length)")
+    ]
+    assert (tiny_config("llama3").training.max_steps, tiny_config("llama3").training.epochs) == (4, None)
+
+
+def test_epochs_train_whole_passes_log_the_epoch_and_resume_exactly(tmp_path: Path) -> None:
+    # 10 samples an epoch, a global batch of 4: 2 epochs are ceil(20 / 4) = 5 steps.
+    by_epochs = {
+        "training.max_steps": "null",
+        "training.epochs": "2",
+        "dataloader.dataset.source": "python_docs",
+        "dataloader.dataset.max_samples": "10",
+    }
+    checkpointing = {"checkpoint.enable": "true", "checkpoint.folder": str(tmp_path / "ckpt")}
+
+    def logged(name: str) -> dict[str, str]:
+        path = tmp_path / f"{name}.jsonl"
+        return {"metrics.enable_jsonl": "true", "metrics.jsonl_path": str(path), "metrics.log_freq": "1"}
+
+    out = io.StringIO()
+    straight = LLMTrainer(tiny_config("llama3", {**by_epochs, **logged("straight")}), stream=out)
+    try:
+        expected = straight.train()
+        assert (straight.max_steps, straight.samples_per_epoch, straight.dataloader.epoch) == (5, 10, 2)
+    finally:
+        straight.close()
+    records = [json.loads(line) for line in (tmp_path / "straight.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["epoch"]) for r in records] == [(1, 0.4), (2, 0.8), (3, 1.2), (4, 1.6), (5, 2.0)]
+    lines = out.getvalue().splitlines()
+    assert "; 5 steps (2 epochs of 10 samples)" in lines[0]
+    assert "  epoch 1.2  " in next(line for line in lines if "step 3/5" in line)
+
+    first = LLMTrainer(tiny_config("llama3", {**by_epochs, **checkpointing}))
+    for _ in range(3):
+        first.train_step()
+    first.checkpointer.save(first.step)
+    first.close()
+    second = LLMTrainer(tiny_config("llama3", {**by_epochs, **checkpointing, **logged("resumed")}))
+    try:
+        assert (second.step, second.dataloader.epoch) == (3, 1)  # 12 samples read: in the second epoch
+        resumed = second.train()
+        assert second.dataloader.epoch == 2
+    finally:
+        second.close()
+    assert [r.loss for r in resumed] == [r.loss for r in expected[3:]]
+    after = [json.loads(line) for line in (tmp_path / "resumed.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["epoch"]) for r in after if "epoch" in r] == [(4, 1.6), (5, 2.0)]
+
+
 def test_max_grad_norm_clips_and_null_only_measures() -> None:
     sgd = {"optimizer._target_": "hyper_parallel.components.optimizer.SGD.Config", "optimizer.lr": "2.0"}
     _, clipped = train({**sgd, "training.max_grad_norm": "0.001", "training.max_steps": "2"})
@@ -256,7 +319,8 @@ def test_pretrained_weights_holding_nan_are_refused_at_load_naming_the_file_and_
 
     weights = write_hf_weights(tmp_path / "weights", poison)
     out, err = io.StringIO(), io.StringIO()
-    flags = as_flags(tiny_overrides("llama3", **{"model.weights_path": str(weights)}))
+    saving = {"checkpoint.enable": "true", "checkpoint.folder": str(tmp_path / "ckpt")}  # a fine-tune saves
+    flags = as_flags(tiny_overrides("llama3", **{"model.weights_path": str(weights)}, **saving))
     status = main(["--config-file", str(debug_config_path("llama3")), *flags], out=out, err=err)
     assert status == 2
     assert err.getvalue().splitlines()[-1] == (
