@@ -337,7 +337,10 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
             summary_text = summary(
                 cfg, source=args.config_file, world_size=world_size, given=loaded.given, converter=converter
             )
+            from hyper_parallel.trainer.run_length import run_length
+
             out.write(summary_text)
+            out.write(run_length(cfg, world_size, files=files))
             out.write(preflight_report(cfg, world_size, device))
         return 0
     if args.print_config or args.dump_config:
