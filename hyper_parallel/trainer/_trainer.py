@@ -340,8 +340,7 @@ class Trainer:
             )
         self.max_steps = training.steps_for(self.samples_per_epoch or 0)
         if training.max_steps is None:
-            steps = f"the {training.epochs} epoch(s) of training.epochs"
-            for path, message in rules.step_warnings(config, self.max_steps, steps):
+            for path, message in rules.step_warnings(config, self.max_steps, "the steps of training.epochs"):
                 self._print(f"warning: {path}: {message}")
         self.lr_scheduler = config.lr_scheduler.build(self.optimizer, self.max_steps)
 

@@ -164,7 +164,12 @@ def test_epochs_train_whole_passes_log_the_epoch_and_resume_exactly(tmp_path: Pa
     records = [json.loads(line) for line in (tmp_path / "straight.jsonl").read_text().splitlines()]
     assert [(r["step"], r["epoch"]) for r in records] == [(1, 0.4), (2, 0.8), (3, 1.2), (4, 1.6), (5, 2.0)]
     lines = out.getvalue().splitlines()
-    assert "; 5 steps (2 epochs of 10 samples)" in lines[0]
+    assert "; 5 steps (2 epochs of 10 samples)" in lines[0]  # the banner
+    warned = io.StringIO()  # the periods bound by the run's steps are checked once they are counted
+    LLMTrainer(tiny_config("llama3", {**by_epochs, "lr_scheduler.warmup_steps": "9"}), stream=warned).close()
+    assert warned.getvalue().splitlines()[0] == (
+        "warning: lr_scheduler.warmup_steps: must be <= the steps of training.epochs (5), got 9"
+    )
     assert "  epoch 1.2  " in next(line for line in lines if "step 3/5" in line)
 
     first = LLMTrainer(tiny_config("llama3", {**by_epochs, **checkpointing}))
