@@ -298,9 +298,11 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
         cfg = loaded.config
         source = args.config_file
         launch = _launch_issues(cfg, frozenset(), loaded.locate, source, training=training, files=files)
-        # Only the resolve knows whether checkpoint.enable: false was written (the file or a flag).
+        # A run or its dry-run (not a dump or a help): only the resolve knows whether checkpoint.enable:
+        # false was written (the file or a flag).
         chosen = ("checkpoint", "enable") in loaded.given
-        unsaved = loaded.located(rules.unsaved_fine_tune(cfg, off_by_choice=chosen), source)
+        found = rules.unsaved_fine_tune(cfg, off_by_choice=chosen) if training or args.dry_run else ()
+        unsaved = loaded.located(found, source)
         if not chosen:
             launch += unsaved
         if launch:

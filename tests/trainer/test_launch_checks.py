@@ -324,6 +324,7 @@ def test_a_fine_tune_that_saves_nothing_by_default_is_refused(dry_run: bool) -> 
     assert _launch(config, "--dry-run", *weights, *_LORA) == (2, "", f"{config}:6:1: {both}")
     assert _launch(config, "--dry-run", *weights, "--checkpoint.enable", "true")[0] == 0
     assert _launch(config, "--dry-run")[0] == 0  # full training from the seed is no fine-tune
+    assert _launch(config, "--print-config", *_LORA)[0] == 0  # printing or dumping it trains nothing
 
 
 def test_a_fine_tune_that_says_checkpoint_enable_false_runs_and_is_warned(tmp_path: Path) -> None:
