@@ -23,6 +23,7 @@ from hyper_parallel.config.help import config_help, group_of_field, summary
 from hyper_parallel.config.manager import load_config_report, located_issues
 from hyper_parallel.config.root import foreign_hint
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
+from hyper_parallel.trainer import rules
 from hyper_parallel.trainer.config import TrainerConfig
 from hyper_parallel.trainer.machine import machine_issues, machine_warnings
 
@@ -297,6 +298,13 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
         cfg = loaded.config
         source = args.config_file
         launch = _launch_issues(cfg, frozenset(), loaded.locate, source, training=training, files=files)
+        # A run or its dry-run (not a dump or a help): only the resolve knows whether checkpoint.enable:
+        # false was written (the file or a flag).
+        chosen = ("checkpoint", "enable") in loaded.given
+        found = rules.unsaved_fine_tune(cfg, off_by_choice=chosen) if training or args.dry_run else ()
+        unsaved = loaded.located(found, source)
+        if not chosen:
+            launch += unsaved
         if launch:
             raise ConfigError(launch)
         if files and not training:  # the launch runs these itself, after the process group starts
@@ -323,7 +331,7 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
     except ConfigError as exc:
         warn_issues(exc.warnings, err)
         return report_issues(exc.issues, err)
-    warn_issues([*loaded.warnings, *costly], err)
+    warn_issues([*loaded.warnings, *costly, *(unsaved if chosen else ())], err)
     if args.dry_run:
         if not args.print_config and is_rank0():
             from hyper_parallel.preflight import preflight_report
@@ -331,7 +339,10 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
             summary_text = summary(
                 cfg, source=args.config_file, world_size=world_size, given=loaded.given, converter=converter
             )
+            from hyper_parallel.trainer.run_length import run_length
+
             out.write(summary_text)
+            out.write(run_length(cfg, world_size, files=files))
             out.write(preflight_report(cfg, world_size, device))
         return 0
     if args.print_config or args.dump_config:

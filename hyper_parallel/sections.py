@@ -64,8 +64,21 @@ _optional_pos: Callable[[Any, Any, Any], Any] = attrs.validators.optional(attrs.
 class TrainingConfig(ConfigBase):
     """The training loop: length, batch geometry, precision and initialization."""
 
-    max_steps: int = attrs.field(
-        default=1000, validator=_pos, metadata={"help": "Number of optimizer steps to train for."}
+    max_steps: int | None = attrs.field(
+        default=1000,
+        validator=_optional_pos,
+        metadata={"help": "Number of optimizer steps to train for; null when epochs gives the run's length."},
+    )
+    #: One of ``max_steps`` and ``epochs`` gives the run's length (:meth:`cross_check`). ``max_steps`` keeps
+    #: its default, so every config written before ``epochs`` existed loads to the config it was; a run by
+    #: epochs writes ``max_steps: null`` beside them.
+    epochs: int | None = attrs.field(
+        default=None,
+        validator=_optional_pos,
+        metadata={
+            "help": "Passes over the training data instead of max_steps (then null): the run trains "
+            "ceil(epochs x samples per epoch / global_batch_size) steps, counted when the data is loaded."
+        },
     )
     global_batch_size: int = attrs.field(
         default=8,
@@ -149,8 +162,30 @@ class TrainingConfig(ConfigBase):
             )
         return self.global_batch_size // per_step
 
+    def steps_for(self, samples_per_epoch: int) -> int:
+        """Optimizer steps of the run when an epoch of the data is ``samples_per_epoch`` samples:
+        ``max_steps``, or enough steps to read ``epochs`` epochs whole (the last step may take the next
+        epoch's first samples: the data loader streams epoch after epoch)."""
+        if self.max_steps is not None:
+            return self.max_steps
+        assert self.epochs is not None, "cross_check: one of max_steps and epochs is set"
+        return -(-self.epochs * samples_per_epoch // self.global_batch_size)
+
+    def epochs_at(self, step: int, samples_per_epoch: int) -> float:
+        """Epochs of ``samples_per_epoch`` samples read by the end of ``step`` (fractional)."""
+        return step * self.global_batch_size / samples_per_epoch
+
     def cross_check(self) -> Iterator[tuple[str, str]]:
-        """Yield ``(field path, message)``: the global batch is a whole number of micro-batches."""
+        """Yield ``(field path, message)``: one of ``max_steps`` and ``epochs`` gives the run's length; the
+        global batch is a whole number of micro-batches."""
+        if self.max_steps is not None and self.epochs is not None:
+            yield (
+                "epochs",
+                f"is {self.epochs} and max_steps is {self.max_steps}: give one of the two; to train by "
+                "epochs, set max_steps to null",
+            )
+        elif self.max_steps is None and self.epochs is None:
+            yield "max_steps", "is null and so is epochs: give one of the two (the run's length)"
         if self.global_batch_size % self.micro_batch_size:
             yield (
                 "global_batch_size",

@@ -188,7 +188,7 @@ class WarmupDecaySchema(LRSchedulerSchema):
 @dataclass
 class LossSchema:
     _target_: str = "hyper_parallel.components.loss.Loss.Config"
-    reduction: Reduction = Reduction["mean"]
+    reduction: Reduction = Reduction["sum"]
 
 
 @dataclass
@@ -202,7 +202,8 @@ class CausalLMLossSchema(LossSchema):
 @dataclass
 class TrainingSchema:
     _target_: str = f"{_CFG}.TrainingConfig"
-    max_steps: int = 1000
+    max_steps: int | None = 1000
+    epochs: int | None = None
     global_batch_size: int = 8
     micro_batch_size: int = 1
     seq_len: int = 2048

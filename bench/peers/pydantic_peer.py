@@ -219,7 +219,7 @@ class WarmupDecayConfig(LRSchedulerConfig):
 
 class LossConfig(_Model):
     target: Literal["hyper_parallel.components.loss.Loss.Config"] = Field(alias="_target_")
-    reduction: Literal["mean", "sum"] = "mean"
+    reduction: Literal["mean", "sum"] = "sum"
 
 
 class CausalLMLossConfig(LossConfig):
@@ -232,7 +232,8 @@ class CausalLMLossConfig(LossConfig):
 # -- parameter sections ----------------------------------------------------------------------------------
 class TrainingConfig(_Model):
     target: Literal["hyper_parallel.trainer.config.TrainingConfig"] = Field(alias="_target_")
-    max_steps: PosInt = 1000
+    max_steps: PosInt | None = 1000
+    epochs: PosInt | None = None
     global_batch_size: PosInt = 8
     micro_batch_size: PosInt = 1
     seq_len: PosInt = 2048

@@ -10,7 +10,8 @@ the build (exit status 1); here each is read just far enough to know it fits, an
   tensors' names, shapes and dtypes against the model (``models.check_weights``), on rank 0 only (the
   only rank that reads weights), its verdict shared with the others;
 - the tokenizer, built here (before the model): its files, its size against the model's embedding table
-  (``rules.vocabulary_issues``, the resolver's rule with the loaded size) and its EOS when packing.
+  (``rules.vocabulary_issues``, the resolver's rule with the loaded size), its ``model_max_length`` against
+  ``training.seq_len`` (``rules.sequence_length_issues``) and its EOS when packing.
 
 Every rank runs the data and tokenizer checks on the same files, so every rank raises the same error, and
 the launch command line prints it once (rank 0).
@@ -96,13 +97,19 @@ def _on_rank0(check: Any) -> None:
 
 
 def build_tokenizer(config: TrainerConfig) -> Any:
-    """The run's tokenizer, refused when the model cannot embed its ids or packing lacks its EOS."""
+    """The run's tokenizer, refused when the model cannot embed its ids, its files' ``model_max_length``
+    is below ``training.seq_len`` or packing lacks its EOS."""
     tokenizer = config.tokenizer.build(config.model.weights_path)
     where = getattr(tokenizer, "source", None) or "tokenizer"
     vocab = getattr(tokenizer, "vocab_size", None)
     issues = []
     if isinstance(vocab, int):
         issues += [Issue("", message, where) for _path, message in rules.vocabulary_issues(config, vocab)]
+    if getattr(config.tokenizer, "model_max_length", None) is None:  # else the resolve checked it
+        longest = getattr(tokenizer, "model_max_length", None)
+        if isinstance(longest, int):
+            found = rules.sequence_length_issues(config, longest, from_files=True)
+            issues += [Issue("", f"{path} {message}", where) for path, message in found]
     dataset = getattr(config.dataloader, "dataset", None)
     if dataset is not None:
         issues += [Issue("", message, where) for message in dataset.tokenizer_issues(tokenizer)]

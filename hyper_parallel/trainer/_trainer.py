@@ -9,19 +9,23 @@ Build order (the trainer owns it; users never wire components by hand):
    offload), then materialised on the device: pretrained weights from ``model.weights_path`` through the
    state-dict adapter, or initialised from the seed (the same full weights for every layout); under
    pipeline parallelism (``parallelism.pp`` > 1) each rank builds only its stages (``parallel.pipeline``);
-4. optimizer, lr scheduler, loss (compiled when ``compile.components`` lists it);
+4. optimizer, loss (compiled when ``compile.components`` lists it);
 5. the data loader of this rank's data-parallel coordinates (the tokenizer is loaded before the model,
-   when the files the config names are checked: see ``_inputs``);
+   when the files the config names are checked: see ``_inputs``), then the run's length (``max_steps``:
+   ``training.max_steps``, or the steps of ``training.epochs`` over the loader's samples per epoch) and
+   the lr scheduler over it;
 6. checkpoint manager, which resumes model, optimizer, scheduler, data position, RNG and step;
 7. metrics, profiler, validator.
 
 One optimizer step reads ``global_batch_size / (micro_batch_size x dp)`` micro-batches on each rank.
-With ``loss.reduction: mean`` every micro-batch counts equally (the mean of the micro-batch means over
-accumulation and data-parallel ranks); with ``sum`` every token counts equally (summed token losses
-divided by the tokens counted in the whole global batch). FSDP averages gradients over data-parallel
-ranks, which the scaling below accounts for. Under pipeline parallelism each micro-batch is one pipeline
-step (split into ``pp_microbatches``) with the same loss weights; the loss is summed from the last stage
-and the gradient norm is clipped over every stage.
+With ``loss.reduction: sum`` (the default) every token counts equally: the summed token losses are
+divided by the tokens counted in the whole global batch (every micro-batch, every data-parallel rank),
+so the step's loss and gradients do not depend on how the batch is split (Hugging Face's fix of the
+gradient-accumulation loss normalises the same way). With ``mean`` every micro-batch counts equally
+(the mean of the micro-batch means over accumulation and data-parallel ranks), whatever its counted
+tokens. FSDP averages gradients over data-parallel ranks, which the scaling below accounts for. Under
+pipeline parallelism each micro-batch is one pipeline step (split into ``pp_microbatches``) with the same
+loss weights; the loss is summed from the last stage and the gradient norm is clipped over every stage.
 """
 
 from __future__ import annotations
@@ -192,7 +196,8 @@ class Trainer:
     """Trains the model of a ``TrainerConfig``; ``LLMTrainer`` and ``VLTrainer`` say how a batch is fed.
 
     ``Trainer(cfg)`` builds everything (see the module docstring for the order) and resumes from the newest
-    complete checkpoint when checkpointing is enabled; ``train()`` runs to ``training.max_steps``. Under
+    complete checkpoint when checkpointing is enabled; ``train()`` runs to ``max_steps`` (see
+    :meth:`_build_length`). Under
     torchrun every rank constructs its own trainer from the same config.
     """
 
@@ -289,7 +294,6 @@ class Trainer:
         self._autocast_dtype = torch_dtype(training.mixed_precision_param)
 
         self.optimizer = config.optimizer.build(self.model)
-        self.lr_scheduler = config.lr_scheduler.build(self.optimizer, training.max_steps)
         self.loss_fn = config.loss.build()
         self._sum_and_count = self.loss_fn.sum_and_count
         if config.compile.enable and "loss" in config.compile.components:
@@ -319,10 +323,29 @@ class Trainer:
             **self.data_inputs(),
         )
         self.dataloader = config.dataloader.build(self.data_request)
+        self._build_length(config)
+
+    def _build_length(self, config: TrainerConfig) -> None:
+        """5. The run's length and its schedule: ``max_steps`` is ``training.max_steps``, or with
+        ``training.epochs`` the steps that read that many epochs of the loader's samples (the same on every
+        rank: every rank's loader counts the whole dataset). The epoch is logged from the loader's samples
+        per epoch whenever the loader knows it (None: not logged)."""
+        training = config.training
+        per_epoch = getattr(self.dataloader, "samples_per_epoch", None)
+        self.samples_per_epoch: int | None = int(per_epoch) if per_epoch is not None else None
+        if training.max_steps is None and self.samples_per_epoch is None:
+            raise TrainingError(
+                f"training.epochs: {type(self.dataloader).__qualname__} does not say how many samples an "
+                "epoch holds; give training.max_steps instead"
+            )
+        self.max_steps = training.steps_for(self.samples_per_epoch or 0)
+        if training.max_steps is None:
+            for path, message in rules.step_warnings(config, self.max_steps, "the steps of training.epochs"):
+                self._print(f"warning: {path}: {message}")
+        self.lr_scheduler = config.lr_scheduler.build(self.optimizer, self.max_steps)
 
     def _build_checkpoint(self, config: TrainerConfig) -> None:
         """6. The checkpointer, and the resume (every checkpoint holds the run's config, for export)."""
-        training = config.training
         self.phase = "start-up (the checkpoint folder and the resume)"
         self.train_state = _TrainState()
         holds_base = config.peft.checkpoint_holds_base(config.model.weights_path)
@@ -332,7 +355,7 @@ class Trainer:
             self.lr_scheduler,
             self.dataloader,
             train_state=self.train_state,
-            max_steps=training.max_steps,
+            max_steps=self.max_steps,
             run_config_yaml=self.config_yaml,
             # A LoRA base built again at every start (from model.weights_path, or NF4) is not saved.
             save_frozen=holds_base,
@@ -360,13 +383,13 @@ class Trainer:
 
     def _build_observers(self, config: TrainerConfig) -> None:
         """7. Metrics, profiler and validator."""
-        training, debug = config.training, config.debug
+        debug = config.debug
         self.flops_per_step = self._flops_per_step()
         self.peak_flops, self._peak_source = self._peak_flops()
         self.metrics = config.metrics.build(
             self.env.rank,
             stream=self._stream,
-            max_steps=training.max_steps,
+            max_steps=self.max_steps,
             resumed_from=self.step or None,
             peak_flops=self.peak_flops,
         )
@@ -538,7 +561,7 @@ class Trainer:
         clock = _StepClock(self.device, self.metrics.should_log(step))
         batches = self._next_micro_batches()
         clock.mark("data")
-        token_weighted = getattr(self.config.loss, "reduction", "mean") == "sum"
+        token_weighted = getattr(self.config.loss, "reduction", "sum") == "sum"
         local_tokens = torch.zeros((), dtype=torch.float64, device=self.device)
         for batch in batches:
             local_tokens += self.loss_fn.count_tokens(batch["labels"])
@@ -600,6 +623,8 @@ class Trainer:
         self.train_state.tokens_seen += tokens
         figures: dict[str, SupportsFloat] = dict(moe.figures()) if moe is not None else {}
         figures.update(clock.figures(with_comm=self.dp_group is not None))
+        if self.samples_per_epoch is not None:  # from the step alone: the same after a resume
+            figures["epoch"] = self.config.training.epochs_at(step, self.samples_per_epoch)
         return StepResult(step, Deferred(loss_tensor, self.dims.dp_size), Deferred(norm), lr, tokens, figures)
 
     # -- finite or stop --------------------------------------------------------------------------------
@@ -664,7 +689,7 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------------
     def train(self) -> list[StepResult]:
-        """Train from the current step to ``training.max_steps``; returns this run's step results.
+        """Train from the current step to ``max_steps``; returns this run's step results.
 
         SIGTERM or SIGINT finishes the current step (or the current batch of a validation pass, which
         then reports nothing), saves a checkpoint (when enabled) and returns early; ``stopped_by_signal``
@@ -676,7 +701,7 @@ class Trainer:
         nothing after it is saved.
         """
         cfg = self.config
-        max_steps = cfg.training.max_steps
+        max_steps = self.max_steps
         results: list[StepResult] = []
         self._banner()
         self._collapse = _CollapseWatch()
@@ -877,7 +902,7 @@ class Trainer:
             f"parameters; {self.env.world_size} rank(s) [{self.dims.describe()}] on {self.device.type} "
             f"({backend}); global batch {training.global_batch_size} = micro {training.micro_batch_size} "
             f"x accumulation {self.accumulation_steps} x dp {self.dims.dp_size}; seq_len {training.seq_len}; "
-            f"{counted(training.max_steps, 'step')}{resumed}"
+            f"{counted(self.max_steps, 'step')}{self._length_note()}{resumed}"
         )
         peak = self.peak_flops
         mfu = (
@@ -892,9 +917,20 @@ class Trainer:
         if loaded is not None:
             self._print(f"hyper_parallel: {loaded}")
 
+    def _length_note(self) -> str:
+        """How the step count and the epochs relate (`` (2 epochs of 300 samples)``), when the loader says."""
+        training, per_epoch = self.config.training, self.samples_per_epoch
+        if per_epoch is None:
+            return ""
+        if training.epochs is not None:
+            return f" ({counted(training.epochs, 'epoch')} of {counted(per_epoch, 'sample')})"
+        return (
+            f" ({training.epochs_at(self.max_steps, per_epoch):.3g} epochs of {counted(per_epoch, 'sample')})"
+        )
+
     def _farewell(self, results: list[StepResult]) -> None:
         if not results:
-            self._print(f"nothing to train: already at step {self.step} of {self.config.training.max_steps}")
+            self._print(f"nothing to train: already at step {self.step} of {self.max_steps}")
             return
         self._print(
             f"done: step {self.step}, final loss {results[-1].loss:.4f} (step {self.step}'s own; the logged "

@@ -12,13 +12,13 @@ from collections.abc import Mapping
 __all__ = ["FOREIGN_NAMES"]
 
 _LORA = "with peft._target_: hyper_parallel.components.peft.LoRA.Config"
-_EPOCHS = "a run is counted in optimizer steps and the data loader repeats its data; epochs are not supported"
+_EPOCHS = "whole passes over the data, with training.max_steps: null (one of the two gives the run's length)"
 
 #: Another tool's key -> (the field that replaces it, ``""`` where none does; what to know, or ``""``).
 FOREIGN_NAMES: Mapping[str, tuple[str, str]] = {
     # transformers' TrainingArguments (and TRL's SFTConfig, which extends it)
     "learning_rate": ("optimizer.lr", ""),
-    "num_train_epochs": ("training.max_steps", _EPOCHS),
+    "num_train_epochs": ("training.epochs", _EPOCHS),
     "gradient_accumulation_steps": (
         "",
         "it is derived: training.global_batch_size / (training.micro_batch_size x parallelism.dp_replicate "
@@ -54,7 +54,7 @@ FOREIGN_NAMES: Mapping[str, tuple[str, str]] = {
     "lora_target_modules": ("peft.targets", _LORA),
     # Axolotl
     "sequence_len": ("training.seq_len", ""),
-    "num_epochs": ("training.max_steps", _EPOCHS),
+    "num_epochs": ("training.epochs", _EPOCHS),
     "base_model": ("model.weights_path", "a local directory of safetensors weights"),
     "cosine_min_lr_ratio": ("lr_scheduler.min_lr_factor", ""),
     # TorchTitan

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from hyper_parallel._backends import BACKEND_DEVICE
 from hyper_parallel._checks import counted, quote, said
 from hyper_parallel.components.lr_scheduler import WarmupDecay
+from hyper_parallel.components.peft import FullFineTuning
 
 if TYPE_CHECKING:  # the root config module imports this one
     from hyper_parallel.components.dataloader import DatasetConfig
@@ -32,10 +33,13 @@ __all__ = [
     "expert_issues",
     "layout_issues",
     "pipeline_issues",
+    "sequence_length_issues",
     "sequence_parallel_issues",
     "stated_degree_issues",
+    "step_warnings",
     "trainer_issues",
     "trainer_kind",
+    "unsaved_fine_tune",
     "vocabulary_issues",
     "warnings",
     "world_size_issues",
@@ -149,6 +153,7 @@ def _tokenizer_issues(cfg: "TrainerConfig") -> Issues:
         yield from _image_data_issues(cfg, dataset, vocab, model_vocab)
     if vocab is not None:
         yield from vocabulary_issues(cfg, vocab)
+    yield from sequence_length_issues(cfg, getattr(tokenizer, "model_max_length", None))
 
 
 def vocabulary_issues(cfg: "TrainerConfig", vocab: int) -> Issues:
@@ -164,6 +169,54 @@ def vocabulary_issues(cfg: "TrainerConfig", vocab: int) -> Issues:
             f"model.overrides.{nested}vocab_size",
             f"the model embeds {model_vocab} token ids but the tokenizer produces {vocab}; set "
             f"model.overrides.{nested}vocab_size to at least {vocab}",
+        )
+
+
+def sequence_length_issues(cfg: "TrainerConfig", longest: int | None, *, from_files: bool = False) -> Issues:
+    """``training.seq_len`` must not exceed the tokenizer's ``model_max_length`` (None: unbounded).
+
+    At resolve time for the config's ``tokenizer.model_max_length``; the launch and ``--dry-run`` ask again
+    with the loaded tokenizer's (``from_files``: the value its ``tokenizer_config.json`` holds), before the
+    data loader would refuse it.
+    """
+    seq_len = cfg.training.seq_len
+    if longest is None or seq_len <= longest:
+        return
+    held = "its tokenizer_config.json's model_max_length" if from_files else "tokenizer.model_max_length"
+    yield (
+        "training.seq_len",
+        f"{seq_len} exceeds {held} ({longest}); lower training.seq_len, or set tokenizer.model_max_length "
+        f"to at least {seq_len} if the model takes sequences that long",
+    )
+
+
+def unsaved_fine_tune(cfg: "TrainerConfig", *, off_by_choice: bool) -> Issues:
+    """A run that fine-tunes (a ``peft`` method other than full fine-tuning, or ``model.weights_path``)
+    with checkpointing off saves nothing of what it trains: said at ``checkpoint.enable``.
+
+    Checkpointing is off by default, so such a run is an error unless the config wrote
+    ``checkpoint.enable: false`` itself (``off_by_choice``: in the file or by a flag, which only the
+    launcher knows from the resolve's provenance); then the same finding is a warning. The launcher runs it
+    (``--dry-run`` and the launch alike); a config built in Python has no provenance and is not asked.
+    """
+    if getattr(cfg.checkpoint, "enable", True):
+        return
+    reasons = []
+    if not isinstance(cfg.peft, FullFineTuning.Config):
+        reasons.append(f"peft is {type(cfg.peft).__qualname__.removesuffix('.Config')}")
+    if cfg.model.weights_path is not None:
+        reasons.append("model.weights_path is set")
+    if not reasons:
+        return
+    why = " and ".join(reasons)
+    if off_by_choice:
+        yield "checkpoint.enable", f"is false: this run fine-tunes ({why}) and saves nothing it trains"
+    else:
+        yield (
+            "checkpoint.enable",
+            f"is false by default, so this run, which fine-tunes ({why}), would save nothing it trains; "
+            "set checkpoint.enable: true (and checkpoint.folder) to keep the result, or write "
+            "checkpoint.enable: false to train without saving",
         )
 
 
@@ -471,14 +524,21 @@ def warnings(cfg: "TrainerConfig") -> Issues:
 
     The run starts all the same (``load_config(strict=True)`` and ``--strict`` refuse it): a warmup or a
     decay that does not fit in ``training.max_steps`` (warmup keeps its length, the decay is shortened),
-    and validation, profiling or metrics whose period exceeds the run, so they never run.
+    and validation, profiling or metrics whose period exceeds the run, so they never run. A run by
+    ``training.epochs`` has no step count yet: the trainer asks :func:`step_warnings` once the data is
+    loaded.
     """
-    max_steps = cfg.training.max_steps
+    if cfg.training.max_steps is not None:
+        yield from step_warnings(cfg, cfg.training.max_steps)
+
+
+def step_warnings(cfg: "TrainerConfig", max_steps: int, steps: str = "training.max_steps") -> Issues:
+    """:func:`warnings` for a run of ``max_steps`` optimizer steps (``steps``: what gives that count)."""
     sched = cfg.lr_scheduler
     if sched.warmup_steps > max_steps:
         yield (
             "lr_scheduler.warmup_steps",
-            said("must be <= ", quote("training.max_steps", max_steps), f", got {sched.warmup_steps}"),
+            said("must be <= ", quote(steps, max_steps), f", got {sched.warmup_steps}"),
         )
     elif isinstance(sched, WarmupDecay.Config) and sched.decay_ratio is not None:
         decay = sched.decay_steps(max_steps)
@@ -488,7 +548,7 @@ def warnings(cfg: "TrainerConfig") -> Issues:
                 said(
                     quote("lr_scheduler.warmup_steps", sched.warmup_steps, "warmup_steps"),
                     f" plus the decay phase ({counted(decay, 'step')} = decay_ratio x {max_steps}) exceeds ",
-                    quote("training.max_steps", max_steps),
+                    quote(steps, max_steps),
                     f"; the decay is shortened to {counted(max_steps - sched.warmup_steps, 'step')}",
                 ),
             )
@@ -499,7 +559,7 @@ def warnings(cfg: "TrainerConfig") -> Issues:
                 "validation would never run: ",
                 quote("validator.freq", cfg.validator.freq, "freq"),
                 " exceeds ",
-                quote("training.max_steps", max_steps),
+                quote(steps, max_steps),
             ),
         )
     if cfg.profiler.enable and cfg.profiler.profile_freq > max_steps:
@@ -509,7 +569,7 @@ def warnings(cfg: "TrainerConfig") -> Issues:
                 "no trace would be captured: ",
                 quote("profiler.profile_freq", cfg.profiler.profile_freq, "profile_freq"),
                 " exceeds ",
-                quote("training.max_steps", max_steps),
+                quote(steps, max_steps),
             ),
         )
     if cfg.metrics.log_freq > max_steps:
@@ -519,6 +579,6 @@ def warnings(cfg: "TrainerConfig") -> Issues:
                 "no metrics would be logged: ",
                 quote("metrics.log_freq", cfg.metrics.log_freq, "log_freq"),
                 " exceeds ",
-                quote("training.max_steps", max_steps),
+                quote(steps, max_steps),
             ),
         )

@@ -175,8 +175,8 @@ ACCUMULATION = (
         ),
         (
             ["--num_train_epochs", "3"],
-            "unknown option '--num_train_epochs'; did you mean '--training.max_steps'? (a run is counted in "
-            "optimizer steps and the data loader repeats its data; epochs are not supported)",
+            "unknown option '--num_train_epochs'; did you mean '--training.epochs'? (whole passes over the "
+            "data, with training.max_steps: null (one of the two gives the run's length))",
         ),
         (
             ["--per_device_train_batch_size", "2"],

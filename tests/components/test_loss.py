@@ -43,11 +43,17 @@ def test_mean_over_counted_tokens(batch: tuple["torch.Tensor", "torch.Tensor"]) 
     assert loss.item() == pytest.approx(total / count, rel=1e-6)
 
 
-def test_sum_mode_and_sum_and_count(batch: tuple["torch.Tensor", "torch.Tensor"]) -> None:
+def test_a_call_is_the_token_mean_under_either_reduction_and_sum_and_count_its_parts(
+    batch: tuple["torch.Tensor", "torch.Tensor"],
+) -> None:
+    # A call sees one batch: both reductions weigh its tokens alike (they differ only in how the trainer
+    # weighs the micro-batches of a step, see tests/trainer/test_trainer.py).
     logits, labels = batch
     total, count = reference(logits, labels)
     fn = CausalLMLoss.Config(reduction="sum").build()
-    assert fn(logits, labels).item() == pytest.approx(total, rel=1e-6)
+    assert fn(logits, labels).item() == pytest.approx(total / count, rel=1e-6)
+    by_micro_batch = CausalLMLoss.Config(reduction="mean").build()
+    assert by_micro_batch(logits, labels).item() == pytest.approx(total / count, rel=1e-6)
     s, n = fn.sum_and_count(logits, labels)
     assert (s.item(), n.item()) == (pytest.approx(total, rel=1e-6), count)
 

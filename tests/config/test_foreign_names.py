@@ -22,7 +22,7 @@ ACCUMULATION = (
     "it is derived: training.global_batch_size / (training.micro_batch_size x parallelism.dp_replicate "
     "x parallelism.dp_shard)"
 )
-EPOCHS = "a run is counted in optimizer steps and the data loader repeats its data; epochs are not supported"
+EPOCHS = "whole passes over the data, with training.max_steps: null (one of the two gives the run's length)"
 LORA = "with peft._target_: hyper_parallel.components.peft.LoRA.Config"
 
 
@@ -74,7 +74,7 @@ def issues(error: pytest.ExceptionInfo[ConfigError]) -> list[tuple[Any, str, str
     ("key", "hint"),
     [
         ("learning_rate", "; did you mean 'optimizer.lr'?"),
-        ("num_train_epochs", f"; did you mean 'training.max_steps'? ({EPOCHS})"),
+        ("num_train_epochs", f"; did you mean 'training.epochs'? ({EPOCHS})"),
         ("gradient_accumulation_steps", f"; {ACCUMULATION}"),
         (
             "warmup_ratio",
@@ -146,7 +146,7 @@ def test_a_foreign_key_in_a_group_of_a_file_is_hinted_where_it_stands() -> None:
         (
             "run.yaml:10:3",
             "training.num_train_epochs",
-            f"unknown field 'num_train_epochs' for TrainingConfig; did you mean 'max_steps'? ({EPOCHS})",
+            f"unknown field 'num_train_epochs' for TrainingConfig; did you mean 'epochs'? ({EPOCHS})",
         ),
         (
             "run.yaml:13:3",

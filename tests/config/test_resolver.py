@@ -188,7 +188,6 @@ def test_a_config_class_target_dispatches_to_its_own_class() -> None:
 OMITTED = [
     "tokenizer",
     "lr_scheduler",
-    "checkpoint",
     "activation_checkpoint",
     "metrics",
     "profiler",
@@ -209,8 +208,18 @@ def test_minimal_example_takes_the_trainer_config_default_for_omitted_groups(fie
 
 def test_minimal_example_is_the_rfc_example() -> None:
     raw = load("qwen3_5.yaml")
-    assert sorted(raw) == ["dataloader", "loss", "model", "optimizer", "parallelism", "training"]
+    # The RFC's groups and the checkpoint group: a run from model.weights_path saves what it trains.
+    assert sorted(raw) == [
+        "checkpoint",
+        "dataloader",
+        "loss",
+        "model",
+        "optimizer",
+        "parallelism",
+        "training",
+    ]
     cfg = resolve_root(raw)
+    assert (cfg.checkpoint.enable, cfg.checkpoint.folder) == (True, "checkpoints/qwen3_5")
     assert type(cfg.lr_scheduler) is WarmupDecay.Config
     assert type(cfg.tokenizer) is HuggingFaceTokenizer.Config
     assert cfg.training == TrainingConfig(max_steps=100, global_batch_size=8)
@@ -645,9 +654,9 @@ def test_missing_required_parameter_names_it_and_its_path() -> None:
             "training.max_steps",
             "expected an integer, got the number 100.0",
         ),
-        (
-            doc(training=group(TRAINING, max_steps=None)),
-            "training.max_steps",
+        (  # (max_steps may be null: training.epochs then gives the run's length)
+            doc(training=group(TRAINING, global_batch_size=None)),
+            "training.global_batch_size",
             "expected an integer, got null",
         ),
         # float field: int or float, never bool or str

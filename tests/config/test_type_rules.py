@@ -93,10 +93,10 @@ def test_attrs_hook_raises_cattrs_structured_errors_that_transform_error_reads()
     hook = converter.get_structure_hook(TrainingConfig)
     assert hook({"max_steps": 5}, TrainingConfig) == TrainingConfig(max_steps=5)
     with pytest.raises(ClassValidationError) as info:
-        hook({"max_steps": "5", "seeed": 1}, TrainingConfig)
+        hook({"global_batch_size": "5", "seeed": 1}, TrainingConfig)
     assert sorted(cattrs.transform_error(info.value)) == [
         "extra fields found (seeed) @ $",
-        "invalid value for type, expected int @ $.max_steps",
+        "invalid value for type, expected int @ $.global_batch_size",
     ]
 
 

@@ -38,7 +38,8 @@ def launch(*argv: str) -> tuple[int, str, str]:
 
 
 def config(folder: Path, *, data: str, tokenizer: str = "ByteTokenizer.Config", model: str = "") -> Path:
-    """A Llama 3 debug config (vocabulary 512) reading ``data`` (a dataset section's lines)."""
+    """A Llama 3 debug config (vocabulary 512) reading ``data`` (a dataset section's lines); one from
+    weights saves checkpoints in ``folder``."""
     text = (
         f"model:\n  _target_: {LLAMA}\n  flavor: debugmodel\n{model}  overrides:\n    vocab_size: 512\n"
         f"tokenizer:\n  _target_: hyper_parallel.components.tokenizer.{tokenizer}\n"
@@ -48,6 +49,9 @@ def config(folder: Path, *, data: str, tokenizer: str = "ByteTokenizer.Config", 
         "lr_scheduler:\n  _target_: hyper_parallel.components.lr_scheduler.WarmupDecay.Config\n"
         "  warmup_steps: 0\n"
     )
+    if "weights_path" in model:  # a run from weights saves what it trains (else refused: see test_cli.py)
+        text += "checkpoint:\n  _target_: hyper_parallel.components.checkpoint.DCPCheckpoint.Config\n"
+        text += f"  enable: true\n  folder: {folder / 'checkpoints'}\n"
     path = folder / "run.yaml"
     path.write_text(text)
     return path
@@ -88,6 +92,7 @@ def test_a_file_check_names_the_flag_that_gave_the_path(tmp_path: Path) -> None:
     weights = tmp_path / "weights"
     path = config(tmp_path, data="    source: jsonl\n    paths: [a.jsonl]\n")
     flags = ["--dataloader.dataset.paths", f"[{missing}]", "--model.weights_path", str(weights)]
+    flags += ["--checkpoint.enable", "true", "--checkpoint.folder", str(tmp_path / "checkpoints")]
     assert refused_alike(path, *flags) == (
         f"--dataloader.dataset.paths: dataloader.dataset.paths[0]: {str(missing)!r} does not exist on this "
         "machine\n"
@@ -187,6 +192,33 @@ def test_a_tokenizer_with_more_ids_than_the_model_embeds(tmp_path: Path) -> None
     assert launch("--config-file", str(path), "--dry-run", *QUIET)[0] == 0  # it fits the 512 of the config
 
 
+def test_a_tokenizer_whose_model_max_length_is_below_seq_len(tmp_path: Path) -> None:
+    # It used to pass --dry-run and end the launch in the data loader's traceback (exit 1).
+    folder = train_tokenizer(tmp_path / "tok")
+    saved = folder / "tokenizer_config.json"
+    saved.write_text(json.dumps({**json.loads(saved.read_text()), "model_max_length": 16}))
+    corpus = write_jsonl(tmp_path / "train.jsonl", 8)
+    path = config(
+        tmp_path,
+        data=f"    source: jsonl\n    paths: [{corpus}]\n",
+        tokenizer=f"HuggingFaceTokenizer.Config\n  path: {folder}",
+    )
+    assert refused_alike(path) == (  # the file's value: located at the tokenizer the config names
+        f"{folder / 'tokenizer.json'}: training.seq_len 32 exceeds its tokenizer_config.json's "
+        "model_max_length (16); lower training.seq_len, or set tokenizer.model_max_length to at least 32 if "
+        "the model takes sequences that long\n"
+    )
+    # The config's own value is refused at resolve, located at the seq_len that exceeds it.
+    assert refused_alike(path, "--tokenizer.model_max_length", "31") == (
+        f"{path}:17:12: training.seq_len: 32 exceeds tokenizer.model_max_length (31); lower "
+        "training.seq_len, or set tokenizer.model_max_length to at least 32 if the model takes sequences "
+        "that long\n1 problem found; nothing was started.\n"
+    )
+    # Raised by the config, the file's value no longer bounds the run.
+    raised = launch("--config-file", str(path), "--dry-run", *QUIET, "--tokenizer.model_max_length", "32")
+    assert raised[0] == 0
+
+
 def test_a_prepared_folder_of_another_tokenizer(tmp_path: Path) -> None:
     corpus = write_jsonl(tmp_path / "train.jsonl", 8)
     folder = prepare([corpus], tmp_path / "prepared", tokenizer_config(tmp_path / "prep"))
@@ -194,6 +226,45 @@ def test_a_prepared_folder_of_another_tokenizer(tmp_path: Path) -> None:
     assert launch("--config-file", str(path), "--dry-run", *QUIET)[0] == 0  # prepared with this tokenizer
     message = refused_alike(path, "--tokenizer.add_bos", "false")
     assert message.startswith(f"{folder}/manifest.json: dataset.paths: prepared with tokenizer ")
+
+
+def test_a_dry_run_counts_the_epochs_of_prepared_folders_as_the_trainer_does(tmp_path: Path) -> None:
+    from hyper_parallel.config import load_config
+    from hyper_parallel.trainer import LLMTrainer
+
+    corpus = write_jsonl(tmp_path / "train.jsonl", 40)
+    folder = prepare([corpus], tmp_path / "prepared", tokenizer_config(tmp_path / "prep"))
+    data = f"    source: tokenized\n    paths: [{folder}]\n    holdout_fraction: 0.25\n"
+    path = config(tmp_path, data=data)
+    by_epochs = {"training.max_steps": "null", "training.epochs": "3", "metrics.log_freq": "1"}
+    trainer = LLMTrainer(load_config(path, by_epochs))
+    try:
+        per_epoch, steps = trainer.samples_per_epoch, trainer.max_steps
+        samples = len(trainer.dataloader.samples)  # drop_last (the default) leaves the 19th out
+    finally:
+        trainer.close()
+    assert (samples, per_epoch) == (19, 18)  # 612 tokens of the first 30 documents, in windows of 32
+    assert steps == -(-3 * per_epoch // 2)
+
+    def told(*flags: str) -> str:
+        status, out, err = launch("--config-file", str(path), "--dry-run", "--metrics.log_freq", "1", *flags)
+        assert status == 0, err
+        return next(line for line in out.splitlines() if line.startswith("length: "))
+
+    ranks = "1 data-parallel rank; world size not given: each auto degree counted as 1"
+    held = f"{samples} samples at seq_len 32, {ranks}"
+    assert told("--training.max_steps", "7") == (
+        f"length: 7 steps (training.max_steps) x global batch 2 = {7 * 2 / per_epoch:.4g} epochs of "
+        f"{per_epoch} samples ({held})"
+    )
+    assert told(*as_flags(by_epochs)) == (
+        f"length: {steps} steps (training.epochs 3) x global batch 2 = {steps * 2 / per_epoch:.4g} epochs of "
+        f"{per_epoch} samples ({held})"
+    )
+    assert told("--no-file-checks", "--training.max_steps", "7") == (
+        "length: 7 steps; the epochs they cover are counted at launch: the files are not read "
+        "(--no-file-checks)"
+    )
 
 
 def test_no_file_checks_leaves_the_files_out_of_a_dry_run_only(tmp_path: Path) -> None:

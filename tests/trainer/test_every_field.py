@@ -110,6 +110,7 @@ WIRED: dict[str, str] = {
     "loss.z_loss_weight": "components/test_loss.py::test_label_smoothing_and_z_loss",
     # training
     "training.max_steps": "trainer/test_trainer.py::test_trainer_builds_from_the_config_alone_and_trains_every_step",
+    "training.epochs": "trainer/test_trainer.py::test_epochs_train_whole_passes_log_the_epoch_and_resume_exactly",
     "training.global_batch_size": (
         "trainer/test_trainer.py::test_gradient_accumulation_matches_one_micro_batch_holding_the_whole_global_batch"
     ),

@@ -150,7 +150,9 @@ def _vocabulary_larger_than_the_model(tmp: Path) -> tuple[dict[str, str], str]:
 
 # -- weights -----------------------------------------------------------------------------------------------
 def _weights(folder: Path) -> dict[str, str]:
-    return {"model.weights_path": str(folder)}
+    # A run from weights saves what it trains (else the launch refuses it before any file is read).
+    saving = {"checkpoint.enable": "true", "checkpoint.folder": str(folder.parent / "checkpoints")}
+    return {"model.weights_path": str(folder), **saving}
 
 
 def _safetensors_missing(tmp: Path) -> tuple[dict[str, str], str]:

@@ -13,7 +13,7 @@ from hyper_parallel.config import ConfigError, load_config
 from hyper_parallel.launch import main
 from hyper_parallel.trainer import machine
 from hyper_parallel.trainer.machine import machine_issues
-from tests.support.trainer import debug_config_path, tiny_config
+from tests.support.trainer import as_flags, debug_config_path, tiny_config, tiny_overrides
 
 
 @pytest.mark.parametrize(
@@ -295,3 +295,54 @@ def test_the_supported_torch_range_is_the_one_pyproject_installs() -> None:
     text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8")
     (low_major, low_minor), (high_major, high_minor) = machine.SUPPORTED_TORCH
     assert f'"torch>={low_major}.{low_minor},<{high_major}.{high_minor}"' in text
+
+
+_LORA = ["--peft._target_", "hyper_parallel.components.peft.LoRA.Config"]
+_UNSAVED = (
+    "checkpoint.enable: is false by default, so this run, which fine-tunes ({}), would save nothing it "
+    "trains; set checkpoint.enable: true (and checkpoint.folder) to keep the result, or write "
+    "checkpoint.enable: false to train without saving\n1 problem found; nothing was started.\n"
+)
+
+
+def _launch(config: Path, *flags: str) -> tuple[int, str, str]:
+    quiet = ["--training.max_steps", "1", "--metrics.log_freq", "1"]
+    out, err = io.StringIO(), io.StringIO()
+    status = main(
+        ["--config-file", str(config), *as_flags(tiny_overrides("llama3")), *quiet, *flags], out=out, err=err
+    )
+    return status, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_fine_tune_that_saves_nothing_by_default_is_refused(dry_run: bool) -> None:
+    config = debug_config_path("llama3")
+    mode = ["--dry-run"] if dry_run else []
+    assert _launch(config, *mode, *_LORA) == (2, "", f"{config}:6:1: " + _UNSAVED.format("peft is LoRA"))
+    weights = ["--model.weights_path", "/nowhere", "--no-file-checks"]
+    both = _UNSAVED.format("peft is LoRA and model.weights_path is set")
+    assert _launch(config, "--dry-run", *weights, *_LORA) == (2, "", f"{config}:6:1: {both}")
+    assert _launch(config, "--dry-run", *weights, "--checkpoint.enable", "true")[0] == 0
+    assert _launch(config, "--dry-run")[0] == 0  # full training from the seed is no fine-tune
+    assert _launch(config, "--print-config", *_LORA)[0] == 0  # printing or dumping it trains nothing
+
+
+def test_a_fine_tune_that_says_checkpoint_enable_false_runs_and_is_warned(tmp_path: Path) -> None:
+    said = "is false: this run fine-tunes (peft is LoRA) and saves nothing it trains"
+    flag = f"--checkpoint.enable: warning: {said}"
+    status, out, err = _launch(debug_config_path("llama3"), *_LORA, "--checkpoint.enable", "false")
+    assert (status, err.splitlines()[0]) == (0, flag)
+    assert "done: step 1" in out
+    # Written in the file, the choice is located at its line.
+    written = tmp_path / "run.yaml"
+    text = debug_config_path("llama3").read_text()
+    written.write_text(
+        text + "checkpoint:\n  _target_: hyper_parallel.components.checkpoint.DCPCheckpoint.Config\n"
+        "  enable: false\n"
+    )
+    line = len(text.splitlines()) + 3
+    status, _, err = _launch(written, "--dry-run", *_LORA)
+    assert (status, err.splitlines()[0]) == (
+        0,
+        f"{written}:{line}:11: warning: checkpoint.enable: {said}",
+    )

@@ -59,6 +59,14 @@ MOE_LAYOUTS = {
     },
 }
 DATA = {"dataloader.dataset.source": "python_docs"}
+#: Whole documents padded to 512 tokens: each sequence counts another number of tokens (the loss ignores
+#: the padding), as sparse fine-tuning labels do.
+PADDED = {
+    **DATA,
+    "dataloader.dataset.pack_sequences": "false",
+    "training.seq_len": "512",
+    "training.mixed_precision_param": "float32",
+}
 TIMEOUTS = {"comm.init_timeout_seconds": "123", "comm.train_timeout_seconds": "45"}
 
 
@@ -84,6 +92,11 @@ def two_process_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list
     }
     runs.update(
         {f"qwen3_5_moe-{layout}": ("qwen3_5_moe", {**DATA, **MOE_LAYOUTS[layout]}) for layout in MOE_LAYOUTS}
+    )
+    runs["llama3-padded-dp_shard2"] = ("llama3", {**PADDED, **LAYOUTS["dp_shard2"]})
+    runs["llama3-padded-dp_shard2-mean"] = (
+        "llama3",
+        {**PADDED, **LAYOUTS["dp_shard2"], "loss.reduction": "mean"},
     )
     return train_runs_under_torchrun(2, tmp_path_factory.mktemp("two-processes"), runs)[0]
 
@@ -122,6 +135,23 @@ def test_two_processes_match_one_and_really_shard(
         assert residual == [{"dtensor": True, "placements": ["Shard(dim=1)"], "local": [2, 16, 64]}] * 2
     else:
         assert residual == [{"dtensor": False, "placements": [], "local": [2, 32, 64]}] * 2
+
+
+def test_the_loss_is_normalised_over_the_tokens_of_every_data_parallel_rank(
+    two_process_runs: dict[str, list[dict[str, Any]]],
+) -> None:
+    # Two ranks of one micro-batch of 2 each give the losses of one process holding the global batch of 4
+    # in one micro-batch: the step's supervised tokens are counted over both ranks (loss.reduction 'sum').
+    trainer = LLMTrainer(tiny_config("llama3", {**PADDED, "training.micro_batch_size": "4"}))
+    try:
+        whole = [r.loss for r in trainer.train()]
+    finally:
+        trainer.close()
+    for report in two_process_runs["llama3-padded-dp_shard2"]:
+        assert report["losses"] == pytest.approx(whole, abs=1e-5, rel=0)
+    # The mean of each rank's micro-batch mean, by name, weighs the ranks' tokens unequally: other losses.
+    by_rank = two_process_runs["llama3-padded-dp_shard2-mean"][0]["losses"]
+    assert abs(by_rank[0] - whole[0]) > 1e-3
 
 
 def test_expert_parallelism_with_op_checkpointing_on_micro_batches_of_two_matches_fsdp_alone(

@@ -71,13 +71,122 @@ def test_sum_reduction_weights_every_token_equally_across_micro_batches() -> Non
         "dataloader.dataset.pack_sequences": "false",
         "training.seq_len": "512",
     }
-    _, mean_of_means = train({**docs, "training.max_steps": "1"})
+    _, mean_of_means = train({**docs, "training.max_steps": "1", "loss.reduction": "mean"})
     _, weighted = train({**docs, "training.max_steps": "1", "loss.reduction": "sum"})
-    _, whole = train(
-        {**docs, "training.max_steps": "1", "loss.reduction": "sum", "training.micro_batch_size": "4"}
-    )
+    _, whole = train({**docs, "training.max_steps": "1", "training.micro_batch_size": "4"})  # the default
     assert weighted[0].loss == pytest.approx(whole[0].loss, abs=1e-5)
     assert weighted[0].loss != pytest.approx(mean_of_means[0].loss, abs=1e-4)
+
+
+class _SparseLabels(LLMTrainer):
+    """Fine-tuning-like labels: the n-th sequence of the run keeps only its last ``1 + 7n mod 13`` labels
+    (an answer after an ignored prompt), so micro-batches count very different numbers of tokens."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.sequences_seen = 0
+        super().__init__(*args, **kwargs)
+
+    def host_inputs(self, batch: Any) -> dict[str, Any]:
+        labels = batch["labels"].clone()
+        for row in range(labels.shape[0]):
+            kept = 1 + (7 * self.sequences_seen) % 13
+            labels[row, : labels.shape[1] - kept] = -100
+            self.sequences_seen += 1
+        return {**super().host_inputs(batch), "labels": labels}
+
+
+def _sparse_losses(overrides: dict[str, str]) -> list[float]:
+    run = {
+        "training.max_steps": "3",
+        "training.global_batch_size": "8",
+        "training.mixed_precision_param": "float32",
+        **overrides,
+    }
+    trainer = _SparseLabels(tiny_config("llama3", run))
+    try:
+        return [r.loss for r in trainer.train()]
+    finally:
+        trainer.close()
+
+
+def test_the_default_loss_is_normalised_over_the_global_batch_so_accumulation_changes_nothing() -> None:
+    # Sparse SFT-like labels (1 to 13 of 32 per sequence): one micro-batch of 8 against 4 of 2 (the same
+    # global batch). The default divides by the step's supervised tokens: the same losses; the mean of
+    # the micro-batch means ('mean', by name) weighs a micro-batch of few labels like one of many.
+    whole = _sparse_losses({"training.micro_batch_size": "8"})
+    accumulated = _sparse_losses({"training.micro_batch_size": "2"})
+    assert accumulated == pytest.approx(whole, abs=1e-5, rel=0)
+    by_micro_batch = _sparse_losses({"training.micro_batch_size": "2", "loss.reduction": "mean"})
+    assert all(abs(a - b) > 1e-3 for a, b in zip(by_micro_batch, whole, strict=True))
+    assert tiny_config("llama3").loss.reduction == "sum"
+
+
+def test_one_of_max_steps_and_epochs_gives_the_run_length() -> None:
+    from hyper_parallel.config import ConfigError
+
+    with pytest.raises(ConfigError) as both:
+        tiny_config("llama3", {"training.epochs": "2"})  # beside TINY_RUN's max_steps 4
+    assert [(i.path, str(i.message)) for i in both.value.issues] == [
+        (
+            "training.epochs",
+            "is 2 and max_steps is 4: give one of the two; to train by epochs, set max_steps to null",
+        )
+    ]
+    with pytest.raises(ConfigError) as neither:
+        tiny_config("llama3", {"training.max_steps": "null"})
+    assert [(i.path, str(i.message)) for i in neither.value.issues] == [
+        ("training.max_steps", "is null and so is epochs: give one of the two (the run's length)")
+    ]
+    assert (tiny_config("llama3").training.max_steps, tiny_config("llama3").training.epochs) == (4, None)
+
+
+def test_epochs_train_whole_passes_log_the_epoch_and_resume_exactly(tmp_path: Path) -> None:
+    # 10 samples an epoch, a global batch of 4: 2 epochs are ceil(20 / 4) = 5 steps.
+    by_epochs = {
+        "training.max_steps": "null",
+        "training.epochs": "2",
+        "dataloader.dataset.source": "python_docs",
+        "dataloader.dataset.max_samples": "10",
+    }
+    checkpointing = {"checkpoint.enable": "true", "checkpoint.folder": str(tmp_path / "ckpt")}
+
+    def logged(name: str) -> dict[str, str]:
+        path = tmp_path / f"{name}.jsonl"
+        return {"metrics.enable_jsonl": "true", "metrics.jsonl_path": str(path), "metrics.log_freq": "1"}
+
+    out = io.StringIO()
+    straight = LLMTrainer(tiny_config("llama3", {**by_epochs, **logged("straight")}), stream=out)
+    try:
+        expected = straight.train()
+        assert (straight.max_steps, straight.samples_per_epoch, straight.dataloader.epoch) == (5, 10, 2)
+    finally:
+        straight.close()
+    records = [json.loads(line) for line in (tmp_path / "straight.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["epoch"]) for r in records] == [(1, 0.4), (2, 0.8), (3, 1.2), (4, 1.6), (5, 2.0)]
+    lines = out.getvalue().splitlines()
+    assert "; 5 steps (2 epochs of 10 samples)" in lines[0]  # the banner
+    warned = io.StringIO()  # the periods bound by the run's steps are checked once they are counted
+    LLMTrainer(tiny_config("llama3", {**by_epochs, "lr_scheduler.warmup_steps": "9"}), stream=warned).close()
+    assert warned.getvalue().splitlines()[0] == (
+        "warning: lr_scheduler.warmup_steps: must be <= the steps of training.epochs (5), got 9"
+    )
+    assert "  epoch 1.2  " in next(line for line in lines if "step 3/5" in line)
+
+    first = LLMTrainer(tiny_config("llama3", {**by_epochs, **checkpointing}))
+    for _ in range(3):
+        first.train_step()
+    first.checkpointer.save(first.step)
+    first.close()
+    second = LLMTrainer(tiny_config("llama3", {**by_epochs, **checkpointing, **logged("resumed")}))
+    try:
+        assert (second.step, second.dataloader.epoch) == (3, 1)  # 12 samples read: in the second epoch
+        resumed = second.train()
+        assert second.dataloader.epoch == 2
+    finally:
+        second.close()
+    assert [r.loss for r in resumed] == [r.loss for r in expected[3:]]
+    after = [json.loads(line) for line in (tmp_path / "resumed.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["epoch"]) for r in after if "epoch" in r] == [(4, 1.6), (5, 2.0)]
 
 
 def test_max_grad_norm_clips_and_null_only_measures() -> None:
@@ -215,7 +324,8 @@ def test_pretrained_weights_holding_nan_are_refused_at_load_naming_the_file_and_
 
     weights = write_hf_weights(tmp_path / "weights", poison)
     out, err = io.StringIO(), io.StringIO()
-    flags = as_flags(tiny_overrides("llama3", **{"model.weights_path": str(weights)}))
+    saving = {"checkpoint.enable": "true", "checkpoint.folder": str(tmp_path / "ckpt")}  # a fine-tune saves
+    flags = as_flags(tiny_overrides("llama3", **{"model.weights_path": str(weights)}, **saving))
     status = main(["--config-file", str(debug_config_path("llama3")), *flags], out=out, err=err)
     assert status == 2
     assert err.getvalue().splitlines()[-1] == (

@@ -190,6 +190,11 @@ class ResumableLoader:
         """The epoch the next batch comes from."""
         return self._epoch
 
+    @property
+    def samples_per_epoch(self) -> int:
+        """Samples of an epoch that all the ranks read together (``training.epochs`` counts steps by it)."""
+        return self._samples_per_epoch(self.dp_world_size, self.micro_batch_size)
+
     def _identity(self) -> dict[str, int]:
         identity = {
             "dp_rank": self.dp_rank,

@@ -206,6 +206,12 @@ class DatasetConfig:
         """Whether samples pack documents of text separated by the tokenizer's EOS."""
         return False
 
+    def samples_per_epoch(self, seq_len: int) -> int | None:
+        """Samples an epoch of this data holds at ``seq_len``, known before launch from what the dry-run
+        may open without torch (a prepared folder's manifest and offsets); None where only the loader knows
+        (an in-memory source is tokenized at launch). ``--dry-run`` says the epochs of a run by it."""
+        return None
+
     def mixture(self) -> tuple[tuple[float, ...] | None, tuple[str, ...]]:
         """``(weights, names)`` of the sources blended into the sample order (``(None, ())``: one source)."""
         return None, ()
@@ -454,6 +460,25 @@ class TokenizedSource(_Files):
         held = int(documents * self.holdout_fraction)
         return (documents - held, held) if self.split == "holdout" else (0, documents - held)
 
+    def samples_per_epoch(self, seq_len: int) -> int | None:
+        """Windows of ``seq_len`` tokens of each folder's selected documents (packed) or one sample per
+        document (unpacked), each capped at ``max_samples``, summed over the folders; None for chat
+        folders, whose rows the loader fills with whole conversations."""
+        from hyper_parallel.data.shards import open_prepared
+
+        total = 0
+        for path in self.paths:
+            prepared = open_prepared(path)
+            if prepared.chat:
+                return None
+            first, count = self.selected(prepared.documents)
+            if self.pack_sequences:
+                samples = _document_tokens(prepared.shards, first, count) // seq_len
+            else:
+                samples = count
+            total += samples if self.max_samples is None else min(samples, self.max_samples)
+        return total
+
     def check_encoded(self, tokenizer: Any, model_args: Any, seq_len: int) -> None:
         """Each folder's manifest, shards and tokenizer fingerprint (a ``PreparedDataError``), and with
         ``overlong: error`` no conversation of chat data longer than ``seq_len`` (an ``InputFileError``
@@ -486,6 +511,21 @@ class TokenizedSource(_Files):
         from hyper_parallel.components.dataloader._prepared import prepared_samples
 
         return prepared_samples(self, request, max_samples=max_samples)
+
+
+def _document_tokens(shards: Any, first: int, count: int) -> int:
+    """Tokens of documents ``[first, first + count)`` of a prepared folder's ``shards`` (their offsets)."""
+
+    def start(doc: int) -> int:
+        before = 0
+        for shard in shards:
+            if doc < shard.documents:
+                return before + int(shard.offsets[doc])
+            doc -= shard.documents
+            before += int(shard.tokens.shape[0])
+        return before
+
+    return start(first + count) - start(first)
 
 
 @attrs.frozen(kw_only=True, slots=False)

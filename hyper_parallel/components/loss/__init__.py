@@ -25,11 +25,15 @@ class Loss:
         #: A base: a config names one of its subclasses as ``_target_``, never this class.
         __abstract__: ClassVar[bool] = True
 
+        #: ``sum`` is the default: a token's weight must not depend on which micro-batch or rank it landed
+        #: in, or gradient accumulation would change the run (sparse fine-tuning labels make it change a
+        #: lot). ``mean`` stays for runs that want every micro-batch weighed equally, and for old configs.
         reduction: Literal["mean", "sum"] = attrs.field(
-            default="mean",
+            default="sum",
             metadata={
-                "help": "'mean': each micro-batch's mean token loss, averaged over micro-batches and ranks; "
-                "'sum': token losses summed over the global batch and divided by its counted tokens."
+                "help": "'sum': token losses summed over the whole optimizer step (every micro-batch and "
+                "data-parallel rank) and divided by its counted tokens, so accumulation changes nothing; "
+                "'mean': each micro-batch's mean token loss, averaged over micro-batches and ranks."
             },
         )
 
@@ -59,7 +63,8 @@ class CausalLMLoss(Loss):
         )
 
         def build(self) -> "CausalLMLossFn":
-            """``loss(logits, labels)``: shifted next-token cross entropy reduced over counted tokens."""
+            """``loss(logits, labels)``: shifted next-token cross entropy, the mean over counted tokens
+            (``reduction`` is how the trainer weighs the micro-batches of a step: it reads it itself)."""
             from hyper_parallel.components.loss._runtime import build_causal_lm_loss
 
             return build_causal_lm_loss(self)

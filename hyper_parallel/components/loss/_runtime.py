@@ -21,23 +21,20 @@ class CausalLMLossFn:
 
     ``logits`` is ``[batch, seq, vocab]`` and ``labels`` is ``[batch, seq]`` aligned with the inputs (the
     Hugging Face convention: ``labels`` may simply be ``input_ids``); position ``t`` of the logits is
-    scored against label ``t + 1``. Labels equal to ``ignore_index`` are not counted. ``reduction``
-    ``"mean"`` divides the summed loss by the number of counted tokens (0 when none is counted);
-    ``"sum"`` returns the sum, to be divided by the token count summed over ranks
-    (see ``sum_and_count``). The loss is computed in float32.
+    scored against label ``t + 1``. Labels equal to ``ignore_index`` are not counted. A call returns the
+    mean over the counted tokens of what it is given (0 when none is counted). How the micro-batches and
+    ranks of an optimizer step are weighed (``loss.reduction``) is the trainer's: it divides the
+    ``sum_and_count`` sums by the step's counted tokens (``sum``) or each micro-batch's (``mean``), which
+    a call holding the whole batch does alike. The loss is computed in float32.
     """
 
     def __init__(
         self,
         *,
-        reduction: str = "mean",
         ignore_index: int = -100,
         label_smoothing: float = 0.0,
         z_loss_weight: float = 0.0,
     ) -> None:
-        if reduction not in ("mean", "sum"):
-            raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
-        self.reduction = reduction
         self.ignore_index = ignore_index
         self.label_smoothing = label_smoothing
         self.z_loss_weight = z_loss_weight
@@ -73,15 +70,12 @@ class CausalLMLossFn:
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         total, count = self.sum_and_count(logits, labels)
-        if self.reduction == "sum":
-            return total
         return total / count.clamp(min=1)
 
 
 def build_causal_lm_loss(cfg: CausalLMLoss.Config) -> CausalLMLossFn:
     """The loss callable described by ``cfg``."""
     return CausalLMLossFn(
-        reduction=cfg.reduction,
         ignore_index=cfg.ignore_index,
         label_smoothing=cfg.label_smoothing,
         z_loss_weight=cfg.z_loss_weight,
