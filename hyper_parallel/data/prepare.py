@@ -691,18 +691,16 @@ def _refuse_too_long(tokenizer: Any, batch: Sequence[tuple[str, str]]) -> None:
 def _encode_chats(
     renderer: Any, batch: list[tuple[str, list[dict[str, str]]]]
 ) -> list[tuple[list[int], list[int]]]:
-    """The renderer's encodings of a batch; a conversation it cannot render is an input error at its place."""
+    """The renderer's encodings of a batch, each conversation rendered once; one it cannot render (a
+    ``ConversationError`` naming its index) is an input error at its place."""
+    from hyper_parallel.data.chat import ConversationError
+
     try:
         encoded: list[tuple[list[int], list[int]]] = renderer.encode_batch(
             [messages for _, messages in batch]
         )
-    except ValueError:
-        for where, messages in batch:
-            try:
-                renderer.encode_batch([messages])
-            except ValueError as exc:
-                raise InputError(f"{where}: {exc}") from None
-        raise
+    except ConversationError as exc:
+        raise InputError(f"{batch[exc.index][0]}: {exc}") from None
     return encoded
 
 
