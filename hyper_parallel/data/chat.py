@@ -10,8 +10,10 @@ is refused: a role a template does not know is rendered as nothing, or as a wron
 
 A tokenizer with a ``chat_template`` (the Jinja template of a Hugging Face ``tokenizer_config.json``) renders
 each conversation with it, in a sandbox (``jinja2.sandbox.ImmutableSandboxedEnvironment``: a template cannot
-reach Python objects or files). The assistant tokens are those the template marks with
-``{% generation %} ... {% endgeneration %}``, the convention Hugging Face's
+reach Python objects or files), bounded in memory and work by ``_sandbox`` (each value it builds, all it
+builds, loop steps; the time limit covers a record's whole rendering; every exception a template raises is
+a one-line ``ValueError`` starting ``the chat_template``). The assistant tokens are those the template
+marks with ``{% generation %} ... {% endgeneration %}``, the convention Hugging Face's
 ``apply_chat_template(..., return_assistant_tokens_mask=True)`` reads: a token is trained on when its
 characters overlap a marked span. The text is encoded without adding bos/eos (the template writes its own
 special tokens), as ``apply_chat_template`` does. The marks are found in the parsed template (a

@@ -512,8 +512,8 @@ def _chars(item: Any) -> int:
 
 
 def _batches(items: Iterator[Any]) -> Iterator[list[Any]]:
-    """Batches of at most ``_BATCH`` items and, past the first item, ``_BATCH_CHARS`` characters: what the
-    tokenizer holds at once (times its normalizer's growth, bounded when it was loaded) stays bounded."""
+    """Batches of at most ``_BATCH`` items and, past the first item, ``_BATCH_CHARS`` characters: the Python
+    side stays bounded (the tokenizer splits a batch again by its growth, ``MAX_ENCODE_CHARS``)."""
     batch: list[Any] = []
     chars = 0
     for item in items:
