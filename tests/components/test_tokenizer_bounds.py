@@ -103,7 +103,7 @@ GIB = 1 << 30
 
 
 def test_a_pre_tokenizer_that_grows_text_is_refused_naming_the_file(tmp_path: Path) -> None:
-    # Each ByteLevel writes a byte as a character of two: 16 in a row made 2,000 characters abort at 6 GB.
+    # Each ByteLevel writes a byte as a character of two: 14 in a row made 1,000 characters take 1.3 GB.
     stacked = pre_tokenizers.Sequence([pre_tokenizers.ByteLevel(use_regex=False)] * 8)
     folder = _with_pre_tokenizer(tmp_path / "tok", stacked)
     with pytest.raises(InputFileError) as info:
@@ -142,15 +142,18 @@ def _with_pre_tokenizer(folder: Path, pre: Any, normalizer: Any = None) -> Path:
     return folder
 
 
-def _prepare_jsonl(tmp_path: Path, folder: Path, texts: list[str]) -> tuple[Path, tuple[int, str, int]]:
+def _prepare_jsonl(
+    tmp_path: Path, folder: Path, texts: list[str], threads: int = 2
+) -> tuple[Path, tuple[int, str, int]]:
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts), encoding="utf-8")
     config = tokenizer_config(tmp_path / "cfg", folder)
-    return data, prepare_in_child("prepare", data, "--output", tmp_path / "out", "--config-file", config)
+    args = ("prepare", data, "--output", tmp_path / "out", "--config-file", config)
+    return data, prepare_in_child(*args, threads=threads)
 
 
 def test_a_document_its_normalizer_grows_past_one_encoding_is_refused_at_its_line(tmp_path: Path) -> None:
-    # 1,024 times is accepted; on 1 MB of text it asked for 1 GB of characters (16 GB held): an abort.
+    # 1,024 times is accepted; 100,000 characters of it took 1.9 GB, 1 MB asked for a billion characters.
     folder = _with_normalizer(tmp_path / "tok", normalizers.Replace("a", "a" * 1024))
     data, (status, err, peak) = _prepare_jsonl(tmp_path, folder, ["hello", "a" * 1_000_000])
     assert status == 2
@@ -162,13 +165,14 @@ def test_a_document_its_normalizer_grows_past_one_encoding_is_refused_at_its_lin
 
 
 def test_a_batch_is_encoded_in_parts_that_fit_one_encoding(tmp_path: Path) -> None:
-    # Six documents of 16,000 characters, each within the bound alone but 98 million characters grown
-    # together: prepare's batch held them in one encoding (2.5 GB); now one at a time.
+    # Eight documents of 16,000 characters, each within the bound alone but 66 million characters grown
+    # together: one encoding of the batch held them at once on 8 threads (2.2 GB, 3.2 GB for 12 on 12);
+    # now one at a time.
     folder = _with_normalizer(tmp_path / "tok", normalizers.Replace("a", "a" * 1024))
-    _, (status, err, peak) = _prepare_jsonl(tmp_path, folder, ["a " * 8000] * 6)
+    _, (status, err, peak) = _prepare_jsonl(tmp_path, folder, ["a " * 8000] * 8, threads=8)
     assert status == 0, err
     (arrays,) = shards.open_prepared(tmp_path / "out").shards
-    assert arrays.offsets.tolist() == [8002 * i for i in range(7)]  # BOS, 8,000 words (unknown), EOS
+    assert arrays.offsets.tolist() == [8002 * i for i in range(9)]  # BOS, 8,000 words (unknown), EOS
     assert peak < 1.5 * GIB, peak
 
 

@@ -63,11 +63,12 @@ print(json.dumps({"status": status, "err": err.getvalue(), "peak": peak}))
 """
 
 
-def prepare_in_child(*args: str | Path) -> tuple[int, str, int]:
+def prepare_in_child(*args: str | Path, threads: int = 2) -> tuple[int, str, int]:
     """``python -m hyper_parallel.data ARGS`` in a child process under ``CHILD_ADDRESS_SPACE``: (exit
-    status, stderr, the child's peak resident set in bytes, its ``ru_maxrss``). A child that dies (an
-    allocation the limit refuses aborts the Rust tokenizer) fails the test with its output."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", RAYON_NUM_THREADS="2")
+    status, stderr, the child's peak resident set in bytes, its ``ru_maxrss``). ``threads``: the Rust
+    tokenizer's (as on a machine with that many cores). A child that dies (an allocation the limit refuses
+    aborts the Rust tokenizer) fails the test with its output."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", RAYON_NUM_THREADS=str(threads))
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(CHILD_ADDRESS_SPACE), *map(str, args)],
         capture_output=True,
