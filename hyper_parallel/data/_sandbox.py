@@ -17,6 +17,10 @@ template builds is counted, in two ways:
   ``list`` make) are added to what the rendering has built, at most ``MAX_RENDER_BYTES`` for one
   conversation, however many of them were dropped on the way (the sandbox cannot see a value die).
 
+Comparisons (``==``, ``<``, ``in``, the tests and the sorting filters) of lists, tuples and dicts whose text
+passes ``MAX_RENDER_CHARS`` are refused: Python compares them in C, item by item, where the time limit (a
+signal, seen between bytecodes) cannot interrupt it.
+
 ``range`` is jinja's ``safe_range`` (at most ``MAX_RANGE`` steps each) with every step counted against
 ``MAX_RENDER_STEPS``, and a range it refuses is this module's error, not jinja's ``OverflowError``.
 ``lipsum`` is not offered (its size is an argument and no chat template writes placeholder text).
@@ -27,6 +31,7 @@ Every refusal is a ``TemplateRefusal`` (a ``ValueError``) whose message starts `
 from __future__ import annotations
 
 import functools
+import operator
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -40,6 +45,7 @@ __all__ = [
     "Budget",
     "TemplateRefusal",
     "bounded_environment",
+    "compare_values",
     "join_values",
     "rewrite_tree",
     "slice_value",
@@ -87,6 +93,8 @@ _METHOD_FACTORS = {
 _CUTTING = frozenset({"split", "rsplit", "splitlines", "partition", "rpartition"})
 #: The filters that make a list of their value's items (a string's characters, each a new string).
 _ITEMIZING = frozenset({"list", "sort", "unique", "batch", "slice", "map", "select", "reject", "groupby"})
+#: The filters that compare their value's items with each other.
+_COMPARING = frozenset({"sort", "unique", "min", "max", "dictsort", "groupby"})
 #: Bytes a string of one character and its list slot may take (a character past Latin-1 is a new object).
 _PART_BYTES = 88
 
@@ -143,11 +151,11 @@ class Budget:
         return value
 
 
-def _text_size(value: Any, limit: int = MAX_RENDER_CHARS) -> int:
-    """At least as many characters as ``str(value)`` has (a string's ``repr`` inside a list counted 10
-    times its length, for its escapes); the count stops once past ``limit``, so a list shared a
-    million times over costs at most ``limit / 2`` steps. A namespace (whose text is all it holds, out of
-    reach) counts as past the limit."""
+def _text_size(value: Any, limit: int = MAX_RENDER_CHARS, quoting: int = 10) -> int:
+    """At least as many characters as ``str(value)`` has (a string's ``repr`` inside a list counted
+    ``quoting`` times its length, for its escapes; 1 to count what a comparison reads). The count stops
+    once past ``limit``, so a list shared a million times over costs at most ``limit / 2`` steps. A
+    namespace (whose text is all it holds, out of reach) counts as past the limit."""
     import jinja2
     import jinja2.utils
 
@@ -156,7 +164,7 @@ def _text_size(value: Any, limit: int = MAX_RENDER_CHARS) -> int:
     while stack and total <= limit:
         item, quoted = stack.pop()
         if isinstance(item, str):
-            total += 10 * len(item) + 2 if quoted else len(item)
+            total += quoting * len(item) + 2 if quoted else len(item)
         elif isinstance(item, jinja2.Undefined):
             pass
         elif isinstance(item, bool) or item is None:
@@ -236,6 +244,8 @@ def _checked_filter(
     def arg(index: int, key: str, default: Any) -> Any:
         return args[index] if len(args) > index else kwargs.get(key, default)
 
+    if name in _COMPARING:
+        _comparable(value)
     if name in _ITEMIZING and isinstance(value, str):
         budget.afford(len(value) * _PART_BYTES, f"the characters the {name} filter makes of a text")
     if name in _FACTORS:
@@ -386,6 +396,8 @@ def bounded_environment(budget: Budget, extensions: list[Any]) -> Any:
     environment.filters = {
         name: _bounded_filter(budget, name, function) for name, function in environment.filters.items()
     }
+    tests: dict[str, Any] = environment.tests
+    environment.tests = {name: _bounded_test(function) for name, function in tests.items()}
     return environment
 
 
@@ -408,10 +420,22 @@ def _bounded_filter(budget: Budget, name: str, function: Callable[..., Any]) -> 
     return bounded
 
 
+def _bounded_test(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` (a test: ``in``, ``eq``, ``lt``, ...) with its containers checked by ``_comparable``."""
+
+    @functools.wraps(function)
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        _comparable(*args, *kwargs.values())
+        return function(*args, **kwargs)
+
+    return bounded
+
+
 def rewrite_tree(tree: Any, method: Callable[[str, int], Any]) -> Any:
-    """``tree`` with every ``a ~ b`` (a ``Concat`` node) a call of ``join_values`` and every slice
-    ``x[a:b:c]`` (which jinja compiles to a plain subscript, past the sandbox's ``getitem``) a call of
-    ``slice_value``, so that their size is checked before they are built. ``method(name, line)`` is the
+    """``tree`` with every ``a ~ b`` (a ``Concat`` node) a call of ``join_values``, every slice ``x[a:b:c]``
+    (which jinja compiles to a plain subscript, past the sandbox's ``getitem``) a call of ``slice_value``,
+    so that their size is checked before they are built, and every comparison a call of ``compare_values``
+    (``_comparable``). ``method(name, line)`` is the
     node that names the extension's method calling the function (an ``ExtensionAttribute``)."""
     import jinja2.nodes
     import jinja2.visitor
@@ -423,6 +447,13 @@ def rewrite_tree(tree: Any, method: Callable[[str, int], Any]) -> Any:
         def visit_Concat(self, node: Any) -> Any:
             self.generic_visit(node)
             return call("_join", list(node.nodes), node.lineno)
+
+        def visit_Compare(self, node: Any) -> Any:
+            self.generic_visit(node)
+            args = [node.expr]
+            for operand in node.ops:
+                args += [jinja2.nodes.Const(operand.op, lineno=node.lineno), operand.expr]
+            return call("_compare", args, node.lineno)
 
         def visit_Getitem(self, node: Any) -> Any:
             self.generic_visit(node)
@@ -442,6 +473,45 @@ def join_values(budget: Budget, *values: Any) -> str:
     ``call``, which runs this)."""
     budget.expect(_join_size("", list(values)), "a concatenated text")
     return "".join(str(value) for value in values)
+
+
+_COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "lt": operator.lt,
+    "lteq": operator.le,
+    "gt": operator.gt,
+    "gteq": operator.ge,
+    "in": lambda a, b: a in b,
+    "notin": lambda a, b: a not in b,
+}
+
+
+def _comparable(*values: Any) -> None:
+    """Refuse comparing containers whose text passes ``MAX_RENDER_CHARS``: Python compares them item by item
+    in C, where the time limit cannot interrupt it (two lists of 12 million equal strings of 16 MB: hours)."""
+    for value in values:
+        big = isinstance(value, (list, tuple, dict, set, frozenset)) and _text_size(value, quoting=1)
+        if big and big > MAX_RENDER_CHARS:
+            raise TemplateRefusal(
+                f"the chat_template compares a value of more than {MAX_RENDER_CHARS} characters of text"
+            )
+
+
+def compare_values(*args: Any) -> bool:
+    """``a OP b OP c ...`` (``args``: the first value, then each operator's name and value), each pair
+    checked by ``_comparable`` first; chained as Python chains them (stopping at the first false)."""
+    left = args[0]
+    for index in range(1, len(args), 2):
+        name, right = args[index], args[index + 1]
+        if name in ("in", "notin"):
+            _comparable(right)
+        elif isinstance(left, (list, tuple, dict, set, frozenset)):
+            _comparable(left, right)
+        if not _COMPARISONS[name](left, right):
+            return False
+        left = right
+    return True
 
 
 def slice_value(budget: Budget, value: Any, start: Any, stop: Any, step: Any) -> Any:

@@ -50,6 +50,7 @@ from hyper_parallel.data._sandbox import (
     Budget,
     TemplateRefusal,
     bounded_environment,
+    compare_values,
     join_values,
     rewrite_tree,
     slice_value,
@@ -266,6 +267,9 @@ class ChatRenderer:
 
             def _join(self, *values: Any) -> str:
                 return join_values(budget, *values)
+
+            def _compare(self, *args: Any) -> bool:
+                return compare_values(*args)
 
             def _slice(self, value: Any, start: Any, stop: Any, step: Any) -> Any:
                 return slice_value(budget, value, start, stop, step)

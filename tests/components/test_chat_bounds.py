@@ -112,6 +112,11 @@ HOSTILE = {
         "{% set b %}{% for i in range(100000) %}{{ 'x' * 1000000 }}{% endfor %}{% endset %}",
         f"the chat_template built more than {MAX_RENDER_BYTES} bytes of values for one conversation",
     ),
+    # the time limit cannot interrupt a comparison Python makes in C: 12 million items of 16 MB, hours
+    "two lists of long equal strings compared": (
+        "{% set a = ['x' * 16000000] * 12000000 %}{% set b = ['x' * 16000000] * 12000000 %}{{ a == b }}",
+        f"the chat_template compares a value of more than {MAX_RENDER_CHARS} characters of text",
+    ),
     "a text cut into millions of parts": (
         "{% set s = '\u4e00 ' * 8000000 %}{{ s.split(' ') | length }}",
         f"the chat_template would build more than {MAX_RENDER_BYTES} bytes of values for one conversation "
@@ -178,11 +183,14 @@ def test_ordinary_operations_render_as_jinja_renders_them() -> None:
         "{{ '{}:{}'.format(1, 'z') }}"
         "{{ 'x' | center(5) }}{{ 'q\nr' | indent(2) }}{{ 'ab' | replace('a', 'AA') }}{{ [1, 2, 3][::-1] }}"
         "{{ {'a': [1, '<b>']} | tojson }}{% set b %}{% for i in range(3) %}{{ i }}{% endfor %}{% endset %}"
-        "{{ b }}{{ 2 ** 10 }}{{ [[1], [2]] | sum(start=[]) }}"
+        "{{ b }}{{ 2 ** 10 }}{{ [[1], [2]] | sum(start=[]) }}{{ 1 < 2 < 3 }}{{ 'a' in ['a'] }}"
+        "{{ [1] == [1] }}{{ 2 is in [2] }}{{ [2, 1] | sort | first }}"
     )
     renderer = ChatRenderer(OffsetsTokenizer(), template + MARK)
     text, _ = renderer.render(MESSAGES)
-    assert text == ('x-3baba|b|c1:z  x  q\n  rAAb[3, 2, 1]{"a": [1, "\\u003cb\\u003e"]}0121024[1, 2]hi')
+    assert text == (
+        'x-3baba|b|c1:z  x  q\n  rAAb[3, 2, 1]{"a": [1, "\\u003cb\\u003e"]}0121024[1, 2]TrueTrueTrueTrue1hi'
+    )
 
 
 def _chat_file(tmp_path: Path, contents: list[str]) -> Path:
