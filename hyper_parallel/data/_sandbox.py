@@ -190,17 +190,19 @@ def _int_bits(value: Any) -> int:
     return value.bit_length() if isinstance(value, int) else 0
 
 
-def _format_size(template: str, args: Any, kwargs: dict[str, Any]) -> int:
-    """At least the characters of ``template % args`` or ``template.format(...)``: the text, and for
-    each field the widest argument and every number the template holds (its widths and precisions)."""
+def _format_size(template: str, args: Any, kwargs: dict[str, Any], positional: bool = False) -> int:
+    """At least the characters of ``template % args`` (``positional``) or ``template.format(...)``: the
+    text, every number the template holds (its widths and precisions) for each field, and the arguments:
+    each once when ``%`` takes them in turn, else the widest once per field (a field may repeat one)."""
     values = list(args) if isinstance(args, (list, tuple)) else [args]
     values.extend(kwargs.values())
     if isinstance(args, dict):
         values.extend(args.values())
-    widest = max((_text_size(v) for v in values), default=0)
+    sizes = [_text_size(v) for v in values]
     widths = sum(int(digits) for digits in re.findall(r"\d{1,30}", template))
     fields = template.count("%") + template.count("{")
-    return len(template) + fields * (widest + widths)
+    written = sum(sizes) if positional and not isinstance(args, dict) else fields * max(sizes, default=0)
+    return len(template) + fields * widths + written
 
 
 def _checked_binop(budget: Budget, operator: str, left: Any, right: Any) -> None:
@@ -233,7 +235,7 @@ def _checked_binop(budget: Budget, operator: str, left: Any, right: Any) -> None
             )
             raise TemplateRefusal(f"the chat_template computes {shown}, a number too large to need")
     elif operator == "%" and isinstance(left, str):
-        budget.expect(_format_size(left, right, {}), "a formatted string")
+        budget.expect(_format_size(left, right, {}, positional=True), "a formatted string")
 
 
 def _checked_filter(
@@ -263,7 +265,8 @@ def _checked_filter(
         budget.expect(text + lines * max(pad, 0), "an indented text")
     elif name == "format":
         budget.expect(
-            _format_size(str(value), args, kwargs) if isinstance(value, str) else 0, "a formatted string"
+            _format_size(value, args, kwargs, positional=not kwargs) if isinstance(value, str) else 0,
+            "a formatted string",
         )
     elif name == "replace" and isinstance(value, str):
         old, new, count = arg(0, "old", ""), arg(1, "new", ""), arg(2, "count", None)
