@@ -331,6 +331,7 @@ MEMORY = {
 }
 
 
+@pytest.mark.multiprocess  # prepare runs in a child, whose peak memory is read
 @pytest.mark.parametrize("case", list(MEMORY))
 def test_a_template_that_builds_gigabytes_from_a_tiny_record_is_refused_under_1_5_gb(
     tmp_path: Path, case: str

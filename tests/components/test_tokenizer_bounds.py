@@ -152,6 +152,7 @@ def _prepare_jsonl(
     return data, prepare_in_child(*args, threads=threads)
 
 
+@pytest.mark.multiprocess  # prepare runs in a child, whose peak memory is read
 def test_a_document_its_normalizer_grows_past_one_encoding_is_refused_at_its_line(tmp_path: Path) -> None:
     # 1,024 times is accepted; 100,000 characters of it took 1.9 GB, 1 MB asked for a billion characters.
     folder = _with_normalizer(tmp_path / "tok", normalizers.Replace("a", "a" * 1024))
@@ -164,6 +165,7 @@ def test_a_document_its_normalizer_grows_past_one_encoding_is_refused_at_its_lin
     assert peak < 1.5 * GIB, peak
 
 
+@pytest.mark.multiprocess  # prepare runs in a child, whose peak memory is read
 def test_a_batch_is_encoded_in_parts_that_fit_one_encoding(tmp_path: Path) -> None:
     # Eight documents of 16,000 characters, each within the bound alone but 66 million characters grown
     # together: one encoding of the batch held them at once on 8 threads (2.2 GB, 3.2 GB for 12 on 12);
