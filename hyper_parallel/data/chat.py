@@ -10,8 +10,10 @@ is refused: a role a template does not know is rendered as nothing, or as a wron
 
 A tokenizer with a ``chat_template`` (the Jinja template of a Hugging Face ``tokenizer_config.json``) renders
 each conversation with it, in a sandbox (``jinja2.sandbox.ImmutableSandboxedEnvironment``: a template cannot
-reach Python objects or files). The assistant tokens are those the template marks with
-``{% generation %} ... {% endgeneration %}``, the convention Hugging Face's
+reach Python objects or files), bounded in memory and work by ``_sandbox`` (each value it builds, all it
+builds, loop steps; the time limit covers a record's whole rendering; every exception a template raises is
+a one-line ``ValueError`` starting ``the chat_template``). The assistant tokens are those the template
+marks with ``{% generation %} ... {% endgeneration %}``, the convention Hugging Face's
 ``apply_chat_template(..., return_assistant_tokens_mask=True)`` reads: a token is trained on when its
 characters overlap a marked span. The text is encoded without adding bos/eos (the template writes its own
 special tokens), as ``apply_chat_template`` does. The marks are found in the parsed template (a
@@ -41,12 +43,27 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from hyper_parallel.data._sandbox import (
+    MAX_RENDER_BYTES,
+    MAX_RENDER_CHARS,
+    MAX_RENDER_STEPS,
+    Budget,
+    TemplateRefusal,
+    bounded_environment,
+    compare_values,
+    join_values,
+    rewrite_tree,
+    slice_value,
+)
+
 __all__ = [
+    "MAX_RENDER_BYTES",
     "MAX_RENDER_CHARS",
     "MAX_RENDER_SECONDS",
     "MAX_RENDER_STEPS",
     "ROLES",
     "ChatRenderer",
+    "ConversationError",
     "builtin_chat",
     "conversation",
     "train_on_problem",
@@ -66,27 +83,9 @@ _SHAPES = (
     "'instruction'/'input'/'output' (Alpaca)"
 )
 
-#: Most characters one conversation may render to (the template's output, and any string or list an
-#: expression builds on the way: ``'x' * 10**11`` is refused before it is built).
-MAX_RENDER_CHARS = 16 << 20
-#: Most iterations of ``range`` loops in one rendering (nested loops over ``range(100000)``).
-MAX_RENDER_STEPS = 1_000_000
-#: Most seconds one rendering may take (in a main thread, where a timer can interrupt it).
+#: Most seconds one conversation's rendering may take, both renderings when a role other than assistant is
+#: trained on (in a main thread, where a timer can interrupt it).
 MAX_RENDER_SECONDS = 10.0
-
-
-class _Budget:
-    """What one rendering has spent: ``range`` steps; reset before each rendering."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-
-    def step(self) -> None:
-        self.steps += 1
-        if self.steps > MAX_RENDER_STEPS:
-            raise ValueError(
-                f"the chat_template ran more than {MAX_RENDER_STEPS} loop steps for one conversation"
-            )
 
 
 class _Timeout(Exception):
@@ -112,27 +111,11 @@ def _time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _size(value: Any) -> int | None:
-    return len(value) if isinstance(value, (str, bytes, list, tuple)) else None
-
-
-def _checked_binop(operator: str, left: Any, right: Any) -> None:
-    """Refuse an operation whose result would exceed ``MAX_RENDER_CHARS`` before it is computed."""
-    if operator == "*":
-        for seq, times in ((left, right), (right, left)):
-            size = _size(seq)
-            if size is not None and isinstance(times, int) and size * times > MAX_RENDER_CHARS:
-                raise ValueError(
-                    f"the chat_template builds a value of {size * times} items (at most {MAX_RENDER_CHARS})"
-                )
-    elif operator == "+":
-        sizes = (_size(left), _size(right))
-        if None not in sizes and sum(sizes) > MAX_RENDER_CHARS:  # type: ignore[arg-type]
-            raise ValueError(f"the chat_template builds a value of more than {MAX_RENDER_CHARS} items")
-    elif (
-        operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 64
-    ):
-        raise ValueError(f"the chat_template computes {left} ** {right}, a number too large to need")
+def _one_line(exc: BaseException) -> str:
+    """An exception's text on one line, cut to 300 characters (a template's ``raise_exception`` text is
+    the template's to choose)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else f"{text[:300]}... ({len(text)} characters)"
 
 
 def train_on_problem(train_on: Sequence[str]) -> str | None:
@@ -231,6 +214,15 @@ def builtin_chat(
     return ids, mask
 
 
+class ConversationError(ValueError):
+    """A conversation of a batch the template cannot render (``index``: where in the batch), so that the
+    caller names its record without rendering it again."""
+
+    def __init__(self, index: int, problem: str) -> None:
+        super().__init__(problem)
+        self.index = index
+
+
 class ChatRenderer:
     """Encodes conversations with the tokenizer's chat template, or the built-in one when it has none.
 
@@ -248,7 +240,7 @@ class ChatRenderer:
         self.template_text: str | None = source
         self.train_on = tuple(train_on)
         self._template: Any = None
-        self._budget = _Budget()
+        self._budget = Budget()
         if source is None:
             return
         if not hasattr(tokenizer, "encode_with_offsets"):
@@ -259,7 +251,8 @@ class ChatRenderer:
             )
         import jinja2
         import jinja2.ext
-        import jinja2.sandbox
+
+        budget = self._budget
 
         class _Generation(jinja2.ext.Extension):
             tags = {"generation"}
@@ -272,32 +265,23 @@ class ChatRenderer:
             def _mark(self, caller: Any) -> str:
                 return f"{_OPEN}{caller()}{_CLOSE}"
 
+            def _join(self, *values: Any) -> str:
+                return join_values(budget, *values)
+
+            def _compare(self, *args: Any) -> bool:
+                return compare_values(*args)
+
+            def _slice(self, value: Any, start: Any, stop: Any, step: Any) -> Any:
+                return slice_value(budget, value, start, stop, step)
+
         def _raise(message: str) -> None:
             raise jinja2.exceptions.TemplateError(message)
 
-        class _Bounded(jinja2.sandbox.ImmutableSandboxedEnvironment):
-            """The sandbox, with the operators that grow values checked first (``_checked_binop``)."""
-
-            intercepted_binops = frozenset({"*", "+", "**"})
-
-            def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-                _checked_binop(operator, left, right)
-                return super().call_binop(context, operator, left, right)
-
-        budget = self._budget
-
-        def _range(*args: int) -> Iterator[int]:
-            for value in jinja2.sandbox.safe_range(*args):
-                budget.step()
-                yield value
-
-        environment = _Bounded(
-            trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols]
-        )
+        environment = bounded_environment(budget, [_Generation])
         environment.globals["raise_exception"] = _raise
-        environment.globals["range"] = _range
+        extension = environment.extensions[_Generation.identifier]
         try:
-            tree = environment.parse(source)
+            tree = rewrite_tree(environment.parse(source), extension.attr)
         except jinja2.exceptions.TemplateError as exc:
             raise ValueError(f"the chat_template does not parse: {exc}") from None
         # A generation block is a call of the extension's ``_mark`` in the tree (``_Generation.parse``).
@@ -325,6 +309,34 @@ class ChatRenderer:
         for message in messages:
             if any(mark in message["content"] for mark in _MARKS):
                 raise ValueError("a message holds one of the private-use characters U+E000 to U+E003")
+        import jinja2
+
+        self._budget.reset()
+        try:
+            with _time_limit(MAX_RENDER_SECONDS):
+                return self._render(messages, add_generation_prompt)
+        except TemplateRefusal:
+            raise
+        except _Timeout:
+            raise TemplateRefusal(
+                f"the chat_template took more than {MAX_RENDER_SECONDS:g} s for one conversation"
+            ) from None
+        except jinja2.exceptions.TemplateError as exc:
+            raise TemplateRefusal(f"the chat_template failed: {_one_line(exc)}") from None
+        except RecursionError:
+            raise TemplateRefusal("the chat_template recursed too deeply (a macro calling itself?)") from None
+        except MemoryError:
+            raise TemplateRefusal("the chat_template ran out of memory rendering one conversation") from None
+        except Exception as exc:  # anything else a template's expression raises: 1 / 0, 'a' + 1, ...
+            raise TemplateRefusal(
+                f"the chat_template failed: {type(exc).__name__}: {_one_line(exc)}"
+            ) from None
+
+    def _render(
+        self, messages: Sequence[dict[str, str]], add_generation_prompt: bool
+    ) -> tuple[str, list[tuple[int, int]]]:
+        """``render`` inside its time limit and budget: once, or twice when the content of a role other
+        than assistant is marked (the second rendering, unmarked, checks the template writes it as given)."""
         own = [role for role in self.train_on if role != "assistant"]
         marked = [_content_marked(message) if message["role"] in own else message for message in messages]
         text, spans, paired = _spans(
@@ -334,7 +346,7 @@ class ChatRenderer:
             plain, _, _ = _spans(self._generate(messages, add_generation_prompt), False)
             if plain != text or not paired:
                 roles = sorted({m["role"] for m in messages if m["role"] in own})
-                raise ValueError(
+                raise TemplateRefusal(
                     f"the chat_template does not write the content of {'/'.join(roles)} messages as given "
                     "(it cuts or tests it), so its tokens cannot be found exactly: leave "
                     f"{'/'.join(roles)} out of train_on with this template"
@@ -343,48 +355,44 @@ class ChatRenderer:
 
     def _generate(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> str:
         """The template's output for ``messages``, generation blocks between ``_OPEN`` and ``_CLOSE``."""
-        import jinja2
-
         assert self._template is not None
         tok = self.tokenizer
-        self._budget.steps = 0
         chunks: list[str] = []
         size = 0
-        try:
-            with _time_limit(MAX_RENDER_SECONDS):
-                for chunk in self._template.generate(
-                    messages=list(messages),
-                    add_generation_prompt=add_generation_prompt,
-                    bos_token=getattr(tok, "bos_token", None) or "",
-                    eos_token=getattr(tok, "eos_token", None) or "",
-                    pad_token=getattr(tok, "pad_token", None) or "",
-                ):
-                    size += len(chunk)
-                    if size > MAX_RENDER_CHARS:
-                        raise ValueError(
-                            f"the chat_template renders more than {MAX_RENDER_CHARS} characters for one "
-                            "conversation"
-                        )
-                    chunks.append(chunk)
-        except jinja2.exceptions.TemplateError as exc:
-            raise ValueError(f"the chat_template failed: {exc}") from None
-        except _Timeout:
-            raise ValueError(
-                f"the chat_template took more than {MAX_RENDER_SECONDS:g} s for one conversation"
-            ) from None
-        except RecursionError:
-            raise ValueError("the chat_template recursed too deeply (a macro calling itself?)") from None
-        except MemoryError:
-            raise ValueError("the chat_template ran out of memory rendering one conversation") from None
+        for chunk in self._template.generate(
+            messages=list(messages),
+            add_generation_prompt=add_generation_prompt,
+            bos_token=getattr(tok, "bos_token", None) or "",
+            eos_token=getattr(tok, "eos_token", None) or "",
+            pad_token=getattr(tok, "pad_token", None) or "",
+        ):
+            size += len(chunk)
+            if size > MAX_RENDER_CHARS:
+                raise TemplateRefusal(
+                    f"the chat_template renders more than {MAX_RENDER_CHARS} characters for one conversation"
+                )
+            chunks.append(chunk)
         return "".join(chunks)
 
     def encode_batch(
         self, conversations: Sequence[Sequence[dict[str, str]]]
     ) -> list[tuple[list[int], list[int]]]:
-        """``(ids, label mask)`` of each conversation."""
+        """``(ids, label mask)`` of each conversation; one that cannot be rendered (or encoded) is a
+        ``ConversationError`` naming its index, each conversation rendered once."""
         if self._template is None:
             return [builtin_chat(self.tokenizer, messages, self.train_on) for messages in conversations]
-        rendered = [self.render(messages) for messages in conversations]
+        rendered = []
+        for index, messages in enumerate(conversations):
+            try:
+                rendered.append(self.render(messages))
+            except ValueError as exc:
+                raise ConversationError(index, str(exc)) from None
+        problem_of = getattr(self.tokenizer, "text_problem", None)
+        if problem_of is not None:
+            for index, (text, _) in enumerate(rendered):
+                problem = problem_of(text)
+                if problem is not None:
+                    raise ConversationError(index, f"its rendering: {problem}")
         encodings = self.tokenizer.encode_with_offsets([text for text, _ in rendered])
         out = []
         for (_, spans), (ids, offsets) in zip(rendered, encodings, strict=True):

@@ -418,11 +418,12 @@ def _record(piece: Piece, number: int, line: str) -> dict[str, Any]:
     return record
 
 
-def texts_of(piece: Piece, text_field: str) -> Iterator[str]:
-    """The documents of a ``jsonl``, ``text`` or ``parquet`` piece, in order."""
+def texts_of(piece: Piece, text_field: str) -> Iterator[tuple[str, str]]:
+    """The documents of a ``jsonl``, ``text`` or ``parquet`` piece, in order, each with its location
+    (``FILE:LINE``, ``FILE: row N``, or the file)."""
     if piece.format == "text":
         try:
-            yield Path(piece.file).read_text(encoding="utf-8")
+            yield piece.file, Path(piece.file).read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             raise InputError(f"{piece.file}: not UTF-8 text (byte {exc.start})") from None
         return
@@ -434,7 +435,7 @@ def texts_of(piece: Piece, text_field: str) -> Iterator[str]:
         text = record.get(text_field)
         if not isinstance(text, str):
             raise InputError(f"{piece.file}:{number}: no string field {text_field!r}")
-        yield text
+        yield f"{piece.file}:{number}", text
 
 
 def chats_of(piece: Piece) -> Iterator[tuple[str, list[dict[str, str]]]]:
@@ -489,11 +490,11 @@ def _parquet_column(piece: Piece, column: str) -> Iterator[tuple[str, object]]:
             row += 1
 
 
-def _parquet_texts(piece: Piece, text_field: str) -> Iterator[str]:
+def _parquet_texts(piece: Piece, text_field: str) -> Iterator[tuple[str, str]]:
     for where, value in _parquet_column(piece, text_field):
         if not isinstance(value, str):
             raise InputError(f"{where}: column {text_field!r} is not a string")
-        yield value
+        yield where, value
 
 
 # -- encoding ------------------------------------------------------------------------------------------
@@ -511,8 +512,8 @@ def _chars(item: Any) -> int:
 
 
 def _batches(items: Iterator[Any]) -> Iterator[list[Any]]:
-    """Batches of at most ``_BATCH`` items and, past the first item, ``_BATCH_CHARS`` characters: what the
-    tokenizer holds at once (times its normalizer's growth, bounded when it was loaded) stays bounded."""
+    """Batches of at most ``_BATCH`` items and, past the first item, ``_BATCH_CHARS`` characters: the Python
+    side stays bounded (the tokenizer splits a batch again by its growth, ``MAX_ENCODE_CHARS``)."""
     batch: list[Any] = []
     chars = 0
     for item in items:
@@ -660,9 +661,13 @@ def _unlabeled_problem(options: PrepareOptions) -> str:
 
 
 def _encode_flat(
-    tokenizer: Any, texts: list[str], dtype: np.dtype[Any]
+    tokenizer: Any, batch: list[tuple[str, str]], dtype: np.dtype[Any]
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """The tokenizer's ``encode_batch`` of ``texts`` end to end in one array, and each text's length."""
+    """The tokenizer's ``encode_batch`` of the texts of ``batch`` (location, text) end to end in one
+    array, and each text's length; a text too long for one encoding (``text_problem``: its normalizer's
+    growth) is an input error at its place."""
+    _refuse_too_long(tokenizer, batch)
+    texts = [text for _, text in batch]
     flat = getattr(tokenizer, "encode_batch_flat", None)
     if flat is not None:
         ids, sizes = flat(texts, dtype)
@@ -672,21 +677,30 @@ def _encode_flat(
     return np.fromiter(itertools.chain.from_iterable(encoded), dtype=dtype, count=int(sizes.sum())), sizes
 
 
+def _refuse_too_long(tokenizer: Any, batch: Sequence[tuple[str, str]]) -> None:
+    """An input error at the first text of ``batch`` the tokenizer cannot encode in bounded memory."""
+    problem_of = getattr(tokenizer, "text_problem", None)
+    if problem_of is None:
+        return
+    for where, text in batch:
+        problem = problem_of(text)
+        if problem is not None:
+            raise InputError(f"{where}: {problem}")
+
+
 def _encode_chats(
     renderer: Any, batch: list[tuple[str, list[dict[str, str]]]]
 ) -> list[tuple[list[int], list[int]]]:
-    """The renderer's encodings of a batch; a conversation it cannot render is an input error at its place."""
+    """The renderer's encodings of a batch, each conversation rendered once; one it cannot render (a
+    ``ConversationError`` naming its index) is an input error at its place."""
+    from hyper_parallel.data.chat import ConversationError
+
     try:
         encoded: list[tuple[list[int], list[int]]] = renderer.encode_batch(
             [messages for _, messages in batch]
         )
-    except ValueError:
-        for where, messages in batch:
-            try:
-                renderer.encode_batch([messages])
-            except ValueError as exc:
-                raise InputError(f"{where}: {exc}") from None
-        raise
+    except ConversationError as exc:
+        raise InputError(f"{batch[exc.index][0]}: {exc}") from None
     return encoded
 
 

@@ -1,6 +1,10 @@
 """Shared by the prepared-data tests: configs naming a tokenizer, and ``prepare`` run in this process."""
 
 import io
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from hyper_parallel.data.__main__ import main
@@ -42,3 +46,36 @@ def prepare(inputs: list[Path], output: Path, config: Path, *extra: str) -> Path
 def folder_bytes(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` (relative path to content)."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+#: The address space a ``prepare_in_child`` child may map: a run that would take more fails there (exit
+#: 1 or an abort), never the machine.
+CHILD_ADDRESS_SPACE = 4 << 30
+
+_CHILD = """
+import io, json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
+from hyper_parallel.data.__main__ import main
+out, err = io.StringIO(), io.StringIO()
+status = main(sys.argv[2:], out=out, err=err)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"status": status, "err": err.getvalue(), "peak": peak}))
+"""
+
+
+def prepare_in_child(*args: str | Path, threads: int = 2) -> tuple[int, str, int]:
+    """``python -m hyper_parallel.data ARGS`` in a child process under ``CHILD_ADDRESS_SPACE``: (exit
+    status, stderr, the child's peak resident set in bytes, its ``ru_maxrss``). ``threads``: the Rust
+    tokenizer's (as on a machine with that many cores). A child that dies (an allocation the limit refuses
+    aborts the Rust tokenizer) fails the test with its output."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", RAYON_NUM_THREADS=str(threads))
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(CHILD_ADDRESS_SPACE), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"the child ended with {done.returncode}: {done.stderr[-2000:]}"
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return int(report["status"]), str(report["err"]), int(report["peak"])

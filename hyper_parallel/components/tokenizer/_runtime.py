@@ -13,8 +13,9 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hyper_parallel._json import loads
 from hyper_parallel._paths import kind_problem
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer as _RustTokenizer
 
     from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
+
+_T = TypeVar("_T")
 
 __all__ = ["ByteLevelTokenizer", "HFTokenizer", "TokenizerRuntime", "build_hf_tokenizer", "locate_tokenizer"]
 
@@ -209,6 +212,10 @@ def _token_text(value: Any) -> str | None:
 class HFTokenizer(TokenizerRuntime):
     """A ``tokenizers`` tokenizer with special tokens chosen by the config or ``tokenizer_config.json``."""
 
+    #: The most the normalizer and the pre-tokenizer can lengthen text (read when loaded, ``_growth``).
+    normalizer_growth: float = 1.0
+    pre_tokenizer_growth: float = 1.0
+
     def __init__(
         self,
         tokenizer: _RustTokenizer,
@@ -262,10 +269,75 @@ class HFTokenizer(TokenizerRuntime):
         """Number of ids, added tokens included."""
         return int(self._tok.get_vocab_size(with_added_tokens=True))
 
+    def text_problem(self, text: str) -> str | None:
+        """Why ``text`` is too long for one encoding under this tokenizer's growth (``_growth``), or None.
+
+        Cheap unless the text times the growth read from the description passes ``MAX_ENCODE_CHARS``:
+        then its normalized and pre-tokenized length is measured, in chunks each bounded the same way."""
+        from hyper_parallel.components.tokenizer._growth import MAX_ENCODE_CHARS
+
+        if len(text) * self.normalizer_growth * self.pre_tokenizer_growth <= MAX_ENCODE_CHARS:
+            return None
+        too_long = (
+            f"a text of {len(text):,} characters grows past {MAX_ENCODE_CHARS:,} characters under the "
+            "tokenizer's normalizer and pre-tokenizer, more than one encoding may hold"
+        )
+        normalized = self._grown(text, pre_tokenized=False)
+        if normalized > MAX_ENCODE_CHARS:
+            return too_long
+        if normalized * self.pre_tokenizer_growth <= MAX_ENCODE_CHARS:
+            return None
+        return too_long if self._grown(text, pre_tokenized=True) > MAX_ENCODE_CHARS else None
+
+    def _grown(self, text: str, *, pre_tokenized: bool) -> int:
+        """Characters of ``text`` normalized (and pre-tokenized), measured a bounded chunk at a time and
+        only until ``MAX_ENCODE_CHARS`` is passed."""
+        from hyper_parallel.components.tokenizer._growth import MAX_ENCODE_CHARS
+
+        normalizer, pre = self._tok.normalizer, self._tok.pre_tokenizer
+        chunk = max(1, int(MAX_ENCODE_CHARS // (8 * self.normalizer_growth * self.pre_tokenizer_growth)))
+        grown = 0
+        for begin in range(0, len(text), chunk):
+            piece = text[begin : begin + chunk]
+            if normalizer is not None:
+                piece = normalizer.normalize_str(piece)
+            if pre_tokenized and pre is not None:
+                grown += sum(len(split) for split, _ in pre.pre_tokenize_str(piece))
+            else:
+                grown += len(piece)
+            if grown > MAX_ENCODE_CHARS:
+                break
+        return grown
+
+    def _grouped(self, texts: list[str], encode: Callable[[list[str]], list[_T]]) -> list[_T]:
+        """``encode`` of ``texts`` in groups whose characters times the growth fit ``MAX_ENCODE_CHARS``
+        (a text past it alone, once ``text_problem`` has measured it); ``ValueError`` for a text too long."""
+        from hyper_parallel.components.tokenizer._growth import MAX_ENCODE_CHARS
+
+        growth = self.normalizer_growth * self.pre_tokenizer_growth
+        out: list[_T] = []
+        group: list[str] = []
+        held = 0.0
+        for text in texts:
+            problem = self.text_problem(text)
+            if problem is not None:
+                raise ValueError(problem)
+            weight = len(text) * growth
+            if group and held + weight > MAX_ENCODE_CHARS:
+                out.extend(encode(group))
+                group, held = [], 0.0
+            group.append(text)
+            held += weight
+        if group:
+            out.extend(encode(group))
+        return out
+
     def _ids(self, texts: list[str]) -> list[list[int]]:
         # ``encode_batch_fast`` (newer ``tokenizers``): the same ids, without the character offsets
         encode = getattr(self._tok, "encode_batch_fast", None) or self._tok.encode_batch
-        return [enc.ids for enc in encode(texts, add_special_tokens=False)]
+        return self._grouped(
+            texts, lambda group: [enc.ids for enc in encode(group, add_special_tokens=False)]
+        )
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
         """Text of ``ids``."""
@@ -273,10 +345,13 @@ class HFTokenizer(TokenizerRuntime):
 
     def encode_with_offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
         """Ids of each text without bos/eos, with each token's character span ``(start, end)``."""
-        return [
-            (list(enc.ids), [(int(a), int(b)) for a, b in enc.offsets])
-            for enc in self._tok.encode_batch(texts, add_special_tokens=False)
-        ]
+        return self._grouped(
+            texts,
+            lambda group: [
+                (list(enc.ids), [(int(a), int(b)) for a, b in enc.offsets])
+                for enc in self._tok.encode_batch(group, add_special_tokens=False)
+            ],
+        )
 
 
 def locate_tokenizer(path: str) -> tuple[Path, Path | None]:
@@ -310,23 +385,36 @@ def read_tokenizer_config(config_file: Path | None) -> dict[str, Any]:
     return saved
 
 
-def _refuse_growth(file: Path, rust: _RustTokenizer) -> None:
-    """Refuse a normalizer that can lengthen text more than ``MAX_GROWTH`` times (see ``_growth``)."""
-    from hyper_parallel.components.tokenizer._growth import MAX_GROWTH, normalizer_growth
-
-    normalizer = rust.normalizer
-    if normalizer is None:
-        return
+def _described(part: Any) -> Any:
+    """The JSON of a normalizer or pre-tokenizer, as ``tokenizer.json`` holds it (None: unreadable)."""
     try:
-        described = loads(normalizer.__getstate__())  # its JSON, as tokenizer.json holds it
+        return loads(part.__getstate__())
     except (ValueError, TypeError, AttributeError):
-        described = None
-    growth = normalizer_growth(described)
+        return None
+
+
+def _refuse_growth(file: Path, rust: _RustTokenizer) -> tuple[float, float]:
+    """The growth of the normalizer and of the pre-tokenizer (see ``_growth``); a tokenizer whose two
+    together can lengthen text more than ``MAX_GROWTH`` times is refused."""
+    from hyper_parallel.components.tokenizer._growth import (
+        MAX_GROWTH,
+        normalizer_growth,
+        pre_tokenizer_growth,
+    )
+
+    normalizer, pre = rust.normalizer, rust.pre_tokenizer
+    grows = normalizer_growth(None if normalizer is None else _described(normalizer))
+    splits = pre_tokenizer_growth(None if pre is None else _described(pre))
+    growth = grows * splits
     if growth > MAX_GROWTH:
         shown = "without bound" if growth == float("inf") else f"{growth:,.0f} times"
+        what = "its normalizer" if splits == 1 else "its normalizer and pre-tokenizer"
+        if grows == 1:
+            what = "its pre-tokenizer"
         raise InputFileError.at(
-            file, f"its normalizer can lengthen text {shown} (at most {MAX_GROWTH} accepted): refused"
+            file, f"{what} can lengthen text {shown} (at most {MAX_GROWTH} accepted): refused"
         )
+    return grows, splits
 
 
 def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | None) -> HFTokenizer:
@@ -348,7 +436,7 @@ def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | Non
         raise InputFileError.at(
             file, f"not a tokenizer file the tokenizers library reads: {reason}"
         ) from None
-    _refuse_growth(file, rust)
+    grows, splits = _refuse_growth(file, rust)
     # transformers' switch (our byte tokenizer's export sets it): a special token's text in the input is
     # encoded as text, not as the special id.
     rust.encode_special_tokens = saved.get("split_special_tokens") is True
@@ -371,4 +459,5 @@ def build_hf_tokenizer(cfg: HuggingFaceTokenizer.Config, weights_path: str | Non
     if template is None and isinstance(saved.get("chat_template"), str) and saved["chat_template"]:
         template = saved["chat_template"]  # the tokenizer's own
     built.chat_template = template
+    built.normalizer_growth, built.pre_tokenizer_growth = grows, splits
     return built
