@@ -38,12 +38,14 @@ def _child(*argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.multiprocess
 def test_a_fifo_as_plots_input_is_refused_at_once(tmp_path: Path) -> None:
     fifo = _fifo(tmp_path / "metrics.jsonl")
     done = _child("-m", "hyper_parallel.plot", str(fifo), "-o", str(tmp_path / "curves.png"))
     assert (done.returncode, done.stdout, done.stderr) == (2, "", f"{fifo}: {FIFO}\n")
 
 
+@pytest.mark.multiprocess
 def test_a_fifo_as_the_metrics_file_is_refused_at_dry_run_and_at_launch(tmp_path: Path) -> None:
     fifo = _fifo(tmp_path / "metrics.jsonl")
     overrides = tiny_overrides(
@@ -124,6 +126,7 @@ def test_a_fifo_among_the_files_a_config_names_is_refused_at_dry_run(tmp_path: P
     assert f"{field}: {shown} {FIFO}\n" in err  # located at the flag that set it
 
 
+@pytest.mark.multiprocess
 def test_a_fifo_safetensors_shard_is_refused_when_its_header_is_read(tmp_path: Path) -> None:
     """The weights reader itself (export, generate read an exported folder's shards through it)."""
     fifo = _fifo(tmp_path / "model-00001-of-00002.safetensors")

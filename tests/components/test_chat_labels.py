@@ -105,7 +105,7 @@ def test_a_template_without_a_generation_block_is_refused_though_it_holds_the_wo
 
 
 def test_a_template_without_marks_is_refused_by_prepare_in_one_line_exit_2(tmp_path: Path) -> None:
-    from tests.components.test_data_chat import qwen_style_tokenizer
+    from tests.support.chat_data import qwen_style_tokenizer
 
     folder = qwen_style_tokenizer(tmp_path / "tok", template=CHATML)
     data = write(tmp_path / "chat.jsonl", [{"messages": hi_yo()}])
@@ -411,7 +411,7 @@ def test_a_folder_without_labels_is_refused_at_dry_run_exit_2(tmp_path: Path) ->
 def test_train_on_user_through_a_hugging_face_template_labels_exactly_the_user_tokens(tmp_path: Path) -> None:
     pytest.importorskip("tokenizers")
     from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
-    from tests.components.test_data_chat import CHATS, qwen_style_tokenizer
+    from tests.support.chat_data import CHATS, qwen_style_tokenizer
 
     folder = qwen_style_tokenizer(tmp_path / "tok")
     data = write(tmp_path / "chat.jsonl", [{"messages": CHATS[0]}])

@@ -23,7 +23,7 @@ from hyper_parallel.config import ConfigError, load_config  # noqa: E402
 from hyper_parallel.config.errors import InputFileError  # noqa: E402
 from hyper_parallel.data import shards  # noqa: E402
 from hyper_parallel.data.chat import ChatRenderer, builtin_chat  # noqa: E402
-from tests.components.test_data_chat import documents, qwen_style_tokenizer  # noqa: E402
+from tests.support.chat_data import documents, qwen_style_tokenizer  # noqa: E402
 from tests.support.prepared import prepare, run_prepare, tokenizer_config  # noqa: E402
 
 ZED = [

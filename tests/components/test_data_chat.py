@@ -2,7 +2,6 @@
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -11,73 +10,18 @@ torch = pytest.importorskip("torch")
 tokenizers = pytest.importorskip("tokenizers")
 
 from hyper_parallel.components.dataloader import LoaderRequest, TextDataLoader, TokenizedSource  # noqa: E402
-from hyper_parallel.components.dataloader._corpus import Corpus  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer, HuggingFaceTokenizer  # noqa: E402
 from hyper_parallel.data import shards  # noqa: E402
 from hyper_parallel.data.chat import builtin_chat  # noqa: E402
 from hyper_parallel.data.packing import pack_rows  # noqa: E402
-from tests.support.prepared import folder_bytes, prepare, run_prepare, tokenizer_config  # noqa: E402
-
-#: Qwen's ChatML layout, with the generation marks transformers reads for the assistant mask.
-QWEN_STYLE = (
-    "{%- for message in messages %}\n"
-    "{%- if message.role == 'assistant' %}\n"
-    "{{- '<|im_start|>assistant\\n' }}"
-    "{% generation %}{{- message.content + '<|im_end|>' }}{% endgeneration %}"
-    "{{- '\\n' }}\n"
-    "{%- else %}\n"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}\n"
-    "{%- endif %}\n"
-    "{%- endfor %}\n"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n"
+from tests.support.chat_data import (  # noqa: E402
+    CHATS,
+    QWEN_STYLE,
+    documents,
+    qwen_style_tokenizer,
+    write_chats,
 )
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHATS = [
-    [
-        {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": "What is two plus two?"},
-        {"role": "assistant", "content": "Four."},
-    ],
-    [
-        {"role": "user", "content": "Name a colour."},
-        {"role": "assistant", "content": "Blue, like the sky."},
-        {"role": "user", "content": "Another?"},
-        {"role": "assistant", "content": "Green"},
-    ],
-]
-
-
-def qwen_style_tokenizer(folder: Path, template: str = QWEN_STYLE) -> Path:
-    """A tiny byte-level BPE tokenizer with ChatML specials and ``template``, saved like a Hub folder."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator([m["content"] for chat in CHATS for m in chat] * 5, trainer)
-    folder.mkdir(parents=True, exist_ok=True)
-    tok.save(str(folder / "tokenizer.json"))
-    config = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "chat_template": template}
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    return folder
-
-
-def write_chats(path: Path, chats: list[Any]) -> Path:
-    path.write_text("".join(json.dumps({"messages": chat}) + "\n" for chat in chats))
-    return path
-
-
-def documents(folder: Path) -> list[tuple[list[int], list[int]]]:
-    corpus = Corpus(shards.open_prepared(folder).shards)
-    out = []
-    for d in range(corpus.documents):
-        ids, mask = corpus.document(d)
-        assert mask is not None
-        out.append((ids.tolist(), mask.tolist()))
-    return out
+from tests.support.prepared import folder_bytes, prepare, run_prepare, tokenizer_config  # noqa: E402
 
 
 def test_ids_and_assistant_mask_are_those_of_transformers_apply_chat_template(tmp_path: Path) -> None:

@@ -73,6 +73,7 @@ def _limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
 
 
+@pytest.mark.multiprocess
 def test_a_real_file_size_limit_during_a_save_is_one_line(tmp_path: Path) -> None:
     """``ulimit -f`` for real: the first checkpoint's shard is larger than the limit."""
     folder = tmp_path / "ckpt"
