@@ -4,8 +4,10 @@ Meant for the first machine with a GPU (nothing of the runtime had run on one be
 minutes on one CUDA device it measures, for Llama 3 at about 1B parameters (Llama 3.2 1B's shape) and
 Qwen 3.5 0.8B:
 
-- training tokens/s and MFU (the preflight's FLOPs per token against the device's dense bf16 peak from
-  ``hyper_parallel.preflight.devices``) of a plain training step (forward, cross entropy, backward, AdamW)
+- training tokens/s and MFU (the preflight's FLOPs per token, in TorchTitan's convention of
+  ``hyper_parallel.preflight.flops``, against the device's dense bf16 peak from
+  ``hyper_parallel.preflight.devices``; beside it the causal MFU, attention term halved) of a plain
+  training step (forward, cross entropy, backward, AdamW)
   with the model under FSDP2 on a one-device mesh, bf16 parameters and fp32 gradient reduction, as the
   trainer runs it; with ``torch.compile`` of each block off and on, and with SDPA limited to the flash or
   the memory-efficient kernel; for Qwen 3.5 with flash-linear-attention's Gated DeltaNet kernels when
@@ -278,6 +280,7 @@ def _run(
     from bench.model_shapes import FULL_MODELS, TINY_MODELS, qwen3_5_0_8b_overrides
     from bench.models import _pair
     from hyper_parallel.preflight.devices import peak_flops
+    from hyper_parallel.preflight.flops import CONVENTION, mfu
 
     cuda = device.type == "cuda"
     device_name = torch.cuda.get_device_name(device) if cuda else platform.processor() or "cpu"
@@ -294,6 +297,7 @@ def _run(
         ours, theirs, args = _pair(family, overrides)
         est = _estimate(family, overrides, seq, batch)
         flops_per_token = est.flops_per_token if est is not None else None
+        causal_per_token = est.causal_flops_per_token if est is not None else None
         generator = torch.Generator().manual_seed(1)
         tokens = torch.randint(0, args.vocab_size, (batch, seq), generator=generator).to(device)
         for variant in variants(family, cuda=cuda, fla=fla, quick=quick):
@@ -309,7 +313,10 @@ def _run(
                     "batch": batch,
                     "tokens_per_second": tokens_per_second,
                     "tflops": tflops,
-                    "mfu": None if tflops is None or peak is None else 100 * tflops * 1e12 / peak,
+                    "mfu": mfu(None if tflops is None else tflops * 1e12, peak),
+                    "mfu_causal": mfu(
+                        None if causal_per_token is None else causal_per_token * tokens_per_second, peak
+                    ),
                     "peak_memory_gib": None
                     if measured["peak_memory_bytes"] is None
                     else measured["peak_memory_bytes"] / 2**30,
@@ -323,6 +330,7 @@ def _run(
     return {
         "device": device_name,
         "peak_tflops_bf16": None if peak is None else peak / 1e12,
+        "flops_convention": CONVENTION,
         "torch": torch.__version__,
         "fla_installed": _fla_installed(),
         "tiny": tiny,
@@ -343,15 +351,16 @@ def _format_row(row: dict[str, Any]) -> str:
         f"| {row['model']:<13} | {row['implementation']:<12} | {setting:<36} "
         f"| {row['tokens_per_second']:>10,.0f} "
         f"| {_shown(row['tflops'], '.3g'):>7} | {_shown(row['mfu'], '.1f'):>5} "
-        f"| {_shown(row['peak_memory_gib'], '.3g'):>8} | {_shown(row['preflight_memory_gib'], '.3g'):>9} |"
+        f"| {_shown(row['mfu_causal'], '.1f'):>6} | {_shown(row['peak_memory_gib'], '.3g'):>8} "
+        f"| {_shown(row['preflight_memory_gib'], '.3g'):>9} |"
     )
 
 
 _HEADER = (
     "| model         | impl         | setting                              |   tokens/s |  TFLOPs |  MFU% "
-    "| peak GiB | preflight |\n"
+    "| causal | peak GiB | preflight |\n"
     "|---------------|--------------|--------------------------------------|-----------:|--------:|------:"
-    "|---------:|----------:|"
+    "|-------:|---------:|----------:|"
 )
 
 
@@ -414,6 +423,10 @@ def main(argv: list[str] | None = None) -> int:
     for row in results["kernels"]:
         print(_format_kernel(row))
     peak = results["peak_tflops_bf16"]
+    print(
+        f"TFLOPs and MFU: {results['flops_convention']}; 'causal': MFU of the causal count (attention "
+        "term halved, as Megatron counts it)"
+    )
     print(
         f"device {results['device']} (bf16 peak {_shown(peak, '.1f')} TFLOP/s), torch {results['torch']}, "
         f"fla {'installed' if results['fla_installed'] else 'not installed'}; {results['seconds']:.0f} s"

@@ -88,7 +88,10 @@ class Estimate(NamedTuple):
     params_active: int
     #: Bytes per rank, in report order: parameters, gradients, optimizer, activations, fsdp buffers, logits.
     terms: dict[str, int]
+    #: Model FLOPs per token of what trains (``preflight/flops.py``: TorchTitan's convention) and the same
+    #: with the attention term halved (the causal count, printed beside it).
     flops_per_token: int
+    causal_flops_per_token: int
     note: str = ""
     #: Bytes each rank sends in the experts' all-to-alls over one optimizer step (0 without ``ep``).
     all_to_all_bytes: int = 0
@@ -129,7 +132,8 @@ class Estimate(NamedTuple):
 
     @property
     def flops_per_step(self) -> int:
-        """Model FLOPs of one optimizer step over all ranks (forward and backward, no recomputation)."""
+        """Model FLOPs of one optimizer step over all ranks (forward and backward, in the convention of
+        ``preflight/flops.py``: attention counted whole, no recomputation)."""
         return self.flops_per_token * self.global_batch * self.seq
 
 
@@ -297,6 +301,7 @@ def evaluate(cfg: "RunConfig", costs: ModelCosts, layout: Layout, world_size_kno
         ),
         "logits": tokens * acts.vocab * logits_bytes(p, compiled_loss),
     }
+    flops = costs.flop_count(training.seq_len)
     return Estimate(
         model=cfg.model.title(),
         layout=layout,
@@ -312,7 +317,8 @@ def evaluate(cfg: "RunConfig", costs: ModelCosts, layout: Layout, world_size_kno
         params_total=sum(by_kind.values()),
         params_active=active,
         terms=terms,
-        flops_per_token=_trained_flops(costs.flops_per_token(training.seq_len), held.groups),
+        flops_per_token=_trained_flops(flops.total, held.groups),
+        causal_flops_per_token=_trained_flops(flops.causal, held.groups),
         note=acts.note,
         all_to_all_bytes=_all_to_all_bytes(cfg, costs, layout, p, tokens),
         compiled=tuple(cfg.compile.components) if cfg.compile.enable else (),

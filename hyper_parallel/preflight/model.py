@@ -8,6 +8,8 @@ preflight package needs no model names and never imports torch.
 from collections.abc import Sequence
 from typing import Literal, NamedTuple, Protocol
 
+from hyper_parallel.preflight.flops import FlopCount
+
 __all__ = ["ActivationCosts", "BlockActivations", "ModelCosts", "ParamGroup", "Workload", "parameter_total"]
 
 #: Layer types a parameter is reported under.
@@ -100,8 +102,9 @@ class ModelCosts(Protocol):
         """Bytes saved for backward on one rank for one micro batch of ``work``."""
         ...
 
-    def flops_per_token(self, seq: int) -> int:
-        """Model FLOPs of forward plus backward per token at sequence length ``seq`` (no recomputation)."""
+    def flop_count(self, seq: int) -> FlopCount:
+        """Model FLOPs of forward plus backward per token at sequence length ``seq``, in the convention of
+        :mod:`hyper_parallel.preflight.flops` (TorchTitan's)."""
         ...
 
     def tp_degrees(self) -> Sequence[int]:

@@ -2,6 +2,7 @@
 
 from hyper_parallel.preflight.devices import Device
 from hyper_parallel.preflight.estimate import Estimate
+from hyper_parallel.preflight.flops import CAUSAL_CONVENTION, CONVENTION
 
 __all__ = ["exact_count", "format_report", "human_bytes", "human_count", "human_flops"]
 
@@ -139,6 +140,9 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
     if device is not None and device.peak_flops:
         compute += f" = {per_rank / device.peak_flops:.3g} s at {human_flops(device.peak_flops)}/s peak"
     lines.append(compute)
+    lines.append(
+        f"              {CONVENTION}; {CAUSAL_CONVENTION} {human_flops(est.causal_flops_per_token)}/token"
+    )
     if est.all_to_all_bytes:
         lines.append(
             f"  all-to-all  {human_bytes(est.all_to_all_bytes)}/rank/step sent by the experts' dispatch and "

@@ -435,7 +435,8 @@ class Trainer:
     def _flops_per_step(self) -> float | None:
         """Model FLOPs of one optimizer step on this rank: the preflight's count per token, never recounted.
 
-        The whole step's tokens times the FLOPs per token (forward and backward, no recomputation), shared
+        The whole step's tokens times the FLOPs per token (forward and backward, in TorchTitan's convention:
+        ``hyper_parallel.preflight.flops``), shared
         evenly by the ranks (data, tensor and pipeline parallelism each divide the work); None when the
         model's arguments offer no cost model.
         """
@@ -445,7 +446,7 @@ class Trainer:
         if costs is None:
             return None
         training = self.config.training
-        per_token = costs.flops_per_token(training.seq_len)
+        per_token = costs.flop_count(training.seq_len).total
         return float(per_token) * training.global_batch_size * training.seq_len / self.env.world_size
 
     def _peak_flops(self) -> tuple[float | None, str]:
@@ -873,6 +874,10 @@ class Trainer:
             if peak is not None
             else f"mfu not computed ({self._peak_source})"
         )
+        if self.flops_per_step is not None:
+            from hyper_parallel.preflight.flops import CONVENTION
+
+            mfu += f"; tflops and mfu count {CONVENTION}"
         self._print(
             f"hyper_parallel: {self.cpu_threads} cpu thread(s) per rank ({self._threads_reason}); {mfu}"
         )

@@ -62,8 +62,10 @@ def test_dry_run_prints_the_report_after_the_summary() -> None:
         "    logits           9.8 GiB   bfloat16 logits, the loss's float32 log-probabilities and their "
         "gradient",
         "    total           16.4 GiB   fits H100 80GB (79.6 GiB): 21%",
-        "  compute     60.1 GFLOP/token, 251.9 PFLOP/step, 3.9 PFLOP/rank/step "
-        "= 3.98 s at 989.4 TFLOP/s peak",
+        "  compute     57.9 GFLOP/token, 242.9 PFLOP/step, 3.8 PFLOP/rank/step "
+        "= 3.84 s at 989.4 TFLOP/s peak",
+        "              TorchTitan's convention, 6N + 12LHQT per token (attention counted whole, no "
+        "recomputation); causal count (attention term halved) 51.5 GFLOP/token",
     ]
 
 
@@ -87,7 +89,7 @@ def test_config_check_prints_the_report_of_each_file(capsys: pytest.CaptureFixtu
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{LLAMA}: ok"
     assert lines[1].startswith("preflight: llama3 8B, 8 ranks")
-    assert lines[-1].startswith("  compute     60.1 GFLOP/token")
+    assert lines[-2].startswith("  compute     57.9 GFLOP/token")
 
 
 @pytest.mark.parametrize(
@@ -96,6 +98,8 @@ def test_config_check_prints_the_report_of_each_file(capsys: pytest.CaptureFixtu
         ("H100", 81_559 * MIB, "H100 80GB"),
         ("h100-80gb", 81_559 * MIB, "H100 80GB"),
         ("H200", 143_771 * MIB, "H200 141GB"),
+        ("h200 nvl", 143_771 * MIB, "H200 NVL 141GB"),
+        ("H100-NVL", 95_830 * MIB, "H100 NVL 94GB"),
         ("A100-40GB", 40 * GIB, "A100 40GB"),
         ("a100 80gb", 80 * GIB, "A100 80GB"),
         ("Ascend-910B", 64 * GIB, "Ascend 910B 64GB"),
@@ -124,7 +128,7 @@ def test_every_table_device_is_named_by_its_key() -> None:
         (
             "V100",
             "device memory 'V100' is neither a size (e.g. 80GiB, 80GB) nor a known device "
-            "(H100, H100-PCIe, H200, B200, A100-40GB, A100-80GB, MI300X, Ascend-910B)",
+            "(H100, H100-PCIe, H100-NVL, H200, H200-NVL, B200, A100-40GB, A100-80GB, MI300X, Ascend-910B)",
         ),
     ],
 )
