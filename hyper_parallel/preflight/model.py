@@ -89,6 +89,9 @@ class ActivationCosts(NamedTuple):
     vocab: int
     #: Short note on what is left out, shown in the report (e.g. the vision tower of a VL model).
     note: str = ""
+    #: Width of the final hidden states the output projection reads (what the fused loss's gradient of
+    #: them and of the output weight take); 0 where the model does not say.
+    hidden: int = 0
 
 
 class ModelCosts(Protocol):

@@ -114,7 +114,10 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
         + (", compiled blocks" if "model" in est.compiled else "")
         + (f"; {est.note}" if est.note else ""),
         "fsdp buffers": f"gathered {est.compute_dtype} weights (root + 2 blocks), 1 block of gradients",
-        "logits": f"{est.compute_dtype} logits"
+        "logits": f"fused loss: {est.loss_chunk_tokens}-token chunks of float32 logits, the output "
+        "weight's float32 gradient, the hidden states' gradient"
+        if est.loss_chunk_tokens
+        else f"{est.compute_dtype} logits"
         + (
             " and their gradient (compiled loss: no float32 copy)"
             if "loss" in est.compiled

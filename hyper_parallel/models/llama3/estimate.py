@@ -84,7 +84,9 @@ class Llama3Costs:
         # token ids, final norm, output input, fp32 log-softmax of the (gathered) logits of seq - 1 tokens
         outside = 8 * tokens + (rms_norm_saved(d, p) // seq_split + p * d) * tokens + rope
         outside += 4 * a.vocab_size * work.batch * (work.seq - 1)
-        return ActivationCosts(blocks=(block,) * a.n_layers, outside=outside, vocab=a.vocab_size)
+        return ActivationCosts(
+            blocks=(block,) * a.n_layers, outside=outside, vocab=a.vocab_size, hidden=a.dim
+        )
 
     def flop_count(self, seq: int) -> FlopCount:
         a = self.args

@@ -176,7 +176,7 @@ class Qwen3_5Costs:
         rope = 2 * work.seq * rotary * 4
         outside = (8 + norm + p * d) * tokens + rope
         outside += 4 * a.vocab_size * work.batch * (work.seq - 1)
-        return ActivationCosts(blocks=tuple(blocks), outside=outside, vocab=a.vocab_size)
+        return ActivationCosts(blocks=tuple(blocks), outside=outside, vocab=a.vocab_size, hidden=a.dim)
 
     def flop_count(self, seq: int) -> FlopCount:
         a = self.args
