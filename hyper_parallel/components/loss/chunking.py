@@ -1,15 +1,15 @@
 """Whether a run's loss is the fused, chunked cross entropy, and with how many tokens a chunk: one decision
 that the resolver's refusals, the preflight's memory estimate and the trainer read alike.
 
-``loss.chunk_tokens`` (``CausalLMLoss.Config``): ``0`` keeps the whole ``tokens x vocab`` logits (the
-output projection in the model, the loss after it); a positive count fuses the projection into the loss
-and walks the tokens that many at a time (``_chunked.py``), refused where the trainer cannot do it; unset
-(``null``, the default) fuses with :data:`DEFAULT_CHUNK_TOKENS` wherever it can and keeps the whole
-logits elsewhere, and the training banner says which and why. Where it cannot: a model whose forward
-takes no loss head, a vision-language model (its trainer feeds images), tensor parallelism (the logits are
-sharded over the vocabulary), a pipeline (the last stage computes the loss from logits), and a compiled
-loss (``compile.components`` holding ``loss`` compiles the whole-logits loss, which inductor already
-fuses; the H200's compiled figures were measured with it).
+``loss.chunk_tokens`` (``CausalLMLoss.Config``): ``0`` keeps the whole ``tokens x vocab`` logits (the output
+projection in the model, the loss after it); a positive count fuses the projection into the loss and walks the
+tokens that many at a time (``_chunked.py``), refused where the trainer cannot do it; unset (``null``, the
+default) fuses with :data:`DEFAULT_CHUNK_TOKENS` wherever it can and keeps the whole logits elsewhere, and the
+training banner says which and why. Where it cannot: a model whose forward takes no loss head, a
+vision-language model (its trainer feeds images), tensor parallelism (the logits are sharded over the
+vocabulary), an NF4 output weight (QLoRA's ``quantize_embeddings``), a pipeline (the last stage computes the
+loss from logits), and a compiled loss (``compile.components`` holding ``loss`` compiles the whole-logits
+loss, which inductor already fuses; the H200's compiled figures were measured with it).
 
 Torch-free: imported by the config layer's rules and the preflight.
 """
@@ -45,6 +45,10 @@ def _blocker(cfg: Any, tp: int, pp: int) -> str | None:
         return f"tensor parallelism (tp {tp}) shards the logits over the vocabulary"
     if pp > 1:
         return f"pipeline parallelism (pp {pp}) computes the loss from the last stage's logits"
+    if getattr(cfg.peft, "quantize_embeddings", False):
+        return (
+            "the output weight is stored as NF4 (peft.quantize_embeddings), which only its own linear reads"
+        )
     if cfg.compile.enable and "loss" in cfg.compile.components:
         return "the compiled loss ('loss' in compile.components) takes the whole logits"
     return None
