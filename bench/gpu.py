@@ -52,6 +52,8 @@ class Variant(NamedTuple):
     compiled: bool
     sdpa: str  # "flash", "efficient" or "default"
     gdn: str  # "fla", "chunked" or "-" (no Gated DeltaNet)
+    #: "whole": the logits then the cross entropy; "fused": the fused, chunked loss (``loss.chunk_tokens``)
+    loss: str = "whole"
 
 
 def _fla_installed() -> bool:
@@ -64,16 +66,23 @@ def variants(family: str, *, cuda: bool, fla: bool, quick: bool = False) -> list
     """What is timed for ``family``: ours in each setting, then transformers' model (eager).
 
     ``quick`` (the device check's comparison, where the trainer's own runs measure compile): ours eager
-    with the default kernels beside transformers'.
+    with the default kernels beside transformers'. Otherwise ours also with the fused, chunked loss (eager,
+    and compiled blocks on CUDA): its peak memory and tokens/s against the whole logits'.
     """
     gdn = ["fla", "chunked"] if family == "qwen3_5" and fla else ["chunked" if family == "qwen3_5" else "-"]
     if not cuda:
-        return [Variant("ours", False, "default", gdn[-1]), Variant("transformers", False, "default", gdn[0])]
+        return [
+            Variant("ours", False, "default", gdn[-1]),
+            Variant("ours", False, "default", gdn[-1], "fused"),
+            Variant("transformers", False, "default", gdn[0]),
+        ]
     if quick:
         return [Variant("ours", False, "default", gdn[0]), Variant("transformers", False, "default", gdn[0])]
     found = [Variant("ours", False, "flash", gdn[0]), Variant("ours", False, "efficient", gdn[0])]
     found += [Variant("ours", False, "flash", g) for g in gdn[1:]]
+    found.append(Variant("ours", False, "flash", gdn[0], "fused"))
     found.append(Variant("ours", True, "flash", gdn[0]))
+    found.append(Variant("ours", True, "flash", gdn[0], "fused"))
     found.append(Variant("transformers", False, "flash", gdn[0]))
     return found
 
@@ -125,12 +134,20 @@ def _prepare(model: Any, device: Any, mesh: Any, compiled: bool) -> Any:
     return model
 
 
-def _train_step(model: Any, optimizer: Any, tokens: Any) -> None:
+def _train_step(model: Any, optimizer: Any, tokens: Any, fused: bool = False) -> None:
     import torch.nn.functional as F
 
-    out = model(tokens)
-    logits = out.logits if hasattr(out, "logits") else out
-    loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten())
+    if fused:  # the trainer's fused loss: the model hands its hidden states and output weight to it
+        from hyper_parallel.components.loss._chunked import ChunkedLinearCrossEntropy
+        from hyper_parallel.components.loss._runtime import CausalLMLossFn
+        from hyper_parallel.components.loss.chunking import DEFAULT_CHUNK_TOKENS
+
+        head = ChunkedLinearCrossEntropy(CausalLMLossFn(), tokens, DEFAULT_CHUNK_TOKENS)
+        loss = model(tokens, head=head) / (tokens.numel() - tokens.shape[0])
+    else:
+        out = model(tokens)
+        logits = out.logits if hasattr(out, "logits") else out
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten())
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -143,8 +160,9 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def _estimate(family: str, overrides: dict[str, Any], seq: int, batch: int) -> Any:
-    """The preflight's estimate of this step (one rank, bf16, no activation checkpointing)."""
+def _estimate(family: str, overrides: dict[str, Any], seq: int, batch: int, fused: bool = False) -> Any:
+    """The preflight's estimate of this step (one rank, bf16, no activation checkpointing; the whole logits
+    or the fused loss)."""
     from hyper_parallel.config import load_config
     from hyper_parallel.preflight import estimate
 
@@ -157,6 +175,7 @@ def _estimate(family: str, overrides: dict[str, Any], seq: int, batch: int) -> A
             "training.global_batch_size": batch,
             "training.mixed_precision_param": "bfloat16",
             "activation_checkpoint.mode": "none",
+            "loss.chunk_tokens": None if fused else 0,
         },
     )
     return estimate(cfg, 1)
@@ -177,12 +196,12 @@ def _measure(
         torch.cuda.reset_peak_memory_stats(device)
     with _sdpa(variant.sdpa):
         for _ in range(warmup):
-            _train_step(model, optimizer, tokens)
+            _train_step(model, optimizer, tokens, variant.loss == "fused")
         _sync(device)
         times = []
         for _ in range(steps):
             start = time.perf_counter()
-            _train_step(model, optimizer, tokens)
+            _train_step(model, optimizer, tokens, variant.loss == "fused")
             _sync(device)
             times.append(time.perf_counter() - start)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
@@ -295,7 +314,8 @@ def _run(
         if family == "qwen3_5" and not tiny:
             overrides = qwen3_5_0_8b_overrides()
         ours, theirs, args = _pair(family, overrides)
-        est = _estimate(family, overrides, seq, batch)
+        estimates = {fused: _estimate(family, overrides, seq, batch, fused) for fused in (False, True)}
+        est = estimates[False]
         flops_per_token = est.flops_per_token if est is not None else None
         causal_per_token = est.causal_flops_per_token if est is not None else None
         generator = torch.Generator().manual_seed(1)
@@ -320,7 +340,9 @@ def _run(
                     "peak_memory_gib": None
                     if measured["peak_memory_bytes"] is None
                     else measured["peak_memory_bytes"] / 2**30,
-                    "preflight_memory_gib": None if est is None else est.device_total / 2**30,
+                    "preflight_memory_gib": None
+                    if estimates[variant.loss == "fused"] is None
+                    else estimates[variant.loss == "fused"].device_total / 2**30,
                 }
             )
             print(_format_row(rows[-1]), flush=True)
@@ -347,8 +369,9 @@ def _shown(value: float | None, spec: str) -> str:
 
 def _format_row(row: dict[str, Any]) -> str:
     setting = f"{'compiled' if row['compiled'] else 'eager'}, sdpa {row['sdpa']}, gdn {row['gdn']}"
+    setting += ", fused loss" if row["loss"] == "fused" else ""
     return (
-        f"| {row['model']:<13} | {row['implementation']:<12} | {setting:<36} "
+        f"| {row['model']:<13} | {row['implementation']:<12} | {setting:<48} "
         f"| {row['tokens_per_second']:>10,.0f} "
         f"| {_shown(row['tflops'], '.3g'):>7} | {_shown(row['mfu'], '.1f'):>5} "
         f"| {_shown(row['mfu_causal'], '.1f'):>6} | {_shown(row['peak_memory_gib'], '.3g'):>8} "
@@ -357,9 +380,11 @@ def _format_row(row: dict[str, Any]) -> str:
 
 
 _HEADER = (
-    "| model         | impl         | setting                              |   tokens/s |  TFLOPs |  MFU% "
+    "| model         | impl         | setting                                          |   tokens/s "
+    "|  TFLOPs |  MFU% "
     "| causal | peak GiB | preflight |\n"
-    "|---------------|--------------|--------------------------------------|-----------:|--------:|------:"
+    "|---------------|--------------|--------------------------------------------------|-----------:"
+    "|--------:|------:"
     "|-------:|---------:|----------:|"
 )
 
