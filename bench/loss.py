@@ -60,7 +60,7 @@ def _one(path: str, args: argparse.Namespace) -> dict[str, Any]:
             )
         else:
             total, _ = loss.sum_and_count(hidden @ weight.t(), labels)
-        total.backward()
+        total.backward()  # type: ignore[no-untyped-call]
         hidden.grad = None
         weight.grad = None
         if device.type == "cuda":
