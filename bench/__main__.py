@@ -1,4 +1,4 @@
-"""``python -m bench``: the config layer (bench.run); models, train, data, gpu, lora, loss: bench.<that name>."""
+"""``python -m bench``: the config layer (bench.run); models, train, data, gpu, lora, loss: bench.<name>."""
 
 import sys
 
