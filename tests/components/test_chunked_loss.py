@@ -103,9 +103,11 @@ def test_without_gradients_only_the_loss_is_computed() -> None:
     torch.testing.assert_close(total, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_the_trainer_with_the_fused_loss_takes_the_same_steps_as_with_the_whole_logits() -> None:
+@pytest.mark.parametrize("model", ["llama3", "qwen3_5", "qwen3_5_moe"])
+def test_the_trainer_with_the_fused_loss_takes_the_same_steps_as_with_the_whole_logits(model: str) -> None:
     """``loss.chunk_tokens`` read by the trainer: chunks of 7 tokens (uneven) against the whole logits,
-    smoothing and z-loss on, two micro batches a step: the same losses and gradient norms."""
+    smoothing and z-loss on, two micro batches a step: the same losses and gradient norms, for every text
+    model family (Qwen 3.5's tied output weight, the MoE model's balance loss beside it)."""
     runs = {}
     for chunk in ("7", "0"):
         overrides = {
@@ -114,7 +116,7 @@ def test_the_trainer_with_the_fused_loss_takes_the_same_steps_as_with_the_whole_
             "loss.z_loss_weight": "0.001",
             "training.max_steps": "2",
         }
-        trainer = LLMTrainer(tiny_config("llama3", overrides))
+        trainer = LLMTrainer(tiny_config(model, overrides))
         try:
             assert trainer.loss_chunking.tokens == int(chunk)
             runs[chunk] = trainer.train()
