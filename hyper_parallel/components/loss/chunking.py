@@ -56,7 +56,9 @@ def _blocker(cfg: Any, tp: int, pp: int) -> str | None:
 
 def loss_chunking(cfg: Any, tp: int = 1, pp: int = 1) -> LossChunking:
     """The loss of ``cfg`` (a ``TrainerConfig``) at tensor and pipeline degrees ``tp`` and ``pp``."""
-    stated = getattr(cfg.loss, "chunk_tokens", 0)
+    if not hasattr(cfg.loss, "chunk_tokens"):
+        return LossChunking(0, f"{type(cfg.loss).__qualname__} has no chunk_tokens")
+    stated = cfg.loss.chunk_tokens
     if stated == 0:
         return LossChunking(0, "loss.chunk_tokens is 0")
     blocker = _blocker(cfg, tp, pp)
