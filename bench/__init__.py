@@ -6,6 +6,8 @@
 - ``python -m bench models``: our model modules against transformers' (same weights), speed and memory;
 - ``python -m bench train``: the trainer's throughput against a minimal hand-written PyTorch loop;
 - ``python -m bench lora``: LoRA and QLoRA steps against a full fine-tuning step, and their memory;
+- ``python -m bench loss``: the fused, chunked cross entropy against the whole-logits loss, peak memory and
+  time of the projection plus the loss;
 - ``python -m bench data``: prepared data's memory, start-up, prepare throughput and loader share of a step;
 - ``python -m bench gpu`` (``bench.gpu``): training speed, MFU and memory on one accelerator, and
   ``python -m bench gpu --check`` (``bench.gpu_check``): every device check in one call; both take the

@@ -1,4 +1,4 @@
-"""``python -m bench``: the config layer (bench.run); models, train, data, gpu, lora: bench.<that name>."""
+"""``python -m bench``: the config layer (bench.run); models, train, data, gpu, lora, loss: bench.<name>."""
 
 import sys
 
@@ -19,6 +19,11 @@ if sys.argv[1:2] == ["lora"]:
     from bench.lora import main as lora_main
 
     sys.exit(lora_main(sys.argv[2:]))
+
+if sys.argv[1:2] == ["loss"]:
+    from bench.loss import main as loss_main
+
+    sys.exit(loss_main(sys.argv[2:]))
 
 if sys.argv[1:2] == ["data"]:
     from bench.data import main as data_main

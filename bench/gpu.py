@@ -4,8 +4,10 @@ Meant for the first machine with a GPU (nothing of the runtime had run on one be
 minutes on one CUDA device it measures, for Llama 3 at about 1B parameters (Llama 3.2 1B's shape) and
 Qwen 3.5 0.8B:
 
-- training tokens/s and MFU (the preflight's FLOPs per token against the device's dense bf16 peak from
-  ``hyper_parallel.preflight.devices``) of a plain training step (forward, cross entropy, backward, AdamW)
+- training tokens/s and MFU (the preflight's FLOPs per token, in TorchTitan's convention of
+  ``hyper_parallel.preflight.flops``, against the device's dense bf16 peak from
+  ``hyper_parallel.preflight.devices``; beside it the causal MFU, attention term halved) of a plain
+  training step (forward, cross entropy, backward, AdamW)
   with the model under FSDP2 on a one-device mesh, bf16 parameters and fp32 gradient reduction, as the
   trainer runs it; with ``torch.compile`` of each block off and on, and with SDPA limited to the flash or
   the memory-efficient kernel; for Qwen 3.5 with flash-linear-attention's Gated DeltaNet kernels when
@@ -50,6 +52,8 @@ class Variant(NamedTuple):
     compiled: bool
     sdpa: str  # "flash", "efficient" or "default"
     gdn: str  # "fla", "chunked" or "-" (no Gated DeltaNet)
+    #: "whole": the logits then the cross entropy; "fused": the fused, chunked loss (``loss.chunk_tokens``)
+    loss: str = "whole"
 
 
 def _fla_installed() -> bool:
@@ -62,16 +66,23 @@ def variants(family: str, *, cuda: bool, fla: bool, quick: bool = False) -> list
     """What is timed for ``family``: ours in each setting, then transformers' model (eager).
 
     ``quick`` (the device check's comparison, where the trainer's own runs measure compile): ours eager
-    with the default kernels beside transformers'.
+    with the default kernels beside transformers'. Otherwise ours also with the fused, chunked loss (eager,
+    and compiled blocks on CUDA): its peak memory and tokens/s against the whole logits'.
     """
     gdn = ["fla", "chunked"] if family == "qwen3_5" and fla else ["chunked" if family == "qwen3_5" else "-"]
     if not cuda:
-        return [Variant("ours", False, "default", gdn[-1]), Variant("transformers", False, "default", gdn[0])]
+        return [
+            Variant("ours", False, "default", gdn[-1]),
+            Variant("ours", False, "default", gdn[-1], "fused"),
+            Variant("transformers", False, "default", gdn[0]),
+        ]
     if quick:
         return [Variant("ours", False, "default", gdn[0]), Variant("transformers", False, "default", gdn[0])]
     found = [Variant("ours", False, "flash", gdn[0]), Variant("ours", False, "efficient", gdn[0])]
     found += [Variant("ours", False, "flash", g) for g in gdn[1:]]
+    found.append(Variant("ours", False, "flash", gdn[0], "fused"))
     found.append(Variant("ours", True, "flash", gdn[0]))
+    found.append(Variant("ours", True, "flash", gdn[0], "fused"))
     found.append(Variant("transformers", False, "flash", gdn[0]))
     return found
 
@@ -123,12 +134,20 @@ def _prepare(model: Any, device: Any, mesh: Any, compiled: bool) -> Any:
     return model
 
 
-def _train_step(model: Any, optimizer: Any, tokens: Any) -> None:
+def _train_step(model: Any, optimizer: Any, tokens: Any, fused: bool = False) -> None:
     import torch.nn.functional as F
 
-    out = model(tokens)
-    logits = out.logits if hasattr(out, "logits") else out
-    loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten())
+    if fused:  # the trainer's fused loss: the model hands its hidden states and output weight to it
+        from hyper_parallel.components.loss._chunked import ChunkedLinearCrossEntropy
+        from hyper_parallel.components.loss._runtime import CausalLMLossFn
+        from hyper_parallel.components.loss.chunking import DEFAULT_CHUNK_TOKENS
+
+        head = ChunkedLinearCrossEntropy(CausalLMLossFn(), tokens, DEFAULT_CHUNK_TOKENS)
+        loss = model(tokens, head=head) / (tokens.numel() - tokens.shape[0])
+    else:
+        out = model(tokens)
+        logits = out.logits if hasattr(out, "logits") else out
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten())
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -141,8 +160,9 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def _estimate(family: str, overrides: dict[str, Any], seq: int, batch: int) -> Any:
-    """The preflight's estimate of this step (one rank, bf16, no activation checkpointing)."""
+def _estimate(family: str, overrides: dict[str, Any], seq: int, batch: int, fused: bool = False) -> Any:
+    """The preflight's estimate of this step (one rank, bf16, no activation checkpointing; the whole logits
+    or the fused loss)."""
     from hyper_parallel.config import load_config
     from hyper_parallel.preflight import estimate
 
@@ -155,6 +175,7 @@ def _estimate(family: str, overrides: dict[str, Any], seq: int, batch: int) -> A
             "training.global_batch_size": batch,
             "training.mixed_precision_param": "bfloat16",
             "activation_checkpoint.mode": "none",
+            "loss.chunk_tokens": None if fused else 0,
         },
     )
     return estimate(cfg, 1)
@@ -175,12 +196,12 @@ def _measure(
         torch.cuda.reset_peak_memory_stats(device)
     with _sdpa(variant.sdpa):
         for _ in range(warmup):
-            _train_step(model, optimizer, tokens)
+            _train_step(model, optimizer, tokens, variant.loss == "fused")
         _sync(device)
         times = []
         for _ in range(steps):
             start = time.perf_counter()
-            _train_step(model, optimizer, tokens)
+            _train_step(model, optimizer, tokens, variant.loss == "fused")
             _sync(device)
             times.append(time.perf_counter() - start)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
@@ -278,6 +299,7 @@ def _run(
     from bench.model_shapes import FULL_MODELS, TINY_MODELS, qwen3_5_0_8b_overrides
     from bench.models import _pair
     from hyper_parallel.preflight.devices import peak_flops
+    from hyper_parallel.preflight.flops import CONVENTION, mfu
 
     cuda = device.type == "cuda"
     device_name = torch.cuda.get_device_name(device) if cuda else platform.processor() or "cpu"
@@ -292,8 +314,10 @@ def _run(
         if family == "qwen3_5" and not tiny:
             overrides = qwen3_5_0_8b_overrides()
         ours, theirs, args = _pair(family, overrides)
-        est = _estimate(family, overrides, seq, batch)
+        estimates = {fused: _estimate(family, overrides, seq, batch, fused) for fused in (False, True)}
+        est = estimates[False]
         flops_per_token = est.flops_per_token if est is not None else None
+        causal_per_token = est.causal_flops_per_token if est is not None else None
         generator = torch.Generator().manual_seed(1)
         tokens = torch.randint(0, args.vocab_size, (batch, seq), generator=generator).to(device)
         for variant in variants(family, cuda=cuda, fla=fla, quick=quick):
@@ -309,11 +333,16 @@ def _run(
                     "batch": batch,
                     "tokens_per_second": tokens_per_second,
                     "tflops": tflops,
-                    "mfu": None if tflops is None or peak is None else 100 * tflops * 1e12 / peak,
+                    "mfu": mfu(None if tflops is None else tflops * 1e12, peak),
+                    "mfu_causal": mfu(
+                        None if causal_per_token is None else causal_per_token * tokens_per_second, peak
+                    ),
                     "peak_memory_gib": None
                     if measured["peak_memory_bytes"] is None
                     else measured["peak_memory_bytes"] / 2**30,
-                    "preflight_memory_gib": None if est is None else est.device_total / 2**30,
+                    "preflight_memory_gib": None
+                    if estimates[variant.loss == "fused"] is None
+                    else estimates[variant.loss == "fused"].device_total / 2**30,
                 }
             )
             print(_format_row(rows[-1]), flush=True)
@@ -323,6 +352,7 @@ def _run(
     return {
         "device": device_name,
         "peak_tflops_bf16": None if peak is None else peak / 1e12,
+        "flops_convention": CONVENTION,
         "torch": torch.__version__,
         "fla_installed": _fla_installed(),
         "tiny": tiny,
@@ -339,19 +369,23 @@ def _shown(value: float | None, spec: str) -> str:
 
 def _format_row(row: dict[str, Any]) -> str:
     setting = f"{'compiled' if row['compiled'] else 'eager'}, sdpa {row['sdpa']}, gdn {row['gdn']}"
+    setting += ", fused loss" if row["loss"] == "fused" else ""
     return (
-        f"| {row['model']:<13} | {row['implementation']:<12} | {setting:<36} "
+        f"| {row['model']:<13} | {row['implementation']:<12} | {setting:<48} "
         f"| {row['tokens_per_second']:>10,.0f} "
         f"| {_shown(row['tflops'], '.3g'):>7} | {_shown(row['mfu'], '.1f'):>5} "
-        f"| {_shown(row['peak_memory_gib'], '.3g'):>8} | {_shown(row['preflight_memory_gib'], '.3g'):>9} |"
+        f"| {_shown(row['mfu_causal'], '.1f'):>6} | {_shown(row['peak_memory_gib'], '.3g'):>8} "
+        f"| {_shown(row['preflight_memory_gib'], '.3g'):>9} |"
     )
 
 
 _HEADER = (
-    "| model         | impl         | setting                              |   tokens/s |  TFLOPs |  MFU% "
-    "| peak GiB | preflight |\n"
-    "|---------------|--------------|--------------------------------------|-----------:|--------:|------:"
-    "|---------:|----------:|"
+    "| model         | impl         | setting                                          |   tokens/s "
+    "|  TFLOPs |  MFU% "
+    "| causal | peak GiB | preflight |\n"
+    "|---------------|--------------|--------------------------------------------------|-----------:"
+    "|--------:|------:"
+    "|-------:|---------:|----------:|"
 )
 
 
@@ -414,6 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     for row in results["kernels"]:
         print(_format_kernel(row))
     peak = results["peak_tflops_bf16"]
+    print(
+        f"TFLOPs and MFU: {results['flops_convention']}; 'causal': MFU of the causal count (attention "
+        "term halved, as Megatron counts it)"
+    )
     print(
         f"device {results['device']} (bf16 peak {_shown(peak, '.1f')} TFLOP/s), torch {results['torch']}, "
         f"fla {'installed' if results['fla_installed'] else 'not installed'}; {results['seconds']:.0f} s"

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.model_shapes import TINY_MODELS
+from hyper_parallel.preflight.flops import CONVENTION
 
 __all__ = ["BF16_DRIFT", "BF16_TOLERANCE", "attention_times", "main", "median_ms"]
 
@@ -544,6 +545,7 @@ def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET, parts: tuple[st
             "torch": torch.__version__,
             "tiny": tiny,
             "seconds": round(time.perf_counter() - started, 1),
+            "flops_convention": CONVENTION,
             "rows": rows,
         }
         (out / "check.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
@@ -572,6 +574,7 @@ def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET, parts: tuple[st
             rows.extend(_speed_rows(out, tiny, compiled=True))
         write()
     failed = [r for r in rows if not r["ok"]]
+    print(f"MFU: {CONVENTION}")
     print(
         f"{len(rows) - len(failed)}/{len(rows)} passed in {time.perf_counter() - started:.0f} s; "
         f"wrote {out / 'check.json'}"

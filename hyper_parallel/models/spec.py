@@ -50,6 +50,12 @@ class ModelArgs(ConfigBase):
         """Why ``torch.compile`` of the blocks with ``backend`` cannot run yet; ``None`` when it can."""
         return None
 
+    def fuses_loss_head(self) -> bool:
+        """Whether the model's forward takes a ``head`` that replaces its output projection (the fused,
+        chunked cross entropy of ``loss.chunk_tokens`` is handed the final hidden states and the output
+        weight); False unless a model says so."""
+        return False
+
     def block_linear_names(self) -> frozenset[str] | None:
         """The last names of the linear layers in the transformer blocks (what ``peft.targets`` may
         name); ``None`` when the arguments do not say."""

@@ -28,14 +28,19 @@ class Device(NamedTuple):
     peak_flops_fp32: float | None = None
 
 
-#: Memory as the driver reports it (nvidia-smi / npu-smi totals; B200 and MI300X: the nominal size); peaks
-#: are the vendors' dense (no sparsity) figures for the SXM/OAM parts. Ascend 910B comes in variants of
+#: Memory as the driver reports it (nvidia-smi / npu-smi totals; B200 and MI300X: the nominal size); peaks are
+#: the vendors' dense (no sparsity) figures for the SXM/OAM parts, and for the NVL (PCIe card) parts their
+#: own: NVIDIA's H100 and H200 product pages list H100 NVL and H200 NVL at 1,671 TFLOPS BF16 with 2:4 sparsity
+#: (835.5 dense) and 60 TFLOPS FP32, against the SXM parts' 1,979 (989.4 dense) and 67; H100 NVL holds 94 GB
+#: (95,830 MiB as the driver reports it), H200 NVL 141 GB like H200 SXM. Ascend 910B comes in variants of
 #: different clocks (910B1 to 910B4); the figure is the commonly quoted 910B fp16 peak: give
 #: ``training.peak_tflops`` for another.
 DEVICES: dict[str, Device] = {
     "H100": Device("H100 80GB", 81_559 * _MIB, 989.4e12, 66.9e12),
     "H100-PCIe": Device("H100 PCIe 80GB", 81_559 * _MIB, 756.5e12, 51.2e12),
+    "H100-NVL": Device("H100 NVL 94GB", 95_830 * _MIB, 835.5e12, 60e12),
     "H200": Device("H200 141GB", 143_771 * _MIB, 989.4e12, 66.9e12),
+    "H200-NVL": Device("H200 NVL 141GB", 143_771 * _MIB, 835.5e12, 60e12),
     "B200": Device("B200 180GB", 180 * 1024 * _MIB, 2250e12),
     "A100-40GB": Device("A100 40GB", 40_960 * _MIB, 312e12, 19.5e12),
     "A100-80GB": Device("A100 80GB", 81_920 * _MIB, 312e12, 19.5e12),
@@ -45,7 +50,9 @@ DEVICES: dict[str, Device] = {
 #: Parts of the driver's device name (lower case, no punctuation) -> the table entry; the first match wins.
 _DRIVER_NAMES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("h100", "pcie"), "H100-PCIe"),
+    (("h100", "nvl"), "H100-NVL"),
     (("h100",), "H100"),
+    (("h200", "nvl"), "H200-NVL"),
     (("h200",), "H200"),
     (("b200",), "B200"),
     (("a100", "40gb"), "A100-40GB"),
@@ -56,7 +63,9 @@ _DRIVER_NAMES: tuple[tuple[tuple[str, ...], str], ...] = (
 _ALIASES = {
     "h10080gb": "H100",
     "h100pcie80gb": "H100-PCIe",
+    "h100nvl94gb": "H100-NVL",
     "h200141gb": "H200",
+    "h200nvl141gb": "H200-NVL",
     "b200180gb": "B200",
     "mi300x192gb": "MI300X",
     "a10040gb": "A100-40GB",

@@ -22,6 +22,7 @@ With ``peft`` (LoRA) only the adapters have gradients and optimizer states; the 
 import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from hyper_parallel.components.loss.chunking import loss_chunking
 from hyper_parallel.preflight.model import (
     ActivationCosts,
     BlockActivations,
@@ -47,6 +48,15 @@ def logits_bytes(compute: int, compiled_loss: bool) -> int:
     eager and compiled; ``python -m bench gpu --check``): the totals within 10%.
     """
     return 2 * compute if compiled_loss else compute + 8
+
+
+def fused_loss_bytes(tokens: int, vocab: int, hidden: int, compute: int, chunk: int) -> int:
+    """Bytes of the fused, chunked loss at its peak (``components/loss/_chunked.py``), ``compute`` the
+    bytes of the compute dtype: one chunk's float32 logits, the float32 temporary of their log-sum-exp
+    and their gradient in the compute dtype (the same tensor in float32), the float32 accumulator of the
+    output weight's gradient and the gradient of the hidden states; no ``tokens x vocab`` tensor."""
+    chunk_bytes = min(chunk, tokens) * vocab * (8 + (compute if compute < 4 else 0))
+    return chunk_bytes + 4 * vocab * hidden + compute * tokens * hidden
 
 
 class Layout(NamedTuple):
@@ -88,12 +98,17 @@ class Estimate(NamedTuple):
     params_active: int
     #: Bytes per rank, in report order: parameters, gradients, optimizer, activations, fsdp buffers, logits.
     terms: dict[str, int]
+    #: Model FLOPs per token of what trains (``preflight/flops.py``: TorchTitan's convention) and the same
+    #: with the attention term halved (the causal count, printed beside it).
     flops_per_token: int
+    causal_flops_per_token: int
     note: str = ""
     #: Bytes each rank sends in the experts' all-to-alls over one optimizer step (0 without ``ep``).
     all_to_all_bytes: int = 0
     #: What ``torch.compile`` covers (``compile.components`` when enabled): "model", "loss".
     compiled: tuple[str, ...] = ()
+    #: Tokens per chunk of the fused loss (``loss.chunk_tokens``); 0: the whole logits.
+    loss_chunk_tokens: int = 0
     #: The parameter-efficient method (``"LoRA rank 8"``); empty when every parameter trains.
     peft: str = ""
     #: Parameter elements that train (with ``peft``: the adapters) and frozen ones (the base model), of
@@ -129,7 +144,8 @@ class Estimate(NamedTuple):
 
     @property
     def flops_per_step(self) -> int:
-        """Model FLOPs of one optimizer step over all ranks (forward and backward, no recomputation)."""
+        """Model FLOPs of one optimizer step over all ranks (forward and backward, in the convention of
+        ``preflight/flops.py``: attention counted whole, no recomputation)."""
         return self.flops_per_token * self.global_batch * self.seq
 
 
@@ -280,6 +296,7 @@ def evaluate(cfg: "RunConfig", costs: ModelCosts, layout: Layout, world_size_kno
     tokens = layout.micro_batch * training.seq_len // deg["cp"]
     compiled_blocks = cfg.compile.enable and "model" in cfg.compile.components
     compiled_loss = cfg.compile.enable and "loss" in cfg.compile.components
+    chunk = loss_chunking(cfg, tp, pp).tokens
     terms = {
         "parameters": 4 * local + frozen,
         "gradients": 4 * grads,
@@ -295,8 +312,11 @@ def evaluate(cfg: "RunConfig", costs: ModelCosts, layout: Layout, world_size_kno
             n_layers,
             compiled_blocks,
         ),
-        "logits": tokens * acts.vocab * logits_bytes(p, compiled_loss),
+        "logits": fused_loss_bytes(tokens, acts.vocab, acts.hidden, p, chunk)
+        if chunk
+        else tokens * acts.vocab * logits_bytes(p, compiled_loss),
     }
+    flops = costs.flop_count(training.seq_len)
     return Estimate(
         model=cfg.model.title(),
         layout=layout,
@@ -312,10 +332,12 @@ def evaluate(cfg: "RunConfig", costs: ModelCosts, layout: Layout, world_size_kno
         params_total=sum(by_kind.values()),
         params_active=active,
         terms=terms,
-        flops_per_token=_trained_flops(costs.flops_per_token(training.seq_len), held.groups),
+        flops_per_token=_trained_flops(flops.total, held.groups),
+        causal_flops_per_token=_trained_flops(flops.causal, held.groups),
         note=acts.note,
         all_to_all_bytes=_all_to_all_bytes(cfg, costs, layout, p, tokens),
         compiled=tuple(cfg.compile.components) if cfg.compile.enable else (),
+        loss_chunk_tokens=chunk,
         peft=held.method,
         trainable=held.elements("trained"),
         frozen=held.elements("frozen", "nf4"),

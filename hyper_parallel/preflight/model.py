@@ -8,6 +8,8 @@ preflight package needs no model names and never imports torch.
 from collections.abc import Sequence
 from typing import Literal, NamedTuple, Protocol
 
+from hyper_parallel.preflight.flops import FlopCount
+
 __all__ = ["ActivationCosts", "BlockActivations", "ModelCosts", "ParamGroup", "Workload", "parameter_total"]
 
 #: Layer types a parameter is reported under.
@@ -87,6 +89,9 @@ class ActivationCosts(NamedTuple):
     vocab: int
     #: Short note on what is left out, shown in the report (e.g. the vision tower of a VL model).
     note: str = ""
+    #: Width of the final hidden states the output projection reads (what the fused loss's gradient of
+    #: them and of the output weight take); 0 where the model does not say.
+    hidden: int = 0
 
 
 class ModelCosts(Protocol):
@@ -100,8 +105,9 @@ class ModelCosts(Protocol):
         """Bytes saved for backward on one rank for one micro batch of ``work``."""
         ...
 
-    def flops_per_token(self, seq: int) -> int:
-        """Model FLOPs of forward plus backward per token at sequence length ``seq`` (no recomputation)."""
+    def flop_count(self, seq: int) -> FlopCount:
+        """Model FLOPs of forward plus backward per token at sequence length ``seq``, in the convention of
+        :mod:`hyper_parallel.preflight.flops` (TorchTitan's)."""
         ...
 
     def tp_degrees(self) -> Sequence[int]:

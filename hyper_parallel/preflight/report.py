@@ -2,6 +2,7 @@
 
 from hyper_parallel.preflight.devices import Device
 from hyper_parallel.preflight.estimate import Estimate
+from hyper_parallel.preflight.flops import CAUSAL_CONVENTION, CONVENTION
 
 __all__ = ["exact_count", "format_report", "human_bytes", "human_count", "human_flops"]
 
@@ -113,7 +114,10 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
         + (", compiled blocks" if "model" in est.compiled else "")
         + (f"; {est.note}" if est.note else ""),
         "fsdp buffers": f"gathered {est.compute_dtype} weights (root + 2 blocks), 1 block of gradients",
-        "logits": f"{est.compute_dtype} logits"
+        "logits": f"fused loss: {est.loss_chunk_tokens}-token chunks of float32 logits, the output "
+        "weight's float32 gradient, the hidden states' gradient"
+        if est.loss_chunk_tokens
+        else f"{est.compute_dtype} logits"
         + (
             " and their gradient (compiled loss: no float32 copy)"
             if "loss" in est.compiled
@@ -139,6 +143,9 @@ def format_report(est: Estimate, device: Device | None = None) -> str:
     if device is not None and device.peak_flops:
         compute += f" = {per_rank / device.peak_flops:.3g} s at {human_flops(device.peak_flops)}/s peak"
     lines.append(compute)
+    lines.append(
+        f"              {CONVENTION}; {CAUSAL_CONVENTION} {human_flops(est.causal_flops_per_token)}/token"
+    )
     if est.all_to_all_bytes:
         lines.append(
             f"  all-to-all  {human_bytes(est.all_to_all_bytes)}/rank/step sent by the experts' dispatch and "

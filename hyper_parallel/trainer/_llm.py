@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -42,11 +43,13 @@ class LLMTrainer(Trainer):
             return {"document_ids": ids}
         return {}
 
-    def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Logits of the token ids; packed documents stay apart when the batch says where they are."""
+    def forward(self, batch: Mapping[str, torch.Tensor], head: Any = None) -> torch.Tensor:
+        """Logits of the token ids; packed documents stay apart when the batch says where they are. With
+        ``head`` (the fused loss) the model hands it its final hidden states instead of projecting them."""
         documents = batch.get("document_ids")
+        extra: dict[str, Any] = {} if head is None else {"head": head}
         if documents is None:
-            logits: torch.Tensor = self.model(batch["input_ids"])
+            logits: torch.Tensor = self.model(batch["input_ids"], **extra)
         else:
-            logits = self.model(batch["input_ids"], document_ids=documents)
+            logits = self.model(batch["input_ids"], document_ids=documents, **extra)
         return logits

@@ -51,6 +51,7 @@ from hyper_parallel._checks import counted
 from hyper_parallel._dtypes import torch_dtype
 from hyper_parallel.components.checkpoint import CheckpointNotResumableError
 from hyper_parallel.components.dataloader import LoaderRequest
+from hyper_parallel.components.loss.chunking import loss_chunking
 from hyper_parallel.config import dump_config, validate
 from hyper_parallel.parallel.parallel_dims import ParallelDims
 from hyper_parallel.parallel.process_group import (
@@ -304,6 +305,7 @@ class Trainer:
                 fullgraph=config.compile.fullgraph,
             )
         self.ignore_index = int(getattr(config.loss, "ignore_index", -100))
+        self.loss_chunking = loss_chunking(config, self.dims.tp, self.dims.pp)
         if self.pipeline is not None:
             self.pipeline.sum_and_count = self._sum_and_count
 
@@ -470,7 +472,8 @@ class Trainer:
     def _flops_per_step(self) -> float | None:
         """Model FLOPs of one optimizer step on this rank: the preflight's count per token, never recounted.
 
-        The whole step's tokens times the FLOPs per token (forward and backward, no recomputation), shared
+        The whole step's tokens times the FLOPs per token (forward and backward, in TorchTitan's convention:
+        ``hyper_parallel.preflight.flops``), shared
         evenly by the ranks (data, tensor and pipeline parallelism each divide the work); None when the
         model's arguments offer no cost model.
         """
@@ -480,7 +483,7 @@ class Trainer:
         if costs is None:
             return None
         training = self.config.training
-        per_token = costs.flops_per_token(training.seq_len)
+        per_token = costs.flop_count(training.seq_len).total
         return float(per_token) * training.global_batch_size * training.seq_len / self.env.world_size
 
     def _peak_flops(self) -> tuple[float | None, str]:
@@ -517,9 +520,27 @@ class Trainer:
         return {}
 
     # -- one step --------------------------------------------------------------------------------------
-    def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Logits ``[batch, seq, vocab]`` of one micro-batch (subclasses say which inputs the model takes)."""
+    def forward(self, batch: Mapping[str, torch.Tensor], head: Any = None) -> torch.Tensor:
+        """Logits ``[batch, seq, vocab]`` of one micro-batch (subclasses say which inputs the model takes);
+        with ``head``, what the model's forward returns from it in place of the output projection."""
         raise NotImplementedError
+
+    def micro_batch_loss(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed loss of one micro-batch and its counted tokens: the model's logits, then the loss; or,
+        with the fused loss (``loss.chunk_tokens``, ``components/loss/chunking.py``), the model's forward
+        handing its final hidden states and output weight to it, chunk by chunk."""
+        chunk = self.loss_chunking.tokens
+        if chunk:
+            from hyper_parallel.components.loss._chunked import ChunkedLinearCrossEntropy
+
+            head = ChunkedLinearCrossEntropy(self.loss_fn, batch["labels"], chunk)
+            with self.autocast():
+                total = self.forward(batch, head=head)
+            return total, self.loss_fn.count_tokens(batch["labels"])
+        with self.autocast():
+            logits = self.forward(batch)
+        total, count = self._sum_and_count(logits, batch["labels"])
+        return total, count
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The context the model computes in, training and validating alike: ``torch.autocast`` to
@@ -576,16 +597,14 @@ class Trainer:
             last = index == len(batches) - 1
             if self.fsdp and len(batches) > 1:
                 self.model.set_requires_gradient_sync(last)  # type: ignore[operator]
-            with self.autocast():
-                logits = self.forward(batch)
-            total, count = self._sum_and_count(logits, batch["labels"])
+            total, count = self.micro_batch_loss(batch)
             if token_weighted:
                 loss = total * self.dims.dp_size / global_tokens
             else:
                 loss = total / count.clamp(min=1) / len(batches)
             if moe is not None:  # the load-balancing loss, added as transformers adds it (per micro-batch)
                 loss = loss + moe.balance_loss(len(batches))
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             loss_sum += loss.detach().float()
         if self.pipeline is not None:
             loss_sum = self._pipeline_steps(batches, token_weighted, global_tokens)
@@ -910,8 +929,19 @@ class Trainer:
             if peak is not None
             else f"mfu not computed ({self._peak_source})"
         )
+        if self.flops_per_step is not None:
+            from hyper_parallel.preflight.flops import CONVENTION
+
+            mfu += f"; tflops and mfu count {CONVENTION}"
         self._print(
             f"hyper_parallel: {self.cpu_threads} cpu thread(s) per rank ({self._threads_reason}); {mfu}"
+        )
+        chunking = self.loss_chunking
+        self._print(
+            f"hyper_parallel: loss fused with the output projection, {chunking.tokens} tokens of logits at a "
+            f"time ({chunking.reason})"
+            if chunking.tokens
+            else f"hyper_parallel: loss over the whole logits ({chunking.reason})"
         )
         loaded = getattr(self.checkpointer, "loaded", None)
         if loaded is not None:

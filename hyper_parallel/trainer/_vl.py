@@ -43,8 +43,9 @@ class VLTrainer(Trainer):
         positions: torch.Tensor = host_positions(batch["input_ids"], grid_thw)
         return {"grid_thw": grid_thw, "positions": positions.to(self.device, non_blocking=True)}
 
-    def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Logits of the tokens, with image features in place of the image placeholder tokens."""
+    def forward(self, batch: Mapping[str, torch.Tensor], head: Any = None) -> torch.Tensor:
+        """Logits of the tokens, with image features in place of the image placeholder tokens (never a
+        ``head``: the fused loss is not used here, ``components/loss/chunking.py``)."""
         pixel_values = batch.get("pixel_values")
         if pixel_values is None:
             logits: torch.Tensor = self.model(batch["input_ids"])

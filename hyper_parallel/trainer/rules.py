@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from hyper_parallel._backends import BACKEND_DEVICE
 from hyper_parallel._checks import counted, quote, said
+from hyper_parallel.components.loss.chunking import loss_chunking
 from hyper_parallel.components.lr_scheduler import WarmupDecay
 from hyper_parallel.components.peft import FullFineTuning
 
@@ -32,6 +33,7 @@ __all__ = [
     "data_issues",
     "expert_issues",
     "layout_issues",
+    "loss_chunking_issues",
     "pipeline_issues",
     "sequence_length_issues",
     "sequence_parallel_issues",
@@ -76,6 +78,7 @@ def cross_group_issues(cfg: "TrainerConfig") -> Issues:
             f"must be <= the model's max_seq_len ({max_len}), got {training.seq_len}",
         )
     yield from sequence_parallel_issues(cfg, par.tp)
+    yield from loss_chunking_issues(cfg, max(par.tp, 1), max(par.pp, 1))
     yield from stated_degree_issues(cfg)
     if par.cp > 1 and training.seq_len % (2 * par.cp):
         yield (
@@ -87,6 +90,14 @@ def cross_group_issues(cfg: "TrainerConfig") -> Issues:
     if batch_ok and par.dp_replicate != -1 and par.dp_shard != -1:
         yield from batch_issues(cfg, par.dp_replicate, par.dp_shard)
     yield from _backend_issues(cfg)
+
+
+def loss_chunking_issues(cfg: "TrainerConfig", tp: int, pp: int) -> Issues:
+    """A stated ``loss.chunk_tokens`` where the run cannot fuse the loss (``components/loss/chunking.py``:
+    a model without a loss head, a VL model, tensor or pipeline parallelism, a compiled loss)."""
+    refusal = loss_chunking(cfg, tp, pp).refusal
+    if refusal is not None:
+        yield refusal
 
 
 def stated_degree_issues(cfg: "TrainerConfig") -> Issues:
@@ -447,6 +458,8 @@ def world_size_issues(cfg: "TrainerConfig", world_size: int) -> list[tuple[str, 
     issues.extend(sequence_parallel_issues(cfg, degrees["tp"]))
     if par.pp == -1:  # explicit degrees were checked by cross_group_issues
         issues.extend(i for i in pipeline_issues(cfg, degrees["pp"]) if i not in issues)
+    if par.tp == -1 or par.pp == -1:
+        issues.extend(i for i in loss_chunking_issues(cfg, degrees["tp"], degrees["pp"]) if i not in issues)
     auto = {name: value for name, value in degrees.items() if getattr(par, name, None) == -1}
     issues.extend(cfg.peft.layout_issues(cfg, auto))
     # The batch rule as cross_group_issues runs it, now with every degree known (named with the ranks);
@@ -516,6 +529,7 @@ def layout_issues(cfg: "TrainerConfig", degrees: Mapping[str, int]) -> Issues:
     yield from ((p, m) for p, m in cfg.model.args.parallel_issues(degrees) if p == "parallelism.ep")
     yield from sequence_parallel_issues(cfg, degrees["tp"])
     yield from pipeline_issues(cfg, degrees["pp"])
+    yield from loss_chunking_issues(cfg, degrees["tp"], degrees["pp"])
     yield from cfg.peft.layout_issues(cfg, degrees)
 
 

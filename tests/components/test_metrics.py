@@ -119,6 +119,10 @@ def test_peaks_come_from_the_name_the_driver_reports_and_the_compute_dtype() -> 
     assert peak_flops("NVIDIA H100 PCIe", "float32") == 51.2e12
     assert peak_flops("NVIDIA A100-SXM4-40GB", "float16") == 312e12
     assert peak_flops("NVIDIA H200", "bfloat16") == 989.4e12
+    # NVL parts have their own (lower) peaks: NVIDIA's 1,671 sparse = 835.5 dense TFLOPS, 60 fp32
+    assert peak_flops("NVIDIA H200 NVL", "bfloat16") == 835.5e12
+    assert peak_flops("NVIDIA H100 NVL", "bfloat16") == 835.5e12
+    assert peak_flops("NVIDIA H100 NVL", "float32") == 60e12
     assert peak_flops("NVIDIA B200", "bfloat16") == 2250e12
     assert peak_flops("NVIDIA B200", "float32") is None  # no published figure in the table
     assert peak_flops("AMD Instinct MI300X", "bfloat16") == 1307.4e12

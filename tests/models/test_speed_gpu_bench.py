@@ -21,12 +21,14 @@ def test_the_tiny_mode_measures_every_row_on_the_cpu_and_writes_json(tmp_path: P
     out = tmp_path / "gpu.json"
     assert main(["--tiny", "--json", str(out)]) == 0
     results = json.loads(out.read_text())
-    rows = [(r["model"], r["implementation"], r["gdn"]) for r in results["rows"]]
+    rows = [(r["model"], r["implementation"], r["gdn"], r["loss"]) for r in results["rows"]]
     assert rows == [
-        ("llama3 tiny", "ours", "-"),
-        ("llama3 tiny", "transformers", "-"),
-        ("qwen3.5 tiny", "ours", "chunked"),
-        ("qwen3.5 tiny", "transformers", "chunked"),
+        ("llama3 tiny", "ours", "-", "whole"),
+        ("llama3 tiny", "ours", "-", "fused"),
+        ("llama3 tiny", "transformers", "-", "whole"),
+        ("qwen3.5 tiny", "ours", "chunked", "whole"),
+        ("qwen3.5 tiny", "ours", "chunked", "fused"),
+        ("qwen3.5 tiny", "transformers", "chunked", "whole"),
     ]
     for row in results["rows"]:
         assert row["tokens_per_second"] > 0

@@ -108,6 +108,8 @@ WIRED: dict[str, str] = {
     "loss.ignore_index": "components/test_loss.py::test_custom_ignore_index",
     "loss.label_smoothing": "components/test_loss.py::test_label_smoothing_and_z_loss",
     "loss.z_loss_weight": "components/test_loss.py::test_label_smoothing_and_z_loss",
+    "loss.chunk_tokens": "components/test_chunked_loss.py::"
+    "test_the_trainer_with_the_fused_loss_takes_the_same_steps_as_with_the_whole_logits",
     # training
     "training.max_steps": "trainer/test_trainer.py::test_trainer_builds_from_the_config_alone_and_trains_every_step",
     "training.epochs": "trainer/test_trainer.py::test_epochs_train_whole_passes_log_the_epoch_and_resume_exactly",

@@ -163,9 +163,9 @@ def test_a_batch_of_single_document_rows_trains_without_a_document_mask(
     seen: list[bool] = []
     forward = LLMTrainer.forward
 
-    def recording(self: LLMTrainer, batch: Any) -> Any:
+    def recording(self: LLMTrainer, batch: Any, head: Any = None) -> Any:
         seen.append("document_ids" in batch)
-        return forward(self, batch)
+        return forward(self, batch, head)
 
     monkeypatch.setattr(LLMTrainer, "forward", recording)
     trainer = LLMTrainer(tiny_config("llama3", {"training.max_steps": "1"}))

@@ -482,7 +482,10 @@ def test_logged_records_carry_tflops_from_the_preflight_count_and_mfu_against_th
         assert record["tflops"] > 0
         assert record["mfu"] == pytest.approx(100 * record["tflops"] / 0.002)
     out = capsys.readouterr().out
-    assert "; mfu against 0.002 TFLOP/s per device (training.peak_tflops)\n" in out
+    assert (
+        "; mfu against 0.002 TFLOP/s per device (training.peak_tflops); tflops and mfu count TorchTitan's "
+        "convention, 6N + 12LHQT per token (attention counted whole, no recomputation)\n"
+    ) in out
     assert re.search(r"step 4/4 .* tflops [0-9.e+-]+  mfu [0-9.]+%", out)
 
 

@@ -61,6 +61,14 @@ class CausalLMLoss(Loss):
             validator=attrs.validators.ge(0.0),
             metadata={"help": "Weight of the z-loss (squared log-sum-exp of the logits); 0 disables it."},
         )
+        chunk_tokens: int | None = attrs.field(
+            default=None,
+            validator=attrs.validators.optional(attrs.validators.ge(0)),
+            metadata={
+                "help": "Fuse the output projection into the loss, this many tokens of logits at a time "
+                "(never the whole tokens x vocab in float32); 0: whole logits; null: 1024 where it can."
+            },
+        )
 
         def build(self) -> "CausalLMLossFn":
             """``loss(logits, labels)``: shifted next-token cross entropy, the mean over counted tokens

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, SupportsFloat, TextIO
 
 from hyper_parallel._disk import write_problem
 from hyper_parallel._paths import NotRegularFileError, kind_problem
+from hyper_parallel.preflight.flops import mfu
 
 if TYPE_CHECKING:
     from hyper_parallel.components.metrics import MetricsLogger
@@ -213,11 +214,7 @@ class MetricsProcessor:
             "memory_gib": _memory_gib(),
             **{k: float(v) for k, v in extra.items()},
         }
-        record["mfu"] = (
-            None
-            if record["tflops"] is None or self.peak_flops is None
-            else 100.0 * record["tflops"] * 1e12 / self.peak_flops
-        )
+        record["mfu"] = mfu(None if self._flops is None else self._flops / elapsed, self.peak_flops)
         if data_tokens:
             record["data_tokens"] = {str(k): int(v) for k, v in data_tokens.items()}
         self._extra_keys = tuple(extra)

@@ -15,6 +15,7 @@ keys and values in the cache (``hyper_parallel.models._inference``); without a c
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -193,6 +194,7 @@ class Llama3Model(nn.Module):
         tokens: torch.Tensor,
         document_ids: torch.Tensor | None = None,
         cache: InferenceCache | None = None,
+        head: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Logits (batch, seq, vocab) of ``tokens`` (batch, seq).
 
@@ -207,6 +209,10 @@ class Llama3Model(nn.Module):
 
         ``cache`` (decoding): ``tokens`` follow the ``cache.position`` tokens the cache holds; only they
         are computed, and the cache keeps their keys and values.
+
+        ``head`` replaces the output projection: it is called with the normed final hidden states and the
+        output weight, inside this forward (where FSDP holds the weight gathered), and what it returns is
+        returned (the fused, chunked loss: ``components/loss/_chunked.py``).
         """
         if cache is not None:
             return self._decode(tokens, cache)
@@ -225,6 +231,8 @@ class Llama3Model(nn.Module):
             h = layer(h, rope, documents=documents)
         if self.norm is not None:
             h = self.norm(h)
+        if head is not None and self.output is not None:
+            return head(h, self.output.weight)
         if self.output is not None:
             h = self.output(h)
         return h

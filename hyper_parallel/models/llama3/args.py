@@ -124,6 +124,9 @@ class Llama3Args(ModelArgs):
         metadata={"help": "Share the embedding matrix with the output projection (Llama 3.2 1B and 3B)."},
     )
 
+    def fuses_loss_head(self) -> bool:
+        return True
+
     @property
     def ffn_hidden_dim(self) -> int:
         """Feed-forward hidden size: ``8/3 * dim`` times the multiplier, rounded up to ``multiple_of``."""

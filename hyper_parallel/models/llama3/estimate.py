@@ -1,15 +1,16 @@
 """Torch-free costs of the Llama 3 decoder for the preflight estimate (``Llama3Args.preflight()``).
 
-Counts follow ``_modules.py`` and ``_parallel.py`` tensor by tensor: parameter shapes and their TP split,
-the tensors autograd saves for backward in each block (checked against ``saved_tensors_hooks`` in
-``tests/preflight/test_activations.py``) and the matmul/attention FLOPs (checked against
-``FlopCounterMode``). ``P`` below is the byte width of the compute dtype; norms and RoPE run in fp32
+Counts follow ``_modules.py`` and ``_parallel.py`` tensor by tensor: parameter shapes and their TP split, the
+tensors autograd saves for backward in each block (checked against ``saved_tensors_hooks`` in
+``tests/preflight/test_activations.py``) and the matmul/attention FLOPs (TorchTitan's convention, checked
+against ``FlopCounterMode``). ``P`` below is the byte width of the compute dtype; norms and RoPE run in fp32
 (RoPE as complex64 rotations); attention is SDPA, which reads grouped key/value heads unrepeated.
 """
 
 from collections.abc import Sequence
 
 from hyper_parallel.models.llama3.args import Llama3Args
+from hyper_parallel.preflight.flops import FlopCount, flop_count
 from hyper_parallel.preflight.model import ActivationCosts, BlockActivations, ParamGroup, Workload
 
 __all__ = ["Llama3Costs", "parameter_shapes"]
@@ -83,16 +84,15 @@ class Llama3Costs:
         # token ids, final norm, output input, fp32 log-softmax of the (gathered) logits of seq - 1 tokens
         outside = 8 * tokens + (rms_norm_saved(d, p) // seq_split + p * d) * tokens + rope
         outside += 4 * a.vocab_size * work.batch * (work.seq - 1)
-        return ActivationCosts(blocks=(block,) * a.n_layers, outside=outside, vocab=a.vocab_size)
+        return ActivationCosts(
+            blocks=(block,) * a.n_layers, outside=outside, vocab=a.vocab_size, hidden=a.dim
+        )
 
-    def flops_per_token(self, seq: int) -> int:
+    def flop_count(self, seq: int) -> FlopCount:
         a = self.args
         q, kv, f = a.n_heads * self._head_dim, self._kv_heads * self._head_dim, a.ffn_hidden_dim
         matmul_params = a.n_layers * (a.dim * (2 * q + 2 * kv) + 3 * a.dim * f) + a.vocab_size * a.dim
-        # QK^T and AV over the whole square (as FlopCounterMode counts it) forward, and five such products
-        # backward (flash attention recomputes the scores)
-        attention = a.n_layers * 14 * seq * q
-        return 6 * matmul_params + attention
+        return flop_count(weights=matmul_params, attention_layers=a.n_layers, attention_width=q, seq=seq)
 
     def tp_degrees(self) -> Sequence[int]:
         return [

@@ -381,11 +381,13 @@ class Qwen3_5Model(nn.Module):
         h: torch.Tensor,
         positions: torch.Tensor | None = None,
         document_ids: torch.Tensor | None = None,
+        head: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Logits from input embeddings (batch, seq, dim), e.g. with image features merged in.
 
         ``positions`` (3, batch, seq) are multimodal RoPE positions; ``None`` means ``0 .. seq - 1``, or
-        the position inside each document when ``document_ids`` (see ``forward``) are given.
+        the position inside each document when ``document_ids`` (see ``forward``) are given. ``head``
+        (see ``forward``) replaces the output projection.
         """
         plan = self.attention_plan or AttentionPlan.for_device(h.device)
         documents = None if document_ids is None else plan.documents(document_ids, h.shape[:2], h.device)
@@ -395,6 +397,8 @@ class Qwen3_5Model(nn.Module):
         rope = tuple(r.to(h.dtype) for r in self.rope(h.shape[1], h.device, positions))
         for layer in self.layers:
             h = layer(h, rope, documents=documents)
+        if head is not None:
+            return head(self.norm(h), self.output.weight)
         logits: torch.Tensor = self.output(self.norm(h))
         return logits
 
@@ -403,6 +407,7 @@ class Qwen3_5Model(nn.Module):
         tokens: torch.Tensor,
         document_ids: torch.Tensor | None = None,
         cache: InferenceCache | None = None,
+        head: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Logits (batch, seq, vocab) of ``tokens`` (batch, seq).
 
@@ -412,10 +417,14 @@ class Qwen3_5Model(nn.Module):
 
         ``cache`` (decoding): ``tokens`` follow the ``cache.position`` tokens the cache holds; only they
         are computed, and the cache keeps what the next call needs.
+
+        ``head`` replaces the output projection: it is called with the normed final hidden states and the
+        output weight, inside this forward (where FSDP holds the weight gathered), and what it returns is
+        returned (the fused, chunked loss: ``components/loss/_chunked.py``).
         """
         if cache is not None:
             return self._decode(tokens, cache)
-        return self.forward_embeddings(self.embed(tokens), document_ids=document_ids)
+        return self.forward_embeddings(self.embed(tokens), document_ids=document_ids, head=head)
 
     def _decode(self, tokens: torch.Tensor, cache: InferenceCache) -> torch.Tensor:
         """Logits of ``tokens`` at positions ``cache.position`` on (the RoPE rows of the whole sequence)."""

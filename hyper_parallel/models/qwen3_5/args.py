@@ -127,6 +127,9 @@ class Qwen3_5Args(ModelArgs):
         metadata={"help": "Longest sequence in tokens the model is configured for."},
     )
 
+    def fuses_loss_head(self) -> bool:
+        return True
+
     def layer_types(self) -> tuple[Literal["linear_attention", "full_attention"], ...]:
         """The attention kind of each block, in order."""
         return tuple(

@@ -1,10 +1,10 @@
 """Torch-free costs of Qwen 3.5 (text and vision-language) for the preflight estimate.
 
 Counts follow ``_modules.py``, ``_vision.py`` and ``_parallel.py`` tensor by tensor: parameter shapes and
-their TP split, the tensors autograd saves for backward in each block (checked against
-``saved_tensors_hooks`` in ``tests/preflight/test_activations.py``) and the matmul/attention/convolution
-FLOPs (checked against ``FlopCounterMode``). ``P`` is the byte width of the compute dtype; norms, the
-gates of Gated DeltaNet and its recurrence run in fp32.
+their TP split, the tensors autograd saves for backward in each block (checked against ``saved_tensors_hooks``
+in ``tests/preflight/test_activations.py``) and the matmul/attention/convolution FLOPs (TorchTitan's
+convention, ``preflight/flops.py``; checked against ``FlopCounterMode``). ``P`` is the byte width of the
+compute dtype; norms, the gates of Gated DeltaNet and its recurrence run in fp32.
 
 The Gated DeltaNet terms follow the chunked PyTorch gated delta rule of ``_gated_delta.py`` (the path
 training takes on the CPU and without flash-linear-attention). With ``H`` value heads (queries and keys
@@ -35,6 +35,7 @@ import math
 from collections.abc import Sequence
 
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args, Qwen3_5VisionArgs, Qwen3_5VLArgs
+from hyper_parallel.preflight.flops import FlopCount, flop_count
 from hyper_parallel.preflight.model import ActivationCosts, BlockActivations, ParamGroup, Workload
 
 __all__ = ["Qwen3_5Costs", "Qwen3_5VLCosts", "parameter_shapes", "vision_parameters", "vl_parameter_shapes"]
@@ -175,9 +176,9 @@ class Qwen3_5Costs:
         rope = 2 * work.seq * rotary * 4
         outside = (8 + norm + p * d) * tokens + rope
         outside += 4 * a.vocab_size * work.batch * (work.seq - 1)
-        return ActivationCosts(blocks=tuple(blocks), outside=outside, vocab=a.vocab_size)
+        return ActivationCosts(blocks=tuple(blocks), outside=outside, vocab=a.vocab_size, hidden=a.dim)
 
-    def flops_per_token(self, seq: int) -> int:
+    def flop_count(self, seq: int) -> FlopCount:
         a = self.args
         q, kv = a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim
         hv = a.linear_num_value_heads
@@ -186,10 +187,15 @@ class Qwen3_5Costs:
         full, linear = kinds.count("full_attention"), kinds.count("linear_attention")
         matmuls = a.n_layers * 3 * a.dim * a.ffn_hidden_dim + a.vocab_size * a.dim  # the output, tied or not
         matmuls += full * a.dim * (3 * q + 2 * kv) + linear * a.dim * (2 * kd + 3 * vd + 2 * hv)
-        # QK^T and AV over the whole square forward, five such products backward (scores recomputed)
-        attention = full * 14 * seq * q
+        # the depthwise convolutions' weights (6 per weight and token) with their causal padding's share
         conv = 2 * (2 * kd + vd) * a.linear_conv_kernel_dim * (seq + a.linear_conv_kernel_dim - 1) / seq
-        return int(6 * matmuls + attention + linear * (3 * conv + self._chunked_flops(seq)))
+        return flop_count(
+            weights=matmuls,
+            attention_layers=full,
+            attention_width=q,
+            seq=seq,
+            other=linear * (3 * conv + self._chunked_flops(seq)),
+        )
 
     def _chunked_flops(self, seq: int) -> float:
         """FLOPs per token of the chunked gated delta rule, forward and backward (module docstring)."""
@@ -255,8 +261,8 @@ class Qwen3_5VLCosts:
         text = Qwen3_5Costs(self.args.text).activations(work)
         return text._replace(note="language model only; vision tower activations depend on the images")
 
-    def flops_per_token(self, seq: int) -> int:
-        return Qwen3_5Costs(self.args.text).flops_per_token(seq)
+    def flop_count(self, seq: int) -> FlopCount:
+        return Qwen3_5Costs(self.args.text).flop_count(seq)
 
     def tp_degrees(self) -> Sequence[int]:
         return Qwen3_5Costs(self.args.text).tp_degrees()

@@ -17,6 +17,7 @@ import attrs
 from hyper_parallel.models.qwen3_5.estimate import Qwen3_5Costs
 from hyper_parallel.models.qwen3_5.estimate import parameter_shapes as dense_parameter_shapes
 from hyper_parallel.models.qwen3_5_moe.args import Qwen3_5MoeArgs
+from hyper_parallel.preflight.flops import FlopCount
 from hyper_parallel.preflight.model import ActivationCosts, ParamGroup, Workload
 
 __all__ = ["Qwen3_5MoeCosts", "parameter_shapes"]
@@ -53,10 +54,11 @@ class Qwen3_5MoeCosts(Qwen3_5Costs):
         blocks = tuple(b._replace(kept=b.kept + kept, op=b.op + op) for b in dense.blocks)
         return dense._replace(blocks=blocks, note="routed-expert activations estimated")
 
-    def flops_per_token(self, seq: int) -> int:
+    def flop_count(self, seq: int) -> FlopCount:
         a = self.args
         routed = 3 * a.dim * a.ffn_hidden_dim * a.n_experts_per_token + a.dim * (a.n_experts + 1)
-        return self._dense.flops_per_token(seq) + 6 * a.n_layers * routed
+        dense = self._dense.flop_count(seq)
+        return dense._replace(weights=dense.weights + 6 * a.n_layers * routed)
 
     def tp_degrees(self) -> Sequence[int]:
         return [1]  # tensor parallelism of the experts is not implemented (``parallel_issues``)
