@@ -339,7 +339,7 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
             summary_text = summary(
                 cfg, source=args.config_file, world_size=world_size, given=loaded.given, converter=converter
             )
-            from hyper_parallel.trainer.run_length import run_length
+            from hyper_parallel.preflight.run_length import run_length
 
             out.write(summary_text)
             out.write(run_length(cfg, world_size, files=files))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from hyper_parallel.components.dataloader import DataLoader
     from hyper_parallel.components.optimizer import Optimizer
     from hyper_parallel.components.peft import PEFT
     from hyper_parallel.models.spec import ModelSpec
@@ -40,5 +41,7 @@ class RunConfig(Protocol):
     def compile(self) -> CompileConfig: ...
     @property
     def optimizer(self) -> Optimizer.Config: ...
+    @property
+    def dataloader(self) -> DataLoader.Config: ...
     @property
     def peft(self) -> PEFT.Config: ...

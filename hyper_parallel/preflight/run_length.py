@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 from hyper_parallel._checks import counted
 
 if TYPE_CHECKING:
-    from hyper_parallel.trainer.config import TrainerConfig
+    from hyper_parallel.preflight.inputs import RunConfig
 
 __all__ = ["run_length"]
 
 
-def _data_parallel(cfg: "TrainerConfig", world_size: int | None) -> tuple[int, str]:
+def _data_parallel(cfg: "RunConfig", world_size: int | None) -> tuple[int, str]:
     """Data-parallel ranks of the run, and how they were counted."""
     par = cfg.parallelism
     if world_size is not None:
@@ -37,7 +37,7 @@ def read_per_epoch(samples: int, dp: int, micro_batch_size: int, drop_last: bool
     return dp * per_rank
 
 
-def run_length(cfg: "TrainerConfig", world_size: int | None, *, files: bool) -> str:
+def run_length(cfg: "RunConfig", world_size: int | None, *, files: bool) -> str:
     """One line: the run's steps and the epochs of data they read (``files``: the dry-run may open the
     files the config names; without, the epochs are not counted)."""
     training = cfg.training
