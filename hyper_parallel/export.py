@@ -395,7 +395,7 @@ def _check_base(step: Path, cfg: TrainerConfig, accept: bool) -> None:
         read_record,
     )
     from hyper_parallel.config.errors import InputFileError
-    from hyper_parallel.models._stored_size import parameter_count
+    from hyper_parallel.models import parameter_count
 
     if cfg.peft.checkpoint_holds_base(cfg.model.weights_path):
         return
@@ -431,8 +431,7 @@ def base_size_problem(step: Path, cfg: TrainerConfig) -> str | None:
     """
     from hyper_parallel.components.checkpoint._base_record import BASE_FILE, read_record
     from hyper_parallel.config.errors import InputFileError
-    from hyper_parallel.models import folder_values, size_problem
-    from hyper_parallel.models._stored_size import parameter_count
+    from hyper_parallel.models import folder_values, parameter_count, size_problem
 
     try:
         if cfg.model.weights_path is not None:

@@ -26,18 +26,24 @@ from hyper_parallel.models.spec import ModelArgs, ModelSpec
 if TYPE_CHECKING:
     from hyper_parallel.models._hf_config import spec_from_hf_config
     from hyper_parallel.models._inference import generate_ids
-    from hyper_parallel.models._stored_size import folder_values, size_problem
+    from hyper_parallel.models._stored_size import folder_values, parameter_count, size_problem
     from hyper_parallel.models._weights import (
         initialize,
         load_pretrained,
         materialize,
         read_safetensors_folder,
     )
-    from hyper_parallel.models._weights_check import check_tensors, check_weights
+    from hyper_parallel.models._weights_check import (
+        MAX_HEADER_BYTES,
+        check_tensors,
+        check_weights,
+        weight_files,
+    )
 
 __all__ = [
     "LORA_A",
     "LORA_B",
+    "MAX_HEADER_BYTES",
     "ModelArgs",
     "ModelSpec",
     "check_tensors",
@@ -48,10 +54,12 @@ __all__ = [
     "is_adapter",
     "load_pretrained",
     "materialize",
+    "parameter_count",
     "parameter_seed",
     "read_safetensors_folder",
     "size_problem",
     "spec_from_hf_config",
+    "weight_files",
 ]
 
 #: Run-time names, each loaded on first access from the private torch module that defines it.
@@ -62,10 +70,13 @@ _LAZY = {
     "read_safetensors_folder": "_weights",
     "check_tensors": "_weights_check",
     "check_weights": "_weights_check",
+    "MAX_HEADER_BYTES": "_weights_check",
+    "weight_files": "_weights_check",
     "spec_from_hf_config": "_hf_config",
     "generate_ids": "_inference",
     "size_problem": "_stored_size",
     "folder_values": "_stored_size",
+    "parameter_count": "_stored_size",
 }
 
 

@@ -166,6 +166,7 @@ def check_weights(spec: ModelSpec) -> None:
     up to the headers: its files, ``config.json`` and dtypes."""
     assert spec.weights_path is not None
     folder = Path(spec.weights_path)
+    weight_files(folder)  # a folder without weights is said as such before its config.json is read
     adapter = spec.state_dict_adapter(spec.args, spec.weights_path)
     _check_config_json(spec, adapter, folder / "config.json")
     check_tensors(spec)

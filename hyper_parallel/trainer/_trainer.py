@@ -378,7 +378,7 @@ class Trainer:
         """The identity of the base this run built (``checkpoint._base_record``): its weights folder's
         headers and sampled values, or the seed it was drawn from, and its parameter count."""
         from hyper_parallel.components.checkpoint._base_record import base_identity
-        from hyper_parallel.models._stored_size import parameter_count
+        from hyper_parallel.models import parameter_count
 
         spec = config.model
         return base_identity(spec.weights_path, parameters=parameter_count(spec.args), seed=self.seed)

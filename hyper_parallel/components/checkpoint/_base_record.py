@@ -50,7 +50,7 @@ _MAX_RECORD_BYTES = 1 << 20
 
 def _file_identity(file: Path) -> dict[str, Any]:
     """Size, header digest and sampled data digest of one safetensors file (bounded reads)."""
-    from hyper_parallel.models._weights_check import MAX_HEADER_BYTES
+    from hyper_parallel.models import MAX_HEADER_BYTES
 
     try:
         size = file.stat().st_size
@@ -83,7 +83,7 @@ def base_identity(weights_path: str | None, *, parameters: int | None, seed: int
     if weights_path is None:
         record["seed"] = seed
         return record
-    from hyper_parallel.models._weights_check import weight_files
+    from hyper_parallel.models import weight_files
 
     folder = Path(weights_path)
     record["files"] = {file.name: _file_identity(file) for file in weight_files(folder)}
