@@ -84,8 +84,11 @@ def read_config(path: str, overrides: Mapping[str, Any] | None) -> str:
     fields = {k: v for k, v in merged.items() if k != "model_type"}
     try:
         built = config_class(**fields)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{file}: {config_class.__name__} refuses it: {exc}") from None
+    except Exception as exc:  # transformers' validators raise their own classes
+        detail = " ".join(str(exc).split())
+        raise ValueError(
+            f"{file} with model.overrides: {config_class.__name__} refuses it: {detail}"
+        ) from None
     if getattr(built, "is_encoder_decoder", False):
         raise ValueError(f"{file}: {model_type!r} is an encoder-decoder model, not a causal LM")
     return json.dumps(merged, sort_keys=True)

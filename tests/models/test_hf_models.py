@@ -1,0 +1,189 @@
+"""transformers' causal LMs through ``hyper_parallel.models.hf.create_model_spec``, on four architectures.
+
+Each architecture (Mistral, Qwen 3, Gemma 3, Phi-3) is written tiny by transformers itself into the test's
+folder. One process trains it: step 1's loss is transformers' own loss on the same batch (fp32, 1e-5), a
+resume from step 2 repeats steps 3 and 4 exactly, and the export loads in transformers as the same class
+with our logits (1e-5). Packed documents give the logits each document gives alone; the preflight counts
+the built model's parameters exactly and its FLOPs within 5% of ``FlopCounterMode``. A folder that needs
+remote code, an unknown ``model_type`` and a misspelt override are refused in one line; tensor
+parallelism is refused at ``--dry-run``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from hyper_parallel.config import ConfigError  # noqa: E402
+from hyper_parallel.export import export_checkpoint  # noqa: E402
+from hyper_parallel.models.hf import create_model_spec  # noqa: E402
+from hyper_parallel.trainer import LLMTrainer  # noqa: E402
+from tests.support.hf_models import ARCHITECTURES, hf_config, write_tiny_model  # noqa: E402
+from tests.support.trainer import saving_every_two_steps  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+RUN = {
+    "dataloader.dataset.source": "python_docs",
+    "training.global_batch_size": "2",
+    "training.micro_batch_size": "2",
+}
+
+
+def _train(config: Any) -> tuple[list[float], list[Any], Any]:
+    """Losses of every step, the model's inputs of each forward, and the trained model (eval)."""
+    trainer = LLMTrainer(config)
+    seen: list[Any] = []
+    trainer.model.register_forward_pre_hook(lambda m, a, k: seen.append((a, k)), with_kwargs=True)
+    try:
+        losses = [r.loss for r in trainer.train()]
+        return losses, seen, trainer.model.eval()
+    finally:
+        trainer.close()
+
+
+def _positions(documents: Any) -> Any:
+    from hyper_parallel.models.hf._module import document_positions
+
+    return None if documents is None else document_positions(documents)
+
+
+@pytest.mark.parametrize("model_type", list(ARCHITECTURES))
+def test_a_transformers_model_trains_resumes_and_exports_as_transformers_runs_it(
+    model_type: str, tmp_path: Path
+) -> None:
+    folder = write_tiny_model(model_type, tmp_path / model_type)
+    saving = saving_every_two_steps(tmp_path / "ckpt")
+    losses, seen, ours = _train(hf_config(folder, {**RUN, **saving}))
+
+    # step 1: transformers' own loss of the same batch, from the same folder
+    reference = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    (tokens,), inputs = seen[0]
+    positions = _positions(inputs.get("document_ids"))
+    with torch.no_grad():
+        expected = reference(input_ids=tokens, position_ids=positions, labels=tokens).loss
+    assert losses[0] == pytest.approx(float(expected), abs=1e-5)
+
+    # resume from step 2: steps 3 and 4 again, exactly
+    (tmp_path / "again").mkdir()
+    shutil.copytree(tmp_path / "ckpt" / "step-2", tmp_path / "again" / "step-2")
+    resumed = LLMTrainer(hf_config(folder, {**RUN, **saving_every_two_steps(tmp_path / "again")}))
+    try:
+        assert resumed.resumed_from == 2
+        assert [r.loss for r in resumed.train()] == pytest.approx(losses[2:], abs=1e-6)
+    finally:
+        resumed.close()
+
+    # the export: transformers loads it as the same class, with the trained weights
+    out = export_checkpoint(tmp_path / "ckpt", tmp_path / "export")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == model_type
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert type(loaded) is type(reference)
+    ids = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert float((ours(ids) - loaded(ids).logits).abs().max()) <= 1e-5
+
+
+@pytest.mark.parametrize("model_type", list(ARCHITECTURES))
+def test_packed_documents_give_the_logits_each_gives_alone(model_type: str, tmp_path: Path) -> None:
+    from hyper_parallel.models import load_pretrained
+
+    spec = create_model_spec(path=str(write_tiny_model(model_type, tmp_path / model_type)))
+    model = spec.build_model_fn(spec.args, device="meta")
+    load_pretrained(model, spec, device="cpu")
+    ids = torch.randint(0, 512, (1, 20), generator=torch.Generator().manual_seed(1))
+    documents = torch.tensor([[0] * 7 + [1] * 3 + [2] * 10])
+    with torch.no_grad():
+        packed = model(ids, document_ids=documents)
+        alone = torch.cat([model(ids[:, :7]), model(ids[:, 7:10]), model(ids[:, 10:])], dim=1)
+    assert float((packed - alone).abs().max()) <= 1e-5
+
+
+@pytest.mark.parametrize("model_type", list(ARCHITECTURES))
+def test_the_preflight_counts_the_built_model_exactly_and_its_flops_within_5_percent(
+    model_type: str, tmp_path: Path
+) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from hyper_parallel.preflight.model import parameter_total
+
+    folder = write_tiny_model(model_type, tmp_path / model_type)
+    spec = create_model_spec(path=str(folder))
+    # eager attention: FlopCounterMode does not count the CPU kernels of SDPA, only matmuls
+    reference = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager"
+    )
+    costs = spec.args.preflight()
+    assert parameter_total(costs) == sum(p.numel() for p in reference.parameters())
+    seq = 64
+    ids = torch.randint(0, 512, (1, seq))
+    with FlopCounterMode(display=False) as counter:
+        reference(input_ids=ids, labels=ids).loss.backward()
+    measured = counter.get_total_flops() / seq
+    assert costs.flops_per_token(seq) == pytest.approx(measured, rel=0.05)
+
+
+def _folder(tmp_path: Path, **config: Any) -> str:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def test_a_folder_that_needs_remote_code_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = _folder(tmp_path, model_type="mistral", auto_map={"AutoModelForCausalLM": "x.Model"})
+    with pytest.raises(ValueError, match="trust_remote_code") as caught:
+        create_model_spec(path=path)
+    assert str(caught.value) == (
+        f"{path}/config.json: names code of its own (auto_map), which would need trust_remote_code; this "
+        "project never runs code from a model folder"
+    )
+
+
+def test_an_unknown_model_type_is_refused_with_the_closest_known_one(tmp_path: Path) -> None:
+    path = _folder(tmp_path, model_type="mistrall")
+    with pytest.raises(ValueError, match="mistrall") as caught:
+        create_model_spec(path=path)
+    assert str(caught.value) == (
+        f"{path}/config.json: model_type 'mistrall' is not a model transformers "
+        f"{transformers.__version__} knows; did you mean 'mistral'?"
+    )
+
+
+def test_an_override_its_config_class_lacks_is_refused_at_its_key_with_a_did_you_mean(tmp_path: Path) -> None:
+    folder = write_tiny_model("mistral", tmp_path / "mistral")
+    with pytest.raises(ConfigError) as caught:
+        hf_config(folder, model="  overrides: {num_hiden_layers: 1}\n")
+    (issue,) = caught.value.issues
+    assert issue.path == "model.overrides.num_hiden_layers"
+    assert (
+        issue.message
+        == "'num_hiden_layers' is not a field of MistralConfig; did you mean 'num_hidden_layers'?"
+    )
+
+
+def test_overrides_change_the_built_model(tmp_path: Path) -> None:
+    folder = write_tiny_model("mistral", tmp_path / "mistral")
+    cfg = hf_config(folder, {"model.init": "random"}, model="  overrides: {num_hidden_layers: 1}\n")
+    assert cfg.model.args.num_layers() == 1
+    assert cfg.model.weights_path is None
+    assert not any(".layers.1." in name for name in cfg.model.args.parameter_shapes())
+
+
+def test_tensor_parallelism_is_refused_with_the_reason(tmp_path: Path) -> None:
+    folder = write_tiny_model("mistral", tmp_path / "mistral")
+    with pytest.raises(ConfigError) as caught:
+        hf_config(folder, {"parallelism.tp": "2", "parallelism.dp_shard": "1"})
+    messages = {issue.path: issue.message for issue in caught.value.issues}
+    assert messages["parallelism.tp"] == (
+        "tensor parallelism of a transformers model (from its base_model_tp_plan) is not supported yet; set "
+        "parallelism.tp to 1"
+    )
