@@ -187,3 +187,24 @@ def test_tensor_parallelism_is_refused_with_the_reason(tmp_path: Path) -> None:
         "tensor parallelism of a transformers model (from its base_model_tp_plan) is not supported yet; set "
         "parallelism.tp to 1"
     )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_two_processes_under_fsdp2_with_checkpointed_layers_give_one_process_losses(tmp_path: Path) -> None:
+    from tests.support.trainer import train_runs_under_torchrun
+
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is required")
+    folder = write_tiny_model("qwen3", tmp_path / "qwen3")  # tied embeddings: the tie survives sharding
+    run = {**RUN, "training.global_batch_size": "4", "training.micro_batch_size": "2"}
+    expected, _, _ = _train(hf_config(folder, run))
+    layout = {**run, "parallelism.dp_shard": "2", "activation_checkpoint.mode": "full"}
+    ranks = train_runs_under_torchrun(2, tmp_path / "runs", {"fsdp": (str(folder), layout)})[0]["fsdp"]
+    for report in ranks:
+        assert report["losses"] == pytest.approx(expected, abs=1e-5)
+    params = ranks[0]["params"]
+    layer = "causal_lm.model.layers.0.self_attn.q_proj.weight"
+    assert params[layer]["placements"] == ["Shard(dim=0)"]
+    assert params[layer]["local"][0] * 2 == params[layer]["global"][0]
+    assert [r["dp_rank"] for r in ranks] == [0, 1]

@@ -8,6 +8,7 @@ through ``hyper_parallel.models.hf.create_model_spec`` and the tiny run's overri
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,7 +63,7 @@ def hf_config(folder: Path, overrides: Mapping[str, str] | None = None, model: s
     text = debug_config_path("llama3").read_text()
     start, end = text.index("model:\n"), text.index("\ntokenizer:")
     group = f"model:\n  _target_: hyper_parallel.models.hf.create_model_spec\n  path: {folder}\n{model}"
-    written = folder.parent / f"{folder.name}.yaml"
+    written = folder.parent / f"{folder.name}.rank{os.environ.get('RANK', '0')}.yaml"  # ranks write apart
     written.write_text(text[:start] + group + text[end:])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConfigWarning)
