@@ -208,3 +208,42 @@ def test_two_processes_under_fsdp2_with_checkpointed_layers_give_one_process_los
     assert params[layer]["placements"] == ["Shard(dim=0)"]
     assert params[layer]["local"][0] * 2 == params[layer]["global"][0]
     assert [r["dp_rank"] for r in ranks] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("model_type", "targets"), [("mistral", "[q_proj, v_proj]"), ("phi3", "[all-linear]")]
+)
+def test_lora_by_hugging_face_names_exports_an_adapter_peft_loads_with_our_logits(
+    model_type: str, targets: str, tmp_path: Path
+) -> None:
+    peft = pytest.importorskip("peft")
+    from hyper_parallel.export import export_adapter
+
+    folder = write_tiny_model(model_type, tmp_path / model_type)
+    lora = {
+        "peft._target_": "hyper_parallel.components.peft.LoRA.Config",
+        "peft.rank": "4",
+        "peft.targets": targets,
+        "optimizer.lr": "0.01",
+        "checkpoint.enable": "true",
+        "checkpoint.folder": str(tmp_path / "ckpt"),
+        "training.max_steps": "3",
+    }
+    losses, _, ours = _train(hf_config(folder, {**RUN, **lora}))
+    assert losses[-1] < losses[0]
+    adapter = export_adapter(tmp_path / "ckpt", tmp_path / "adapter")
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    expected = (
+        {"q_proj", "v_proj"}
+        if model_type == "mistral"
+        else {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+    )
+    layers = config["target_modules"]  # transformers' module names, every layer's
+    assert {name.rsplit(".", 1)[-1] for name in layers} == expected
+    assert len(layers) == 2 * len(expected)
+    assert all(name.startswith("model.layers.") for name in layers)
+    base = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    loaded = peft.PeftModel.from_pretrained(base, adapter).eval()
+    ids = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert float((ours(ids) - loaded(ids).logits).abs().max()) <= 1e-4
