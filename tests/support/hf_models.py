@@ -51,7 +51,7 @@ def write_tiny_model(model_type: str, folder: Path, seed: int = 0, **fields: Any
 
     config = AutoConfig.for_model(model_type, **{**_COMMON, **ARCHITECTURES[model_type], **fields})
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
     model.save_pretrained(folder)
     return folder
 

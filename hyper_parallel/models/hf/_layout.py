@@ -53,7 +53,7 @@ def build_causal_lm(config_json: str, attn_implementation: str, device: str | to
 
     config = hf_config(config_json, attn_implementation)
     with torch.device(device):
-        model: nn.Module = AutoModelForCausalLM.from_config(
+        model: nn.Module = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
             config, dtype=torch.float32, attn_implementation=attn_implementation
         )
     return model
@@ -92,7 +92,7 @@ def _built_value(owner: nn.Module, last: str, size: int) -> float:
 def _name_of(model: nn.Module, module: nn.Module | None) -> str:
     for name, candidate in model.named_modules():
         if candidate is module:
-            return PREFIX + name
+            return f"{PREFIX}{name}"
     return ""
 
 

@@ -87,7 +87,8 @@ def init_parameter(args: HfArgs, name: str, tensor: Any, generator: Any) -> None
     from torch import nn
 
     config = args.config()
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    nested = config.get("text_config")
+    text = nested if isinstance(nested, dict) else config
     std = float(text.get("initializer_range") or 0.02)
     if tensor.dim() >= 2:
         nn.init.normal_(tensor, mean=0.0, std=std, generator=generator)
