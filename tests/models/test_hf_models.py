@@ -2,11 +2,13 @@
 
 Each architecture (Mistral, Qwen 3, Gemma 3, Phi-3) is written tiny by transformers itself into the test's
 folder. One process trains it: step 1's loss is transformers' own loss on the same batch (fp32, 1e-5), a
-resume from step 2 repeats steps 3 and 4 exactly, and the export loads in transformers as the same class
-with our logits (1e-5). Packed documents give the logits each document gives alone; the preflight counts
-the built model's parameters exactly and its FLOPs within 5% of ``FlopCounterMode``. A folder that needs
-remote code, an unknown ``model_type`` and a misspelt override are refused in one line; tensor
-parallelism is refused at ``--dry-run``.
+resume from step 2 repeats steps 3 and 4 exactly, the export loads in transformers as the same class with
+our logits (1e-5), and ``generate`` from the checkpoint decodes what transformers' greedy search does.
+Checkpointed and compiled layers, and two processes under FSDP2, give the same losses; LoRA by Hugging
+Face names exports an adapter ``PeftModel`` loads with our logits. Packed documents give the logits each
+document gives alone; the preflight counts the built model's parameters exactly and its FLOPs within 5%
+of ``FlopCounterMode``. A folder that needs remote code, an unknown ``model_type`` and a misspelt override
+are refused in one line; tensor parallelism is refused at ``--dry-run``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,15 @@ def _train(config: Any) -> tuple[list[float], list[Any], Any]:
         return losses, seen, trainer.model.eval()
     finally:
         trainer.close()
+
+
+def test_checkpointed_and_compiled_layers_give_the_same_losses(tmp_path: Path) -> None:
+    from tests.support.trainer import CHECKPOINTED_AND_COMPILED
+
+    folder = write_tiny_model("qwen3", tmp_path / "qwen3")
+    plain, _, _ = _train(hf_config(folder, RUN))
+    compiled, _, _ = _train(hf_config(folder, {**RUN, **CHECKPOINTED_AND_COMPILED}))
+    assert compiled == pytest.approx(plain, abs=1e-6)
 
 
 def _positions(documents: Any) -> Any:
@@ -90,6 +101,16 @@ def test_a_transformers_model_trains_resumes_and_exports_as_transformers_runs_it
     ids = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         assert float((ours(ids) - loaded(ids).logits).abs().max()) <= 1e-5
+
+    # generate from the checkpoint: transformers' greedy continuation of the exported model
+    from hyper_parallel.generate import load_model
+    from hyper_parallel.models import generate_ids
+
+    prompt = [5, 17, 99, 3, 250]
+    decoded = generate_ids(load_model(tmp_path / "ckpt").model, prompt, max_new_tokens=8)
+    with torch.no_grad():
+        greedy = loaded.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False, eos_token_id=None)
+    assert decoded == greedy[0, len(prompt) :].tolist()
 
 
 @pytest.mark.parametrize("model_type", list(ARCHITECTURES))

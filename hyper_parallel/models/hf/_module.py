@@ -42,15 +42,44 @@ class CausalLM(nn.Module):
     def forward(
         self, tokens: torch.Tensor, document_ids: torch.Tensor | None = None, cache: Any = None
     ) -> torch.Tensor:
-        """Logits (batch, seq, vocab) of ``tokens``; packed ``document_ids`` (batch, seq) kept apart."""
+        """Logits (batch, seq, vocab) of ``tokens``; packed ``document_ids`` (batch, seq) kept apart.
+
+        With ``cache`` (``models._inference.InferenceCache``), ``tokens`` are the new ones: transformers'
+        own key/value cache, kept on ``cache``, holds what came before.
+        """
         if cache is not None:
-            raise NotImplementedError("incremental decoding of a transformers model goes through generate()")
+            return self._decode(tokens, cache)
         positions = None
         if document_ids is not None:
             positions = document_positions(document_ids.to(tokens.device))
         out = self.causal_lm(input_ids=tokens, position_ids=positions, use_cache=False)
         logits: torch.Tensor = out.logits
         return logits
+
+    def _decode(self, tokens: torch.Tensor, cache: Any) -> torch.Tensor:
+        past = getattr(cache, "transformers_cache", None)
+        if past is None:
+            from transformers import DynamicCache
+
+            past = DynamicCache(config=self.causal_lm.config)
+            cache.transformers_cache = past
+        out = self.causal_lm(input_ids=tokens, past_key_values=past, use_cache=True)
+        cache.advance(tokens.shape[1])
+        logits: torch.Tensor = out.logits
+        return logits
+
+    def tie_weights(self) -> None:
+        """Tie the output head to the embeddings where the config says so (after weights were assigned to a
+        model built on ``meta``), and give the buffers still on ``meta`` their values on the parameters'
+        device: such a model is usable once every parameter is assigned."""
+        self.causal_lm.tie_weights()  # type: ignore[operator]
+        if any(b.is_meta for b in self.buffers()):
+            device = next((p.device for p in self.parameters() if not p.is_meta), torch.device("cpu"))
+            for module in self.modules():
+                for name, buffer in module.named_buffers(recurse=False):
+                    if buffer is not None and buffer.is_meta:
+                        module._buffers[name] = torch.empty_like(buffer, device=device)
+            self.reset_buffers()
 
     def to_empty(self, *, device: torch.device | str | int | None, recurse: bool = True) -> CausalLM:
         """``nn.Module.to_empty``, then the non-persistent buffers computed again (parameters untouched)."""
