@@ -268,3 +268,19 @@ def test_lora_by_hugging_face_names_exports_an_adapter_peft_loads_with_our_logit
     ids = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         assert float((ours(ids) - loaded(ids).logits).abs().max()) <= 1e-4
+
+
+def test_the_weights_check_refuses_overrides_that_change_shapes_and_takes_the_others(tmp_path: Path) -> None:
+    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.models import check_weights
+
+    folder = write_tiny_model("mistral", tmp_path / "mistral")
+    check_weights(create_model_spec(path=str(folder), overrides={"sliding_window": 8}))
+    with pytest.raises(InputFileError) as caught:
+        check_weights(create_model_spec(path=str(folder), overrides={"intermediate_size": 48}))
+    shown = [(issue.location, issue.message) for issue in caught.value.issues]
+    assert shown[0] == (
+        str(folder / "model.safetensors"),
+        "tensor 'model.layers.0.mlp.down_proj.weight' has shape [32, 64]; hf mistral expects [32, 48]",
+    )
+    assert len(caught.value.issues) == 6  # three matrices of two layers

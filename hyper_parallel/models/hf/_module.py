@@ -61,7 +61,7 @@ class CausalLM(nn.Module):
         if past is None:
             from transformers import DynamicCache
 
-            past = DynamicCache(config=self.causal_lm.config)
+            past = DynamicCache(config=self.causal_lm.config)  # type: ignore[arg-type]
             cache.transformers_cache = past
         out = self.causal_lm(input_ids=tokens, past_key_values=past, use_cache=True)
         cache.advance(tokens.shape[1])

@@ -15,7 +15,7 @@ resolve time).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hyper_parallel.models._factory import require_torch
 from hyper_parallel.models.hf.args import HfArgs
@@ -105,6 +105,10 @@ class HfStateDictAdapter:
     (``lm_head.weight`` is given them back on load and left out of an export, as ``save_pretrained``
     does).
     """
+
+    #: The arguments are the weights folder's own ``config.json`` (``overrides`` applied): ``check_weights``
+    #: compares no fields with it (an override of ``rope_theta`` is the user's choice), only the tensors.
+    reads_config_json: ClassVar[bool] = True
 
     def __init__(self, args: HfArgs, weights_path: str | None = None) -> None:
         self.args = args
