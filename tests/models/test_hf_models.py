@@ -284,3 +284,26 @@ def test_the_weights_check_refuses_overrides_that_change_shapes_and_takes_the_ot
         "tensor 'model.layers.0.mlp.down_proj.weight' has shape [32, 64]; hf mistral expects [32, 48]",
     )
     assert len(caught.value.issues) == 6  # three matrices of two layers
+
+
+def test_random_init_draws_transformers_distributions_whatever_the_layout(tmp_path: Path) -> None:
+    from hyper_parallel.models import materialize
+
+    folder = write_tiny_model("gemma3_text", tmp_path / "gemma3")
+    spec = create_model_spec(path=str(folder), init="random")
+    assert spec.weights_path is None
+    drawn = [materialize(spec.build_model_fn(spec.args), spec, device="cpu", seed=7) for _ in range(2)]
+    on_cpu = spec.build_model_fn(spec.args, device="cpu")
+    from hyper_parallel.models import initialize
+
+    initialize(on_cpu, spec, seed=7)
+    params = dict(drawn[0].named_parameters())
+    for other in (drawn[1], on_cpu):
+        assert all(torch.equal(params[name], p) for name, p in other.named_parameters())
+    # Gemma's norms scale by 1 + weight: built as zeros; matrices normal with std initializer_range (0.02)
+    assert float(params["causal_lm.model.norm.weight"].abs().max()) == 0.0
+    q = params["causal_lm.model.layers.0.self_attn.q_proj.weight"]
+    assert float(q.std()) == pytest.approx(0.02, rel=0.2)
+    buffers = dict(drawn[0].named_buffers())
+    reference = dict(transformers.AutoModelForCausalLM.from_pretrained(folder).named_buffers())
+    assert all(torch.equal(buffers["causal_lm." + name], value) for name, value in reference.items())
