@@ -135,7 +135,7 @@ def _watch_stages(trainer: LLMTrainer) -> dict[str, list[int]]:
 
 def train(model: str, out: str, overrides: dict[str, str], *, last: bool = True) -> None:
     """Train the tiny ``model`` with ``overrides`` and write this rank's report; ``last`` ends the group."""
-    if Path(model).is_absolute() and Path(model).is_dir():  # a transformers model folder (``tests.support.hf_models``)
+    if Path(model).is_absolute() and Path(model).is_dir():  # a transformers model (``hf_models``)
         from tests.support.hf_models import hf_config
 
         trainer = LLMTrainer(hf_config(Path(model), overrides))
