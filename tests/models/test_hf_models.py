@@ -199,36 +199,65 @@ def test_overrides_change_the_built_model(tmp_path: Path) -> None:
     assert not any(".layers.1." in name for name in cfg.model.args.parameter_shapes())
 
 
-def test_tensor_parallelism_is_refused_with_the_reason(tmp_path: Path) -> None:
+def test_tensor_parallelism_that_the_models_plan_cannot_split_is_refused_with_the_reason(
+    tmp_path: Path,
+) -> None:
     folder = write_tiny_model("mistral", tmp_path / "mistral")
+    overrides = {"parallelism.tp": "4", "parallelism.dp_shard": "1", "parallelism.sequence_parallel": "false"}
     with pytest.raises(ConfigError) as caught:
-        hf_config(folder, {"parallelism.tp": "2", "parallelism.dp_shard": "1"})
+        hf_config(folder, overrides)
     messages = {issue.path: issue.message for issue in caught.value.issues}
     assert messages["parallelism.tp"] == (
-        "tensor parallelism of a transformers model (from its base_model_tp_plan) is not supported yet; set "
+        "must divide the model's 4 attention heads and 2 key/value heads, got 4 (model_type 'mistral'); set "
         "parallelism.tp to 1"
+    )
+    with pytest.raises(ConfigError) as caught:
+        hf_config(folder, {**overrides, "parallelism.tp": "2", "parallelism.sequence_parallel": "true"})
+    messages = {issue.path: issue.message for issue in caught.value.issues}
+    assert messages["parallelism.sequence_parallel"] == (
+        "is not supported yet by hf (its tensor-parallel plan keeps activations replicated); set it to false"
     )
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
-def test_two_processes_under_fsdp2_with_checkpointed_layers_give_one_process_losses(tmp_path: Path) -> None:
+def test_two_processes_under_fsdp2_or_the_models_tp_plan_give_one_process_losses(tmp_path: Path) -> None:
+    """FSDP2 with checkpointed layers (Qwen 3: tied embeddings, the tie survives sharding), and tensor
+    parallelism by each model's ``base_model_tp_plan``: Mistral (colwise / rowwise), Phi-3 (its fused
+    projections gathered: ``colwise_gather_output`` / ``rowwise_split_input``)."""
     from tests.support.trainer import train_runs_under_torchrun
 
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo is required")
-    folder = write_tiny_model("qwen3", tmp_path / "qwen3")  # tied embeddings: the tie survives sharding
     run = {**RUN, "training.global_batch_size": "4", "training.micro_batch_size": "2"}
-    expected, _, _ = _train(hf_config(folder, run))
-    layout = {**run, "parallelism.dp_shard": "2", "activation_checkpoint.mode": "full"}
-    ranks = train_runs_under_torchrun(2, tmp_path / "runs", {"fsdp": (str(folder), layout)})[0]["fsdp"]
-    for report in ranks:
-        assert report["losses"] == pytest.approx(expected, abs=1e-5)
-    params = ranks[0]["params"]
-    layer = "causal_lm.model.layers.0.self_attn.q_proj.weight"
-    assert params[layer]["placements"] == ["Shard(dim=0)"]
-    assert params[layer]["local"][0] * 2 == params[layer]["global"][0]
-    assert [r["dp_rank"] for r in ranks] == [0, 1]
+    layouts = {
+        "qwen3": {"parallelism.dp_shard": "2", "activation_checkpoint.mode": "full"},
+        "mistral": {"parallelism.tp": "2", "parallelism.sequence_parallel": "false"},
+        "phi3": {"parallelism.tp": "2", "parallelism.sequence_parallel": "false"},
+    }
+    folders = {name: write_tiny_model(name, tmp_path / name) for name in layouts}
+    runs = {name: (str(folders[name]), {**run, **layout}) for name, layout in layouts.items()}
+    reports = train_runs_under_torchrun(2, tmp_path / "runs", runs)[0]
+    for name, ranks in reports.items():
+        expected, _, _ = _train(hf_config(folders[name], run))
+        for report in ranks:
+            assert report["losses"] == pytest.approx(expected, abs=1e-5), name
+    layer = "causal_lm.model.layers.0.self_attn.{}.weight"
+    sharded = reports["qwen3"][0]["params"][layer.format("q_proj")]
+    assert (sharded["mesh"], sharded["placements"]) == (["dp_shard"], ["Shard(dim=0)"])
+    assert sharded["local"][0] * 2 == sharded["global"][0]
+    assert [r["dp_rank"] for r in reports["qwen3"]] == [0, 1]
+    split = {
+        ("mistral", "q_proj"): "Shard(dim=0)",
+        ("mistral", "o_proj"): "Shard(dim=1)",
+        ("phi3", "qkv_proj"): "Shard(dim=0)",
+        ("phi3", "o_proj"): "Shard(dim=1)",
+    }
+    for (name, module), placement in split.items():
+        held = reports[name][0]["params"][layer.format(module)]
+        assert (held["mesh"], held["placements"]) == (["tp"], [placement]), (name, module)
+    norm = reports["mistral"][0]["params"]["causal_lm.model.norm.weight"]
+    assert (norm["mesh"], norm["placements"]) == (["tp"], ["Replicate()"])
 
 
 @pytest.mark.parametrize(

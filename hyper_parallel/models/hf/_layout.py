@@ -33,6 +33,10 @@ class Layout(NamedTuple):
     tied: bool
     #: The value each vector parameter (norm weights) is built with, when it is not 1 (ours names).
     vector_defaults: dict[str, float]
+    #: The model's ``base_model_tp_plan``: module name pattern (from ``base_prefix``) -> transformers' style.
+    tp_plan: dict[str, str]
+    #: Where the base model (whose names the plan uses) is: ``causal_lm.model.`` for most models.
+    base_prefix: str
 
 
 def hf_config(config_json: str, attn_implementation: str) -> Any:
@@ -127,8 +131,12 @@ def layout_of(config_json: str, attn_implementation: str) -> Layout:
                 built[key] = _built_value(module, last, param.shape[0])
             if built[key] != 1.0:
                 defaults[f"{PREFIX}{module_name}.{last}"] = built[key]
+    base = getattr(model, "base_model", model)
+    plan = getattr(model.config, "base_model_tp_plan", None) or {}  # type: ignore[union-attr]
     return Layout(
         vector_defaults=defaults,
+        tp_plan={str(k): str(v) for k, v in plan.items()},
+        base_prefix=_name_of(model, base) + "." if base is not model else PREFIX,
         shapes={PREFIX + n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False)},
         block_prefix=f"{PREFIX}{name}.",
         block_linears=frozenset(linears),

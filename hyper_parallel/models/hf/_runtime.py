@@ -53,15 +53,22 @@ def parallelize(
     """Activation checkpointing, ``torch.compile`` and FSDP2 (HSDP, DDP) per decoder layer, in place.
 
     The layers are found generically (``_layout.decoder_layers``); the order is the shared pipeline's
-    (``hyper_parallel.parallel.parallelize.parallelize_model``). Tensor parallelism is refused at
-    ``--dry-run`` (``HfArgs.parallel_issues``), so ``apply_tp`` is never reached.
+    (``hyper_parallel.parallel.parallelize.parallelize_model``). Tensor parallelism splits the linear layers
+    the model's ``base_model_tp_plan`` names (``_tensor_parallel``); ``--dry-run`` refused what it cannot.
     """
     require_torch("transformers model", "parallelize")
     from hyper_parallel.models.hf._layout import decoder_layers
+    from hyper_parallel.models.hf._tensor_parallel import apply_tp
     from hyper_parallel.parallel.parallelize import parallelize_model
 
-    def no_tp(mesh: Any) -> None:
-        raise ValueError("tensor parallelism of a transformers model is not supported yet")
+    args: HfArgs = model.args
+    layout = args.layout()
+
+    def split(mesh: Any) -> None:
+        issue = args.tp_issue(mesh.size())
+        if issue is not None:
+            raise ValueError(f"parallelism.tp: {issue}")
+        apply_tp(model, layout.tp_plan, layout.base_prefix.rstrip("."), mesh)
 
     _, layers = decoder_layers(model.causal_lm)
     return parallelize_model(
@@ -69,7 +76,7 @@ def parallelize(
         parallelism,
         device_mesh,
         blocks=layers,
-        apply_tp=no_tp,
+        apply_tp=split,
         training=training,
         activation_checkpoint=activation_checkpoint,
         compile=compile,

@@ -108,15 +108,31 @@ class HfArgs(ModelArgs):
 
     # -- what the trainer can run ---------------------------------------------------------------------
     def supports_sequence_parallel(self) -> bool:
-        """No tensor-parallel plan is applied to these models yet."""
+        """transformers' plans keep the residual stream replicated (no sequence split)."""
         return False
 
+    def heads(self) -> tuple[int, int]:
+        """``(num_attention_heads, num_key_value_heads)`` of ``config.json``."""
+        heads = self._int("num_attention_heads") or 1
+        return heads, self._int("num_key_value_heads") or heads
+
+    def tp_issue(self, tp: int) -> str | None:
+        """Why tensor parallelism over ``tp`` ranks cannot split this model by its ``base_model_tp_plan``."""
+        from hyper_parallel.models.hf._tensor_parallel import plan_issue
+
+        layout = self.layout()
+        return plan_issue(layout.tp_plan, layout.shapes, layout.base_prefix, *self.heads(), tp)
+
     def parallel_issues(self, degrees: Mapping[str, int]) -> Iterator[tuple[str, str]]:
-        """Tensor, context, pipeline and expert parallelism are refused: the trainer applies FSDP2, HSDP and
-        DDP per decoder layer to transformers' modules, and none of the others yet."""
+        """Tensor parallelism follows the model's own ``base_model_tp_plan`` (refused with the reason
+        where it has none or it does not divide); context, pipeline and expert parallelism are refused: the
+        trainer applies FSDP2, HSDP, DDP and TP per decoder layer to transformers' modules, nothing else."""
+        tp = degrees.get("tp", 1)
+        if tp > 1:
+            issue = self.tp_issue(tp)
+            if issue is not None:
+                yield "parallelism.tp", f"{issue} (model_type {self.model_type!r}); set parallelism.tp to 1"
         reasons = {
-            "tp": "tensor parallelism of a transformers model (from its base_model_tp_plan) is not "
-            "supported yet",
             "cp": "context parallelism of a transformers model is not supported (its attention takes "
             "whole sequences)",
             "pp": "pipeline parallelism of a transformers model is not supported (its forward runs the "

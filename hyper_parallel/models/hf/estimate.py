@@ -12,6 +12,7 @@ sizes (an estimate: transformers' modules keep a few more intermediates).
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from hyper_parallel.models.hf._tensor_parallel import SPLIT_DIM, plan_weights
 from hyper_parallel.preflight.model import ActivationCosts, BlockActivations, ParamGroup, Workload
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class HfCosts:
 
     def parameters(self) -> Sequence[ParamGroup]:
         layout = self.args.layout()
+        splits = plan_weights(layout.tp_plan, layout.shapes, layout.base_prefix)
         seen: set[str] = set()
         groups: list[ParamGroup] = []
         for name, shape in layout.shapes.items():
@@ -73,10 +75,12 @@ class HfCosts:
             else:
                 kind = "attention"
             last = name.rsplit(".", 2)[-2] if name.endswith(".weight") and len(shape) == 2 else ""
+            style = splits.get(name)
             groups.append(
                 ParamGroup(
                     kind,  # type: ignore[arg-type]
                     shape,
+                    tp_dim=SPLIT_DIM.get(style) if style is not None else None,
                     in_block=in_block,
                     linears=(last,) if in_block and last in layout.block_linears else (),
                 )
@@ -112,4 +116,5 @@ class HfCosts:
         return decoder_flops_per_token(self.args.config(), seq, gated=gated)
 
     def tp_degrees(self) -> Sequence[int]:
-        return [1]
+        _, kv_heads = self.args.heads()
+        return [1] + [t for t in range(2, kv_heads + 1) if self.args.tp_issue(t) is None]
