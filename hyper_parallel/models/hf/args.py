@@ -45,6 +45,12 @@ class HfArgs(ModelArgs):
         repr=False,
         metadata={"help": "The model's config.json (overrides applied), as JSON text."},
     )
+    hub_id: str | None = attrs.field(
+        default=None,
+        metadata={
+            "help": "The Hugging Face Hub id (org/name[@revision]) the folder was found by; null: a folder."
+        },
+    )
     attn_implementation: AttnImplementation = attrs.field(
         default="sdpa",
         validator=attrs.validators.in_(("sdpa", "eager")),
@@ -81,6 +87,25 @@ class HfArgs(ModelArgs):
     def vocabulary_size(self) -> int | None:
         """``vocab_size``."""
         return self._int("vocab_size")
+
+    # -- the weights of a Hub id ------------------------------------------------------------------------
+    def fetch_weights(self, *, dry_run: bool = False) -> str | None:
+        """Bring a Hub id's weights into the cache (the launch, on the rank that reads them), or with
+        ``dry_run`` say in one line what that would download (None: nothing; also for a local folder)."""
+        if self.hub_id is None:
+            return None
+        from hyper_parallel.models.hf._hub import WEIGHT_FILES, pending_download, snapshot
+
+        if dry_run:
+            return pending_download(self.hub_id, WEIGHT_FILES)
+        try:
+            snapshot(self.hub_id, WEIGHT_FILES)
+        except ValueError as exc:  # an input the user can fix: ``ID: problem``, exit status 2
+            from hyper_parallel.config.errors import InputFileError
+
+            where, _, problem = str(exc).partition(": ")
+            raise InputFileError.at(where, problem, "model.path") from None
+        return None
 
     # -- what the built model says --------------------------------------------------------------------
     def layout(self) -> "Layout":
