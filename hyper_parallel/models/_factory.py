@@ -62,8 +62,16 @@ def create_spec(
     state_dict_adapter: type,
     init_fn: Callable[..., Any] | None = None,
 ) -> ModelSpec:
-    """A ``ModelSpec`` of ``family``: ``flavor``'s arguments from ``table`` with ``overrides`` applied."""
-    args = override_args(lookup_flavor(family, table, flavor), overrides, f"{family} {flavor}")
+    """A ``ModelSpec`` of ``family``: ``flavor``'s arguments from ``table`` with ``overrides`` applied.
+
+    ``flavor`` ``"auto"`` reads them from ``weights_path``'s ``config.json`` (``flavor_from_weights``): the
+    table's flavor that writes the same ``config.json``, else ``"config.json"`` and the file's arguments.
+    """
+    if flavor == "auto":
+        base, flavor = flavor_from_weights(family, table, weights_path, state_dict_adapter)
+    else:
+        base = lookup_flavor(family, table, flavor)
+    args = override_args(base, overrides, f"{family} {flavor}")
     return ModelSpec(
         name=family,
         flavor=flavor,
@@ -74,6 +82,51 @@ def create_spec(
         state_dict_adapter=state_dict_adapter,
         init_fn=init_fn,
     )
+
+
+#: Most bytes a ``config.json`` may have (a real one is a few kilobytes).
+_CONFIG_BYTES = 1 << 20
+
+
+def flavor_from_weights(
+    family: str, table: Mapping[str, A], weights_path: str | None, adapter: type
+) -> tuple[A, str]:
+    """The table's flavor whose ``config.json`` is ``weights_path``'s (its arguments and name), else the
+    arguments that file describes (the adapter's ``args_from_hf_config``) named ``"config.json"``.
+
+    Raises ``ValueError`` (one line, naming the file) without ``weights_path``, for a missing or unreadable
+    file, another model's ``model_type``, or fields this model cannot express.
+    """
+    import json
+    from pathlib import Path
+
+    if weights_path is None:
+        raise ValueError(
+            f"flavor 'auto' reads the architecture from model.weights_path's config.json: set "
+            f"model.weights_path, or name a flavor ({', '.join(repr(name) for name in table)})"
+        )
+    file = Path(weights_path) / "config.json"
+    try:
+        if file.stat().st_size > _CONFIG_BYTES:
+            raise ValueError(f"larger than {_CONFIG_BYTES} bytes: not a model's config.json")
+        config = json.loads(file.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{file}: does not exist (flavor 'auto' reads the architecture from it)") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{file}: {exc}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{file}: not a JSON object")
+    expected = adapter(next(iter(table.values()))).hf_config().get("model_type")
+    if config.get("model_type") != expected:
+        raise ValueError(f"{file}: model_type {config.get('model_type')!r} is not {family}'s ({expected!r})")
+    try:
+        args: A = adapter.args_from_hf_config(dict(config))  # type: ignore[attr-defined]
+    except (KeyError, TypeError, ValueError) as exc:
+        detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ValueError(f"{file}: not a {family} model this project builds: {detail}") from None
+    written = adapter(args).hf_config()
+    name = next((n for n, known in table.items() if adapter(known).hf_config() == written), None)
+    return (table[name], name) if name is not None else (args, "config.json")
 
 
 def override_args(args: A, overrides: Mapping[str, OverrideValue] | None, what: str) -> A:

@@ -44,7 +44,14 @@ def check_files(config: TrainerConfig) -> None:
     if spec.weights_path is not None:
         from hyper_parallel.models import check_weights
 
-        _on_rank0(lambda: check_weights(spec))
+        fetch = getattr(spec.args, "fetch_weights", None)  # a Hub id's weights, into the cache first
+
+        def fetch_and_check() -> None:
+            if callable(fetch):
+                fetch()
+            check_weights(spec)
+
+        _on_rank0(fetch_and_check)
 
 
 def check_without_torch(config: TrainerConfig) -> None:
@@ -59,7 +66,12 @@ def check_without_torch(config: TrainerConfig) -> None:
     if config.model.weights_path is not None:
         from hyper_parallel.models import check_weights
 
-        check_weights(config.model)
+        fetch = getattr(config.model.args, "fetch_weights", None)
+        pending = fetch(dry_run=True) if callable(fetch) else None
+        if pending is None:
+            check_weights(config.model)
+        else:  # the launch downloads them first, then checks them
+            print(f"note: {pending}", file=sys.stderr)
     tokenizer = build_tokenizer(config)
     for dataset in sections:
         dataset.check_encoded(tokenizer, config.model.args, config.training.seq_len)

@@ -12,6 +12,12 @@ from collections.abc import Mapping
 __all__ = ["FOREIGN_NAMES"]
 
 _LORA = "with peft._target_: hyper_parallel.components.peft.LoRA.Config"
+_WEIGHTS = (
+    "a local directory of safetensors weights, with model._target_: "
+    "hyper_parallel.models.llama3.create_model_spec or another native model; "
+    "any transformers causal LM, by folder or Hub id: "
+    "hyper_parallel.models.hf.create_model_spec's path"
+)
 _EPOCHS = "whole passes over the data, with training.max_steps: null (one of the two gives the run's length)"
 
 #: Another tool's key -> (the field that replaces it, ``""`` where none does; what to know, or ``""``).
@@ -45,7 +51,7 @@ FOREIGN_NAMES: Mapping[str, tuple[str, str]] = {
     "torch_compile": ("compile.enable", ""),
     "max_seq_length": ("training.seq_len", ""),
     "max_length": ("training.seq_len", ""),
-    "model_name_or_path": ("model.weights_path", "a local directory of safetensors weights"),
+    "model_name_or_path": ("model.weights_path", _WEIGHTS),
     "tokenizer_name": ("tokenizer.path", ""),
     # PEFT's LoraConfig, as Axolotl names it
     "lora_r": ("peft.rank", _LORA),
@@ -55,7 +61,7 @@ FOREIGN_NAMES: Mapping[str, tuple[str, str]] = {
     # Axolotl
     "sequence_len": ("training.seq_len", ""),
     "num_epochs": ("training.epochs", _EPOCHS),
-    "base_model": ("model.weights_path", "a local directory of safetensors weights"),
+    "base_model": ("model.weights_path", _WEIGHTS),
     "cosine_min_lr_ratio": ("lr_scheduler.min_lr_factor", ""),
     # TorchTitan
     "local_batch_size": ("training.micro_batch_size", ""),

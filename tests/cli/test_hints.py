@@ -86,7 +86,7 @@ def test_an_option_given_twice_is_an_error(prog: str, flag: str, first: str, sec
     assert_reported(lines, [(flag, f"{flag} given twice ({first!r}, then {second!r}); give it once")])
 
 
-FLAVORS = ["'debugmodel'", "'1B'", "'3B'", "'8B'", "'70B'", "'405B'"]
+FLAVORS = ["'debugmodel'", "'1B'", "'3B'", "'8B'", "'70B'", "'405B'", "'auto'"]
 
 
 @pytest.mark.parametrize(
@@ -119,7 +119,7 @@ def test_a_qwen_flavor_in_another_case_is_suggested_in_a_file() -> None:
         (
             "run.yaml:3:11",
             "model.flavor",
-            "expected one of 'debugmodel', '0.8B', '2B', '4B', '9B', got the string '0.8b'; "
+            "expected one of 'debugmodel', '0.8B', '2B', '4B', '9B', 'auto', got the string '0.8b'; "
             "did you mean '0.8B'?",
         )
     ]

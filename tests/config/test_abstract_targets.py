@@ -55,6 +55,7 @@ def test_model_spec_itself_is_refused_with_the_model_factories(name: str) -> Non
             "run.yaml:2:13",
             "model._target_",
             f"'{name}' is a base class, not a target; name one of: "
+            "hyper_parallel.models.hf.create_model_spec, "
             "hyper_parallel.models.llama3.create_model_spec, "
             "hyper_parallel.models.qwen3_5.create_model_spec, "
             "hyper_parallel.models.qwen3_5.create_vl_model_spec, "

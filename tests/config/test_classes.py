@@ -633,7 +633,7 @@ def test_trainer_cross_check_reports_every_problem() -> None:
 
 
 def test_llama3_flavors_match_published_dims() -> None:
-    assert typing.get_args(llama3.Llama3Flavor) == tuple(llama3.LLAMA3_FLAVORS)
+    assert typing.get_args(llama3.Llama3Flavor) == (*llama3.LLAMA3_FLAVORS, "auto")  # auto: config.json
     args = llama3.LLAMA3_FLAVORS
     assert (args["8B"].dim, args["8B"].n_layers, args["8B"].n_heads, args["8B"].n_kv_heads) == (
         4096,
@@ -650,7 +650,7 @@ def test_llama3_flavors_match_published_dims() -> None:
 
 
 def test_qwen3_5_flavors_are_hybrid_and_consistent() -> None:
-    assert typing.get_args(qwen3_5.Qwen3_5Flavor) == tuple(qwen3_5.QWEN3_5_FLAVORS)
+    assert typing.get_args(qwen3_5.Qwen3_5Flavor) == (*qwen3_5.QWEN3_5_FLAVORS, "auto")
     assert tuple(qwen3_5.QWEN3_5_VL_FLAVORS) == tuple(qwen3_5.QWEN3_5_FLAVORS)
     for flavor_args in qwen3_5.QWEN3_5_FLAVORS.values():
         assert issues(flavor_args) == []

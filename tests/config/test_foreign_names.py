@@ -96,7 +96,9 @@ def issues(error: pytest.ExceptionInfo[ConfigError]) -> list[tuple[Any, str, str
         ("lora_target_modules", f"; did you mean 'peft.targets'? ({LORA})"),
         (
             "model_name_or_path",
-            "; did you mean 'model.weights_path'? (a local directory of safetensors weights)",
+            "; did you mean 'model.weights_path'? (a local directory of safetensors weights, with "
+            "model._target_: hyper_parallel.models.llama3.create_model_spec or another native model; any "
+            "transformers causal LM, by folder or Hub id: hyper_parallel.models.hf.create_model_spec's path)",
         ),
         ("tensor_parallel_degree", "; did you mean 'parallelism.tp'?"),
     ],

@@ -81,6 +81,7 @@ def test_five_mistakes_are_one_error_with_exact_locations_sorted_by_position(bad
             "2:13",
             "model._target_",
             "module 'hyper_parallel.models.qwen3_5' has no attribute 'nope'; name one of: "
+            "hyper_parallel.models.hf.create_model_spec, "
             "hyper_parallel.models.llama3.create_model_spec, "
             "hyper_parallel.models.qwen3_5.create_model_spec, "
             "hyper_parallel.models.qwen3_5.create_vl_model_spec, "

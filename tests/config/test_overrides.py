@@ -311,7 +311,7 @@ def test_switching_factory_keeps_a_value_the_user_set_and_reports_it_there() -> 
     assert issue.path == "model.flavor"
     assert issue.location == f"{FULL}:6:11"
     assert issue.message.startswith(
-        "expected one of 'debugmodel', '1B', '3B', '8B', '70B', '405B', got the string '0.8B'"
+        "expected one of 'debugmodel', '1B', '3B', '8B', '70B', '405B', 'auto', got the string '0.8B'"
     )
 
 

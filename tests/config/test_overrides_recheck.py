@@ -165,7 +165,7 @@ def test_a_switch_after_an_override_to_the_same_value_cites_that_override() -> N
         (
             "overrides['model.flavor']",
             "model.flavor",
-            "expected one of 'debugmodel', '1B', '3B', '8B', '70B', '405B', got the string '0.8B'",
+            "expected one of 'debugmodel', '1B', '3B', '8B', '70B', '405B', 'auto', got the string '0.8B'",
         )
     ]
 

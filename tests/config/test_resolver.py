@@ -741,7 +741,7 @@ def test_missing_required_parameter_names_it_and_its_path() -> None:
             {"model": model(flavor="0.9B")},
             "model.flavor",
             # another size is never suggested (tests/cli/test_hints.py): the choices are listed
-            "expected one of 'debugmodel', '0.8B', '2B', '4B', '9B', got the string '0.9B'",
+            "expected one of 'debugmodel', '0.8B', '2B', '4B', '9B', 'auto', got the string '0.9B'",
         ),
         ({"model": model(weights_path=3)}, "model.weights_path", "expected a string, got the integer 3"),
         (

@@ -16,7 +16,8 @@ MODEL = "model:\n  _target_: hyper_parallel.models.qwen3_5.create_model_spec\n  
 OPTIMIZERS = f"; name one of: {C}.optimizer.AdamW.Config, {C}.optimizer.SGD.Config"
 SCHEDULERS = f"; name one of: {C}.lr_scheduler.WarmupDecay.Config"
 MODELS = (
-    "; name one of: hyper_parallel.models.llama3.create_model_spec, "
+    "; name one of: hyper_parallel.models.hf.create_model_spec, "
+    "hyper_parallel.models.llama3.create_model_spec, "
     "hyper_parallel.models.qwen3_5.create_model_spec, hyper_parallel.models.qwen3_5.create_vl_model_spec, "
     "hyper_parallel.models.qwen3_5_moe.create_model_spec"
 )

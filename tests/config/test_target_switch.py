@@ -97,7 +97,7 @@ def test_switching_model_in_python_keeps_an_explicit_flavor_and_reports_it_in_th
         apply_overrides(load_config(FULL), {"model._target_": LLAMA})
     ((location, path, message),) = issues(info)
     assert (location, path) == (f"{FULL}:6:3", "model.flavor")  # flavor: "0.8B" is never silently 8B
-    flavors = "'debugmodel', '1B', '3B', '8B', '70B', '405B'"
+    flavors = "'debugmodel', '1B', '3B', '8B', '70B', '405B', 'auto'"
     assert message.startswith(f"expected one of {flavors}, got the string '0.8B'")
 
 

@@ -6,6 +6,7 @@ overrides and writes ``OUT.rank<r>.json``: per-step losses and grad norms, how e
 the residual stream leaves the first block's ``ffn_norm``. ``trainer_worker.py many SPEC`` does the same
 for every run a JSON file lists (``[{"model": ..., "out": ..., "overrides": {...}}, ...]``), one after the
 other in one process group: a test module's layouts pay torchrun's and torch's start-up once, not per run.
+MODEL may be the folder of a transformers model instead (``tests.support.hf_models.hf_config``).
 ``trainer_worker.py grid WORLD OUT`` runs every layout of ``GRID`` for this world size through the runtime
 (resolver checks bypassed) and writes the verdicts.
 """
@@ -134,7 +135,12 @@ def _watch_stages(trainer: LLMTrainer) -> dict[str, list[int]]:
 
 def train(model: str, out: str, overrides: dict[str, str], *, last: bool = True) -> None:
     """Train the tiny ``model`` with ``overrides`` and write this rank's report; ``last`` ends the group."""
-    trainer = LLMTrainer(tiny_config(model, overrides))
+    if Path(model).is_absolute() and Path(model).is_dir():  # a transformers model (``hf_models``)
+        from tests.support.hf_models import hf_config
+
+        trainer = LLMTrainer(hf_config(Path(model), overrides))
+    else:
+        trainer = LLMTrainer(tiny_config(model, overrides))
     held = _params(trainer)
     experts = _experts(trainer)
     residual = _watch_residual_norm(trainer)

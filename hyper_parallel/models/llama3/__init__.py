@@ -20,7 +20,7 @@ from hyper_parallel.models.spec import ModelSpec
 __all__ = ["LLAMA3_FLAVORS", "Llama3Args", "Llama3Flavor", "RopeScaling", "create_model_spec"]
 
 #: The flavors of ``LLAMA3_FLAVORS``, as a closed choice for the resolver and ``--help``.
-Llama3Flavor = Literal["debugmodel", "1B", "3B", "8B", "70B", "405B"]
+Llama3Flavor = Literal["debugmodel", "1B", "3B", "8B", "70B", "405B", "auto"]
 
 
 @records_call
@@ -35,7 +35,7 @@ def create_model_spec(
     mistyped values and inconsistent dimensions raise ``ValueError``.
 
     Args:
-        flavor: Size from the flavor table (debugmodel, 8B, 70B, 405B); sets every architecture argument.
+        flavor: Size from the flavor table (debugmodel, 8B, 70B, 405B); auto: weights_path's config.json.
         weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's, e.g. {rope_scaling.factor: 16.0}.
     """

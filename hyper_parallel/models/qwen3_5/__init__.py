@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 #: The flavors of both tables, as a closed choice for the resolver and ``--help``.
-Qwen3_5Flavor = Literal["debugmodel", "0.8B", "2B", "4B", "9B"]
+Qwen3_5Flavor = Literal["debugmodel", "0.8B", "2B", "4B", "9B", "auto"]
 
 
 @records_call
@@ -54,7 +54,7 @@ def create_model_spec(
     Unknown override names, mistyped values and inconsistent dimensions raise ``ValueError``.
 
     Args:
-        flavor: Size from the flavor table (debugmodel, 0.8B, 2B, 4B, 9B); sets every architecture argument.
+        flavor: Size from the flavor table (debugmodel, 0.8B, 2B, 4B, 9B); auto: weights_path's config.json.
         weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's (e.g. {n_layers: 4}).
     """
@@ -83,7 +83,7 @@ def create_vl_model_spec(
     values and inconsistent dimensions raise ``ValueError``.
 
     Args:
-        flavor: Size from the flavor table (debugmodel, 0.8B, 2B, 4B, 9B); sets every architecture argument.
+        flavor: Size from the flavor table (debugmodel, 0.8B, 2B, 4B, 9B); auto: weights_path's config.json.
         weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's, e.g. {vision.depth: 2}.
     """

@@ -20,7 +20,7 @@ from hyper_parallel.models.spec import ModelSpec
 __all__ = ["QWEN3_5_MOE_FLAVORS", "Qwen3_5MoeArgs", "Qwen3_5MoeFlavor", "create_model_spec"]
 
 #: The flavors of the table, as a closed choice for the resolver and ``--help``.
-Qwen3_5MoeFlavor = Literal["debugmodel", "35B-A3B", "122B-A10B", "397B-A17B"]
+Qwen3_5MoeFlavor = Literal["debugmodel", "35B-A3B", "122B-A10B", "397B-A17B", "auto"]
 
 
 @records_call
@@ -34,7 +34,7 @@ def create_model_spec(
     Unknown override names, mistyped values and inconsistent dimensions raise ``ValueError``.
 
     Args:
-        flavor: Size from the flavor table (debugmodel, 35B-A3B, 122B-A10B, 397B-A17B).
+        flavor: Size from the flavor table (debugmodel, 35B-A3B, 122B-A10B, 397B-A17B), or auto (config.json).
         weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's (e.g. {n_experts: 16}).
     """

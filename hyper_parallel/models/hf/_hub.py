@@ -1,0 +1,99 @@
+"""Hugging Face Hub ids as model folders: ``org/name[@revision]`` found in (or fetched into) the Hub cache.
+
+Resolved through ``huggingface_hub`` as its own clients do: its cache (``HF_HUB_CACHE``, else
+``HF_HOME/hub``, else its default), ``HF_HUB_OFFLINE``. Found in the cache, used as it is; not found while
+offline, refused in one line naming the id and the cache searched; online, downloaded with
+``huggingface_hub``'s progress bars. Resolving a config fetches ``config.json`` alone (what the model's
+arguments are read from); the weights are fetched by the launch (rank 0, which reads them), and
+``--dry-run`` only says what the launch would download. huggingface_hub is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+__all__ = ["CONFIG_FILES", "WEIGHT_FILES", "is_hub_id", "pending_download", "snapshot"]
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9._/-]+)?$")
+#: What resolving a config needs of a model repository.
+CONFIG_FILES = ["config.json"]
+#: What training needs of it: the config, the safetensors weights and their index, the tokenizer's files.
+WEIGHT_FILES = ["*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.jinja"]
+#: Patterns a cached snapshot must match for each of the two (else it is incomplete: fetched again).
+_REQUIRED = {"config.json": ["config.json"], "*.safetensors": ["config.json", "*.safetensors"]}
+
+
+def is_hub_id(path: str) -> bool:
+    """Whether ``path`` names a Hub repository (``org/name`` or ``org/name@revision``), not a local path."""
+    return not Path(path).exists() and _HUB_ID.match(path) is not None
+
+
+def _settings() -> tuple[str, bool]:
+    """The cache folder and whether ``HF_HUB_OFFLINE`` is set, read now (not at huggingface_hub's import)."""
+    from huggingface_hub import constants
+
+    cache = os.environ.get("HF_HUB_CACHE") or (
+        os.path.join(os.environ["HF_HOME"], "hub") if os.environ.get("HF_HOME") else constants.HF_HUB_CACHE
+    )
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+    return cache, offline
+
+
+def _split(hub_id: str) -> tuple[str, str | None]:
+    repo, _, revision = hub_id.partition("@")
+    return repo, revision or None
+
+
+def snapshot(hub_id: str, patterns: list[str]) -> str:
+    """The local snapshot folder of ``hub_id`` holding the files ``patterns`` match (downloaded when online
+    and not cached). ``ValueError`` (one line) when it cannot be had."""
+    from huggingface_hub import snapshot_download
+
+    repo, revision = _split(hub_id)
+    cache, offline = _settings()
+    try:
+        folder: str = snapshot_download(  # type: ignore[assignment]
+            repo, revision=revision, cache_dir=cache, local_files_only=True, allow_patterns=patterns
+        )
+        required = _REQUIRED["*.safetensors" if "*.safetensors" in patterns else "config.json"]
+        if all(any(Path(folder).glob(p)) for p in required):
+            return folder
+    except (OSError, ValueError):
+        pass
+    if offline:
+        raise ValueError(
+            f"{hub_id}: not in the Hugging Face cache {cache} (HF_HUB_OFFLINE is set: nothing is downloaded)"
+        )
+    try:
+        fetched: str = snapshot_download(  # type: ignore[assignment]
+            repo, revision=revision, cache_dir=cache, allow_patterns=patterns
+        )
+    except Exception as exc:  # huggingface_hub's HTTP, repository and revision errors
+        detail = " ".join(str(exc).split())
+        raise ValueError(f"{hub_id}: cannot be fetched from the Hugging Face Hub: {detail}") from None
+    return fetched
+
+
+def pending_download(hub_id: str, patterns: list[str]) -> str | None:
+    """What fetching ``patterns`` of ``hub_id`` would download (``huggingface_hub``'s dry run), as one line;
+    None when the cache holds it all."""
+    from huggingface_hub import snapshot_download
+
+    repo, revision = _split(hub_id)
+    cache, offline = _settings()
+    if offline:
+        return None  # what the cache lacks is refused where it is read
+    try:
+        planned = snapshot_download(
+            repo, revision=revision, cache_dir=cache, allow_patterns=patterns, dry_run=True
+        )
+    except Exception as exc:
+        detail = " ".join(str(exc).split())
+        return f"{hub_id}: the Hugging Face Hub cannot be asked what to download: {detail}"
+    missing = [f for f in planned if getattr(f, "will_download", True)]  # type: ignore[union-attr]
+    if not missing:
+        return None
+    size = sum(int(getattr(f, "file_size", 0) or 0) for f in missing)
+    return f"{hub_id}: the launch downloads {len(missing)} file(s), {size / 1e6:.1f} MB, into {cache}"
