@@ -55,7 +55,12 @@ def read_config(path: str, overrides: Mapping[str, Any] | None) -> str:
     model_type = config.get("model_type")
     if not isinstance(model_type, str):
         raise ValueError(f"{file}: has no model_type")
-    from transformers import CONFIG_MAPPING, MODEL_FOR_CAUSAL_LM_MAPPING
+    try:
+        from transformers import CONFIG_MAPPING, MODEL_FOR_CAUSAL_LM_MAPPING
+    except ImportError:
+        raise ValueError(
+            "the transformers model target needs transformers: pip install 'hyper_parallel[hf]'"
+        ) from None
 
     if model_type not in CONFIG_MAPPING:
         import transformers
