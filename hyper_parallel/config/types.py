@@ -30,7 +30,6 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 from cattrs.gen import make_dict_structure_fn
 
 from hyper_parallel.config.attrs_validators import shape_of
-from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.targets import TARGET_KEY
 from hyper_parallel.config.validation import (
@@ -49,6 +48,7 @@ from hyper_parallel.config.validation import (
     problems_of,
     unknown_key,
 )
+from hyper_parallel.config_base import ConfigBase
 
 __all__ = [
     "INT_LIMIT",

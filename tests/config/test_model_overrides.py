@@ -90,6 +90,6 @@ def test_the_rfc_model_spec_snippet_runs_as_written_and_names_what_cannot_be_dum
             "written to a config file or made again with overrides: a file cannot hold its build_model_fn, "
             "parallelize_fn and state_dict_adapter (Python objects); make it with a factory declared to "
             "return ModelSpec (a config names it in '_target_'; called in Python, a factory decorated "
-            "with hyper_parallel.config.factory_calls.records_call records the call)",
+            "with hyper_parallel.factory_calls.records_call records the call)",
         )
     ]
