@@ -46,8 +46,7 @@ def test_exact_counts_stand_beside_the_rounded_ones() -> None:
 
 def test_a_config_built_in_python_with_a_public_factory_dumps_and_reloads_equal() -> None:
     from hyper_parallel.components.tokenizer import ByteTokenizer
-    from hyper_parallel.config import dump_config
-    from hyper_parallel.config.manager import load_config_text
+    from hyper_parallel.config import dump_config, load_config
     from hyper_parallel.models.llama3 import create_model_spec as llama3
     from hyper_parallel.models.qwen3_5 import create_model_spec, create_vl_model_spec
     from hyper_parallel.trainer.config import TrainerConfig
@@ -59,8 +58,8 @@ def test_a_config_built_in_python_with_a_public_factory_dumps_and_reloads_equal(
     ):
         cfg = TrainerConfig(model=spec, tokenizer=ByteTokenizer.Config())
         text = dump_config(cfg)
-        assert load_config_text(text) == cfg
-        assert dump_config(load_config_text(text)) == text
+        assert load_config("<string>", text=text) == cfg
+        assert dump_config(load_config("<string>", text=text)) == text
     assert text.startswith(
         "model:\n  _target_: hyper_parallel.models.llama3.create_model_spec\n  flavor: debugmodel\n"
         "  weights_path: null\n  overrides: null\n"
