@@ -51,15 +51,11 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """The manager's and resolver's exports, and the submodules, imported when first asked for."""
+    """The manager's and resolver's exports, imported when first asked for (a submodule is an attribute
+    once imported, as in any package)."""
     module = _LAZY.get(name)
     if module is None:
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
