@@ -48,6 +48,7 @@ from hyper_parallel.config.validation import (
     problems_of,
     unknown_key,
 )
+from hyper_parallel.config.yaml_load import _FLOAT_RE
 from hyper_parallel.config_base import ConfigBase
 
 __all__ = [
@@ -248,15 +249,12 @@ def _structure_int(value: Any, _tp: Any) -> Any:
     raise Invalid(f"expected an integer, got {describe_value(value)}")
 
 
-# A number in quotes is text; and PyYAML's own loaders follow YAML 1.1, where a float needs a dot: ``1e-4``
-# reads as the string "1e-4" there.
+# A number in quotes is text (a number as the core schema's table reads one); and PyYAML's own loaders
+# follow YAML 1.1, where a float needs a dot: ``1e-4`` reads as the string "1e-4" there.
 @functools.cache
-def _string_numbers() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """A number as text, and one that YAML 1.1 reads as text (compiled when a number is refused)."""
-    return (
-        re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"),
-        re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+"),
-    )
+def _yaml11_text() -> re.Pattern[str]:
+    """A number that YAML 1.1 reads as text (compiled when a number is refused)."""
+    return re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+")
 
 
 _QUOTED_HINT = " (a number in quotes is text: remove the quotes"
@@ -278,9 +276,8 @@ def _structure_float(value: Any, _tp: Any) -> Any:
         except OverflowError:
             raise Invalid(f"number too large, got {echo(value)}") from None
     hint = ""
-    number, yaml11_float = _string_numbers()
-    if kind is str and number.fullmatch(value):
-        yaml11 = _YAML11_FLOAT_HINT if yaml11_float.fullmatch(value) else ""
+    if kind is str and _FLOAT_RE.fullmatch(value):
+        yaml11 = _YAML11_FLOAT_HINT if _yaml11_text().fullmatch(value) else ""
         hint = f"{_QUOTED_HINT}{yaml11})"
     raise Invalid(f"expected a number, got {describe_value(value)}{hint}")
 
