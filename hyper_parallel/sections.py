@@ -7,7 +7,7 @@ here, below the techniques, because both sides read them: the models' parallel p
 (:class:`hyper_parallel.trainer.config.TrainerConfig`) holds one of each. Defined in the trainer's module they
 made every model and technique import the trainer (TorchTitan keeps its sections apart likewise, in
 ``torchtitan/config/configs.py``). This module imports attrs, :mod:`hyper_parallel._checks` and
-:mod:`hyper_parallel.config.base` only: never torch, and nothing of the trainer, the components, the models or
+:mod:`hyper_parallel.config_base` only: never torch, and nothing of the trainer, the components, the models or
 the techniques.
 
 Users name these classes ``hyper_parallel.trainer.config.TrainingConfig`` (in a YAML ``_target_`` and in
@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 import attrs
 
 from hyper_parallel._checks import RuleViolation, positive_or_auto, quote, said, unread_while_off
-from hyper_parallel.config.base import ConfigBase, config_class
+from hyper_parallel.config_base import ConfigBase, config_class
 
 __all__ = [
     "PP_STAGES_PER_RANK",

@@ -4,9 +4,11 @@ Everything a launch script or a test outside the project needs is exported here;
 machinery behind these names.
 
 The names bound to ``TrainerConfig`` (the manager's and the resolver's) load on first use: a component's
-Config module imports ``hyper_parallel.config.base``, which runs this file first, and the root config imports
-the components, so importing the manager here would make every component import the whole root config (and
-a circular import when a component is imported first).
+Config module and the runtimes import :mod:`hyper_parallel.config.errors`, which runs this file first, and the
+root config imports the components, so importing the manager here would make every component import the whole
+root config (and a circular import when a component is imported first). The Config base and the factory
+decorator, which every Config and model module imports, sit outside this package
+(:mod:`hyper_parallel.config_base`, :mod:`hyper_parallel.factory_calls`).
 """
 
 import importlib
@@ -49,15 +51,11 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """The manager's and resolver's exports, and the submodules, imported when first asked for."""
+    """The manager's and resolver's exports, imported when first asked for (a submodule is an attribute
+    once imported, as in any package)."""
     module = _LAZY.get(name)
     if module is None:
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value

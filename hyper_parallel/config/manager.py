@@ -52,7 +52,6 @@ __all__ = [
     "dump_config",
     "load_config",
     "load_config_report",
-    "load_config_text",
     "located_issues",
     "unmade_reason",
     "validate",
@@ -104,6 +103,7 @@ def load_config(
     path: str | os.PathLike[str],
     overrides: Mapping[str, object] | None = None,
     *,
+    text: str | bytes | None = None,
     allowed_targets: Iterable[str] | None = None,
     world_size: int | None = None,
     strict: bool = False,
@@ -112,38 +112,15 @@ def load_config(
     """Resolve the YAML file at ``path``, then apply ``overrides`` (dotted keys) to the result.
 
     Every problem is reported in one :class:`ConfigError`, each issue located at ``FILE:LINE:COL`` in the
-    file or at the override that set the value. With ``world_size``, the parallel degrees must multiply to
-    it. With ``trainer`` (``"lm"`` for ``LLMTrainer``, ``"vl"`` for ``VLTrainer``), the config must be one
-    that trainer can train. Settings that make the run pointless but not wrong are emitted as
-    :class:`ConfigWarning` through :mod:`warnings`; ``strict=True`` makes them errors.
-    :func:`load_config_report` returns them instead.
+    file or at the override that set the value. ``text`` is YAML that is not in a file (standard input):
+    it is read instead, and ``path`` only names it in locations (``<stdin>:LINE:COL``). With
+    ``world_size``, the parallel degrees must multiply to it. With ``trainer`` (``"lm"`` for
+    ``LLMTrainer``, ``"vl"`` for ``VLTrainer``), the config must be one that trainer can train. Settings
+    that make the run pointless but not wrong are emitted as :class:`ConfigWarning` through
+    :mod:`warnings`; ``strict=True`` makes them errors. :func:`load_config_report` returns them instead.
     """
     report = load_config_report(
         path,
-        overrides,
-        allowed_targets=allowed_targets,
-        world_size=world_size,
-        strict=strict,
-        trainer=trainer,
-    )
-    _emit(report.warnings, stacklevel=3)
-    return report.config
-
-
-def load_config_text(
-    text: str | bytes,
-    name: str = "<string>",
-    overrides: Mapping[str, object] | None = None,
-    *,
-    allowed_targets: Iterable[str] | None = None,
-    world_size: int | None = None,
-    strict: bool = False,
-    trainer: TrainerKind | None = None,
-) -> TrainerConfig:
-    """Like :func:`load_config` for YAML text that is not in a file (standard input); ``name`` is the
-    source that locations name (``<stdin>:LINE:COL``)."""
-    report = load_config_report(
-        name,
         overrides,
         text=text,
         allowed_targets=allowed_targets,

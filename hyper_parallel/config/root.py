@@ -21,7 +21,6 @@ from typing import Any
 import attrs
 
 from hyper_parallel.config.errors import did_you_mean, echo
-from hyper_parallel.config.factory_calls import undecorated
 from hyper_parallel.config.options import current_options
 from hyper_parallel.config.recipes import (
     Given,
@@ -56,6 +55,7 @@ from hyper_parallel.config.validation import (
     field_default,
     problems_of,
 )
+from hyper_parallel.factory_calls import undecorated
 
 if typing.TYPE_CHECKING:  # the converter module imports this one
     from hyper_parallel.config.conversion import ConfigConverter
@@ -599,7 +599,7 @@ def unstructure_group(conv: "ConfigConverter", name: str, value: Any, problems: 
                 f"this {kind} was built without a factory ({kind}(...) or attrs.evolve), so it cannot be "
                 f"written to a config file or made again with overrides{held}; make it with a factory "
                 f"declared to return {kind} (a config names it in '_target_'; called in Python, a factory "
-                "decorated with hyper_parallel.config.factory_calls.records_call records the call)",
+                "decorated with hyper_parallel.factory_calls.records_call records the call)",
                 "key",
             )
         )

@@ -30,7 +30,6 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 from cattrs.gen import make_dict_structure_fn
 
 from hyper_parallel.config.attrs_validators import shape_of
-from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.targets import TARGET_KEY
 from hyper_parallel.config.validation import (
@@ -49,6 +48,8 @@ from hyper_parallel.config.validation import (
     problems_of,
     unknown_key,
 )
+from hyper_parallel.config.yaml_load import _FLOAT_RE
+from hyper_parallel.config_base import ConfigBase
 
 __all__ = [
     "INT_LIMIT",
@@ -121,7 +122,7 @@ class Rule:
     """One kind of annotation. The defaults describe a kind that cannot be given in a config file."""
 
     #: What an "expected ..., got ..." message asks for when it is the same for every annotation the rule
-    #: matches (``a list``); empty: the annotation as :meth:`describe` shows it.
+    #: matches (``a list``); empty: :meth:`describe` words it.
     words = ""
 
     def matches(self, tp: Any) -> bool:
@@ -147,26 +148,19 @@ class Rule:
 
         return unstructure_unsupported
 
-    def describe(self, tp: Any) -> str:
-        """The annotation in ``--help`` and messages: ``int | None``, ``list[str]``."""
+    def describe(self, tp: Any, wanted: bool = False) -> str:
+        """The annotation in ``--help`` and messages: ``int | None``, ``list[str]``; ``wanted``: what an
+        "expected ..., got ..." message asks for (``one of 'a', 'b'``) where :attr:`words` does not say it."""
         return getattr(tp, "__qualname__", None) or str(tp)
-
-    def expected(self, tp: Any) -> str:
-        """What an "expected ..., got ..." message asks for: ``an integer``, ``a list``."""
-        return self.words or describe_type(tp)
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         """The JSON schema of ``tp``, as strict as the hook; ``default_of`` writes a default value."""
         return {"not": {}, "description": f"{describe_type(tp)} cannot be given in a config file"}
 
-    def text_as_is(self, tp: Any) -> bool:
-        """Whether command-line text is the value itself (a string, a path), not a YAML scalar to parse."""
-        return False
-
-    def takes_text(self, tp: Any) -> bool:
-        """Whether a string can be a value of ``tp`` (then text that parses but does not fit stays text);
-        a kind whose command-line text is the value itself takes text."""
-        return self.text_as_is(tp)
+    def reads_text(self, tp: Any) -> tuple[bool, bool]:
+        """Whether command-line text is the value itself (a string, a path), not a YAML scalar to parse; and
+        whether a string can be a value of ``tp`` (then text that parses but does not fit stays text)."""
+        return False, False
 
     def child(self, tp: Any, segment: str | int) -> Any:
         """The annotation one override path segment below ``tp``, or :data:`NO_CHILD`."""
@@ -184,14 +178,14 @@ class _Any(Rule):
     def structure(self, tp: Any, conv: cattrs.Converter) -> Hook:
         return _structure_any
 
-    def describe(self, tp: Any) -> str:
+    def describe(self, tp: Any, wanted: bool = False) -> str:
         return str(tp)
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         return {}
 
-    def takes_text(self, tp: Any) -> bool:
-        return True
+    def reads_text(self, tp: Any) -> tuple[bool, bool]:
+        return False, True
 
 
 def _structure_any(value: Any, _tp: Any) -> Any:
@@ -237,14 +231,14 @@ class _Scalar(Rule):
     def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
         return {float: _unstructure_float, str: _unstructure_str}.get(self.cls, _same)
 
-    def describe(self, tp: Any) -> str:
+    def describe(self, tp: Any, wanted: bool = False) -> str:
         return self.name
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         return dict(self.json)
 
-    def text_as_is(self, tp: Any) -> bool:
-        return self.cls is str
+    def reads_text(self, tp: Any) -> tuple[bool, bool]:
+        return (self.cls is str,) * 2
 
 
 def _structure_int(value: Any, _tp: Any) -> Any:
@@ -255,15 +249,12 @@ def _structure_int(value: Any, _tp: Any) -> Any:
     raise Invalid(f"expected an integer, got {describe_value(value)}")
 
 
-# A number in quotes is text; and PyYAML's own loaders follow YAML 1.1, where a float needs a dot: ``1e-4``
-# reads as the string "1e-4" there.
+# A number in quotes is text (a number as the core schema's table reads one); and PyYAML's own loaders
+# follow YAML 1.1, where a float needs a dot: ``1e-4`` reads as the string "1e-4" there.
 @functools.cache
-def _string_numbers() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """A number as text, and one that YAML 1.1 reads as text (compiled when a number is refused)."""
-    return (
-        re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"),
-        re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+"),
-    )
+def _yaml11_text() -> re.Pattern[str]:
+    """A number that YAML 1.1 reads as text (compiled when a number is refused)."""
+    return re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+")
 
 
 _QUOTED_HINT = " (a number in quotes is text: remove the quotes"
@@ -285,9 +276,8 @@ def _structure_float(value: Any, _tp: Any) -> Any:
         except OverflowError:
             raise Invalid(f"number too large, got {echo(value)}") from None
     hint = ""
-    number, yaml11_float = _string_numbers()
-    if kind is str and number.fullmatch(value):
-        yaml11 = _YAML11_FLOAT_HINT if yaml11_float.fullmatch(value) else ""
+    if kind is str and _FLOAT_RE.fullmatch(value):
+        yaml11 = _YAML11_FLOAT_HINT if _yaml11_text().fullmatch(value) else ""
         hint = f"{_QUOTED_HINT}{yaml11})"
     raise Invalid(f"expected a number, got {describe_value(value)}{hint}")
 
@@ -378,17 +368,15 @@ class _Literal(Rule):
 
         return structure_choice
 
-    def describe(self, tp: Any) -> str:
-        return " | ".join(repr(given) for given, _ in self.pairs(tp))
-
-    def expected(self, tp: Any) -> str:
-        return "one of " + ", ".join(repr(given) for given, _ in self.pairs(tp))
+    def describe(self, tp: Any, wanted: bool = False) -> str:
+        shown = [repr(given) for given, _ in self.pairs(tp)]
+        return "one of " + ", ".join(shown) if wanted else " | ".join(shown)
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         return {"enum": [given for given, _ in self.pairs(tp)]}
 
-    def text_as_is(self, tp: Any) -> bool:
-        return all(isinstance(given, str) for given, _ in self.pairs(tp))
+    def reads_text(self, tp: Any) -> tuple[bool, bool]:
+        return (all(isinstance(given, str) for given, _ in self.pairs(tp)),) * 2
 
 
 class _Enum(_Literal):
@@ -425,14 +413,14 @@ class _Path(Rule):
     def unstructure(self, cls: Any, conv: cattrs.Converter) -> Callable[[Any], Any]:
         return lambda value: _unstructure_str(str(value))
 
-    def describe(self, tp: Any) -> str:
+    def describe(self, tp: Any, wanted: bool = False) -> str:
         return "path"
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         return {"type": "string"}
 
-    def text_as_is(self, tp: Any) -> bool:
-        return True
+    def reads_text(self, tp: Any) -> tuple[bool, bool]:
+        return True, True
 
 
 class _Union(Rule):
@@ -472,11 +460,9 @@ class _Union(Rule):
 
         return structure_union
 
-    def describe(self, tp: Any) -> str:
-        return " | ".join(describe_type(m) for m in typing.cast(tuple[Any, ...], union_args(tp)))
-
-    def expected(self, tp: Any) -> str:
-        return " or ".join(expected(m) for m in typing.cast(tuple[Any, ...], union_args(tp)))
+    def describe(self, tp: Any, wanted: bool = False) -> str:
+        members = typing.cast(tuple[Any, ...], union_args(tp))
+        return " or ".join(map(expected, members)) if wanted else " | ".join(map(describe_type, members))
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
         members = [type_schema(m, default_of) for m in typing.cast(tuple[Any, ...], union_args(tp))]
@@ -493,12 +479,10 @@ class _Union(Rule):
                 return merged
         return {"anyOf": members}
 
-    def text_as_is(self, tp: Any) -> bool:
+    def reads_text(self, tp: Any) -> tuple[bool, bool]:
         bare, _ = strip_optional(tp)
-        return bare is not tp and rule_for(bare).text_as_is(bare)
-
-    def takes_text(self, tp: Any) -> bool:
-        return any(rule_for(m).takes_text(m) for m in typing.cast(tuple[Any, ...], union_args(tp)))
+        members = typing.cast(tuple[Any, ...], union_args(tp))
+        return bare is not tp and takes_text(bare)[0], any(takes_text(m)[1] for m in members)
 
     def child(self, tp: Any, segment: str | int) -> Any:
         bare, _ = strip_optional(tp)
@@ -545,7 +529,7 @@ class _FixedTuple(Rule):
 
         return structure_fixed_tuple
 
-    def describe(self, tp: Any) -> str:
+    def describe(self, tp: Any, wanted: bool = False) -> str:
         return f"list[{', '.join(describe_type(a) for a in typing.get_args(tp))}]"
 
     def schema(self, tp: Any, default_of: Callable[[Any], Any]) -> Schema:
@@ -611,7 +595,7 @@ class _Sequence(Rule):
             return unstructure_set
         return lambda value: [item(v) for v in value]
 
-    def describe(self, tp: Any) -> str:
+    def describe(self, tp: Any, wanted: bool = False) -> str:
         name = "set" if _SEQUENCES[typing.get_origin(tp) or tp] is frozenset else "list"
         args = [a for a in typing.get_args(tp) if a is not Ellipsis]
         return f"{name}[{', '.join(describe_type(a) for a in args)}]" if args else name
@@ -667,7 +651,7 @@ class _Mapping(Rule):
         item = _unstructure_any(conv)
         return lambda value: {k: item(v) for k, v in value.items()}
 
-    def describe(self, tp: Any) -> str:
+    def describe(self, tp: Any, wanted: bool = False) -> str:
         args = typing.get_args(tp)
         return f"mapping[{', '.join(describe_type(a) for a in args)}]" if args else "mapping"
 
@@ -1253,7 +1237,8 @@ def describe_type(tp: Any) -> str:
 
 def expected(tp: Any) -> str:
     """What an "expected ..." message asks for: ``an integer``, ``one of 'a', 'b'``, ``a mapping``."""
-    return rule_for(tp).expected(tp)
+    rule = rule_for(tp)
+    return rule.words or rule.describe(tp, wanted=True)
 
 
 def type_schema(tp: Any, default_of: Callable[[Any], Any]) -> Schema:
@@ -1267,8 +1252,7 @@ def takes_text(tp: Any) -> tuple[bool, bool]:
     ``as_is``: the text is the value (``str``, a path, a string ``Literal``). Otherwise the text is parsed as
     a YAML scalar; ``may_stay_text``: when the parsed value does not fit, the text itself is tried.
     """
-    rule = rule_for(tp)
-    return rule.text_as_is(tp), rule.takes_text(tp)
+    return rule_for(tp).reads_text(tp)
 
 
 def child_type(tp: Any, segment: str | int) -> Any:

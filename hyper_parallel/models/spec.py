@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import attrs
 
 from hyper_parallel._checks import RuleTypeViolation
-from hyper_parallel.config.base import ConfigBase, config_class
+from hyper_parallel.config_base import ConfigBase, config_class
 
 __all__ = ["ModelArgs", "ModelSpec"]
 

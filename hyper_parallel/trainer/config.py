@@ -6,7 +6,7 @@ groups (``training``, ``parallelism`` ...) are the plain frozen sections of :mod
 defined below the models and techniques that read them and re-exported here, where users name them
 (``hyper_parallel.trainer.config.TrainingConfig``, in Python and as a ``_target_``; each class's
 ``__module__`` says so). Checks that span groups are the named rules of :mod:`hyper_parallel.trainer.rules`,
-which ``TrainerConfig.cross_check`` runs. Importing this module imports attrs, ``hyper_parallel.config.base``
+which ``TrainerConfig.cross_check`` runs. Importing this module imports attrs, ``hyper_parallel.config_base``
 and the component, model-spec and section modules only: never torch or numpy.
 """
 
@@ -24,7 +24,7 @@ from hyper_parallel.components.peft import PEFT, FullFineTuning
 from hyper_parallel.components.profiler import Profiler, TorchProfiler
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer, Tokenizer
 from hyper_parallel.components.validator import LossValidator, Validator
-from hyper_parallel.config.base import ConfigBase, config_class
+from hyper_parallel.config_base import ConfigBase, config_class
 from hyper_parallel.models import ModelSpec
 from hyper_parallel.sections import (
     ActivationCheckpointConfig,

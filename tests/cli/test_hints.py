@@ -9,7 +9,6 @@ import pytest
 
 from hyper_parallel import launch
 from hyper_parallel.config import ConfigError, load_config
-from hyper_parallel.config.manager import load_config_text
 
 ROOT = Path(__file__).resolve().parents[2]
 DEBUG = str(ROOT / "configs" / "llama3_debug.yaml")
@@ -114,7 +113,7 @@ def test_a_qwen_flavor_in_another_case_is_suggested_in_a_file() -> None:
         "  weights_path: /w\n"
     )
     with pytest.raises(ConfigError) as info:
-        load_config_text(text, "run.yaml")
+        load_config("run.yaml", text=text)
     assert [(i.location, i.path, i.message) for i in info.value.issues] == [
         (
             "run.yaml:3:11",
@@ -132,7 +131,7 @@ def test_a_field_in_the_wrong_group_of_a_file_names_the_group_that_has_it() -> N
         "  gc_frq: 3\n  nothing_like_it: 1\n"
     )
     with pytest.raises(ConfigError) as info:
-        load_config_text(text, "run.yaml")
+        load_config("run.yaml", text=text)
     assert [(i.location, i.path, i.message) for i in info.value.issues] == [
         (
             "run.yaml:4:3",

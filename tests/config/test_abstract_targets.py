@@ -5,7 +5,6 @@ import pytest
 
 from hyper_parallel.components.optimizer import AdamW, Optimizer
 from hyper_parallel.config import ConfigError, apply_overrides, converter, load_config
-from hyper_parallel.config.manager import load_config_text
 from hyper_parallel.config.schema import json_schema
 from hyper_parallel.config.targets import discover_targets, is_abstract
 from hyper_parallel.models import ModelSpec
@@ -36,7 +35,7 @@ def test_a_component_base_in_a_file_is_refused_with_its_concrete_choices(
     group: str, base: str, choices: str
 ) -> None:
     with pytest.raises(ConfigError) as info:
-        load_config_text(f"{MODEL}{group}:\n  _target_: {base}\n", "run.yaml")
+        load_config("run.yaml", text=f"{MODEL}{group}:\n  _target_: {base}\n")
     assert [(i.location, i.path, i.message) for i in info.value.issues] == [
         (
             "run.yaml:5:13",
@@ -49,7 +48,7 @@ def test_a_component_base_in_a_file_is_refused_with_its_concrete_choices(
 @pytest.mark.parametrize("name", ["hyper_parallel.models.ModelSpec", "hyper_parallel.models.spec.ModelSpec"])
 def test_model_spec_itself_is_refused_with_the_model_factories(name: str) -> None:
     with pytest.raises(ConfigError) as info:
-        load_config_text(f"model:\n  _target_: {name}\n  name: x\n  flavor: y\n", "run.yaml")
+        load_config("run.yaml", text=f"model:\n  _target_: {name}\n  name: x\n  flavor: y\n")
     assert [(i.location, i.path, i.message) for i in info.value.issues] == [
         (
             "run.yaml:2:13",
@@ -79,7 +78,7 @@ def test_a_base_named_by_an_override_is_refused_at_its_flag() -> None:
 def test_an_abc_base_is_refused_and_trusted_concrete_subclasses_are_listed() -> None:
     text = f"{MODEL}optimizer:\n  _target_: tests.support.fake_targets.AbstractOptimizerConfig\n"
     with pytest.raises(ConfigError) as info:
-        load_config_text(text, "run.yaml", allowed_targets=["tests.support.fake_targets"])
+        load_config("run.yaml", text=text, allowed_targets=["tests.support.fake_targets"])
     assert [(i.path, i.message) for i in info.value.issues] == [
         (
             "optimizer._target_",

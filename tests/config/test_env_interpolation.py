@@ -5,7 +5,6 @@ import pytest
 import yaml
 
 from hyper_parallel.config import ConfigError, apply_overrides, dump_config, load_config
-from hyper_parallel.config.manager import load_config_text
 from hyper_parallel.config.yaml_dump import dump_yaml
 from hyper_parallel.config.yaml_load import MAX_CHARS, expand_env, parse_yaml
 
@@ -189,14 +188,14 @@ metrics:
 
 
 def test_a_dump_writes_the_resolved_values_and_loads_back_equal() -> None:
-    cfg = load_config_text(CONFIG, "run.yaml")
+    cfg = load_config("run.yaml", text=CONFIG)
     assert (cfg.model.weights_path, cfg.training.max_steps) == ("/data/weights", 250)
     assert cfg.metrics.run_name == "${not_a_reference}"
     text = dump_config(cfg)
     assert "  weights_path: /data/weights\n" in text
     assert "  max_steps: 250\n" in text
     assert "  run_name: !!str '${not_a_reference}'\n" in text
-    assert load_config_text(text, "dump.yaml") == cfg
+    assert load_config("dump.yaml", text=text) == cfg
 
 
 @pytest.mark.parametrize("value", ["${x}", "a ${env:HOME} b", "$${y}", "line\n${z}"])

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from hyper_parallel.config import ConfigError, converter, load_config, resolve_root
-from hyper_parallel.config.manager import load_config_text
 from hyper_parallel.config.targets import discover_targets, load_target
 from hyper_parallel.config.types import class_fields
 from hyper_parallel.trainer.config import FOREIGN_NAMES, TARGET_PACKAGES, TrainerConfig
@@ -123,7 +122,7 @@ def test_a_foreign_key_in_a_group_of_a_file_is_hinted_where_it_stands() -> None:
         "learning_rate: 2\n"
     )
     with pytest.raises(ConfigError) as info:
-        load_config_text(text, "run.yaml")
+        load_config("run.yaml", text=text)
     assert issues(info) == [
         (
             "run.yaml:4:3",

@@ -14,9 +14,9 @@ import pytest
 
 from hyper_parallel.config import converter, resolve_root
 from hyper_parallel.config import types as type_rules
-from hyper_parallel.config.base import ConfigBase
 from hyper_parallel.config.recipes import recipe_of
 from hyper_parallel.config.yaml_load import load_yaml_file
+from hyper_parallel.config_base import ConfigBase
 from hyper_parallel.trainer.config import TrainerConfig
 from tests.support.stand_ins import DRY_RUN_PROBE, run_without_torch
 
@@ -210,7 +210,7 @@ def test_a_config_class_reprs_compares_and_hashes_as_attrs_would(changes: dict[s
 
 def test_attrs_compiles_no_repr_eq_or_hash_for_a_config_class() -> None:
     from hyper_parallel.components.optimizer import AdamW
-    from hyper_parallel.config.base import config_eq, config_hash, config_repr
+    from hyper_parallel.config_base import config_eq, config_hash, config_repr
 
     assert AdamW.Config.__repr__ is config_repr
     assert AdamW.Config.__eq__ is config_eq

@@ -24,7 +24,7 @@ PACKAGE = ROOT / "hyper_parallel"
 LARGEST_IMPORT_CYCLE = 12
 
 #: What the parameter sections may import of the project: the validators and the Config base, nothing else.
-SECTIONS_MAY_IMPORT = frozenset({"hyper_parallel._checks", "hyper_parallel.config.base"})
+SECTIONS_MAY_IMPORT = frozenset({"hyper_parallel._checks", "hyper_parallel.config_base"})
 
 
 @cache

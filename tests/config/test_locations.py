@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 from hyper_parallel.config import ConfigError, load_config
-from hyper_parallel.config.manager import load_config_text
 
 TESTS = ("tests.support.fake_targets",)
 
@@ -187,7 +186,7 @@ def test_a_converted_value_is_validated_as_converted_beside_another_error_of_its
     lr: str, expected: list[str]
 ) -> None:
     with pytest.raises(ConfigError) as info:
-        load_config_text(PERCENT.replace("lr: 50", f"lr: {lr}"), "run.yaml", allowed_targets=TESTS)
+        load_config("run.yaml", text=PERCENT.replace("lr: 50", f"lr: {lr}"), allowed_targets=TESTS)
     assert str(info.value).splitlines() == [
         *expected,
         "run.yaml:9:17: optimizer.weight_decay: expected a number, got the string 'x'",

@@ -46,8 +46,7 @@ def test_exact_counts_stand_beside_the_rounded_ones() -> None:
 
 def test_a_config_built_in_python_with_a_public_factory_dumps_and_reloads_equal() -> None:
     from hyper_parallel.components.tokenizer import ByteTokenizer
-    from hyper_parallel.config import dump_config
-    from hyper_parallel.config.manager import load_config_text
+    from hyper_parallel.config import dump_config, load_config
     from hyper_parallel.models.llama3 import create_model_spec as llama3
     from hyper_parallel.models.qwen3_5 import create_model_spec, create_vl_model_spec
     from hyper_parallel.trainer.config import TrainerConfig
@@ -59,8 +58,8 @@ def test_a_config_built_in_python_with_a_public_factory_dumps_and_reloads_equal(
     ):
         cfg = TrainerConfig(model=spec, tokenizer=ByteTokenizer.Config())
         text = dump_config(cfg)
-        assert load_config_text(text) == cfg
-        assert dump_config(load_config_text(text)) == text
+        assert load_config("<string>", text=text) == cfg
+        assert dump_config(load_config("<string>", text=text)) == text
     assert text.startswith(
         "model:\n  _target_: hyper_parallel.models.llama3.create_model_spec\n  flavor: debugmodel\n"
         "  weights_path: null\n  overrides: null\n"
@@ -90,6 +89,6 @@ def test_the_rfc_model_spec_snippet_runs_as_written_and_names_what_cannot_be_dum
             "written to a config file or made again with overrides: a file cannot hold its build_model_fn, "
             "parallelize_fn and state_dict_adapter (Python objects); make it with a factory declared to "
             "return ModelSpec (a config names it in '_target_'; called in Python, a factory decorated "
-            "with hyper_parallel.config.factory_calls.records_call records the call)",
+            "with hyper_parallel.factory_calls.records_call records the call)",
         )
     ]

@@ -9,7 +9,6 @@ import pytest
 
 from hyper_parallel import launch
 from hyper_parallel.config import ConfigError, load_config
-from hyper_parallel.config.manager import load_config_text
 
 C = "hyper_parallel.components"
 MODEL = "model:\n  _target_: hyper_parallel.models.qwen3_5.create_model_spec\n  weights_path: /w\n"
@@ -58,7 +57,7 @@ DEBUG = str(Path(__file__).resolve().parents[2] / "configs" / "qwen3_5_debug.yam
 )
 def test_a_wrong_target_in_a_file_lists_the_groups_targets(group: str, target: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
-        load_config_text(f"{MODEL}{group}:\n  _target_: {target}\n", "run.yaml")
+        load_config("run.yaml", text=f"{MODEL}{group}:\n  _target_: {target}\n")
     assert [(i.location, i.path, i.message) for i in info.value.issues] == [
         ("run.yaml:5:13", f"{group}._target_", message)
     ]
@@ -66,7 +65,7 @@ def test_a_wrong_target_in_a_file_lists_the_groups_targets(group: str, target: s
 
 def test_a_model_that_does_not_exist_lists_the_model_factories() -> None:
     with pytest.raises(ConfigError) as info:
-        load_config_text("model:\n  _target_: hyper_parallel.models.llama3.deepseek_v3\n", "run.yaml")
+        load_config("run.yaml", text="model:\n  _target_: hyper_parallel.models.llama3.deepseek_v3\n")
     assert [(i.location, i.path, i.message) for i in info.value.issues] == [
         (
             "run.yaml:2:13",
@@ -102,7 +101,7 @@ def test_a_wrong_target_flag_lists_the_groups_targets() -> None:
 def test_a_close_name_that_is_no_target_is_not_guessed() -> None:
     # 'mixtral' is close to 'Literal', which the model's module imports: not a model, so not said
     with pytest.raises(ConfigError) as info:
-        load_config_text("model:\n  _target_: hyper_parallel.models.llama3.mixtral\n", "run.yaml")
+        load_config("run.yaml", text="model:\n  _target_: hyper_parallel.models.llama3.mixtral\n")
     assert [(i.location, i.path, i.message) for i in info.value.issues] == [
         (
             "run.yaml:2:13",

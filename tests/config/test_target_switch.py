@@ -257,7 +257,7 @@ def test_a_hand_built_model_spec_does_not_block_overrides_of_other_groups() -> N
         "written to a config file or made again with overrides: a file cannot hold its build_model_fn, "
         "parallelize_fn, state_dict_adapter and init_fn (Python objects); make it with a factory "
         "declared to return ModelSpec (a config names it in '_target_'; called in Python, a factory "
-        "decorated with hyper_parallel.config.factory_calls.records_call records the call)"
+        "decorated with hyper_parallel.factory_calls.records_call records the call)"
     )
     with pytest.raises(ConfigError) as info:
         dump_config(new)

@@ -16,7 +16,7 @@ from hyper_parallel.config import (
     load_config,
     resolve_root,
 )
-from hyper_parallel.config.manager import load_config_report, load_config_text
+from hyper_parallel.config.manager import load_config_report
 from hyper_parallel.launch import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,11 +121,11 @@ def test_a_pointless_setting_is_a_warning_that_strict_refuses(
 ) -> None:
     doc = text(group, RUN)
     with pytest.warns(ConfigWarning) as caught:
-        cfg = load_config_text(doc, "<doc>")
+        cfg = load_config("<doc>", text=doc)
     assert [report([w.message.issue]) for w in caught.list] == [[expected]]  # type: ignore[union-attr]
     assert report(load_config_report("<doc>", text=doc).warnings) == [expected]
     with pytest.raises(ConfigError) as info:
-        load_config_text(doc, "<doc>", strict=True)
+        load_config("<doc>", text=doc, strict=True)
     assert report(info.value.issues) == [expected]
     assert cfg.training.max_steps == 100
 
@@ -282,7 +282,7 @@ def test_duplicate_and_merge_keys_are_reported_and_checking_goes_on(
 ) -> None:
     doc = text(f"optimizer:\n  _target_: {ADAMW}\n  lr: 1.0e-4\n{extra}  eps: -1.0\n")
     with pytest.raises(ConfigError) as info:
-        load_config_text(doc, "<doc>")
+        load_config("<doc>", text=doc)
     assert report(info.value.issues) == [expected, ("<doc>:8:8", "optimizer.eps", "must be > 0.0, got -1.0")]
 
 

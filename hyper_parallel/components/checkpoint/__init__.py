@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
-from hyper_parallel.config.base import ConfigBase, config_class
+from hyper_parallel.config_base import ConfigBase, config_class
 
 if TYPE_CHECKING:
     from hyper_parallel.components.checkpoint._manager import CheckpointManager

@@ -34,7 +34,7 @@ from hyper_parallel.components.dataloader.sources import (
     TextSource,
     TokenizedSource,
 )
-from hyper_parallel.config.base import ConfigBase, config_class
+from hyper_parallel.config_base import ConfigBase, config_class
 
 if TYPE_CHECKING:  # what ``build`` returns, named here for the packages that build loaders
     from hyper_parallel.components.dataloader._loader import ResumableLoader as ResumableLoader

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import attrs
 
-from hyper_parallel.config.base import ConfigBase, config_class
+from hyper_parallel.config_base import ConfigBase, config_class
 
 if TYPE_CHECKING:
     from hyper_parallel.components.loss._runtime import CausalLMLossFn

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 import attrs
 
 from hyper_parallel._checks import unread_while_off
-from hyper_parallel.config.base import ConfigBase, config_class
+from hyper_parallel.config_base import ConfigBase, config_class
 
 if TYPE_CHECKING:
     from hyper_parallel.components.metrics._runtime import MetricsProcessor

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 import attrs
 
 from hyper_parallel.components.peft.storage import BASES, TORCHAO_VERSION, FrozenBase, Part, Roles, lora_roles
-from hyper_parallel.config.base import ConfigBase, config_class
+from hyper_parallel.config_base import ConfigBase, config_class
 from hyper_parallel.models import is_adapter
 
 #: The ``peft.targets`` entry naming every linear layer of the blocks (the ``peft`` library's spelling).

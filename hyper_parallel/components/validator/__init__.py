@@ -13,7 +13,7 @@ import attrs
 
 from hyper_parallel._checks import minus_one_or_at_least
 from hyper_parallel.components.dataloader import DatasetConfig, LoaderRequest, NoSource
-from hyper_parallel.config.base import ConfigBase, config_class
+from hyper_parallel.config_base import ConfigBase, config_class
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup

@@ -12,7 +12,7 @@ cache at resolve, its weights by the launch (``_hub``).
 
 from typing import Literal
 
-from hyper_parallel.config.factory_calls import records_call
+from hyper_parallel.factory_calls import records_call
 from hyper_parallel.models.hf._runtime import (
     HfStateDictAdapter,
     build_model,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from hyper_parallel.config.base import config_class
+from hyper_parallel.config_base import config_class
 from hyper_parallel.models.spec import ModelArgs
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ never touches the filesystem (``weights_path`` is checked when the weights are l
 
 from typing import Literal
 
-from hyper_parallel.config.factory_calls import records_call
+from hyper_parallel.factory_calls import records_call
 from hyper_parallel.models._factory import create_spec, overrides_check
 from hyper_parallel.models.llama3._runtime import (
     Llama3StateDictAdapter,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from hyper_parallel._checks import quote, said
-from hyper_parallel.config.base import config_class
+from hyper_parallel.config_base import config_class
 from hyper_parallel.models.spec import ModelArgs
 
 if TYPE_CHECKING:

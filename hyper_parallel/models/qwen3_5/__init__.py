@@ -7,7 +7,7 @@ never touch the filesystem (``weights_path`` is checked when the weights are loa
 
 from typing import Literal
 
-from hyper_parallel.config.factory_calls import records_call
+from hyper_parallel.factory_calls import records_call
 from hyper_parallel.models._factory import create_spec, overrides_check
 from hyper_parallel.models.qwen3_5._runtime import (
     Qwen3_5StateDictAdapter,

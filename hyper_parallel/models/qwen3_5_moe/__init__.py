@@ -6,7 +6,7 @@ The factory only picks a flavor's arguments, applies typed overrides and returns
 
 from typing import Literal
 
-from hyper_parallel.config.factory_calls import records_call
+from hyper_parallel.factory_calls import records_call
 from hyper_parallel.models._factory import create_spec, overrides_check
 from hyper_parallel.models.qwen3_5_moe._runtime import (
     Qwen3_5MoeStateDictAdapter,

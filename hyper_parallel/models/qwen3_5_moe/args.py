@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from hyper_parallel._checks import quote, said
-from hyper_parallel.config.base import config_class
+from hyper_parallel.config_base import config_class
 from hyper_parallel.models.qwen3_5.args import Qwen3_5Args
 
 if TYPE_CHECKING:

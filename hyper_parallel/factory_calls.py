@@ -1,8 +1,9 @@
 """A public factory that records its own call, so that what it returns dumps as that call.
 
-Kept apart from :mod:`hyper_parallel.config.recipes` because the model packages decorate their factories at
-import: importing a model must not load the config layer's machinery (targets, validation, recipes),
-only this module. The recipe is made on the first call, by the module that holds recipes.
+Kept apart from :mod:`hyper_parallel.config.recipes`, and outside the config package, because the model
+packages decorate their factories at import: importing a model must not load the config layer's machinery
+(targets, validation, recipes), only this module. The recipe is made on the first call, by the module that
+holds recipes.
 """
 
 import functools
