@@ -288,7 +288,12 @@ def _speed_rows(out: Path, tiny: bool, compiled: bool) -> list[dict[str, Any]]:
     return rows
 
 
-_LORA = {"peft._target_": "hyper_parallel.components.peft.LoRA.Config", "peft.rank": 16}
+#: A timing run saves nothing, said as such (a fine-tune with saving off is refused unless it is written).
+_LORA = {
+    "peft._target_": "hyper_parallel.components.peft.LoRA.Config",
+    "peft.rank": 16,
+    "checkpoint.enable": "false",
+}
 #: LoRA and QLoRA settings of the ``finetune`` step (the adapters' defaults: attention and MLP projections):
 #: the base in float32, in bfloat16, NF4, and NF4 with the embeddings.
 FINETUNE_RUNS: dict[str, dict[str, Any]] = {
