@@ -1,8 +1,11 @@
 """A command's ``main(argv)`` run in a child process, with the child's own peak resident memory.
 
 The memory bounds of the readers (SECURITY.md) are asserted as the issue's audit measured them: the peak
-RSS of a child process, read with ``resource`` inside it (``ru_maxrss``, KiB on Linux), so that nothing
-the test process or an earlier child held is counted.
+RSS of a child process, read inside it. Linux's ``ru_maxrss`` of a process keeps the high-water mark of the
+memory it held before ``exec`` (the forked copy of the test process, gigabytes late in a suite run), so the
+child reads its own address space's high-water mark instead, ``VmHWM`` of ``/proc/self/status``
+(:data:`OWN_PEAK_KIB`, also used by ``tests.support.prepared``): nothing the test process or an earlier
+child held is counted.
 """
 
 from __future__ import annotations
@@ -12,20 +15,32 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["RSS_BOUND", "run_with_peak_rss"]
+__all__ = ["OWN_PEAK_KIB", "RSS_BOUND", "run_with_peak_rss"]
 
 #: Peak resident memory a reader may reach on inputs of a few MB (issue 46: 1.5 GB).
 RSS_BOUND = 1536 << 20
 _MARK = "peak_rss_kib "
-_CHILD = """
-import resource, sys
+#: Source of ``own_peak_kib()`` for a child: its address space's peak resident KiB since ``exec``.
+OWN_PEAK_KIB = """
+def own_peak_kib():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status")
+"""
+_CHILD = (
+    OWN_PEAK_KIB
+    + """
+import sys
 from hyper_parallel.{module} import main
 try:
     status = main(sys.argv[1:])
 finally:  # a traceback too: its peak is what a test reports
-    print({mark!r}, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr, flush=True)
+    print({mark!r}, own_peak_kib(), file=sys.stderr, flush=True)
 sys.exit(status or 0)
 """
+)
 
 
 def run_with_peak_rss(module: str, argv: list[str], *, timeout: float = 300) -> tuple[int, str, int]:

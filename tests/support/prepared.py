@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from hyper_parallel.data.__main__ import main
+from tests.support.peak_rss import OWN_PEAK_KIB
 
 BYTES_CONFIG = """\
 model:
@@ -52,15 +53,18 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
 #: 1 or an abort), never the machine.
 CHILD_ADDRESS_SPACE = 4 << 30
 
-_CHILD = """
+_CHILD = (
+    OWN_PEAK_KIB
+    + """
 import io, json, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
 from hyper_parallel.data.__main__ import main
 out, err = io.StringIO(), io.StringIO()
 status = main(sys.argv[2:], out=out, err=err)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = own_peak_kib() * 1024
 print(json.dumps({"status": status, "err": err.getvalue(), "peak": peak}))
 """
+)
 
 
 def prepare_in_child(*args: str | Path, threads: int = 2) -> tuple[int, str, int]:

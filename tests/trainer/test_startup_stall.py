@@ -70,4 +70,5 @@ def test_a_peer_that_never_joins_under_torchrun_ends_start_up_with_one_line() ->
         "training stopped: rank 0: start-up: init_process_group timed out (comm.init_timeout_seconds = 3): "
         "another rank stopped or is stalled"
     ], done.stderr[-3000:]
-    assert 'File "' + str(ROOT) not in done.stderr  # no traceback through our code (torchrun's own remains)
+    # no traceback through our code (torchrun's own remains; its frames may lie under ROOT in a venv there)
+    assert 'File "' + str(ROOT / "hyper_parallel") not in done.stderr
