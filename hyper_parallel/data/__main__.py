@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
@@ -88,14 +88,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_run(config_file: str) -> RunSettings:
-    """What ``prepare`` takes of the training config ``config_file``: the tokenizer its ``tokenizer``
-    group builds (nothing else of the config is built, so preparing and training cannot disagree), its
-    ``training.seq_len`` and its dataset's ``overlong`` policy."""
+def load_run(config_file: str, cfg: Any = None) -> RunSettings:
+    """What ``prepare`` takes of the training config ``config_file`` (``cfg``: it resolved already): the
+    tokenizer its ``tokenizer`` group builds (nothing else of the config is built, so preparing and
+    training cannot disagree), its ``training.seq_len`` and its dataset's ``overlong`` policy."""
     from hyper_parallel.config import load_config
     from hyper_parallel.data.prepare import InputError, RunSettings
 
-    cfg = load_config(config_file)
+    cfg = load_config(config_file) if cfg is None else cfg
     try:
         tokenizer = cfg.tokenizer.build(cfg.model.weights_path)
     except (OSError, ValueError) as exc:
@@ -110,11 +110,10 @@ def load_run(config_file: str) -> RunSettings:
     )
 
 
-def _chat_template(value: str, config_file: str) -> str:
+def _chat_template(value: str, tokenizer: Any) -> str:
     """The Jinja text ``--chat-template`` names: a file, or a preset as ``tokenizer.chat_template`` reads
-    it (the built-in one with the config tokenizer's ``add_bos``)."""
+    it (the built-in one with the config's ``tokenizer`` group's ``add_bos``)."""
     from hyper_parallel.components.tokenizer.chat_templates import PRESETS, is_template_file
-    from hyper_parallel.config import load_config
     from hyper_parallel.config.errors import did_you_mean
     from hyper_parallel.data.prepare import InputError
 
@@ -128,29 +127,26 @@ def _chat_template(value: str, config_file: str) -> str:
             f"--chat-template: {value!r} is no preset ({', '.join(PRESETS)}) and no file"
             f"{did_you_mean(value, PRESETS)}"
         )
-    tokenizer = load_config(config_file).tokenizer
     return attrs.evolve(tokenizer, chat_template=value).chat_template_text() or ""
 
 
 def _read_template(path: Path) -> str:
-    """The text of a ``--chat-template`` file: a regular file of UTF-8 text, at most
-    :data:`MAX_TEMPLATE_BYTES` (a binary or a FIFO named by mistake is one line, not a traceback or a wait).
-    """
+    """The text of a ``--chat-template`` file, read as ``tokenizer.chat_template`` reads one
+    (``read_template_file``: a regular file of UTF-8 text, at most ``MAX_TEMPLATE_BYTES``), its refusals in
+    prepare's words (a binary or a FIFO named by mistake is one line, not a traceback or a wait)."""
     from hyper_parallel._disk import write_problem
-    from hyper_parallel._paths import read_regular
-    from hyper_parallel.components.tokenizer.chat_templates import MAX_TEMPLATE_BYTES
+    from hyper_parallel.components.tokenizer.chat_templates import read_template_file
     from hyper_parallel.data.prepare import InputError
 
     if not path.exists():
         raise InputError(f"{path}: no such file")
     try:
-        data = read_regular(path, MAX_TEMPLATE_BYTES)
-        return data.decode("utf-8")
+        return read_template_file(path)
     except OSError as exc:
         raise InputError(f"--chat-template: {path}: {write_problem(exc)}") from None
     except UnicodeDecodeError as exc:
         raise InputError(
-            f"--chat-template: {path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at {exc.start}): a "
+            f"--chat-template: {path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at {exc.start}): a "
             "chat template is a Jinja text file"
         ) from None
     except ValueError as exc:
@@ -159,7 +155,7 @@ def _read_template(path: Path) -> str:
 
 def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: TextIO | None = None) -> int:
     """Run the command line; returns the exit status."""
-    from hyper_parallel.config import ConfigError
+    from hyper_parallel.config import ConfigError, load_config
     from hyper_parallel.data import shards
     from hyper_parallel.data.chat import train_on_problem
     from hyper_parallel.data.prepare import InputError, PrepareOptions, prepare
@@ -182,10 +178,12 @@ def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: T
         if args.shard_mb > MAX_SHARD_MB:
             raise InputError(f"--shard-mb: must be at most {MAX_SHARD_MB} (1 TiB), got {args.shard_mb}")
         template = None
+        cfg = None  # the config, resolved once for the template's preset and for prepare
         if args.chat_template is not None:
             if args.format != "chat":
                 raise InputError("--chat-template: only read with --format chat")
-            template = _chat_template(args.chat_template, args.config_file)
+            cfg = load_config(args.config_file)
+            template = _chat_template(args.chat_template, cfg.tokenizer)
         train_on = tuple(role.strip() for role in args.train_on.split(","))
         if args.format != "chat" and (train_on != ("assistant",) or args.drop_unlabeled):
             flag = "--drop-unlabeled" if args.drop_unlabeled else "--train-on"
@@ -204,7 +202,7 @@ def main(argv: Sequence[str] | None = None, *, err: TextIO | None = None, out: T
         manifest = prepare(
             args.inputs,
             args.output,
-            load_run(args.config_file),
+            load_run(args.config_file, cfg),
             options=options,
             workers=args.workers,
             stream=err,

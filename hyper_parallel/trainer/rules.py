@@ -18,7 +18,6 @@ from hyper_parallel._backends import BACKEND_DEVICE
 from hyper_parallel._checks import counted, quote, said
 from hyper_parallel.components.loss.chunking import loss_chunking
 from hyper_parallel.components.lr_scheduler import WarmupDecay
-from hyper_parallel.components.peft import FullFineTuning
 
 if TYPE_CHECKING:  # the root config module imports this one
     from hyper_parallel.components.dataloader import DatasetConfig
@@ -213,7 +212,7 @@ def unsaved_fine_tune(cfg: "TrainerConfig", *, off_by_choice: bool) -> Issues:
     if getattr(cfg.checkpoint, "enable", True):
         return
     reasons = []
-    if not isinstance(cfg.peft, FullFineTuning.Config):
+    if cfg.peft.trains_adapters:
         reasons.append(f"peft is {type(cfg.peft).__qualname__.removesuffix('.Config')}")
     if cfg.model.weights_path is not None:
         reasons.append("model.weights_path is set")

@@ -75,6 +75,8 @@ class PEFT:
 
         #: A base: a config names one of its subclasses as ``_target_``, never this class.
         __abstract__: ClassVar[bool] = True
+        #: Whether the method trains parameters of its own over a base (the run then fine-tunes that base).
+        trains_adapters: ClassVar[bool] = False
 
         def apply(self, model: "torch.nn.Module", args: "ModelArgs") -> "torch.nn.Module":
             """Freeze ``model`` (built from ``args``) and add the trainable parameters; returns ``model``.
@@ -161,6 +163,8 @@ class LoRA(PEFT):
     @config_class
     class Config(PEFT.Config):
         """Rank, scale, dropout and the layers adapted."""
+
+        trains_adapters: ClassVar[bool] = True
 
         rank: int = attrs.field(
             default=8,
