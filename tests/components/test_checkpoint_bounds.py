@@ -39,24 +39,12 @@ from hyper_parallel.components.checkpoint._manifest import write_manifest  # noq
 from hyper_parallel.components.checkpoint._safe_read import read_metadata  # noqa: E402
 from hyper_parallel.export import main as export_main  # noqa: E402
 from hyper_parallel.export import read_checkpoint  # noqa: E402
-from tests.support.trainer import as_flags, debug_config_path, tiny_overrides  # noqa: E402
+from tests.support.trainer import checkpointed_run_argv  # noqa: E402
 
 SHARD = "__0_0.distcp"
 NORM = "model.norm.weight"
 EMBED = "model.tok_embeddings.weight"
 MANAGER_LOG = "hyper_parallel.components.checkpoint._manager"
-
-
-def _launch_argv(folder: Path, steps: int) -> list[str]:
-    run = {
-        "checkpoint.enable": "true",
-        "checkpoint.interval": "1",
-        "checkpoint.folder": str(folder),
-        "checkpoint.keep_latest_k": "0",
-        "checkpoint.last_save_model_only": "false",
-        "training.max_steps": str(steps),
-    }
-    return ["--config-file", str(debug_config_path("llama3")), *as_flags(tiny_overrides("llama3", **run))]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +53,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from hyper_parallel.launch import main
 
     folder = tmp_path_factory.mktemp("bounds") / "ckpt"
-    assert main(_launch_argv(folder, 2), out=io.StringIO(), err=io.StringIO()) == 0
+    assert main(checkpointed_run_argv(folder, 2), out=io.StringIO(), err=io.StringIO()) == 0
     return folder
 
 
@@ -184,7 +172,7 @@ def test_resume_skips_a_hostile_step_for_the_older_intact_one(
     rewrite(ckpt / "step-2", change)
     out, err = io.StringIO(), io.StringIO()
     with caplog.at_level(logging.WARNING, logger=MANAGER_LOG):
-        assert main(_launch_argv(ckpt, 3), out=out, err=err) == 0, err.getvalue()
+        assert main(checkpointed_run_argv(ckpt, 3), out=out, err=err) == 0, err.getvalue()
     assert f"skipping the checkpoint of step 2: {ckpt / 'step-2' / '.metadata'}: {problem}" in caplog.text
     assert (ckpt / "step-3").is_dir()
     assert "Traceback" not in err.getvalue()
@@ -282,7 +270,7 @@ def test_a_chunk_that_is_a_pickle_skips_the_step_on_resume_and_export(
     caplog.clear()
     err = io.StringIO()
     with caplog.at_level(logging.WARNING, logger=MANAGER_LOG):
-        assert main(_launch_argv(ckpt, 3), out=io.StringIO(), err=err) == 0, err.getvalue()
+        assert main(checkpointed_run_argv(ckpt, 3), out=io.StringIO(), err=err) == 0, err.getvalue()
     assert f"skipping the checkpoint of step 2: {shard}: cannot be read (UnpicklingError: " in caplog.text
     assert not marker.exists()
     assert "Traceback" not in err.getvalue()
@@ -454,7 +442,7 @@ def test_without_a_manifest_a_flipped_byte_in_a_chunk_falls_back_on_resume(
         stream.write(bytes([byte[0] ^ 0xFF]))
     err = io.StringIO()
     with caplog.at_level(logging.WARNING, logger=MANAGER_LOG):
-        assert main(_launch_argv(ckpt, 3), out=io.StringIO(), err=err) == 0, err.getvalue()
+        assert main(checkpointed_run_argv(ckpt, 3), out=io.StringIO(), err=err) == 0, err.getvalue()
     assert (
         f"skipping the checkpoint of step 2: {shard}: record archive/data/0 at byte {info.offset} is damaged "
         "(Bad CRC-32 for file 'archive/data/0')"

@@ -33,7 +33,7 @@ from hyper_parallel.components.checkpoint._safe_read import (  # noqa: E402
 )
 from hyper_parallel.export import main as export_main  # noqa: E402
 from tests.support.peak_rss import RSS_BOUND, run_with_peak_rss  # noqa: E402
-from tests.support.trainer import as_flags, debug_config_path, tiny_overrides  # noqa: E402
+from tests.support.trainer import checkpointed_run_argv  # noqa: E402
 
 EMBED = "model.tok_embeddings.weight"
 NORM = "model.norm.weight"
@@ -41,24 +41,12 @@ LR = "optimizer.param_groups.0.lr"
 MANAGER_LOG = "hyper_parallel.components.checkpoint._manager"
 
 
-def _launch_argv(folder: Path, steps: int) -> list[str]:
-    run = {
-        "checkpoint.enable": "true",
-        "checkpoint.interval": "1",
-        "checkpoint.folder": str(folder),
-        "checkpoint.keep_latest_k": "0",
-        "checkpoint.last_save_model_only": "false",
-        "training.max_steps": str(steps),
-    }
-    return ["--config-file", str(debug_config_path("llama3")), *as_flags(tiny_overrides("llama3", **run))]
-
-
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from hyper_parallel.launch import main
 
     folder = tmp_path_factory.mktemp("items") / "ckpt"
-    assert main(_launch_argv(folder, 2), out=io.StringIO(), err=io.StringIO()) == 0
+    assert main(checkpointed_run_argv(folder, 2), out=io.StringIO(), err=io.StringIO()) == 0
     return folder
 
 
@@ -99,7 +87,7 @@ def _resume(ckpt: Path, caplog: pytest.LogCaptureFixture) -> str:
 
     err = io.StringIO()
     with caplog.at_level(logging.WARNING, logger=MANAGER_LOG):
-        assert main(_launch_argv(ckpt, 3), out=io.StringIO(), err=err) == 0, err.getvalue()
+        assert main(checkpointed_run_argv(ckpt, 3), out=io.StringIO(), err=err) == 0, err.getvalue()
     assert "Traceback" not in err.getvalue()
     assert (ckpt / "step-3").is_dir()
     return caplog.text
@@ -148,7 +136,7 @@ def test_a_pickled_item_sharing_itself_40_times_skips_the_step_on_resume(
 def test_a_pickled_item_spanning_a_2_gib_hole_is_refused_before_it_is_read(ckpt: Path) -> None:
     step = ckpt / "step-2"
     plant(step, MetadataIndex(LR), b"", hole=2 << 30, manifest=False)  # no manifest: nothing hashes the hole
-    status, err, peak = run_with_peak_rss("launch", _launch_argv(ckpt, 3))
+    status, err, peak = run_with_peak_rss("launch", checkpointed_run_argv(ckpt, 3))
     assert status == 0, err[-2000:]
     assert (
         f"skipping the checkpoint of step 2: {step / '.metadata'}: tensor {LR}: a pickled item of {2 << 30} "

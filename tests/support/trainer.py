@@ -25,6 +25,7 @@ __all__ = [
     "WORKER",
     "Layout",
     "as_flags",
+    "checkpointed_run_argv",
     "debug_config_path",
     "grid_config",
     "grid_overrides",
@@ -158,6 +159,20 @@ def train_runs_under_torchrun(
         for name in runs
     }
     return reports, done.stderr
+
+
+def checkpointed_run_argv(folder: Path, steps: int) -> list[str]:
+    """Launch arguments of a tiny Llama 3 run of ``steps`` saving a full checkpoint at every step into
+    ``folder``, all kept (what the checkpoint-bounds tests damage and resume)."""
+    run = {
+        "checkpoint.enable": "true",
+        "checkpoint.interval": "1",
+        "checkpoint.folder": str(folder),
+        "checkpoint.keep_latest_k": "0",
+        "checkpoint.last_save_model_only": "false",
+        "training.max_steps": str(steps),
+    }
+    return ["--config-file", str(debug_config_path("llama3")), *as_flags(tiny_overrides("llama3", **run))]
 
 
 def as_flags(overrides: Mapping[str, str]) -> list[str]:
