@@ -25,6 +25,7 @@ refused when that is still past it (a text of 16 million ordinary characters is 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["MAX_ENCODE_CHARS", "MAX_GROWTH", "normalizer_growth", "pre_tokenizer_growth"]
@@ -51,16 +52,22 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def normalizer_growth(node: Any, depth: int = 0) -> float:
-    """The factor the normalizer described by ``node`` (its JSON) can lengthen a text by, at most."""
+def _growth(node: Any, members: str, leaf: Callable[[dict[str, Any]], float], depth: int = 0) -> float:
+    """The factor the component described by ``node`` (its JSON) can lengthen a text by: a ``Sequence``
+    (its parts under ``members``) multiplies its parts' factors, anything else is ``leaf``'s; an unknown
+    shape or a nesting past 32 is unbounded."""
     if not isinstance(node, dict) or depth > 32:
         return 1.0 if node is None else math.inf
-    kind = node.get("type")
-    if kind == "Sequence":
-        members = node.get("normalizers")
-        if not isinstance(members, list):
+    if node.get("type") == "Sequence":
+        parts = node.get(members)
+        if not isinstance(parts, list):
             return math.inf
-        return math.prod(normalizer_growth(member, depth + 1) for member in members)
+        return math.prod(_growth(part, members, leaf, depth + 1) for part in parts)
+    return leaf(node)
+
+
+def _normalizer(node: dict[str, Any]) -> float:
+    kind = node.get("type")
     if kind == "Replace":
         found = node.get("pattern")
         pattern: dict[str, Any] = found if isinstance(found, dict) else {}
@@ -73,14 +80,11 @@ def normalizer_growth(node: Any, depth: int = 0) -> float:
     return float(_UNICODE.get(str(kind), 1))
 
 
-def pre_tokenizer_growth(node: Any, depth: int = 0) -> float:
+def normalizer_growth(node: Any) -> float:
+    """The factor the normalizer described by ``node`` (its JSON) can lengthen a text by, at most."""
+    return _growth(node, "normalizers", _normalizer)
+
+
+def pre_tokenizer_growth(node: Any) -> float:
     """The factor the pre-tokenizer described by ``node`` (its JSON) can lengthen a text by, at most."""
-    if not isinstance(node, dict) or depth > 32:
-        return 1.0 if node is None else math.inf
-    kind = node.get("type")
-    if kind == "Sequence":
-        members = node.get("pretokenizers")
-        if not isinstance(members, list):
-            return math.inf
-        return math.prod(pre_tokenizer_growth(member, depth + 1) for member in members)
-    return float(_PRE.get(str(kind), 1))
+    return _growth(node, "pretokenizers", lambda part: float(_PRE.get(str(part.get("type")), 1)))
