@@ -43,6 +43,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar, SupportsFloat, TextIO
 
 import attrs
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
@@ -560,12 +561,15 @@ class Trainer:
         """
         return {}
 
-    def _next_micro_batches(self) -> list[Mapping[str, torch.Tensor]]:
+    def _next_micro_batches(self, documents: _RowDocuments | None = None) -> list[Mapping[str, torch.Tensor]]:
+        """The step's micro-batches on the device; ``documents`` counts their rows' documents on the host."""
         if self._data is None:
             self._data = iter(self.dataloader)
         batches: list[Mapping[str, torch.Tensor]] = []
         for _ in range(self.accumulation_steps):
             batch = next(self._data)
+            if documents is not None:
+                documents.add(batch.get("document_ids"))
             host = self.host_inputs(batch)
             moved = {k: v.to(self.device, non_blocking=True) for k, v in batch.items() if k not in host}
             batches.append({**moved, **{k: v for k, v in host.items() if v is not None}})
@@ -580,7 +584,8 @@ class Trainer:
         """One optimizer step: accumulate, reduce, clip, step the optimizer and the schedule."""
         step = self.step + 1
         clock = _StepClock(self.device, self.metrics.should_log(step))
-        batches = self._next_micro_batches()
+        documents = _RowDocuments() if clock.on else None
+        batches = self._next_micro_batches(documents)
         clock.mark("data")
         token_weighted = getattr(self.config.loss, "reduction", "sum") == "sum"
         local_tokens = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -642,6 +647,8 @@ class Trainer:
         self.train_state.tokens_seen += tokens
         figures: dict[str, SupportsFloat] = dict(moe.figures()) if moe is not None else {}
         figures.update(clock.figures(with_comm=self.dp_group is not None))
+        if documents is not None and documents.rows:
+            figures["documents_per_row"] = documents.segments / documents.rows
         if self.samples_per_epoch is not None:  # from the step alone: the same after a resume
             figures["epoch"] = self.config.training.epochs_at(step, self.samples_per_epoch)
         return StepResult(step, Deferred(loss_tensor, self.dims.dp_size), Deferred(norm), lr, tokens, figures)
@@ -1079,6 +1086,29 @@ def _wait_for_device(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "npu":
         torch.npu.synchronize(device)  # type: ignore[attr-defined]
+
+
+class _RowDocuments:
+    """How many documents the rows of a logged step hold (``documents_per_row`` in its record).
+
+    Counted from the ``document_ids`` the loader built on the host (so nothing waits for the device), on
+    logged steps only, over this rank's rows: a row holds one document more than the places where its id
+    changes (a document cut by the row's edge counts as one; a chat row's padding as one). Packing is what
+    the figure measures: at 1 every row is one document (or a window of one), and document masking
+    changes nothing but the attention kernel. Batches without ids (masking off) count nothing.
+    """
+
+    __slots__ = ("rows", "segments")
+
+    def __init__(self) -> None:
+        self.rows = self.segments = 0
+
+    def add(self, ids: torch.Tensor | None) -> None:
+        if ids is None or ids.dim() != 2 or ids.device.type != "cpu":
+            return
+        host = ids.numpy()  # the loader's own array: counting it reads nothing from a device
+        self.rows += host.shape[0]
+        self.segments += host.shape[0] + int(np.count_nonzero(host[:, 1:] != host[:, :-1]))
 
 
 class _StepClock:

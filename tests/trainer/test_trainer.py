@@ -622,6 +622,31 @@ def test_packed_documents_are_kept_apart_unless_document_masking_is_off() -> Non
     assert masked != pytest.approx(unmasked[0].loss, abs=1e-6)
 
 
+def test_logged_steps_record_how_many_documents_the_rows_hold() -> None:
+    """``documents_per_row``: the mean over the step's rows (two micro-batches here) of one more than the
+    places where a row's document id changes, counted from the loader's ids; absent without them."""
+    docs = {
+        "dataloader.dataset.source": "python_docs",
+        "dataloader.shuffle": "false",  # the first windows: short docstrings, several to a row
+        "training.max_steps": "1",
+        "training.seq_len": "256",
+        "metrics.log_freq": "1",
+    }
+    trainer = LLMTrainer(tiny_config("llama3", docs))
+    read: list[torch.Tensor] = []  # the ids of the batches the step reads, as the loader built them
+    host_inputs = trainer.host_inputs
+    trainer.host_inputs = lambda batch: (read.append(batch["document_ids"]), host_inputs(batch))[1]  # type: ignore[method-assign]
+    result = trainer.train_step()
+    trainer.close()
+    ids = torch.cat(read)
+    assert ids.shape[0] == 4  # global batch 4 = micro-batches of 2 x accumulation 2
+    expected = sum(len(torch.unique(row)) for row in ids) / 4  # the ids of a row count up from 0
+    assert expected > 1
+    assert result.extra["documents_per_row"] == expected
+    _, unmasked = train({**docs, "dataloader.dataset.document_masking": "false"})
+    assert "documents_per_row" not in unmasked[0].extra
+
+
 def test_a_stop_signal_saves_before_the_validation_due_at_that_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
