@@ -52,6 +52,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench import packed_text
 from bench.model_shapes import TINY_MODELS
 from hyper_parallel.preflight.flops import CONVENTION
 
@@ -283,6 +284,73 @@ def _speed_rows(out: Path, tiny: bool, compiled: bool) -> list[dict[str, Any]]:
             "compiled": compiled,
             **_trained(out, config, tag, overrides, 300),
         }
+        print(_format(row), flush=True)
+        rows.append(row)
+    rows.extend(_packed_rows(out, tiny, compiled))
+    return rows
+
+
+#: Tokens a row of the packed rows in the tiny mode: long enough for rows of several real documents.
+TINY_PACKED_SEQ_LEN = 512
+#: The prepared folders of this process's checks (one prepare per check, its eager and compiled rows).
+_PREPARED: dict[Path, dict[str, Any]] = {}
+
+
+def _packed_corpus(out: Path, tiny: bool) -> dict[str, Any]:
+    """The standard library's files prepared into ``out/packed-text`` (``bench.packed_text``) by
+    ``python -m hyper_parallel.data prepare``, once per check: what the folder holds, or ``error``."""
+    from hyper_parallel.config import load_config
+
+    folder = out / "packed-text"
+    if folder in _PREPARED:
+        return _PREPARED[folder]
+    config = ROOT / "configs" / f"{GPU_CONFIGS[0]}.yaml"  # its tokenizer, every GPU config's
+    seq_len = TINY_PACKED_SEQ_LEN if tiny else load_config(config).training.seq_len
+    files = packed_text.chosen_files(seq_len)
+    shutil.rmtree(folder, ignore_errors=True)  # prepare wants a new or empty folder
+    status, _ = _run(packed_text.prepare_command(files, folder, config), 120, out / "packed-text.log")
+    corpus: dict[str, Any] = {"folder": folder, "seq_len": seq_len}
+    if status != 0 or not (folder / "manifest.json").exists():
+        corpus["error"] = f"prepare exited {status} (see packed-text.log)"
+    else:
+        corpus["data"] = packed_text.describe(folder, files)
+        _PREPARED[folder] = corpus
+    return corpus
+
+
+def _packed_rows(out: Path, tiny: bool, compiled: bool) -> list[dict[str, Any]]:
+    """The shipped GPU configs trained on prepared real text, packed, document masking on: tokens/s, MFU
+    and peak memory as in :func:`_speed_rows`, and the documents a row held (the trainer's
+    ``documents_per_row``); fails unless each file became one document and rows held more than one."""
+    corpus = _packed_corpus(out, tiny)
+    rows = []
+    for config in GPU_CONFIGS:
+        row: dict[str, Any] = {"step": "speed", "config": f"{config} packed", "compiled": compiled}
+        if "error" in corpus:
+            row.update(ok=False, notes=[corpus["error"]])
+        else:
+            overrides: dict[str, Any] = {"compile.enable": str(compiled).lower(), "training.max_steps": 20}
+            if tiny:
+                overrides.update(_tiny_gpu_overrides(config))
+                overrides["training.seq_len"] = corpus["seq_len"]
+            overrides.update(packed_text.training_overrides(corpus["folder"]))
+            tag = f"{config}-packed-{'compiled' if compiled else 'eager'}"
+            row.update(_trained(out, config, tag, overrides, 300))
+            data = corpus["data"]
+            per_row = packed_text.documents_per_row(_records(out / f"{tag}.jsonl"))
+            row.update(data=data, documents_per_row=per_row)
+            row["notes"].insert(
+                0,
+                f"{data['kind']} (python {data['python']}): {data['documents']:,} documents, mean "
+                f"{data['mean_tokens']:,.0f} tokens; {'-' if per_row is None else format(per_row, '.2f')} "
+                "documents/row",
+            )
+            if data["documents"] != data["files"]:
+                row["ok"] = False
+                row["notes"].append(f"{data['files']} files prepared into {data['documents']} documents")
+            if row["ok"] and (per_row is None or per_row <= 1):
+                row["ok"] = False
+                row["notes"].append("rows held one document each: not packed")
         print(_format(row), flush=True)
         rows.append(row)
     return rows

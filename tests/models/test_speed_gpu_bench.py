@@ -14,6 +14,8 @@ pytest.importorskip("transformers")
 import torch.distributed as dist  # noqa: E402
 
 from bench.gpu import main  # noqa: E402
+from bench.gpu_check import TINY_PACKED_SEQ_LEN  # noqa: E402
+from bench.packed_text import chosen_files  # noqa: E402
 
 
 def test_the_tiny_mode_measures_every_row_on_the_cpu_and_writes_json(tmp_path: Path, capsys: Any) -> None:
@@ -69,6 +71,8 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
         ("attention", "tiny", False),
         ("speed", "llama3_2_1b_gpu", False),
         ("speed", "qwen3_5_0_8b_gpu", False),
+        ("speed", "llama3_2_1b_gpu packed", False),
+        ("speed", "qwen3_5_0_8b_gpu packed", False),
         ("finetune", "llama3_2_1b_gpu full", False),
         ("finetune", "llama3_2_1b_gpu lora", False),
         ("finetune", "qwen3_5_debug qlora", False),
@@ -82,6 +86,22 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
         speed = rows[("speed", config, False)]
         assert speed["tokens_per_second"] > 0
         assert speed["preflight_memory_gib"] > 0
+    # Real text, packed: each chosen file one prepared document, rows of several (the trainer's records).
+    files = chosen_files(TINY_PACKED_SEQ_LEN)
+    manifest = json.loads((tmp_path / "packed-text" / "manifest.json").read_text())
+    assert manifest["documents"] == len(files) > 1
+    assert [i["name"] for i in manifest["inputs"]] == [str(f) for f in files]
+    for config in ("llama3_2_1b_gpu", "qwen3_5_0_8b_gpu"):
+        packed = rows[("speed", f"{config} packed", False)]
+        assert packed["data"]["kind"] == "python stdlib source files"
+        assert packed["data"]["files"] == packed["data"]["documents"] == len(files)
+        assert packed["data"]["mean_tokens"] == manifest["tokens"] / len(files)
+        records = [json.loads(line) for line in (tmp_path / f"{config}-packed-eager.jsonl").open()]
+        logged = [r["documents_per_row"] for r in records]  # every logged step of a masked run has it
+        assert packed["documents_per_row"] == sum(logged) / len(logged) > 1
+        assert list(records[-1]["data_tokens"]) == [str(tmp_path / "packed-text")]  # it read the folder
+        assert packed["tokens_per_second"] > 0
+        assert packed["notes"][0].endswith(f"{packed['documents_per_row']:.2f} documents/row")
     lora = rows[("finetune", "llama3_2_1b_gpu lora", False)]
     full = rows[("finetune", "llama3_2_1b_gpu full", False)]
     assert lora["step_vs_full"] == full["tokens_per_second"] / lora["tokens_per_second"]
@@ -92,7 +112,27 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
     assert attention["worst_vs_causal"] >= attention["packed_vs_causal"]
     # the CPU's layouts: none for one document a row, the dense mask for these short rows
     assert (attention["one_document_layout"], attention["two_documents_layout"]) == ("NoneType", "Tensor")
-    assert "8/8 passed" in capsys.readouterr().out
+    assert "10/10 passed" in capsys.readouterr().out
+
+
+def test_the_packed_rows_read_the_librarys_utf8_files_of_a_sixteenth_to_a_whole_row(tmp_path: Path) -> None:
+    """``chosen_files``: sorted by path, sizes within [seq_len // 16, seq_len] bytes, no test folders, no
+    third-party packages, nothing prepare would refuse."""
+    files = {
+        "b.py": 256,
+        "a/z.py": 16,  # the bounds are inclusive
+        "a/tiny.py": 15,
+        "big.py": 257,
+        "notes.txt": 32,  # not a source file
+        "test/t.py": 32,
+        "json/tests/t.py": 32,
+        "site-packages/p.py": 32,
+    }
+    for name, size in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x" * size)
+    (tmp_path / "latin.py").write_bytes(b"# caf\xe9" + b"x" * 30)
+    assert chosen_files(256, tmp_path) == [tmp_path / "a" / "z.py", tmp_path / "b.py"]
 
 
 def test_the_checks_budget_cuts_every_step_and_reports_what_it_skipped(tmp_path: Path) -> None:
@@ -107,12 +147,15 @@ def test_the_checks_budget_cuts_every_step_and_reports_what_it_skipped(tmp_path:
         ("attention", False),
         ("speed", False),
         ("speed", False),
+        ("speed", False),
+        ("speed", False),
         ("finetune", False),
         ("finetune", False),
         ("finetune", False),
     ]
     assert (tmp_path / "tests.log").read_text() == "skipped: the check's time budget was spent\n"
     assert results["rows"][2]["notes"] == ["exited 124 (see attention.log)"]
+    assert results["rows"][5]["notes"] == ["prepare exited 124 (see packed-text.log)"]
 
 
 def test_the_attention_probe_says_it_needs_cuda_and_exits_cleanly(capsys: Any) -> None:
