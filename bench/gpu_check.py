@@ -18,7 +18,12 @@ What it runs, each step a fresh process of the real command line, results in one
    continues a prompt from it on the device.
 3. ``speed``: the shipped GPU configs (``configs/llama3_2_1b_gpu.yaml``, ``configs/qwen3_5_0_8b_gpu.yaml``)
    trained by the real trainer with and without ``--compile.enable true``: tokens/s, MFU and peak memory as
-   the trainer's metrics record them (the last logged step), beside the preflight's memory estimate.
+   the trainer's metrics record them (the last logged step), beside the preflight's memory estimate. Each
+   setting also trains both configs on real text, packed, document masking on (rows ``CONFIG packed``):
+   the standard library's source files (``bench.packed_text`` says which and why) prepared once per check
+   into ``OUT/packed-text`` by ``python -m hyper_parallel.data prepare``, the same figures plus the data
+   (kind, documents, mean length) and the trainer's ``documents_per_row``; such a row fails unless each
+   file became one document and rows held more than one (the synthetic rows hold one, plain causal).
 4. ``transformers``: transformers' implementation of the same two models, same batch, one training step
    at a time (``bench.gpu``'s measurement), for tokens/s.
 5. ``attention``: one attention layer at the 1B shape and 4,096 tokens, forward + backward, document
@@ -35,8 +40,9 @@ check: each step's timeout is cut to what is left, and a step that cannot start 
 that says so; ``check.json`` is rewritten after every step, so a lease that ends early keeps what ran.
 
 ``--tiny`` runs the same code on the CPU in tiny shapes (one debug config, two steps, small overrides of
-the GPU configs, no compile) so the suite can run it; ``--out DIR`` (default ``$OUT`` or ``bench-gpu-check``)
-receives ``check.json`` and every run's metrics. Exit status 1 if any step failed.
+the GPU configs, packed rows of 512 tokens, no compile) so the suite can run it; ``--out DIR`` (default
+``$OUT`` or ``bench-gpu-check``) receives ``check.json`` and every run's metrics. Exit status 1 if any
+step failed.
 """
 
 from __future__ import annotations
