@@ -299,7 +299,7 @@ def _speed_rows(out: Path, tiny: bool, compiled: bool) -> list[dict[str, Any]]:
 #: Tokens a row of the packed rows in the tiny mode: long enough for rows of several real documents.
 TINY_PACKED_SEQ_LEN = 512
 #: The prepared folders of this process's checks (one prepare per check, its eager and compiled rows).
-_PREPARED: dict[Path, dict[str, Any]] = {}
+_PREPARED: dict[tuple[Path, int], dict[str, Any]] = {}
 
 
 def _packed_corpus(out: Path, tiny: bool) -> dict[str, Any]:
@@ -308,19 +308,22 @@ def _packed_corpus(out: Path, tiny: bool) -> dict[str, Any]:
     from hyper_parallel.config import load_config
 
     folder = out / "packed-text"
-    if folder in _PREPARED:
-        return _PREPARED[folder]
     config = ROOT / "configs" / f"{GPU_CONFIGS[0]}.yaml"  # its tokenizer, every GPU config's
     seq_len = TINY_PACKED_SEQ_LEN if tiny else load_config(config).training.seq_len
+    if (folder, seq_len) in _PREPARED:
+        return _PREPARED[folder, seq_len]
     files = packed_text.chosen_files(seq_len)
+    corpus: dict[str, Any] = {"folder": folder, "seq_len": seq_len}
+    if len(files) < 2:  # a Python shipped without its sources (only .pyc files)
+        corpus["error"] = f"{len(files)} standard-library source files of {seq_len // 16}-{seq_len} bytes"
+        return corpus
     shutil.rmtree(folder, ignore_errors=True)  # prepare wants a new or empty folder
     status, _ = _run(packed_text.prepare_command(files, folder, config), 120, out / "packed-text.log")
-    corpus: dict[str, Any] = {"folder": folder, "seq_len": seq_len}
     if status != 0 or not (folder / "manifest.json").exists():
         corpus["error"] = f"prepare exited {status} (see packed-text.log)"
     else:
         corpus["data"] = packed_text.describe(folder, files)
-        _PREPARED[folder] = corpus
+        _PREPARED[folder, seq_len] = corpus
     return corpus
 
 
