@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import tempfile
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,7 @@ MAX_NORM = 1.0
 def our_config(setting: Setting) -> Any:
     """Our GPU config at the setting's shape, saving and logging nothing (tiny: the check's tiny shape)."""
     from bench.gpu_check import TINY_OVERRIDES
-    from hyper_parallel.config import load_config
+    from hyper_parallel.config import ConfigWarning, load_config
 
     overrides: dict[str, Any] = {
         "metrics.enable_jsonl": "false",
@@ -54,7 +55,9 @@ def our_config(setting: Setting) -> Any:
     if setting.tiny:
         overrides.update({f"model.overrides.{k}": str(v) for k, v in TINY_OVERRIDES["llama3_2_1b_gpu"].items()})
         overrides.update({"training.mixed_precision_param": "float32", "lr_scheduler.warmup_steps": "1"})
-    return load_config(CONFIG, overrides)
+    with warnings.catch_warnings():  # "no metrics would be logged": a timing run logs nothing, on purpose
+        warnings.simplefilter("ignore", ConfigWarning)
+        return load_config(CONFIG, overrides)
 
 
 def unavailable(peer: str, setting: Setting, cuda: bool) -> str | None:
