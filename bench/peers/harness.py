@@ -108,7 +108,9 @@ class Built(NamedTuple):
 
 def plan(tiny: bool, cuda: bool) -> list[tuple[str, bool]]:
     """``(peer, compiled)`` of every row: each peer eager, then compiled (compiling is CUDA's only)."""
-    return [(peer, compiled) for compiled in ((False, True) if cuda and not tiny else (False,)) for peer in PEERS]
+    return [
+        (peer, compiled) for compiled in ((False, True) if cuda and not tiny else (False,)) for peer in PEERS
+    ]
 
 
 def _flops_per_token(setting: Setting) -> tuple[float | None, float | None]:
@@ -190,7 +192,9 @@ def format_row(row: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.peers.harness", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.peers.harness", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("peer", choices=PEERS, help="which implementation's step")
     parser.add_argument("--tiny", action="store_true", help="the tiny Llama on the CPU (the suite's row)")
     parser.add_argument("--compile", action="store_true", help="torch.compile each transformer block")

@@ -53,7 +53,9 @@ def our_config(setting: Setting) -> Any:
         "training.global_batch_size": str(setting.batch),
     }
     if setting.tiny:
-        overrides.update({f"model.overrides.{k}": str(v) for k, v in TINY_OVERRIDES["llama3_2_1b_gpu"].items()})
+        overrides.update(
+            {f"model.overrides.{k}": str(v) for k, v in TINY_OVERRIDES["llama3_2_1b_gpu"].items()}
+        )
         overrides.update({"training.mixed_precision_param": "float32", "lr_scheduler.warmup_steps": "1"})
     with warnings.catch_warnings():  # "no metrics would be logged": a timing run logs nothing, on purpose
         warnings.simplefilter("ignore", ConfigWarning)
@@ -88,13 +90,26 @@ def _tokens(setting: Setting, vocab_size: int, extra: int = 0) -> Any:
     return torch.randint(0, vocab_size, (setting.batch, setting.seq + extra), generator=generator)
 
 
+def _one_rank(device: Any) -> bool:
+    """A one-rank process group for ``device`` unless one exists; whether it was started here."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return False
+    store = dist.HashStore()  # type: ignore[attr-defined]
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=0, world_size=1)
+    return True
+
+
 def _ours(setting: Setting, device: Any) -> Built:
     from bench.peers.harness import Built
     from hyper_parallel.trainer import LLMTrainer
 
     trainer = LLMTrainer(our_config(setting), stream=io.StringIO())
     notes = ["our trainer's train_step (fused chunked loss)"]
-    return Built(trainer.train_step, setting.batch * setting.seq, trainer.parameter_count(), notes, trainer.close)
+    return Built(
+        trainer.train_step, setting.batch * setting.seq, trainer.parameter_count(), notes, trainer.close
+    )
 
 
 def transformers_llama(args: Any) -> Any:
@@ -132,12 +147,11 @@ def _transformers(setting: Setting, device: Any, liger: bool = False) -> Built:
     torch.manual_seed(0)
     model = transformers_llama(args)
     parameters = sum(p.numel() for p in model.parameters())
-    started = not dist.is_initialized()
-    if started:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    started = _one_rank(device)
     model = _prepare(model, device, init_device_mesh(device.type, (1,)), setting.compiled)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY, foreach=True)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY, foreach=True
+    )
     tokens = _tokens(setting, args.vocab_size).to(device)
 
     def step() -> None:
@@ -224,7 +238,6 @@ def titan_model(args: Any, attention: Any) -> Any:
 def _torchtitan(setting: Setting, device: Any) -> Built:
     import os
 
-    import torch
     import torch.distributed as dist
 
     from bench.peers import titan_shim
@@ -245,10 +258,7 @@ def _torchtitan(setting: Setting, device: Any) -> Built:
 
     args = our_config(setting).model.args
     os.environ.setdefault("LOCAL_RANK", "0")
-    started = not dist.is_initialized()
-    if started:  # one rank, as its launcher would start it
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    started = _one_rank(device)  # as its launcher would start one rank
     spec = ModelSpec(
         name="llama3",
         flavor="bench",

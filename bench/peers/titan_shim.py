@@ -38,7 +38,9 @@ SHIMMED = (
 
 
 def _refuse(*args: Any, **kwargs: Any) -> Any:
-    raise RuntimeError("bench.peers.titan_shim: not available in the benchmark (data comes from TokenBatches)")
+    raise RuntimeError(
+        "bench.peers.titan_shim: not available in the benchmark (data comes from TokenBatches)"
+    )
 
 
 def _stand_in(name: str, **attributes: Any) -> types.ModuleType:
@@ -80,7 +82,8 @@ def _module_getattr(name: str) -> Callable[[str], Any]:
 
 
 def import_torchtitan() -> types.ModuleType:
-    """``torchtitan.trainer``, imported with the module docstring's stand-ins where the real ones are absent."""
+    """``torchtitan.trainer``, imported with the module docstring's stand-ins where the real ones are
+    absent."""
     if "torchtitan.trainer" in sys.modules:
         return sys.modules["torchtitan.trainer"]
     import torch
@@ -96,19 +99,20 @@ def import_torchtitan() -> types.ModuleType:
         import torch._dynamo
         import torch._inductor
         import torch.distributed.pipelining
-        import torch.nn.attention.flex_attention  # noqa: F401
+        import torch.nn.attention.flex_attention
 
         torch.compile(lambda x: x)  # imports the compile machinery TorchTitan's class bodies reach
         _stand_in("triton", __getattr__=_module_getattr("triton"))
         _stand_in("triton.language", __getattr__=_module_getattr("triton.language"))
-        sys.modules["triton"].language = sys.modules["triton.language"]
+        setattr(sys.modules["triton"], "language", sys.modules["triton.language"])  # noqa: B010
     try:
         import torchtitan.models.llama3
         import torchtitan.trainer
     finally:
         if triton:  # nothing later may find it
             del sys.modules["triton"], sys.modules["triton.language"]
-    return torchtitan.trainer
+    trainer: types.ModuleType = torchtitan.trainer
+    return trainer
 
 
 def use_cpu() -> None:
@@ -139,9 +143,9 @@ def use_cpu() -> None:
         torchtitan.distributed.utils,
     ):
         if hasattr(module, "device_type"):
-            module.device_type = "cpu"  # type: ignore[attr-defined]
+            module.device_type = "cpu"
         if hasattr(module, "device_module"):
-            module.device_module = cpu  # type: ignore[attr-defined]
+            module.device_module = cpu
 
 
 def _classes() -> tuple[type, type]:
