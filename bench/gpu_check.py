@@ -38,7 +38,7 @@ check: each step's timeout is cut to what is left, and a step that cannot start 
 that says so; ``check.json`` is rewritten after every step, so a lease that ends early keeps what ran.
 
 ``--tiny`` runs the same code on the CPU in tiny shapes (one debug config, two steps, small overrides of
-the GPU configs, no compile) so the suite can run it; ``--out DIR`` (default ``$OUT`` or ``bench-gpu-check``)
+the GPU configs, the peers' eager rows, no compile) so the suite can run it; ``--out DIR`` (default ``$OUT`` or ``bench-gpu-check``)
 receives ``check.json`` and every run's metrics. Exit status 1 if any step failed.
 """
 
