@@ -24,8 +24,11 @@ What it runs, each step a fresh process of the real command line, results in one
    into ``OUT/packed-text`` by ``python -m hyper_parallel.data prepare``, the same figures plus the data
    (kind, documents, mean length) and the trainer's ``documents_per_row``; such a row fails unless each
    file became one document and rows held more than one (the synthetic rows hold one, plain causal).
-4. ``transformers``: transformers' implementation of the same two models, same batch, one training step
-   at a time (``bench.gpu``'s measurement), for tokens/s.
+4. ``peers``: our trainer's step, transformers' (tied, eager and compiled), Liger's (where its wheel is
+   installed) and TorchTitan's own ``Trainer.train_step`` on the Llama 3.2-1B shape and batch, timed by one
+   harness (:mod:`bench.peers.harness`: the same loop, dtype and compile setting; the median and spread of
+   10 timed steps after warm-up). Wheels carried in ``wheels/`` (``bench/peers/README.md``) are installed
+   for it first where TorchTitan is not importable.
 5. ``attention``: one attention layer at the 1B shape and 4,096 tokens, forward + backward, document
    masking as the trainer runs it (one, two and many documents per row) against plain causal SDPA
    (:func:`attention_times`).
@@ -40,9 +43,9 @@ check: each step's timeout is cut to what is left, and a step that cannot start 
 that says so; ``check.json`` is rewritten after every step, so a lease that ends early keeps what ran.
 
 ``--tiny`` runs the same code on the CPU in tiny shapes (one debug config, two steps, small overrides of
-the GPU configs, packed rows of 512 tokens, no compile) so the suite can run it; ``--out DIR`` (default
-``$OUT`` or ``bench-gpu-check``) receives ``check.json`` and every run's metrics. Exit status 1 if any
-step failed.
+the GPU configs, packed rows of 512 tokens, the peers' eager rows, no compile) so the suite can run it;
+``--out DIR`` (default ``$OUT`` or ``bench-gpu-check``) receives ``check.json`` and every run's metrics.
+Exit status 1 if any step failed.
 """
 
 from __future__ import annotations
@@ -420,23 +423,68 @@ def _finetune_rows(out: Path, tiny: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def _transformers_rows(out: Path, tiny: bool) -> list[dict[str, Any]]:
-    """transformers' models of the same shapes and batch: ``bench.gpu``'s measured step."""
-    json_path = out / "transformers.json"
-    command = [sys.executable, "-m", "bench", "gpu", "--json", str(json_path)]
-    full = ["--quick", "--seq", "4096", "--batch", "2", "--steps", "5", "--warmup", "2"]
-    command += ["--tiny"] if tiny else full
-    status, _seconds = _run(command, 360, out / "transformers.log")
-    rows = []
-    if json_path.exists():
-        for row in json.loads(json_path.read_text(encoding="utf-8"))["rows"]:
-            if row["implementation"] == "transformers":
-                rows.append({"step": "transformers", "config": row["model"], "ok": status == 0,
-                             "tokens_per_second": row["tokens_per_second"], "mfu": row["mfu"],
-                             "peak_memory_gib": row["peak_memory_gib"], "notes": []})  # fmt: skip
-    if status != 0 or not rows:
-        rows.append({"step": "transformers", "config": "-", "ok": False, "notes": [f"exited {status}"]})
+#: Where ``bench/peers/README.md`` puts the peers' wheels for a machine without network (``--wheels``).
+WHEELS = ROOT / "wheels"
+
+
+def _peer_packages(out: Path, wheels: Path) -> str | None:
+    """Install the carried wheels (``wheels``) into ``out/peer-packages`` when TorchTitan is not importable;
+    the folder the peer rows then find them in, or None (nothing carried or nothing needed)."""
+    import importlib.util
+
+    found = sorted(wheels.glob("*.whl")) if wheels.is_dir() else []
+    if importlib.util.find_spec("torchtitan") is not None or not found:
+        return None
+    target = out / "peer-packages"
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+               "--target", str(target), *map(str, found)]  # fmt: skip
+    status, _ = _run(command, 120, out / "peer-packages.log")
+    return str(target) if status == 0 else None
+
+
+def _peer_rows(out: Path, tiny: bool, cuda: bool) -> list[dict[str, Any]]:
+    """Ours, transformers (tied), Liger and TorchTitan timed by one harness (:mod:`bench.peers.harness`),
+    each row in its own process, eager against eager and compiled against compiled; a row whose tokens a
+    step or parameter count differ from ours fails (the comparison would not be of the same work)."""
+    from bench.peers.harness import plan
+
+    packages = _peer_packages(out, WHEELS)
+    if packages:
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [packages, os.environ.get("PYTHONPATH")]))
+    rows: list[dict[str, Any]] = []
+    for peer, compiled in plan(tiny, cuda):
+        tag = f"peer-{peer}-{'compiled' if compiled else 'eager'}"
+        json_path = out / f"{tag}.json"
+        json_path.unlink(missing_ok=True)
+        command = [sys.executable, "-m", "bench.peers.harness", peer, "--json", str(json_path)]
+        command += ["--tiny"] if tiny else []
+        command += ["--compile"] if compiled else []
+        status, seconds = _run(command, 240, out / f"{tag}.log")
+        row: dict[str, Any] = {"step": "peers", "config": peer, "compiled": compiled, "ok": False,
+                               "seconds": round(seconds, 1), "notes": []}  # fmt: skip
+        if status == 0 and json_path.exists():
+            measured = json.loads(json_path.read_text(encoding="utf-8"))
+            row.update({k: v for k, v in measured.items() if k not in ("peer", "notes")})
+            row["ok"] = True
+            if "skipped" in measured:
+                row["notes"].append(f"skipped: {measured['skipped']}")
+            else:
+                row["notes"].append(
+                    f"median of {measured['steps']}: {measured['median_s'] * 1e3:.1f} ms (min "
+                    f"{measured['min_s'] * 1e3:.1f}, max {measured['max_s'] * 1e3:.1f}, IQR "
+                    f"{measured['iqr_s'] * 1e3:.1f})"
+                )
+                row["notes"] += measured["notes"]
+        else:
+            row["notes"].append(f"exited {status} (see {tag}.log)")
+        rows.append(row)
     for row in rows:
+        ours = next((r for r in rows if r["config"] == "ours" and r["compiled"] == row["compiled"]), None)
+        if ours is not None and "parameters" in row and "parameters" in ours:
+            for key in ("tokens_per_step", "parameters"):
+                if row[key] != ours[key]:
+                    row["ok"] = False
+                    row["notes"].append(f"{key} {row[key]:,}, ours {ours[key]:,}: not the same work")
         print(_format(row), flush=True)
     return rows
 
@@ -602,14 +650,14 @@ def _tests_row(out: Path, cuda: bool) -> dict[str, Any]:
 
 #: The check's steps, in the order they run (fine-tuning last: a spent budget cuts it first); ``--parts``
 #: picks some of them.
-PARTS = ("tests", "debug", "attention", "eager", "transformers", "compiled", "finetune")
+PARTS = ("tests", "debug", "attention", "eager", "peers", "compiled", "finetune")
 
 
 def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET, parts: tuple[str, ...] = PARTS) -> int:
     """Run every step within ``budget`` seconds; write ``out/check.json`` after each; 0 when all passed.
 
     The small steps (the cuda tests, the debug configs) run side by side; the timed ones one at a time
-    after them (attention, the trainer eager, transformers' step, the trainer compiled), so that a
+    after them (attention, the trainer eager, the peers' harness, the trainer compiled), so that a
     budget spent early loses the least: a step that cannot start in time is a failed row saying so.
     """
     import torch
@@ -650,8 +698,8 @@ def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET, parts: tuple[st
             rows.extend(_finetune_rows(out, tiny))
         elif step == "eager":
             rows.extend(_speed_rows(out, tiny, compiled=False))
-        elif step == "transformers" and not tiny:  # the tiny mode of bench gpu runs in the suite alone
-            rows.extend(_transformers_rows(out, tiny))
+        elif step == "peers":
+            rows.extend(_peer_rows(out, tiny, cuda))
         elif step == "compiled" and not tiny:
             rows.extend(_speed_rows(out, tiny, compiled=True))
         write()

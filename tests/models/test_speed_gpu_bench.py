@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,10 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
         ("speed", "qwen3_5_0_8b_gpu", False),
         ("speed", "llama3_2_1b_gpu packed", False),
         ("speed", "qwen3_5_0_8b_gpu packed", False),
+        ("peers", "ours", False),
+        ("peers", "transformers", False),
+        ("peers", "liger", False),
+        ("peers", "torchtitan", False),
         ("finetune", "llama3_2_1b_gpu full", False),
         ("finetune", "llama3_2_1b_gpu lora", False),
         ("finetune", "qwen3_5_debug qlora", False),
@@ -112,7 +118,23 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
     assert attention["worst_vs_causal"] >= attention["packed_vs_causal"]
     # the CPU's layouts: none for one document a row, the dense mask for these short rows
     assert (attention["one_document_layout"], attention["two_documents_layout"]) == ("NoneType", "Tensor")
-    assert "10/10 passed" in capsys.readouterr().out
+    # One harness: ours and each peer train the same tokens a step on the same (tied) parameter count.
+    ours = rows[("peers", "ours", False)]
+    assert (ours["tokens_per_step"], ours["parameters"], ours["steps"]) == (2 * 64, 155_968, 10)
+    assert len(ours["seconds"]) == 10
+    assert ours["min_s"] <= ours["median_s"] <= ours["max_s"]
+    assert rows[("peers", "liger", False)]["notes"][0].startswith("skipped: ")  # Triton kernels: CUDA only
+    peers = ["transformers"]
+    if importlib.util.find_spec("torchtitan") is not None:  # CI installs bench/peers/requirements.txt
+        peers.append("torchtitan")
+    else:
+        assert rows[("peers", "torchtitan", False)]["notes"][0].startswith("skipped: torchtitan is not")
+    for peer in peers:
+        row = rows[("peers", peer, False)]
+        assert math.isfinite(row["tokens_per_second"])
+        assert row["tokens_per_second"] > 0
+        assert (row["tokens_per_step"], row["parameters"]) == (ours["tokens_per_step"], ours["parameters"])
+    assert "14/14 passed" in capsys.readouterr().out
 
 
 def test_the_packed_rows_read_the_librarys_utf8_files_of_a_sixteenth_to_a_whole_row(tmp_path: Path) -> None:
@@ -149,6 +171,10 @@ def test_the_checks_budget_cuts_every_step_and_reports_what_it_skipped(tmp_path:
         ("speed", False),
         ("speed", False),
         ("speed", False),
+        ("peers", False),
+        ("peers", False),
+        ("peers", False),
+        ("peers", False),
         ("finetune", False),
         ("finetune", False),
         ("finetune", False),
