@@ -115,7 +115,7 @@ def test_an_unlogged_step_never_syncs_the_host(name: str) -> None:
 def _layers_fla_installed() -> bool:
     from hyper_parallel.models.qwen3_5 import _gated_delta
 
-    return _gated_delta.fla_kernel() is not None
+    return _gated_delta.fla_kernel(QWEN3_5_FLAVORS["debugmodel"].linear_key_head_dim) is not None
 
 
 @pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
