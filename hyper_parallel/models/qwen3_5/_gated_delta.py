@@ -29,6 +29,7 @@ import inspect
 import re
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -345,7 +346,10 @@ class CheckedFla:
         """Whether fla serves a call of these shapes (batch aside), comparing the kernels the first time."""
         shape = (*query.shape[1:], value.shape[2], value.shape[3], query.dtype, query.device, packed)
         if shape not in self.verdicts:
-            problem = self.compare(query, key, value, packed)
+            # In a thread of its own: the caller's grad mode, autocast and saved-tensor hooks (activation
+            # checkpointing's) are thread-local and stay out of the comparison's forward and backward.
+            with ThreadPoolExecutor(1, thread_name_prefix="fla-check") as pool:
+                problem = pool.submit(self.compare, query, key, value, packed).result()
             self.verdicts[shape] = problem
             heads = f"{key.shape[2]}x{key.shape[3]} key, {value.shape[2]}x{value.shape[3]} value heads"
             where = f"{query.shape[1]} tokens{', packed' if packed else ''}, {heads}, {query.dtype}"
