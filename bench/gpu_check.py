@@ -26,13 +26,17 @@ What it runs, each step a fresh process of the real command line, results in one
    plain causal SDPA, and for the long-and-short rows each kernel that can serve them side by side:
    torch's ``varlen_attn`` (eager and in a ``fullgraph`` compiled function), FlexAttention's block mask
    and one causal call per document (:func:`attention_times`).
-6. ``finetune``: full fine-tuning, LoRA (float32 and bfloat16 base) and QLoRA (with and without NF4
+6. ``fla``: flash-linear-attention's Gated DeltaNet kernels at Qwen 3.5 0.8B's shape: which kernel the
+   layers get on this machine (fla's, fla's after the device check where only fla issue #640 refuses it
+   and the 128-wide key tile is taken, or our chunked one), fla's output and input gradients against our
+   kernel's, and both kernels' forward + backward (:func:`bench.fla_check.fla_check`).
+7. ``finetune``: full fine-tuning, LoRA (float32 and bfloat16 base) and QLoRA (with and without NF4
    embeddings) of the Llama 3.2-1B GPU config through the trainer (eager): tokens/s, each step against the
    full one, peak memory beside the preflight's; then QLoRA of the Qwen 3.5 debug config in bf16, its peak
    beside the preflight's.
 
-Steps 1 and 2 run side by side (small, untimed), then 5, the eager runs of 3, 4, the compiled runs of 3
-and 6 one at a time (``--parts`` runs some of them). ``--budget SECONDS`` (default 450) bounds the whole
+Steps 1 and 2 run side by side (small, untimed), then 5, 6, the eager runs of 3, 4, the compiled runs
+of 3 and 7 one at a time (``--parts`` runs some of them). ``--budget SECONDS`` (default 450) bounds the whole
 check: each step's timeout is cut to what is left, and a step that cannot start in time is a failed row
 that says so; ``check.json`` is rewritten after every step, so a lease that ends early keeps what ran.
 
@@ -595,6 +599,48 @@ def _attention_row(out: Path, tiny: bool) -> dict[str, Any]:
     return row
 
 
+def _fla_row(out: Path, tiny: bool) -> dict[str, Any]:
+    """:func:`bench.fla_check.fla_check` in its own process (fla's import and Triton kernels stay there)."""
+    from bench.fla_check import QWEN_TOKENS_TARGET
+
+    json_path = out / "fla.json"
+    code = (
+        "import json, sys; from bench.fla_check import fla_check; "
+        f"open(sys.argv[1], 'w').write(json.dumps(fla_check({tiny}), default=str))"
+    )
+    status, seconds = _run([sys.executable, "-c", code, str(json_path)], 180, out / "fla.log")
+    row: dict[str, Any] = {"step": "fla", "config": "qwen3_5 0.8B" if not tiny else "tiny",
+                           "ok": False, "seconds": round(seconds, 1), "notes": []}  # fmt: skip
+    if status == 0 and json_path.exists():
+        found = json.loads(json_path.read_text(encoding="utf-8"))
+        row.update(found)
+        worst = {
+            label: max(found[f"{label}_errors"].items(), key=lambda item: item[1])
+            for label in ("one_document", "two_documents")
+            if f"{label}_errors" in found
+        }
+        row["notes"].append(
+            f"kernel {found['kernel']} (key head size {found['key_head_dim']}: {found['key_tile']}-wide key "
+            f"tile); worst relative difference from our chunked kernel: "
+            + ", ".join(f"{label} {name} {error:.2g}" for label, (name, error) in worst.items())
+            + "".join(
+                f"; {label}: {found[f'{label}_problem']}"
+                for label in ("one_document", "two_documents")
+                if found[f"{label}_problem"]
+            )
+        )
+        row["notes"].append(
+            f"forward + backward: chunked {found['chunked_ms']:.2f} ms, fla "
+            + ("-" if found["fla_ms"] is None else f"{found['fla_ms']:.2f} ms")
+            + f"; the compiled qwen3_5_0_8b_gpu speed row's target: >= {QWEN_TOKENS_TARGET:,} tokens/s"
+        )
+        row["notes"].extend(found["warnings"])
+    else:
+        row["notes"].append(f"exited {status} (see fla.log)")
+    print(_format(row), flush=True)
+    return row
+
+
 def _tests_row(out: Path, cuda: bool) -> dict[str, Any]:
     """The suite's ``cuda``-marked tests."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda",
@@ -609,7 +655,7 @@ def _tests_row(out: Path, cuda: bool) -> dict[str, Any]:
 
 #: The check's steps, in the order they run (fine-tuning last: a spent budget cuts it first); ``--parts``
 #: picks some of them.
-PARTS = ("tests", "debug", "attention", "eager", "transformers", "compiled", "finetune")
+PARTS = ("tests", "debug", "attention", "fla", "eager", "transformers", "compiled", "finetune")
 
 
 def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET, parts: tuple[str, ...] = PARTS) -> int:
@@ -653,6 +699,8 @@ def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET, parts: tuple[st
     for step in [p for p in PARTS[2:] if p in parts]:
         if step == "attention":
             rows.append(_attention_row(out, tiny))
+        elif step == "fla":
+            rows.append(_fla_row(out, tiny))
         elif step == "finetune":
             rows.extend(_finetune_rows(out, tiny))
         elif step == "eager":

@@ -67,6 +67,7 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
         ("tests", "-m cuda", False),
         ("debug", "llama3_debug", False),
         ("attention", "tiny", False),
+        ("fla", "tiny", False),
         ("speed", "llama3_2_1b_gpu", False),
         ("speed", "qwen3_5_0_8b_gpu", False),
         ("finetune", "llama3_2_1b_gpu full", False),
@@ -92,7 +93,12 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
     assert attention["worst_vs_causal"] >= attention["packed_vs_causal"]
     # the CPU's layouts: none for one document a row, the dense mask for these short rows
     assert (attention["one_document_layout"], attention["two_documents_layout"]) == ("NoneType", "Tensor")
-    assert "8/8 passed" in capsys.readouterr().out
+    fla = rows[("fla", "tiny", False)]  # the CPU compares our chunked kernel with the token loop
+    assert fla["kernel"] == "none"
+    assert fla["one_document_problem"] is None
+    assert fla["two_documents_problem"] is None
+    assert set(fla["one_document_errors"]) == {"output", "query", "key", "value", "log_decay", "beta"}
+    assert "9/9 passed" in capsys.readouterr().out
 
 
 def test_the_checks_budget_cuts_every_step_and_reports_what_it_skipped(tmp_path: Path) -> None:
@@ -105,6 +111,7 @@ def test_the_checks_budget_cuts_every_step_and_reports_what_it_skipped(tmp_path:
         ("tests", False),
         ("debug", False),
         ("attention", False),
+        ("fla", False),
         ("speed", False),
         ("speed", False),
         ("finetune", False),
