@@ -76,7 +76,9 @@ def fla_check(tiny: bool) -> dict[str, Any]:
                     _gated_delta.chunk_gated_delta_rule, candidate, inputs
                 )
             except Exception as error:  # fla's refusal, a Triton error
-                result[f"{label}_problem"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                result[f"{label}_problem"] = (
+                    f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}"
+                )
                 continue
             result[f"{label}_errors"] = errors
             result[f"{label}_problem"] = _gated_delta.disagreement_problem(errors, tolerance)

@@ -539,7 +539,7 @@ def kernel_times(
     try:
         result["varlen_compiled_ms"] = median_ms(lambda: once(variants["varlen"], compiled), repeats)
     except Exception as error:  # a graph break under fullgraph, or a kernel that does not compile here
-        result["varlen_compiled_ms"] = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+        result["varlen_compiled_ms"] = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:160]}"
     if plan.varlen is not None:
         from torch.nn import attention as torch_attention
 
@@ -550,7 +550,7 @@ def kernel_times(
             finally:
                 torch_attention.restore_flash_attention_impl()
         except Exception as error:  # no FA3 on this image (its kernels are a separate package)
-            result["varlen_fa3_ms"] = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+            result["varlen_fa3_ms"] = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:160]}"
     for name in (*variants, "varlen_compiled", "varlen_fa3"):
         if isinstance(result.get(f"{name}_ms"), float):
             result[f"{name}_vs_causal"] = result[f"{name}_ms"] / causal_ms

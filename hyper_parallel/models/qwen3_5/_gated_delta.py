@@ -22,6 +22,7 @@ before that token (exactly what the token loop does), inside and across chunks.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -374,13 +375,16 @@ class CheckedFla:
         """fla against our chunked kernel on random inputs of one row of these shapes (two documents when
         ``packed``); None where every difference is within ``FLA_CHECK_TOLERANCE``, else what differed (a
         failing launch too: fla's own refusal, a Triton error)."""
-        inputs = check_inputs(query, key, value, packed)
+        # A new thread starts on device 0: make the inputs' device current (fla launches there).
+        current = torch.cuda.device(query.device) if query.device.type == "cuda" else contextlib.nullcontext()
         try:
-            errors = kernel_disagreement(
-                chunk_gated_delta_rule, functools.partial(_through_fla, self.kernel), inputs
-            )
+            with current:
+                inputs = check_inputs(query, key, value, packed)
+                errors = kernel_disagreement(
+                    chunk_gated_delta_rule, functools.partial(_through_fla, self.kernel), inputs
+                )
         except Exception as error:  # fla refused or failed: our kernel serves
-            return f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}"
         return disagreement_problem(errors, FLA_CHECK_TOLERANCE)
 
 
