@@ -130,7 +130,7 @@ def test_a_checked_fla_serves_a_shape_after_its_comparison_and_says_so(
         return fake_fla(*args, **kwargs)
 
     fla = CheckedFla(recording_fla, REFUSAL)
-    problem = None if agrees else "relative RMS difference above 0.02: key 3.1, log_decay 0.9"
+    problem = None if agrees else "relative RMS difference above 0.04: key 3.1, log_decay 0.9"
 
     def compare(query: Any, key: Any, value: Any, packed: bool) -> str | None:
         compared.append(tuple(query.shape))
@@ -190,9 +190,9 @@ def test_the_comparison_measures_the_output_and_every_input_gradient() -> None:
 
     errors = _gated_delta.kernel_disagreement(_gated_delta.chunk_gated_delta_rule, wrong_key_gradient, inputs)
     problem = _gated_delta.disagreement_problem(errors, _gated_delta.FLA_CHECK_TOLERANCE)
-    assert problem == f"relative RMS difference above 0.02: key {errors['key']:.3g}"
+    assert problem == f"relative RMS difference above 0.04: key {errors['key']:.3g}"
     assert errors["key"] == pytest.approx(2.0, rel=1e-4)
-    assert _gated_delta.disagreement_problem({"output": float("nan")}, 0.02) is not None
+    assert _gated_delta.disagreement_problem({"output": float("nan")}, 0.04) is not None
 
 
 def test_the_device_check_runs_fla_against_our_kernel_and_reports_its_refusal() -> None:

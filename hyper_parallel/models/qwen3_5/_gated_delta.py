@@ -221,7 +221,7 @@ _FLA_HOPPER_BAD_TRITON = ((3, 4, 0), (3, 7, 1))
 FLA_SAFE_KEY_TILE = 128
 #: Largest relative RMS difference ``||fla - ours|| / ||ours||`` of the output and of every input's gradient
 #: that the device check accepts (see :func:`kernel_disagreement`).
-FLA_CHECK_TOLERANCE = 0.02
+FLA_CHECK_TOLERANCE = 0.04
 #: The flag of fla's #640 refusal in ``fla.ops.common.chunk_o`` (fla 0.6) that the bypass reads as True.
 _FLA_GUARD = "TRITON_ABOVE_3_7_1"
 
@@ -424,16 +424,20 @@ def kernel_disagreement(
     kernels called as ``kernel(query, key, value, log_decay, beta, resets=...)`` on the same ``inputs``
     with the same random output gradient.
 
-    The tolerance the device check applies (``FLA_CHECK_TOLERANCE``, 0.02) is bf16's: a bf16 number keeps 8
-    significant bits, so each rounding moves a value by up to 2^-9 relative (RMS about 2^-9 / sqrt(3) =
-    0.0011). fla rounds its intermediates to bf16 (the keys scaled by beta, the WY factors ``w`` and ``u``,
-    the chunk states and their gradients: about five roundings on the way to any output) and accumulates
-    its products in fp32 (lengths d_k = 128 and the 64-token chunk: an fp32 error of 2^-24 times that, far
-    below bf16's), while our kernel keeps fp32 throughout; independent roundings add in quadrature, so the
-    expected relative RMS difference is about sqrt(5) x 0.0011 = 0.0025 on the output and the gradients
-    alike, and the state carried across chunks decays (``exp(g) < 1``) rather than compounding it. 0.02
-    allows eight times that; #640's miscompile moves dk and dg by whole units (max errors of 14.65 and 5.47
-    against values of order one in the issue's bisection), hundreds of times the bound.
+    The tolerance the device check applies (``FLA_CHECK_TOLERANCE``, 0.04) is bf16's, with margin. A bf16
+    number keeps 8 significant bits, so each rounding moves a value by up to 2^-9 relative (RMS about
+    2^-9 / sqrt(3) = 0.0011). fla rounds its intermediates to bf16 (the keys scaled by beta, the WY factors
+    ``w`` and ``u``, the chunk states and their gradients: about five roundings on the way to any result)
+    and accumulates its products in fp32 (over d_k = 128 and the 64-token chunk: fp32's 2^-24 times that,
+    far below bf16's), while our kernel keeps fp32 throughout; independent roundings add in quadrature, so
+    the output and dq, dk, dv should differ by about sqrt(5) x 0.0011 = 0.0025 (the state carried across
+    chunks decays, ``exp(g) < 1``, rather than compounding it). The gradients of beta and of the log decay
+    are sums over whole heads (d_k x d_v products per token, and a reverse cumulative sum over the chunk for
+    the decay), where cancellation raises the relative error: fla's own tests bound these very quantities,
+    in this measure and against an fp32 reference, at 0.005 (output), 0.008 (dq, dk, dv) and 0.02 (dbeta,
+    dg). 0.04 is twice fla's loosest bound; #640's miscompile moves dk and dg by whole units (maximum
+    errors of 14.65 and 5.47 against values of order one in the issue's bisection), far beyond it. A check
+    that fails only costs speed: our kernel serves.
     """
     reference_inputs = {
         name: x.detach().clone().requires_grad_(x.is_floating_point()) for name, x in inputs.items()
