@@ -505,6 +505,11 @@ def attention_times(tiny: bool) -> dict[str, Any]:
         assert plan.flex is not None
         plain = flex_one._replace(layout=FlexBlockMask(causal_mask, plan.flex))
         result["flex_causal_mask_ms"] = median_ms(lambda: once(plain), repeats)
+        flash = result["sdpa_flash_attention_ms"]
+        if isinstance(flash, float):  # the variable-length kernel is flash attention's: its own floor
+            for name in ("varlen", "varlen_compiled"):
+                if isinstance(result[f"{name}_ms"], float):
+                    result[f"{name}_vs_flash_causal"] = result[f"{name}_ms"] / flash
     return result
 
 
@@ -584,6 +589,8 @@ def _attention_row(out: Path, tiny: bool) -> dict[str, Any]:
             for name in ("varlen", "varlen_compiled", "varlen_fa3", "flex", "slices")
             if name + "_vs_causal" in times
         ]
+        if "varlen_vs_flash_causal" in times:
+            kernels.append(f"varlen / causal flash SDPA {times['varlen_vs_flash_causal']:.2f}x")
         row["notes"].append(
             f"long and short rows by kernel against causal (target <= {ATTENTION_TOLERANCE}x): "
             + ", ".join(kernels)
