@@ -181,3 +181,36 @@ def test_torch_varlen_attention_equals_flex_attention_in_bf16(gqa: bool) -> None
         for name, want, got in zip(("out", "dq", "dk", "dv"), results[0], other, strict=True):
             error = ((got.float() - want.float()).norm() / want.float().norm()).item()
             assert error <= 2e-2, (name, error)  # bf16: 2^-8 relative per rounding, fp32 accumulation
+
+
+def test_compiled_llama_blocks_attend_through_varlen_without_a_graph_break() -> None:
+    """The compiled run's path: ids on the host, the compiled blocks' plan (torch's varlen_attn over the
+    documents' offsets), each block compiled as the trainer compiles it: no graph break in any block, the
+    loss within bf16 rounding of FlexAttention's block mask, and once a second batch's document count and
+    longest document have made them dynamic, no recompilation for further batches."""
+    from torch._dynamo.utils import counters
+
+    plan = AttentionPlan.for_device("cuda", compiled=True)
+    if plan.varlen is None:
+        pytest.skip("this torch has no torch.nn.attention.varlen.varlen_attn (or no flash attention)")
+    model = build("llama3", torch.bfloat16)
+    tokens = torch.randint(0, 512, (2, SEQ + 1), generator=torch.Generator().manual_seed(1)).cuda()
+    flex = loss_of(model, document_ids("cuda"), tokens).item()
+    torch._dynamo.reset()
+    counters.clear()
+    for layer in model.layers.values():
+        layer.forward = torch.compile(layer.forward)
+    model.attention_plan = plan
+
+    def ids_of(*rows: tuple[int, ...]) -> Any:
+        return torch.stack([torch.cat([torch.full((n,), i) for i, n in enumerate(row)]) for row in rows])
+
+    varlen = loss_of(model, document_ids("cpu"), tokens)
+    varlen.backward()
+    assert abs(varlen.item() - flex) <= 0.01 * abs(flex)
+    loss_of(model, ids_of((9, SEQ - 9), (SEQ // 2, SEQ // 2)), tokens).backward()
+    graphs = counters["stats"]["unique_graphs"]
+    for rows in (((100, SEQ - 100), (3, 4, 5, SEQ - 12)), ((SEQ - 1, 1), (7, SEQ - 7))):
+        loss_of(model, ids_of(*rows), tokens).backward()
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert dict(counters["graph_break"]) == {}

@@ -187,3 +187,52 @@ def test_compiled_runs_keep_the_ids_on_the_host_where_the_variable_length_kernel
     finally:
         _layers._plan_for.cache_clear()
         trainer.close()
+
+
+@torch.library.custom_op("hyper_parallel_test::per_document_attention", mutates_args=())
+def _document_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offsets: torch.Tensor, max_len: int
+) -> torch.Tensor:
+    """A custom op over the offsets, as torch's varlen_attn is (the CPU has no flash attention kernel)."""
+    layout = DocumentOffsets(offsets, offsets, max_len, _layers.per_document_attention)
+    return _layers.per_document_attention(q, k, v, layout).contiguous()
+
+
+@_document_op.register_fake
+def _document_op_fake(q: Any, k: Any, v: Any, offsets: Any, max_len: int) -> Any:
+    return torch.empty_like(q)
+
+
+def custom_op_kernel(q: Any, k: Any, v: Any, offsets: DocumentOffsets) -> Any:
+    return torch.ops.hyper_parallel_test.per_document_attention(q, k, v, offsets.cu_seqlens, offsets.max_len)
+
+
+def test_compiled_blocks_take_the_offsets_without_a_graph_break_or_a_recompilation_per_batch() -> None:
+    """Blocks compiled as the trainer compiles them, attending through a custom op over the offsets (the
+    shape of torch's varlen_attn): no graph break, the dense-masked path's outputs, and once a second batch
+    has made the document count and the longest document dynamic, no recompilation for further batches."""
+    from torch._dynamo.utils import counters
+
+    model = build("llama3", AttentionPlan(varlen=custom_op_kernel))
+    dense = build("llama3", AttentionPlan(dense_mask_max_seq=320))
+    torch._dynamo.reset()
+    counters.clear()
+    for layer in model.layers.values():
+        layer.forward = torch.compile(layer.forward, backend="eager")
+    tokens = torch.randint(0, 512, (2, 320), generator=torch.Generator().manual_seed(1))
+    layouts = [
+        ((5, 70, 1, 244), (320,)),
+        ((9, 311), (160, 160)),
+        ((100, 220), (3, 4, 5, 308)),
+        ((319, 1), (320,)),
+    ]
+    graphs = 0
+    with torch.no_grad():
+        for index, rows in enumerate(layouts):
+            ids = ids_of(*rows)
+            assert torch.allclose(model(tokens, document_ids=ids), dense(tokens, document_ids=ids), atol=1e-5)
+            if index == 1:
+                graphs = counters["stats"]["unique_graphs"]
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert dict(counters["graph_break"]) == {}
+    torch._dynamo.reset()
