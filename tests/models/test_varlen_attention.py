@@ -18,6 +18,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.attention.varlen as torch_varlen  # noqa: E402
+from torch import Tensor  # noqa: E402
+from torch.library import custom_op  # noqa: E402
 
 from hyper_parallel.models import _layers  # noqa: E402
 from hyper_parallel.models._layers import AttentionPlan, DocumentOffsets  # noqa: E402
@@ -189,13 +191,12 @@ def test_compiled_runs_keep_the_ids_on_the_host_where_the_variable_length_kernel
         trainer.close()
 
 
-@torch.library.custom_op("hyper_parallel_test::per_document_attention", mutates_args=())
-def _document_op(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offsets: torch.Tensor, max_len: int
-) -> torch.Tensor:
+@custom_op("hyper_parallel_test::per_document_attention", mutates_args=())
+def _document_op(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int) -> Tensor:
     """A custom op over the offsets, as torch's varlen_attn is (the CPU has no flash attention kernel)."""
     layout = DocumentOffsets(offsets, offsets, max_len, _layers.per_document_attention)
-    return _layers.per_document_attention(q, k, v, layout).contiguous()
+    out: Tensor = _layers.per_document_attention(q, k, v, layout)
+    return out.contiguous()
 
 
 @_document_op.register_fake
