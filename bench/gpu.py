@@ -235,7 +235,7 @@ def _kernel_row(overrides: dict[str, Any], seq: int, device: Any, steps: int) ->
     kernels: dict[str, Callable[[], Any] | None] = {
         "chunked": lambda: _gated_delta.chunk_gated_delta_rule(*inputs)[0]
     }
-    fla = _gated_delta.fla_kernel() if device.type == "cuda" else None
+    fla = _gated_delta.fla_kernel(d_k) if device.type == "cuda" else None
     kernels["fla"] = None if fla is None else (lambda: _gated_delta.gated_delta_rule(*inputs, fla=fla)[0])
     row: dict[str, Any] = {"name": f"gated delta rule {h}x{d_k}", "seq": seq}
     for name, kernel in kernels.items():

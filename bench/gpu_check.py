@@ -30,15 +30,21 @@ What it runs, each step a fresh process of the real command line, results in one
    10 timed steps after warm-up). Wheels carried in ``wheels/`` (``bench/peers/README.md``) are installed
    for it first where TorchTitan is not importable.
 5. ``attention``: one attention layer at the 1B shape and 4,096 tokens, forward + backward, document
-   masking as the trainer runs it (one, two and many documents per row) against plain causal SDPA
-   (:func:`attention_times`).
-6. ``finetune``: full fine-tuning, LoRA (float32 and bfloat16 base) and QLoRA (with and without NF4
+   masking as the trainer runs it (one, two, one long and a few short, and many documents per row) against
+   plain causal SDPA, and for the long-and-short rows each kernel that can serve them side by side:
+   torch's ``varlen_attn`` (eager and in a ``fullgraph`` compiled function), FlexAttention's block mask
+   and one causal call per document (:func:`attention_times`).
+6. ``fla``: flash-linear-attention's Gated DeltaNet kernels at Qwen 3.5 0.8B's shape: which kernel the
+   layers get on this machine (fla's, fla's after the device check where only fla issue #640 refuses it
+   and the 128-wide key tile is taken, or our chunked one), fla's output and input gradients against our
+   kernel's, and both kernels' forward + backward (:func:`bench.fla_check.fla_check`).
+7. ``finetune``: full fine-tuning, LoRA (float32 and bfloat16 base) and QLoRA (with and without NF4
    embeddings) of the Llama 3.2-1B GPU config through the trainer (eager): tokens/s, each step against the
    full one, peak memory beside the preflight's; then QLoRA of the Qwen 3.5 debug config in bf16, its peak
    beside the preflight's.
 
-Steps 1 and 2 run side by side (small, untimed), then 5, the eager runs of 3, 4, the compiled runs of 3
-and 6 one at a time (``--parts`` runs some of them). ``--budget SECONDS`` (default 450) bounds the whole
+Steps 1 and 2 run side by side (small, untimed), then 5, 6, the eager runs of 3, 4, the compiled runs
+of 3 and 7 one at a time (``--parts`` runs some of them). ``--budget SECONDS`` (default 450) bounds the whole
 check: each step's timeout is cut to what is left, and a step that cannot start in time is a failed row
 that says so; ``check.json`` is rewritten after every step, so a lease that ends early keeps what ran.
 
@@ -50,6 +56,7 @@ Exit status 1 if any step failed.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -527,11 +534,24 @@ def median_ms(run: Callable[[], None], repeats: int) -> float:
 ATTENTION_SHAPE = (2, 4096, 32, 8, 64)
 
 
+#: The short documents that follow one long one in a 4,096-token row of the long-and-short layout.
+LONG_AND_SHORT = (256, 160, 96)
+
+
+def long_and_short_ids(seq: int) -> Any:
+    """(seq,) document ids: one long document, then ``LONG_AND_SHORT`` scaled to ``seq`` tokens."""
+    import torch
+
+    short = [max(1, n * seq // 4096) for n in LONG_AND_SHORT]
+    lengths = [seq - sum(short), *short]
+    return torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+
+
 def attention_inputs(shape: tuple[int, int, int, int, int], device: Any, dtype: Any) -> tuple[Any, ...]:
     """``q, k, v`` (requiring gradients), an output gradient, all (batch, seq, heads, head_dim) on
-    ``device``, and the document ids of three layouts in host memory: one document a row, two (all but the
-    last 96 tokens, and those) and packed documents of 64 to 1,024 tokens. Seeded: every caller measures
-    the same numbers."""
+    ``device``, and the document ids of four layouts in host memory: one document a row, two (all but the
+    last 96 tokens, and those), one long and three short ones (``LONG_AND_SHORT``, scaled to the row) and
+    packed documents of 64 to 1,024 tokens. Seeded: every caller measures the same numbers."""
     import torch
 
     batch, seq, heads, kv_heads, head_dim = shape
@@ -546,6 +566,7 @@ def attention_inputs(shape: tuple[int, int, int, int, int], device: Any, dtype: 
     host_ids = {
         "one_document": torch.zeros(batch, seq, dtype=torch.long),
         "two_documents": (torch.arange(seq) >= seq - 96).long().expand(batch, seq),
+        "long_and_short": long_and_short_ids(seq).expand(batch, seq),
         "packed": torch.repeat_interleave(torch.arange(seq), lengths)[:seq].expand(batch, seq),
     }
     return q, k, v, grad, host_ids
@@ -556,8 +577,9 @@ def attention_times(tiny: bool) -> dict[str, Any]:
     plain causal SDPA against document masking as the trainer runs it (ids read on the host, the layout
     chosen there: :meth:`hyper_parallel.models._layers.AttentionPlan.documents`), for one document per row,
     two per row (4,000 and 96 tokens: one causal call each on CUDA) and packed documents of 64 to 1,024
-    tokens (FlexAttention's block mask on CUDA). On CUDA also where the time goes: FlexAttention's mask
-    for one document a row, SDPA's kernels, FlexAttention with a plain causal mask.
+    tokens (FlexAttention's block mask on CUDA). For the long-and-short rows every kernel that serves
+    them (:func:`kernel_times`). On CUDA also where the time goes: FlexAttention's mask for one document a
+    row, SDPA's kernels, FlexAttention with a plain causal mask.
     """
     import torch
 
@@ -574,8 +596,8 @@ def attention_times(tiny: bool) -> dict[str, Any]:
         **{name: plan.documents(ids, (batch, seq), device) for name, ids in host_ids.items()},
     }
 
-    def once(documents: Any) -> None:
-        out = attention(q, k, v, documents)
+    def once(documents: Any, run: Callable[..., Any] = attention) -> None:
+        out = run(q, k, v, documents)
         torch.autograd.backward(out, grad)
         if cuda:
             torch.cuda.synchronize()
@@ -589,6 +611,7 @@ def attention_times(tiny: bool) -> dict[str, Any]:
     for name in host_ids:
         result[f"{name}_vs_causal"] = result[f"{name}_ms"] / result["causal_ms"]
     result["worst_vs_causal"] = max(result[f"{name}_vs_causal"] for name in host_ids)
+    result.update(kernel_times(host_ids["long_and_short"], once, result["causal_ms"], repeats, device))
     if cuda:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.attention.flex_attention import create_block_mask
@@ -607,6 +630,61 @@ def attention_times(tiny: bool) -> dict[str, Any]:
         assert plan.flex is not None
         plain = flex_one._replace(layout=FlexBlockMask(causal_mask, plan.flex))
         result["flex_causal_mask_ms"] = median_ms(lambda: once(plain), repeats)
+        flash = result["sdpa_flash_attention_ms"]
+        if isinstance(flash, float):  # the variable-length kernel is flash attention's: its own floor
+            for name in ("varlen", "varlen_compiled"):
+                if isinstance(result[f"{name}_ms"], float):
+                    result[f"{name}_vs_flash_causal"] = result[f"{name}_ms"] / flash
+    return result
+
+
+def kernel_times(
+    ids: Any, once: Callable[..., None], causal_ms: float, repeats: int, device: Any
+) -> dict[str, Any]:
+    """Each kernel that can keep ``ids``' documents apart, timed by ``once(documents, attention)`` against
+    ``causal_ms``: ``varlen`` (the compiled blocks' plan's variable-length kernel: torch's ``varlen_attn``
+    on CUDA where torch has it, the per-document reference elsewhere), ``varlen_compiled`` (the same inside
+    ``torch.compile(fullgraph=True)``, which fails on a graph break), ``varlen_fa3`` (``varlen`` with
+    flash attention 3 activated, where torch can: ``torch.nn.attention.activate_flash_attention_impl``),
+    ``flex`` (the block mask, CUDA only) and ``slices`` (one causal call per document). A kernel that cannot
+    run here is a string saying why."""
+    import attrs
+    import torch
+
+    from hyper_parallel.models import _layers
+
+    batch, seq = ids.shape
+    plan = _layers.AttentionPlan.for_device(device, compiled=True)
+    varlen = attrs.evolve(plan, varlen=plan.varlen or _layers.per_document_attention)
+    variants: dict[str, Any] = {
+        "varlen": varlen.documents(ids, (batch, seq), device),
+        "slices": _layers.AttentionPlan(slice_max_documents=seq).documents(ids, (batch, seq), device),
+    }
+    if plan.flex is not None:
+        variants["flex"] = plan.documents(ids.to(device), (batch, seq))
+    result: dict[str, Any] = {}
+    for name, documents in variants.items():
+        result[f"{name}_ms"] = median_ms(functools.partial(once, documents), repeats)
+    compiled = torch.compile(_layers.attention, fullgraph=True)
+    try:
+        result["varlen_compiled_ms"] = median_ms(lambda: once(variants["varlen"], compiled), repeats)
+    except Exception as error:  # a graph break under fullgraph, or a kernel that does not compile here
+        result["varlen_compiled_ms"] = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:160]}"
+    if plan.varlen is not None:
+        from torch.nn import attention as torch_attention
+
+        try:
+            torch_attention.activate_flash_attention_impl("FA3")
+            try:
+                result["varlen_fa3_ms"] = median_ms(functools.partial(once, variants["varlen"]), repeats)
+            finally:
+                torch_attention.restore_flash_attention_impl()
+        except Exception as error:  # no FA3 on this image (its kernels are a separate package)
+            result["varlen_fa3_ms"] = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:160]}"
+    for name in (*variants, "varlen_compiled", "varlen_fa3"):
+        if isinstance(result.get(f"{name}_ms"), float):
+            result[f"{name}_vs_causal"] = result[f"{name}_ms"] / causal_ms
+    result["varlen_kernel"] = getattr(variants["varlen"].layout.kernel, "__qualname__", "?")
     return result
 
 
@@ -628,10 +706,69 @@ def _attention_row(out: Path, tiny: bool) -> dict[str, Any]:
         row["notes"].append(
             f"causal {times['causal_ms']:.2f} ms; masked, documents a row: one "
             f"{times['one_document_vs_causal']:.2f}x, two {times['two_documents_vs_causal']:.2f}x, "
-            f"packed {times['packed_vs_causal']:.2f}x"
+            f"one long and a few short {times['long_and_short_vs_causal']:.2f}x "
+            f"({times['long_and_short_layout']}), packed {times['packed_vs_causal']:.2f}x"
+        )
+        kernels = [
+            f"{name} {times[name + '_vs_causal']:.2f}x"
+            for name in ("varlen", "varlen_compiled", "varlen_fa3", "flex", "slices")
+            if name + "_vs_causal" in times
+        ]
+        if "varlen_vs_flash_causal" in times:
+            kernels.append(f"varlen / causal flash SDPA {times['varlen_vs_flash_causal']:.2f}x")
+        row["notes"].append(
+            f"long and short rows by kernel against causal (target <= {ATTENTION_TOLERANCE}x): "
+            + ", ".join(kernels)
+            + (
+                ""
+                if isinstance(times["varlen_compiled_ms"], float)
+                else f"; compiled: {times['varlen_compiled_ms']}"
+            )
         )
     else:
         row["notes"].append(f"exited {status} (see attention.log)")
+    print(_format(row), flush=True)
+    return row
+
+
+def _fla_row(out: Path, tiny: bool) -> dict[str, Any]:
+    """:func:`bench.fla_check.fla_check` in its own process (fla's import and Triton kernels stay there)."""
+    from bench.fla_check import QWEN_TOKENS_TARGET
+
+    json_path = out / "fla.json"
+    code = (
+        "import json, sys; from bench.fla_check import fla_check; "
+        f"open(sys.argv[1], 'w').write(json.dumps(fla_check({tiny}), default=str))"
+    )
+    status, seconds = _run([sys.executable, "-c", code, str(json_path)], 180, out / "fla.log")
+    row: dict[str, Any] = {"step": "fla", "config": "qwen3_5 0.8B" if not tiny else "tiny",
+                           "ok": False, "seconds": round(seconds, 1), "notes": []}  # fmt: skip
+    if status == 0 and json_path.exists():
+        found = json.loads(json_path.read_text(encoding="utf-8"))
+        row.update(found)
+        worst = {
+            label: max(found[f"{label}_errors"].items(), key=lambda item: item[1])
+            for label in ("one_document", "two_documents")
+            if f"{label}_errors" in found
+        }
+        row["notes"].append(
+            f"kernel {found['kernel']} (key head size {found['key_head_dim']}: {found['key_tile']}-wide key "
+            f"tile); worst relative difference from our chunked kernel: "
+            + ", ".join(f"{label} {name} {error:.2g}" for label, (name, error) in worst.items())
+            + "".join(
+                f"; {label}: {found[f'{label}_problem']}"
+                for label in ("one_document", "two_documents")
+                if found[f"{label}_problem"]
+            )
+        )
+        row["notes"].append(
+            f"forward + backward: chunked {found['chunked_ms']:.2f} ms, fla "
+            + ("-" if found["fla_ms"] is None else f"{found['fla_ms']:.2f} ms")
+            + f"; the compiled qwen3_5_0_8b_gpu speed row's target: >= {QWEN_TOKENS_TARGET:,} tokens/s"
+        )
+        row["notes"].extend(found["warnings"])
+    else:
+        row["notes"].append(f"exited {status} (see fla.log)")
     print(_format(row), flush=True)
     return row
 
@@ -650,7 +787,7 @@ def _tests_row(out: Path, cuda: bool) -> dict[str, Any]:
 
 #: The check's steps, in the order they run (fine-tuning last: a spent budget cuts it first); ``--parts``
 #: picks some of them.
-PARTS = ("tests", "debug", "attention", "eager", "peers", "compiled", "finetune")
+PARTS = ("tests", "debug", "attention", "fla", "eager", "peers", "compiled", "finetune")
 
 
 def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET, parts: tuple[str, ...] = PARTS) -> int:
@@ -694,6 +831,8 @@ def check(tiny: bool, out: Path, budget: float = DEFAULT_BUDGET, parts: tuple[st
     for step in [p for p in PARTS[2:] if p in parts]:
         if step == "attention":
             rows.append(_attention_row(out, tiny))
+        elif step == "fla":
+            rows.append(_fla_row(out, tiny))
         elif step == "finetune":
             rows.extend(_finetune_rows(out, tiny))
         elif step == "eager":

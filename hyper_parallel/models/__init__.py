@@ -12,7 +12,8 @@ exported ``config.json`` describes; ``generate_ids`` decodes with the models' in
 ``parameter_seed`` is the seed each named parameter is drawn from (adapters are drawn alike) and
 ``is_adapter`` tells an adapter's name (``LORA_A`` / ``LORA_B``), both torch-free;
 ``size_problem`` refuses a config larger than the weights it comes with (``folder_values``: what a
-weights folder stores). They live in private modules and
+weights folder stores); ``AttentionPlan`` is how the models keep packed documents apart (the trainer
+asks it which kernel compiled blocks take). They live in private modules and
 are loaded on first access, so importing this package stays cheap. The device mesh comes from
 ``hyper_parallel.parallel``.
 """
@@ -26,6 +27,7 @@ from hyper_parallel.models.spec import ModelArgs, ModelSpec
 if TYPE_CHECKING:
     from hyper_parallel.models._hf_config import spec_from_hf_config
     from hyper_parallel.models._inference import generate_ids
+    from hyper_parallel.models._layers import AttentionPlan
     from hyper_parallel.models._stored_size import folder_values, parameter_count, size_problem
     from hyper_parallel.models._weights import (
         initialize,
@@ -44,6 +46,7 @@ __all__ = [
     "LORA_A",
     "LORA_B",
     "MAX_HEADER_BYTES",
+    "AttentionPlan",
     "ModelArgs",
     "ModelSpec",
     "check_tensors",
@@ -64,6 +67,7 @@ __all__ = [
 
 #: Run-time names, each loaded on first access from the private torch module that defines it.
 _LAZY = {
+    "AttentionPlan": "_layers",
     "initialize": "_weights",
     "load_pretrained": "_weights",
     "materialize": "_weights",

@@ -4,10 +4,15 @@ Packed documents are kept apart in attention without a ``(seq, seq)`` mask. How 
 an :class:`AttentionPlan`, chosen once per run from the device and what this torch serves
 (:meth:`AttentionPlan.for_device`), picks one layout per batch (:meth:`AttentionPlan.documents`):
 
-- on CUDA, when the document ids are read on the host (the trainer keeps them there) and no row holds
-  more than ``SLICE_MAX_DOCUMENTS``, one causal ``scaled_dot_product_attention`` call per document, on
-  views of the rows (cuDNN's kernel on Hopper; FlexAttention's Triton kernel costs 1.75x that for a long
-  document, measured on an H200 by ``python -m bench.attention_probe``);
+- on CUDA in compiled blocks, when the document ids are read on the host (the trainer keeps them there
+  where this plan has the kernel) and this torch has ``torch.nn.attention.varlen.varlen_attn`` (flash
+  attention's variable-length kernel, a custom op that compiles into a block without a graph break):
+  every document of the flattened batch is one sequence of one kernel call, given by its offsets
+  (:class:`DocumentOffsets`), with no padding, no copies and no mask;
+- on CUDA in eager blocks, when the document ids are read on the host (the trainer keeps them there)
+  and no row holds more than ``SLICE_MAX_DOCUMENTS``, one causal ``scaled_dot_product_attention`` call
+  per document, on views of the rows (cuDNN's kernel on Hopper; FlexAttention's Triton kernel costs
+  1.75x that for a long document, measured on an H200 by ``python -m bench.attention_probe``);
 - otherwise on CUDA, through FlexAttention (``torch.nn.attention.flex_attention``, compiled once per
   process) with a block mask built from the documents' block ranges in ``O((seq / 128)^2)`` per row, never
   from a dense mask; blocks inside one document skip the mask function, blocks across documents are
@@ -28,8 +33,9 @@ and backward of the Llama 3 debug shape: 1.08x the dense path at 256 tokens, 0.8
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import attrs
 import torch
@@ -38,6 +44,7 @@ from torch import nn
 
 __all__ = [
     "AttentionPlan",
+    "DocumentOffsets",
     "DocumentSlices",
     "Documents",
     "FeedForward",
@@ -45,8 +52,11 @@ __all__ = [
     "VarlenPlan",
     "attention",
     "document_block_mask",
+    "document_offsets",
+    "per_document_attention",
     "rms_norm",
     "swiglu",
+    "torch_varlen_kernel",
 ]
 
 
@@ -126,6 +136,23 @@ class DocumentSlices(NamedTuple):
     lengths: tuple[int, ...]
 
 
+class DocumentOffsets(NamedTuple):
+    """Every document of the flattened ``batch * seq`` tokens as one sequence of a variable-length kernel.
+
+    The kernel travels with the offsets (as :class:`FlexBlockMask`'s does): ``kernel(q, k, v, offsets)``
+    on (tokens, heads, head_dim) tensors returns causal attention inside each document
+    (:func:`torch_varlen_kernel` on CUDA; :func:`per_document_attention` anywhere).
+    """
+
+    #: (documents + 1,) int32 on the model's device: where every document starts, then ``batch * seq``.
+    cu_seqlens: torch.Tensor
+    #: The same offsets in host memory, for a kernel that splits the tokens there (no device sync).
+    host_offsets: torch.Tensor
+    #: The longest document's length (read on the host, with the offsets: no device sync).
+    max_len: int
+    kernel: Callable[..., Any]
+
+
 class VarlenPlan(NamedTuple):
     """Where every token goes in the variable-length path (see the module docstring)."""
 
@@ -160,7 +187,8 @@ class Documents(NamedTuple):
     positions: torch.Tensor
     #: (batch, seq) int64: the document of every token, counted from 0 in each row.
     ids: torch.Tensor
-    #: How attention keeps documents apart: :class:`DocumentSlices` or a :class:`FlexBlockMask` (CUDA),
+    #: How attention keeps documents apart: :class:`DocumentOffsets`, :class:`DocumentSlices` or a
+    #: :class:`FlexBlockMask` (CUDA),
     #: a :class:`VarlenPlan`, a dense (batch, 1, seq, seq) bool mask (CPU rows of at most
     #: ``DENSE_MASK_MAX_SEQ`` tokens), or None when no row holds more than one document (plain causal
     #: attention).
@@ -179,6 +207,9 @@ class AttentionPlan:
 
     #: FlexAttention compiled (uncompiled it materialises the scores) where it trains, else None.
     flex: Callable[..., Any] | None = None
+    #: A variable-length kernel (see :class:`DocumentOffsets`), taken when the ids are in host memory;
+    #: None never.
+    varlen: Callable[..., Any] | None = None
     #: Most documents a row may hold for one causal call per document, taken when the ids are in host
     #: memory (their lengths are then read without a device sync); 0 never.
     slice_max_documents: int = 0
@@ -186,9 +217,10 @@ class AttentionPlan:
     dense_mask_max_seq: int = 0
 
     @classmethod
-    def for_device(cls, device: torch.device | str) -> AttentionPlan:
-        """The plan of a run on ``device``'s type, made once per process (see the module docstring)."""
-        return _plan_for(torch.device(device).type)
+    def for_device(cls, device: torch.device | str, compiled: bool = False) -> AttentionPlan:
+        """The plan of a run on ``device``'s type whose blocks are ``compiled`` or not, made once per
+        process (see the module docstring)."""
+        return _plan_for(torch.device(device).type, compiled)
 
     def documents(
         self,
@@ -228,6 +260,9 @@ class AttentionPlan:
             return FlexBlockMask(document_block_mask(ids), self.flex)  # no host sync: static shapes
         if not bool(resets.any()):
             return None
+        if on_host and self.varlen is not None:
+            offsets, max_len = document_offsets(resets)
+            return DocumentOffsets(offsets.to(device, non_blocking=True), offsets, max_len, self.varlen)
         if on_host and int(resets.sum(dim=1).max()) < self.slice_max_documents:
             return DocumentSlices(tuple(_document_spans(resets)[1].tolist()))
         if self.flex is not None:
@@ -241,16 +276,20 @@ class AttentionPlan:
 
 
 @functools.cache
-def _plan_for(device_type: str) -> AttentionPlan:
-    """:meth:`AttentionPlan.for_device`, once per device type: FlexAttention trains on CUDA only (torch
-    2.11-2.13), where rows of a few documents take cuDNN's causal kernel instead; the CPU keeps the dense
-    mask for short rows; other devices take the variable-length path."""
+def _plan_for(device_type: str, compiled: bool) -> AttentionPlan:
+    """:meth:`AttentionPlan.for_device`, once per device type and compilation: FlexAttention trains on
+    CUDA only (torch 2.11-2.13), where rows of a few documents take cuDNN's causal kernel instead in eager
+    blocks (one call each, measured faster than flash attention's variable-length kernel there) and
+    torch's variable-length kernel in compiled ones (one custom op that compiles inline, where a call per
+    document would break each block's graph); the CPU keeps the dense mask for short rows; other devices
+    take the variable-length path."""
     if device_type == "cuda":
         from torch.nn.attention.flex_attention import flex_attention
 
-        return AttentionPlan(
-            flex=torch.compile(flex_attention, dynamic=False), slice_max_documents=SLICE_MAX_DOCUMENTS
-        )
+        flex = torch.compile(flex_attention, dynamic=False)
+        if compiled:
+            return AttentionPlan(flex=flex, varlen=torch_varlen_kernel())
+        return AttentionPlan(flex=flex, slice_max_documents=SLICE_MAX_DOCUMENTS)
     if device_type == "cpu":
         return AttentionPlan(dense_mask_max_seq=DENSE_MASK_MAX_SEQ)
     return AttentionPlan()
@@ -302,6 +341,72 @@ def document_block_mask(ids: torch.Tensor, block: int = FLEX_BLOCK) -> Any:
         mask_mod=same_document,
         seq_lengths=(seq, seq),
     )
+
+
+def document_offsets(resets: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``cu_seqlens`` (documents + 1,) int32 of the flattened rows and the longest document's length.
+
+    Every row start and every reset opens a document (none crosses a row); read on ``resets``' device.
+    """
+    starts, lengths = _document_spans(resets)
+    ends = starts.new_tensor([resets.numel()])
+    return torch.cat((starts, ends)).to(torch.int32), int(lengths.max())
+
+
+@torch.compiler.disable  # reads the offsets on the host: eager (the CPU's and fp32's path, not a fast one)
+def per_document_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offsets: DocumentOffsets
+) -> torch.Tensor:
+    """Causal attention of each document alone, one SDPA call each on views of its tokens: the reference
+    of the variable-length kernels' interface (see :class:`DocumentOffsets`), and what serves where flash
+    attention does not (the CPU, float32). The lengths are read from the host copy of the offsets."""
+    lengths = torch.diff(offsets.host_offsets).tolist()
+    gqa = q.shape[1] != k.shape[1]
+    parts = [torch.split(x.transpose(0, 1), lengths, dim=1) for x in (q, k, v)]
+    outputs = [
+        F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, enable_gqa=gqa)
+        for qd, kd, vd in zip(*parts, strict=True)
+    ]
+    return torch.cat(outputs, dim=1).transpose(0, 1)
+
+
+def torch_varlen_kernel() -> Callable[..., Any] | None:
+    """torch's ``varlen_attn`` (flash attention) behind the :class:`DocumentOffsets` interface, or None
+    where this torch lacks it or flash attention is not built.
+
+    Its keyword arguments changed across releases: causal attention is ``window_size=(-1, 0)`` (2.11 on)
+    or ``is_causal=True`` (2.10); grouped-query attention is ``enable_gqa=True`` where it exists, else the
+    key/value heads are repeated (a copy). It is a custom op with a fake implementation and an autograd
+    formula, so dynamo traces it into a compiled block (no graph break; a new ``max_len`` or document count
+    recompiles once, then both are dynamic). float32 (which flash attention refuses) takes
+    :func:`per_document_attention`.
+    """
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    if not torch.backends.cuda.is_flash_attention_available():
+        return None
+    parameters = inspect.signature(varlen_attn).parameters
+    causal: dict[str, Any] = {"window_size": (-1, 0)} if "window_size" in parameters else {"is_causal": True}
+    native_gqa = "enable_gqa" in parameters
+
+    def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offsets: DocumentOffsets) -> torch.Tensor:
+        if q.dtype not in (torch.bfloat16, torch.float16):
+            reference: torch.Tensor = per_document_attention(q, k, v, offsets)
+            return reference
+        extra = dict(causal)
+        if q.shape[1] != k.shape[1]:
+            if native_gqa:
+                extra["enable_gqa"] = True
+            else:
+                groups = q.shape[1] // k.shape[1]
+                k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        cu_seqlens, max_len = offsets.cu_seqlens, offsets.max_len
+        out = varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, **extra)
+        return cast(torch.Tensor, out)  # a tensor: no auxiliary output is asked for
+
+    return kernel
 
 
 def _document_spans(resets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -423,6 +528,11 @@ def attention(
     """
     layout = None if documents is None else documents.layout
     gqa = q.shape[2] != k.shape[2]  # no copies of the key/value heads
+    if isinstance(layout, DocumentOffsets):
+        batch, seq, heads, head_dim = q.shape
+        flat = [x.reshape(batch * seq, x.shape[2], head_dim) for x in (q, k, v)]
+        packed: torch.Tensor = layout.kernel(*flat, layout)
+        return packed.view(batch, seq, heads, head_dim)
     if isinstance(layout, VarlenPlan):
         varlen: torch.Tensor = _varlen_attention(q, k, v, layout)
         return varlen

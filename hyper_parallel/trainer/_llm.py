@@ -30,8 +30,11 @@ class LLMTrainer(Trainer):
         3.2-1B shape, against 2.47 ms for FlexAttention's document mask). Rows of a few documents take one
         such call per document (``models._layers.SLICE_MAX_DOCUMENTS``). A pipeline, tensor and context
         parallelism keep the ids on the device (FlexAttention's mask): the pipeline's stages take the same
-        inputs at every step, and the other two split what the calls would take whole; so do compiled
-        blocks, where FlexAttention compiles inline and a call per document would break each block's graph.
+        inputs at every step, and the other two split what the calls would take whole. Compiled blocks,
+        where a call per document would break each block's graph, keep them on the host where torch has a
+        variable-length kernel that compiles inline (the model then attends through the compiled blocks'
+        plan, ``AttentionPlan.for_device(device, compiled=True)``), else on the device (FlexAttention's
+        mask, which compiles inline too).
         """
         ids = batch.get("document_ids")
         if ids is None or ids.device.type != "cpu" or self.pipeline is not None:
@@ -39,9 +42,23 @@ class LLMTrainer(Trainer):
         if ids.shape[-1] > 1 and not bool((ids[:, 1:] != ids[:, :-1]).any()):
             return {"document_ids": None}
         compiled = self.config.compile.enable and "model" in self.config.compile.components
-        if self.device.type == "cuda" and self.dims.tp == 1 and self.dims.cp == 1 and not compiled:
+        whole = self.device.type == "cuda" and self.dims.tp == 1 and self.dims.cp == 1
+        if whole and (not compiled or self._varlen_in_compiled_blocks()):
             return {"document_ids": ids}
         return {}
+
+    def _varlen_in_compiled_blocks(self) -> bool:
+        """Whether the compiled blocks attend through torch's variable-length kernel: where this torch has
+        it and the model takes an attention plan (the native models), which is then set to the compiled
+        blocks' one (once)."""
+        from hyper_parallel.models import AttentionPlan
+
+        plan = AttentionPlan.for_device(self.device, compiled=True)
+        if plan.varlen is None or not hasattr(self.model, "attention_plan"):
+            return False
+        if getattr(self.model, "attention_plan", None) is not plan:
+            setattr(self.model, "attention_plan", plan)  # noqa: B010 (nn.Module types attributes as modules)
+        return True
 
     def forward(self, batch: Mapping[str, torch.Tensor], head: Any = None) -> torch.Tensor:
         """Logits of the token ids; packed documents stay apart when the batch says where they are. With

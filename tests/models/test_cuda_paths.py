@@ -15,7 +15,13 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 
-from hyper_parallel.models._layers import AttentionPlan, DocumentSlices, FlexBlockMask  # noqa: E402
+from hyper_parallel.models import _layers  # noqa: E402
+from hyper_parallel.models._layers import (  # noqa: E402
+    AttentionPlan,
+    DocumentOffsets,
+    DocumentSlices,
+    FlexBlockMask,
+)
 from hyper_parallel.models.llama3 import LLAMA3_FLAVORS  # noqa: E402
 from hyper_parallel.models.llama3 import _modules as llama_modules  # noqa: E402
 from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS  # noqa: E402
@@ -109,19 +115,21 @@ def test_an_unlogged_step_never_syncs_the_host(name: str) -> None:
 def _layers_fla_installed() -> bool:
     from hyper_parallel.models.qwen3_5 import _gated_delta
 
-    return _gated_delta.fla_kernel() is not None
+    return _gated_delta.fla_kernel(QWEN3_5_FLAVORS["debugmodel"].linear_key_head_dim) is not None
 
 
 @pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
 def test_document_ids_on_the_host_take_one_causal_call_per_document_and_equal_flex_attention(
     name: str,
 ) -> None:
-    """The trainer's path on CUDA: ids in host memory, rows of at most SLICE_MAX_DOCUMENTS documents,
-    one cuDNN causal call each; the same loss and gradients as FlexAttention's block mask, no host sync."""
+    """The trainer's path on CUDA: ids in host memory; the variable-length kernel's offsets where torch has
+    it (in float32 one causal call per document), else rows of at most SLICE_MAX_DOCUMENTS documents one
+    cuDNN causal call each; the same loss and gradients as FlexAttention's block mask, no host sync."""
     model = build(name)
     ids = document_ids("cpu")
-    layout = AttentionPlan.for_device("cuda").documents(ids, ids.shape, torch.device("cuda")).layout
-    assert isinstance(layout, DocumentSlices)
+    plan = AttentionPlan.for_device("cuda")
+    layout = plan.documents(ids, ids.shape, torch.device("cuda")).layout
+    assert isinstance(layout, DocumentOffsets if plan.varlen is not None else DocumentSlices)
     tokens = torch.randint(0, 512, (2, SEQ + 1), generator=torch.Generator().manual_seed(1)).cuda()
     flex = loss_of(model, ids.cuda(), tokens)
     flex.backward()
@@ -140,3 +148,69 @@ def test_document_ids_on_the_host_take_one_causal_call_per_document_and_equal_fl
     for key, grad in flex_grads.items():
         other = dict(model.named_parameters())[key].grad
         assert (grad - other).abs().max().item() <= 1e-3 * max(1.0, other.abs().max().item()), key
+
+
+@pytest.mark.parametrize("gqa", [True, False])
+def test_torch_varlen_attention_equals_flex_attention_in_bf16(gqa: bool) -> None:
+    """torch's ``varlen_attn`` through the documents' offsets (one long and a few short documents a row):
+    output and every input gradient within bf16 rounding of FlexAttention's block mask, eager and compiled
+    with ``fullgraph=True`` (no graph break)."""
+    plan = AttentionPlan.for_device("cuda")
+    if plan.varlen is None:
+        pytest.skip("this torch has no torch.nn.attention.varlen.varlen_attn (or no flash attention)")
+    lengths = ((3584, 256, 160, 96), (4000, 96))
+    ids = torch.stack([torch.cat([torch.full((n,), i) for i, n in enumerate(row)]) for row in lengths])
+    generator = torch.Generator().manual_seed(0)
+    heads, kv_heads = (8, 2) if gqa else (4, 4)
+
+    def tensor(h: int) -> Any:
+        return torch.randn(2, 4096, h, 64, generator=generator).cuda().bfloat16().requires_grad_()
+
+    q, k, v = tensor(heads), tensor(kv_heads), tensor(kv_heads)
+    grad = torch.randn(2, 4096, heads, 64, generator=generator).cuda().bfloat16()
+    varlen = plan.documents(ids, ids.shape, torch.device("cuda"))
+    assert isinstance(varlen.layout, DocumentOffsets)
+    flex = plan.documents(ids.cuda(), ids.shape)
+    assert isinstance(flex.layout, FlexBlockMask)
+    compiled = torch.compile(_layers.attention, fullgraph=True)
+    results = []
+    for run, documents in ((_layers.attention, flex), (_layers.attention, varlen), (compiled, varlen)):
+        out = run(q, k, v, documents)
+        results.append([out, *torch.autograd.grad(out, (q, k, v), grad)])
+    for other in results[1:]:
+        for name, want, got in zip(("out", "dq", "dk", "dv"), results[0], other, strict=True):
+            error = ((got.float() - want.float()).norm() / want.float().norm()).item()
+            assert error <= 2e-2, (name, error)  # bf16: 2^-8 relative per rounding, fp32 accumulation
+
+
+def test_compiled_llama_blocks_attend_through_varlen_without_a_graph_break() -> None:
+    """The compiled run's path: ids on the host, the compiled blocks' plan (torch's varlen_attn over the
+    documents' offsets), each block compiled as the trainer compiles it: no graph break in any block, the
+    loss within bf16 rounding of FlexAttention's block mask, and once a second batch's document count and
+    longest document have made them dynamic, no recompilation for further batches."""
+    from torch._dynamo.utils import counters
+
+    plan = AttentionPlan.for_device("cuda", compiled=True)
+    if plan.varlen is None:
+        pytest.skip("this torch has no torch.nn.attention.varlen.varlen_attn (or no flash attention)")
+    model = build("llama3", torch.bfloat16)
+    tokens = torch.randint(0, 512, (2, SEQ + 1), generator=torch.Generator().manual_seed(1)).cuda()
+    flex = loss_of(model, document_ids("cuda"), tokens).item()
+    torch._dynamo.reset()
+    counters.clear()
+    for layer in model.layers.values():
+        layer.forward = torch.compile(layer.forward)
+    model.attention_plan = plan
+
+    def ids_of(*rows: tuple[int, ...]) -> Any:
+        return torch.stack([torch.cat([torch.full((n,), i) for i, n in enumerate(row)]) for row in rows])
+
+    varlen = loss_of(model, document_ids("cpu"), tokens)
+    varlen.backward()
+    assert abs(varlen.item() - flex) <= 0.01 * abs(flex)
+    loss_of(model, ids_of((9, SEQ - 9), (SEQ // 2, SEQ // 2)), tokens).backward()
+    graphs = counters["stats"]["unique_graphs"]
+    for rows in (((100, SEQ - 100), (3, 4, 5, SEQ - 12)), ((SEQ - 1, 1), (7, SEQ - 7))):
+        loss_of(model, ids_of(*rows), tokens).backward()
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert dict(counters["graph_break"]) == {}

@@ -299,7 +299,7 @@ def test_fla_is_looked_up_once_when_a_gated_deltanet_layer_is_built(monkeypatch:
         assert fla == ["fla.ops.gated_delta_rule"]
         layers = [m for m in model.modules() if isinstance(m, qwen_modules.GatedDeltaNet)]
         assert layers
-        assert all(layer.fla is _gated_delta.fla_kernel() for layer in layers)
+        assert all(layer.fla is _gated_delta.fla_kernel(layer.head_k_dim) for layer in layers)
         model(torch.randint(0, 64, (1, 16)), document_ids=torch.zeros(1, 16, dtype=torch.long))
         assert [name for name in found if name.startswith("fla")] == fla
     finally:

@@ -71,6 +71,7 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
         ("tests", "-m cuda", False),
         ("debug", "llama3_debug", False),
         ("attention", "tiny", False),
+        ("fla", "tiny", False),
         ("speed", "llama3_2_1b_gpu", False),
         ("speed", "qwen3_5_0_8b_gpu", False),
         ("speed", "llama3_2_1b_gpu packed", False),
@@ -134,7 +135,12 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
         assert math.isfinite(row["tokens_per_second"])
         assert row["tokens_per_second"] > 0
         assert (row["tokens_per_step"], row["parameters"]) == (ours["tokens_per_step"], ours["parameters"])
-    assert "14/14 passed" in capsys.readouterr().out
+    fla = rows[("fla", "tiny", False)]  # the CPU compares our chunked kernel with the token loop
+    assert fla["kernel"] == "none"
+    assert fla["one_document_problem"] is None
+    assert fla["two_documents_problem"] is None
+    assert set(fla["one_document_errors"]) == {"output", "query", "key", "value", "log_decay", "beta"}
+    assert "15/15 passed" in capsys.readouterr().out
 
 
 def test_the_packed_rows_read_the_librarys_utf8_files_of_a_sixteenth_to_a_whole_row(tmp_path: Path) -> None:
@@ -167,6 +173,7 @@ def test_the_checks_budget_cuts_every_step_and_reports_what_it_skipped(tmp_path:
         ("tests", False),
         ("debug", False),
         ("attention", False),
+        ("fla", False),
         ("speed", False),
         ("speed", False),
         ("speed", False),
@@ -181,7 +188,7 @@ def test_the_checks_budget_cuts_every_step_and_reports_what_it_skipped(tmp_path:
     ]
     assert (tmp_path / "tests.log").read_text() == "skipped: the check's time budget was spent\n"
     assert results["rows"][2]["notes"] == ["exited 124 (see attention.log)"]
-    assert results["rows"][5]["notes"] == ["prepare exited 124 (see packed-text.log)"]
+    assert results["rows"][6]["notes"] == ["prepare exited 124 (see packed-text.log)"]
 
 
 def test_the_attention_probe_says_it_needs_cuda_and_exits_cleanly(capsys: Any) -> None:

@@ -208,7 +208,7 @@ class GatedDeltaNet(nn.Module):
         super().__init__()
         #: flash-linear-attention's kernel (None: the PyTorch chunked one), chosen when the layer is built,
         #: outside any compiled block (see _gated_delta); set None to run the PyTorch kernel.
-        self.fla: Callable[..., Any] | None = fla_kernel()
+        self.fla: Callable[..., Any] | None = fla_kernel(args.linear_key_head_dim)
         self.n_k_heads = args.linear_num_key_heads
         self.n_v_heads = args.linear_num_value_heads
         self.head_k_dim = args.linear_key_head_dim
