@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import cattrs
 
-from hyper_parallel.config.errors import ConfigError
+from hyper_parallel.errors import ConfigError
 from hyper_parallel.config.options import current_options
 from hyper_parallel.config.root import RootFacts, root_facts, structure_root, unstructure_root
 from hyper_parallel.config.types import register_rules

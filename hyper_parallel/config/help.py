@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from hyper_parallel.config.conversion import ConfigConverter, rules_converter
-from hyper_parallel.config.errors import ConfigError
+from hyper_parallel.errors import ConfigError
 from hyper_parallel.config.recipes import recipe_of
 from hyper_parallel.config.targets import TARGET_KEY, qualified_name
 from hyper_parallel.config.types import describe_type

@@ -17,7 +17,7 @@ import attrs
 import yaml
 
 from hyper_parallel._checks import Quote, Said
-from hyper_parallel.config.errors import (
+from hyper_parallel.errors import (
     ConfigError,
     ConfigWarning,
     Issue,

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path, parse_path
+from hyper_parallel.errors import ConfigError, did_you_mean, echo, format_path, parse_path
 from hyper_parallel.config.recipes import (
     Given,
     given_of,

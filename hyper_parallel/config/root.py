@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from hyper_parallel.config.errors import did_you_mean, echo
+from hyper_parallel.errors import did_you_mean, echo
 from hyper_parallel.config.options import current_options
 from hyper_parallel.config.recipes import (
     Given,

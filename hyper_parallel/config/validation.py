@@ -5,7 +5,7 @@ carry notes naming the attribute or index) and ``ForbiddenExtraKeysError``; our 
 :class:`Invalid` with a message written for the user. This module turns such an exception tree into
 :class:`Problem` records (a path, a message, which source position locates it), re-runs every attrs
 validator of a class when attrs stopped at the first one, and collects ``cross_check`` findings. The
-converter turns problems into one :class:`~hyper_parallel.config.errors.ConfigError`.
+converter turns problems into one :class:`~hyper_parallel.errors.ConfigError`.
 
 Messages are built from data, never read back from text: a validator failure is worded from the
 structured :class:`~hyper_parallel._checks.RuleViolation` our validators raise, or from what
@@ -29,7 +29,7 @@ from cattrs.errors import (
 
 from hyper_parallel._checks import RuleViolation, Said, rebased
 from hyper_parallel.config.attrs_validators import shape_of, violation
-from hyper_parallel.config.errors import (
+from hyper_parallel.errors import (
     ConfigError,
     Issue,
     PathPart,

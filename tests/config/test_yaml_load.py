@@ -10,7 +10,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hyper_parallel.config.errors import ConfigError, Issue
+from hyper_parallel.errors import ConfigError, Issue
 from hyper_parallel.config.yaml_load import (
     MAX_BYTES,
     MAX_CHARS,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from hyper_parallel.config.errors import InputFileError
+from hyper_parallel.errors import InputFileError
 from hyper_parallel.data import shards
 from hyper_parallel.data.prepare import (
     InputError,

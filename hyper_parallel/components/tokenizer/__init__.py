@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import attrs
 
-from hyper_parallel.config.errors import ConfigError, InputFileError, Issue, did_you_mean
+from hyper_parallel.errors import ConfigError, InputFileError, Issue, did_you_mean
 from hyper_parallel.config_base import ConfigBase, config_class
 
 if TYPE_CHECKING:
