@@ -348,8 +348,8 @@ def _image_prompt(
     decoded (a small image resized up to large bounds would otherwise fill the memory first)."""
     import torch
 
-    from hyper_parallel.errors import InputFileError
     from hyper_parallel.data.chat import builtin_chat
+    from hyper_parallel.errors import InputFileError
     from hyper_parallel.models.qwen3_5.images import MAX_PIXELS, MIN_PIXELS, Geometry, image_pixels, patchify
 
     args = getattr(loaded.model, "args", None)

@@ -7,7 +7,14 @@ below this package, since the components, the models and their runtimes import t
 those never runs this file, which imports the root config.
 """
 
-from hyper_parallel.config.manager import apply_overrides, dump_config, load_config, validate, write_config
+from hyper_parallel.config.manager import (
+    apply_overrides,
+    dump_config,
+    load_config,
+    load_config_report,
+    validate,
+    write_config,
+)
 from hyper_parallel.config.resolver import converter, resolve_root
 from hyper_parallel.errors import ConfigError, ConfigWarning, Issue
 
@@ -19,6 +26,7 @@ __all__ = [
     "converter",
     "dump_config",
     "load_config",
+    "load_config_report",
     "resolve_root",
     "validate",
     "write_config",

@@ -18,7 +18,6 @@ import attrs
 
 from hyper_parallel.config import types as type_rules
 from hyper_parallel.config.conversion import ConfigConverter, rules_converter
-from hyper_parallel.errors import ConfigError
 from hyper_parallel.config.help import factory_param_help
 from hyper_parallel.config.targets import (
     TARGET_KEY,
@@ -27,6 +26,7 @@ from hyper_parallel.config.targets import (
     import_config_modules,
     qualified_name,
 )
+from hyper_parallel.errors import ConfigError
 
 __all__ = ["discover_targets", "json_schema", "type_schema"]
 

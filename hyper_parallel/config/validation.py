@@ -29,6 +29,7 @@ from cattrs.errors import (
 
 from hyper_parallel._checks import RuleViolation, Said, rebased
 from hyper_parallel.config.attrs_validators import shape_of, violation
+from hyper_parallel.config.targets import TARGET_KEY
 from hyper_parallel.errors import (
     ConfigError,
     Issue,
@@ -38,7 +39,6 @@ from hyper_parallel.errors import (
     format_path,
     split_path,
 )
-from hyper_parallel.config.targets import TARGET_KEY
 
 __all__ = [
     "NO_CHILD",

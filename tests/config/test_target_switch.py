@@ -13,7 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hyper_parallel.components.optimizer import SGD, AdamW
-from hyper_parallel.config import ConfigError, apply_overrides, dump_config, load_config, resolve_root
+from hyper_parallel.config import (
+    ConfigError,
+    apply_overrides,
+    dump_config,
+    load_config,
+    load_config_report,
+    resolve_root,
+)
 from hyper_parallel.config.recipes import recipe_of
 from hyper_parallel.launch import main
 from hyper_parallel.trainer.config import TrainerConfig
@@ -67,19 +74,19 @@ def test_switch_keeps_a_value_the_file_set_even_when_it_equals_the_old_default(h
     new = (
         load_config(MINIMAL, overrides)
         if how == "command line"
-        else apply_overrides(load_config(MINIMAL), overrides)
+        else apply_overrides(load_config_report(MINIMAL), overrides).config
     )
     assert new.optimizer == SGD.Config(lr=0.0002, weight_decay=0.1)
 
 
 def test_switch_keeps_what_the_file_set_through_earlier_overrides() -> None:
-    once = apply_overrides(load_config(MINIMAL), {"training.max_steps": "50"})
-    twice = apply_overrides(once, {"optimizer._target_": SGD_TARGET})
+    once = apply_overrides(load_config_report(MINIMAL), {"training.max_steps": "50"})
+    twice = apply_overrides(once, {"optimizer._target_": SGD_TARGET}).config
     assert twice.optimizer == SGD.Config(lr=0.0002, weight_decay=0.1)
 
 
 def test_a_value_an_earlier_override_set_is_reported_at_that_flag() -> None:
-    once = apply_overrides(load_config(MINIMAL), {"optimizer.eps": "1e-6"})
+    once = apply_overrides(load_config_report(MINIMAL), {"optimizer.eps": "1e-6"})
     with pytest.raises(ConfigError) as info:
         apply_overrides(once, {"optimizer._target_": SGD_TARGET})
     assert issues(info) == [

@@ -489,8 +489,8 @@ class TokenizedSource(_Files):
             overlong_issue,
         )
         from hyper_parallel.components.dataloader._prepared_check import input_names, open_for_training
-        from hyper_parallel.errors import InputFileError
         from hyper_parallel.data.shards import tokenizer_fingerprint
+        from hyper_parallel.errors import InputFileError
 
         fingerprint = tokenizer_fingerprint(tokenizer)
         for path in self.paths:
