@@ -41,8 +41,10 @@ class Recipe(typing.NamedTuple):
 _CARRIES: dict[type, bool] = {}
 
 
-def _carries_recipe(cls: type) -> bool:
-    """Whether instances of ``cls`` have a recipe field (attrs, ``init=False``) to hold their recipe."""
+def carries_recipe(obj: object) -> bool:
+    """Whether ``obj``'s class is made by factories: it declares a recipe field (attrs, ``init=False``) to
+    hold the recipe, whether this instance was built that way or not."""
+    cls = type(obj)
     found = _CARRIES.get(cls)
     if found is None:
         field = attrs.fields_dict(cls).get(RECIPE_FIELD) if attrs.has(cls) else None
@@ -52,16 +54,11 @@ def _carries_recipe(cls: type) -> bool:
 
 def remember(result: object, recipe: Recipe) -> None:
     """Record that ``recipe`` built ``result``, in its recipe field (a class without one keeps none)."""
-    if _carries_recipe(type(result)):
+    if carries_recipe(result):
         object.__setattr__(result, RECIPE_FIELD, recipe)  # a fresh result: nobody has seen it yet
 
 
 def recipe_of(obj: object) -> Recipe | None:
     """The factory call that made ``obj`` during a resolve, or None (a Config instance, a hand-built spec)."""
-    recipe = getattr(obj, RECIPE_FIELD) if _carries_recipe(type(obj)) else None
+    recipe = getattr(obj, RECIPE_FIELD) if carries_recipe(obj) else None
     return recipe if isinstance(recipe, Recipe) else None
-
-
-def carries_recipe(obj: object) -> bool:
-    """Whether ``obj``'s class is made by factories (it declares a recipe field), built that way or not."""
-    return _carries_recipe(type(obj))
