@@ -255,29 +255,10 @@ class OverridePatch:
         return self._old_locate(Problem(key, "", "key"))
 
     def locator(self, locate: Locate) -> Locate:
-        """``locate``, falling back to where the config :meth:`user_tree` wrote had each value set (so a
-        problem of a value set in a file is located there even when the file is no longer at hand).
-
-        A field's own key (what the resolver asks for each factory parameter given) is the override of the
-        field itself, else the first of a value inside it, else where the factory's record says it was set.
-        """
-        exact: dict[Path, str] = {}
-        for o in reversed(self.overrides):
-            if len(o.path) > 2:
-                exact[o.path[:2]] = o.origin
-        exact.update((o.path, o.origin) for o in reversed(self.overrides) if len(o.path) == 2)
-        known = self._origins
-
-        def located(problem: Problem) -> str | None:
-            path = problem.path
-            if problem.anchor == "key" and len(path) == 2:
-                if path in exact:
-                    return exact[path]
-                if path in known:
-                    return known[path]
-            return locate(problem) or self.where(path)
-
-        return located
+        """``locate`` (the overrides', then the file's), falling back to where the config :meth:`user_tree`
+        wrote had each value set (so a problem of a value set in a file is located there even when the file
+        is no longer at hand, and a factory's argument where its record says it was set)."""
+        return lambda problem: locate(problem) or self.where(problem.path)
 
     def given(self, before: frozenset[Path]) -> frozenset[Path]:
         """The paths the user set in the config restructured from the patched tree, ``before`` being those
