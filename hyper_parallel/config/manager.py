@@ -26,6 +26,7 @@ from hyper_parallel.config.validation import (
     cross_check_errors,
     problems_of,
     to_config_error,
+    with_ancestors,
 )
 from hyper_parallel.config.yaml_load import PartialDocument, SourceMap, load_yaml_file, parse_yaml
 from hyper_parallel.errors import (
@@ -162,7 +163,7 @@ def load_config_report(
         raw, sources, early, unread = exc.value, exc.sources, exc.issues, exc.unread
     parsed = _parse_overrides(overrides or {}, command_line)
     locate = _locator(parsed, sources)
-    file_given = _with_ancestors(sources.paths())
+    file_given = with_ancestors(sources.paths())
     before = (file_given, _file_locator(sources))
     found = list(early)
     cfg: TrainerConfig | None = None
@@ -216,7 +217,7 @@ def load_config_report(
             locate=locate,
         )
     assert cfg is not None
-    given = file_given | _with_ancestors(o.path for o in parsed)
+    given = file_given | with_ancestors(o.path for o in parsed)
     return ConfigReport(cfg, tuple(_cite_overrides(warned, parsed)), given, locate)
 
 
@@ -495,11 +496,6 @@ def _apply_sound(
         return (_apply(cfg, sound, before, locate).config if sound else cfg), unmade
     except ConfigError:
         return None, unmade
-
-
-def _with_ancestors(paths: Iterable[Path]) -> frozenset[Path]:
-    """``paths`` and every path above each (``("optimizer", "lr")``: ``("optimizer",)`` too)."""
-    return frozenset(path[:end] for path in paths for end in range(1, len(path) + 1))
 
 
 def _names_a_field(cfg: object, path: Path) -> bool:

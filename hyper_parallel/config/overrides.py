@@ -51,7 +51,7 @@ from hyper_parallel.config.types import (
     strip_optional,
     takes_text,
 )
-from hyper_parallel.config.validation import Locate, Path, Problem, field_default, problems_of
+from hyper_parallel.config.validation import Locate, Path, Problem, field_default, problems_of, with_ancestors
 from hyper_parallel.config.yaml_load import expand_env, parse_scalar
 from hyper_parallel.errors import ConfigError, did_you_mean, echo, format_path, parse_path
 
@@ -262,20 +262,12 @@ class OverridePatch:
 
     def given(self, before: frozenset[Path]) -> frozenset[Path]:
         """The paths the user set in the config restructured from the patched tree, ``before`` being those
-        of the config :meth:`user_tree` wrote: what was set before and is still there, and what the
-        overrides set, with their ancestors (the new report's ``given``)."""
-        names: dict[str, frozenset[str]] = {}
-        for group, node in (self._tree or {}).items():
-            old = self._set_names.get(group) or frozenset()
-            if group in self._reshaped:
-                names[group] = frozenset(node)
-            elif isinstance(node, Resolved):
-                names[group] = old
-            else:
-                names[group] = old.union(str(o.path[1]) for o in self._values if o.path[0] == group)
-        paths = {p[:end] for p in (*before, *(o.path for o in self._values)) for end in range(1, len(p) + 1)}
-        kept = {p for p in paths if len(p) == 1 or p[1] in names.get(str(p[0]), ())}
-        return frozenset(kept.union((g, n) for g, found in names.items() for n in found))
+        of the config :meth:`user_tree` wrote: what was set before and is still there (a group cut down to
+        the values set keeps only those), and what the overrides set, with their ancestors."""
+        tree = self._tree or {}
+        paths = with_ancestors([*before, *(o.path for o in self._values)])
+        kept = {p for p in paths if len(p) == 1 or p[0] not in self._reshaped or p[1] in tree[str(p[0])]}
+        return frozenset(kept.union((g, n) for g in self._reshaped for n in tree[g]))
 
     def check(self, raw: object) -> None:
         """Check the overrides against a document that did not resolve: their paths and value types only.

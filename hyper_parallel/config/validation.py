@@ -60,6 +60,7 @@ __all__ = [
     "to_config_error",
     "unknown_key",
     "validator_message",
+    "with_ancestors",
 ]
 
 Path = tuple[PathPart, ...]
@@ -83,6 +84,11 @@ class Problem(typing.NamedTuple):
 
 
 Locate = Callable[[Problem], str | None]
+
+
+def with_ancestors(paths: Iterable[Path]) -> frozenset[Path]:
+    """``paths`` and every path above each (``("optimizer", "lr")``: ``("optimizer",)`` too)."""
+    return frozenset(path[:end] for path in paths for end in range(1, len(path) + 1))
 
 
 class Invalid(ValueError):
