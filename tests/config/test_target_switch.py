@@ -89,7 +89,11 @@ def test_switch_keeps_what_the_file_set_through_earlier_overrides() -> None:
 
 def test_the_report_an_override_returns_says_what_was_set_and_where() -> None:
     before = load_config_report(MINIMAL)
-    overrides = {"optimizer._target_": SGD_TARGET, "optimizer.momentum": "0.9", "lr_scheduler.warmup_steps": 500}
+    overrides = {
+        "optimizer._target_": SGD_TARGET,
+        "optimizer.momentum": "0.9",
+        "lr_scheduler.warmup_steps": 500,
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a report holds its warnings: none is emitted
         report = apply_overrides(before, overrides)
