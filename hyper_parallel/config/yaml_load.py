@@ -264,15 +264,8 @@ def _yaml_mark(file: str, raw: yaml.Mark) -> Mark:
 
 
 def _too_big(size: int, file: str) -> ConfigError:
-    return ConfigError(
-        [
-            _issue(
-                (),
-                f"input is {size} bytes; the limit is {MAX_BYTES} bytes (MAX_BYTES)",
-                Mark(file, 1, 1),
-            )
-        ]
-    )
+    message = f"input is {size} bytes; the limit is {MAX_BYTES} bytes (MAX_BYTES)"
+    return ConfigError([_issue((), message, Mark(file, 1, 1))])
 
 
 def _decode(data: bytes, file: str) -> str:
