@@ -176,7 +176,7 @@ def _rebuilt_base(cfg: TrainerConfig) -> dict[str, torch.Tensor]:
     From ``model.weights_path`` when set, else drawn from the run's seed as the trainer draws it (each
     parameter from ``(seed, name)``, whatever the layout).
     """
-    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.errors import InputFileError
     from hyper_parallel.models import load_pretrained, materialize
 
     spec = cfg.model
@@ -394,7 +394,7 @@ def _check_base(step: Path, cfg: TrainerConfig, accept: bool) -> None:
         changes,
         read_record,
     )
-    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.errors import InputFileError
     from hyper_parallel.models import parameter_count
 
     if cfg.peft.checkpoint_holds_base(cfg.model.weights_path):
@@ -430,7 +430,7 @@ def base_size_problem(step: Path, cfg: TrainerConfig) -> str | None:
     100,000 layers in ``config.yaml`` is refused before the base is built or drawn.
     """
     from hyper_parallel.components.checkpoint._base_record import BASE_FILE, read_record
-    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.errors import InputFileError
     from hyper_parallel.models import folder_values, parameter_count, size_problem
 
     try:

@@ -174,7 +174,7 @@ def _load_checkpoint(
 
 def _load_hf_folder(folder: Path, device: str) -> Loaded:
     from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
-    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.errors import InputFileError
     from hyper_parallel.models import check_tensors, read_safetensors_folder, spec_from_hf_config
 
     config_file = folder / "config.json"
@@ -236,7 +236,7 @@ def _refuse_oversized(folder: Path, config_file: Path, spec: Any) -> None:
     Read from the headers alone (bounded: ``read_header``), before the model is built: a
     ``num_hidden_layers`` of 100,000 would otherwise build for minutes and gigabytes.
     """
-    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.errors import InputFileError
     from hyper_parallel.models import folder_values, size_problem
 
     try:
@@ -348,8 +348,8 @@ def _image_prompt(
     decoded (a small image resized up to large bounds would otherwise fill the memory first)."""
     import torch
 
-    from hyper_parallel.config.errors import InputFileError
     from hyper_parallel.data.chat import builtin_chat
+    from hyper_parallel.errors import InputFileError
     from hyper_parallel.models.qwen3_5.images import MAX_PIXELS, MIN_PIXELS, Geometry, image_pixels, patchify
 
     args = getattr(loaded.model, "args", None)

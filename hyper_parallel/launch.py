@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, TextIO
 from hyper_parallel._cli import collection_paused
 from hyper_parallel._numbers import read_world_size
 from hyper_parallel.config import ConfigError, Issue, converter, dump_config, write_config
-from hyper_parallel.config.errors import did_you_mean, echo, warning_line
 from hyper_parallel.config.help import config_help, group_of_field, summary
 from hyper_parallel.config.manager import load_config_report, located_issues
 from hyper_parallel.config.root import foreign_hint
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
+from hyper_parallel.errors import did_you_mean, echo, warning_line
 from hyper_parallel.trainer import rules
 from hyper_parallel.trainer.config import TrainerConfig
 from hyper_parallel.trainer.machine import machine_issues, machine_warnings

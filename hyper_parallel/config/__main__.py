@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 from hyper_parallel._numbers import read_world_size
 from hyper_parallel.config import ConfigError
-from hyper_parallel.config.errors import warning_line
 from hyper_parallel.config.manager import config_schema, load_config_report
 from hyper_parallel.config.targets import allowed_prefixes
+from hyper_parallel.errors import warning_line
 
 __all__ = ["main"]
 

@@ -15,11 +15,11 @@ from typing import Any, TypeVar
 
 import cattrs
 
-from hyper_parallel.config.errors import ConfigError
 from hyper_parallel.config.options import current_options
 from hyper_parallel.config.root import RootFacts, root_facts, structure_root, unstructure_root
 from hyper_parallel.config.types import register_rules
 from hyper_parallel.config.validation import problems_of, to_config_error
+from hyper_parallel.errors import ConfigError
 
 __all__ = ["ConfigConverter", "rules_converter"]
 

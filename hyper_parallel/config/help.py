@@ -15,11 +15,11 @@ from typing import Any
 import attrs
 
 from hyper_parallel.config.conversion import ConfigConverter, rules_converter
-from hyper_parallel.config.errors import ConfigError
 from hyper_parallel.config.recipes import recipe_of
 from hyper_parallel.config.targets import TARGET_KEY, qualified_name
 from hyper_parallel.config.types import describe_type
 from hyper_parallel.config.yaml_load import is_plain_string
+from hyper_parallel.errors import ConfigError
 
 __all__ = ["FieldInfo", "config_help", "factory_param_help", "group_of_field", "iter_fields", "summary"]
 

@@ -17,15 +17,6 @@ import attrs
 import yaml
 
 from hyper_parallel._checks import Quote, Said
-from hyper_parallel.config.errors import (
-    ConfigError,
-    ConfigWarning,
-    Issue,
-    echo,
-    format_path,
-    override_origin,
-    split_path,
-)
 from hyper_parallel.config.options import current_options, resolve_options
 from hyper_parallel.config.resolver import converter
 from hyper_parallel.config.validation import (
@@ -35,8 +26,18 @@ from hyper_parallel.config.validation import (
     cross_check_errors,
     problems_of,
     to_config_error,
+    with_ancestors,
 )
 from hyper_parallel.config.yaml_load import PartialDocument, SourceMap, load_yaml_file, parse_yaml
+from hyper_parallel.errors import (
+    ConfigError,
+    ConfigWarning,
+    Issue,
+    echo,
+    format_path,
+    override_origin,
+    split_path,
+)
 from hyper_parallel.trainer import rules
 from hyper_parallel.trainer.config import TrainerConfig
 from hyper_parallel.trainer.rules import TrainerKind
@@ -162,6 +163,8 @@ def load_config_report(
         raw, sources, early, unread = exc.value, exc.sources, exc.issues, exc.unread
     parsed = _parse_overrides(overrides or {}, command_line)
     locate = _locator(parsed, sources)
+    file_given = with_ancestors(sources.paths())
+    before = (file_given, _file_locator(sources))
     found = list(early)
     cfg: TrainerConfig | None = None
     # The root's rules run below with the world size and the trainer's, so all of them report in one pass.
@@ -176,15 +179,15 @@ def load_config_report(
             found += [*exc.issues, *(_override_issues(raw, parsed, locate) if parsed else ())]
             made, unmade, skipped = exc.config, exc.unmade, list(exc.skipped)
             if made is not None and parsed:  # the rules see the overrides' values too
-                made, unmade = _apply_sound(made, unmade, parsed, sources, locate)
+                made, unmade = _apply_sound(made, unmade, parsed, before, locate)
         if cfg is not None and parsed:
             try:
-                cfg = _apply(cfg, parsed, sources, locate)
+                cfg = _apply(cfg, parsed, before, locate).config
             except ConfigError as exc:
                 found += exc.issues
                 made, unmade = exc.config, exc.unmade
                 if made is None:  # an override that could not be placed: the rules see the others'
-                    made, unmade = _apply_sound(cfg, unmade, parsed, sources, locate, exc)
+                    made, unmade = _apply_sound(cfg, unmade, parsed, before, locate, exc)
                 cfg = None
     if unread:  # what the resolve says of a value the file could not give is not news
         found = [*early, *(i for i in found[len(early) :] if not _of_unread(i, unread, sources))]
@@ -214,36 +217,48 @@ def load_config_report(
             locate=locate,
         )
     assert cfg is not None
-    given = {path[:end] for path in sources.paths() for end in range(1, len(path) + 1)}
-    given.update(o.path[:end] for o in parsed for end in range(1, len(o.path) + 1))
-    return ConfigReport(cfg, tuple(_cite_overrides(warned, parsed)), frozenset(given), locate)
+    given = file_given | with_ancestors(o.path for o in parsed)
+    return ConfigReport(cfg, tuple(_cite_overrides(warned, parsed)), given, locate)
+
+
+_Applied = typing.TypeVar("_Applied", TrainerConfig, ConfigReport)
+#: What a report knows of the config overrides apply to: the paths the user set, and where each was set.
+_Known = tuple[frozenset[Path], Locate | None] | None
 
 
 def apply_overrides(
-    cfg: TrainerConfig,
+    cfg: _Applied,
     overrides: Mapping[str, object],
     *,
     allowed_targets: Iterable[str] | None = None,
     strict: bool = False,
-) -> TrainerConfig:
+) -> _Applied:
     """A new config with ``overrides`` applied: unstructure, patch every override, restructure once.
 
     Keys are dotted paths (``"optimizer.lr"``, ``"optimizer._target_"``); a string value is read by the
     type of the field it lands on, any other value is taken as typed. Every check runs again; warnings are
     emitted or, with ``strict=True``, raised as in :func:`load_config`.
+
+    Given a :class:`ConfigReport` (:func:`load_config_report`'s, or this function's), the overrides apply
+    to its config knowing what the user set and where (a ``_target_`` switch keeps exactly those values,
+    and a problem is located where its value was set), and the result is the new config's report, with its
+    warnings in it instead of emitted. Given a bare config, each value that differs from its default counts
+    as set.
     """
     parsed = _parse_overrides(overrides, False)
-    locate = _locator(parsed, None)
+    bare, before = (cfg.config, (cfg.given, cfg.locate)) if isinstance(cfg, ConfigReport) else (cfg, None)
     with resolve_options(allowed_targets=allowed_targets):
         try:
-            result = _apply(cfg, parsed, None, locate)
+            result = _apply(bare, parsed, before, _locator(parsed, None))
         except ConfigError as exc:
             raise ConfigError(_cite_overrides(exc.issues, parsed)) from None
-    warned = _cite_overrides(_issues(rules.warnings(result), locate), parsed)
+    warned = _cite_overrides(_issues(rules.warnings(result.config), result.locate), parsed)
     if strict and warned:
         raise ConfigError(warned)
+    if isinstance(cfg, ConfigReport):
+        return result._replace(warnings=tuple(warned))
     _emit(warned, stacklevel=3)
-    return result
+    return result.config
 
 
 def validate(
@@ -427,12 +442,14 @@ def _override_issues(raw: object, parsed: "list[Override]", locate: Locate) -> l
     return _issues((), locate, patch.problems)
 
 
-def _apply(
-    cfg: TrainerConfig, parsed: "list[Override]", sources: SourceMap | None, locate: Locate
-) -> TrainerConfig:
+def _apply(cfg: TrainerConfig, parsed: "list[Override]", before: _Known, locate: Locate) -> ConfigReport:
+    """``cfg`` with the overrides applied, and what the user set in it (``before``: the paths it had set in
+    ``cfg`` and where, if known) and where; the report's warnings are left to the caller."""
     from hyper_parallel.config.overrides import OverridePatch
 
-    patch = OverridePatch(converter, converter.root_facts(TrainerConfig), parsed, current_options().allowed)
+    given, where = before if before is not None else (None, None)
+    facts = converter.root_facts(TrainerConfig)
+    patch = OverridePatch(converter, facts, parsed, current_options().allowed, given, where)
     tree = patch.user_tree(cfg)  # the whole config written out, the patch's own
     patch.patch(tree)
     problems = patch.problems
@@ -447,15 +464,14 @@ def _apply(
         raise ConfigError(found, config=config, unmade=unmade) from None
     if problems:
         raise to_config_error(problems, locate)
-    patch.record(result)
-    return result
+    return ConfigReport(result, (), frozenset() if given is None else patch.given(given), locate)
 
 
 def _apply_sound(
     cfg: TrainerConfig,
     unmade: frozenset[str],
     parsed: "list[Override]",
-    sources: SourceMap | None,
+    before: _Known,
     locate: Locate,
     failed: ConfigError | None = None,
 ) -> tuple[TrainerConfig | None, frozenset[str]]:
@@ -466,7 +482,7 @@ def _apply_sound(
     even the sound ones cannot be applied."""
     if failed is None:
         try:
-            return _apply(cfg, parsed, sources, locate), unmade
+            return _apply(cfg, parsed, before, locate).config, unmade
         except ConfigError as exc:
             failed = exc
     if failed.config is not None:
@@ -477,7 +493,7 @@ def _apply_sound(
     if len(sound) == len(parsed):
         return None, unmade
     try:
-        return (_apply(cfg, sound, sources, locate) if sound else cfg), unmade
+        return (_apply(cfg, sound, before, locate).config if sound else cfg), unmade
     except ConfigError:
         return None, unmade
 

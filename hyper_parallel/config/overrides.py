@@ -11,11 +11,11 @@ A ``_target_`` switch keeps the values the user set and only those: every other 
 set. ``~group.field`` (``--~group.field`` on the command line, Hydra's delete) removes a value the user set,
 which then takes its default again; ``~group`` gives a whole group its default.
 
-What "set by the user" means: the fields a document gave (in the file, or in the mapping given to
-``resolve_root``) and those an override set, as the resolver and :meth:`OverridePatch.record` note on the
-resolved config (:mod:`hyper_parallel.config.recipes`); a factory-built group's own note travels with it.
-For a config with no note (built in Python or ``attrs.evolve``-d), a Config group's set
-values are those that differ from the class default: attrs cannot tell a default from the same value passed
+What "set by the user" means: the fields the file gave and those an override set, as the report of the
+resolve holds them (its ``given`` paths and its locator, which :meth:`OverridePatch.given` carries on); a
+factory-built group's own record travels with it (:mod:`hyper_parallel.config.recipes`). For a config
+without its report (built in Python, ``resolve_root``'s, ``attrs.evolve``-d), a Config group's set values
+are those that differ from the class default: attrs cannot tell a default from the same value passed
 explicitly, so such a value is taken as the default and the new class's default replaces it.
 """
 
@@ -26,13 +26,7 @@ from typing import Any
 
 import attrs
 
-from hyper_parallel.config.errors import ConfigError, did_you_mean, echo, format_path, parse_path
-from hyper_parallel.config.recipes import (
-    Given,
-    given_of,
-    recipe_of,
-    remember_given,
-)
+from hyper_parallel.config.recipes import recipe_of
 from hyper_parallel.config.root import (
     Resolved,
     RootFacts,
@@ -57,8 +51,9 @@ from hyper_parallel.config.types import (
     strip_optional,
     takes_text,
 )
-from hyper_parallel.config.validation import Locate, Path, Problem, field_default, problems_of
+from hyper_parallel.config.validation import Locate, Path, Problem, field_default, problems_of, with_ancestors
 from hyper_parallel.config.yaml_load import expand_env, parse_scalar
+from hyper_parallel.errors import ConfigError, did_you_mean, echo, format_path, parse_path
 
 if typing.TYPE_CHECKING:  # the converter module imports this one
     from hyper_parallel.config.conversion import ConfigConverter
@@ -136,8 +131,9 @@ class OverridePatch:
 
     :meth:`user_tree` writes a resolved config out whole, :meth:`patch` applies every override to that tree
     (removals first, then ``_target_`` switches, then values), the caller restructures the tree under
-    :meth:`locator` through the root's structure hook, and :meth:`record` marks the result with what the
-    user set and where, for the next switch.
+    :meth:`locator` through the root's structure hook, and :meth:`given` says what the user set in the
+    result, for the next switch. ``given`` and ``locate`` are the report of the config the overrides apply
+    to (the paths the user set, and where each was set), when there is one.
     """
 
     def __init__(
@@ -146,6 +142,8 @@ class OverridePatch:
         facts: RootFacts,
         overrides: list[Override],
         allowed: tuple[str, ...],
+        given: frozenset[Path] | None = None,
+        locate: Locate | None = None,
     ) -> None:
         self.conv = conv
         self.facts = facts
@@ -160,8 +158,9 @@ class OverridePatch:
         self.problems: list[Problem] = []
         #: The tree being patched (its groups' targets say which group has a field), if any.
         self._tree: Mapping[str, Any] | None = None
-        #: What the user had set in the config :meth:`user_tree` wrote, if it was recorded.
-        self._old: Given | None = None
+        #: The names the report says the user set in each group (None: no report), and where it set them.
+        self._given = None if given is None else _names_by_group(given)
+        self._old_locate = locate
         #: The names set in each group of that config (None: every value other than the default counts).
         self._set_names: dict[str, frozenset[str] | None] = {}
         #: Groups :meth:`user_tree` cut down to the values set.
@@ -182,7 +181,6 @@ class OverridePatch:
         ``ModelSpec`` built in Python) is carried over as it is (its type is checked again) while no
         override names it; an override of it is reported.
         """
-        self._old = given = given_of(cfg)
         # An override inside a value ('optimizer.betas[0]') patches the whole current value.
         inside = {o.path[:2] for o in self._values if len(o.path) > 2}
         reshaped = {o.path[0] for o in (*self._removals, *self._switches)}
@@ -200,8 +198,8 @@ class OverridePatch:
                 self._origins.update(((group, n), where) for n, where in recipe.given.items())
                 names = frozenset(recipe.given)
                 reshaped.add(group)
-            elif given is not None and group not in given.unrecorded:
-                names = given.names.get(group, frozenset())
+            elif self._given is not None:
+                names = self._given.get(group, frozenset())
             else:  # built in Python: every value other than the default counts as set
                 self._unrecorded.add(group)
                 names = frozenset(_differing(value)) if group in reshaped else None
@@ -252,72 +250,24 @@ class OverridePatch:
         if key in self._origins:
             return self._origins[key]
         names = self._set_names.get(path[0])
-        if self._old is None or path[0] in self._unrecorded or path[1] not in (names or ()):
+        if self._old_locate is None or path[0] in self._unrecorded or path[1] not in (names or ()):
             return None
-        return self._old.where(*key)
+        return self._old_locate(Problem(key, "", "key"))
 
     def locator(self, locate: Locate) -> Locate:
-        """``locate``, falling back to where the config :meth:`user_tree` wrote had each value set (so a
-        problem of a value set in a file is located there even when the file is no longer at hand).
+        """``locate`` (the overrides', then the file's), falling back to where the config :meth:`user_tree`
+        wrote had each value set (so a problem of a value set in a file is located there even when the file
+        is no longer at hand, and a factory's argument where its record says it was set)."""
+        return lambda problem: locate(problem) or self.where(problem.path)
 
-        A field's own key (what the resolver asks for each factory parameter given) is the override of the
-        field itself, else the first of a value inside it, else where the factory's record says it was set.
-        """
-        exact: dict[Path, str] = {}
-        for o in reversed(self.overrides):
-            if len(o.path) > 2:
-                exact[o.path[:2]] = o.origin
-        exact.update((o.path, o.origin) for o in reversed(self.overrides) if len(o.path) == 2)
-        known = self._origins
-
-        def located(problem: Problem) -> str | None:
-            path = problem.path
-            if problem.anchor == "key" and len(path) == 2:
-                if path in exact:
-                    return exact[path]
-                if path in known:
-                    return known[path]
-            return locate(problem) or self.where(path)
-
-        return located
-
-    def record(self, result: Any) -> None:
-        """Mark ``result`` (restructured from the patched tree) with what the user set in each group: what
-        was set before and is still there, and what the overrides set, each where it was set."""
-        by_group: dict[str, set[str]] = {}
-        exact: dict[tuple[str, str], str] = {}  # the last override of each value
-        within: dict[tuple[str, str], str] = {}  # the first override of a value inside each value
-        for o in self._values:
-            path = o.path
-            if len(path) < 2 or not isinstance(path[1], str):
-                continue
-            key = (str(path[0]), path[1])
-            by_group.setdefault(key[0], set()).add(key[1])
-            if len(path) == 2:
-                exact[key] = o.origin
-            else:
-                within.setdefault(key, o.origin)
-        names: dict[str, frozenset[str]] = {}
-        unrecorded = set()
-        for group, node in (self._tree or {}).items():
-            before = self._set_names.get(group)
-            if group in self._reshaped:
-                names[group] = frozenset(node)
-            elif before is None:  # values set in Python (or a group carried over without a record)
-                unrecorded.add(group)
-            elif isinstance(node, Resolved):
-                names[group] = before
-            else:
-                names[group] = before.union(by_group.get(group, ()))
-        old = self._old
-        origins = {k: v for k, v in old.origins.items() if k[1] in names.get(k[0], ())} if old else {}
-        origins.update(self._origins)
-        for key, origin in within.items():  # a value set before keeps its place
-            if key not in exact and key[1] not in (self._set_names.get(key[0]) or ()):
-                origins[key] = origin
-        origins.update(exact)
-        locate = old.locate if old is not None else None
-        remember_given(result, Given(names, origins, locate, frozenset(unrecorded)))
+    def given(self, before: frozenset[Path]) -> frozenset[Path]:
+        """The paths the user set in the config restructured from the patched tree, ``before`` being those
+        of the config :meth:`user_tree` wrote: what was set before and is still there (a group cut down to
+        the values set keeps only those), and what the overrides set, with their ancestors."""
+        tree = self._tree or {}
+        paths = with_ancestors([*before, *(o.path for o in self._values)])
+        kept = {p for p in paths if len(p) == 1 or p[0] not in self._reshaped or p[1] in tree[str(p[0])]}
+        return frozenset(kept.union((g, n) for g in self._reshaped for n in tree[g]))
 
     def check(self, raw: object) -> None:
         """Check the overrides against a document that did not resolve: their paths and value types only.
@@ -577,6 +527,15 @@ class OverridePatch:
             )
             return
         node[last] = value
+
+
+def _names_by_group(given: frozenset[Path]) -> dict[str, frozenset[str]]:
+    """The names set in each root group, from the paths a report says the user set."""
+    names: dict[str, set[str]] = {}
+    for path in given:
+        if len(path) > 1:
+            names.setdefault(str(path[0]), set()).add(str(path[1]))
+    return {group: frozenset(found) for group, found in names.items()}
 
 
 def _has(node: Any, seg: str | int) -> bool:

@@ -26,7 +26,7 @@ def resolve_root(raw: Mapping[str, Any], *, allowed_targets: Iterable[str] | Non
     ``allowed_targets`` adds module prefixes (beyond the packages of
     :data:`~hyper_parallel.trainer.config.TARGET_PACKAGES`) whose Config classes and factories the document
     may name; only trusted code passes it, never the document. Raises
-    :class:`~hyper_parallel.config.errors.ConfigError` listing every problem.
+    :class:`~hyper_parallel.errors.ConfigError` listing every problem.
     """
     with resolve_options(allowed_targets=allowed_targets):
         return converter.structure(raw, TrainerConfig)

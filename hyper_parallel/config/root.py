@@ -20,16 +20,8 @@ from typing import Any
 
 import attrs
 
-from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.options import current_options
-from hyper_parallel.config.recipes import (
-    Given,
-    Recipe,
-    carries_recipe,
-    recipe_of,
-    remember,
-    remember_given,
-)
+from hyper_parallel.config.recipes import Recipe, carries_recipe, recipe_of, remember
 from hyper_parallel.config.targets import (
     TARGET_KEY,
     Target,
@@ -55,6 +47,7 @@ from hyper_parallel.config.validation import (
     field_default,
     problems_of,
 )
+from hyper_parallel.errors import did_you_mean, echo
 from hyper_parallel.factory_calls import undecorated
 
 if typing.TYPE_CHECKING:  # the converter module imports this one
@@ -171,8 +164,6 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
     allowed = facts.allowed(options.allowed)
     kwargs = facts.kwargs
     groups: dict[str, Any] = {}
-    # What the document gave in each group, for a later '_target_' switch (see recipes.Given).
-    given: dict[str, frozenset[str]] = {}
     targets: dict[str, Target] = {}
     unknown: set[str] = set()  # the groups with a name not known, at any depth
     untargeted = False  # some group given without its '_target_' (or not as a mapping)
@@ -184,8 +175,6 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
             if _check_resolved(facts, name, node.value, problems):
                 groups[kwargs[name]] = node.value
             continue
-        if isinstance(node, Mapping):
-            given[name] = frozenset(node)
         target = _group_target(conv, facts, name, node, allowed, problems)
         if target is None:
             unknown.add(name)
@@ -217,9 +206,7 @@ def structure_root(conv: "ConfigConverter", facts: RootFacts, raw: object) -> An
         found = [_in_wrong_group(conv, facts, raw, p) for p in problems]
         unchecked = frozenset(n for n in unknown if n in targets and not targets[n].is_factory)
         raise Problems("invalid config", found, made, unmade, unchecked)
-    root = construct(facts.cls, groups, options.root_checks)
-    remember_given(root, Given(given, None, options.locate))
-    return root
+    return construct(facts.cls, groups, options.root_checks)
 
 
 def check_groups(conv: "ConfigConverter", facts: RootFacts, root: object) -> list[Problem]:

@@ -18,7 +18,6 @@ import attrs
 
 from hyper_parallel.config import types as type_rules
 from hyper_parallel.config.conversion import ConfigConverter, rules_converter
-from hyper_parallel.config.errors import ConfigError
 from hyper_parallel.config.help import factory_param_help
 from hyper_parallel.config.targets import (
     TARGET_KEY,
@@ -27,6 +26,7 @@ from hyper_parallel.config.targets import (
     import_config_modules,
     qualified_name,
 )
+from hyper_parallel.errors import ConfigError
 
 __all__ = ["discover_targets", "json_schema", "type_schema"]
 
@@ -110,7 +110,7 @@ def json_schema(converter: ConfigConverter, root_cls: type, allowed: Iterable[st
     The schema offers the targets a document may name: those in the public modules of the packages the
     root is registered with, and under ``allowed``, the prefixes trusted code allows (``--allow-target``,
     and ``$HYPER_PARALLEL_ALLOWED_TARGETS``); each must be a dotted module name (``*``, ``.`` and empty
-    prefixes are refused with a :class:`~hyper_parallel.config.errors.ConfigError`).
+    prefixes are refused with a :class:`~hyper_parallel.errors.ConfigError`).
     """
     facts = converter.root_facts(root_cls)
     prefixes = facts.allowed(allowed_prefixes(tuple(allowed)))

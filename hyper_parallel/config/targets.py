@@ -29,7 +29,7 @@ from typing import Any
 
 import attrs
 
-from hyper_parallel.config.errors import ConfigError, Issue, closest, echo
+from hyper_parallel.errors import ConfigError, Issue, closest, echo
 
 __all__ = [
     "ABSTRACT_MARKER",
@@ -97,7 +97,7 @@ def allowed_prefixes(extra: Iterable[str] | None = None) -> tuple[str, ...]:
     and ``extra``, each once.
 
     Each prefix must be a dotted module name (``my_project.models``); ``*``, ``.`` or an empty prefix is
-    refused with a :class:`~hyper_parallel.config.errors.ConfigError` rather than silently matching nothing.
+    refused with a :class:`~hyper_parallel.errors.ConfigError` rather than silently matching nothing.
     Empty entries of the environment variable (``a,b,``) are skipped.
     """
     return _prefixes(os.environ.get(ALLOWED_TARGETS_ENV, ""), tuple(extra or ()))

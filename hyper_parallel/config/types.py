@@ -30,7 +30,6 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 from cattrs.gen import make_dict_structure_fn
 
 from hyper_parallel.config.attrs_validators import shape_of
-from hyper_parallel.config.errors import did_you_mean, echo
 from hyper_parallel.config.targets import TARGET_KEY
 from hyper_parallel.config.validation import (
     NO_CHILD,
@@ -50,6 +49,7 @@ from hyper_parallel.config.validation import (
 )
 from hyper_parallel.config.yaml_load import _FLOAT_RE
 from hyper_parallel.config_base import ConfigBase
+from hyper_parallel.errors import did_you_mean, echo
 
 __all__ = [
     "INT_LIMIT",

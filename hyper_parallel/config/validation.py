@@ -5,7 +5,7 @@ carry notes naming the attribute or index) and ``ForbiddenExtraKeysError``; our 
 :class:`Invalid` with a message written for the user. This module turns such an exception tree into
 :class:`Problem` records (a path, a message, which source position locates it), re-runs every attrs
 validator of a class when attrs stopped at the first one, and collects ``cross_check`` findings. The
-converter turns problems into one :class:`~hyper_parallel.config.errors.ConfigError`.
+converter turns problems into one :class:`~hyper_parallel.errors.ConfigError`.
 
 Messages are built from data, never read back from text: a validator failure is worded from the
 structured :class:`~hyper_parallel._checks.RuleViolation` our validators raise, or from what
@@ -29,7 +29,8 @@ from cattrs.errors import (
 
 from hyper_parallel._checks import RuleViolation, Said, rebased
 from hyper_parallel.config.attrs_validators import shape_of, violation
-from hyper_parallel.config.errors import (
+from hyper_parallel.config.targets import TARGET_KEY
+from hyper_parallel.errors import (
     ConfigError,
     Issue,
     PathPart,
@@ -38,7 +39,6 @@ from hyper_parallel.config.errors import (
     format_path,
     split_path,
 )
-from hyper_parallel.config.targets import TARGET_KEY
 
 __all__ = [
     "NO_CHILD",
@@ -60,6 +60,7 @@ __all__ = [
     "to_config_error",
     "unknown_key",
     "validator_message",
+    "with_ancestors",
 ]
 
 Path = tuple[PathPart, ...]
@@ -83,6 +84,11 @@ class Problem(typing.NamedTuple):
 
 
 Locate = Callable[[Problem], str | None]
+
+
+def with_ancestors(paths: Iterable[Path]) -> frozenset[Path]:
+    """``paths`` and every path above each (``("optimizer", "lr")``: ``("optimizer",)`` too)."""
+    return frozenset(path[:end] for path in paths for end in range(1, len(path) + 1))
 
 
 class Invalid(ValueError):

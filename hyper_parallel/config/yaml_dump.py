@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from hyper_parallel.config.errors import format_path
 from hyper_parallel.config.yaml_load import _FLOAT, _MAP, _SEQ, _STR, MAX_DEPTH, _core_tag
+from hyper_parallel.errors import format_path
 
 __all__ = ["dump_yaml"]
 

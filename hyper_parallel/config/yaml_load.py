@@ -9,7 +9,7 @@ Why this module exists instead of ``yaml.safe_load``:
   away; here the document is composed into PyYAML's node tree (``yaml.compose`` machinery with the libyaml
   C parser when available) and the Python values are built from the nodes by this module, recording a
   :class:`SourceMap` of key and value positions on the way.
-* Hostile or broken input must end in one :class:`~hyper_parallel.config.errors.ConfigError` with a
+* Hostile or broken input must end in one :class:`~hyper_parallel.errors.ConfigError` with a
   position, never in a PyYAML traceback, a constructed Python object, a hang or a memory blow-up: only the
   standard scalar/collection tags are accepted, the input size is checked before parsing
   (:data:`MAX_BYTES`), nesting is limited (:data:`MAX_DEPTH`) and the document as built, every alias
@@ -64,7 +64,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import attrs
 import yaml
 
-from hyper_parallel.config.errors import ConfigError, Issue, echo, format_path
+from hyper_parallel.errors import ConfigError, Issue, echo, format_path
 
 __all__ = [
     "MAX_BYTES",
@@ -264,15 +264,8 @@ def _yaml_mark(file: str, raw: yaml.Mark) -> Mark:
 
 
 def _too_big(size: int, file: str) -> ConfigError:
-    return ConfigError(
-        [
-            _issue(
-                (),
-                f"input is {size} bytes; the limit is {MAX_BYTES} bytes (MAX_BYTES)",
-                Mark(file, 1, 1),
-            )
-        ]
-    )
+    message = f"input is {size} bytes; the limit is {MAX_BYTES} bytes (MAX_BYTES)"
+    return ConfigError([_issue((), message, Mark(file, 1, 1))])
 
 
 def _decode(data: bytes, file: str) -> str:
@@ -707,7 +700,7 @@ def expand_env(text: str, source: str = "<command line>") -> str:
 
     For command-line values (``--dataloader.dataset.paths '[${env:DATA}/a.jsonl]'``). Any other ``${...}``,
     an unset variable without a default or an unterminated ``${`` raises
-    :class:`~hyper_parallel.config.errors.ConfigError` located at ``source:1:COLUMN``; ``$${`` is a literal
+    :class:`~hyper_parallel.errors.ConfigError` located at ``source:1:COLUMN``; ``$${`` is a literal
     ``${``.
     """
     if "${" not in text:
@@ -723,7 +716,7 @@ def parse_yaml(text: str | bytes, filename: str = "<string>") -> tuple[object, S
 
     ``bytes`` must be UTF-8 (a BOM is allowed).  The document may be a mapping, a sequence or a scalar;
     judging the shape is the resolver's job.  Every problem raises
-    :class:`~hyper_parallel.config.errors.ConfigError` with ``filename:LINE:COL`` locations.
+    :class:`~hyper_parallel.errors.ConfigError` with ``filename:LINE:COL`` locations.
     """
     if isinstance(text, bytes):
         text = _decode(text, filename)

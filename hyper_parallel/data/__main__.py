@@ -114,8 +114,8 @@ def _chat_template(value: str, tokenizer: Any) -> str:
     """The Jinja text ``--chat-template`` names: a file, or a preset as ``tokenizer.chat_template`` reads
     it (the built-in one with the config's ``tokenizer`` group's ``add_bos``)."""
     from hyper_parallel.components.tokenizer.chat_templates import PRESETS, is_template_file
-    from hyper_parallel.config.errors import did_you_mean
     from hyper_parallel.data.prepare import InputError
+    from hyper_parallel.errors import did_you_mean
 
     template_file = Path(value)
     if template_file.exists():

@@ -65,7 +65,7 @@ def read_safetensors_folder(weights_path: str | Path) -> dict[str, torch.Tensor]
 def _refuse_non_finite(file: Path, tensors: Mapping[str, torch.Tensor]) -> None:
     """An ``InputFileError`` (``FILE: tensor NAME holds nan``, exit status 2) naming the first tensor of
     ``file`` holding NaN or infinite values; training from it could only produce NaN."""
-    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.errors import InputFileError
 
     for name, tensor in tensors.items():
         if not tensor.is_floating_point() or bool(torch.isfinite(tensor).all()):

@@ -30,7 +30,7 @@ import attrs
 
 from hyper_parallel._json import loads
 from hyper_parallel._paths import open_regular
-from hyper_parallel.config.errors import InputFileError, Issue
+from hyper_parallel.errors import InputFileError, Issue
 from hyper_parallel.models._shapes import Shape
 
 if TYPE_CHECKING:

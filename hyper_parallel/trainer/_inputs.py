@@ -27,7 +27,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from hyper_parallel.config.errors import InputFileError, Issue
+from hyper_parallel.errors import InputFileError, Issue
 from hyper_parallel.trainer import rules
 
 if TYPE_CHECKING:

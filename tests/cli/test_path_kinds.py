@@ -63,7 +63,7 @@ def test_the_metrics_writer_refuses_a_fifo_or_a_device_without_waiting(tmp_path:
     """The writer's own check (the launch's looked at the path before; a test may build the writer alone)."""
     from hyper_parallel.components.metrics import MetricsLogger
     from hyper_parallel.components.metrics._runtime import MetricsProcessor
-    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.errors import InputFileError
 
     fifo = _fifo(tmp_path / "metrics.jsonl")
     for path, kind in ((str(fifo), FIFO), ("/dev/null", FIFO.replace("a FIFO", "a device"))):
@@ -131,7 +131,7 @@ def test_a_fifo_safetensors_shard_is_refused_when_its_header_is_read(tmp_path: P
     """The weights reader itself (export, generate read an exported folder's shards through it)."""
     fifo = _fifo(tmp_path / "model-00001-of-00002.safetensors")
     code = (
-        "import sys; from pathlib import Path; from hyper_parallel.config.errors import InputFileError\n"
+        "import sys; from pathlib import Path; from hyper_parallel.errors import InputFileError\n"
         "from hyper_parallel.models._weights_check import read_header\n"
         "try:\n    read_header(Path(sys.argv[1]))\nexcept InputFileError as exc:\n    print(exc.issues[0])\n"
     )
@@ -151,7 +151,7 @@ def test_a_fifo_in_the_folder_generate_reads_is_one_line(
 
 
 def test_a_fifo_as_an_image_is_refused_from_the_record(tmp_path: Path) -> None:
-    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.errors import InputFileError
     from hyper_parallel.models.qwen3_5.images import image_size
 
     fifo = _fifo(tmp_path / "cat.png")
@@ -163,7 +163,7 @@ def test_a_fifo_as_an_image_is_refused_from_the_record(tmp_path: Path) -> None:
 def test_a_fifo_beside_a_tokenizer_file_is_refused_not_skipped(tmp_path: Path) -> None:
     """``tokenizer.path`` naming the file itself: the ``tokenizer_config.json`` beside it is read too."""
     from hyper_parallel.components.tokenizer._runtime import locate_tokenizer
-    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.errors import InputFileError
 
     (tmp_path / "tokenizer.json").write_text("{}")
     fifo = _fifo(tmp_path / "tokenizer_config.json")

@@ -262,7 +262,7 @@ def test_the_chat_source_reports_a_refusal_at_the_record_at_launch(tmp_path: Pat
     from hyper_parallel.components.dataloader._chat import chat_shards
     from hyper_parallel.components.dataloader.sources import ChatSource
     from hyper_parallel.components.tokenizer import ByteTokenizer
-    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.errors import InputFileError
 
     data = _chat_file(tmp_path, ["fine", "boom"])
     template = tmp_path / "template.jinja"

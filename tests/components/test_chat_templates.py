@@ -20,9 +20,9 @@ from hyper_parallel.components.tokenizer import ByteTokenizer, HuggingFaceTokeni
 from hyper_parallel.components.tokenizer._export import tokenizer_files  # noqa: E402
 from hyper_parallel.components.tokenizer.chat_templates import PRESETS, builtin_template  # noqa: E402
 from hyper_parallel.config import ConfigError, load_config  # noqa: E402
-from hyper_parallel.config.errors import InputFileError  # noqa: E402
 from hyper_parallel.data import shards  # noqa: E402
 from hyper_parallel.data.chat import ChatRenderer, builtin_chat  # noqa: E402
+from hyper_parallel.errors import InputFileError  # noqa: E402
 from tests.support.chat_data import documents, qwen_style_tokenizer  # noqa: E402
 from tests.support.prepared import prepare, run_prepare, tokenizer_config  # noqa: E402
 

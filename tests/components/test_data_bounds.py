@@ -23,8 +23,8 @@ torch = pytest.importorskip("torch")
 
 from hyper_parallel.components.dataloader import LoaderRequest, TextDataLoader, TokenizedSource  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
-from hyper_parallel.config.errors import InputFileError  # noqa: E402
 from hyper_parallel.data.shards import _quick_digest, file_digest  # noqa: E402
+from hyper_parallel.errors import InputFileError  # noqa: E402
 from tests.support.components import write_jsonl  # noqa: E402
 from tests.support.prepared import prepare, tokenizer_config  # noqa: E402
 

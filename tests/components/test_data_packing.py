@@ -27,9 +27,9 @@ from hyper_parallel.components.dataloader import (  # noqa: E402
 )
 from hyper_parallel.components.dataloader._corpus import PackedSamples, corpus_in_memory  # noqa: E402
 from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
-from hyper_parallel.config.errors import InputFileError  # noqa: E402
 from hyper_parallel.data.chat import builtin_chat  # noqa: E402
 from hyper_parallel.data.packing import pack_rows  # noqa: E402
+from hyper_parallel.errors import InputFileError  # noqa: E402
 from tests.support.prepared import prepare, run_prepare, tokenizer_config  # noqa: E402
 
 ZED = [

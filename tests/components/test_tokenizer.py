@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from hyper_parallel.config.errors import InputFileError
+from hyper_parallel.errors import InputFileError
 
 pytest.importorskip("torch")
 pytest.importorskip("tokenizers")

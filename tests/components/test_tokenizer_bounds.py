@@ -27,8 +27,8 @@ from hyper_parallel.components.tokenizer._growth import (
     normalizer_growth,
     pre_tokenizer_growth,
 )
-from hyper_parallel.config.errors import InputFileError
 from hyper_parallel.data import shards
+from hyper_parallel.errors import InputFileError
 from tests.support.components import train_tokenizer, write_jsonl
 from tests.support.prepared import prepare_in_child, run_prepare, tokenizer_config
 

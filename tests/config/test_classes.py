@@ -871,7 +871,7 @@ def test_import_does_not_load_torch_or_numpy(module: str) -> None:
         # The config layer's machinery stays unread: only the common Config base (outside the package, like
         # the decorator that lets a factory record its own call), the adapter whose field transformer makes
         # the Config classes' validators fast and the error types.
-        "light = {'hyper_parallel.config', 'hyper_parallel.config_base', 'hyper_parallel.config.errors', "
+        "light = {'hyper_parallel.config', 'hyper_parallel.config_base', 'hyper_parallel.errors', "
         "'hyper_parallel.config.attrs_validators'}\n"
         "config_layer = sorted(m for m in sys.modules if m.startswith('hyper_parallel.config') "
         "and m not in light)\n"

@@ -3,8 +3,8 @@ read back into parts (lenient: a segment that is no name with indices is kept wh
 
 import pytest
 
-from hyper_parallel.config.errors import format_path, parse_path, split_path
 from hyper_parallel.config.overrides import parse_path as overrides_parse_path
+from hyper_parallel.errors import format_path, parse_path, split_path
 
 WELL_FORMED = [
     ("optimizer", ("optimizer",)),

@@ -21,9 +21,9 @@ import pytest
 
 import tests.support.fake_targets as fake
 from hyper_parallel.config import ConfigError, apply_overrides, load_config, manager, resolve_root
-from hyper_parallel.config.errors import MAX_MESSAGE, MAX_PATH
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
 from hyper_parallel.config.yaml_load import MAX_BYTES, MAX_CHARS, MAX_DEPTH, MAX_NODES
+from hyper_parallel.errors import MAX_MESSAGE, MAX_PATH
 from hyper_parallel.launch import main
 from tests.support.processes import clean_env
 from tests.support.stand_ins import DRY_RUN_PROBE, run_without_torch

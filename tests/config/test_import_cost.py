@@ -110,7 +110,7 @@ def test_a_refused_mapping_reads_the_same_however_often_its_class_was_structured
 ) -> None:
     from hyper_parallel.components.optimizer import AdamW
     from hyper_parallel.config.conversion import ConfigConverter
-    from hyper_parallel.config.errors import ConfigError
+    from hyper_parallel.errors import ConfigError
 
     conv = ConfigConverter()
     hook = conv.get_structure_hook(AdamW.Config)

@@ -15,6 +15,7 @@ from hyper_parallel.config import (
     conversion,
     dump_config,
     load_config,
+    load_config_report,
     resolve_root,
 )
 
@@ -155,9 +156,10 @@ def test_cross_field_error_located_at_the_file_when_loading_with_overrides() -> 
     assert first.location == f"{FULL}:49:17"
 
 
-def test_switching_target_keeps_shared_fields_and_drops_defaults(cfg) -> None:  # type: ignore[no-untyped-def]
-    assert isinstance(cfg.optimizer, AdamW.Config)
-    new = apply_overrides(cfg, {"optimizer._target_": SGD_TARGET, "optimizer.momentum": "0.9"})
+def test_switching_target_keeps_shared_fields_and_drops_defaults() -> None:
+    report = load_config_report(MINIMAL)  # what the file set: weight_decay, though AdamW's default
+    assert isinstance(report.config.optimizer, AdamW.Config)
+    new = apply_overrides(report, {"optimizer._target_": SGD_TARGET, "optimizer.momentum": "0.9"}).config
     assert new.optimizer == SGD.Config(lr=0.0002, weight_decay=0.1, momentum=0.9)
 
 

@@ -8,7 +8,7 @@ import attrs
 import pytest
 
 import hyper_parallel.models.qwen3_5 as qwen3_5
-from hyper_parallel.config import ConfigError, apply_overrides, load_config
+from hyper_parallel.config import ConfigError, apply_overrides, load_config, load_config_report
 from hyper_parallel.config.recipes import recipe_of
 from hyper_parallel.trainer.config import TrainerConfig
 
@@ -53,9 +53,9 @@ def test_every_group_is_built_again_and_equal(cfg: TrainerConfig) -> None:
     assert [g for g in GROUPS if getattr(new, g) is getattr(cfg, g)] == []
 
 
-def test_a_group_no_override_names_is_checked_again(cfg: TrainerConfig) -> None:
-    tampered = apply_overrides(cfg, {"training.max_steps": "100"})
-    object.__setattr__(tampered.training, "max_steps", -5)  # behind the validator's back
+def test_a_group_no_override_names_is_checked_again() -> None:
+    tampered = apply_overrides(load_config_report(MINIMAL), {"training.max_steps": "100"})
+    object.__setattr__(tampered.config.training, "max_steps", -5)  # behind the validator's back
     with pytest.raises(ConfigError) as info:
         apply_overrides(tampered, {"optimizer.lr": "1e-4"})
     where = "overrides['training.max_steps']"  # where the value was last set
@@ -66,13 +66,14 @@ def test_the_target_allowlist_is_applied_again_to_groups_no_override_names(tmp_p
     recorder = "tests.support.import_recorder.RecorderOptimizerConfig"
     path = tmp_path / "run.yaml"
     path.write_text(MINIMAL.read_text().replace("hyper_parallel.components.optimizer.AdamW.Config", recorder))
-    cfg = load_config(path, allowed_targets=["tests"])
+    report = load_config_report(path, allowed_targets=["tests"])
     with pytest.raises(ConfigError) as info:
-        apply_overrides(cfg, {"training.seed": "3"})
+        apply_overrides(report, {"training.seed": "3"})
     ((location, at, message),) = _issues(info)
     assert (location, at) == (f"{path}:15:3", "optimizer._target_")
     assert message.startswith(f"{recorder!r} is outside the allowed target prefixes (")
-    assert apply_overrides(cfg, {"training.seed": "3"}, allowed_targets=["tests"]).training.seed == 3
+    allowed = apply_overrides(report, {"training.seed": "3"}, allowed_targets=["tests"])
+    assert allowed.config.training.seed == 3
 
 
 def test_the_same_values_without_the_record_read_alike(cfg: TrainerConfig) -> None:
@@ -171,8 +172,8 @@ def test_a_switch_after_an_override_to_the_same_value_cites_that_override() -> N
 
 
 def test_a_field_set_to_its_default_by_an_override_counts_as_set(full: TrainerConfig) -> None:
-    first = apply_overrides(full, {"optimizer.amsgrad": "false"})
-    assert first.optimizer == full.optimizer
+    first = apply_overrides(load_config_report(FULL), {"optimizer.amsgrad": "false"})
+    assert first.config.optimizer == full.optimizer
     with pytest.raises(ConfigError) as info:
         apply_overrides(first, {"optimizer._target_": "hyper_parallel.components.optimizer.SGD.Config"})
     assert _issues(info)[-1] == (
@@ -183,8 +184,8 @@ def test_a_field_set_to_its_default_by_an_override_counts_as_set(full: TrainerCo
     )
 
 
-def test_a_chain_of_overrides_keeps_every_location(full: TrainerConfig) -> None:
-    first = apply_overrides(full, {"optimizer.amsgrad": "false"})
+def test_a_chain_of_overrides_keeps_every_location() -> None:
+    first = apply_overrides(load_config_report(FULL), {"optimizer.amsgrad": "false"})
     second = apply_overrides(first, {"training.seed": "7"})
     third = apply_overrides(second, {"loss.reduction": "sum"})
     with pytest.raises(ConfigError) as info:

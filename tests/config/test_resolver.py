@@ -27,8 +27,8 @@ from hyper_parallel.components.profiler import TorchProfiler
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
 from hyper_parallel.components.validator import LossValidator
 from hyper_parallel.config import ConfigError, converter, resolve_root
-from hyper_parallel.config.errors import Issue
 from hyper_parallel.config.yaml_load import parse_yaml
+from hyper_parallel.errors import Issue
 from hyper_parallel.models import ModelSpec
 from hyper_parallel.trainer.config import (
     ActivationCheckpointConfig,

@@ -9,8 +9,8 @@ import pytest
 
 from hyper_parallel._checks import Quote, quote, rebased, said
 from hyper_parallel.config import ConfigError, resolve_root
-from hyper_parallel.config.errors import Issue, format_path, split_path
 from hyper_parallel.config.validation import cross_check_errors, problems_of
+from hyper_parallel.errors import Issue, format_path, split_path
 
 QWEN = "hyper_parallel.models.qwen3_5.create_model_spec"
 ADAMW = "hyper_parallel.components.optimizer.AdamW.Config"

@@ -4,6 +4,7 @@ travel with it through copy, deepcopy and pickle (issue 12, points 1 and 2)."""
 import copy
 import io
 import pickle
+import warnings
 from pathlib import Path
 
 import attrs
@@ -13,8 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hyper_parallel.components.optimizer import SGD, AdamW
-from hyper_parallel.config import ConfigError, apply_overrides, dump_config, load_config, resolve_root
+from hyper_parallel.config import (
+    ConfigError,
+    apply_overrides,
+    dump_config,
+    load_config,
+    load_config_report,
+    resolve_root,
+)
 from hyper_parallel.config.recipes import recipe_of
+from hyper_parallel.config.validation import Problem
 from hyper_parallel.launch import main
 from hyper_parallel.trainer.config import TrainerConfig
 
@@ -67,19 +76,45 @@ def test_switch_keeps_a_value_the_file_set_even_when_it_equals_the_old_default(h
     new = (
         load_config(MINIMAL, overrides)
         if how == "command line"
-        else apply_overrides(load_config(MINIMAL), overrides)
+        else apply_overrides(load_config_report(MINIMAL), overrides).config
     )
     assert new.optimizer == SGD.Config(lr=0.0002, weight_decay=0.1)
 
 
 def test_switch_keeps_what_the_file_set_through_earlier_overrides() -> None:
-    once = apply_overrides(load_config(MINIMAL), {"training.max_steps": "50"})
-    twice = apply_overrides(once, {"optimizer._target_": SGD_TARGET})
+    once = apply_overrides(load_config_report(MINIMAL), {"training.max_steps": "50"})
+    twice = apply_overrides(once, {"optimizer._target_": SGD_TARGET}).config
     assert twice.optimizer == SGD.Config(lr=0.0002, weight_decay=0.1)
 
 
+def test_the_report_an_override_returns_says_what_was_set_and_where() -> None:
+    before = load_config_report(MINIMAL)
+    overrides = {
+        "optimizer._target_": SGD_TARGET,
+        "optimizer.momentum": "0.9",
+        "lr_scheduler.warmup_steps": 500,
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a report holds its warnings: none is emitted
+        report = apply_overrides(before, overrides)
+    assert [(i.location, i.path) for i in report.warnings] == [
+        ("overrides['lr_scheduler.warmup_steps']", "lr_scheduler.warmup_steps")  # longer than the run
+    ]
+    assert sorted(p for p in report.given if p[0] == "optimizer") == [
+        ("optimizer",),
+        ("optimizer", "_target_"),
+        ("optimizer", "lr"),
+        ("optimizer", "momentum"),
+        ("optimizer", "weight_decay"),
+    ]
+    assert report.locate is not None
+    assert report.locate(Problem(("optimizer", "momentum"), "", "key")) == "overrides['optimizer.momentum']"
+    assert report.locate(Problem(("optimizer", "lr"), "", "key")) == f"{MINIMAL}:16:3"
+    assert before.config.optimizer == load_config(MINIMAL).optimizer  # the report given is left as it was
+
+
 def test_a_value_an_earlier_override_set_is_reported_at_that_flag() -> None:
-    once = apply_overrides(load_config(MINIMAL), {"optimizer.eps": "1e-6"})
+    once = apply_overrides(load_config_report(MINIMAL), {"optimizer.eps": "1e-6"})
     with pytest.raises(ConfigError) as info:
         apply_overrides(once, {"optimizer._target_": SGD_TARGET})
     assert issues(info) == [

@@ -10,7 +10,6 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hyper_parallel.config.errors import ConfigError, Issue
 from hyper_parallel.config.yaml_load import (
     MAX_BYTES,
     MAX_CHARS,
@@ -22,6 +21,7 @@ from hyper_parallel.config.yaml_load import (
     parse_scalar,
     parse_yaml,
 )
+from hyper_parallel.errors import ConfigError, Issue
 
 
 def issues_of(text: str | bytes, filename: str = "f.yaml") -> tuple[Issue, ...]:

@@ -300,7 +300,7 @@ def test_lora_by_hugging_face_names_exports_an_adapter_peft_loads_with_our_logit
 
 
 def test_the_weights_check_refuses_overrides_that_change_shapes_and_takes_the_others(tmp_path: Path) -> None:
-    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.errors import InputFileError
     from hyper_parallel.models import check_weights
 
     folder = write_tiny_model("mistral", tmp_path / "mistral")

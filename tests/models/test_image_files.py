@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("torch")
 Image = pytest.importorskip("PIL.Image")
 
-from hyper_parallel.config.errors import InputFileError  # noqa: E402
+from hyper_parallel.errors import InputFileError  # noqa: E402
 from hyper_parallel.models.qwen3_5.images import IMAGE_FORMATS, image_pixels, image_size  # noqa: E402
 
 POSTSCRIPT = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 64 48\nnewpath 0 0 moveto 64 48 lineto stroke\n"

@@ -179,7 +179,7 @@ def test_trainer_starts_from_save_pretrained_with_transformers_first_loss(tmp_pa
 
 
 def test_a_config_json_of_another_flavor_names_the_moe_flavor_that_fits(tmp_path: Path) -> None:
-    from hyper_parallel.config.errors import InputFileError
+    from hyper_parallel.errors import InputFileError
     from hyper_parallel.models._weights_check import _check_config_json
 
     spec = qwen3_5_moe.create_model_spec("debugmodel")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hyper_parallel.config import load_config
-from hyper_parallel.config.errors import ConfigWarning
+from hyper_parallel.errors import ConfigWarning
 from hyper_parallel.trainer.config import TrainerConfig
 from tests.support.trainer import TINY_RUN, debug_config_path
 

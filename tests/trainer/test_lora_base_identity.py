@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 
 from hyper_parallel.components.checkpoint._base_record import BASE_FILE  # noqa: E402
 from hyper_parallel.components.checkpoint._manifest import MANIFEST, write_manifest  # noqa: E402
-from hyper_parallel.config.errors import InputFileError  # noqa: E402
+from hyper_parallel.errors import InputFileError  # noqa: E402
 from hyper_parallel.export import export_checkpoint  # noqa: E402
 from hyper_parallel.export import main as export_main  # noqa: E402
 from hyper_parallel.generate import main as generate_main  # noqa: E402

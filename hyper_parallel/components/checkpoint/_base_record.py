@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from hyper_parallel._json import loads
-from hyper_parallel.config.errors import InputFileError
+from hyper_parallel.errors import InputFileError
 
 __all__ = ["BASE_FILE", "SAMPLES", "SAMPLE_BYTES", "base_identity", "changes", "read_record", "record_text"]
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from hyper_parallel._disk import write_problem
 from hyper_parallel.components.checkpoint._manifest import write_manifest
-from hyper_parallel.config.errors import InputFileError
+from hyper_parallel.errors import InputFileError
 
 __all__ = [
     "CONFIG_FILE",

@@ -85,7 +85,7 @@ from hyper_parallel.components.checkpoint._state import (
     is_full,
     model_shape_differences,
 )
-from hyper_parallel.config.errors import InputFileError
+from hyper_parallel.errors import InputFileError
 from hyper_parallel.parallel.process_group import new_group, peer_failure
 
 if TYPE_CHECKING:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from hyper_parallel.config.errors import InputFileError
 from hyper_parallel.data import shards
 from hyper_parallel.data.prepare import (
     InputError,
@@ -23,6 +22,7 @@ from hyper_parallel.data.prepare import (
     encode_pieces,
     plan,
 )
+from hyper_parallel.errors import InputFileError
 
 if TYPE_CHECKING:
     from hyper_parallel.components.dataloader.sources import ChatSource

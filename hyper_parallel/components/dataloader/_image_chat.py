@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from hyper_parallel._json import loads
-from hyper_parallel.config.errors import InputFileError
+from hyper_parallel.errors import InputFileError
 from hyper_parallel.models.qwen3_5.images import Geometry
 
 if TYPE_CHECKING:

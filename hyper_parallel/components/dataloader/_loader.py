@@ -39,7 +39,7 @@ import torch.utils.data
 from hyper_parallel.components.dataloader._corpus import ConcatSamples, TokenIdError
 from hyper_parallel.components.dataloader._order import SampleOrder
 from hyper_parallel.components.dataloader._samples import Samples, WithFiller, collate_fn
-from hyper_parallel.config.errors import InputFileError
+from hyper_parallel.errors import InputFileError
 
 if TYPE_CHECKING:
     from hyper_parallel.components.dataloader import DataLoader, DatasetConfig, LoaderRequest

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hyper_parallel.config.errors import InputFileError
 from hyper_parallel.data.overlong import Overlong
 from hyper_parallel.data.packing import overlong
 from hyper_parallel.data.shards import ShardArrays, record_where
+from hyper_parallel.errors import InputFileError
 
 __all__ = ["document_lengths", "document_location", "overlong_issue", "refuse_or_say"]
 

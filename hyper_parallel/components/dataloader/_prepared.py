@@ -26,8 +26,8 @@ from hyper_parallel.components.dataloader._prepared_check import (
     open_for_training,
 )
 from hyper_parallel.components.dataloader._samples import chat_samples, packed_samples, padded_samples
-from hyper_parallel.config.errors import Issue
 from hyper_parallel.data.shards import tokenizer_fingerprint
+from hyper_parallel.errors import Issue
 
 if TYPE_CHECKING:
     from hyper_parallel.components.dataloader import LoaderRequest

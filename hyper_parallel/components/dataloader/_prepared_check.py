@@ -10,8 +10,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from hyper_parallel.config.errors import ConfigError, Issue
 from hyper_parallel.data.shards import MANIFEST, PreparedCorpus, PreparedError, open_prepared
+from hyper_parallel.errors import ConfigError, Issue
 
 __all__ = ["PreparedDataError", "input_names", "open_for_training"]
 

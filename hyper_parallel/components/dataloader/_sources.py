@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from hyper_parallel._json import loads
-from hyper_parallel.config.errors import InputFileError, Issue
+from hyper_parallel.errors import InputFileError, Issue
 
 __all__ = [
     "CHECKED_RECORDS",

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch.distributed as dist
 
-from hyper_parallel.config.errors import InputFileError
+from hyper_parallel.errors import InputFileError
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup

@@ -489,8 +489,8 @@ class TokenizedSource(_Files):
             overlong_issue,
         )
         from hyper_parallel.components.dataloader._prepared_check import input_names, open_for_training
-        from hyper_parallel.config.errors import InputFileError
         from hyper_parallel.data.shards import tokenizer_fingerprint
+        from hyper_parallel.errors import InputFileError
 
         fingerprint = tokenizer_fingerprint(tokenizer)
         for path in self.paths:
@@ -572,7 +572,7 @@ class ChatSource(_Files):
             document_location,
             overlong_issue,
         )
-        from hyper_parallel.config.errors import InputFileError
+        from hyper_parallel.errors import InputFileError
 
         arrays, names = chat_shards(self, tokenizer)
         if self.overlong != "error":

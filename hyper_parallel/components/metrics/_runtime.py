@@ -324,7 +324,7 @@ class MetricsProcessor:
     # on, since a full disk under a metrics file must not cost the hours of a run (its console line still
     # shows every record, and its checkpoints say for themselves whether they could be saved).
     def _refuse_at_start(self, path: Path, field: str, exc: OSError) -> None:
-        from hyper_parallel.config.errors import InputFileError
+        from hyper_parallel.errors import InputFileError
 
         self._close_quietly()
         if isinstance(exc, NotRegularFileError):

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import attrs
 
-from hyper_parallel.config.errors import ConfigError, InputFileError, Issue, did_you_mean
 from hyper_parallel.config_base import ConfigBase, config_class
+from hyper_parallel.errors import ConfigError, InputFileError, Issue, did_you_mean
 
 if TYPE_CHECKING:
     from hyper_parallel.components.tokenizer._runtime import ByteLevelTokenizer, HFTokenizer

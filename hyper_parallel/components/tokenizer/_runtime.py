@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from hyper_parallel._json import loads
 from hyper_parallel._paths import kind_problem
-from hyper_parallel.config.errors import InputFileError
+from hyper_parallel.errors import InputFileError
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer as _RustTokenizer

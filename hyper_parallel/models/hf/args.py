@@ -101,7 +101,7 @@ class HfArgs(ModelArgs):
         try:
             snapshot(self.hub_id, WEIGHT_FILES)
         except ValueError as exc:  # an input the user can fix: ``ID: problem``, exit status 2
-            from hyper_parallel.config.errors import InputFileError
+            from hyper_parallel.errors import InputFileError
 
             where, _, problem = str(exc).partition(": ")
             raise InputFileError.at(where, problem, "model.path") from None

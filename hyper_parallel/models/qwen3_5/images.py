@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from hyper_parallel._paths import kind_problem
-from hyper_parallel.config.errors import InputFileError
+from hyper_parallel.errors import InputFileError
 
 if TYPE_CHECKING:
     import torch

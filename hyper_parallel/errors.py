@@ -1,8 +1,10 @@
-"""The one exception type of the config layer, and the issues it carries.
+"""The one exception type of the user's input, and the issues it carries.
 
-Every stage (YAML loading, resolving, overrides, dumping) reports problems the same way: a single
-:class:`ConfigError` holding every :class:`Issue` found, so a user fixes a file in one pass instead of
-one error per run.
+Every stage of the config layer (YAML loading, resolving, overrides, dumping) reports problems the same
+way: a single :class:`ConfigError` holding every :class:`Issue` found, so a user fixes a file in one pass
+instead of one error per run; the runtimes report a wrong file the config names the same way
+(:class:`InputFileError`). It sits below the config package, as the runtimes import it: importing a
+runtime loads none of the config machinery.
 """
 
 import functools
