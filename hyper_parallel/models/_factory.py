@@ -66,7 +66,19 @@ def create_spec(
 
     ``flavor`` ``"auto"`` reads them from ``weights_path``'s ``config.json`` (``flavor_from_weights``): the
     table's flavor that writes the same ``config.json``, else ``"config.json"`` and the file's arguments.
+    A Hub id (``org/name[@revision]``) becomes its snapshot folder in the Hub cache (``_hub``; not cached
+    and offline: a one-line ``ValueError``); the launch fetches the weights into it (``hub_id_of``).
     """
+    if weights_path is not None:
+        from hyper_parallel._hub import CONFIG_FILES, is_hub_id, snapshot
+
+        if is_hub_id(weights_path):  # its snapshot folder: config.json now, the weights at the launch
+            try:
+                weights_path = snapshot(weights_path, CONFIG_FILES)
+            except ValueError as exc:  # one line, at the argument that named it
+                from hyper_parallel.config.validation import Problem, Problems
+
+                raise Problems(str(exc), [Problem(("weights_path",), str(exc))]) from None
     if flavor == "auto":
         base, flavor = flavor_from_weights(family, table, weights_path, state_dict_adapter)
     else:

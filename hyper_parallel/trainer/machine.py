@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hyper_parallel._backends import BACKEND_DEVICE
+from hyper_parallel._hub import is_hub_id
 from hyper_parallel._numbers import read_world_size
 from hyper_parallel._paths import entry_kinds, kind_problem
 
@@ -246,7 +247,7 @@ def _named_paths(cfg: TrainerConfig) -> Iterator[tuple[str, str, bool]]:
     """``(field path, file system path, must be a directory)`` for every input the run will read."""
     if cfg.model.weights_path is not None:
         yield "model.weights_path", cfg.model.weights_path, True
-    if cfg.tokenizer.path is not None:
+    if cfg.tokenizer.path is not None and not is_hub_id(cfg.tokenizer.path):  # a Hub id: read from its cache
         yield "tokenizer.path", cfg.tokenizer.path, False
     sections = [("dataloader.dataset", getattr(cfg.dataloader, "dataset", None))]
     if cfg.validator.enable:

@@ -1,4 +1,8 @@
-"""Hugging Face Hub ids as model folders: ``org/name[@revision]`` found in (or fetched into) the Hub cache.
+"""Hugging Face Hub ids as folders: ``org/name[@revision]`` found in (or fetched into) the Hub cache.
+
+Every path that names a model or tokenizer folder accepts one: the transformers target's ``path``, the
+native models' ``weights_path`` and ``tokenizer.path``. It sits at the package root (stdlib only at import)
+so that the components and the models both read it without one importing the other's private modules.
 
 Resolved through ``huggingface_hub`` as its own clients do: its cache (``HF_HUB_CACHE``, else
 ``HF_HOME/hub``, else its default), ``HF_HUB_OFFLINE``. Found in the cache, used as it is; not found while
@@ -14,20 +18,47 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["CONFIG_FILES", "WEIGHT_FILES", "is_hub_id", "pending_download", "snapshot"]
+__all__ = [
+    "CONFIG_FILES",
+    "TOKENIZER_FILES",
+    "WEIGHT_FILES",
+    "hub_id_of",
+    "is_hub_id",
+    "pending_download",
+    "snapshot",
+]
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9._/-]+)?$")
 #: What resolving a config needs of a model repository.
 CONFIG_FILES = ["config.json"]
 #: What training needs of it: the config, the safetensors weights and their index, the tokenizer's files.
 WEIGHT_FILES = ["*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.jinja"]
+#: What building a tokenizer reads of it.
+TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json"]
 #: Patterns a cached snapshot must match for each of the two (else it is incomplete: fetched again).
-_REQUIRED = {"config.json": ["config.json"], "*.safetensors": ["config.json", "*.safetensors"]}
+_REQUIRED = {
+    "config.json": ["config.json"],
+    "*.safetensors": ["config.json", "*.safetensors"],
+    "tokenizer.json": ["tokenizer.json"],
+}
 
 
 def is_hub_id(path: str) -> bool:
     """Whether ``path`` names a Hub repository (``org/name`` or ``org/name@revision``), not a local path."""
     return not Path(path).exists() and _HUB_ID.match(path) is not None
+
+
+def hub_id_of(folder: str) -> str | None:
+    """``org/name@commit`` when ``folder`` is a snapshot in the Hub cache's layout
+    (``.../models--org--name/snapshots/COMMIT``), else None: a resolved folder still names what the launch
+    fetches into it."""
+    where = Path(folder)
+    entry = where.parent.parent.name
+    if where.parent.name != "snapshots" or not entry.startswith("models--"):
+        return None
+    org, sep, name = entry[len("models--") :].partition("--")
+    hub_id = f"{org}/{name}@{where.name}"
+    return hub_id if sep and _HUB_ID.match(hub_id) else None
 
 
 def _settings() -> tuple[str, bool]:
@@ -57,7 +88,9 @@ def snapshot(hub_id: str, patterns: list[str]) -> str:
         folder: str = snapshot_download(  # type: ignore[assignment]
             repo, revision=revision, cache_dir=cache, local_files_only=True, allow_patterns=patterns
         )
-        required = _REQUIRED["*.safetensors" if "*.safetensors" in patterns else "config.json"]
+        required = _REQUIRED[
+            next((p for p in ("*.safetensors", "tokenizer.json") if p in patterns), "config.json")
+        ]
         if all(any(Path(folder).glob(p)) for p in required):
             return folder
     except (OSError, ValueError):
