@@ -61,9 +61,15 @@ def hub_id_of(folder: str) -> str | None:
     return hub_id if sep and _HUB_ID.match(hub_id) else None
 
 
-def _settings() -> tuple[str, bool]:
+def _settings(hub_id: str) -> tuple[str, bool]:
     """The cache folder and whether ``HF_HUB_OFFLINE`` is set, read now (not at huggingface_hub's import)."""
-    from huggingface_hub import constants
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        raise ValueError(
+            f"{hub_id}: huggingface_hub is not installed, and a Hub id needs it "
+            "(python -m pip install -e '.[hf]')"
+        ) from None
 
     cache = os.environ.get("HF_HUB_CACHE") or (
         os.path.join(os.environ["HF_HOME"], "hub") if os.environ.get("HF_HOME") else constants.HF_HUB_CACHE
@@ -80,12 +86,12 @@ def _split(hub_id: str) -> tuple[str, str | None]:
 def snapshot(hub_id: str, patterns: list[str]) -> str:
     """The local snapshot folder of ``hub_id`` holding the files ``patterns`` match (downloaded when online
     and not cached). ``ValueError`` (one line) when it cannot be had."""
+    cache, offline = _settings(hub_id)  # first: refuses in one line without huggingface_hub
     from huggingface_hub import snapshot_download
 
     repo, revision = _split(hub_id)
-    cache, offline = _settings()
     try:
-        folder: str = snapshot_download(  # type: ignore[assignment]
+        folder: str = snapshot_download(
             repo, revision=revision, cache_dir=cache, local_files_only=True, allow_patterns=patterns
         )
         required = _REQUIRED[
@@ -100,9 +106,7 @@ def snapshot(hub_id: str, patterns: list[str]) -> str:
             f"{hub_id}: not in the Hugging Face cache {cache} (HF_HUB_OFFLINE is set: nothing is downloaded)"
         )
     try:
-        fetched: str = snapshot_download(  # type: ignore[assignment]
-            repo, revision=revision, cache_dir=cache, allow_patterns=patterns
-        )
+        fetched: str = snapshot_download(repo, revision=revision, cache_dir=cache, allow_patterns=patterns)
     except Exception as exc:  # huggingface_hub's HTTP, repository and revision errors
         detail = " ".join(str(exc).split())
         raise ValueError(f"{hub_id}: cannot be fetched from the Hugging Face Hub: {detail}") from None
@@ -112,10 +116,10 @@ def snapshot(hub_id: str, patterns: list[str]) -> str:
 def pending_download(hub_id: str, patterns: list[str]) -> str | None:
     """What fetching ``patterns`` of ``hub_id`` would download (``huggingface_hub``'s dry run), as one line;
     None when the cache holds it all."""
+    cache, offline = _settings(hub_id)  # first: refuses in one line without huggingface_hub
     from huggingface_hub import snapshot_download
 
     repo, revision = _split(hub_id)
-    cache, offline = _settings()
     if offline:
         return None  # what the cache lacks is refused where it is read
     try:
@@ -125,7 +129,7 @@ def pending_download(hub_id: str, patterns: list[str]) -> str | None:
     except Exception as exc:
         detail = " ".join(str(exc).split())
         return f"{hub_id}: the Hugging Face Hub cannot be asked what to download: {detail}"
-    missing = [f for f in planned if getattr(f, "will_download", True)]  # type: ignore[union-attr]
+    missing = [f for f in planned if getattr(f, "will_download", True)]
     if not missing:
         return None
     size = sum(int(getattr(f, "file_size", 0) or 0) for f in missing)

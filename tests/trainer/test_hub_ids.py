@@ -4,6 +4,7 @@ in the Hugging Face cache (``HF_HUB_CACHE``), used as the local folder would be;
 
 from __future__ import annotations
 
+import io
 import shutil
 from pathlib import Path
 
@@ -13,11 +14,43 @@ pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
+from hyper_parallel.config import load_config
 from hyper_parallel.config.errors import InputFileError
+from hyper_parallel.launch import main
 from tests.support.components import train_tokenizer
 from tests.support.hub import COMMIT, hub_cache
-from tests.support.trainer import write_hf_weights
-from tests.trainer.test_dry_run_files import QUIET, TINY, config, launch
+from tests.support.trainer import TINY_MODELS, as_flags, write_hf_weights
+
+QUIET = ["--training.max_steps", "1", "--metrics.log_freq", "1"]
+#: The tiny Llama 3 that ``write_hf_weights`` writes.
+TINY = as_flags(TINY_MODELS["llama3"])
+
+
+def launch(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    status = main(list(argv), out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def config(folder: Path, *, model: str = "", tokenizer: str = "ByteTokenizer.Config") -> Path:
+    """A Llama 3 debug config (vocabulary 512) on the built-in corpus, saving what it trains in ``folder``."""
+    text = (
+        "model:\n  _target_: hyper_parallel.models.llama3.create_model_spec\n  flavor: debugmodel\n"
+        f"{model}  overrides:\n    vocab_size: 512\n"
+        f"tokenizer:\n  _target_: hyper_parallel.components.tokenizer.{tokenizer}\n"
+        "dataloader:\n  _target_: hyper_parallel.components.dataloader.TextDataLoader.Config\n"
+        "  num_workers: 0\n  dataset:\n    source: python_docs\n"
+        "training:\n  _target_: hyper_parallel.trainer.config.TrainingConfig\n  seq_len: 32\n"
+        "  global_batch_size: 2\n  micro_batch_size: 2\n  mixed_precision_param: float32\n"
+        "lr_scheduler:\n  _target_: hyper_parallel.components.lr_scheduler.WarmupDecay.Config\n"
+        "  warmup_steps: 0\n"
+        "checkpoint:\n  _target_: hyper_parallel.components.checkpoint.DCPCheckpoint.Config\n"
+        f"  enable: true\n  folder: {folder / 'checkpoints'}\n"
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "run.yaml"
+    path.write_text(text)
+    return path
 
 
 @pytest.fixture
@@ -48,26 +81,21 @@ def test_a_tokenizer_hub_id_builds_the_ids_of_the_local_folder(tmp_path: Path, o
 
 def test_a_native_weights_hub_id_passes_the_dry_run_and_trains(tmp_path: Path, offline_cache: Path) -> None:
     snapshot = hub_cache(offline_cache, "acme/tiny-llama", write_hf_weights)
-    path = config(tmp_path, data="    source: python_docs\n", model="  weights_path: acme/tiny-llama\n")
+    path = config(tmp_path, model="  weights_path: acme/tiny-llama\n")
     status, out, err = launch("--config-file", str(path), "--dry-run", *QUIET, *TINY)
     assert (status, err) == (0, ""), err
     status, out, err = launch("--config-file", str(path), *QUIET, *TINY)
     assert status == 0, err
-    (tmp_path / "local").mkdir()
-    local = config(
-        tmp_path / "local", data="    source: python_docs\n", model=f"  weights_path: {snapshot}\n"
-    )
+    local = config(tmp_path / "local", model=f"  weights_path: {snapshot}\n")
     same = launch("--config-file", str(local), *QUIET, *TINY)
     done = [line for line in out.splitlines() if line.startswith("done: step 1, final loss")]
     assert done == [line for line in same[1].splitlines() if line.startswith("done: ")], same
-    from hyper_parallel.config import load_config
-
-    resolved = load_config(str(path), [])
+    resolved = load_config(str(path))
     assert resolved.model.weights_path == str(snapshot)
 
 
 def test_a_native_weights_hub_id_not_cached_offline_is_one_line(tmp_path: Path, offline_cache: Path) -> None:
-    path = config(tmp_path, data="    source: python_docs\n", model="  weights_path: acme/other\n")
+    path = config(tmp_path, model="  weights_path: acme/other\n")
     for dry in (["--dry-run"], []):
         status, out, err = launch("--config-file", str(path), *dry, *QUIET, *TINY)
         assert (status, out) == (2, ""), err
@@ -79,7 +107,6 @@ def test_a_native_weights_hub_id_not_cached_offline_is_one_line(tmp_path: Path, 
 def test_a_tokenizer_hub_id_not_cached_offline_is_refused_alike(tmp_path: Path, offline_cache: Path) -> None:
     path = config(
         tmp_path,
-        data="    source: python_docs\n",
         tokenizer="HuggingFaceTokenizer.Config\n  path: acme/other",
     )
     for dry in (["--dry-run"], []):
