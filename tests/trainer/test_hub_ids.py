@@ -94,21 +94,37 @@ def test_a_native_weights_hub_id_passes_the_dry_run_and_trains(tmp_path: Path, o
     assert resolved.model.weights_path == str(snapshot)
 
 
-def test_a_native_weights_hub_id_not_cached_offline_is_one_line(tmp_path: Path, offline_cache: Path) -> None:
-    path = config(tmp_path, model="  weights_path: acme/other\n")
-    for dry in (["--dry-run"], []):
-        status, out, err = launch("--config-file", str(path), *dry, *QUIET, *TINY)
-        assert (status, out) == (2, ""), err
-        assert err.splitlines()[0] == f"{path}:4:17: model.weights_path: " + _missing(
-            offline_cache, "acme/other"
-        )
+def test_a_hub_id_not_cached_offline_is_one_line_naming_the_cache(
+    tmp_path: Path, offline_cache: Path
+) -> None:
+    weights = config(tmp_path / "w", model="  weights_path: acme/other\n")
+    tokenizer = config(tmp_path / "t", tokenizer="HuggingFaceTokenizer.Config\n  path: acme/other")
+    for path, where in ((weights, "4:17: model.weights_path"), (tokenizer, "8:9: tokenizer.path")):
+        for dry in (["--dry-run"], []):
+            status, out, err = launch("--config-file", str(path), *dry, *QUIET, *TINY)
+            assert (status, out) == (2, ""), err
+            assert err.splitlines() == [
+                f"{path}:{where}: " + _missing(offline_cache, "acme/other"),
+                "1 problem found; nothing was started.",
+            ]
+        # a config checked away from its files still resolves (the id is kept as written)
+        status, out, err = launch("--config-file", str(path), "--dry-run", "--no-file-checks", *QUIET, *TINY)
+        assert (status, err) == (0, ""), err
+    assert load_config(str(weights)).model.weights_path == "acme/other"
 
 
-def test_a_tokenizer_hub_id_not_cached_offline_is_refused_alike(tmp_path: Path, offline_cache: Path) -> None:
-    path = config(
-        tmp_path,
-        tokenizer="HuggingFaceTokenizer.Config\n  path: acme/other",
+def test_flavor_auto_reads_a_hub_id_at_resolve(tmp_path: Path, offline_cache: Path) -> None:
+    snapshot = hub_cache(offline_cache, "acme/tiny-llama", write_hf_weights)
+    path = config(tmp_path, model="  weights_path: acme/tiny-llama\n").read_text()
+    path = path.replace("flavor: debugmodel", "flavor: auto").replace(
+        "  overrides:\n    vocab_size: 512\n", ""
     )
-    for dry in (["--dry-run"], []):
-        status, out, err = launch("--config-file", str(path), *dry, *QUIET, *TINY)
-        assert (status, out, err) == (2, "", _missing(offline_cache, "acme/other") + "\n")
+    (tmp_path / "auto.yaml").write_text(path)
+    spec = load_config(str(tmp_path / "auto.yaml")).model
+    assert (spec.weights_path, spec.args.dim, spec.args.n_layers) == (str(snapshot), 64, 2)
+    (tmp_path / "other.yaml").write_text(path.replace("acme/tiny-llama", "acme/other"))
+    status, out, err = launch("--config-file", str(tmp_path / "other.yaml"), "--dry-run", *QUIET)
+    assert (status, out) == (2, "")
+    assert err.splitlines()[0] == f"{tmp_path / 'other.yaml'}:4:17: model.weights_path: " + _missing(
+        offline_cache, "acme/other"
+    )
