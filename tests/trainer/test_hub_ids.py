@@ -121,7 +121,7 @@ def test_flavor_auto_reads_a_hub_id_at_resolve(tmp_path: Path, offline_cache: Pa
     )
     (tmp_path / "auto.yaml").write_text(path)
     spec = load_config(str(tmp_path / "auto.yaml")).model
-    assert (spec.weights_path, spec.args.dim, spec.args.n_layers) == (str(snapshot), 64, 2)
+    assert (spec.weights_path, spec.flavor, spec.args.num_layers()) == (str(snapshot), "config.json", 2)
     (tmp_path / "other.yaml").write_text(path.replace("acme/tiny-llama", "acme/other"))
     status, out, err = launch("--config-file", str(tmp_path / "other.yaml"), "--dry-run", *QUIET)
     assert (status, out) == (2, "")
