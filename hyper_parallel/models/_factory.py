@@ -66,7 +66,23 @@ def create_spec(
 
     ``flavor`` ``"auto"`` reads them from ``weights_path``'s ``config.json`` (``flavor_from_weights``): the
     table's flavor that writes the same ``config.json``, else ``"config.json"`` and the file's arguments.
+    A Hub id (``org/name[@revision]``) becomes its snapshot folder in the Hub cache (``_hub``), into which
+    the launch fetches the weights (``hub_id_of``); one it cannot have stays as written, refused by the
+    launch's file checks (at resolve with ``flavor: auto``, which reads its ``config.json`` now).
     """
+    if weights_path is not None:
+        from hyper_parallel._hub import CONFIG_FILES, is_hub_id, snapshot
+
+        if is_hub_id(weights_path):  # its snapshot folder: config.json now, the weights at the launch
+            try:
+                weights_path = snapshot(weights_path, CONFIG_FILES)
+            except ValueError as exc:  # one line, at the argument that named it
+                if flavor == "auto":  # the architecture is read from it now
+                    from hyper_parallel.config.validation import Problem, Problems
+
+                    raise Problems(str(exc), [Problem(("weights_path",), str(exc))]) from None
+                # else kept as written (a config checked away from its files, ``--no-file-checks``, still
+                # resolves): the launch's file checks refuse it with this reason (``machine``)
     if flavor == "auto":
         base, flavor = flavor_from_weights(family, table, weights_path, state_dict_adapter)
     else:

@@ -44,10 +44,10 @@ def check_files(config: TrainerConfig) -> None:
     if spec.weights_path is not None:
         from hyper_parallel.models import check_weights
 
-        fetch = getattr(spec.args, "fetch_weights", None)  # a Hub id's weights, into the cache first
+        fetch = _weights_fetch(spec)  # a Hub id's weights, into the cache first
 
         def fetch_and_check() -> None:
-            if callable(fetch):
+            if fetch is not None:
                 fetch()
             check_weights(spec)
 
@@ -66,8 +66,8 @@ def check_without_torch(config: TrainerConfig) -> None:
     if config.model.weights_path is not None:
         from hyper_parallel.models import check_weights
 
-        fetch = getattr(config.model.args, "fetch_weights", None)
-        pending = fetch(dry_run=True) if callable(fetch) else None
+        fetch = _weights_fetch(config.model)
+        pending = fetch(dry_run=True) if fetch is not None else None
         if pending is None:
             check_weights(config.model)
         else:  # the launch downloads them first, then checks them
@@ -75,6 +75,34 @@ def check_without_torch(config: TrainerConfig) -> None:
     tokenizer = build_tokenizer(config)
     for dataset in sections:
         dataset.check_encoded(tokenizer, config.model.args, config.training.seq_len)
+
+
+def _weights_fetch(spec: Any) -> Any:
+    """What brings a Hub id's weights into the cache (called with ``dry_run=True``: what it would download,
+    as one line or None): the transformers target's own ``fetch_weights``, else, for a native model whose
+    ``weights_path`` is a Hub cache snapshot, a fetch of that snapshot; None for a local folder."""
+    fetch = getattr(spec.args, "fetch_weights", None)
+    if callable(fetch):
+        return fetch
+    from hyper_parallel._hub import hub_id_of
+
+    hub_id = hub_id_of(spec.weights_path)
+    if hub_id is None:
+        return None
+
+    def fetch_snapshot(*, dry_run: bool = False) -> str | None:
+        from hyper_parallel._hub import WEIGHT_FILES, pending_download, snapshot
+
+        if dry_run:
+            return pending_download(hub_id, WEIGHT_FILES)
+        try:
+            snapshot(hub_id, WEIGHT_FILES)
+        except ValueError as exc:  # ``ID: problem``, exit status 2
+            where, _, problem = str(exc).partition(": ")
+            raise InputFileError.at(where, problem, "model.weights_path") from None
+        return None
+
+    return fetch_snapshot
 
 
 def _datasets(config: TrainerConfig) -> list[Any]:

@@ -355,8 +355,10 @@ class HFTokenizer(TokenizerRuntime):
 
 
 def locate_tokenizer(path: str) -> tuple[Path, Path | None]:
-    """``tokenizer.json`` and the optional ``tokenizer_config.json`` beside it, from a file or folder."""
-    where = Path(path)
+    """``tokenizer.json`` and the optional ``tokenizer_config.json`` beside it, from a file or folder, or
+    from the Hub cache's snapshot of a Hub id ``org/name[@revision]`` (not cached and offline: one line
+    naming the id and the cache searched)."""
+    where = Path(_from_hub(path))
     file = where / "tokenizer.json" if where.is_dir() else where
     config = file.parent / "tokenizer_config.json"
     for named in (file, config):  # a FIFO would be waited on (and the config never silently skipped)
@@ -366,6 +368,23 @@ def locate_tokenizer(path: str) -> tuple[Path, Path | None]:
     if not file.is_file():
         raise InputFileError.at(file, "no tokenizer file here (expected a local tokenizer.json)")
     return file, config if config.is_file() else None
+
+
+def _from_hub(path: str) -> str:
+    """``path``, or the snapshot folder holding the tokenizer of the Hub id it names; a model's snapshot
+    folder still without its tokenizer (only its ``config.json`` fetched at resolve) gets it too."""
+    from hyper_parallel._hub import TOKENIZER_FILES, hub_id_of, is_hub_id, snapshot
+
+    hub_id = path if is_hub_id(path) else None
+    if hub_id is None and not (Path(path) / "tokenizer.json").exists():
+        hub_id = hub_id_of(path)
+    if hub_id is None:
+        return path
+    try:
+        return snapshot(hub_id, TOKENIZER_FILES)
+    except ValueError as exc:  # ``ID: problem``, exit status 2
+        where, _, problem = str(exc).partition(": ")
+        raise InputFileError.at(where, problem) from None
 
 
 def read_tokenizer_config(config_file: Path | None) -> dict[str, Any]:

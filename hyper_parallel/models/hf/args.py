@@ -94,7 +94,7 @@ class HfArgs(ModelArgs):
         ``dry_run`` say in one line what that would download (None: nothing; also for a local folder)."""
         if self.hub_id is None:
             return None
-        from hyper_parallel.models.hf._hub import WEIGHT_FILES, pending_download, snapshot
+        from hyper_parallel._hub import WEIGHT_FILES, pending_download, snapshot
 
         if dry_run:
             return pending_download(self.hub_id, WEIGHT_FILES)

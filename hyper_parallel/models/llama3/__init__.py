@@ -36,7 +36,7 @@ def create_model_spec(
 
     Args:
         flavor: Size from the flavor table (debugmodel, 8B, 70B, 405B); auto: weights_path's config.json.
-        weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
+        weights_path: Safetensors weights folder, or a Hub id org/name[@revision]; null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's, e.g. {rope_scaling.factor: 16.0}.
     """
     return create_spec(

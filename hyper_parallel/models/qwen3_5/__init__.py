@@ -55,7 +55,7 @@ def create_model_spec(
 
     Args:
         flavor: Size from the flavor table (debugmodel, 0.8B, 2B, 4B, 9B); auto: weights_path's config.json.
-        weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
+        weights_path: Safetensors weights folder, or a Hub id org/name[@revision]; null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's (e.g. {n_layers: 4}).
     """
     return create_spec(
@@ -84,7 +84,7 @@ def create_vl_model_spec(
 
     Args:
         flavor: Size from the flavor table (debugmodel, 0.8B, 2B, 4B, 9B); auto: weights_path's config.json.
-        weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
+        weights_path: Safetensors weights folder, or a Hub id org/name[@revision]; null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's, e.g. {vision.depth: 2}.
     """
     return create_spec(

@@ -35,7 +35,7 @@ def create_model_spec(
 
     Args:
         flavor: Size from the flavor table (debugmodel, 35B-A3B, 122B-A10B, 397B-A17B), or auto (config.json).
-        weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
+        weights_path: Safetensors weights folder, or a Hub id org/name[@revision]; null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's (e.g. {n_experts: 16}).
     """
     return create_spec(
