@@ -4,12 +4,17 @@ Every path that names a model or tokenizer folder accepts one: the transformers 
 native models' ``weights_path`` and ``tokenizer.path``. It sits at the package root (stdlib only at import)
 so that the components and the models both read it without one importing the other's private modules.
 
+A path is read as transformers reads ``from_pretrained``'s argument: one that exists on this machine is a
+local path; so is one that is absolute, starts with ``.`` or ``~``, has more than one ``/`` before its
+``@``, or is no valid Hub repository id. Only a missing ``org/name[@revision]`` is a Hub id, and since it
+may still be a folder the user forgot to make (``runs/qwen3_5_debug_hf``), a refusal names both readings.
+
 Resolved through ``huggingface_hub`` as its own clients do: its cache (``HF_HUB_CACHE``, else
-``HF_HOME/hub``, else its default), ``HF_HUB_OFFLINE``. Found in the cache, used as it is; not found while
-offline, refused in one line naming the id and the cache searched; online, downloaded with
-``huggingface_hub``'s progress bars. Resolving a config fetches ``config.json`` alone (what the model's
-arguments are read from); the weights are fetched by the launch (rank 0, which reads them), and
-``--dry-run`` only says what the launch would download. huggingface_hub is imported inside the functions.
+``HF_HOME/hub``, else its default), ``HF_HUB_OFFLINE``. Resolving a config only looks into the cache
+(``cached``: never the network); the launch's file checks fetch what the cache lacks (``snapshot``: online,
+with ``huggingface_hub``'s progress bars), and ``--dry-run``'s only ask the Hub whether the id is there
+(``lookup_problem``) and what the launch would download (``pending_download``). huggingface_hub is
+imported inside the functions.
 """
 
 from __future__ import annotations
@@ -22,20 +27,24 @@ __all__ = [
     "CONFIG_FILES",
     "TOKENIZER_FILES",
     "WEIGHT_FILES",
+    "cached",
     "hub_id_of",
     "is_hub_id",
+    "lookup_problem",
     "pending_download",
     "snapshot",
 ]
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9._/-]+)?$")
+#: ``org/name`` (huggingface_hub's repository id rules: letters, digits, ``_.-``, at most 96 each, no
+#: ``--`` or ``..``, no ``.``/``-`` last), then an optional ``@revision`` (a branch, tag or commit).
+_HUB_ID = re.compile(r"^(?P<org>\w[\w.-]{0,95})/(?P<name>\w[\w.-]{0,95})(@[\w./-]+)?$", re.ASCII)
 #: What resolving a config needs of a model repository.
 CONFIG_FILES = ["config.json"]
 #: What training needs of it: the config, the safetensors weights and their index, the tokenizer's files.
 WEIGHT_FILES = ["*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.jinja"]
 #: What building a tokenizer reads of it.
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json"]
-#: Patterns a cached snapshot must match for each of the two (else it is incomplete: fetched again).
+#: Patterns a cached snapshot must match for each of the three (else it is incomplete: fetched again).
 _REQUIRED = {
     "config.json": ["config.json"],
     "*.safetensors": ["config.json", "*.safetensors"],
@@ -44,8 +53,13 @@ _REQUIRED = {
 
 
 def is_hub_id(path: str) -> bool:
-    """Whether ``path`` names a Hub repository (``org/name`` or ``org/name@revision``), not a local path."""
-    return not Path(path).exists() and _HUB_ID.match(path) is not None
+    """Whether ``path`` is read as a Hub id (``org/name[@revision]`` not on this machine) rather than a
+    local path (the module docstring's rules)."""
+    found = _HUB_ID.match(path)
+    if found is None or Path(path).exists():
+        return False
+    parts = (found["org"], found["name"])
+    return not any("--" in p or ".." in p or p[-1] in ".-" or p.endswith(".git") for p in parts)
 
 
 def hub_id_of(folder: str) -> str | None:
@@ -67,8 +81,8 @@ def _settings(hub_id: str) -> tuple[str, bool]:
         from huggingface_hub import constants
     except ImportError:
         raise ValueError(
-            f"{hub_id}: huggingface_hub is not installed, and a Hub id needs it "
-            "(python -m pip install -e '.[hf]')"
+            f"{hub_id} is not on this machine, and huggingface_hub, which would look it up as a Hub id, is "
+            "not installed (python -m pip install -e '.[hf]')"
         ) from None
 
     cache = os.environ.get("HF_HUB_CACHE") or (
@@ -83,10 +97,22 @@ def _split(hub_id: str) -> tuple[str, str | None]:
     return repo, revision or None
 
 
-def snapshot(hub_id: str, patterns: list[str]) -> str:
-    """The local snapshot folder of ``hub_id`` holding the files ``patterns`` match (downloaded when online
-    and not cached). ``ValueError`` (one line) when it cannot be had."""
-    cache, offline = _settings(hub_id)  # first: refuses in one line without huggingface_hub
+def _not_here(hub_id: str, patterns: list[str]) -> str:
+    """The local reading of ``hub_id``, which every refusal names first."""
+    return f"{hub_id} is not a {'file or folder' if patterns == TOKENIZER_FILES else 'folder'} on this machine"
+
+
+def _required(patterns: list[str]) -> list[str]:
+    return _REQUIRED[next((p for p in ("*.safetensors", "tokenizer.json") if p in patterns), "config.json")]
+
+
+def cached(hub_id: str, patterns: list[str]) -> str | None:
+    """The snapshot folder of ``hub_id`` in the cache when it holds what ``patterns`` needs, else None.
+    Never the network (what resolving a config may do)."""
+    try:
+        cache, _ = _settings(hub_id)
+    except ValueError:
+        return None
     from huggingface_hub import snapshot_download
 
     repo, revision = _split(hub_id)
@@ -94,23 +120,80 @@ def snapshot(hub_id: str, patterns: list[str]) -> str:
         folder: str = snapshot_download(
             repo, revision=revision, cache_dir=cache, local_files_only=True, allow_patterns=patterns
         )
-        required = _REQUIRED[
-            next((p for p in ("*.safetensors", "tokenizer.json") if p in patterns), "config.json")
-        ]
-        if all(any(Path(folder).glob(p)) for p in required):
-            return folder
     except (OSError, ValueError):
-        pass
-    if offline:
-        raise ValueError(
-            f"{hub_id}: not in the Hugging Face cache {cache} (HF_HUB_OFFLINE is set: nothing is downloaded)"
+        return None
+    return folder if all(any(Path(folder).glob(p)) for p in _required(patterns)) else None
+
+
+def _offline_problem(hub_id: str, patterns: list[str], cache: str) -> str:
+    partial = cached(hub_id, CONFIG_FILES) if patterns != CONFIG_FILES else None
+    if partial is not None:  # its config.json only (what the resolve needed): the weights are not there
+        missing = [p for p in _required(patterns) if not any(Path(partial).glob(p))]
+        return (
+            f"{hub_id}: the Hugging Face cache (HF_HUB_CACHE={cache}) holds it without "
+            f"{', '.join(missing)} (offline: nothing is downloaded)"
         )
+    return (
+        f"{_not_here(hub_id, patterns)}, and no Hub model of that id is in the cache "
+        f"(HF_HUB_CACHE={cache}; offline)"
+    )
+
+
+def _hub_answer(hub_id: str, patterns: list[str], exc: Exception) -> str:
+    """The Hub's refusal of ``hub_id`` as one line after the local reading (never a traceback)."""
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    repo, revision = _split(hub_id)
+    if isinstance(exc, GatedRepoError):
+        answer = f"answers: gated (accept its terms at https://huggingface.co/{repo}, then hf auth login)"
+    elif isinstance(exc, RepositoryNotFoundError):
+        answer = "answers: not found (no model of that id, or a private one: hf auth login)"
+    elif isinstance(exc, RevisionNotFoundError):
+        answer = f"answers: {repo} has no revision {revision!r}"
+    else:
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        answer = f"cannot be asked ({detail})"
+    return f"{_not_here(hub_id, patterns)}, and the Hugging Face Hub {answer}"
+
+
+def snapshot(hub_id: str, patterns: list[str]) -> str:
+    """The local snapshot folder of ``hub_id`` holding the files ``patterns`` match (downloaded with
+    progress bars when online and not cached). ``ValueError`` (one line) when it cannot be had."""
+    cache, offline = _settings(hub_id)  # first: refuses in one line without huggingface_hub
+    found = cached(hub_id, patterns)
+    if found is not None:
+        return found
+    if offline:
+        raise ValueError(_offline_problem(hub_id, patterns, cache))
+    from huggingface_hub import snapshot_download
+
+    repo, revision = _split(hub_id)
     try:
         fetched: str = snapshot_download(repo, revision=revision, cache_dir=cache, allow_patterns=patterns)
     except Exception as exc:  # huggingface_hub's HTTP, repository and revision errors
-        detail = " ".join(str(exc).split())
-        raise ValueError(f"{hub_id}: cannot be fetched from the Hugging Face Hub: {detail}") from None
+        raise ValueError(_hub_answer(hub_id, patterns, exc)) from None
     return fetched
+
+
+def lookup_problem(hub_id: str, patterns: list[str]) -> str | None:
+    """Why ``hub_id``'s files cannot be had (one line naming both readings), or None: in the cache, or
+    (online) on the Hub, asked without downloading (``--dry-run``)."""
+    try:
+        cache, offline = _settings(hub_id)
+    except ValueError as exc:
+        return str(exc)
+    if cached(hub_id, patterns) is not None:
+        return None
+    if offline:
+        return _offline_problem(hub_id, patterns, cache)
+    from huggingface_hub import snapshot_download
+
+    repo, revision = _split(hub_id)
+    try:
+        snapshot_download(repo, revision=revision, cache_dir=cache, allow_patterns=patterns, dry_run=True)
+    except Exception as exc:
+        return _hub_answer(hub_id, patterns, exc)
+    return None
 
 
 def pending_download(hub_id: str, patterns: list[str]) -> str | None:
@@ -127,8 +210,7 @@ def pending_download(hub_id: str, patterns: list[str]) -> str | None:
             repo, revision=revision, cache_dir=cache, allow_patterns=patterns, dry_run=True
         )
     except Exception as exc:
-        detail = " ".join(str(exc).split())
-        return f"{hub_id}: the Hugging Face Hub cannot be asked what to download: {detail}"
+        return _hub_answer(hub_id, patterns, exc)
     missing = [f for f in planned if getattr(f, "will_download", True)]
     if not missing:
         return None

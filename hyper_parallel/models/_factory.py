@@ -53,10 +53,11 @@ def lookup_flavor(family: str, table: Mapping[str, A], flavor: str) -> A:
 def create_spec(
     family: str,
     table: Mapping[str, ModelArgs],
-    flavor: str,
+    flavor: str | None,
     weights_path: str | None,
     overrides: Mapping[str, OverrideValue] | None,
     *,
+    default: str,
     build_model_fn: Callable[..., Any],
     parallelize_fn: Callable[..., Any],
     state_dict_adapter: type,
@@ -66,24 +67,24 @@ def create_spec(
 
     ``flavor`` ``"auto"`` reads them from ``weights_path``'s ``config.json`` (``flavor_from_weights``): the
     table's flavor that writes the same ``config.json``, else ``"config.json"`` and the file's arguments.
-    A Hub id (``org/name[@revision]``) becomes its snapshot folder in the Hub cache (``_hub``), into which
-    the launch fetches the weights (``hub_id_of``); one it cannot have stays as written, refused by the
-    launch's file checks (at resolve with ``flavor: auto``, which reads its ``config.json`` now).
+    ``flavor`` None (the factories' default) is ``"auto"`` when ``weights_path`` is given, as
+    ``from_pretrained`` reads a folder's ``config.json``, else the family's ``default`` flavor.
+
+    A Hub id (``org/name[@revision]``) in the Hub cache becomes its snapshot folder (``_hub.cached``:
+    never the network), into which the launch fetches the weights (``hub_id_of``). A ``weights_path``
+    that is not on this machine (no folder, no cached snapshot) is kept as written: the launch's file
+    checks refuse it (or fetch the Hub id), and ``auto`` cannot read it yet, so the spec's flavor stays
+    ``ModelSpec.UNREAD`` with the ``default`` flavor's arguments until the launch resolves the config
+    again (a config checked away from its files, ``--no-file-checks``, still resolves).
     """
-    if weights_path is not None:
-        from hyper_parallel._hub import CONFIG_FILES, is_hub_id, snapshot
-
-        if is_hub_id(weights_path):  # its snapshot folder: config.json now, the weights at the launch
-            try:
-                weights_path = snapshot(weights_path, CONFIG_FILES)
-            except ValueError as exc:  # one line, at the argument that named it
-                if flavor == "auto":  # the architecture is read from it now
-                    from hyper_parallel.config.validation import Problem, Problems
-
-                    raise Problems(str(exc), [Problem(("weights_path",), str(exc))]) from None
-                # else kept as written (a config checked away from its files, ``--no-file-checks``, still
-                # resolves): the launch's file checks refuse it with this reason (``machine``)
-    if flavor == "auto":
+    if flavor is None:
+        flavor = "auto" if weights_path is not None else default
+    folder = _weights_folder(weights_path)
+    if folder is not None:
+        weights_path = folder
+    if flavor == "auto" and weights_path is not None and folder is None:
+        base, flavor = lookup_flavor(family, table, default), ModelSpec.UNREAD
+    elif flavor == "auto":
         base, flavor = flavor_from_weights(family, table, weights_path, state_dict_adapter)
     else:
         base = lookup_flavor(family, table, flavor)
@@ -98,6 +99,20 @@ def create_spec(
         state_dict_adapter=state_dict_adapter,
         init_fn=init_fn,
     )
+
+
+def _weights_folder(weights_path: str | None) -> str | None:
+    """The folder ``weights_path`` names on this machine: itself, or a Hub id's cached snapshot (its
+    ``config.json``); None when there is none (yet)."""
+    from pathlib import Path
+
+    from hyper_parallel._hub import CONFIG_FILES, cached, is_hub_id
+
+    if weights_path is None:
+        return None
+    if is_hub_id(weights_path):
+        return cached(weights_path, CONFIG_FILES)
+    return weights_path if Path(weights_path).is_dir() else None
 
 
 #: Most bytes a ``config.json`` may have (a real one is a few kilobytes).

@@ -97,9 +97,8 @@ def _weights_fetch(spec: Any) -> Any:
             return pending_download(hub_id, WEIGHT_FILES)
         try:
             snapshot(hub_id, WEIGHT_FILES)
-        except ValueError as exc:  # ``ID: problem``, exit status 2
-            where, _, problem = str(exc).partition(": ")
-            raise InputFileError.at(where, problem, "model.weights_path") from None
+        except ValueError as exc:  # one line naming the id and the cache, exit status 2
+            raise InputFileError([Issue("model.weights_path", str(exc), "")]) from None
         return None
 
     return fetch_snapshot

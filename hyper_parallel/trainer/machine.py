@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hyper_parallel._backends import BACKEND_DEVICE
-from hyper_parallel._hub import CONFIG_FILES, TOKENIZER_FILES, is_hub_id, snapshot
+from hyper_parallel._hub import CONFIG_FILES, TOKENIZER_FILES, is_hub_id, lookup_problem, snapshot
 from hyper_parallel._numbers import read_world_size
 from hyper_parallel._paths import entry_kinds, kind_problem
 
@@ -122,7 +122,7 @@ def machine_issues(cfg: TrainerConfig, *, training: bool, files: bool | None = N
     if old_torch is not None:
         issues.append(("", old_torch))
     if training if files is None else files:
-        issues.extend(_missing_files(cfg))
+        issues.extend(_missing_files(cfg, fetch=training))
     return issues
 
 
@@ -263,9 +263,12 @@ def _named_paths(cfg: TrainerConfig) -> Iterator[tuple[str, str, bool]]:
 _HUB_FILES = {"model.weights_path": CONFIG_FILES, "tokenizer.path": TOKENIZER_FILES}
 
 
-def _hub_problem(hub_id: str, patterns: list[str]) -> str | None:
-    """Why ``hub_id``'s files cannot be had (one line naming the id and the cache), or None: found in the
-    cache, or fetched (online: the small files the resolve and the tokenizer read, never the weights)."""
+def _hub_problem(hub_id: str, patterns: list[str], *, fetch: bool) -> str | None:
+    """Why ``hub_id``'s files cannot be had (one line naming both readings of the path and the cache), or
+    None: in the cache, or (online) fetched when ``fetch`` (the launch: the small files the resolve and the
+    tokenizer read, never the weights), else found on the Hub without downloading (``--dry-run``)."""
+    if not fetch:
+        return lookup_problem(hub_id, patterns)
     try:
         snapshot(hub_id, patterns)
     except ValueError as exc:
@@ -273,11 +276,11 @@ def _hub_problem(hub_id: str, patterns: list[str]) -> str | None:
     return None
 
 
-def _missing_files(cfg: TrainerConfig) -> Iterator[tuple[str, str]]:
+def _missing_files(cfg: TrainerConfig, *, fetch: bool) -> Iterator[tuple[str, str]]:
     for field, raw, directory in _named_paths(cfg):
         path = Path(raw)
         if field in _HUB_FILES and is_hub_id(raw):  # no such path here: a Hub id, had from its cache
-            if (problem := _hub_problem(raw, _HUB_FILES[field])) is not None:
+            if (problem := _hub_problem(raw, _HUB_FILES[field], fetch=fetch)) is not None:
                 yield field, problem
         elif (problem := kind_problem(path)) is not None:
             yield field, f"{raw!r} {problem}"

@@ -61,8 +61,11 @@ def offline_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cache
 
 
-def _missing(cache: Path, hub_id: str) -> str:
-    return f"{hub_id}: not in the Hugging Face cache {cache} (HF_HUB_OFFLINE is set: nothing is downloaded)"
+def _missing(cache: Path, hub_id: str, kind: str = "folder") -> str:
+    return (
+        f"{hub_id} is not a {kind} on this machine, and no Hub model of that id is in the cache "
+        f"(HF_HUB_CACHE={cache}; offline)"
+    )
 
 
 def test_a_tokenizer_hub_id_builds_the_ids_of_the_local_folder(tmp_path: Path, offline_cache: Path) -> None:
@@ -76,7 +79,7 @@ def test_a_tokenizer_hub_id_builds_the_ids_of_the_local_folder(tmp_path: Path, o
         assert built.eos_id == 2
     with pytest.raises(InputFileError) as caught:
         HuggingFaceTokenizer.Config(path="acme/other").build()
-    assert str(caught.value) == _missing(offline_cache, "acme/other")
+    assert str(caught.value) == "tokenizer.path: " + _missing(offline_cache, "acme/other", "file or folder")
 
 
 def test_a_native_weights_hub_id_passes_the_dry_run_and_trains(tmp_path: Path, offline_cache: Path) -> None:
@@ -99,12 +102,13 @@ def test_a_hub_id_not_cached_offline_is_one_line_naming_the_cache(
 ) -> None:
     weights = config(tmp_path / "w", model="  weights_path: acme/other\n")
     tokenizer = config(tmp_path / "t", tokenizer="HuggingFaceTokenizer.Config\n  path: acme/other")
-    for path, where in ((weights, "4:17: model.weights_path"), (tokenizer, "8:9: tokenizer.path")):
+    cases = ((weights, "4:17: model.weights_path", "folder"), (tokenizer, "8:9: tokenizer.path", "file or folder"))
+    for path, where, kind in cases:
         for dry in (["--dry-run"], []):
             status, out, err = launch("--config-file", str(path), *dry, *QUIET, *TINY)
             assert (status, out) == (2, ""), err
             assert err.splitlines() == [
-                f"{path}:{where}: " + _missing(offline_cache, "acme/other"),
+                f"{path}:{where}: " + _missing(offline_cache, "acme/other", kind),
                 "1 problem found; nothing was started.",
             ]
         # a config checked away from its files still resolves (the id is kept as written)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from hyper_parallel._json import loads
 from hyper_parallel._paths import kind_problem
-from hyper_parallel.config.errors import InputFileError
+from hyper_parallel.config.errors import InputFileError, Issue
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer as _RustTokenizer
@@ -382,9 +382,8 @@ def _from_hub(path: str) -> str:
         return path
     try:
         return snapshot(hub_id, TOKENIZER_FILES)
-    except ValueError as exc:  # ``ID: problem``, exit status 2
-        where, _, problem = str(exc).partition(": ")
-        raise InputFileError.at(where, problem) from None
+    except ValueError as exc:  # one line naming both readings of the path, exit status 2
+        raise InputFileError([Issue("tokenizer.path", str(exc), "")]) from None
 
 
 def read_tokenizer_config(config_file: Path | None) -> dict[str, Any]:

@@ -101,10 +101,9 @@ class HfArgs(ModelArgs):
         try:
             snapshot(self.hub_id, WEIGHT_FILES)
         except ValueError as exc:  # an input the user can fix: ``ID: problem``, exit status 2
-            from hyper_parallel.config.errors import InputFileError
+            from hyper_parallel.config.errors import InputFileError, Issue
 
-            where, _, problem = str(exc).partition(": ")
-            raise InputFileError.at(where, problem, "model.path") from None
+            raise InputFileError([Issue("model.path", str(exc), "")]) from None
         return None
 
     # -- what the built model says --------------------------------------------------------------------
