@@ -545,10 +545,14 @@ def warnings(cfg: "TrainerConfig") -> Issues:
     if cfg.training.max_steps is not None:
         yield from step_warnings(cfg, cfg.training.max_steps)
     if cfg.model.flavor_unread:
+        from hyper_parallel._hub import is_hub_id
+
+        weights = str(cfg.model.weights_path)
+        where = f"the Hub model {weights}'s " if is_hub_id(weights) else f"{weights}/"
         yield (
             "model.flavor",
-            f"auto reads the architecture from {cfg.model.weights_path}/config.json, not on this machine: "
-            "until the launch reads it, the checks and estimates use the default flavor's sizes",
+            f"auto reads the architecture from {where}config.json, not on this machine: until the launch "
+            "reads it, the checks and estimates use the default flavor's sizes",
         )
 
 

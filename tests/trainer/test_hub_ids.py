@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
-from hyper_parallel.config import load_config
+from hyper_parallel.config import ConfigWarning, load_config
 from hyper_parallel.config.errors import InputFileError
 from hyper_parallel.launch import main
 from tests.support.components import train_tokenizer
@@ -102,7 +103,10 @@ def test_a_hub_id_not_cached_offline_is_one_line_naming_the_cache(
 ) -> None:
     weights = config(tmp_path / "w", model="  weights_path: acme/other\n")
     tokenizer = config(tmp_path / "t", tokenizer="HuggingFaceTokenizer.Config\n  path: acme/other")
-    cases = ((weights, "4:17: model.weights_path", "folder"), (tokenizer, "8:9: tokenizer.path", "file or folder"))
+    cases = (
+        (weights, "4:17: model.weights_path", "folder"),
+        (tokenizer, "8:9: tokenizer.path", "file or folder"),
+    )
     for path, where, kind in cases:
         for dry in (["--dry-run"], []):
             status, out, err = launch("--config-file", str(path), *dry, *QUIET, *TINY)
@@ -132,3 +136,162 @@ def test_flavor_auto_reads_a_hub_id_at_resolve(tmp_path: Path, offline_cache: Pa
     assert err.splitlines()[0] == f"{tmp_path / 'other.yaml'}:4:17: model.weights_path: " + _missing(
         offline_cache, "acme/other"
     )
+
+
+def test_a_missing_weights_folder_of_flavor_auto_is_one_problem_at_the_dry_run(
+    tmp_path: Path, offline_cache: Path
+) -> None:
+    text = (
+        config(tmp_path, model="  weights_path: WEIGHTS\n").read_text().replace("  flavor: debugmodel\n", "")
+    )
+    for weights, kind in ((str(tmp_path / "none"), "absolute"), ("acme/not-made-yet", "hub")):
+        path = tmp_path / f"{kind}.yaml"
+        path.write_text(text.replace("WEIGHTS", weights))
+        status, out, err = launch("--config-file", str(path), "--dry-run", *QUIET)
+        assert (status, out) == (2, ""), err
+        absent = f"{weights!r} is not a directory on this machine"
+        problem = absent if kind == "absolute" else _missing(offline_cache, weights)
+        assert err.splitlines() == [
+            f"{path}:3:17: model.weights_path: {problem}",
+            "1 problem found; nothing was started.",
+        ]
+
+
+def test_a_named_flavor_the_folder_disagrees_with_is_one_report_of_the_differing_fields(
+    tmp_path: Path,
+) -> None:
+    weights = write_hf_weights(tmp_path / "weights")
+    path = config(tmp_path, model=f"  weights_path: {weights}\n")
+    status, out, err = launch("--config-file", str(path), "--dry-run", *QUIET)
+    file = weights / "config.json"
+    assert (status, out) == (2, "")
+    assert err.splitlines() == [
+        f"{file}: llama3 debugmodel differs from this config.json (model.flavor auto reads it) in:",
+        f"{file}: hidden_size is 64 here, llama3 debugmodel has 256; model.overrides.dim: 64 fits",
+        f"{file}: intermediate_size is 192 here, llama3 debugmodel has 704",
+        f"{file}: num_hidden_layers is 2 here, llama3 debugmodel has 4; model.overrides.n_layers: 2 fits",
+        f"{file}: num_attention_heads is 4 here, llama3 debugmodel has 8; model.overrides.n_heads: 4 fits",
+        f"{file}: num_key_value_heads is 2 here, llama3 debugmodel has 4; model.overrides.n_kv_heads: 2 fits",
+        f"{file}: head_dim is 16 here, llama3 debugmodel has 32; model.overrides.n_heads: 16 fits",
+    ]
+    # the flavor left out: auto reads the folder, and the same dry-run passes
+    (tmp_path / "auto.yaml").write_text(path.read_text().replace("  flavor: debugmodel\n", ""))
+    status, out, err = launch("--config-file", str(tmp_path / "auto.yaml"), "--dry-run", *QUIET)
+    assert (status, err) == (0, ""), err
+    assert load_config(str(tmp_path / "auto.yaml")).model.flavor == "config.json"
+
+
+@pytest.mark.parametrize(
+    ("path", "hub"),
+    [
+        ("acme/tiny-llama", True),
+        ("acme/tiny-llama@main", True),
+        ("acme/tiny-llama@refs/pr/1", True),
+        ("runs/qwen3_5_debug_hf", True),  # may be a folder not made yet: a refusal names both readings
+        ("/abs/tiny-llama", False),
+        ("./acme/tiny-llama", False),
+        ("~/tiny-llama", False),
+        ("runs/a/b", False),
+        ("tiny-llama", False),
+        ("acme/tiny--llama", False),
+        ("acme/tiny..llama", False),
+        ("acme/tiny-llama.", False),
+        ("acme/tiny llama", False),
+    ],
+)
+def test_only_a_missing_org_name_that_is_a_valid_repo_id_is_a_hub_id(path: str, hub: bool) -> None:
+    from hyper_parallel._hub import is_hub_id
+
+    assert is_hub_id(path) is hub
+
+
+def test_an_existing_path_of_hub_id_shape_is_a_local_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hyper_parallel._hub import is_hub_id
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "acme" / "tiny-llama").mkdir(parents=True)
+    assert not is_hub_id("acme/tiny-llama")
+
+
+def _refused(kind: type[Exception]) -> Exception:
+    """One of huggingface_hub's HTTP errors without a response (what the tests need of it: its class)."""
+    error = kind.__new__(kind)
+    Exception.__init__(error, "404 Client Error")
+    return error
+
+
+def test_online_the_hubs_answer_is_one_line_after_the_local_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    from hyper_parallel._hub import CONFIG_FILES, lookup_problem, snapshot
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    answer: list[Exception] = []
+
+    def hub(*args: object, local_files_only: bool = False, **kwargs: object) -> str:
+        if local_files_only:
+            raise FileNotFoundError("not cached")  # as huggingface_hub says it (LocalEntryNotFoundError)
+        raise answer[0]
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub)
+    hub_page = "https://huggingface.co/acme/x"
+    expected = [
+        (
+            "acme/x",
+            RepositoryNotFoundError,
+            "answers: not found (no model of that id, or a private one: hf auth login)",
+        ),
+        ("acme/x", GatedRepoError, f"answers: gated (accept its terms at {hub_page}, then hf auth login)"),
+        ("acme/x@v9", RevisionNotFoundError, "answers: acme/x has no revision 'v9'"),
+        ("acme/x", ConnectionError, "cannot be asked (404 Client Error)"),
+    ]
+    for hub_id, kind, said in expected:
+        answer[:] = [_refused(kind)]
+        line = f"{hub_id} is not a folder on this machine, and the Hugging Face Hub {said}"
+        assert lookup_problem(hub_id, CONFIG_FILES) == line
+        with pytest.raises(ValueError) as caught:
+            snapshot(hub_id, CONFIG_FILES)
+        assert str(caught.value) == line
+
+
+def test_flavor_auto_of_a_hub_id_fetched_by_the_launch_is_read_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub
+
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    real = huggingface_hub.snapshot_download
+    fetched: list[object] = []
+
+    def hub(repo: str, *args: object, local_files_only: bool = False, **kwargs: Any) -> Any:
+        if not (local_files_only or kwargs.get("dry_run")):  # "downloads" the whole repository once
+            if not fetched:
+                hub_cache(cache, repo, write_hf_weights)
+            fetched.append(kwargs.get("allow_patterns"))
+        return real(repo, *args, local_files_only=True, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub)
+    text = config(tmp_path, model="  weights_path: acme/tiny-llama\n").read_text()
+    path = tmp_path / "auto.yaml"
+    path.write_text(
+        text.replace("  flavor: debugmodel\n", "").replace("  overrides:\n    vocab_size: 512\n", "")
+    )
+    with pytest.warns(ConfigWarning) as said:
+        assert load_config(str(path)).model.flavor_unread  # the resolve never asks the Hub
+    assert str(said[0].message) == (
+        f"{path}:2:3: model.flavor: auto reads the architecture from the Hub model acme/tiny-llama's "
+        "config.json, not on this machine: until the launch reads it, the checks and estimates use the "
+        "default flavor's sizes"
+    )
+    status, out, err = launch("--config-file", str(path), *QUIET)
+    assert (status, err) == (0, ""), err
+    assert fetched[0] == ["config.json"]  # by the file checks, then the weights by rank 0's
+    assert out.count("done: step 1") == 1
