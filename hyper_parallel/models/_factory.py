@@ -77,12 +77,13 @@ def create_spec(
     ``ModelSpec.UNREAD`` with the ``default`` flavor's arguments until the launch resolves the config
     again (a config checked away from its files, ``--no-file-checks``, still resolves).
     """
+    from hyper_parallel._hub import CONFIG_FILES, cached, is_hub_id
+
     if flavor is None:
         flavor = "auto" if weights_path is not None else default
-    folder = _weights_folder(weights_path)
-    if folder is not None:
-        weights_path = folder
-    if flavor == "auto" and weights_path is not None and folder is None:
+    if weights_path is not None and is_hub_id(weights_path):  # its cached snapshot, where there is one
+        weights_path = cached(weights_path, CONFIG_FILES) or weights_path
+    if flavor == "auto" and weights_path is not None and not _is_folder(weights_path):
         base, flavor = lookup_flavor(family, table, default), ModelSpec.UNREAD
     elif flavor == "auto":
         base, flavor = flavor_from_weights(family, table, weights_path, state_dict_adapter)
@@ -101,18 +102,14 @@ def create_spec(
     )
 
 
-def _weights_folder(weights_path: str | None) -> str | None:
-    """The folder ``weights_path`` names on this machine: itself, or a Hub id's cached snapshot (its
-    ``config.json``); None when there is none (yet)."""
+def _is_folder(weights_path: str) -> bool:
+    """Whether ``weights_path`` is a folder on this machine (a Hub id the cache lacks is not); asked only
+    by ``flavor: auto``, so that a named flavor's factory touches no file for a local path."""
     from pathlib import Path
 
-    from hyper_parallel._hub import CONFIG_FILES, cached, is_hub_id
+    from hyper_parallel._hub import is_hub_id
 
-    if weights_path is None:
-        return None
-    if is_hub_id(weights_path):
-        return cached(weights_path, CONFIG_FILES)
-    return weights_path if Path(weights_path).is_dir() else None
+    return not is_hub_id(weights_path) and Path(weights_path).is_dir()
 
 
 #: Most bytes a ``config.json`` may have (a real one is a few kilobytes).
