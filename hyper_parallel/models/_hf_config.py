@@ -7,13 +7,14 @@ LM, built by the transformers path (``models.hf``) from the folder. Torch-free.
 """
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
 
 from hyper_parallel.models.spec import ModelSpec
 
-__all__ = ["HF_MODEL_TYPES", "spec_from_hf_config"]
+__all__ = ["HF_MODEL_TYPES", "folder_spec", "spec_from_hf_config"]
 
 
 def _llama3() -> tuple[Callable[..., ModelSpec], Mapping[str, Any]]:
@@ -78,13 +79,24 @@ def spec_from_hf_config(config: Mapping[str, Any], weights_path: str | None = No
 
 
 def _transformers_spec(weights_path: str, refusal: str) -> ModelSpec:
-    """The transformers path's spec of the folder ``weights_path`` (``models.hf``), or ``ValueError`` with
-    both refusals: the native models' (``refusal``) and transformers'."""
-    from hyper_parallel.factory_calls import undecorated
+    """The transformers path's spec of the folder ``weights_path`` (``models.hf``, a recorded call), or
+    ``ValueError`` with both refusals: the native models' (``refusal``) and transformers'."""
     from hyper_parallel.models.hf import create_model_spec
 
     try:
-        spec: ModelSpec = undecorated(create_model_spec)(path=weights_path)
+        return create_model_spec(path=weights_path)
     except ValueError as exc:
-        raise ValueError(f"{refusal}, and the transformers path refuses it: {exc}") from None
-    return spec
+        detail = str(exc).removeprefix(f"{Path(weights_path) / 'config.json'}: ")  # the caller names it
+        raise ValueError(f"{refusal}, and the transformers path refuses it: {detail}") from None
+
+
+def folder_spec(config: Mapping[str, Any], folder: str) -> ModelSpec:
+    """The spec a config naming the Hugging Face ``folder`` (``config`` its parsed ``config.json``) makes,
+    as a recorded factory call, so that the config holding it still dumps: the native family's factory
+    with ``weights_path`` (flavor auto reads the folder), else the transformers path's. ``ValueError``
+    (one line) as :func:`spec_from_hf_config`."""
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type in HF_MODEL_TYPES:
+        factory, _ = HF_MODEL_TYPES[model_type]()
+        return factory(weights_path=folder)
+    return spec_from_hf_config(config, folder)

@@ -167,10 +167,11 @@ class ModelSpec:
 
     def title(self) -> str:
         """``qwen3_5 debugmodel + n_layers=6, dim=512``: the family, the flavor and the arguments its factory
-        was asked to override (what the flavor's name alone would misstate)."""
+        was asked to override (what the flavor's name alone would misstate); an unread ``auto`` says so."""
         made = getattr(self.recipe, "args", None)
         overrides = made.get("overrides") if isinstance(made, Mapping) else None
-        shown = f"{self.name} {self.flavor}"
+        flavor = f"{self.flavor} (config.json not read yet: the default flavor's sizes)"
+        shown = f"{self.name} {flavor if self.flavor_unread else self.flavor}"
         if isinstance(overrides, Mapping) and overrides:
             shown += " + " + ", ".join(f"{key}={value}" for key, value in overrides.items())
         return shown

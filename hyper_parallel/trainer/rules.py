@@ -537,23 +537,12 @@ def warnings(cfg: "TrainerConfig") -> Issues:
 
     The run starts all the same (``load_config(strict=True)`` and ``--strict`` refuse it): a warmup or a
     decay that does not fit in ``training.max_steps`` (warmup keeps its length, the decay is shortened),
-    and validation, profiling or metrics whose period exceeds the run, so they never run; a ``flavor: auto``
-    whose ``config.json`` is not on this machine yet (checked as the default flavor). A run by
+    and validation, profiling or metrics whose period exceeds the run, so they never run. A run by
     ``training.epochs`` has no step count yet: the trainer asks :func:`step_warnings` once the data is
     loaded.
     """
     if cfg.training.max_steps is not None:
         yield from step_warnings(cfg, cfg.training.max_steps)
-    if cfg.model.flavor_unread:
-        from hyper_parallel._hub import is_hub_id
-
-        weights = str(cfg.model.weights_path)
-        where = f"the Hub model {weights}'s " if is_hub_id(weights) else f"{weights}/"
-        yield (
-            "model.flavor",
-            f"auto reads the architecture from {where}config.json, not on this machine: until the launch "
-            "reads it, the checks and estimates use the default flavor's sizes",
-        )
 
 
 def step_warnings(cfg: "TrainerConfig", max_steps: int, steps: str = "training.max_steps") -> Issues:

@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
-from hyper_parallel.config import ConfigWarning, load_config
+from hyper_parallel.config import load_config
 from hyper_parallel.config.errors import InputFileError
 from hyper_parallel.launch import main
 from tests.support.components import train_tokenizer
@@ -284,13 +284,7 @@ def test_flavor_auto_of_a_hub_id_fetched_by_the_launch_is_read_then(
     path.write_text(
         text.replace("  flavor: debugmodel\n", "").replace("  overrides:\n    vocab_size: 512\n", "")
     )
-    with pytest.warns(ConfigWarning) as said:
-        assert load_config(str(path)).model.flavor_unread  # the resolve never asks the Hub
-    assert str(said[0].message) == (
-        f"{path}:2:3: model.flavor: auto reads the architecture from the Hub model acme/tiny-llama's "
-        "config.json, not on this machine: until the launch reads it, the checks and estimates use the "
-        "default flavor's sizes"
-    )
+    assert load_config(str(path)).model.flavor_unread  # the resolve never asks the Hub
     status, out, err = launch("--config-file", str(path), *QUIET)
     assert (status, err) == (0, ""), err
     assert fetched[0] == ["config.json"]  # by the file checks, then the weights by rank 0's
