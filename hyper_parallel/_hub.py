@@ -99,7 +99,9 @@ def _split(hub_id: str) -> tuple[str, str | None]:
 
 def _not_here(hub_id: str, patterns: list[str]) -> str:
     """The local reading of ``hub_id``, which every refusal names first."""
-    return f"{hub_id} is not a {'file or folder' if patterns == TOKENIZER_FILES else 'folder'} on this machine"
+    return (
+        f"{hub_id} is not a {'file or folder' if patterns == TOKENIZER_FILES else 'folder'} on this machine"
+    )
 
 
 def _required(patterns: list[str]) -> list[str]:

@@ -8,7 +8,8 @@ receive their shards); ``check_weights`` checks a weights folder against a spec'
 is built (``config.json``, safetensors headers, names, shapes and dtypes; ``check_tensors`` the headers
 alone, which every reader of such a folder runs before reading a tensor); ``read_safetensors_folder``
 reads such a folder's tensors (headers checked first); ``spec_from_hf_config`` rebuilds the spec an
-exported ``config.json`` describes (``folder_spec`` as a config's recorded factory call); ``generate_ids`` decodes with the models' inference cache;
+exported ``config.json`` describes (``folder_spec``: as a recorded factory call); ``generate_ids`` decodes
+with the models' inference cache;
 ``parameter_seed`` is the seed each named parameter is drawn from (adapters are drawn alike) and
 ``is_adapter`` tells an adapter's name (``LORA_A`` / ``LORA_B``), both torch-free;
 ``size_problem`` refuses a config larger than the weights it comes with (``folder_values``: what a

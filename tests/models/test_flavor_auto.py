@@ -4,9 +4,9 @@ The table's flavor whose ``config.json`` the folder holds is picked by name (its
 of no flavor gives the arguments it describes, named ``config.json``; ``overrides`` apply on top. Without
 ``weights_path``, without the file, or with another model's ``model_type``, the factory refuses in one
 line. A ``weights_path`` not on this machine leaves the flavor unread (the default flavor's arguments)
-until the launch, whose file checks refuse or fetch it (its title says so). ``flavor`` left out is ``auto`` where
-``weights_path`` is given, else the family's default, and a config dumped loads back equal. Torch-free: the
-folders hold only the ``config.json`` the state-dict adapters write.
+until the launch, whose file checks refuse or fetch it (its title says so). ``flavor`` left out is
+``auto`` where ``weights_path`` is given, else the family's default, and a config dumped loads back equal.
+Torch-free: the folders hold only the ``config.json`` the state-dict adapters write.
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ def test_generate_continues_from_the_export_as_from_its_checkpoint_and_as_transf
     flags = ["--prompt", PROMPT, "--max-new-tokens", "12"]
     status, out, err = _generate(capsys, str(checkpoint), *flags)
     assert status == 0, err
-    assert out.startswith(PROMPT) and len(out) > len(PROMPT) + 1
+    assert out.startswith(PROMPT)
+    assert len(out) > len(PROMPT) + 1  # some continuation
     assert _generate(capsys, str(exported), *flags) == (0, out, f"generate: {exported} (hf mistral)\n")
 
     loaded = generate.load_model(exported)

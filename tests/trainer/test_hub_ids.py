@@ -255,7 +255,7 @@ def test_online_the_hubs_answer_is_one_line_after_the_local_reading(
         answer[:] = [_refused(kind)]
         line = f"{hub_id} is not a folder on this machine, and the Hugging Face Hub {said}"
         assert lookup_problem(hub_id, CONFIG_FILES) == line
-        with pytest.raises(ValueError) as caught:
+        with pytest.raises(ValueError, match="Hugging Face Hub") as caught:
             snapshot(hub_id, CONFIG_FILES)
         assert str(caught.value) == line
 
