@@ -35,7 +35,7 @@ def create_model_spec(
     mistyped values and inconsistent dimensions raise ``ValueError``.
 
     Args:
-        flavor: debugmodel, 8B, 70B, 405B, or auto: weights_path's config.json (null: auto if given, else 8B).
+        flavor: debugmodel, 8B, 70B, 405B, or auto: weights_path's config.json (default if set, else 8B).
         weights_path: Safetensors weights folder, or a Hub id org/name[@revision]; null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's, e.g. {rope_scaling.factor: 16.0}.
     """

@@ -54,7 +54,7 @@ def create_model_spec(
     Unknown override names, mistyped values and inconsistent dimensions raise ``ValueError``.
 
     Args:
-        flavor: debugmodel, 0.8B, 2B, 4B, 9B; auto: weights_path's config.json (null: auto if set, else 0.8B)
+        flavor: debugmodel, 0.8B, 2B, 4B, 9B, or auto: weights_path's config.json (default if set, else 0.8B).
         weights_path: Safetensors weights folder, or a Hub id org/name[@revision]; null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's (e.g. {n_layers: 4}).
     """
@@ -84,7 +84,7 @@ def create_vl_model_spec(
     values and inconsistent dimensions raise ``ValueError``.
 
     Args:
-        flavor: debugmodel, 0.8B, 2B, 4B, 9B; auto: weights_path's config.json (null: auto if set, else 0.8B)
+        flavor: debugmodel, 0.8B, 2B, 4B, 9B, or auto: weights_path's config.json (default if set, else 0.8B).
         weights_path: Safetensors weights folder, or a Hub id org/name[@revision]; null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's, e.g. {vision.depth: 2}.
     """

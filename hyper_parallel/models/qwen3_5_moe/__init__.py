@@ -34,7 +34,7 @@ def create_model_spec(
     Unknown override names, mistyped values and inconsistent dimensions raise ``ValueError``.
 
     Args:
-        flavor: debugmodel, 35B-A3B, 122B-A10B, 397B-A17B, or auto (null: auto if weights_path, else 35B-A3B).
+        flavor: debugmodel, 35B-A3B, 122B-A10B, 397B-A17B, or auto (default if weights_path, else 35B-A3B).
         weights_path: Safetensors weights folder, or a Hub id org/name[@revision]; null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's (e.g. {n_experts: 16}).
     """
