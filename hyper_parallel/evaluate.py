@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from hyper_parallel._numbers import read_world_size
 from hyper_parallel.config import ConfigError, Issue
-from hyper_parallel.config.manager import load_config_report
+from hyper_parallel.config.manager import ConfigReport, load_config_report
 from hyper_parallel.generate import GenerateError, hf_folder_spec, is_hf_folder
 from hyper_parallel.launch import (
     EXIT_INPUT_ERROR,
@@ -339,15 +339,20 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         return report_issues(
             [Issue("", f"world size must be a positive integer, got {text.strip()!r}", "$WORLD_SIZE")], err
         )
-    try:
-        loaded = load_config_report(
-            args.config_file,
+    config_file = args.config_file
+
+    def resolve() -> ConfigReport:
+        return load_config_report(
+            config_file,
             args.overrides,
             allowed_targets=args.allow_target,
             world_size=world_size,
             strict=args.strict,
             command_line=True,
         )
+
+    try:
+        loaded = resolve()
     except ConfigError as exc:
         return report_issues(exc.issues, err)
     cfg = loaded.config
@@ -368,6 +373,12 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     refused = [*rules.trainer_issues(cfg, "lm"), *machine_issues(cfg, training=True)]
     if refused:
         return report_issues(loaded.located(refused, args.config_file), err)
+    if cfg.model.flavor_unread:  # flavor auto of a Hub id the file checks just fetched: read, as the launch
+        try:
+            loaded = resolve()
+        except ConfigError as exc:
+            return report_issues(exc.issues, err)
+        cfg = loaded.config
     if not cfg.validator.enable and ("validator",) not in loaded.given:
         fallback = training_data_validator(cfg)
         if fallback is None:

@@ -41,6 +41,12 @@ def check_files(config: TrainerConfig) -> None:
     for dataset in _datasets(config):
         dataset.check_files()
     spec = config.model
+    if spec.flavor_unread:  # (the launch resolves again once its file checks fetched a Hub id)
+        message = (
+            f"{spec.weights_path} was not on this machine when the config was resolved, so flavor auto "
+            "has not read its config.json: resolve the config again now that it is"
+        )
+        raise InputFileError([Issue("model.weights_path", message, "")])
     if spec.weights_path is not None:
         from hyper_parallel.models import check_weights
 

@@ -289,3 +289,22 @@ def test_flavor_auto_of_a_hub_id_fetched_by_the_launch_is_read_then(
     assert (status, err) == (0, ""), err
     assert fetched[0] == ["config.json"]  # by the file checks, then the weights by rank 0's
     assert out.count("done: step 1") == 1
+
+
+def test_a_trainer_built_from_a_config_whose_flavor_is_unread_says_to_resolve_it_again(
+    tmp_path: Path,
+) -> None:
+    from hyper_parallel.trainer import LLMTrainer
+
+    missing = tmp_path / "weights"
+    text = config(tmp_path, model=f"  weights_path: {missing}\n").read_text()
+    (tmp_path / "auto.yaml").write_text(text.replace("  flavor: debugmodel\n", ""))
+    cfg = load_config(str(tmp_path / "auto.yaml"))
+    write_hf_weights(missing)  # there now, after the resolve
+    with pytest.raises(InputFileError) as caught:
+        LLMTrainer(cfg)
+    assert str(caught.value) == (
+        f"model.weights_path: {missing} was not on this machine when the config was resolved, so flavor auto "
+        "has not read its config.json: resolve the config again now that it is"
+    )
+    assert load_config(str(tmp_path / "auto.yaml")).model.flavor == "config.json"
