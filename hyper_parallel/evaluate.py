@@ -373,7 +373,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     refused = [*rules.trainer_issues(cfg, "lm"), *machine_issues(cfg, training=True)]
     if refused:
         return report_issues(loaded.located(refused, args.config_file), err)
-    if cfg.model.flavor_unread:  # flavor auto of a Hub id the file checks just fetched: read, as the launch
+    if cfg.model.awaits_weights:  # a Hub id the file checks just fetched: its snapshot, as the launch
         try:
             loaded = resolve()
         except ConfigError as exc:

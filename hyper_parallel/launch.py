@@ -312,7 +312,7 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
             launch += unsaved
         if launch:
             raise ConfigError(launch)
-        if training and cfg.model.flavor_unread:  # flavor auto of a Hub id the file checks just fetched
+        if training and cfg.model.awaits_weights:  # a Hub id the file checks just fetched: its snapshot
             loaded = resolve()
             cfg = loaded.config
         if files and not training:  # the launch runs these itself, after the process group starts

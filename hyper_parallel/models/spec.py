@@ -165,6 +165,15 @@ class ModelSpec:
         """Whether ``flavor: auto`` is still to read ``weights_path``'s ``config.json`` (``UNREAD``)."""
         return self.flavor == self.UNREAD
 
+    @property
+    def awaits_weights(self) -> bool:
+        """Whether the spec was made before its weights were on this machine: ``flavor: auto`` unread, or a
+        Hub id the cache lacked (kept as written). The launch resolves the config again once its file
+        checks fetched them; nothing builds such a spec."""
+        from hyper_parallel._hub import is_hub_id
+
+        return self.flavor_unread or (self.weights_path is not None and is_hub_id(self.weights_path))
+
     def title(self) -> str:
         """``qwen3_5 debugmodel + n_layers=6, dim=512``: the family, the flavor and the arguments its factory
         was asked to override (what the flavor's name alone would misstate); an unread ``auto`` says so."""

@@ -41,10 +41,11 @@ def check_files(config: TrainerConfig) -> None:
     for dataset in _datasets(config):
         dataset.check_files()
     spec = config.model
-    if spec.flavor_unread:  # (the launch resolves again once its file checks fetched a Hub id)
+    if spec.awaits_weights:  # (the launch resolves again once its file checks fetched a Hub id)
         message = (
-            f"{spec.weights_path} was not on this machine when the config was resolved, so flavor auto "
-            "has not read its config.json: resolve the config again now that it is"
+            f"{spec.weights_path} was not on this machine when the config was resolved (flavor auto "
+            "has not read its config.json, a Hub id is not in the cache): fetch it, then resolve the "
+            "config again (train_lm does both)"
         )
         raise InputFileError([Issue("model.weights_path", message, "")])
     if spec.weights_path is not None:
@@ -65,7 +66,8 @@ def check_without_torch(config: TrainerConfig) -> None:
     (``InputFileError`` / ``PreparedDataError``: ``FILE: problem``, exit status 2): the datasets' files,
     the weights folder (the launch's ``check_weights``, in the launch's order), the tokenizer (built: its
     files, its size against the model, its EOS), then each prepared folder's manifest, shards and
-    tokenizer fingerprint."""
+    tokenizer fingerprint. What a Hub id would download is said (``note:``), not downloaded: weights the
+    cache lacks are not checked, a tokenizer it lacks is not built (nor the data encoded with it)."""
     sections = _datasets(config)
     for dataset in sections:
         dataset.check_files()
@@ -78,21 +80,39 @@ def check_without_torch(config: TrainerConfig) -> None:
             check_weights(config.model)
         else:  # the launch downloads them first, then checks them
             print(f"note: {pending}", file=sys.stderr)
+    pending = _tokenizer_download(config)
+    if pending is not None:  # the launch downloads its files first, then builds and checks it
+        print(f"note: {pending}", file=sys.stderr)
+        return
     tokenizer = build_tokenizer(config)
     for dataset in sections:
         dataset.check_encoded(tokenizer, config.model.args, config.training.seq_len)
 
 
+def _tokenizer_download(config: TrainerConfig) -> str | None:
+    """What the launch would download of a Hub tokenizer the cache lacks (one line), or None: a
+    ``--dry-run`` asks the Hub, never downloads, so such a tokenizer is built by the launch alone."""
+    source = getattr(config.tokenizer, "path", None) or config.model.weights_path
+    if not config.tokenizer.needs_files() or source is None:
+        return None
+    from hyper_parallel._hub import TOKENIZER_FILES, pending_download
+    from hyper_parallel.components.tokenizer._runtime import tokenizer_hub_id
+
+    hub_id = tokenizer_hub_id(source)
+    return None if hub_id is None else pending_download(hub_id, TOKENIZER_FILES)
+
+
 def _weights_fetch(spec: Any) -> Any:
     """What brings a Hub id's weights into the cache (called with ``dry_run=True``: what it would download,
     as one line or None): the transformers target's own ``fetch_weights``, else, for a native model whose
-    ``weights_path`` is a Hub cache snapshot, a fetch of that snapshot; None for a local folder."""
+    ``weights_path`` is a Hub id (the cache lacked it at resolve) or a Hub cache snapshot, a fetch of that
+    snapshot; None for a local folder."""
     fetch = getattr(spec.args, "fetch_weights", None)
     if callable(fetch):
         return fetch
-    from hyper_parallel._hub import hub_id_of
+    from hyper_parallel._hub import hub_id_of, is_hub_id
 
-    hub_id = hub_id_of(spec.weights_path)
+    hub_id = spec.weights_path if is_hub_id(spec.weights_path) else hub_id_of(spec.weights_path)
     if hub_id is None:
         return None
 

@@ -304,7 +304,72 @@ def test_a_trainer_built_from_a_config_whose_flavor_is_unread_says_to_resolve_it
     with pytest.raises(InputFileError) as caught:
         LLMTrainer(cfg)
     assert str(caught.value) == (
-        f"model.weights_path: {missing} was not on this machine when the config was resolved, so flavor auto "
-        "has not read its config.json: resolve the config again now that it is"
+        f"model.weights_path: {missing} was not on this machine when the config was resolved (flavor auto "
+        "has not read its config.json, a Hub id is not in the cache): fetch it, then resolve the config "
+        "again (train_lm does both)"
     )
     assert load_config(str(tmp_path / "auto.yaml")).model.flavor == "config.json"
+
+
+def test_online_a_dry_run_asks_the_hub_and_downloads_nothing_and_the_launch_fetches_with_a_named_flavor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import huggingface_hub
+
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    real = huggingface_hub.snapshot_download
+    downloads: list[object] = []
+
+    class Planned:  # what huggingface_hub's dry run lists of a file
+        will_download, file_size = True, 2_000_000
+
+    def hub(repo: str, *args: object, local_files_only: bool = False, **kwargs: Any) -> Any:
+        if kwargs.get("dry_run"):
+            return [Planned()] if not downloads else []
+        if not local_files_only:
+            downloads.append(kwargs.get("allow_patterns"))
+            hub_cache(cache, repo, write_hf_weights)
+        return real(repo, *args, local_files_only=True, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub)
+    path = config(tmp_path, model="  weights_path: acme/tiny-llama\n")  # flavor debugmodel, vocabulary 512
+    status, out, err = launch("--config-file", str(path), "--dry-run", *QUIET, *TINY)
+    assert (status, err, downloads) == (0, "", []), err
+    assert capsys.readouterr().err.splitlines() == [  # (the file checks' notes go to the process's stderr)
+        f"note: acme/tiny-llama: the launch downloads 1 file(s), 2.0 MB, into {cache}",
+    ]
+    status, out, err = launch("--config-file", str(path), *QUIET, *TINY)
+    assert (status, err) == (0, ""), err
+    assert downloads[0] == ["config.json"]  # the file checks, then the weights by rank 0
+    assert out.count("done: step 1") == 1
+
+
+def test_online_a_dry_run_says_what_a_tokenizer_hub_id_would_download(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import huggingface_hub
+
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+    class Planned:  # what huggingface_hub's dry run lists of a file
+        will_download, file_size = True, 500_000
+
+    def hub(repo: str, *args: object, local_files_only: bool = False, **kwargs: Any) -> Any:
+        if kwargs.get("dry_run"):
+            return [Planned(), Planned()]
+        if local_files_only:
+            raise FileNotFoundError("not cached")
+        raise AssertionError("a dry run downloaded")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub)
+    path = config(tmp_path, tokenizer="HuggingFaceTokenizer.Config\n  path: acme/tiny-tok")
+    status, out, err = launch("--config-file", str(path), "--dry-run", *QUIET, *TINY)
+    assert (status, err) == (0, ""), err
+    assert "preflight:" in out
+    assert capsys.readouterr().err.splitlines() == [
+        f"note: acme/tiny-tok: the launch downloads 2 file(s), 1.0 MB, into {cache}"
+    ]

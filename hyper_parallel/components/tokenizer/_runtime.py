@@ -28,7 +28,14 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-__all__ = ["ByteLevelTokenizer", "HFTokenizer", "TokenizerRuntime", "build_hf_tokenizer", "locate_tokenizer"]
+__all__ = [
+    "ByteLevelTokenizer",
+    "HFTokenizer",
+    "TokenizerRuntime",
+    "build_hf_tokenizer",
+    "locate_tokenizer",
+    "tokenizer_hub_id",
+]
 
 
 class TokenizerRuntime:
@@ -370,14 +377,23 @@ def locate_tokenizer(path: str) -> tuple[Path, Path | None]:
     return file, config if config.is_file() else None
 
 
-def _from_hub(path: str) -> str:
-    """``path``, or the snapshot folder holding the tokenizer of the Hub id it names; a model's snapshot
-    folder still without its tokenizer (only its ``config.json`` fetched at resolve) gets it too."""
-    from hyper_parallel._hub import TOKENIZER_FILES, hub_id_of, is_hub_id, snapshot
+def tokenizer_hub_id(path: str) -> str | None:
+    """The Hub id whose cache snapshot holds the tokenizer ``path`` names: ``path`` itself when it is a Hub
+    id, the id of a model's snapshot folder still without its tokenizer (only its ``config.json`` was
+    looked up when the config was resolved); None for a local file or folder."""
+    from hyper_parallel._hub import hub_id_of, is_hub_id
 
-    hub_id = path if is_hub_id(path) else None
-    if hub_id is None and not (Path(path) / "tokenizer.json").exists():
-        hub_id = hub_id_of(path)
+    if is_hub_id(path):
+        return path
+    return None if (Path(path) / "tokenizer.json").exists() else hub_id_of(path)
+
+
+def _from_hub(path: str) -> str:
+    """``path``, or the snapshot folder holding the tokenizer of the Hub id it names (``tokenizer_hub_id``),
+    fetched when online and not cached."""
+    from hyper_parallel._hub import TOKENIZER_FILES, snapshot
+
+    hub_id = tokenizer_hub_id(path)
     if hub_id is None:
         return path
     try:
