@@ -2,6 +2,11 @@
 
 ``[--config-file C] [--GROUP.FIELD VALUE ...] [--json] [--allow-target PREFIX] [--strict]``
 
+``--checkpoint`` may also name a Hugging Face folder ``hyper_parallel.export`` wrote (``config.json`` and
+safetensors weights; a native model's or a transformers-path run's): its ``config.json`` is the model and
+its weights are evaluated, with ``--config-file`` (required: the folder holds no run config) giving the
+validation data, tokenizer and layout.
+
 The config is ``--config-file``'s, else the one the run saved beside ``--checkpoint``'s weights
 (``step-<N>/config.yaml``, of the newest complete step of a ``checkpoint.folder``), as ``generate`` and
 ``export`` read it. A vision-language model's checkpoint (``train_vl``'s) is refused in one line naming
@@ -44,7 +49,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from hyper_parallel._numbers import read_world_size
 from hyper_parallel.config import ConfigError, Issue
-from hyper_parallel.config.manager import load_config_report
+from hyper_parallel.config.manager import ConfigReport, load_config_report
+from hyper_parallel.generate import GenerateError, hf_folder_spec, is_hf_folder
 from hyper_parallel.launch import (
     EXIT_INPUT_ERROR,
     EXIT_TRAINING_ERROR,
@@ -58,7 +64,7 @@ from hyper_parallel.trainer.machine import machine_issues
 if TYPE_CHECKING:
     from hyper_parallel.trainer.config import TrainerConfig
 
-__all__ = ["EvaluateError", "evaluate", "main"]
+__all__ = ["EvaluateError", "evaluate", "exported_config", "main"]
 
 _USAGE = """usage: python -m hyper_parallel.evaluate [--config-file FILE] [--checkpoint PATH]
        [--GROUP.FIELD VALUE ...] [--json] [--strict] [--allow-target PREFIX]
@@ -70,7 +76,8 @@ the mean loss and the perplexity. Under torchrun, each rank evaluates its share 
 options:
   --config-file FILE     the run's YAML config (default: the config.yaml saved beside --checkpoint's weights)
   --checkpoint PATH      a step-<N> folder, or a checkpoint.folder for its newest intact step (default: the
-                         config's checkpoint.folder when checkpointing is enabled)
+                         config's checkpoint.folder when checkpointing is enabled), or an exported
+                         Hugging Face folder (with --config-file)
   --GROUP.FIELD VALUE    override one field, as for train_lm (e.g. --validator.steps 8)
   --json                 print one JSON object {"tokens": ..., "loss": ..., "perplexity": ...}
   --strict               refuse settings that make the run pointless (warnings) like errors, exit 2
@@ -137,6 +144,24 @@ def _checkpoint_folder(cfg: TrainerConfig, checkpoint: str | None) -> Path | Non
     if not cfg.checkpoint.enable or not folder.is_dir() or not complete_steps(folder):
         return None
     return folder
+
+
+def exported_config(cfg: TrainerConfig, folder: Path) -> tuple[TrainerConfig, str | None]:
+    """``cfg`` evaluating the Hugging Face ``folder`` (an export), and what to tell the user: the model is
+    the one the folder's ``config.json`` describes (``generate.hf_folder_spec``: a native model or the
+    transformers path) with the folder's weights, no checkpoint is read, and adapters the config trains
+    are not added (the export merged them). ``GenerateError`` (one line) for a folder of no model this
+    project builds."""
+    import attrs
+
+    from hyper_parallel.components.peft import FullFineTuning
+
+    spec = hf_folder_spec(folder, recorded=True)
+    note = None
+    if cfg.peft.trains_adapters:
+        note = f"{folder} holds the weights with the run's adapters merged: evaluated without peft"
+    whole = FullFineTuning.Config() if cfg.peft.trains_adapters else cfg.peft
+    return attrs.evolve(cfg, model=spec, checkpoint=type(cfg.checkpoint)(), peft=whole), note
 
 
 def vision_language_refusal(cfg: TrainerConfig) -> str:
@@ -293,6 +318,13 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         for key, flag in _NOT_HERE.items()
         if getattr(args, key)
     ]
+    exported = checkpoint is not None and is_hf_folder(Path(checkpoint))
+    if exported and args.config_file is None and not issues:
+        message = (
+            f"{checkpoint!r} is a Hugging Face folder (an export), which holds no run config: give "
+            "--config-file FILE (the run's config.yaml: its validation data and tokenizer)"
+        )
+        issues.append(Issue("", message, "--checkpoint"))
     if args.config_file is None and not issues:
         try:
             args.config_file = checkpoint_config(checkpoint)
@@ -307,18 +339,33 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         return report_issues(
             [Issue("", f"world size must be a positive integer, got {text.strip()!r}", "$WORLD_SIZE")], err
         )
-    try:
-        loaded = load_config_report(
-            args.config_file,
+    config_file = args.config_file
+
+    def resolve() -> ConfigReport:
+        return load_config_report(
+            config_file,
             args.overrides,
             allowed_targets=args.allow_target,
             world_size=world_size,
             strict=args.strict,
             command_line=True,
         )
+
+    try:
+        loaded = resolve()
     except ConfigError as exc:
         return report_issues(exc.issues, err)
     cfg = loaded.config
+    if exported:  # the folder's own model and weights, not the run's (nor its checkpoint.folder)
+        assert checkpoint is not None
+        try:
+            cfg, merged = exported_config(cfg, Path(checkpoint))
+        except GenerateError as exc:
+            err.write(f"evaluate: {exc}\n")
+            return EXIT_INPUT_ERROR
+        if merged is not None and is_rank0():
+            err.write(f"evaluate: {merged}\n")
+        checkpoint = None
     if rules.trainer_kind(cfg) == "vl":
         err.write(f"evaluate: {vision_language_refusal(cfg)}\n")
         return EXIT_INPUT_ERROR
@@ -326,6 +373,12 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     refused = [*rules.trainer_issues(cfg, "lm"), *machine_issues(cfg, training=True)]
     if refused:
         return report_issues(loaded.located(refused, args.config_file), err)
+    if cfg.model.awaits_weights:  # a Hub id the file checks just fetched: its snapshot, as the launch
+        try:
+            loaded = resolve()
+        except ConfigError as exc:
+            return report_issues(exc.issues, err)
+        cfg = loaded.config
     if not cfg.validator.enable and ("validator",) not in loaded.given:
         fallback = training_data_validator(cfg)
         if fallback is None:

@@ -16,7 +16,9 @@ stderr. ``--temperature 0`` (the default) decodes greedily; above it, tokens are
 Decoding keeps a cache (keys and values of the attention blocks, the recurrent state of the Gated DeltaNet
 blocks; a mixture-of-experts block routes each new token by itself and keeps nothing), so each new token
 costs one token's forward. Generation stops at the end-of-sequence token. Llama 3, Qwen 3.5 and Qwen 3.5
-MoE decode (the ``model_type`` of an exported ``config.json`` names which).
+MoE decode (the ``model_type`` of an exported ``config.json`` names which), and so does every causal LM of
+the transformers path (``models.hf``: any other ``model_type``, its folder built as ``AutoModelForCausalLM``
+builds it, transformers' own cache keeping what came before).
 
 A Qwen 3.5 vision-language checkpoint decodes with ``--image IMAGE``: the prompt becomes a user turn of the
 built-in chat format holding the image then the text, followed by the assistant's header, exactly as
@@ -53,7 +55,17 @@ if TYPE_CHECKING:
 
     from hyper_parallel.components.tokenizer._runtime import TokenizerRuntime
 
-__all__ = ["GenerateError", "Loaded", "chat_prompt", "generate_text", "load_model", "main", "read_history"]
+__all__ = [
+    "GenerateError",
+    "Loaded",
+    "chat_prompt",
+    "generate_text",
+    "hf_folder_spec",
+    "is_hf_folder",
+    "load_model",
+    "main",
+    "read_history",
+]
 
 #: Exit status of an input error (as every command of the project).
 EXIT_INPUT_ERROR = 2
@@ -87,10 +99,28 @@ class Loaded:
         return "pixel_values" in inspect.signature(self.model.forward).parameters
 
 
-def _is_hf_folder(path: Path) -> bool:
+def is_hf_folder(path: Path) -> bool:
+    """Whether ``path`` is a Hugging Face model folder (an export): ``config.json`` and safetensors."""
     return (path / "config.json").is_file() and (
         (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file()
     )
+
+
+def hf_folder_spec(folder: Path, *, recorded: bool = False) -> Any:
+    """The ``ModelSpec`` of the Hugging Face ``folder`` (its ``config.json``: a native model's
+    ``model_type``, else transformers' causal LM through the transformers path), loading its weights;
+    ``recorded`` makes it as a config's factory call (``models.folder_spec``: a config holding it dumps).
+    ``GenerateError`` (one line) when no model this project builds is described."""
+    from hyper_parallel.models import folder_spec, spec_from_hf_config
+
+    config_file = folder / "config.json"
+    try:
+        hf_config = loads(config_file.read_text(encoding="utf-8"))
+        if not isinstance(hf_config, dict):
+            raise ValueError("not a JSON object")
+        return (folder_spec if recorded else spec_from_hf_config)(hf_config, str(folder))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise GenerateError(f"{str(config_file)!r}: {exc}") from None
 
 
 def load_model(
@@ -109,7 +139,7 @@ def load_model(
         raise GenerateError(f"{str(folder)!r}: no such folder")
     for problem in entry_kinds(folder):  # a FIFO among its files would be waited on
         raise GenerateError(problem)
-    if _is_hf_folder(folder):
+    if is_hf_folder(folder):
         if config is not None:
             raise GenerateError(
                 f"--config-file: {str(folder)!r} is a Hugging Face folder; its config.json is read"
@@ -175,16 +205,10 @@ def _load_checkpoint(
 def _load_hf_folder(folder: Path, device: str) -> Loaded:
     from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
     from hyper_parallel.errors import InputFileError
-    from hyper_parallel.models import check_tensors, read_safetensors_folder, spec_from_hf_config
+    from hyper_parallel.models import check_tensors, read_safetensors_folder
 
     config_file = folder / "config.json"
-    try:
-        hf_config = loads(config_file.read_text(encoding="utf-8"))
-        if not isinstance(hf_config, dict):
-            raise ValueError("not a JSON object")
-        spec = spec_from_hf_config(hf_config, str(folder))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise GenerateError(f"{str(config_file)!r}: {exc}") from None
+    spec = hf_folder_spec(folder)
     _refuse_oversized(folder, config_file, spec)
     try:
         check_tensors(spec)  # the headers against the model: a tensor it lacks is refused, never read

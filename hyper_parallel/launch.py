@@ -19,7 +19,7 @@ from hyper_parallel._cli import collection_paused
 from hyper_parallel._numbers import read_world_size
 from hyper_parallel.config import ConfigError, Issue, converter, dump_config, write_config
 from hyper_parallel.config.help import config_help, group_of_field, summary
-from hyper_parallel.config.manager import load_config_report, located_issues
+from hyper_parallel.config.manager import ConfigReport, load_config_report, located_issues
 from hyper_parallel.config.root import foreign_hint
 from hyper_parallel.config.targets import ALLOWED_TARGETS_ENV
 from hyper_parallel.errors import did_you_mean, echo, warning_line
@@ -280,9 +280,11 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
     if training and world_size is None:
         world_size = 1  # a plain `python -m` launch is one process; torchrun exports WORLD_SIZE
     files = training or (args.dry_run and not args.no_file_checks)
-    try:
-        loaded = load_config_report(
-            args.config_file,
+    config_file = args.config_file
+
+    def resolve() -> ConfigReport:
+        return load_config_report(
+            config_file,
             args.overrides,
             allowed_targets=args.allow_target,
             world_size=world_size,
@@ -290,6 +292,9 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
             command_line=True,
             trainer=_TRAINERS.get(prog),
         )
+
+    try:
+        loaded = resolve()
     except ConfigError as exc:  # what the launch checks next, on what could be made: in the same report
         warn_issues(exc.warnings, err)
         issues, skipped = _later_checks(exc, args.config_file, training=training, files=files)
@@ -307,6 +312,9 @@ def _checked(argv: Sequence[str] | None, prog: str, out: TextIO, err: TextIO) ->
             launch += unsaved
         if launch:
             raise ConfigError(launch)
+        if training and cfg.model.awaits_weights:  # a Hub id the file checks just fetched: its snapshot
+            loaded = resolve()
+            cfg = loaded.config
         if files and not training:  # the launch runs these itself, after the process group starts
             from hyper_parallel.trainer._inputs import check_without_torch
 

@@ -15,6 +15,8 @@ models are tiny, so a second thread buys nothing and costs a synchronisation per
 slower (149 s against 31 s for ``tests/trainer/test_trainer.py``). It is set before torch is imported; the
 trainer reads it as any run's ``OMP_NUM_THREADS``.
 
+``HF_HUB_OFFLINE`` is set for the test process and every process it starts: nothing asks the Hub.
+
 Once every test module is imported, the objects alive (torch, transformers, the modules and their
 classes: hundreds of thousands) are moved out of the garbage collector's sight (``gc.freeze``): the trainer
 runs a full collection when training starts, which otherwise scanned the whole test process every time.
@@ -28,6 +30,10 @@ import os
 import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The suite never contacts the Hugging Face Hub: a path of Hub id shape that is no folder (a shipped
+# config's runs/qwen3_5_debug_hf) is looked up in the cache only; tests of the Hub write their cache
+# (tests/support/hub.py) or stand in for the Hub's answers.
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 #: Seconds a multi-process test without its own ``timeout`` marker may take: the command-line runs take a
 #: few seconds each on a loaded 2-core machine. Tests under torchrun or spawn carry their own, larger bound.

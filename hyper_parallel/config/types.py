@@ -477,6 +477,8 @@ class _Union(Rule):
                 merged.update({k: v for k, v in member.items() if k != "type"})
             else:
                 return merged
+        if all(set(m) == {"enum"} or m == {"type": "null"} for m in members):  # ``Literal[...] | None``
+            return {"enum": [value for m in members for value in m.get("enum", [None])]}  # names the choices
         return {"anyOf": members}
 
     def reads_text(self, tp: Any) -> tuple[bool, bool]:

@@ -53,10 +53,11 @@ def lookup_flavor(family: str, table: Mapping[str, A], flavor: str) -> A:
 def create_spec(
     family: str,
     table: Mapping[str, ModelArgs],
-    flavor: str,
+    flavor: str | None,
     weights_path: str | None,
     overrides: Mapping[str, OverrideValue] | None,
     *,
+    default: str,
     build_model_fn: Callable[..., Any],
     parallelize_fn: Callable[..., Any],
     state_dict_adapter: type,
@@ -66,8 +67,25 @@ def create_spec(
 
     ``flavor`` ``"auto"`` reads them from ``weights_path``'s ``config.json`` (``flavor_from_weights``): the
     table's flavor that writes the same ``config.json``, else ``"config.json"`` and the file's arguments.
+    ``flavor`` None (the factories' default) is ``"auto"`` when ``weights_path`` is given, as
+    ``from_pretrained`` reads a folder's ``config.json``, else the family's ``default`` flavor.
+
+    A Hub id (``org/name[@revision]``) in the Hub cache becomes its snapshot folder (``_hub.cached``:
+    never the network), into which the launch fetches the weights (``hub_id_of``). A ``weights_path``
+    that is not on this machine (no folder, no cached snapshot) is kept as written: the launch's file
+    checks refuse it (or fetch the Hub id), and ``auto`` cannot read it yet, so the spec's flavor stays
+    ``ModelSpec.UNREAD`` with the ``default`` flavor's arguments until the launch resolves the config
+    again (a config checked away from its files, ``--no-file-checks``, still resolves).
     """
-    if flavor == "auto":
+    from hyper_parallel._hub import CONFIG_FILES, cached, is_hub_id
+
+    if flavor is None:
+        flavor = "auto" if weights_path is not None else default
+    if weights_path is not None and is_hub_id(weights_path):  # its cached snapshot, where there is one
+        weights_path = cached(weights_path, CONFIG_FILES) or weights_path
+    if flavor == "auto" and weights_path is not None and not _is_folder(weights_path):
+        base, flavor = lookup_flavor(family, table, default), ModelSpec.UNREAD
+    elif flavor == "auto":
         base, flavor = flavor_from_weights(family, table, weights_path, state_dict_adapter)
     else:
         base = lookup_flavor(family, table, flavor)
@@ -82,6 +100,16 @@ def create_spec(
         state_dict_adapter=state_dict_adapter,
         init_fn=init_fn,
     )
+
+
+def _is_folder(weights_path: str) -> bool:
+    """Whether ``weights_path`` is a folder on this machine (a Hub id the cache lacks is not); asked only
+    by ``flavor: auto``, so that a named flavor's factory touches no file for a local path."""
+    from pathlib import Path
+
+    from hyper_parallel._hub import is_hub_id
+
+    return not is_hub_id(weights_path) and Path(weights_path).is_dir()
 
 
 #: Most bytes a ``config.json`` may have (a real one is a few kilobytes).

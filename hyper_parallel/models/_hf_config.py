@@ -2,17 +2,19 @@
 
 A folder the export wrote (or any Hugging Face folder of a model we build) holds no config of ours; its
 ``model_type`` names the family and the family's state-dict adapter turns the rest back into our arguments
-(``args_from_hf_config``, the inverse of ``hf_config``). Torch-free.
+(``args_from_hf_config``, the inverse of ``hf_config``); any other ``model_type`` is a transformers causal
+LM, built by the transformers path (``models.hf``) from the folder. Torch-free.
 """
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
 
 from hyper_parallel.models.spec import ModelSpec
 
-__all__ = ["HF_MODEL_TYPES", "spec_from_hf_config"]
+__all__ = ["HF_MODEL_TYPES", "folder_spec", "spec_from_hf_config"]
 
 
 def _llama3() -> tuple[Callable[..., ModelSpec], Mapping[str, Any]]:
@@ -52,12 +54,17 @@ def spec_from_hf_config(config: Mapping[str, Any], weights_path: str | None = No
     """The spec of the model ``config`` (a parsed ``config.json``) describes, loading ``weights_path``.
 
     Its flavor is the name of the table flavor that writes the same ``config.json``, else ``"config.json"``.
-    Raises ``ValueError`` (one line) for an unknown ``model_type`` or arguments this model cannot express.
+    A ``model_type`` of no native model is transformers' (``models.hf``: the folder a run of the
+    transformers path exported), read from ``weights_path``'s ``config.json``. Raises ``ValueError`` (one
+    line) for a ``model_type`` neither builds or arguments the model cannot express.
     """
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in HF_MODEL_TYPES:
         known = ", ".join(repr(name) for name in HF_MODEL_TYPES)
-        raise ValueError(f"model_type {model_type!r} is not a model this project builds (known: {known})")
+        refusal = f"model_type {model_type!r} is not a model this project builds (known: {known})"
+        if not isinstance(model_type, str) or weights_path is None:
+            raise ValueError(refusal)
+        return _transformers_spec(weights_path, refusal)
     factory, flavors = HF_MODEL_TYPES[model_type]()
     template = factory()
     try:
@@ -69,3 +76,27 @@ def spec_from_hf_config(config: Mapping[str, Any], weights_path: str | None = No
     written = adapter(args).hf_config()  # what the config says, in the form a flavor's export writes it
     flavor = next((name for name, known in flavors.items() if adapter(known).hf_config() == written), None)
     return attrs.evolve(template, args=args, flavor=flavor or "config.json", weights_path=weights_path)
+
+
+def _transformers_spec(weights_path: str, refusal: str) -> ModelSpec:
+    """The transformers path's spec of the folder ``weights_path`` (``models.hf``, a recorded call), or
+    ``ValueError`` with both refusals: the native models' (``refusal``) and transformers'."""
+    from hyper_parallel.models.hf import create_model_spec
+
+    try:
+        return create_model_spec(path=weights_path)
+    except ValueError as exc:
+        detail = str(exc).removeprefix(f"{Path(weights_path) / 'config.json'}: ")  # the caller names it
+        raise ValueError(f"{refusal}, and the transformers path refuses it: {detail}") from None
+
+
+def folder_spec(config: Mapping[str, Any], folder: str) -> ModelSpec:
+    """The spec a config naming the Hugging Face ``folder`` (``config`` its parsed ``config.json``) makes,
+    as a recorded factory call, so that the config holding it still dumps: the native family's factory
+    with ``weights_path`` (flavor auto reads the folder), else the transformers path's. ``ValueError``
+    (one line) as :func:`spec_from_hf_config`."""
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type in HF_MODEL_TYPES:
+        factory, _ = HF_MODEL_TYPES[model_type]()
+        return factory(weights_path=folder)
+    return spec_from_hf_config(config, folder)

@@ -320,6 +320,10 @@ def _check_config_json(spec: ModelSpec, adapter: Any, file: Path) -> None:
         issues.append(
             Issue("", f"model.flavor {names}{plain} fits this config.json; it differs in:", str(file))
         )
+    else:
+        issues.append(
+            Issue("", f"{what} differs from this config.json (model.flavor auto reads it) in:", str(file))
+        )
     for key in differing:
         hint = _override_hint(type(adapter), spec.args, key, flat[key])
         message = f"{key} is {flat[key]!r} here, {what} has {ours[key]!r}{hint}"

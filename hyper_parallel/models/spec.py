@@ -103,6 +103,9 @@ class ModelSpec:
 
     #: Not a ``_target_``: a config names a factory that returns a spec (``...llama3.create_model_spec``).
     __abstract__: ClassVar[bool] = True
+    #: The flavor of a spec whose ``flavor: auto`` could not read ``weights_path``'s ``config.json`` yet
+    #: (not on this machine): its arguments are the family's default flavor's until the launch reads it.
+    UNREAD: ClassVar[str] = "auto"
 
     name: str = attrs.field(
         validator=attrs.validators.min_len(1),
@@ -113,6 +116,7 @@ class ModelSpec:
         validator=attrs.validators.min_len(1),
         metadata={"help": "Size or variant within the family, e.g. '8B' or 'debugmodel'."},
     )
+
     # A spec written by hand (RFC 5.4: name and hooks only) gets the base arguments, which state no limit.
     args: ModelArgs = attrs.field(
         factory=ModelArgs,
@@ -125,7 +129,9 @@ class ModelSpec:
     weights_path: str | None = attrs.field(
         default=None,
         validator=attrs.validators.optional(attrs.validators.min_len(1)),
-        metadata={"help": "Local directory of pretrained weights; null trains from random initialization."},
+        metadata={
+            "help": "Folder of pretrained weights (a Hub id's cached snapshot); null trains from random init."
+        },
     )
     build_model_fn: Callable[..., Any] = attrs.field(
         validator=attrs.validators.is_callable(),
@@ -154,12 +160,27 @@ class ModelSpec:
         metadata={"help": "The factory call that made this spec (set by the config layer; not compared)."},
     )
 
+    @property
+    def flavor_unread(self) -> bool:
+        """Whether ``flavor: auto`` is still to read ``weights_path``'s ``config.json`` (``UNREAD``)."""
+        return self.flavor == self.UNREAD
+
+    @property
+    def awaits_weights(self) -> bool:
+        """Whether the spec was made before its weights were on this machine: ``flavor: auto`` unread, or a
+        Hub id the cache lacked (kept as written). The launch resolves the config again once its file
+        checks fetched them; nothing builds such a spec."""
+        from hyper_parallel._hub import is_hub_id
+
+        return self.flavor_unread or (self.weights_path is not None and is_hub_id(self.weights_path))
+
     def title(self) -> str:
         """``qwen3_5 debugmodel + n_layers=6, dim=512``: the family, the flavor and the arguments its factory
-        was asked to override (what the flavor's name alone would misstate)."""
+        was asked to override (what the flavor's name alone would misstate); an unread ``auto`` says so."""
         made = getattr(self.recipe, "args", None)
         overrides = made.get("overrides") if isinstance(made, Mapping) else None
-        shown = f"{self.name} {self.flavor}"
+        flavor = f"{self.flavor} (config.json not read yet: the default flavor's sizes)"
+        shown = f"{self.name} {flavor if self.flavor_unread else self.flavor}"
         if isinstance(overrides, Mapping) and overrides:
             shown += " + " + ", ".join(f"{key}={value}" for key, value in overrides.items())
         return shown

@@ -41,13 +41,20 @@ def check_files(config: TrainerConfig) -> None:
     for dataset in _datasets(config):
         dataset.check_files()
     spec = config.model
+    if spec.awaits_weights:  # (the launch resolves again once its file checks fetched a Hub id)
+        message = (
+            f"{spec.weights_path} was not on this machine when the config was resolved (flavor auto "
+            "has not read its config.json, a Hub id is not in the cache): fetch it, then resolve the "
+            "config again (train_lm does both)"
+        )
+        raise InputFileError([Issue("model.weights_path", message, "")])
     if spec.weights_path is not None:
         from hyper_parallel.models import check_weights
 
-        fetch = getattr(spec.args, "fetch_weights", None)  # a Hub id's weights, into the cache first
+        fetch = _weights_fetch(spec)  # a Hub id's weights, into the cache first
 
         def fetch_and_check() -> None:
-            if callable(fetch):
+            if fetch is not None:
                 fetch()
             check_weights(spec)
 
@@ -59,22 +66,68 @@ def check_without_torch(config: TrainerConfig) -> None:
     (``InputFileError`` / ``PreparedDataError``: ``FILE: problem``, exit status 2): the datasets' files,
     the weights folder (the launch's ``check_weights``, in the launch's order), the tokenizer (built: its
     files, its size against the model, its EOS), then each prepared folder's manifest, shards and
-    tokenizer fingerprint."""
+    tokenizer fingerprint. What a Hub id would download is said (``note:``), not downloaded: weights the
+    cache lacks are not checked, a tokenizer it lacks is not built (nor the data encoded with it)."""
     sections = _datasets(config)
     for dataset in sections:
         dataset.check_files()
     if config.model.weights_path is not None:
         from hyper_parallel.models import check_weights
 
-        fetch = getattr(config.model.args, "fetch_weights", None)
-        pending = fetch(dry_run=True) if callable(fetch) else None
+        fetch = _weights_fetch(config.model)
+        pending = fetch(dry_run=True) if fetch is not None else None
         if pending is None:
             check_weights(config.model)
         else:  # the launch downloads them first, then checks them
             print(f"note: {pending}", file=sys.stderr)
+    pending = _tokenizer_download(config)
+    if pending is not None:  # the launch downloads its files first, then builds and checks it
+        print(f"note: {pending}", file=sys.stderr)
+        return
     tokenizer = build_tokenizer(config)
     for dataset in sections:
         dataset.check_encoded(tokenizer, config.model.args, config.training.seq_len)
+
+
+def _tokenizer_download(config: TrainerConfig) -> str | None:
+    """What the launch would download of a Hub tokenizer the cache lacks (one line), or None: a
+    ``--dry-run`` asks the Hub, never downloads, so such a tokenizer is built by the launch alone."""
+    source = getattr(config.tokenizer, "path", None) or config.model.weights_path
+    if not config.tokenizer.needs_files() or source is None:
+        return None
+    from hyper_parallel._hub import TOKENIZER_FILES, pending_download
+    from hyper_parallel.components.tokenizer._runtime import tokenizer_hub_id
+
+    hub_id = tokenizer_hub_id(source)
+    return None if hub_id is None else pending_download(hub_id, TOKENIZER_FILES)
+
+
+def _weights_fetch(spec: Any) -> Any:
+    """What brings a Hub id's weights into the cache (called with ``dry_run=True``: what it would download,
+    as one line or None): the transformers target's own ``fetch_weights``, else, for a native model whose
+    ``weights_path`` is a Hub id (the cache lacked it at resolve) or a Hub cache snapshot, a fetch of that
+    snapshot; None for a local folder."""
+    fetch = getattr(spec.args, "fetch_weights", None)
+    if callable(fetch):
+        return fetch
+    from hyper_parallel._hub import hub_id_of, is_hub_id
+
+    hub_id = spec.weights_path if is_hub_id(spec.weights_path) else hub_id_of(spec.weights_path)
+    if hub_id is None:
+        return None
+
+    def fetch_snapshot(*, dry_run: bool = False) -> str | None:
+        from hyper_parallel._hub import WEIGHT_FILES, pending_download, snapshot
+
+        if dry_run:
+            return pending_download(hub_id, WEIGHT_FILES)
+        try:
+            snapshot(hub_id, WEIGHT_FILES)
+        except ValueError as exc:  # one line naming the id and the cache, exit status 2
+            raise InputFileError([Issue("model.weights_path", str(exc), "")]) from None
+        return None
+
+    return fetch_snapshot
 
 
 def _datasets(config: TrainerConfig) -> list[Any]:

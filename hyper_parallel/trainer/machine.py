@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hyper_parallel._backends import BACKEND_DEVICE
+from hyper_parallel._hub import CONFIG_FILES, TOKENIZER_FILES, is_hub_id, lookup_problem, snapshot
 from hyper_parallel._numbers import read_world_size
 from hyper_parallel._paths import entry_kinds, kind_problem
 
@@ -121,7 +122,7 @@ def machine_issues(cfg: TrainerConfig, *, training: bool, files: bool | None = N
     if old_torch is not None:
         issues.append(("", old_torch))
     if training if files is None else files:
-        issues.extend(_missing_files(cfg))
+        issues.extend(_missing_files(cfg, fetch=training))
     return issues
 
 
@@ -258,10 +259,30 @@ def _named_paths(cfg: TrainerConfig) -> Iterator[tuple[str, str, bool]]:
         yield "checkpoint.initial_load_path", cfg.checkpoint.initial_load_path, True
 
 
-def _missing_files(cfg: TrainerConfig) -> Iterator[tuple[str, str]]:
+#: The fields that take a Hugging Face Hub id, and what each needs of its repository.
+_HUB_FILES = {"model.weights_path": CONFIG_FILES, "tokenizer.path": TOKENIZER_FILES}
+
+
+def _hub_problem(hub_id: str, patterns: list[str], *, fetch: bool) -> str | None:
+    """Why ``hub_id``'s files cannot be had (one line naming both readings of the path and the cache), or
+    None: in the cache, or (online) fetched when ``fetch`` (the launch: the small files the resolve and the
+    tokenizer read, never the weights), else found on the Hub without downloading (``--dry-run``)."""
+    if not fetch:
+        return lookup_problem(hub_id, patterns)
+    try:
+        snapshot(hub_id, patterns)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _missing_files(cfg: TrainerConfig, *, fetch: bool) -> Iterator[tuple[str, str]]:
     for field, raw, directory in _named_paths(cfg):
         path = Path(raw)
-        if (problem := kind_problem(path)) is not None:
+        if field in _HUB_FILES and is_hub_id(raw):  # no such path here: a Hub id, had from its cache
+            if (problem := _hub_problem(raw, _HUB_FILES[field], fetch=fetch)) is not None:
+                yield field, problem
+        elif (problem := kind_problem(path)) is not None:
             yield field, f"{raw!r} {problem}"
         elif directory and not path.is_dir():
             yield field, f"{raw!r} is not a directory on this machine"

@@ -170,10 +170,13 @@ def test_an_unknown_model_type_in_config_json_is_an_input_error(
     for item in exported.iterdir():
         (broken / item.name).write_bytes(item.read_bytes())
     config = json.loads((broken / "config.json").read_text())
-    (broken / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
+    (broken / "config.json").write_text(json.dumps({**config, "model_type": "zzz"}))
     status, out, err = _generate(capsys, str(broken), "--prompt", PROMPT)
     assert (status, out) == (2, "")
+    transformers = pytest.importorskip("transformers")
+
     assert err == (
-        f"generate: {str(broken / 'config.json')!r}: model_type 'gpt2' is not a model this project builds "
-        "(known: 'llama', 'qwen3_5_text', 'qwen3_5', 'qwen3_5_moe_text')\n"
+        f"generate: {str(broken / 'config.json')!r}: model_type 'zzz' is not a model this project builds "
+        "(known: 'llama', 'qwen3_5_text', 'qwen3_5', 'qwen3_5_moe_text'), and the transformers path refuses "
+        f"it: model_type 'zzz' is not a model transformers {transformers.__version__} knows\n"
     )

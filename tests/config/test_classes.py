@@ -699,7 +699,8 @@ def test_factory_signatures_are_fully_annotated(factory: Any) -> None:
     hints = typing.get_type_hints(factory)
     assert set(hints) == {"flavor", "weights_path", "overrides", "return"}
     assert hints["return"] is ModelSpec
-    assert typing.get_origin(hints["flavor"]) is typing.Literal
+    literal, none = typing.get_args(hints["flavor"])  # null: auto where weights_path is given
+    assert (typing.get_origin(literal), none) == (typing.Literal, type(None))
     assert hints["weights_path"] == str | None
     assert hints["overrides"] == dict[str, int | float | bool | str | None] | None
 

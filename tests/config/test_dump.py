@@ -48,7 +48,7 @@ def test_factory_group_dumps_as_its_call_with_every_argument() -> None:
     tree = yaml.safe_load(dump_config(cfg))
     assert tree["model"] == {
         "_target_": "hyper_parallel.models.qwen3_5.create_model_spec",
-        "flavor": "0.8B",
+        "flavor": None,  # auto where weights_path is given, as the factory's default says
         "weights_path": "/path/to/Qwen3.5-0.8B-Base",
         "overrides": None,
     }

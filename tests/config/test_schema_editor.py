@@ -71,7 +71,7 @@ MISTAKES = [
         ("model", "flavor"),
         "7B",
         "/model/flavor",
-        "'7B' is not one of ['debugmodel', '0.8B', '2B', '4B', '9B', 'auto']",
+        "'7B' is not one of ['debugmodel', '0.8B', '2B', '4B', '9B', 'auto', None]",
     ),
     (("trainer",), {}, "", "Additional properties are not allowed ('trainer' was unexpected)"),
 ]

@@ -3,7 +3,10 @@
 The table's flavor whose ``config.json`` the folder holds is picked by name (its own arguments); a folder
 of no flavor gives the arguments it describes, named ``config.json``; ``overrides`` apply on top. Without
 ``weights_path``, without the file, or with another model's ``model_type``, the factory refuses in one
-line. Torch-free: the folders hold only the ``config.json`` the state-dict adapters write.
+line. A ``weights_path`` not on this machine leaves the flavor unread (the default flavor's arguments)
+until the launch, whose file checks refuse or fetch it (its title says so). ``flavor`` left out is
+``auto`` where ``weights_path`` is given, else the family's default, and a config dumped loads back equal.
+Torch-free: the folders hold only the ``config.json`` the state-dict adapters write.
 """
 
 from __future__ import annotations
@@ -61,12 +64,47 @@ def test_auto_without_the_file_or_with_another_model_is_refused_in_one_line(tmp_
         "flavor 'auto' reads the architecture from model.weights_path's config.json: set model.weights_path, "
         "or name a flavor ('debugmodel', '1B', '3B', '8B', '70B', '405B')"
     )
+    (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="does not exist") as caught:
-        llama3(flavor="auto", weights_path=str(tmp_path / "none"))
+        llama3(flavor="auto", weights_path=str(tmp_path / "empty"))
     assert str(caught.value) == (
-        f"{tmp_path / 'none' / 'config.json'}: does not exist (flavor 'auto' reads the architecture from it)"
+        f"{tmp_path / 'empty' / 'config.json'}: does not exist (flavor 'auto' reads the architecture from it)"
     )
     path = _folder(tmp_path / "qwen", Qwen3_5StateDictAdapter(QWEN3_5_FLAVORS["0.8B"]).hf_config())
     with pytest.raises(ValueError, match="model_type") as caught:
         llama3(flavor="auto", weights_path=path)
     assert str(caught.value) == f"{path}/config.json: model_type 'qwen3_5_text' is not llama3's ('llama')"
+
+
+def test_a_folder_not_on_this_machine_leaves_auto_unread_with_the_default_flavors_arguments(
+    tmp_path: Path,
+) -> None:
+    missing = str(tmp_path / "none")
+    for spec in (llama3(flavor="auto", weights_path=missing), llama3(weights_path=missing)):
+        assert (spec.flavor, spec.flavor_unread, spec.weights_path) == ("auto", True, missing)
+        assert spec.args == LLAMA3_FLAVORS["8B"]
+    assert qwen3_5(weights_path=missing).args == QWEN3_5_FLAVORS["0.8B"]
+
+
+def test_no_flavor_is_auto_with_weights_path_and_the_default_without(tmp_path: Path) -> None:
+    path = _folder(tmp_path, Llama3StateDictAdapter(LLAMA3_FLAVORS["1B"]).hf_config())
+    assert (llama3(weights_path=path).flavor, llama3().flavor, qwen3_5().flavor) == ("1B", "8B", "0.8B")
+    assert not llama3(weights_path=path).flavor_unread
+
+
+def test_a_dumped_config_of_no_flavor_loads_back_equal(tmp_path: Path) -> None:
+    from hyper_parallel.config import dump_config, load_config
+
+    path = _folder(tmp_path / "w", Llama3StateDictAdapter(LLAMA3_FLAVORS["1B"]).hf_config())
+    for weights in (path, str(tmp_path / "none")):
+        config = tmp_path / "run.yaml"
+        config.write_text(
+            f"model:\n  _target_: hyper_parallel.models.llama3.create_model_spec\n  weights_path: {weights}\n"
+        )
+        loaded = load_config(config)
+        dumped = dump_config(loaded)
+        assert "  flavor: null\n" in dumped
+        (tmp_path / "dumped.yaml").write_text(dumped)
+        assert load_config(tmp_path / "dumped.yaml") == loaded
+        unread = "auto (config.json not read yet: the default flavor's sizes)"
+        assert loaded.model.title() == f"llama3 {unread if weights != path else '1B'}"

@@ -28,6 +28,7 @@ from hyper_parallel.export import export_checkpoint  # noqa: E402
 from hyper_parallel.models.hf import create_model_spec  # noqa: E402
 from hyper_parallel.trainer import LLMTrainer  # noqa: E402
 from tests.support.hf_models import ARCHITECTURES, hf_config, write_tiny_model  # noqa: E402
+from tests.support.hub import COMMIT, hub_cache  # noqa: E402
 from tests.support.trainer import saving_every_two_steps  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
@@ -338,27 +339,16 @@ def test_random_init_draws_transformers_distributions_whatever_the_layout(tmp_pa
     assert all(torch.equal(buffers["causal_lm." + name], value) for name, value in reference.items())
 
 
-def _hub_cache(tmp_path: Path, repo: str, commit: str) -> Path:
-    """A Hugging Face Hub cache (huggingface_hub's layout) holding a tiny Mistral: ``repo`` at ``commit``."""
-    cache = tmp_path / "hub"
-    entry = cache / ("models--" + repo.replace("/", "--"))
-    write_tiny_model("mistral", entry / "snapshots" / commit)
-    (entry / "refs").mkdir()
-    (entry / "refs" / "main").write_text(commit)
-    return cache
-
-
 def test_a_hub_id_is_found_in_the_cache_offline_and_a_missing_one_is_refused_naming_the_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from hyper_parallel.models import load_pretrained
 
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    cache = _hub_cache(tmp_path, "acme/tiny-mistral", commit)
+    cache = tmp_path / "hub"
+    snapshot = hub_cache(cache, "acme/tiny-mistral", lambda folder: write_tiny_model("mistral", folder))
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    snapshot = cache / "models--acme--tiny-mistral" / "snapshots" / commit
-    for path in ("acme/tiny-mistral", f"acme/tiny-mistral@{commit}"):
+    for path in ("acme/tiny-mistral", f"acme/tiny-mistral@{COMMIT}"):
         spec = create_model_spec(path=path)
         assert (spec.weights_path, spec.args.hub_id) == (str(snapshot), path)
         assert spec.args.fetch_weights() is None  # cached: nothing to fetch
@@ -369,8 +359,9 @@ def test_a_hub_id_is_found_in_the_cache_offline_and_a_missing_one_is_refused_nam
     ids = torch.randint(0, 512, (1, 12))
     with torch.no_grad():
         assert torch.equal(model(ids), reference(ids).logits)
-    with pytest.raises(ValueError, match="HF_HUB_OFFLINE") as caught:
+    with pytest.raises(ValueError, match="offline") as caught:
         create_model_spec(path="acme/other")
     assert str(caught.value) == (
-        f"acme/other: not in the Hugging Face cache {cache} (HF_HUB_OFFLINE is set: nothing is downloaded)"
+        f"acme/other is not a folder on this machine, and no Hub model of that id is in the cache "
+        f"(HF_HUB_CACHE={cache}; offline)"
     )

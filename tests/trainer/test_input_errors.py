@@ -226,7 +226,8 @@ def _config_json_of_another_model(tmp: Path) -> tuple[dict[str, str], str]:
     config["num_hidden_layers"] = 3
     (folder / "config.json").write_text(json.dumps(config))
     message = (
-        f"{folder / 'config.json'}: num_hidden_layers is 3 here, llama3 debugmodel has 2; "
+        f"{folder / 'config.json'}: llama3 debugmodel differs from this config.json (model.flavor auto reads "
+        f"it) in:\n{folder / 'config.json'}: num_hidden_layers is 3 here, llama3 debugmodel has 2; "
         "model.overrides.n_layers: 3 fits"
     )
     return _weights(folder), message

@@ -39,7 +39,8 @@ class Tokenizer:
             default=None,
             validator=_optional_nonempty,
             metadata={
-                "help": "Local directory or file holding the tokenizer; null uses the model's weights_path."
+                "help": "Directory or file holding the tokenizer, or a Hub id org/name[@revision]; null uses "
+                "the model's weights_path."
             },
         )
         add_bos: bool = attrs.field(
@@ -157,7 +158,7 @@ class HuggingFaceTokenizer(Tokenizer):
                 )
 
         def build(self, weights_path: str | None = None) -> "HFTokenizer":
-            """Load the local ``tokenizer.json`` at ``path`` (a file or a folder holding it).
+            """Load the ``tokenizer.json`` at ``path`` (a file, a folder holding it, or a Hub id).
 
             When ``path`` is null, ``weights_path`` (the model's) is used. Special tokens come from this
             config, else from ``tokenizer_config.json`` beside the file; pad falls back to eos.

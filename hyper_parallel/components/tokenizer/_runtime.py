@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from hyper_parallel._json import loads
 from hyper_parallel._paths import kind_problem
-from hyper_parallel.errors import InputFileError
+from hyper_parallel.errors import InputFileError, Issue
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer as _RustTokenizer
@@ -28,7 +28,14 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-__all__ = ["ByteLevelTokenizer", "HFTokenizer", "TokenizerRuntime", "build_hf_tokenizer", "locate_tokenizer"]
+__all__ = [
+    "ByteLevelTokenizer",
+    "HFTokenizer",
+    "TokenizerRuntime",
+    "build_hf_tokenizer",
+    "locate_tokenizer",
+    "tokenizer_hub_id",
+]
 
 
 class TokenizerRuntime:
@@ -355,8 +362,10 @@ class HFTokenizer(TokenizerRuntime):
 
 
 def locate_tokenizer(path: str) -> tuple[Path, Path | None]:
-    """``tokenizer.json`` and the optional ``tokenizer_config.json`` beside it, from a file or folder."""
-    where = Path(path)
+    """``tokenizer.json`` and the optional ``tokenizer_config.json`` beside it, from a file or folder, or
+    from the Hub cache's snapshot of a Hub id ``org/name[@revision]`` (not cached and offline: one line
+    naming the id and the cache searched)."""
+    where = Path(_from_hub(path))
     file = where / "tokenizer.json" if where.is_dir() else where
     config = file.parent / "tokenizer_config.json"
     for named in (file, config):  # a FIFO would be waited on (and the config never silently skipped)
@@ -366,6 +375,31 @@ def locate_tokenizer(path: str) -> tuple[Path, Path | None]:
     if not file.is_file():
         raise InputFileError.at(file, "no tokenizer file here (expected a local tokenizer.json)")
     return file, config if config.is_file() else None
+
+
+def tokenizer_hub_id(path: str) -> str | None:
+    """The Hub id whose cache snapshot holds the tokenizer ``path`` names: ``path`` itself when it is a Hub
+    id, the id of a model's snapshot folder still without its tokenizer (only its ``config.json`` was
+    looked up when the config was resolved); None for a local file or folder."""
+    from hyper_parallel._hub import hub_id_of, is_hub_id
+
+    if is_hub_id(path):
+        return path
+    return None if (Path(path) / "tokenizer.json").exists() else hub_id_of(path)
+
+
+def _from_hub(path: str) -> str:
+    """``path``, or the snapshot folder holding the tokenizer of the Hub id it names (``tokenizer_hub_id``),
+    fetched when online and not cached."""
+    from hyper_parallel._hub import TOKENIZER_FILES, snapshot
+
+    hub_id = tokenizer_hub_id(path)
+    if hub_id is None:
+        return path
+    try:
+        return snapshot(hub_id, TOKENIZER_FILES)
+    except ValueError as exc:  # one line naming both readings of the path, exit status 2
+        raise InputFileError([Issue("tokenizer.path", str(exc), "")]) from None
 
 
 def read_tokenizer_config(config_file: Path | None) -> dict[str, Any]:

@@ -40,8 +40,8 @@ def create_model_spec(
         init: 'pretrained' loads the folder's weights; 'random' draws them (transformers' initialisation).
         attn_implementation: transformers' attention: 'sdpa' or 'eager' (both keep packed documents apart).
     """
+    from hyper_parallel._hub import CONFIG_FILES, is_hub_id, snapshot
     from hyper_parallel.models.hf._config import read_config
-    from hyper_parallel.models.hf._hub import CONFIG_FILES, is_hub_id, snapshot
 
     if init not in ("pretrained", "random"):
         raise ValueError(f"init must be 'pretrained' or 'random', got {init!r}")

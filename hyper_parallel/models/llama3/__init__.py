@@ -25,7 +25,7 @@ Llama3Flavor = Literal["debugmodel", "1B", "3B", "8B", "70B", "405B", "auto"]
 
 @records_call
 def create_model_spec(
-    flavor: Llama3Flavor = "8B",
+    flavor: Llama3Flavor | None = None,
     weights_path: str | None = None,
     overrides: dict[str, int | float | bool | str | None] | None = None,
 ) -> ModelSpec:
@@ -35,8 +35,8 @@ def create_model_spec(
     mistyped values and inconsistent dimensions raise ``ValueError``.
 
     Args:
-        flavor: Size from the flavor table (debugmodel, 8B, 70B, 405B); auto: weights_path's config.json.
-        weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
+        flavor: debugmodel, 8B, 70B, 405B, or auto: weights_path's config.json (default if set, else 8B).
+        weights_path: Safetensors weights folder, or a Hub id org/name[@revision]; null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's, e.g. {rope_scaling.factor: 16.0}.
     """
     return create_spec(
@@ -45,6 +45,7 @@ def create_model_spec(
         flavor,
         weights_path,
         overrides,
+        default="8B",
         build_model_fn=build_model,
         parallelize_fn=parallelize,
         state_dict_adapter=Llama3StateDictAdapter,

@@ -45,7 +45,7 @@ Qwen3_5Flavor = Literal["debugmodel", "0.8B", "2B", "4B", "9B", "auto"]
 
 @records_call
 def create_model_spec(
-    flavor: Qwen3_5Flavor = "0.8B",
+    flavor: Qwen3_5Flavor | None = None,
     weights_path: str | None = None,
     overrides: dict[str, int | float | bool | str | None] | None = None,
 ) -> ModelSpec:
@@ -54,8 +54,8 @@ def create_model_spec(
     Unknown override names, mistyped values and inconsistent dimensions raise ``ValueError``.
 
     Args:
-        flavor: Size from the flavor table (debugmodel, 0.8B, 2B, 4B, 9B); auto: weights_path's config.json.
-        weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
+        flavor: debugmodel, 0.8B, 2B, 4B, 9B, or auto: weights_path's config.json (default if set, else 0.8B).
+        weights_path: Safetensors weights folder, or a Hub id org/name[@revision]; null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's (e.g. {n_layers: 4}).
     """
     return create_spec(
@@ -64,6 +64,7 @@ def create_model_spec(
         flavor,
         weights_path,
         overrides,
+        default="0.8B",
         build_model_fn=build_model,
         parallelize_fn=parallelize,
         state_dict_adapter=Qwen3_5StateDictAdapter,
@@ -73,7 +74,7 @@ def create_model_spec(
 
 @records_call
 def create_vl_model_spec(
-    flavor: Qwen3_5Flavor = "0.8B",
+    flavor: Qwen3_5Flavor | None = None,
     weights_path: str | None = None,
     overrides: dict[str, int | float | bool | str | None] | None = None,
 ) -> ModelSpec:
@@ -83,8 +84,8 @@ def create_vl_model_spec(
     values and inconsistent dimensions raise ``ValueError``.
 
     Args:
-        flavor: Size from the flavor table (debugmodel, 0.8B, 2B, 4B, 9B); auto: weights_path's config.json.
-        weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
+        flavor: debugmodel, 0.8B, 2B, 4B, 9B, or auto: weights_path's config.json (default if set, else 0.8B).
+        weights_path: Safetensors weights folder, or a Hub id org/name[@revision]; null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's, e.g. {vision.depth: 2}.
     """
     return create_spec(
@@ -93,6 +94,7 @@ def create_vl_model_spec(
         flavor,
         weights_path,
         overrides,
+        default="0.8B",
         build_model_fn=build_vl_model,
         parallelize_fn=parallelize_vl,
         state_dict_adapter=Qwen3_5VLStateDictAdapter,

@@ -25,7 +25,7 @@ Qwen3_5MoeFlavor = Literal["debugmodel", "35B-A3B", "122B-A10B", "397B-A17B", "a
 
 @records_call
 def create_model_spec(
-    flavor: Qwen3_5MoeFlavor = "35B-A3B",
+    flavor: Qwen3_5MoeFlavor | None = None,
     weights_path: str | None = None,
     overrides: dict[str, int | float | bool | str | None] | None = None,
 ) -> ModelSpec:
@@ -34,8 +34,8 @@ def create_model_spec(
     Unknown override names, mistyped values and inconsistent dimensions raise ``ValueError``.
 
     Args:
-        flavor: Size from the flavor table (debugmodel, 35B-A3B, 122B-A10B, 397B-A17B), or auto (config.json).
-        weights_path: Local directory of pretrained weights (safetensors); null trains from scratch.
+        flavor: debugmodel, 35B-A3B, 122B-A10B, 397B-A17B, or auto (default if weights_path, else 35B-A3B).
+        weights_path: Safetensors weights folder, or a Hub id org/name[@revision]; null trains from scratch.
         overrides: Single architecture arguments replacing the flavor's (e.g. {n_experts: 16}).
     """
     return create_spec(
@@ -44,6 +44,7 @@ def create_model_spec(
         flavor,
         weights_path,
         overrides,
+        default="35B-A3B",
         build_model_fn=build_model,
         parallelize_fn=parallelize,
         state_dict_adapter=Qwen3_5MoeStateDictAdapter,
