@@ -6,10 +6,11 @@ resume from step 2 repeats steps 3 and 4 exactly, the export loads in transforme
 our logits (1e-5), and ``generate`` from the checkpoint decodes what transformers' greedy search does.
 Checkpointed and compiled layers, and two processes under FSDP2 or tensor parallelism (LoRA under tensor
 parallelism, QLoRA under FSDP2 too), give the same losses; LoRA by Hugging Face names exports an adapter
-``PeftModel`` loads with our logits, and so does QLoRA over its NF4 base as the run held it. Packed documents give the logits each
-document gives alone; the preflight counts the built model's parameters exactly and its FLOPs within 5%
-of ``FlopCounterMode``. A folder that needs remote code, an unknown ``model_type`` and a misspelt override
-are refused in one line; tensor parallelism is refused at ``--dry-run``.
+``PeftModel`` loads with our logits, and so does QLoRA over its NF4 base as the run held it. Packed
+documents give the logits each document gives alone; the preflight counts the built model's parameters
+exactly and its FLOPs within 5% of ``FlopCounterMode``. A folder that needs remote code, an unknown
+``model_type`` and a misspelt override are refused in one line; tensor parallelism is refused at
+``--dry-run``.
 """
 
 from __future__ import annotations
