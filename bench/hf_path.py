@@ -28,13 +28,14 @@ import functools
 import io
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 __all__ = ["DEBUG_CONFIG", "HEADER", "ROWS", "TARGET", "TITLE", "trainer_rows"]
 
-DEBUG_CONFIG = "configs/llama3_debug.yaml"
+#: The shipped Llama 3 debug config (found from this file: the suite runs the rows from any folder).
+DEBUG_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "llama3_debug.yaml")
 #: Least tokens per second of the transformers path through the trainer, as a fraction of the bare loop's.
 TARGET = 0.97
 #: The rows, in order: the trainer against the bare loop with and without document masking, native against it.
@@ -58,20 +59,24 @@ _QUIET: dict[str, Any] = {
 }
 
 
-def _write_folder(folder: Path) -> None:
-    """The debug shape as ``LlamaForCausalLM`` (our Llama 3's weights, through its state-dict adapter)."""
+def _write_folder(folder: Path, shape: Mapping[str, Any]) -> None:
+    """The debug shape (``shape``: overrides of it) as ``LlamaForCausalLM``, with our Llama 3's weights
+    (through its state-dict adapter)."""
     from transformers.utils import logging
 
     from bench.models import _pair
 
     logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
-    _, theirs, _ = _pair("llama3", {"vocab_size": 512})
+    _, theirs, _ = _pair("llama3", {"vocab_size": 512, **shape})
     theirs.save_pretrained(folder)
 
 
-def _configs(folder: Path, steps: int, threads: int, masking: bool) -> tuple[Any, Any]:
-    """The native and the transformers-path configs of the debug run over ``folder``'s weights."""
+def _configs(
+    folder: Path, steps: int, threads: int, masking: bool, shape: Mapping[str, Any]
+) -> tuple[Any, Any]:
+    """The native and the transformers-path configs of the debug run over ``folder``'s weights (of the
+    debug shape with ``shape``)."""
     from hyper_parallel.config import load_config
 
     overrides = {
@@ -89,7 +94,8 @@ def _configs(folder: Path, steps: int, threads: int, masking: bool) -> tuple[Any
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        native = load_config(DEBUG_CONFIG, {**overrides, "model.weights_path": str(folder)})
+        native_shape = {f"model.overrides.{key}": str(value) for key, value in shape.items()}
+        native = load_config(DEBUG_CONFIG, {**overrides, **native_shape, "model.weights_path": str(folder)})
         hf = load_config(DEBUG_CONFIG, overrides, text=hf_text)
     return native, hf
 
@@ -196,19 +202,25 @@ def _ratio(ours: list[float], theirs: list[float], warmup: int) -> float:
 
 
 def trainer_rows(
-    steps: int, warmup: int, threads: int, clock: Callable[[], float], only: str
+    steps: int,
+    warmup: int,
+    threads: int,
+    clock: Callable[[], float],
+    only: str = "",
+    shape: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The rows (printed as they come): trainer / bare loop with and without document masking, and the
-    native Llama 3 / the transformers path."""
+    native Llama 3 / the transformers path; ``shape`` overrides the debug shape (the suite's tiny one)."""
+    shape = dict(shape or {})
     rows: list[dict[str, Any]] = []
     total = warmup + steps
     with tempfile.TemporaryDirectory(prefix="bench-hf-") as tmp:
         folder = Path(tmp) / "llama3-debug"
-        _write_folder(folder)
+        _write_folder(folder, shape)
         for name, masking in zip(ROWS[:2], (True, False), strict=True):
             if only not in name:
                 continue
-            _, hf = _configs(folder, total, threads, masking)
+            _, hf = _configs(folder, total, threads, masking, shape)
             loop_losses: list[float] = []
             loop = _bare_loop(hf, folder, loop_losses)
             ours, theirs, losses = _trainer_against(hf, functools.partial(next, loop), clock)
@@ -217,7 +229,7 @@ def trainer_rows(
             print(_format(rows[-1], TARGET), flush=True)
         name = ROWS[2]
         if only in name:
-            native, hf = _configs(folder, total, threads, True)
+            native, hf = _configs(folder, total, threads, True, shape)
             (ours, ours_losses), (theirs, losses) = _alternating([native, hf], total, clock)
             diff = max(abs(a - b) for a, b in zip(ours_losses, losses, strict=True))
             rows.append(_row(name, ours, theirs, warmup, diff, hf))

@@ -379,6 +379,21 @@ def test_qlora_trains_over_an_nf4_base_and_its_adapter_loads_in_peft_with_our_lo
         assert float((exported(ids).logits - logits).abs().max()) <= 1e-4
 
 
+def test_bench_models_trains_the_transformers_path_as_the_bare_loop_and_the_native_llama_do() -> None:
+    """``python -m bench models``' trainer rows on a tiny Llama 3 shape: the transformers path through the
+    trainer gives the losses of the bare transformers loop it is timed against (with document masking: both
+    keep the documents apart; without), and the native Llama 3 on the same weights gives them too (1e-5)."""
+    import time
+
+    from bench.hf_path import ROWS, trainer_rows
+
+    tiny = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "multiple_of": 32}
+    rows = trainer_rows(1, 1, 1, time.process_time, shape=tiny)
+    assert [row["name"] for row in rows] == list(ROWS)
+    for row in rows:
+        assert row["max_loss_diff"] <= 1e-5, row
+
+
 def test_the_weights_check_refuses_overrides_that_change_shapes_and_takes_the_others(tmp_path: Path) -> None:
     from hyper_parallel.config.errors import InputFileError
     from hyper_parallel.models import check_weights
