@@ -342,26 +342,31 @@ def test_lora_by_hugging_face_names_exports_an_adapter_peft_loads_with_our_logit
 
 
 def test_qlora_trains_over_an_nf4_base_and_its_adapter_loads_in_peft_with_our_logits(tmp_path: Path) -> None:
-    """The adapted layers' weights are NF4 and never train; the adapter folder over the base as the run
-    held it (each adapted weight NF4's values) gives our logits and the merged export's (1e-4)."""
+    """Gemma 3 with NF4 embeddings (its scaled embedding, tied to the output head): the adapted layers' and
+    the embeddings' weights are NF4 and never train; the adapter folder over the base as the run held it
+    (each of those weights NF4's values) gives our logits and the merged export's (1e-4)."""
     peft = pytest.importorskip("peft")
     pytest.importorskip("torchao")
     from hyper_parallel.components.peft._base import is_nf4, nf4_module
     from hyper_parallel.export import export_adapter
 
-    folder = write_tiny_model("mistral", tmp_path / "mistral", **NF4_SIZES)
+    folder = write_tiny_model("gemma3_text", tmp_path / "gemma3", **NF4_SIZES)
     saving = {"checkpoint.enable": "true", "checkpoint.folder": str(tmp_path / "ckpt")}
-    losses, _, ours = _train(hf_config(folder, {**RUN, **QLORA, **saving}))
+    embeddings = {"peft.quantize_embeddings": "true"}
+    losses, _, ours = _train(hf_config(folder, {**RUN, **QLORA, **embeddings, **saving}))
     assert all(math.isfinite(loss) for loss in losses)
     assert losses[-1] < losses[0]
     nf4 = {name for name, p in ours.named_parameters() if is_nf4(p)}
-    assert nf4 == {
+    assert nf4 == {"causal_lm.model.embed_tokens.weight"} | {
         f"causal_lm.model.layers.{i}.mlp.{layer}.weight"
         for i in range(2)
         for layer in ("gate_proj", "up_proj", "down_proj")
     }
+    assert ours.causal_lm.lm_head.weight is ours.causal_lm.model.embed_tokens.weight  # still tied
     assert {n for n, p in ours.named_parameters() if p.requires_grad} == {
-        name.replace(".weight", part) for name in nf4 for part in (".lora_A", ".lora_B")
+        name.replace(".weight", part)
+        for name in nf4 - {"causal_lm.model.embed_tokens.weight"}
+        for part in (".lora_A", ".lora_B")
     }
     adapter = export_adapter(tmp_path / "ckpt", tmp_path / "adapter")
     merged = export_checkpoint(tmp_path / "ckpt", tmp_path / "merged")
