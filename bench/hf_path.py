@@ -24,6 +24,7 @@ Both sides see the same batches, so the losses are printed beside the ratio as a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import tempfile
@@ -62,14 +63,25 @@ _QUIET: dict[str, Any] = {
 def _write_folder(folder: Path, shape: Mapping[str, Any]) -> None:
     """The debug shape (``shape``: overrides of it) as ``LlamaForCausalLM``, with our Llama 3's weights
     (through its state-dict adapter)."""
-    from transformers.utils import logging
-
     from bench.models import _pair
-
-    logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
     _, theirs, _ = _pair("llama3", {"vocab_size": 512, **shape})
     theirs.save_pretrained(folder)
+
+
+@contextlib.contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """transformers' progress bars (writing and loading the folder) off while the rows run, as they were
+    after."""
+    from transformers.utils import logging
+
+    enabled = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        if enabled:
+            logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def _configs(
@@ -214,7 +226,7 @@ def trainer_rows(
     shape = dict(shape or {})
     rows: list[dict[str, Any]] = []
     total = warmup + steps
-    with tempfile.TemporaryDirectory(prefix="bench-hf-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-hf-") as tmp, _no_progress_bars():
         folder = Path(tmp) / "llama3-debug"
         _write_folder(folder, shape)
         for name, masking in zip(ROWS[:2], (True, False), strict=True):
