@@ -49,15 +49,6 @@ TITLE = (
     "the transformers path through LLMTrainer: Llama 3 debug shape as LlamaForCausalLM, batch 8 x 256, "
     "one process (no FSDP2 on either side), tokens/s"
 )
-#: Quiet, file-free runs (as ``bench train``'s): no metrics files, checkpoints, profiling or validation.
-_QUIET: dict[str, Any] = {
-    "metrics.enable_jsonl": "false",
-    "~metrics.jsonl_path": None,
-    "metrics.log_freq": "1000000",
-    "checkpoint.enable": "false",
-    "profiler.enable": "false",
-    "validator.enable": "false",
-}
 
 
 def _write_folder(folder: Path, shape: Mapping[str, Any]) -> None:
@@ -89,6 +80,7 @@ def _configs(
 ) -> tuple[Any, Any]:
     """The native and the transformers-path configs of the debug run over ``folder``'s weights (of the
     debug shape with ``shape``)."""
+    from bench.train import _QUIET  # quiet, file-free runs: no metrics files, checkpoints, profiler
     from hyper_parallel.config import load_config
 
     overrides = {
