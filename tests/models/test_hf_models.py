@@ -234,6 +234,20 @@ def test_tensor_parallelism_that_the_models_plan_cannot_split_is_refused_with_th
     )
 
 
+def test_qlora_under_tensor_parallelism_is_refused_with_the_reason(tmp_path: Path) -> None:
+    """LoRA splits with the model's plan (tested on two processes below); an NF4 base cannot."""
+    folder = write_tiny_model("mistral", tmp_path / "mistral", **NF4_SIZES)
+    tp = {"parallelism.tp": "2", "parallelism.dp_shard": "1", "parallelism.sequence_parallel": "false"}
+    with pytest.raises(ConfigError) as caught:
+        hf_config(folder, {**QLORA, **tp})
+    messages = {issue.path: issue.message for issue in caught.value.issues}
+    assert messages == {
+        "parallelism.tp": "peft.base_dtype 'nf4' runs on one process or with FSDP2 over dp_shard alone: "
+        "torchao's NF4 tensor cannot be split by tensor parallelism; set parallelism.tp to 1 or "
+        "peft.base_dtype to 'float32', got 2"
+    }
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_two_processes_under_fsdp2_or_the_models_tp_plan_give_one_process_losses(tmp_path: Path) -> None:
