@@ -3,7 +3,7 @@
 Run from the repository root (needs torch and transformers, the ``models-test`` extra)::
 
     python -m bench models [--quick] [--repeats N] [--threads N] [--clock wall|cpu] [--only TEXT]
-                           [--no-memory] [--json PATH]
+                           [--no-memory] [--train-steps N] [--json PATH]
 
 Every row builds our module, copies its weights into transformers' implementation of the same
 architecture through the state-dict adapter (``to_hf``), checks that the logits agree, then times both
@@ -17,6 +17,11 @@ transformers' chunked PyTorch algorithm. ``MoE block`` rows time one Qwen 3.5 Mo
 ``Qwen3_5MoeSparseMoeBlock`` with the fastest of transformers' experts implementations on this machine
 (``eager``, ``batched_mm``, ``grouped_mm``: each timed once, the fastest fwd+bwd kept; named in the row;
 one more than twice as slow as the fastest at the shorter sequence is not tried again at the longer one).
+
+The transformers path through the trainer (``bench.hf_path``): ``LLMTrainer`` training the debug shape as
+``LlamaForCausalLM`` against the bare loop a transformers user writes, with and without document masking
+(target: at least 0.97x its tokens per second), and the native Llama 3 against it; steps interleaved one by
+one, ``--train-steps`` timed after 3 untimed.
 
 Peak memory: each (model, implementation) runs one forward + backward at the longest sequence in a fresh
 process; the figure is the rise of the resident set (``VmHWM`` after resetting it through
@@ -427,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
         help="wall: elapsed time; cpu: process CPU time (steadier on a busy machine)",
     )
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory rows")
+    parser.add_argument(
+        "--train-steps", type=int, default=0, help="timed steps of each trainer row (default 10; --quick: 5)"
+    )
     parser.add_argument("--only", default="", help="only the rows whose name contains this text")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     parser.add_argument("--_peak", nargs=3, help=argparse.SUPPRESS)
@@ -442,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import transformers
 
+    from bench import hf_path
+
     repeats = args.repeats or (3 if args.quick else 7)
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     print(
@@ -450,12 +460,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(_HEADER, flush=True)
     results: dict[str, Any] = {"speed": _speed_rows(repeats, SEQS, clock, args.only)}
+    ratios = [row["ratio"] for row in results["speed"]]
+    if any(args.only in name for name in hf_path.ROWS):
+        steps = args.train_steps or (5 if args.quick else 10)
+        print(f"\n{hf_path.TITLE}, {steps} timed steps after 3 (interleaved)")
+        print(hf_path.HEADER, flush=True)
+        results["trainer"] = hf_path.trainer_rows(steps, 3, torch.get_num_threads(), clock, args.only)
     if not args.no_memory:
         print(f"\npeak memory of forward + backward, seq {SEQS[-1]} (resident-set rise)")
         print("| model                            |   seq |  ours MiB | trans MiB | ratio |")
         print("|----------------------------------|------:|----------:|----------:|------:|", flush=True)
         results["memory"] = _memory_rows(SEQS[-1], torch.get_num_threads(), args.only)
-    ratios = [row["ratio"] for rows in results.values() for row in rows]
+        ratios += [row["ratio"] for row in results["memory"]]
     if ratios:
         print(f"\nworst ratio ours / transformers: {max(ratios):.2f}x")
     if args.json:

@@ -4,16 +4,19 @@ Each architecture (Mistral, Qwen 3, Gemma 3, Phi-3) is written tiny by transform
 folder. One process trains it: step 1's loss is transformers' own loss on the same batch (fp32, 1e-5), a
 resume from step 2 repeats steps 3 and 4 exactly, the export loads in transformers as the same class with
 our logits (1e-5), and ``generate`` from the checkpoint decodes what transformers' greedy search does.
-Checkpointed and compiled layers, and two processes under FSDP2, give the same losses; LoRA by Hugging
-Face names exports an adapter ``PeftModel`` loads with our logits. Packed documents give the logits each
-document gives alone; the preflight counts the built model's parameters exactly and its FLOPs within 5%
-of ``FlopCounterMode``. A folder that needs remote code, an unknown ``model_type`` and a misspelt override
-are refused in one line; tensor parallelism is refused at ``--dry-run``.
+Checkpointed and compiled layers, and two processes under FSDP2 or tensor parallelism (LoRA under tensor
+parallelism, QLoRA under FSDP2 too), give the same losses; LoRA by Hugging Face names exports an adapter
+``PeftModel`` loads with our logits, and so does QLoRA over its NF4 base as the run held it. Packed
+documents give the logits each document gives alone; the preflight counts the built model's parameters
+exactly and its FLOPs within 5% of ``FlopCounterMode``. A folder that needs remote code, an unknown
+``model_type`` and a misspelt override are refused in one line; tensor parallelism is refused at
+``--dry-run``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,18 @@ RUN = {
     "training.global_batch_size": "2",
     "training.micro_batch_size": "2",
     "training.seq_len": "64",  # step 1's second row packs two documents
+}
+
+#: A tiny Mistral whose MLP layers (QLoRA's targets) are whole NF4 scale blocks (64 x 256 values) on each of
+#: two ranks.
+NF4_SIZES = {"hidden_size": 128, "intermediate_size": 256, "num_key_value_heads": 4, "head_dim": 32}
+QLORA = {
+    "peft._target_": "hyper_parallel.components.peft.LoRA.Config",
+    "peft.rank": "4",
+    "peft.base_dtype": "nf4",
+    "peft.targets": "[gate_proj, up_proj, down_proj]",
+    "optimizer.lr": "0.01",
+    "training.max_steps": "3",
 }
 
 
@@ -220,27 +235,56 @@ def test_tensor_parallelism_that_the_models_plan_cannot_split_is_refused_with_th
     )
 
 
+def test_qlora_under_tensor_parallelism_is_refused_with_the_reason(tmp_path: Path) -> None:
+    """LoRA splits with the model's plan (tested on two processes below); an NF4 base cannot."""
+    folder = write_tiny_model("mistral", tmp_path / "mistral", **NF4_SIZES)
+    tp = {"parallelism.tp": "2", "parallelism.dp_shard": "1", "parallelism.sequence_parallel": "false"}
+    with pytest.raises(ConfigError) as caught:
+        hf_config(folder, {**QLORA, **tp})
+    messages = {issue.path: issue.message for issue in caught.value.issues}
+    assert messages == {
+        "parallelism.tp": "peft.base_dtype 'nf4' runs on one process or with FSDP2 over dp_shard alone: "
+        "torchao's NF4 tensor cannot be split by tensor parallelism; set parallelism.tp to 1 or "
+        "peft.base_dtype to 'float32', got 2"
+    }
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_two_processes_under_fsdp2_or_the_models_tp_plan_give_one_process_losses(tmp_path: Path) -> None:
     """FSDP2 with checkpointed layers (Qwen 3: tied embeddings, the tie survives sharding), and tensor
     parallelism by each model's ``base_model_tp_plan``: Mistral (colwise / rowwise), Phi-3 (its fused
-    projections gathered: ``colwise_gather_output`` / ``rowwise_split_input``)."""
+    projections gathered: ``colwise_gather_output`` / ``rowwise_split_input``); with LoRA adapters under
+    tensor parallelism (Mistral: split with the layers they adapt) and QLoRA under FSDP2 (an NF4 Mistral)."""
     from tests.support.trainer import train_runs_under_torchrun
 
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo is required")
+    pytest.importorskip("torchao")
     run = {**RUN, "training.global_batch_size": "4", "training.micro_batch_size": "2"}
-    layouts = {
-        "qwen3": {"parallelism.dp_shard": "2", "activation_checkpoint.mode": "full"},
-        "mistral": {"parallelism.tp": "2", "parallelism.sequence_parallel": "false"},
-        "phi3": {"parallelism.tp": "2", "parallelism.sequence_parallel": "false"},
+    tp = {"parallelism.tp": "2", "parallelism.sequence_parallel": "false"}
+    lora = {
+        "peft._target_": "hyper_parallel.components.peft.LoRA.Config",
+        "peft.rank": "4",
+        "optimizer.lr": "0.01",
     }
-    folders = {name: write_tiny_model(name, tmp_path / name) for name in layouts}
-    runs = {name: (str(folders[name]), {**run, **layout}) for name, layout in layouts.items()}
+    # run name -> (model_type, its folder's sizes, the run's overrides on one process, the layout on two)
+    layouts: dict[str, tuple[str, dict[str, Any], dict[str, str], dict[str, str]]] = {
+        "qwen3": ("qwen3", {}, {}, {"parallelism.dp_shard": "2", "activation_checkpoint.mode": "full"}),
+        "mistral": ("mistral", {}, {}, tp),
+        "phi3": ("phi3", {}, {}, tp),
+        "mistral-lora": ("mistral", {}, {**lora, "peft.targets": "[q_proj, o_proj]"}, tp),
+        "mistral-qlora": ("mistral", NF4_SIZES, QLORA, {"parallelism.dp_shard": "2"}),
+    }
+    folders = {
+        name: write_tiny_model(model_type, tmp_path / name, **sizes)
+        for name, (model_type, sizes, _, _) in layouts.items()
+    }
+    one = {name: {**run, **overrides} for name, (_, _, overrides, _) in layouts.items()}
+    runs = {name: (str(folders[name]), {**one[name], **layout}) for name, (*_, layout) in layouts.items()}
     reports = train_runs_under_torchrun(2, tmp_path / "runs", runs)[0]
     for name, ranks in reports.items():
-        expected, _, _ = _train(hf_config(folders[name], run))
+        expected, _, _ = _train(hf_config(folders[name], one[name]))
         for report in ranks:
             assert report["losses"] == pytest.approx(expected, abs=1e-5), name
     layer = "causal_lm.model.layers.0.self_attn.{}.weight"
@@ -249,16 +293,28 @@ def test_two_processes_under_fsdp2_or_the_models_tp_plan_give_one_process_losses
     assert sharded["local"][0] * 2 == sharded["global"][0]
     assert [r["dp_rank"] for r in reports["qwen3"]] == [0, 1]
     split = {
-        ("mistral", "q_proj"): "Shard(dim=0)",
-        ("mistral", "o_proj"): "Shard(dim=1)",
-        ("phi3", "qkv_proj"): "Shard(dim=0)",
-        ("phi3", "o_proj"): "Shard(dim=1)",
+        ("mistral", "q_proj.weight"): "Shard(dim=0)",
+        ("mistral", "o_proj.weight"): "Shard(dim=1)",
+        ("phi3", "qkv_proj.weight"): "Shard(dim=0)",
+        ("phi3", "o_proj.weight"): "Shard(dim=1)",
+        # a column-wise layer's adapters are split on their rows with it; a row-wise one's replicated
+        ("mistral-lora", "q_proj.lora_A"): "Shard(dim=0)",
+        ("mistral-lora", "q_proj.lora_B"): "Shard(dim=0)",
+        ("mistral-lora", "o_proj.lora_A"): "Replicate()",
+        ("mistral-lora", "o_proj.lora_B"): "Replicate()",
     }
-    for (name, module), placement in split.items():
-        held = reports[name][0]["params"][layer.format(module)]
-        assert (held["mesh"], held["placements"]) == (["tp"], [placement]), (name, module)
+    attention = "causal_lm.model.layers.0.self_attn."
+    for (name, param), placement in split.items():
+        held = reports[name][0]["params"][attention + param]
+        assert (held["mesh"], held["placements"]) == (["tp"], [placement]), (name, param)
     norm = reports["mistral"][0]["params"]["causal_lm.model.norm.weight"]
     assert (norm["mesh"], norm["placements"]) == (["tp"], ["Replicate()"])
+    gate = reports["mistral-qlora"][0]["params"]["causal_lm.model.layers.0.mlp.gate_proj.weight"]
+    assert (gate["placements"], gate["local_type"], gate["local"]) == (
+        ["Shard(dim=0)"],
+        "NF4Tensor",
+        [128, 128],
+    )
 
 
 @pytest.mark.parametrize(
@@ -298,6 +354,64 @@ def test_lora_by_hugging_face_names_exports_an_adapter_peft_loads_with_our_logit
     ids = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         assert float((ours(ids) - loaded(ids).logits).abs().max()) <= 1e-4
+
+
+def test_qlora_trains_over_an_nf4_base_and_its_adapter_loads_in_peft_with_our_logits(tmp_path: Path) -> None:
+    """Gemma 3 with NF4 embeddings (its scaled embedding, tied to the output head): the adapted layers' and
+    the embeddings' weights are NF4 and never train; the adapter folder over the base as the run held it
+    (each of those weights NF4's values) gives our logits and the merged export's (1e-4)."""
+    peft = pytest.importorskip("peft")
+    pytest.importorskip("torchao")
+    from hyper_parallel.components.peft._base import is_nf4, nf4_module
+    from hyper_parallel.export import export_adapter
+
+    folder = write_tiny_model("gemma3_text", tmp_path / "gemma3", **NF4_SIZES)
+    saving = {"checkpoint.enable": "true", "checkpoint.folder": str(tmp_path / "ckpt")}
+    embeddings = {"peft.quantize_embeddings": "true"}
+    losses, _, ours = _train(hf_config(folder, {**RUN, **QLORA, **embeddings, **saving}))
+    assert all(math.isfinite(loss) for loss in losses)
+    assert losses[-1] < losses[0]
+    nf4 = {name for name, p in ours.named_parameters() if is_nf4(p)}
+    assert nf4 == {"causal_lm.model.embed_tokens.weight"} | {
+        f"causal_lm.model.layers.{i}.mlp.{layer}.weight"
+        for i in range(2)
+        for layer in ("gate_proj", "up_proj", "down_proj")
+    }
+    assert ours.causal_lm.lm_head.weight is ours.causal_lm.model.embed_tokens.weight  # still tied
+    assert {n for n, p in ours.named_parameters() if p.requires_grad} == {
+        name.replace(".weight", part)
+        for name in nf4 - {"causal_lm.model.embed_tokens.weight"}
+        for part in (".lora_A", ".lora_B")
+    }
+    adapter = export_adapter(tmp_path / "ckpt", tmp_path / "adapter")
+    merged = export_checkpoint(tmp_path / "ckpt", tmp_path / "merged")
+    base = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for name, param in base.named_parameters():
+            if "causal_lm." + name in nf4:
+                param.copy_(nf4_module().to_nf4(param.detach().contiguous()).get_original_weight())
+    loaded = peft.PeftModel.from_pretrained(base, adapter).eval()
+    exported = transformers.AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32).eval()
+    ids = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        logits = ours(ids)
+        assert float((loaded(ids).logits - logits).abs().max()) <= 1e-4
+        assert float((exported(ids).logits - logits).abs().max()) <= 1e-4
+
+
+def test_bench_models_trains_the_transformers_path_as_the_bare_loop_and_the_native_llama_do() -> None:
+    """``python -m bench models``' trainer rows on a tiny Llama 3 shape: the transformers path through the
+    trainer gives the losses of the bare transformers loop it is timed against (with document masking: both
+    keep the documents apart; without), and the native Llama 3 on the same weights gives them too (1e-5)."""
+    import time
+
+    from bench.hf_path import ROWS, trainer_rows
+
+    tiny = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "multiple_of": 32}
+    rows = trainer_rows(1, 1, 1, time.process_time, shape=tiny)
+    assert [row["name"] for row in rows] == list(ROWS)
+    for row in rows:
+        assert row["max_loss_diff"] <= 1e-5, row
 
 
 def test_the_weights_check_refuses_overrides_that_change_shapes_and_takes_the_others(tmp_path: Path) -> None:

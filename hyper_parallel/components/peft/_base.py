@@ -12,7 +12,8 @@ float32's bytes. ``nf4`` (QLoRA) makes each adapted ``nn.Linear``'s ``weight`` a
 layout holds the same 4-bit codes and scales. ``F.linear`` on it dequantizes to the input's dtype
 (torchao's ``LinearNF4``), so compute stays in the training dtype and the input gradient flows through it;
 the weight gets none. ``quantize_embeddings`` adds the token embedding and the output projection
-(:class:`NF4Embedding` looks rows up in the dequantized table). The rest of the frozen base (norms, the
+(:class:`NF4Embedding` looks rows up in the dequantized table; a subclass of ``nn.Embedding`` keeps its own
+forward around that lookup, as Gemma's scaled embeddings do). The rest of the frozen base (norms, the
 embeddings otherwise, Gated DeltaNet's small tensors) is stored in the compute dtype,
 ``training.mixed_precision_param``: it is what every layout computes with, and half of float32's bytes.
 
@@ -114,15 +115,28 @@ class NF4Embedding(nn.Embedding):
         return F.embedding(ids, table, self.padding_idx, self.max_norm, self.norm_type)
 
 
+#: A subclass of ``nn.Embedding`` -> the class whose lookup is :class:`NF4Embedding`'s (made once each).
+_NF4_CLASSES: dict[type[nn.Embedding], type[NF4Embedding]] = {nn.Embedding: NF4Embedding}
+
+
+def _nf4_class(cls: type[nn.Embedding]) -> type[NF4Embedding]:
+    """``cls`` looking its rows up in the dequantized table: ``NF4Embedding`` for ``nn.Embedding``, else
+    ``cls`` over ``NF4Embedding``, so that what a subclass adds around ``nn.Embedding``'s lookup (Gemma's
+    ``* embed_scale``, which its ``forward`` applies to ``super().forward``) stays in its forward."""
+    if cls not in _NF4_CLASSES:
+        _NF4_CLASSES[cls] = type(f"NF4{cls.__name__}", (cls, NF4Embedding), {})
+    return _NF4_CLASSES[cls]
+
+
 def store_base(model: nn.Module, cfg: LoRA.Config, args: ModelArgs, compute_dtype: str) -> None:
     """Store ``model``'s frozen base as ``cfg.storage`` says of each part (``compute_dtype``: the run's).
 
     A frozen floating parameter held in a dtype is cast to it: it never trains, so a float32 copy would
     only be cast at each use (FSDP2 all-gathers it so, autocast casts it so). One held as ``'nf4'``
     (QLoRA's adapted weights, with ``quantize_embeddings`` the embeddings) becomes a frozen NF4 tensor, and
-    an ``nn.Embedding`` holding one an :class:`NF4Embedding`. A tied tensor is replaced once and stays
-    tied. Call it after the weights are loaded and before the first forward (FSDP2 re-reads its
-    parameters then). A weight already NF4 is left as it is.
+    an ``nn.Embedding`` holding one an :class:`NF4Embedding` (a subclass: that class over it). A tied
+    tensor is replaced once and stays tied. Call it after the weights are loaded and before the first
+    forward (FSDP2 re-reads its parameters then). A weight already NF4 is left as it is.
     """
     embeddings = args.embedding_layers()
     held: dict[int, nn.Parameter] = {}  # id of a frozen parameter -> what the model holds instead
@@ -137,7 +151,7 @@ def store_base(model: nn.Module, cfg: LoRA.Config, args: ModelArgs, compute_dtyp
             if held[id(param)] is not param:
                 module.register_parameter(key, held[id(param)])
         if isinstance(module, nn.Embedding) and is_nf4(module.weight):
-            module.__class__ = NF4Embedding
+            module.__class__ = _nf4_class(type(module))
             cast(NF4Embedding, module).compute_dtype = torch_dtype(compute_dtype)
 
 
