@@ -63,7 +63,7 @@ class CausalLM(nn.Module):
 
             past = DynamicCache(config=self.causal_lm.config)  # type: ignore[arg-type]
             cache.transformers_cache = past
-        out = self.causal_lm(input_ids=tokens, past_key_values=past, use_cache=True)
+        out = self.causal_lm(input_ids=tokens, cache=past, use_cache=True)  # transformers 5's name
         cache.advance(tokens.shape[1])
         logits: torch.Tensor = out.logits
         return logits
