@@ -22,61 +22,23 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from hyper_parallel.models import _layers  # noqa: E402
 from hyper_parallel.models._layers import AttentionPlan, DocumentSlices, VarlenPlan  # noqa: E402
-from hyper_parallel.models.llama3 import LLAMA3_FLAVORS  # noqa: E402
-from hyper_parallel.models.llama3 import _modules as llama_modules  # noqa: E402
 from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS, _gated_delta  # noqa: E402
 from hyper_parallel.models.qwen3_5 import _modules as qwen_modules  # noqa: E402
-
-SEQ = 320  # above DENSE_MASK_MAX_SEQ: the variable-length path on the CPU
-#: Row 0: a one-token document, boundaries inside and across 64-token groups; row 1: one document.
-LENGTHS = ((5, 70, 1, 244), (SEQ,))
-#: The plan of a run on the CPU.
-CPU = AttentionPlan.for_device("cpu")
-#: The replaced path: the dense document mask at every row length.
-DENSE = AttentionPlan(dense_mask_max_seq=SEQ)
+from tests.support.document_attention import (  # noqa: E402
+    CPU,
+    DENSE,
+    SEQ,
+    assert_equals_the_dense_masked_path,
+    build,
+    document_ids,
+    loss_and_grads,
+)
 
 
 def dense_mask(documents: Any) -> Any:
     """The (batch, 1, seq, seq) mask of the replaced path: causal, same document."""
     ids = documents.ids
     return (ids[:, :, None] == ids[:, None, :]).tril()[:, None]
-
-
-def document_ids() -> Any:
-    rows = [torch.cat([torch.full((n,), i % 2) for i, n in enumerate(row)]) for row in LENGTHS]
-    return torch.stack(rows)
-
-
-def build(name: str, plan: AttentionPlan | None = None) -> Any:
-    """Model ``name`` (same weights every call) attending as ``plan`` says (None: the CPU's plan)."""
-    torch.manual_seed(0)
-    model: Any
-    if name == "llama3":
-        model = llama_modules.build_llama3(attrs.evolve(LLAMA3_FLAVORS["debugmodel"], vocab_size=512), "cpu")
-    else:
-        model = qwen_modules.build_qwen3_5(attrs.evolve(QWEN3_5_FLAVORS["debugmodel"], vocab_size=512), "cpu")
-    model.attention_plan = plan
-    return model
-
-
-def loss_and_grads(model: Any) -> tuple[float, dict[str, Any]]:
-    tokens = torch.randint(0, 512, (2, SEQ + 1), generator=torch.Generator().manual_seed(1))
-    logits = model(tokens[:, :-1], document_ids=document_ids())
-    loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-    model.zero_grad()
-    loss.backward()
-    return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
-def assert_equals_the_dense_masked_path(name: str, new_loss: float, new_grads: dict[str, Any]) -> None:
-    """The loss and gradients of model ``name`` on the dense-masked path equal these."""
-    old_loss, old_grads = loss_and_grads(build(name, DENSE))
-    assert abs(new_loss - old_loss) <= 1e-5
-    assert new_grads.keys() == old_grads.keys()
-    for key, grad in new_grads.items():
-        assert (grad - old_grads[key]).abs().max().item() <= 1e-5 * max(
-            1.0, old_grads[key].abs().max().item()
-        )
 
 
 class SquareTensors(TorchDispatchMode):
@@ -281,9 +243,6 @@ def test_fla_is_looked_up_once_when_a_gated_deltanet_layer_is_built(monkeypatch:
 
     import attrs
 
-    from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS
-    from hyper_parallel.models.qwen3_5 import _modules as qwen_modules
-
     found: list[str] = []
     import_module = importlib.import_module
 
@@ -310,9 +269,6 @@ def test_qwen3_5_runs_in_bfloat16_without_fsdp_casting_its_rope() -> None:
     """RoPE angles are computed in fp32 and applied in the activations' dtype (a bf16 model called
     directly, as generate and the CUDA tests do, once mixed q/k float32 with v bf16)."""
     import attrs
-
-    from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS
-    from hyper_parallel.models.qwen3_5 import _modules as qwen_modules
 
     torch.manual_seed(0)
     args = attrs.evolve(QWEN3_5_FLAVORS["debugmodel"], vocab_size=64)

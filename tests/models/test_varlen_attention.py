@@ -23,7 +23,7 @@ from torch.library import custom_op  # noqa: E402
 
 from hyper_parallel.models import _layers  # noqa: E402
 from hyper_parallel.models._layers import AttentionPlan, DocumentOffsets  # noqa: E402
-from tests.models.test_document_attention import (  # noqa: E402
+from tests.support.document_attention import (  # noqa: E402
     assert_equals_the_dense_masked_path,
     build,
     loss_and_grads,
