@@ -75,13 +75,9 @@ class ConfigConverter(cattrs.Converter):
             return self.get_structure_hook(cl)(obj, cl)  # type: ignore[no-any-return]
         except ConfigError:
             raise
-        except Exception as exc:
-            unmade: frozenset[str] = getattr(exc, "unmade", frozenset())
-            config = getattr(exc, "config", None)
-            unchecked: frozenset[str] = getattr(exc, "unchecked", frozenset())
-            raise to_config_error(
-                problems_of(exc), current_options().locate, config, unmade, unchecked
-            ) from None
+        except Exception as exc:  # a Problems carries what was made, and what was not checked
+            made = {k: getattr(exc, k) for k in ("config", "unmade", "unchecked") if hasattr(exc, k)}
+            raise to_config_error(problems_of(exc), current_options().locate, **made) from None
 
     def unstructure(self, obj: Any, unstructure_as: Any = None) -> Any:
         """The raw form of ``obj`` (by its runtime class); :class:`ConfigError` for what cannot be written."""
