@@ -54,15 +54,8 @@ class ConfigConverter(cattrs.Converter):
         ``foreign_names`` maps other tools' keys to the field that replaces each and a note, for hints.
         """
         facts = self._roots[root_cls] = root_facts(root_cls, target_packages, foreign_names)
-
-        def structure_root_hook(raw: Any, _tp: Any) -> Any:
-            return structure_root(self, facts, raw)
-
-        def unstructure_root_hook(value: Any) -> Any:
-            return unstructure_root(self, facts, value)
-
-        self.register_structure_hook(root_cls, structure_root_hook)
-        self.register_unstructure_hook(root_cls, unstructure_root_hook)
+        self.register_structure_hook(root_cls, lambda raw, _tp: structure_root(self, facts, raw))
+        self.register_unstructure_hook(root_cls, lambda value: unstructure_root(self, facts, value))
 
     def root_facts(self, root_cls: type) -> RootFacts:
         """The facts of a registered root class."""

@@ -107,11 +107,9 @@ def root_facts(
     table of other tools' keys (see :func:`foreign_hint`)."""
     attrs.resolve_types(root_cls)
     fields = {f.name: f for f in attrs.fields(root_cls) if f.init}
-    defaults = {}
-    for name, f in fields.items():
-        default = field_default(f)
-        if default is not attrs.NOTHING:
-            defaults[name] = qualified_name(type(default))
+    defaults = {
+        n: qualified_name(type(d)) for n, f in fields.items() if (d := field_default(f)) is not attrs.NOTHING
+    }
     names = tuple(packages)
     bad = [p for p in names if not (isinstance(p, str) and all(s.isidentifier() for s in p.split(".")))]
     if bad:
