@@ -75,14 +75,7 @@ def _options(
     return files, allowed, world_size, strict
 
 
-def _check(args: Sequence[str]) -> int:
-    found = _options(args)
-    if isinstance(found, tuple) and not found[0]:
-        found = "no FILE given"
-    if isinstance(found, str):
-        sys.stderr.write(f"error: {found}\n{_USAGE}")
-        return 2
-    files, allowed, world_size, strict = found
+def _check(files: list[str], allowed: list[str], world_size: int | None, strict: bool) -> int:
     failed = 0
     for path in files:
         stdin = path == "-"
@@ -115,19 +108,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(_USAGE)
         return 0 if args else 2
     command, rest = args[0], args[1:]
-    if command == "check":
-        return _check(rest)
-    if command == "schema":
-        found = _options(rest, ("--allow-target",), ())
-        if isinstance(found, tuple) and found[0]:
-            found = f"schema takes no FILE, got {found[0][0]!r}"
-        if isinstance(found, str):
-            sys.stderr.write(f"error: {found}\n{_USAGE}")
-            return 2
-        sys.stdout.write(json.dumps(config_schema(found[1]), indent=2) + "\n")
-        return 0
-    sys.stderr.write(_USAGE)
-    return 2
+    if command not in ("check", "schema"):
+        sys.stderr.write(_USAGE)
+        return 2
+    check = command == "check"
+    found = _options(rest) if check else _options(rest, ("--allow-target",), ())
+    if isinstance(found, tuple) and bool(found[0]) != check:  # check needs a FILE, schema takes none
+        found = f"schema takes no FILE, got {found[0][0]!r}" if found[0] else "no FILE given"
+    if isinstance(found, str):
+        sys.stderr.write(f"error: {found}\n{_USAGE}")
+        return 2
+    if check:
+        return _check(*found)
+    sys.stdout.write(json.dumps(config_schema(found[1]), indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":

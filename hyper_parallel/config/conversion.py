@@ -54,15 +54,8 @@ class ConfigConverter(cattrs.Converter):
         ``foreign_names`` maps other tools' keys to the field that replaces each and a note, for hints.
         """
         facts = self._roots[root_cls] = root_facts(root_cls, target_packages, foreign_names)
-
-        def structure_root_hook(raw: Any, _tp: Any) -> Any:
-            return structure_root(self, facts, raw)
-
-        def unstructure_root_hook(value: Any) -> Any:
-            return unstructure_root(self, facts, value)
-
-        self.register_structure_hook(root_cls, structure_root_hook)
-        self.register_unstructure_hook(root_cls, unstructure_root_hook)
+        self.register_structure_hook(root_cls, lambda raw, _tp: structure_root(self, facts, raw))
+        self.register_unstructure_hook(root_cls, lambda value: unstructure_root(self, facts, value))
 
     def root_facts(self, root_cls: type) -> RootFacts:
         """The facts of a registered root class."""
@@ -75,13 +68,9 @@ class ConfigConverter(cattrs.Converter):
             return self.get_structure_hook(cl)(obj, cl)  # type: ignore[no-any-return]
         except ConfigError:
             raise
-        except Exception as exc:
-            unmade: frozenset[str] = getattr(exc, "unmade", frozenset())
-            config = getattr(exc, "config", None)
-            unchecked: frozenset[str] = getattr(exc, "unchecked", frozenset())
-            raise to_config_error(
-                problems_of(exc), current_options().locate, config, unmade, unchecked
-            ) from None
+        except Exception as exc:  # a Problems carries what was made, and what was not checked
+            made = {k: getattr(exc, k) for k in ("config", "unmade", "unchecked") if hasattr(exc, k)}
+            raise to_config_error(problems_of(exc), current_options().locate, **made) from None
 
     def unstructure(self, obj: Any, unstructure_as: Any = None) -> Any:
         """The raw form of ``obj`` (by its runtime class); :class:`ConfigError` for what cannot be written."""

@@ -112,13 +112,11 @@ def _is_switch(o: Override) -> bool:
 def _differing(value: Any) -> list[str]:
     """The fields of a Config instance whose value is not their default (what a value built in Python
     counts as set: attrs cannot tell a default from the same value passed explicitly)."""
-    found = []
-    for f in attrs.fields(type(value)):
-        if f.init:
-            default = field_default(f)
-            if default is attrs.NOTHING or getattr(value, f.name) != default:
-                found.append(f.name)
-    return found
+    return [
+        f.name
+        for f in attrs.fields(type(value))
+        if f.init and ((default := field_default(f)) is attrs.NOTHING or getattr(value, f.name) != default)
+    ]
 
 
 def _group_fields(target: Target) -> dict[str, Any]:

@@ -107,11 +107,9 @@ def root_facts(
     table of other tools' keys (see :func:`foreign_hint`)."""
     attrs.resolve_types(root_cls)
     fields = {f.name: f for f in attrs.fields(root_cls) if f.init}
-    defaults = {}
-    for name, f in fields.items():
-        default = field_default(f)
-        if default is not attrs.NOTHING:
-            defaults[name] = qualified_name(type(default))
+    defaults = {
+        n: qualified_name(type(d)) for n, f in fields.items() if (d := field_default(f)) is not attrs.NOTHING
+    }
     names = tuple(packages)
     bad = [p for p in names if not (isinstance(p, str) and all(s.isidentifier() for s in p.split(".")))]
     if bad:
@@ -308,14 +306,8 @@ def unknown_root_field(
     """
     if key in _FOREIGN_ROOT_KEYS:
         return f"unknown root field {echo(key)}: {_FOREIGN_ROOT_KEYS[key]}"
-    hint = foreign_hint(facts, key, None)
-    if hint:
-        return f"unknown root field {echo(key)}{hint}"
-    hint = did_you_mean(key, facts.types)
-    owners = field_owners(conv, facts, key, tree)
-    if owners and not hint:
-        hint = f"; it is a field of {owners[0]!r} ({owners[0]}.{key})"
-    return f"unknown root field {echo(key)}{hint}"
+    hint = foreign_hint(facts, key, None) or did_you_mean(key, facts.types)
+    return f"unknown root field {echo(key)}{hint or elsewhere(conv, facts, key, tree, '', '')}"
 
 
 def field_owners(
@@ -353,24 +345,6 @@ def _check_resolved(facts: RootFacts, name: str, value: object, problems: list[P
     return True
 
 
-def _check_group_shape(name: str, node: object, problems: list[Problem]) -> bool:
-    """Whether ``node`` is a mapping with a ``_target_``; records a problem if not."""
-    if type(node) is not dict and not isinstance(node, Mapping):
-        problems.append(Problem((name,), f"expected a mapping with '_target_', got {describe_value(node)}"))
-    elif TARGET_KEY not in node:
-        problems.append(
-            Problem(
-                (name, TARGET_KEY),
-                "missing '_target_': a root group given in the file names "
-                "the Config class or factory that builds it",
-                "parent",
-            )
-        )
-    else:
-        return True
-    return False
-
-
 def group_hook(conv: "ConfigConverter", cls: type) -> Any:
     """The structure hook of root group class ``cls`` (a mapping that also holds its ``_target_``), made
     once per converter."""
@@ -388,9 +362,19 @@ def _group_target(
 ) -> Target | None:
     """The target group ``name``'s ``_target_`` names, or None after recording why there is none (a group
     whose ``_target_`` is a close misspelling is checked against the one it most likely meant)."""
-    if not _check_group_shape(name, node, problems):
+    if type(node) is not dict and not isinstance(node, Mapping):
+        problems.append(Problem((name,), f"expected a mapping with '_target_', got {describe_value(node)}"))
         return None
-    assert isinstance(node, Mapping)
+    if TARGET_KEY not in node:
+        problems.append(
+            Problem(
+                (name, TARGET_KEY),
+                "missing '_target_': a root group given in the file names "
+                "the Config class or factory that builds it",
+                "parent",
+            )
+        )
+        return None
     field_type = facts.types[name]
     try:
         return load_target(node[TARGET_KEY], field_type, allowed, packages=facts.packages)
@@ -426,33 +410,21 @@ def _build_group(
     checks: bool = False,
 ) -> Any:
     """Group ``node`` built by ``target`` (if ``call``; else only checked by names and types, and, with
-    ``checks``, by what a factory checks of its arguments without being called)."""
-    if target.is_factory:
-        args = {k: v for k, v in node.items() if k != TARGET_KEY}
-        return _call_factory(conv, path, field_type, target, args, problems, call, checks)
-    if not call:  # names and types only: no Config class is constructed, none of its code runs
-        problems.extend(check_shape(conv, target.obj, node, path, _TARGET_ONLY))
-        return _INVALID
-    hook = group_hook(conv, target.obj)
-    try:
-        return hook(node, target.obj)
-    except Exception as exc:
-        problems.extend(problems_of(exc, path))
-        return exc.made if isinstance(exc, CheckedGroup) else _INVALID
+    ``checks``, by what a factory checks of its arguments without being called).
 
-
-def _call_factory(
-    conv: "ConfigConverter",
-    path: Path,
-    field_type: type,
-    target: Target,
-    args: Mapping[str, Any],
-    problems: list[Problem],
-    call: bool = True,
-    checks: bool = True,
-) -> Any:
-    """Check ``args`` against the factory's signature, then (if ``call``) call it and check its result;
-    when it is not called or its arguments are wrong, ``checks`` runs what it checks without a call."""
+    A factory's arguments are checked against its signature, then (if ``call``) it is called and its
+    result checked; when it is not called or its arguments are wrong, ``checks`` runs what it checks
+    without a call."""
+    if not target.is_factory:
+        if not call:  # names and types only: no Config class is constructed, none of its code runs
+            problems.extend(check_shape(conv, target.obj, node, path, _TARGET_ONLY))
+            return _INVALID
+        try:
+            return group_hook(conv, target.obj)(node, target.obj)
+        except Exception as exc:
+            problems.extend(problems_of(exc, path))
+            return exc.made if isinstance(exc, CheckedGroup) else _INVALID
+    args = {k: v for k, v in node.items() if k != TARGET_KEY}
     before = len(problems)
     short = target.name.rpartition(".")[2]
     params = target.params

@@ -280,7 +280,11 @@ def load_target(
         )
     if isinstance(obj, type) and attrs.has(obj) and issubclass(obj, field_type):
         if is_abstract(obj):
-            raise TargetError(_abstract_message(name, obj, allowed, packages))
+            listed = (
+                _choices(obj, allowed, packages)
+                or "; name one of: a Config class deriving from it, or a factory returning one"
+            )
+            raise TargetError(f"{echo(name)} is a base class, not a target{listed}")
         return Target(qualified_name(obj), obj, False, {}, frozenset(), {})
     if inspect.isfunction(obj):
         return _factory(name, obj, field_type, expected)
@@ -368,14 +372,6 @@ def is_abstract(cls: type) -> bool:
     """Whether ``cls`` is a base that no ``_target_`` may name: it declares :data:`ABSTRACT_MARKER` in its own
     body (subclasses do not inherit the mark), or it has abstract methods."""
     return bool(vars(cls).get(ABSTRACT_MARKER, False)) or inspect.isabstract(cls)
-
-
-def _abstract_message(name: str, cls: type, allowed: tuple[str, ...], packages: tuple[str, ...]) -> str:
-    listed = (
-        _choices(cls, allowed, packages)
-        or "; name one of: a Config class deriving from it, or a factory returning one"
-    )
-    return f"{echo(name)} is a base class, not a target{listed}"
 
 
 def _choices(field_type: type, allowed: tuple[str, ...], packages: tuple[str, ...]) -> str:

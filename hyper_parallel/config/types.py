@@ -853,16 +853,12 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
     alone, so no ``__init__``, ``__attrs_post_init__`` or validator of it or of any section runs (RFC 9.2).
     """
     attrs.resolve_types(cls)
-    made: list[Hook] = []  # cattrs' function, once made
 
-    def generated(value: Any) -> Any:
-        if not made:
-            made.append(
-                make_dict_structure_fn(
-                    cls, conv, _cattrs_forbid_extra_keys=False, _cattrs_detailed_validation=True
-                )
-            )
-        return made[0](value, cls)
+    @functools.cache
+    def generated() -> Hook:  # cattrs' function, made once
+        return make_dict_structure_fn(
+            cls, conv, _cattrs_forbid_extra_keys=False, _cattrs_detailed_validation=True
+        )
 
     init_fields = [f for f in attrs.fields(cls) if f.init]
     types = {f.name: f.type for f in init_fields}
@@ -896,7 +892,7 @@ def attrs_hook(cls: type, conv: cattrs.Converter, also: frozenset[str] = frozens
         if not value.keys() <= allowed or names_unknown(value):
             raise shape_error(value)
         try:
-            obj = generated(value)
+            obj = generated()(value, cls)
         except ClassValidationError as exc:
             raise class_error(cls, value, list(exc.exceptions), structure, child_type) from None
         if checked:
@@ -981,9 +977,10 @@ def check_shape(
         return found
     if _VARIANTS.matches(bare) and isinstance(value, Mapping):
         facts = _variant_facts(bare)
-        cls = (
-            facts.by_tag.get(value.get(facts.key, facts.absent)) if _hashable(value.get(facts.key)) else None
-        )
+        try:
+            cls = facts.by_tag.get(value.get(facts.key, facts.absent))
+        except TypeError:  # an unhashable value names no variant
+            cls = None
         if cls is not None and value.keys() <= facts.fields.keys():  # the variant it names, by its fields
             own = attrs.fields_dict(cls)
             found = check_shape(conv, cls, {k: v for k, v in value.items() if k in own}, path, leaves=leaves)
@@ -1154,11 +1151,7 @@ def _narrow(schema: Schema, json_types: tuple[str, ...] | None, keyword: str, va
 def _unstructure_any(conv: cattrs.Converter) -> Callable[[Any], Any]:
     """Unstructure by each value's runtime class (a field typed with a base class holds a subclass)."""
     hook = conv.get_unstructure_hook
-
-    def unstructure_value(value: Any) -> Any:
-        return hook(value.__class__)(value)
-
-    return unstructure_value
+    return lambda value: hook(value.__class__)(value)
 
 
 def attrs_unstructure(cls: type, conv: cattrs.Converter, target: str | None = None) -> Callable[[Any], Any]:
@@ -1182,27 +1175,21 @@ def attrs_unstructure(cls: type, conv: cattrs.Converter, target: str | None = No
     return unstructure
 
 
-def _scalar_rules() -> list[Rule]:
-    return [
-        _Scalar(bool, "bool", "a boolean (true or false)", {"type": "boolean"}, _structure_bool),
-        _Scalar(
-            int,
-            "int",
-            "an integer",
-            {"type": "integer", "minimum": -INT_LIMIT - 1, "maximum": INT_LIMIT},
-            _structure_int,
-        ),
-        _Scalar(float, "float", "a number", {"type": "number"}, _structure_float),
-        _Scalar(str, "str", "a string", {"type": "string"}, _structure_str),
-        _Scalar(type(None), "null", "null", {"type": "null"}, _structure_none),
-    ]
-
-
 #: The table, most specific first (an ``IntEnum`` is an ``Enum`` before it is an ``int``).
 RULES: tuple[Rule, ...] = (
     _Any(),
     _Enum(),
-    *_scalar_rules(),
+    _Scalar(bool, "bool", "a boolean (true or false)", {"type": "boolean"}, _structure_bool),
+    _Scalar(
+        int,
+        "int",
+        "an integer",
+        {"type": "integer", "minimum": -INT_LIMIT - 1, "maximum": INT_LIMIT},
+        _structure_int,
+    ),
+    _Scalar(float, "float", "a number", {"type": "number"}, _structure_float),
+    _Scalar(str, "str", "a string", {"type": "string"}, _structure_str),
+    _Scalar(type(None), "null", "null", {"type": "null"}, _structure_none),
     _Path(),
     _Literal(),
     _Union(),
@@ -1214,14 +1201,6 @@ RULES: tuple[Rule, ...] = (
 )
 _UNSUPPORTED = Rule()
 _VARIANTS = next(rule for rule in RULES if isinstance(rule, _Variants))
-
-
-def _hashable(value: object) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 def rule_for(tp: Any) -> Rule:

@@ -218,17 +218,10 @@ def to_config_error(
             (p.path, p.message),
             Issue(format_path(p.path), p.message, locate(p) if locate else None, parts=p.path),
         )
-    skipped = []
-    if unchecked:
-        groups = sorted(unchecked)
-        one = len(groups) == 1
-        skipped.append(
-            (
-                f"the value checks of {', '.join(groups)}",
-                f"a name in {'it' if one else 'each'} is not known, and nothing of {'it' if one else 'them'} "
-                "runs before all are",
-            )
-        )
+    groups = sorted(unchecked)
+    each, them = ("it", "it") if len(groups) == 1 else ("each", "them")
+    why = f"a name in {each} is not known, and nothing of {them} runs before all are"
+    skipped = [(f"the value checks of {', '.join(groups)}", why)] if groups else []
     return ConfigError(seen.values(), config=config, unmade=unmade, skipped=skipped)
 
 

@@ -150,7 +150,13 @@ _Dumper.add_representer(type(None), yaml.SafeDumper.represent_none)
 _Dumper.add_representer(None, _represent_other)  # type: ignore[arg-type]  # None = fallback
 
 
-def _pyyaml(data: object) -> str:
+def dump_yaml(data: object) -> str:
+    """YAML text for a tree of dict/list/str/int/float/bool/None that loads back equal.
+
+    Both ``parse_yaml(dump_yaml(x))[0] == x`` and ``yaml.safe_load(dump_yaml(x)) == x`` hold (NaN
+    aside, which is never equal to itself).  Raises ``TypeError`` for any other type and ``ValueError``
+    for self-containing or too deeply nested data.
+    """
     text: str = yaml.dump(
         data,
         Dumper=_Dumper,
@@ -160,14 +166,3 @@ def _pyyaml(data: object) -> str:
         width=_WIDTH,
     )
     return text
-
-
-def dump_yaml(data: object) -> str:
-    """YAML text for a tree of dict/list/str/int/float/bool/None that loads back equal.
-
-    Both ``parse_yaml(dump_yaml(x))[0] == x`` and ``yaml.safe_load(dump_yaml(x)) == x`` hold (NaN
-    aside, which is never equal to itself).  Raises ``TypeError`` for any other type and ``ValueError``
-    for self-containing or too deeply nested data.
-
-    """
-    return _pyyaml(data)

@@ -499,10 +499,7 @@ class _Builder:
         tag = node.tag
         if isinstance(node, _ScalarNode):
             return self.scalar(node, tag, path)
-        if isinstance(node, _MappingNode):
-            kind, expected = "mapping", _MAP
-        else:
-            kind, expected = "sequence", _SEQ
+        kind, expected = ("mapping", _MAP) if isinstance(node, _MappingNode) else ("sequence", _SEQ)
         if tag != expected:
             self.add(path, self.tag_message(tag, kind), node)
             return None
