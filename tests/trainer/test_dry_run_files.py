@@ -112,7 +112,10 @@ def _no_config_json(folder: Path) -> str:
 def _config_json_of_another_depth(folder: Path) -> str:
     file = folder / "config.json"
     file.write_text(json.dumps({**json.loads(file.read_text()), "num_hidden_layers": 3}))
-    return f"{file}: num_hidden_layers is 3 here, llama3 debugmodel has 2; model.overrides.n_layers: 3 fits"
+    return (
+        f"{file}: llama3 debugmodel differs from this config.json (model.flavor auto reads it) in:\n"
+        f"{file}: num_hidden_layers is 3 here, llama3 debugmodel has 2; model.overrides.n_layers: 3 fits"
+    )
 
 
 def _tensor_missing(folder: Path) -> str:
