@@ -9,7 +9,8 @@
 - ``hf_loop``: the loop a transformers user writes around the same folder's model, doing what the trainer
   does at this world size: on one device the trainer applies no FSDP2 (it shards across ranks only) and
   computes under ``torch.autocast`` to ``training.mixed_precision_param`` over float32 parameters, each
-  decoder layer compiled with the config's ``compile`` settings for the compiled row; the config's
+  decoder layer compiled with the config's ``compile`` settings for the compiled row (the trainer
+  compiles its loss too, ``compile.components``; transformers' loss stays as its users run it); the config's
   optimizer (:meth:`build`, the same parameter groups), schedule, clipping and batches (its data loader);
   a step is ``model(input_ids, labels=...)`` (transformers' own loss), backward, clipping, the optimizer's
   and the schedule's step. ``ours_hf`` over ``hf_loop`` is the trainer's cost over a bare loop (issue 45
