@@ -645,7 +645,7 @@ def attention_times(tiny: bool) -> dict[str, Any]:
     repeats = 5 if tiny else 20
     result: dict[str, Any] = {"device": str(device), "seq": seq, "batch": batch}
     for name, documents in layouts.items():
-        result[f"{name}_ms"] = median_ms(lambda documents=documents: once(documents), repeats)
+        result[f"{name}_ms"] = median_ms(functools.partial(once, documents), repeats)
         result[f"{name}_layout"] = type(None if documents is None else documents.layout).__name__
     for name in host_ids:
         result[f"{name}_vs_causal"] = result[f"{name}_ms"] / result["causal_ms"]
