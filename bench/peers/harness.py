@@ -10,9 +10,11 @@ global settings (TorchTitan turns off autograd's threads and Python's garbage co
 transformers' classes) reach another's.
 
 What every row shares: the shape (tied embeddings), batch and sequence length, random token ids, bf16
-parameters with fp32 master weights and gradient reduction under FSDP2 on a one-device mesh (float32 on the
-CPU), AdamW (lr 3e-4, weight decay 0.1), gradient clipping at 1.0, no activation checkpointing, and
-``torch.compile`` of each transformer block off or on (``--compile``).
+compute with fp32 master weights (float32 on the CPU), AdamW (lr 3e-4, weight decay 0.1), gradient
+clipping at 1.0, no activation checkpointing, and ``torch.compile`` of each transformer block off or on
+(``--compile``). The peers' rows run under FSDP2 on a one-device mesh (bf16 parameters, fp32 reduction);
+our trainer shards across ranks only, so on one device ``ours`` and ``ours_hf`` compute under autocast
+over float32 parameters, and so does ``hf_loop``, the bare loop they are held to (issue 45 item 7).
 
     python -m bench.peers.harness PEER [--tiny] [--compile] [--steps N] [--warmup N] [--seq N] [--batch N]
                                   [--json PATH]
@@ -34,7 +36,7 @@ __all__ = ["MIN_STEPS", "PEERS", "Setting", "Timing", "main", "measure", "plan",
 #: Fewest timed steps a row may report (a median and a spread need that many).
 MIN_STEPS = 10
 #: The implementations a row can time, in the order the check runs them.
-PEERS = ("ours", "transformers", "liger", "torchtitan")
+PEERS = ("ours", "ours_hf", "hf_loop", "transformers", "liger", "torchtitan")
 
 
 class Timing(NamedTuple):

@@ -2,6 +2,19 @@
 
 - ``ours``: our trainer (``LLMTrainer``) on ``configs/llama3_2_1b_gpu.yaml``, its own ``train_step`` (the
   fused, chunked loss; FSDP2; ``compile.enable`` for the compiled row).
+- ``ours_hf``: the same trainer and config with the model section replaced by the transformers path
+  (``model: {_target_: hyper_parallel.models.hf.create_model_spec, path: FOLDER, init: random}``), FOLDER a
+  ``config.json`` of transformers' ``LlamaForCausalLM`` at the same shape (:func:`write_hf_folder`); its
+  own ``train_step`` (the whole logits and the config's loss: the fused loss is the native models').
+- ``hf_loop``: the loop a transformers user writes around the same folder's model, doing what the trainer
+  does at this world size: on one device the trainer applies no FSDP2 (it shards across ranks only) and
+  computes under ``torch.autocast`` to ``training.mixed_precision_param`` over float32 parameters, each
+  decoder layer compiled with the config's ``compile`` settings for the compiled row (the trainer
+  compiles its loss too, ``compile.components``; transformers' loss stays as its users run it); the config's
+  optimizer (:meth:`build`, the same parameter groups), schedule, clipping and batches (its data loader);
+  a step is ``model(input_ids, labels=...)`` (transformers' own loss), backward, clipping, the optimizer's
+  and the schedule's step. ``ours_hf`` over ``hf_loop`` is the trainer's cost over a bare loop (issue 45
+  item 7: at least 0.97x); ``ours`` over ``ours_hf`` is the native model's lead on the same shape.
 - ``transformers``: transformers' ``LlamaForCausalLM`` of the same shape, embeddings tied
   (:func:`transformers_llama`), under FSDP2 as ``bench gpu`` prepares it (each decoder layer compiled for
   the compiled row); a step is ``model(input_ids, labels=...)``, backward, clipping, AdamW.
@@ -17,6 +30,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import tempfile
 import warnings
 from pathlib import Path
@@ -25,7 +39,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bench.peers.harness import Built, Setting
 
-__all__ = ["build", "our_config", "titan_model", "transformers_llama", "unavailable"]
+__all__ = [
+    "build",
+    "our_config",
+    "titan_model",
+    "transformers_llama",
+    "transformers_llama_config",
+    "unavailable",
+    "write_hf_folder",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "llama3_2_1b_gpu.yaml"
@@ -34,8 +56,10 @@ LR, WEIGHT_DECAY, BETAS = 3e-4, 0.1, (0.9, 0.95)
 MAX_NORM = 1.0
 
 
-def our_config(setting: Setting) -> Any:
-    """Our GPU config at the setting's shape, saving and logging nothing (tiny: the check's tiny shape)."""
+def our_config(setting: Setting, hf_folder: Path | None = None) -> Any:
+    """Our GPU config at the setting's shape, saving and logging nothing (tiny: the check's tiny shape);
+    with ``hf_folder`` (:func:`write_hf_folder`, which holds that shape), its model section is the
+    transformers path over that folder's ``config.json``, random init, everything else the same."""
     from bench.gpu_check import TINY_OVERRIDES
     from hyper_parallel.config import ConfigWarning, load_config
 
@@ -52,14 +76,32 @@ def our_config(setting: Setting) -> Any:
         "training.micro_batch_size": str(setting.batch),
         "training.global_batch_size": str(setting.batch),
     }
-    if setting.tiny:
+    text = None
+    if hf_folder is not None:
+        text = CONFIG.read_text(encoding="utf-8")
+        start, end = text.index("model:\n"), text.index("\ntokenizer:")
+        model = (
+            "model:\n  _target_: hyper_parallel.models.hf.create_model_spec\n"
+            f"  path: {json.dumps(str(hf_folder))}\n  init: random\n"
+        )
+        text = text[:start] + model + text[end:]
+    elif setting.tiny:
         overrides.update(
             {f"model.overrides.{k}": str(v) for k, v in TINY_OVERRIDES["llama3_2_1b_gpu"].items()}
         )
+    if setting.tiny:
         overrides.update({"training.mixed_precision_param": "float32", "lr_scheduler.warmup_steps": "1"})
     with warnings.catch_warnings():  # "no metrics would be logged": a timing run logs nothing, on purpose
         warnings.simplefilter("ignore", ConfigWarning)
-        return load_config(CONFIG, overrides)
+        return load_config(CONFIG, overrides, text=text)
+
+
+def write_hf_folder(setting: Setting, folder: Path) -> None:
+    """``folder/config.json``: transformers' ``LlamaForCausalLM`` at our GPU config's shape for the setting
+    (tied embeddings; no weights: the transformers path draws them, ``init: random``)."""
+    config = transformers_llama_config(our_config(setting).model.args)
+    config.architectures = ["LlamaForCausalLM"]  # as a saved model's folder says it
+    config.save_pretrained(folder)
 
 
 def unavailable(peer: str, setting: Setting, cuda: bool) -> str | None:
@@ -78,9 +120,9 @@ def unavailable(peer: str, setting: Setting, cuda: bool) -> str | None:
 
 def build(peer: str, setting: Setting, device: Any) -> Built:
     """``peer``'s step at the setting's shape on ``device``."""
-    return {"ours": _ours, "transformers": _transformers, "liger": _liger, "torchtitan": _torchtitan}[peer](
-        setting, device
-    )
+    builders = {"ours": _ours, "ours_hf": _ours_hf, "hf_loop": _hf_loop, "transformers": _transformers,
+                "liger": _liger, "torchtitan": _torchtitan}  # fmt: skip
+    return builders[peer](setting, device)
 
 
 def _tokens(setting: Setting, vocab_size: int, extra: int = 0) -> Any:
@@ -112,11 +154,78 @@ def _ours(setting: Setting, device: Any) -> Built:
     )
 
 
-def transformers_llama(args: Any) -> Any:
-    """transformers' ``LlamaForCausalLM`` of our Llama 3 ``args`` (embeddings tied as ours are)."""
+def _ours_hf(setting: Setting, device: Any) -> Built:
+    from bench.peers.harness import Built
+    from hyper_parallel.trainer import LLMTrainer
+
+    folder = tempfile.TemporaryDirectory(prefix="bench-hf-")
+    write_hf_folder(setting, Path(folder.name))
+    trainer = LLMTrainer(our_config(setting, Path(folder.name)), stream=io.StringIO())
+
+    def close() -> None:
+        trainer.close()
+        folder.cleanup()
+
+    notes = ["our trainer's train_step on the transformers path (LlamaForCausalLM, tied, init: random)"]
+    return Built(trainer.train_step, setting.batch * setting.seq, trainer.parameter_count(), notes, close)
+
+
+def _hf_loop(setting: Setting, device: Any) -> Built:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from bench.peers.harness import Built
+    from hyper_parallel.components.dataloader import LoaderRequest
+
+    folder = tempfile.TemporaryDirectory(prefix="bench-hf-")
+    write_hf_folder(setting, Path(folder.name))
+    cfg = our_config(setting, Path(folder.name))
+    training = cfg.training
+    torch.manual_seed(cfg.run_seed())
+    config = AutoConfig.from_pretrained(folder.name)
+    model = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
+        config, dtype=torch.float32, attn_implementation=cfg.model.args.attn_implementation
+    )
+    parameters = sum(p.numel() for p in model.parameters())
+    model = model.to(device).train()
+    if setting.compiled:
+        for layer in model.model.layers:
+            layer.compile(backend=cfg.compile.backend, mode=cfg.compile.mode, fullgraph=cfg.compile.fullgraph)
+    optimizer = cfg.optimizer.build(model)
+    scheduler = cfg.lr_scheduler.build(optimizer, training.max_steps)
+    request = LoaderRequest(cfg.tokenizer.build(None), 0, 1, seq_len=training.seq_len,
+                            micro_batch_size=training.micro_batch_size, seed=cfg.run_seed())  # fmt: skip
+    batches = iter(cfg.dataloader.build(request))
+    accumulation = training.global_batch_size // training.micro_batch_size
+    dtype = getattr(torch, training.mixed_precision_param)
+    max_norm = training.max_grad_norm if training.max_grad_norm is not None else float("inf")
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        for _ in range(accumulation):
+            batch = next(batches)
+            ids = batch["input_ids"].to(device, non_blocking=True)
+            labels = batch["labels"].to(device, non_blocking=True)
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                loss = model(input_ids=ids, labels=labels, use_cache=False).loss
+            (loss / accumulation).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, foreach=True)
+        optimizer.step()
+        scheduler.step()
+
+    compute = "float32" if dtype == torch.float32 else f"autocast to {training.mixed_precision_param}"
+    notes = [
+        "a bare loop over the same LlamaForCausalLM folder: the trainer's one-device wrapping (no FSDP2, "
+        f"{compute} over float32 parameters), optimizer, schedule, clipping and batches; transformers' loss"
+    ]
+    return Built(step, setting.batch * setting.seq, parameters, notes, folder.cleanup)
+
+
+def transformers_llama_config(args: Any) -> Any:
+    """transformers' ``LlamaConfig`` of our Llama 3 ``args`` (embeddings tied as ours are)."""
     import transformers
 
-    config = transformers.LlamaConfig(
+    return transformers.LlamaConfig(
         vocab_size=args.vocab_size,
         hidden_size=args.dim,
         intermediate_size=args.ffn_hidden_dim,
@@ -128,7 +237,13 @@ def transformers_llama(args: Any) -> Any:
         rope_parameters={"rope_type": "default", "rope_theta": args.rope_theta},
         tie_word_embeddings=args.tie_word_embeddings,
     )
-    return transformers.LlamaForCausalLM(config)
+
+
+def transformers_llama(args: Any) -> Any:
+    """transformers' ``LlamaForCausalLM`` of our Llama 3 ``args`` (embeddings tied as ours are)."""
+    import transformers
+
+    return transformers.LlamaForCausalLM(transformers_llama_config(args))
 
 
 def _transformers(setting: Setting, device: Any, liger: bool = False) -> Built:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench.peers.harness import Setting, Timing, plan, time_steps
@@ -47,7 +49,8 @@ def test_a_timing_of_equal_steps_has_no_spread() -> None:
 
 
 def test_every_peer_is_timed_eager_and_on_cuda_compiled_too() -> None:
-    eager = [("ours", False), ("transformers", False), ("liger", False), ("torchtitan", False)]
+    peers = ["ours", "ours_hf", "hf_loop", "transformers", "liger", "torchtitan"]
+    eager = [(peer, False) for peer in peers]
     assert plan(tiny=True, cuda=True) == eager
     assert plan(tiny=False, cuda=False) == eager
     assert plan(tiny=False, cuda=True) == eager + [(peer, True) for peer, _ in eager]
@@ -67,3 +70,29 @@ def test_transformers_llama_is_tied_with_our_parameter_count(tiny: bool, paramet
     assert theirs.lm_head.weight is theirs.model.embed_tokens.weight
     assert sum(p.numel() for p in ours.parameters()) == parameters
     assert sum(p.numel() for p in theirs.parameters()) == parameters
+
+
+@pytest.mark.parametrize(("tiny", "parameters"), [(True, 155_968), (False, 1_235_814_400)])
+def test_the_transformers_path_row_trains_our_config_on_the_folder_of_its_shape(
+    tmp_path: Path, tiny: bool, parameters: int
+) -> None:
+    """``ours_hf`` and ``hf_loop`` read one ``config.json`` of our shape, tied: the same parameter count as
+    ours; everything but the model section is our config's."""
+    pytest.importorskip("transformers")
+    from bench.peers.llama_peers import our_config, write_hf_folder
+
+    setting = Setting(tiny, False, 64, 2, 1, 10)
+    write_hf_folder(setting, tmp_path)
+    ours, hf = our_config(setting), our_config(setting, tmp_path)
+    assert (hf.model.name, hf.model.weights_path) == ("hf", None)  # init: random, nothing read
+    config = hf.model.args.config()
+    assert (config["architectures"], config["tie_word_embeddings"]) == (["LlamaForCausalLM"], True)
+    built = hf.model.build_model_fn(hf.model.args, device="meta")
+    assert type(built.causal_lm).__name__ == "LlamaForCausalLM"
+    assert sum(p.numel() for p in built.parameters()) == parameters
+    assert hf.training == ours.training
+    assert (hf.optimizer, hf.lr_scheduler, hf.dataloader) == (
+        ours.optimizer,
+        ours.lr_scheduler,
+        ours.dataloader,
+    )

@@ -77,6 +77,8 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
         ("speed", "llama3_2_1b_gpu packed", False),
         ("speed", "qwen3_5_0_8b_gpu packed", False),
         ("peers", "ours", False),
+        ("peers", "ours_hf", False),
+        ("peers", "hf_loop", False),
         ("peers", "transformers", False),
         ("peers", "liger", False),
         ("peers", "torchtitan", False),
@@ -125,6 +127,24 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
     assert len(ours["seconds"]) == 10
     assert ours["min_s"] <= ours["median_s"] <= ours["max_s"]
     assert rows[("peers", "liger", False)]["notes"][0].startswith("skipped: ")  # Triton kernels: CUDA only
+    # The transformers path through our trainer against a bare loop over the same folder's model, and the
+    # native model against it (issue 45 item 7): the same tokens a step, the same (tied) parameter count.
+    hf, loop = rows[("peers", "ours_hf", False)], rows[("peers", "hf_loop", False)]
+    for row in (hf, loop):
+        assert (row["tokens_per_step"], row["parameters"], row["steps"]) == (2 * 64, 155_968, 10)
+        assert math.isfinite(row["tokens_per_second"])
+        assert row["tokens_per_second"] > 0
+    assert hf["trainer_vs_bare_loop"] == hf["tokens_per_second"] / loop["tokens_per_second"]
+    assert hf["native_vs_hf_path"] == ours["tokens_per_second"] / hf["tokens_per_second"]
+    verdicts = [note.split(": ")[1].split(" (")[0] for note in hf["notes"][-2:]]
+    assert verdicts == [
+        "PASS" if hf["trainer_vs_bare_loop_ok"] else "FAIL",
+        "PASS" if hf["native_vs_hf_path_ok"] else "FAIL",
+    ]
+    assert hf["notes"][-2].startswith(f"trainer / bare loop {hf['trainer_vs_bare_loop']:.3f}x: ")
+    assert hf["notes"][-2].endswith("(>= 0.97x) (not held in the tiny mode)")
+    assert hf["notes"][-1].startswith(f"native / hf path {hf['native_vs_hf_path']:.3f}x: ")
+    assert hf["notes"][-1].endswith("(> 1.0x) (not held in the tiny mode)")
     peers = ["transformers"]
     if importlib.util.find_spec("torchtitan") is not None:  # CI installs bench/peers/requirements.txt
         peers.append("torchtitan")
@@ -140,7 +160,7 @@ def test_the_check_runs_every_step_in_its_tiny_cpu_mode(tmp_path: Path, capsys: 
     assert fla["one_document_problem"] is None
     assert fla["two_documents_problem"] is None
     assert set(fla["one_document_errors"]) == {"output", "query", "key", "value", "log_decay", "beta"}
-    assert "15/15 passed" in capsys.readouterr().out
+    assert "17/17 passed" in capsys.readouterr().out
 
 
 def test_the_packed_rows_read_the_librarys_utf8_files_of_a_sixteenth_to_a_whole_row(tmp_path: Path) -> None:
@@ -178,6 +198,8 @@ def test_the_checks_budget_cuts_every_step_and_reports_what_it_skipped(tmp_path:
         ("speed", False),
         ("speed", False),
         ("speed", False),
+        ("peers", False),
+        ("peers", False),
         ("peers", False),
         ("peers", False),
         ("peers", False),
