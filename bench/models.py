@@ -76,18 +76,8 @@ def _pair(family: str, overrides: dict[str, Any]) -> tuple[Any, Any, Any]:
 
         spec = llama3.create_model_spec("debugmodel", overrides=overrides or None)
         args = spec.args
-        config = transformers.LlamaConfig(
-            vocab_size=args.vocab_size,
-            hidden_size=args.dim,
-            intermediate_size=args.ffn_hidden_dim,
-            num_hidden_layers=args.n_layers,
-            num_attention_heads=args.n_heads,
-            num_key_value_heads=args.n_kv_heads,
-            rms_norm_eps=args.norm_eps,
-            max_position_embeddings=args.max_seq_len,
-            rope_parameters={"rope_type": "default", "rope_theta": args.rope_theta},
-            tie_word_embeddings=False,
-        )
+        hf_config = {**Llama3StateDictAdapter(args).hf_config(), "tie_word_embeddings": False}
+        config = transformers.LlamaConfig.from_dict(hf_config)
         theirs = transformers.LlamaForCausalLM(config)
         ours = spec.build_model_fn(args, device="cpu")
         theirs.load_state_dict(Llama3StateDictAdapter(args).to_hf(ours.state_dict()), strict=True)

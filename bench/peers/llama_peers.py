@@ -99,9 +99,7 @@ def our_config(setting: Setting, hf_folder: Path | None = None) -> Any:
 def write_hf_folder(setting: Setting, folder: Path) -> None:
     """``folder/config.json``: transformers' ``LlamaForCausalLM`` at our GPU config's shape for the setting
     (tied embeddings; no weights: the transformers path draws them, ``init: random``)."""
-    config = transformers_llama_config(our_config(setting).model.args)
-    config.architectures = ["LlamaForCausalLM"]  # as a saved model's folder says it
-    config.save_pretrained(folder)
+    transformers_llama_config(our_config(setting).model.args).save_pretrained(folder)
 
 
 def unavailable(peer: str, setting: Setting, cuda: bool) -> str | None:
@@ -222,21 +220,13 @@ def _hf_loop(setting: Setting, device: Any) -> Built:
 
 
 def transformers_llama_config(args: Any) -> Any:
-    """transformers' ``LlamaConfig`` of our Llama 3 ``args`` (embeddings tied as ours are)."""
+    """transformers' ``LlamaConfig`` of our Llama 3 ``args`` (embeddings tied as ours are): the
+    ``config.json`` our export writes for them (:meth:`Llama3StateDictAdapter.hf_config`), one mapping."""
     import transformers
 
-    return transformers.LlamaConfig(
-        vocab_size=args.vocab_size,
-        hidden_size=args.dim,
-        intermediate_size=args.ffn_hidden_dim,
-        num_hidden_layers=args.n_layers,
-        num_attention_heads=args.n_heads,
-        num_key_value_heads=args.n_kv_heads,
-        rms_norm_eps=args.norm_eps,
-        max_position_embeddings=args.max_seq_len,
-        rope_parameters={"rope_type": "default", "rope_theta": args.rope_theta},
-        tie_word_embeddings=args.tie_word_embeddings,
-    )
+    from hyper_parallel.models.llama3._runtime import Llama3StateDictAdapter
+
+    return transformers.LlamaConfig.from_dict(Llama3StateDictAdapter(args).hf_config())
 
 
 def transformers_llama(args: Any) -> Any:
