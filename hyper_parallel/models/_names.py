@@ -5,7 +5,6 @@ Below every user of these facts: the weight loader and initialiser beside this m
 component, which adds them, imports their names from here rather than the models importing ``peft``.
 """
 
-import hashlib
 import re
 
 __all__ = ["LORA_A", "LORA_B", "is_adapter", "parameter_seed"]
@@ -29,5 +28,7 @@ def parameter_seed(seed: int, name: str) -> int:
     Every layout draws a parameter's full tensor from it and keeps its shard, so the same seed gives the
     same weights (and adapters) on one process, under FSDP2 or under tensor parallelism.
     """
+    import hashlib  # here, not at import: OpenSSL's binding costs every --dry-run 2.5 ms it never uses
+
     digest = hashlib.blake2b(f"{seed}/{name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)
