@@ -252,7 +252,8 @@ def test_qlora_under_tensor_parallelism_is_refused_with_the_reason(tmp_path: Pat
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_two_processes_under_fsdp2_or_the_models_tp_plan_give_one_process_losses(tmp_path: Path) -> None:
-    """FSDP2 with checkpointed layers (Qwen 3: tied embeddings, the tie survives sharding), and tensor
+    """FSDP2 with checkpointed layers (Qwen 3: tied embeddings, the tie survives sharding), FSDP2 over Gemma 3
+    (scaled embeddings, sliding-window layers) and Phi-3 (fused projections), and tensor
     parallelism by each model's ``base_model_tp_plan``: Mistral (colwise / rowwise), Phi-3 (its fused
     projections gathered: ``colwise_gather_output`` / ``rowwise_split_input``); with LoRA adapters under
     tensor parallelism (Mistral: split with the layers they adapt) and QLoRA under FSDP2 (an NF4 Mistral)."""
@@ -271,6 +272,8 @@ def test_two_processes_under_fsdp2_or_the_models_tp_plan_give_one_process_losses
     # run name -> (model_type, its folder's sizes, the run's overrides on one process, the layout on two)
     layouts: dict[str, tuple[str, dict[str, Any], dict[str, str], dict[str, str]]] = {
         "qwen3": ("qwen3", {}, {}, {"parallelism.dp_shard": "2", "activation_checkpoint.mode": "full"}),
+        "gemma3_text": ("gemma3_text", {}, {}, {"parallelism.dp_shard": "2"}),
+        "phi3-fsdp": ("phi3", {}, {}, {"parallelism.dp_shard": "2"}),
         "mistral": ("mistral", {}, {}, tp),
         "phi3": ("phi3", {}, {}, tp),
         "mistral-lora": ("mistral", {}, {**lora, "peft.targets": "[q_proj, o_proj]"}, tp),
@@ -292,6 +295,9 @@ def test_two_processes_under_fsdp2_or_the_models_tp_plan_give_one_process_losses
     assert (sharded["mesh"], sharded["placements"]) == (["dp_shard"], ["Shard(dim=0)"])
     assert sharded["local"][0] * 2 == sharded["global"][0]
     assert [r["dp_rank"] for r in reports["qwen3"]] == [0, 1]
+    for name in ("gemma3_text", "phi3-fsdp"):
+        held = reports[name][0]["params"][layer.format("o_proj")]
+        assert (held["mesh"], held["placements"]) == (["dp_shard"], ["Shard(dim=0)"]), name
     split = {
         ("mistral", "q_proj.weight"): "Shard(dim=0)",
         ("mistral", "o_proj.weight"): "Shard(dim=1)",
@@ -318,10 +324,20 @@ def test_two_processes_under_fsdp2_or_the_models_tp_plan_give_one_process_losses
 
 
 @pytest.mark.parametrize(
-    ("model_type", "targets"), [("mistral", "[q_proj, v_proj]"), ("phi3", "[all-linear]")]
+    ("model_type", "targets", "expected"),
+    [
+        ("mistral", "[q_proj, v_proj]", {"q_proj", "v_proj"}),
+        ("phi3", "[all-linear]", {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}),
+        ("qwen3", "[q_proj, k_proj, v_proj, o_proj]", {"q_proj", "k_proj", "v_proj", "o_proj"}),
+        (
+            "gemma3_text",
+            "[all-linear]",
+            {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
+        ),
+    ],
 )
 def test_lora_by_hugging_face_names_exports_an_adapter_peft_loads_with_our_logits(
-    model_type: str, targets: str, tmp_path: Path
+    model_type: str, targets: str, expected: set[str], tmp_path: Path
 ) -> None:
     peft = pytest.importorskip("peft")
     from hyper_parallel.export import export_adapter
@@ -340,11 +356,6 @@ def test_lora_by_hugging_face_names_exports_an_adapter_peft_loads_with_our_logit
     assert losses[-1] < losses[0]
     adapter = export_adapter(tmp_path / "ckpt", tmp_path / "adapter")
     config = json.loads((adapter / "adapter_config.json").read_text())
-    expected = (
-        {"q_proj", "v_proj"}
-        if model_type == "mistral"
-        else {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
-    )
     layers = config["target_modules"]  # transformers' module names, every layer's
     assert {name.rsplit(".", 1)[-1] for name in layers} == expected
     assert len(layers) == 2 * len(expected)
