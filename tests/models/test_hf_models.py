@@ -255,7 +255,8 @@ def test_two_processes_under_fsdp2_or_the_models_tp_plan_give_one_process_losses
     """FSDP2 with checkpointed layers (Qwen 3: tied embeddings, the tie survives sharding), FSDP2 over Gemma 3
     (scaled embeddings, sliding-window layers) and Phi-3 (fused projections), and tensor
     parallelism by each model's ``base_model_tp_plan``: Mistral (colwise / rowwise), Phi-3 (its fused
-    projections gathered: ``colwise_gather_output`` / ``rowwise_split_input``); with LoRA adapters under
+    projections gathered: ``colwise_gather_output`` / ``rowwise_split_input``), Qwen 3 and Gemma 3 (their
+    query/key norms ``replicated_with_grad_allreduce``); with LoRA adapters under
     tensor parallelism (Mistral: split with the layers they adapt) and QLoRA under FSDP2 (an NF4 Mistral)."""
     from tests.support.trainer import train_runs_under_torchrun
 
@@ -276,6 +277,8 @@ def test_two_processes_under_fsdp2_or_the_models_tp_plan_give_one_process_losses
         "phi3-fsdp": ("phi3", {}, {}, {"parallelism.dp_shard": "2"}),
         "mistral": ("mistral", {}, {}, tp),
         "phi3": ("phi3", {}, {}, tp),
+        "qwen3-tp": ("qwen3", {}, {}, tp),
+        "gemma3_text-tp": ("gemma3_text", {}, {}, tp),
         "mistral-lora": ("mistral", {}, {**lora, "peft.targets": "[q_proj, o_proj]"}, tp),
         "mistral-qlora": ("mistral", NF4_SIZES, QLORA, {"parallelism.dp_shard": "2"}),
     }
@@ -303,6 +306,10 @@ def test_two_processes_under_fsdp2_or_the_models_tp_plan_give_one_process_losses
         ("mistral", "o_proj.weight"): "Shard(dim=1)",
         ("phi3", "qkv_proj.weight"): "Shard(dim=0)",
         ("phi3", "o_proj.weight"): "Shard(dim=1)",
+        ("qwen3-tp", "k_proj.weight"): "Shard(dim=0)",
+        ("qwen3-tp", "q_norm.weight"): "Replicate()",  # replicated_with_grad_allreduce
+        ("gemma3_text-tp", "o_proj.weight"): "Shard(dim=1)",
+        ("gemma3_text-tp", "k_norm.weight"): "Replicate()",
         # a column-wise layer's adapters are split on their rows with it; a row-wise one's replicated
         ("mistral-lora", "q_proj.lora_A"): "Shard(dim=0)",
         ("mistral-lora", "q_proj.lora_B"): "Shard(dim=0)",
