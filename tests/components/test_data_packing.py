@@ -30,6 +30,7 @@ from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
 from hyper_parallel.data.chat import builtin_chat  # noqa: E402
 from hyper_parallel.data.packing import pack_rows  # noqa: E402
 from hyper_parallel.errors import InputFileError  # noqa: E402
+from tests.support.document_attention import build  # noqa: E402
 from tests.support.prepared import prepare, run_prepare, tokenizer_config  # noqa: E402
 
 ZED = [
@@ -144,17 +145,7 @@ def test_document_ids_change_exactly_where_a_conversation_starts(tmp_path: Path)
 
 @pytest.mark.parametrize("name", ["llama3", "qwen3_5"])
 def test_a_conversation_packed_with_others_gives_its_logits_alone(tmp_path: Path, name: str) -> None:
-    from hyper_parallel.models.llama3 import LLAMA3_FLAVORS
-    from hyper_parallel.models.llama3 import _modules as llama_modules
-    from hyper_parallel.models.qwen3_5 import QWEN3_5_FLAVORS
-    from hyper_parallel.models.qwen3_5 import _modules as qwen_modules
-
-    torch.manual_seed(0)
-    model: Any
-    if name == "llama3":
-        model = llama_modules.build_llama3(attrs.evolve(LLAMA3_FLAVORS["debugmodel"], vocab_size=512), "cpu")
-    else:
-        model = qwen_modules.build_qwen3_5(attrs.evolve(QWEN3_5_FLAVORS["debugmodel"], vocab_size=512), "cpu")
+    model = build(name)
     model.eval()
     encoded, loaded = zed_rows(tmp_path, 192)
     ids, documents = loaded[0]["input_ids"][:1], loaded[0]["document_ids"][:1]
