@@ -150,32 +150,6 @@ def test_an_ordinary_template_renders_as_before() -> None:
     assert renderer.render(MESSAGES) == ("<assistant>hi", [(11, 13)])
 
 
-def test_a_chat_template_file_renders_with_the_byte_tokenizer(tmp_path: Path) -> None:
-    # The byte tokenizer reports character offsets now (encode_with_offsets): a template is no refusal.
-    data = tmp_path / "chat.jsonl"
-    data.write_text(
-        '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}\n'
-    )
-    template = tmp_path / "template.jinja"
-    template.write_text("{{ messages[0].content }}" + MARK)
-    status, _, err = run_prepare(
-        "prepare",
-        data,
-        "--output",
-        tmp_path / "out",
-        "--config-file",
-        tokenizer_config(tmp_path / "cfg"),
-        "--format",
-        "chat",
-        "--chat-template",
-        template,
-    )
-    assert status == 0, err
-    (arrays,) = shards.open_prepared(tmp_path / "out").shards
-    assert arrays.tokens.tolist() == [ord("a"), ord("a"), 257]  # the EOS packing appends, untrained
-    assert arrays.mask.tolist() == [0, 1, 0]
-
-
 def test_ordinary_operations_render_as_jinja_renders_them() -> None:
     # Every operation the sandbox now checks gives jinja's own result when it fits.
     template = (
@@ -205,23 +179,38 @@ def _chat_file(tmp_path: Path, contents: list[str]) -> Path:
     return data
 
 
-def _prepare_chat(tmp_path: Path, template: str, data: Path, *extra: str) -> tuple[int, str]:
+def _prepare_argv(tmp_path: Path, template: str, data: Path, *extra: str) -> list[str | Path]:
+    """``prepare``'s arguments for ``data`` with ``template`` as the chat template (written to a file)."""
     path = tmp_path / "template.jinja"
     path.write_text(template)
-    status, _, err = run_prepare(
+    config = tokenizer_config(tmp_path / "cfg")
+    return [
         "prepare",
         data,
         "--output",
         tmp_path / "out",
         "--config-file",
-        tokenizer_config(tmp_path / "cfg"),
+        config,
         "--format",
         "chat",
         "--chat-template",
         path,
         *extra,
-    )
+    ]
+
+
+def _prepare_chat(tmp_path: Path, template: str, data: Path, *extra: str) -> tuple[int, str]:
+    status, _, err = run_prepare(*_prepare_argv(tmp_path, template, data, *extra))
     return status, err
+
+
+def test_a_chat_template_file_renders_with_the_byte_tokenizer(tmp_path: Path) -> None:
+    # The byte tokenizer reports character offsets now (encode_with_offsets): a template is no refusal.
+    status, err = _prepare_chat(tmp_path, "{{ messages[0].content }}" + MARK, _chat_file(tmp_path, ["b"]))
+    assert status == 0, err
+    (arrays,) = shards.open_prepared(tmp_path / "out").shards
+    assert arrays.tokens.tolist() == [ord("q"), ord("q"), 257]  # the EOS packing appends, untrained
+    assert arrays.mask.tolist() == [0, 1, 0]
 
 
 REFUSALS = {
@@ -338,19 +327,8 @@ def test_a_template_that_builds_gigabytes_from_a_tiny_record_is_refused_under_1_
 ) -> None:
     # Each filled the 4 GiB the child may map (6.7 GB, then an abort, without a limit).
     data = _chat_file(tmp_path, ["hi"])
-    template = tmp_path / "template.jinja"
-    template.write_text(MEMORY[case] + MARK.replace("[0]", "[1]"))
     status, err, peak = prepare_in_child(
-        "prepare",
-        data,
-        "--output",
-        tmp_path / "out",
-        "--config-file",
-        tokenizer_config(tmp_path / "cfg"),
-        "--format",
-        "chat",
-        "--chat-template",
-        template,
+        *_prepare_argv(tmp_path, MEMORY[case] + MARK.replace("[0]", "[1]"), data)
     )
     assert (status, err.count("\n")) == (2, 1), err
     assert err.startswith(f"{data}:1: the chat_template built more than {MAX_RENDER_BYTES} bytes"), err
