@@ -11,7 +11,6 @@ exits 2 with one line. The memory cases run in a child process whose peak RSS (`
 from __future__ import annotations
 
 import io
-import logging
 import pickle
 import shutil
 import zipfile
@@ -21,7 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch.distributed.checkpoint.metadata import MetadataIndex  # noqa: E402
+from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex  # noqa: E402
 
 from hyper_parallel.components.checkpoint._bounds import MAX_BYTES_ITEM, MAX_ITEM_OVERHEAD  # noqa: E402
 from hyper_parallel.components.checkpoint._manifest import MANIFEST, write_manifest  # noqa: E402
@@ -32,22 +31,18 @@ from hyper_parallel.components.checkpoint._safe_read import (  # noqa: E402
     read_metadata,
 )
 from hyper_parallel.export import main as export_main  # noqa: E402
+from tests.support.damaged_checkpoint import resume_warnings, rewrite, save_two_steps  # noqa: E402
 from tests.support.peak_rss import RSS_BOUND, run_with_peak_rss  # noqa: E402
 from tests.support.trainer import checkpointed_run_argv  # noqa: E402
 
 EMBED = "model.tok_embeddings.weight"
 NORM = "model.norm.weight"
 LR = "optimizer.param_groups.0.lr"
-MANAGER_LOG = "hyper_parallel.components.checkpoint._manager"
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from hyper_parallel.launch import main
-
-    folder = tmp_path_factory.mktemp("items") / "ckpt"
-    assert main(checkpointed_run_argv(folder, 2), out=io.StringIO(), err=io.StringIO()) == 0
-    return folder
+    return save_two_steps(tmp_path_factory.mktemp("items") / "ckpt")
 
 
 @pytest.fixture
@@ -81,18 +76,6 @@ def _saved(value: object) -> bytes:
     return buffer.getvalue()
 
 
-def _resume(ckpt: Path, caplog: pytest.LogCaptureFixture) -> str:
-    """Resume the folder for one more step; the warnings of the checkpoint manager."""
-    from hyper_parallel.launch import main
-
-    err = io.StringIO()
-    with caplog.at_level(logging.WARNING, logger=MANAGER_LOG):
-        assert main(checkpointed_run_argv(ckpt, 3), out=io.StringIO(), err=err) == 0, err.getvalue()
-    assert "Traceback" not in err.getvalue()
-    assert (ckpt / "step-3").is_dir()
-    return caplog.text
-
-
 # -- M1: a pickled item is walked once per shared part, within a budget of nodes ----------------------------
 def _shared_40_times() -> list[object]:
     value: list[object] = []
@@ -124,7 +107,7 @@ def test_a_pickled_item_sharing_itself_40_times_skips_the_step_on_resume(
     bomb = _saved(_shared_40_times())
     assert len(bomb) < 4096
     shard = plant(ckpt / "step-2", MetadataIndex(LR), bomb)
-    warnings = _resume(ckpt, caplog)
+    warnings = resume_warnings(ckpt, caplog)
     assert (
         f"skipping the checkpoint of step 2: {shard}: refused item {LR!r}: more than {MAX_PLAIN_NODES:,} "
         "values once its shared parts are counted each time they are referred to (MAX_PLAIN_NODES)"
@@ -209,11 +192,12 @@ def test_a_list_of_chunks_shared_by_many_tensors_is_refused_before_it_is_walked_
 ) -> None:
     """A pickled list referred to by every tensor costs bytes once and was walked once per tensor."""
     step = ckpt / "step-2"
-    metadata = read_metadata(step / ".metadata")
-    items = metadata.state_dict_metadata
-    items["model.output.weight"].chunks = items[EMBED].chunks  # type: ignore[union-attr]
-    (step / ".metadata").write_bytes(pickle.dumps(metadata))
-    write_manifest(step)
+
+    def share_the_embedding_chunks(metadata: Metadata) -> None:
+        items = metadata.state_dict_metadata
+        items["model.output.weight"].chunks = items[EMBED].chunks  # type: ignore[union-attr]
+
+    rewrite(step, share_the_embedding_chunks)
     assert export_main([str(step), str(tmp_path / "hf")]) == 2
     assert capsys.readouterr().err == (
         f"export: {str(step)!r} is damaged: {step / '.metadata'}: tensor model.output.weight: shares its "
