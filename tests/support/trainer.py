@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import warnings
 from collections.abc import Callable, Mapping
@@ -19,6 +20,7 @@ from tests.support import ROOT
 
 __all__ = [
     "GRID",
+    "QUIET",
     "ROOT",
     "TINY_MODELS",
     "TINY_RUN",
@@ -29,11 +31,16 @@ __all__ = [
     "debug_config_path",
     "grid_config",
     "grid_overrides",
+    "launch",
+    "llama_run_config",
     "tiny_config",
     "tiny_overrides",
     "train_runs_under_torchrun",
     "write_hf_weights",
 ]
+
+#: Launch flags of a one-step run that logs that step.
+QUIET = ["--training.max_steps", "1", "--metrics.log_freq", "1"]
 
 #: The torchrun worker of the multi-process trainer tests (see its docstring for what each rank reports).
 WORKER = str(Path(__file__).with_name("trainer_worker.py"))
@@ -173,6 +180,48 @@ def checkpointed_run_argv(folder: Path, steps: int) -> list[str]:
         "training.max_steps": str(steps),
     }
     return ["--config-file", str(debug_config_path("llama3")), *as_flags(tiny_overrides("llama3", **run))]
+
+
+def launch(*argv: str) -> tuple[int, str, str]:
+    """``train_lm ARGV`` in this process: (exit status, stdout, stderr)."""
+    from hyper_parallel.launch import main
+
+    out, err = io.StringIO(), io.StringIO()
+    status = main(list(argv), out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def llama_run_config(
+    folder: Path,
+    *,
+    data: str = "    source: python_docs\n",
+    tokenizer: str = "ByteTokenizer.Config",
+    model: str = "",
+    save: bool | None = None,
+) -> Path:
+    """``folder/run.yaml``: a Llama 3 debug config (vocabulary 512) reading ``data`` (a dataset section's
+    lines), with ``model`` and ``tokenizer`` lines; it saves checkpoints in ``folder`` when ``save`` says so
+    (None: when it starts from weights, as a run from weights must save what it trains)."""
+    text = (
+        "model:\n  _target_: hyper_parallel.models.llama3.create_model_spec\n  flavor: debugmodel\n"
+        f"{model}  overrides:\n    vocab_size: 512\n"
+        f"tokenizer:\n  _target_: hyper_parallel.components.tokenizer.{tokenizer}\n"
+        "dataloader:\n  _target_: hyper_parallel.components.dataloader.TextDataLoader.Config\n"
+        f"  num_workers: 0\n  dataset:\n{data}"
+        "training:\n  _target_: hyper_parallel.trainer.config.TrainingConfig\n  seq_len: 32\n"
+        "  global_batch_size: 2\n  micro_batch_size: 2\n  mixed_precision_param: float32\n"
+        "lr_scheduler:\n  _target_: hyper_parallel.components.lr_scheduler.WarmupDecay.Config\n"
+        "  warmup_steps: 0\n"
+    )
+    if save is None:
+        save = "weights_path" in model
+    if save:
+        text += "checkpoint:\n  _target_: hyper_parallel.components.checkpoint.DCPCheckpoint.Config\n"
+        text += f"  enable: true\n  folder: {folder / 'checkpoints'}\n"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "run.yaml"
+    path.write_text(text)
+    return path
 
 
 def as_flags(overrides: Mapping[str, str]) -> list[str]:

@@ -7,7 +7,6 @@ the dry-run first (issue 35). ``--no-file-checks`` leaves the files out, for a c
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
@@ -18,43 +17,15 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
-from hyper_parallel.launch import main
 from tests.support.components import train_tokenizer, write_jsonl
 from tests.support.prepared import prepare, tokenizer_config
 from tests.support.processes import clean_env
-from tests.support.trainer import TINY_MODELS, as_flags, write_hf_weights
+from tests.support.trainer import QUIET, TINY_MODELS, as_flags, launch, llama_run_config, write_hf_weights
 
 LLAMA = "hyper_parallel.models.llama3.create_model_spec"
 TEXT = "hyper_parallel.components.dataloader.TextDataLoader.Config"
-QUIET = ["--training.max_steps", "1", "--metrics.log_freq", "1"]
 #: The tiny Llama 3 that ``write_hf_weights`` writes, as flags over ``config``'s debug model.
 TINY = as_flags(TINY_MODELS["llama3"])
-
-
-def launch(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), out=out, err=err)
-    return status, out.getvalue(), err.getvalue()
-
-
-def config(folder: Path, *, data: str, tokenizer: str = "ByteTokenizer.Config", model: str = "") -> Path:
-    """A Llama 3 debug config (vocabulary 512) reading ``data`` (a dataset section's lines); one from
-    weights saves checkpoints in ``folder``."""
-    text = (
-        f"model:\n  _target_: {LLAMA}\n  flavor: debugmodel\n{model}  overrides:\n    vocab_size: 512\n"
-        f"tokenizer:\n  _target_: hyper_parallel.components.tokenizer.{tokenizer}\n"
-        f"dataloader:\n  _target_: {TEXT}\n  num_workers: 0\n  dataset:\n{data}"
-        "training:\n  _target_: hyper_parallel.trainer.config.TrainingConfig\n  seq_len: 32\n"
-        "  global_batch_size: 2\n  micro_batch_size: 2\n  mixed_precision_param: float32\n"
-        "lr_scheduler:\n  _target_: hyper_parallel.components.lr_scheduler.WarmupDecay.Config\n"
-        "  warmup_steps: 0\n"
-    )
-    if "weights_path" in model:  # a run from weights saves what it trains (else refused: see test_cli.py)
-        text += "checkpoint:\n  _target_: hyper_parallel.components.checkpoint.DCPCheckpoint.Config\n"
-        text += f"  enable: true\n  folder: {folder / 'checkpoints'}\n"
-    path = folder / "run.yaml"
-    path.write_text(text)
-    return path
 
 
 def refused_alike(path: Path, *flags: str) -> str:
@@ -70,7 +41,7 @@ def refused_alike(path: Path, *flags: str) -> str:
 
 def test_a_data_path_that_does_not_exist(tmp_path: Path) -> None:
     missing = tmp_path / "missing.jsonl"
-    path = config(tmp_path, data=f"    source: jsonl\n    paths: [{missing}]\n")
+    path = llama_run_config(tmp_path, data=f"    source: jsonl\n    paths: [{missing}]\n")
     assert refused_alike(path) == (  # at the position the path was given: line 13, column 13
         f"{path}:13:13: dataloader.dataset.paths[0]: {str(missing)!r} does not exist on this machine\n"
         "1 problem found; nothing was started.\n"
@@ -80,7 +51,7 @@ def test_a_data_path_that_does_not_exist(tmp_path: Path) -> None:
 def test_a_weights_path_that_is_not_a_folder(tmp_path: Path) -> None:
     weights = tmp_path / "weights.safetensors"
     weights.write_bytes(b"")
-    path = config(tmp_path, data="    source: python_docs\n", model=f"  weights_path: {weights}\n")
+    path = llama_run_config(tmp_path, data="    source: python_docs\n", model=f"  weights_path: {weights}\n")
     assert refused_alike(path) == (
         f"{path}:4:17: model.weights_path: {str(weights)!r} is not a directory on this machine\n"
         "1 problem found; nothing was started.\n"
@@ -90,7 +61,7 @@ def test_a_weights_path_that_is_not_a_folder(tmp_path: Path) -> None:
 def test_a_file_check_names_the_flag_that_gave_the_path(tmp_path: Path) -> None:
     missing = tmp_path / "missing.jsonl"
     weights = tmp_path / "weights"
-    path = config(tmp_path, data="    source: jsonl\n    paths: [a.jsonl]\n")
+    path = llama_run_config(tmp_path, data="    source: jsonl\n    paths: [a.jsonl]\n")
     flags = ["--dataloader.dataset.paths", f"[{missing}]", "--model.weights_path", str(weights)]
     flags += ["--checkpoint.enable", "true", "--checkpoint.folder", str(tmp_path / "checkpoints")]
     assert refused_alike(path, *flags) == (
@@ -166,7 +137,7 @@ WEIGHTS_FAULTS = {
 def test_a_weights_folder_that_does_not_fit_the_model(fault: str, tmp_path: Path) -> None:
     pytest.importorskip("safetensors")
     folder = write_hf_weights(tmp_path / "weights")
-    path = config(tmp_path, data="    source: python_docs\n", model=f"  weights_path: {folder}\n")
+    path = llama_run_config(tmp_path, data="    source: python_docs\n", model=f"  weights_path: {folder}\n")
     assert launch("--config-file", str(path), "--dry-run", *QUIET, *TINY)[0] == 0  # the folder as written
     message = WEIGHTS_FAULTS[fault](folder)
     assert refused_alike(path, *TINY) == f"{message}\n"
@@ -175,7 +146,7 @@ def test_a_weights_folder_that_does_not_fit_the_model(fault: str, tmp_path: Path
 def test_a_jsonl_file_whose_first_record_is_not_an_object(tmp_path: Path) -> None:
     data = tmp_path / "data.jsonl"
     data.write_text("[1, 2]\n")
-    path = config(tmp_path, data=f"    source: jsonl\n    paths: [{data}]\n")
+    path = llama_run_config(tmp_path, data=f"    source: jsonl\n    paths: [{data}]\n")
     message = refused_alike(path)
     assert message.startswith(f"{data}:1: ")
     assert "not a JSON object" in message
@@ -184,7 +155,7 @@ def test_a_jsonl_file_whose_first_record_is_not_an_object(tmp_path: Path) -> Non
 def test_a_tokenizer_with_more_ids_than_the_model_embeds(tmp_path: Path) -> None:
     folder = train_tokenizer(tmp_path / "tok")
     corpus = write_jsonl(tmp_path / "train.jsonl", 8)
-    path = config(
+    path = llama_run_config(
         tmp_path,
         data=f"    source: jsonl\n    paths: [{corpus}]\n",
         tokenizer=f"HuggingFaceTokenizer.Config\n  path: {folder}",
@@ -201,7 +172,7 @@ def test_a_tokenizer_whose_model_max_length_is_below_seq_len(tmp_path: Path) -> 
     saved = folder / "tokenizer_config.json"
     saved.write_text(json.dumps({**json.loads(saved.read_text()), "model_max_length": 16}))
     corpus = write_jsonl(tmp_path / "train.jsonl", 8)
-    path = config(
+    path = llama_run_config(
         tmp_path,
         data=f"    source: jsonl\n    paths: [{corpus}]\n",
         tokenizer=f"HuggingFaceTokenizer.Config\n  path: {folder}",
@@ -225,7 +196,7 @@ def test_a_tokenizer_whose_model_max_length_is_below_seq_len(tmp_path: Path) -> 
 def test_a_prepared_folder_of_another_tokenizer(tmp_path: Path) -> None:
     corpus = write_jsonl(tmp_path / "train.jsonl", 8)
     folder = prepare([corpus], tmp_path / "prepared", tokenizer_config(tmp_path / "prep"))
-    path = config(tmp_path, data=f"    source: tokenized\n    paths: [{folder}]\n")
+    path = llama_run_config(tmp_path, data=f"    source: tokenized\n    paths: [{folder}]\n")
     assert launch("--config-file", str(path), "--dry-run", *QUIET)[0] == 0  # prepared with this tokenizer
     message = refused_alike(path, "--tokenizer.add_bos", "false")
     assert message.startswith(f"{folder}/manifest.json: dataset.paths: prepared with tokenizer ")
@@ -238,7 +209,7 @@ def test_a_dry_run_counts_the_epochs_of_prepared_folders_as_the_trainer_does(tmp
     corpus = write_jsonl(tmp_path / "train.jsonl", 40)
     folder = prepare([corpus], tmp_path / "prepared", tokenizer_config(tmp_path / "prep"))
     data = f"    source: tokenized\n    paths: [{folder}]\n    holdout_fraction: 0.25\n"
-    path = config(tmp_path, data=data)
+    path = llama_run_config(tmp_path, data=data)
     by_epochs = {"training.max_steps": "null", "training.epochs": "3", "metrics.log_freq": "1"}
     trainer = LLMTrainer(load_config(path, by_epochs))
     try:
@@ -272,7 +243,7 @@ def test_a_dry_run_counts_the_epochs_of_prepared_folders_as_the_trainer_does(tmp
 
 def test_no_file_checks_leaves_the_files_out_of_a_dry_run_only(tmp_path: Path) -> None:
     missing = tmp_path / "missing.jsonl"
-    path = config(tmp_path, data=f"    source: jsonl\n    paths: [{missing}]\n")
+    path = llama_run_config(tmp_path, data=f"    source: jsonl\n    paths: [{missing}]\n")
     status, out, err = launch("--config-file", str(path), "--dry-run", "--no-file-checks", *QUIET)
     assert (status, err) == (0, "")
     assert out
@@ -290,7 +261,7 @@ def test_the_file_checks_of_a_dry_run_import_no_torch(tmp_path: Path) -> None:
     folder = prepare([corpus], tmp_path / "prepared", tokenizer_config(tmp_path / "prep"))
     sections = f"    source: tokenized\n    paths: [{folder}]\n"
     weights = write_hf_weights(tmp_path / "weights")  # its headers and config.json checked without torch
-    path = config(tmp_path, data=sections, model=f"  weights_path: {weights}\n")
+    path = llama_run_config(tmp_path, data=sections, model=f"  weights_path: {weights}\n")
     code = (
         "import sys; from hyper_parallel.launch import main; status = main(sys.argv[1:]); "
         "print(status, 'torch' in sys.modules)"

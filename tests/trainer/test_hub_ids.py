@@ -4,7 +4,6 @@ in the Hugging Face cache (``HF_HUB_CACHE``), used as the local folder would be;
 
 from __future__ import annotations
 
-import io
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,41 +16,12 @@ pytest.importorskip("tokenizers")
 from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
 from hyper_parallel.config import load_config
 from hyper_parallel.errors import InputFileError
-from hyper_parallel.launch import main
 from tests.support.components import train_tokenizer
 from tests.support.hub import COMMIT, hub_cache
-from tests.support.trainer import TINY_MODELS, as_flags, write_hf_weights
+from tests.support.trainer import QUIET, TINY_MODELS, as_flags, launch, llama_run_config, write_hf_weights
 
-QUIET = ["--training.max_steps", "1", "--metrics.log_freq", "1"]
 #: The tiny Llama 3 that ``write_hf_weights`` writes.
 TINY = as_flags(TINY_MODELS["llama3"])
-
-
-def launch(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), out=out, err=err)
-    return status, out.getvalue(), err.getvalue()
-
-
-def config(folder: Path, *, model: str = "", tokenizer: str = "ByteTokenizer.Config") -> Path:
-    """A Llama 3 debug config (vocabulary 512) on the built-in corpus, saving what it trains in ``folder``."""
-    text = (
-        "model:\n  _target_: hyper_parallel.models.llama3.create_model_spec\n  flavor: debugmodel\n"
-        f"{model}  overrides:\n    vocab_size: 512\n"
-        f"tokenizer:\n  _target_: hyper_parallel.components.tokenizer.{tokenizer}\n"
-        "dataloader:\n  _target_: hyper_parallel.components.dataloader.TextDataLoader.Config\n"
-        "  num_workers: 0\n  dataset:\n    source: python_docs\n"
-        "training:\n  _target_: hyper_parallel.trainer.config.TrainingConfig\n  seq_len: 32\n"
-        "  global_batch_size: 2\n  micro_batch_size: 2\n  mixed_precision_param: float32\n"
-        "lr_scheduler:\n  _target_: hyper_parallel.components.lr_scheduler.WarmupDecay.Config\n"
-        "  warmup_steps: 0\n"
-        "checkpoint:\n  _target_: hyper_parallel.components.checkpoint.DCPCheckpoint.Config\n"
-        f"  enable: true\n  folder: {folder / 'checkpoints'}\n"
-    )
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "run.yaml"
-    path.write_text(text)
-    return path
 
 
 @pytest.fixture
@@ -85,12 +55,12 @@ def test_a_tokenizer_hub_id_builds_the_ids_of_the_local_folder(tmp_path: Path, o
 
 def test_a_native_weights_hub_id_passes_the_dry_run_and_trains(tmp_path: Path, offline_cache: Path) -> None:
     snapshot = hub_cache(offline_cache, "acme/tiny-llama", write_hf_weights)
-    path = config(tmp_path, model="  weights_path: acme/tiny-llama\n")
+    path = llama_run_config(tmp_path, model="  weights_path: acme/tiny-llama\n")
     status, out, err = launch("--config-file", str(path), "--dry-run", *QUIET, *TINY)
     assert (status, err) == (0, ""), err
     status, out, err = launch("--config-file", str(path), *QUIET, *TINY)
     assert status == 0, err
-    local = config(tmp_path / "local", model=f"  weights_path: {snapshot}\n")
+    local = llama_run_config(tmp_path / "local", model=f"  weights_path: {snapshot}\n")
     same = launch("--config-file", str(local), *QUIET, *TINY)
     done = [line for line in out.splitlines() if line.startswith("done: step 1, final loss")]
     assert done == [line for line in same[1].splitlines() if line.startswith("done: ")], same
@@ -101,8 +71,10 @@ def test_a_native_weights_hub_id_passes_the_dry_run_and_trains(tmp_path: Path, o
 def test_a_hub_id_not_cached_offline_is_one_line_naming_the_cache(
     tmp_path: Path, offline_cache: Path
 ) -> None:
-    weights = config(tmp_path / "w", model="  weights_path: acme/other\n")
-    tokenizer = config(tmp_path / "t", tokenizer="HuggingFaceTokenizer.Config\n  path: acme/other")
+    weights = llama_run_config(tmp_path / "w", model="  weights_path: acme/other\n")
+    tokenizer = llama_run_config(
+        tmp_path / "t", tokenizer="HuggingFaceTokenizer.Config\n  path: acme/other", save=True
+    )
     cases = (
         (weights, "4:17: model.weights_path", "folder"),
         (tokenizer, "8:9: tokenizer.path", "file or folder"),
@@ -123,7 +95,7 @@ def test_a_hub_id_not_cached_offline_is_one_line_naming_the_cache(
 
 def test_flavor_auto_reads_a_hub_id_at_resolve(tmp_path: Path, offline_cache: Path) -> None:
     snapshot = hub_cache(offline_cache, "acme/tiny-llama", write_hf_weights)
-    path = config(tmp_path, model="  weights_path: acme/tiny-llama\n").read_text()
+    path = llama_run_config(tmp_path, model="  weights_path: acme/tiny-llama\n").read_text()
     path = path.replace("flavor: debugmodel", "flavor: auto").replace(
         "  overrides:\n    vocab_size: 512\n", ""
     )
@@ -142,7 +114,9 @@ def test_a_missing_weights_folder_of_flavor_auto_is_one_problem_at_the_dry_run(
     tmp_path: Path, offline_cache: Path
 ) -> None:
     text = (
-        config(tmp_path, model="  weights_path: WEIGHTS\n").read_text().replace("  flavor: debugmodel\n", "")
+        llama_run_config(tmp_path, model="  weights_path: WEIGHTS\n")
+        .read_text()
+        .replace("  flavor: debugmodel\n", "")
     )
     for weights, kind in ((str(tmp_path / "none"), "absolute"), ("acme/not-made-yet", "hub")):
         path = tmp_path / f"{kind}.yaml"
@@ -161,7 +135,7 @@ def test_a_named_flavor_the_folder_disagrees_with_is_one_report_of_the_differing
     tmp_path: Path,
 ) -> None:
     weights = write_hf_weights(tmp_path / "weights")
-    path = config(tmp_path, model=f"  weights_path: {weights}\n")
+    path = llama_run_config(tmp_path, model=f"  weights_path: {weights}\n")
     status, out, err = launch("--config-file", str(path), "--dry-run", *QUIET)
     file = weights / "config.json"
     assert (status, out) == (2, "")
@@ -279,7 +253,7 @@ def test_flavor_auto_of_a_hub_id_fetched_by_the_launch_is_read_then(
         return real(repo, *args, local_files_only=True, **kwargs)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", hub)
-    text = config(tmp_path, model="  weights_path: acme/tiny-llama\n").read_text()
+    text = llama_run_config(tmp_path, model="  weights_path: acme/tiny-llama\n").read_text()
     path = tmp_path / "auto.yaml"
     path.write_text(
         text.replace("  flavor: debugmodel\n", "").replace("  overrides:\n    vocab_size: 512\n", "")
@@ -297,7 +271,7 @@ def test_a_trainer_built_from_a_config_whose_flavor_is_unread_says_to_resolve_it
     from hyper_parallel.trainer import LLMTrainer
 
     missing = tmp_path / "weights"
-    text = config(tmp_path, model=f"  weights_path: {missing}\n").read_text()
+    text = llama_run_config(tmp_path, model=f"  weights_path: {missing}\n").read_text()
     (tmp_path / "auto.yaml").write_text(text.replace("  flavor: debugmodel\n", ""))
     cfg = load_config(str(tmp_path / "auto.yaml"))
     write_hf_weights(missing)  # there now, after the resolve
@@ -334,7 +308,9 @@ def test_online_a_dry_run_asks_the_hub_and_downloads_nothing_and_the_launch_fetc
         return real(repo, *args, local_files_only=True, **kwargs)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", hub)
-    path = config(tmp_path, model="  weights_path: acme/tiny-llama\n")  # flavor debugmodel, vocabulary 512
+    path = llama_run_config(
+        tmp_path, model="  weights_path: acme/tiny-llama\n"
+    )  # flavor debugmodel, vocabulary 512
     status, out, err = launch("--config-file", str(path), "--dry-run", *QUIET, *TINY)
     assert (status, err, downloads) == (0, "", []), err
     assert capsys.readouterr().err.splitlines() == [  # (the file checks' notes go to the process's stderr)
@@ -366,7 +342,9 @@ def test_online_a_dry_run_says_what_a_tokenizer_hub_id_would_download(
         raise AssertionError("a dry run downloaded")
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", hub)
-    path = config(tmp_path, tokenizer="HuggingFaceTokenizer.Config\n  path: acme/tiny-tok")
+    path = llama_run_config(
+        tmp_path, tokenizer="HuggingFaceTokenizer.Config\n  path: acme/tiny-tok", save=True
+    )
     status, out, err = launch("--config-file", str(path), "--dry-run", *QUIET, *TINY)
     assert (status, err) == (0, ""), err
     assert "preflight:" in out
