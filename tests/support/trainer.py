@@ -168,9 +168,9 @@ def train_runs_under_torchrun(
     return reports, done.stderr
 
 
-def checkpointed_run_argv(folder: Path, steps: int) -> list[str]:
+def checkpointed_run_argv(folder: Path, steps: int, **extra: str) -> list[str]:
     """Launch arguments of a tiny Llama 3 run of ``steps`` saving a full checkpoint at every step into
-    ``folder``, all kept (what the checkpoint-bounds tests damage and resume)."""
+    ``folder``, all kept (what the checkpoint-bounds tests damage and resume), with ``extra`` overrides."""
     run = {
         "checkpoint.enable": "true",
         "checkpoint.interval": "1",
@@ -178,6 +178,7 @@ def checkpointed_run_argv(folder: Path, steps: int) -> list[str]:
         "checkpoint.keep_latest_k": "0",
         "checkpoint.last_save_model_only": "false",
         "training.max_steps": str(steps),
+        **extra,
     }
     return ["--config-file", str(debug_config_path("llama3")), *as_flags(tiny_overrides("llama3", **run))]
 

@@ -19,24 +19,11 @@ pytest.importorskip("torch")
 
 from hyper_parallel.launch import main
 from tests.support.processes import clean_env
-from tests.support.trainer import as_flags, debug_config_path, tiny_overrides
+from tests.support.trainer import checkpointed_run_argv
 
+#: Every step logged: the tiny run's log_freq of 1000 would log none and warn so on stderr, which is asserted.
+LOGGED = {"metrics.log_freq": "1"}
 PHRASES = {errno.EDQUOT: "disk quota exceeded (EDQUOT)", errno.EFBIG: "file too large (EFBIG)"}
-
-
-def _checkpointing(folder: Path, steps: int) -> list[str]:
-    overrides = tiny_overrides(
-        "llama3",
-        **{
-            "checkpoint.enable": "true",
-            "checkpoint.folder": str(folder),
-            "checkpoint.interval": "1",
-            "checkpoint.last_save_model_only": "false",
-            "training.max_steps": str(steps),
-            "metrics.log_freq": "1",
-        },
-    )
-    return ["--config-file", str(debug_config_path("llama3")), *as_flags(overrides)]
 
 
 def _refusal(folder: Path, phrase: str, step: int, kept: str) -> str:
@@ -62,7 +49,7 @@ def test_a_save_over_a_quota_or_a_file_size_limit_exits_2_and_keeps_the_previous
     monkeypatch.setattr(filesystem, "_write_item", fail_at_step_2)
     folder = tmp_path / "ckpt"
     err = io.StringIO()
-    status = main(_checkpointing(folder, 2), out=io.StringIO(), err=err)
+    status = main(checkpointed_run_argv(folder, 2, **LOGGED), out=io.StringIO(), err=err)
     kept = "the newest complete checkpoint, step 1, is kept"
     assert (status, err.getvalue()) == (2, _refusal(folder, PHRASES[code], 2, kept))
     assert sorted(p.name for p in folder.iterdir()) == ["step-1"]
@@ -78,7 +65,7 @@ def test_a_real_file_size_limit_during_a_save_is_one_line(tmp_path: Path) -> Non
     """``ulimit -f`` for real: the first checkpoint's shard is larger than the limit."""
     folder = tmp_path / "ckpt"
     done = subprocess.run(
-        [sys.executable, "-m", "hyper_parallel.train_lm", *_checkpointing(folder, 1)],
+        [sys.executable, "-m", "hyper_parallel.train_lm", *checkpointed_run_argv(folder, 1, **LOGGED)],
         capture_output=True,
         text=True,
         timeout=300,
