@@ -12,7 +12,6 @@ sandbox refuses and a ``TypeError`` were tracebacks. Each is now a ``ValueError`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from hyper_parallel.data.chat import (
     MAX_RENDER_STEPS,
     ChatRenderer,
 )
+from tests.support.chat_data import write_chats
 from tests.support.prepared import prepare_in_child, run_prepare, tokenizer_config
 
 MARK = "{% generation %}{{ messages[0].content }}{% endgeneration %}"
@@ -168,15 +168,9 @@ def test_ordinary_operations_render_as_jinja_renders_them() -> None:
 
 
 def _chat_file(tmp_path: Path, contents: list[str]) -> Path:
-    data = tmp_path / "chat.jsonl"
-    data.write_text(
-        "".join(
-            json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": c}]})
-            + "\n"
-            for c in contents
-        )
-    )
-    return data
+    """One conversation a record: the user's ``q``, then each of ``contents`` as the assistant's answer."""
+    chats = [[{"role": "user", "content": "q"}, {"role": "assistant", "content": c}] for c in contents]
+    return write_chats(tmp_path / "chat.jsonl", chats)
 
 
 def _prepare_argv(tmp_path: Path, template: str, data: Path, *extra: str) -> list[str | Path]:

@@ -23,7 +23,7 @@ from hyper_parallel.config import ConfigError, load_config  # noqa: E402
 from hyper_parallel.data import shards  # noqa: E402
 from hyper_parallel.data.chat import ChatRenderer, builtin_chat  # noqa: E402
 from hyper_parallel.errors import InputFileError  # noqa: E402
-from tests.support.chat_data import documents, qwen_style_tokenizer  # noqa: E402
+from tests.support.chat_data import documents, qwen_style_tokenizer, write_chats  # noqa: E402
 from tests.support.prepared import prepare, run_prepare, tokenizer_config  # noqa: E402
 
 ZED = [
@@ -94,8 +94,7 @@ def test_a_template_file_is_read_as_the_tokenizers_template(tmp_path: Path) -> N
 
 
 def test_prepare_takes_a_preset_name_and_training_refuses_another_template(tmp_path: Path) -> None:
-    data = tmp_path / "chat.jsonl"
-    data.write_text(json.dumps({"messages": ZED}) + "\n")
+    data = write_chats(tmp_path / "chat.jsonl", [ZED])
     bytes_config = tokenizer_config(tmp_path / "cfg")
     out = prepare([data], tmp_path / "prep", bytes_config, "--format", "chat", "--chat-template", "chatml")
     manifest = shards.open_prepared(out).manifest
@@ -115,8 +114,7 @@ def test_prepare_takes_a_preset_name_and_training_refuses_another_template(tmp_p
 
 
 def test_prepare_refuses_an_unknown_preset_name_with_the_closest(tmp_path: Path) -> None:
-    data = tmp_path / "chat.jsonl"
-    data.write_text(json.dumps({"messages": ZED}) + "\n")
+    data = write_chats(tmp_path / "chat.jsonl", [ZED])
     status, _, err = run_prepare(
         "prepare", data, "--output", tmp_path / "o", "--config-file", tokenizer_config(tmp_path / "c"),
         "--format", "chat", "--chat-template", "llama",
@@ -140,8 +138,7 @@ def test_the_byte_tokenizers_export_applies_the_builtin_format_as_prepare_did(
     tmp_path: Path, add_bos: bool
 ) -> None:
     transformers = pytest.importorskip("transformers")
-    data = tmp_path / "chat.jsonl"
-    data.write_text(json.dumps({"messages": ZED}) + "\n")
+    data = write_chats(tmp_path / "chat.jsonl", [ZED])
     config = _config(
         tmp_path / "cfg",
         f"  _target_: hyper_parallel.components.tokenizer.ByteTokenizer.Config\n  add_bos: {add_bos}\n",
@@ -162,8 +159,7 @@ def test_the_byte_tokenizers_export_applies_the_builtin_format_as_prepare_did(
 def test_a_hugging_face_tokenizers_export_applies_the_preset_training_used(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     folder = qwen_style_tokenizer(tmp_path / "tok", template="{{ 'its own, unused' }}")
-    data = tmp_path / "chat.jsonl"
-    data.write_text(json.dumps({"messages": ZED}) + "\n")
+    data = write_chats(tmp_path / "chat.jsonl", [ZED])
     tokenizer = (
         "  _target_: hyper_parallel.components.tokenizer.HuggingFaceTokenizer.Config\n"
         f"  path: {folder}\n  chat_template: chatml\n"

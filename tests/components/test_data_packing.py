@@ -8,7 +8,6 @@ the same files gives.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from hyper_parallel.components.tokenizer import ByteTokenizer  # noqa: E402
 from hyper_parallel.data.chat import builtin_chat  # noqa: E402
 from hyper_parallel.data.packing import pack_rows  # noqa: E402
 from hyper_parallel.errors import InputFileError  # noqa: E402
+from tests.support.chat_data import write_chats  # noqa: E402
 from tests.support.document_attention import build  # noqa: E402
 from tests.support.prepared import prepare, run_prepare, tokenizer_config  # noqa: E402
 
@@ -50,11 +50,6 @@ OTHERS = [
     ],
 ]
 BYTES = ByteTokenizer.Config().build()
-
-
-def write_chats(path: Path, chats: list[Any]) -> Path:
-    path.write_text("".join(json.dumps({"messages": chat}) + "\n" for chat in chats))
-    return path
 
 
 def config_with(folder: Path, seq_len: int) -> Path:
