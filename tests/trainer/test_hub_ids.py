@@ -32,6 +32,15 @@ def offline_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cache
 
 
+@pytest.fixture
+def online_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Hub cache, online: the tests stand in for the Hub's answers (``snapshot_download``)."""
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return cache
+
+
 def _missing(cache: Path, hub_id: str, kind: str = "folder") -> str:
     return (
         f"{hub_id} is not a {kind} on this machine, and no Hub model of that id is in the cache "
@@ -197,15 +206,13 @@ def _refused(kind: type[Exception]) -> Exception:
 
 
 def test_online_the_hubs_answer_is_one_line_after_the_local_reading(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    online_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import huggingface_hub
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
     from hyper_parallel._hub import CONFIG_FILES, lookup_problem, snapshot
 
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     answer: list[Exception] = []
 
     def hub(*args: object, local_files_only: bool = False, **kwargs: object) -> str:
@@ -235,20 +242,17 @@ def test_online_the_hubs_answer_is_one_line_after_the_local_reading(
 
 
 def test_flavor_auto_of_a_hub_id_fetched_by_the_launch_is_read_then(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, online_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import huggingface_hub
 
-    cache = tmp_path / "hub"
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     real = huggingface_hub.snapshot_download
     fetched: list[object] = []
 
     def hub(repo: str, *args: object, local_files_only: bool = False, **kwargs: Any) -> Any:
         if not (local_files_only or kwargs.get("dry_run")):  # "downloads" the whole repository once
             if not fetched:
-                hub_cache(cache, repo, write_hf_weights)
+                hub_cache(online_cache, repo, write_hf_weights)
             fetched.append(kwargs.get("allow_patterns"))
         return real(repo, *args, local_files_only=True, **kwargs)
 
@@ -286,13 +290,10 @@ def test_a_trainer_built_from_a_config_whose_flavor_is_unread_says_to_resolve_it
 
 
 def test_online_a_dry_run_asks_the_hub_and_downloads_nothing_and_the_launch_fetches_with_a_named_flavor(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, online_cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import huggingface_hub
 
-    cache = tmp_path / "hub"
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     real = huggingface_hub.snapshot_download
     downloads: list[object] = []
 
@@ -304,17 +305,16 @@ def test_online_a_dry_run_asks_the_hub_and_downloads_nothing_and_the_launch_fetc
             return [Planned()] if not downloads else []
         if not local_files_only:
             downloads.append(kwargs.get("allow_patterns"))
-            hub_cache(cache, repo, write_hf_weights)
+            hub_cache(online_cache, repo, write_hf_weights)
         return real(repo, *args, local_files_only=True, **kwargs)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", hub)
-    path = llama_run_config(
-        tmp_path, model="  weights_path: acme/tiny-llama\n"
-    )  # flavor debugmodel, vocabulary 512
+    # flavor debugmodel, vocabulary 512
+    path = llama_run_config(tmp_path, model="  weights_path: acme/tiny-llama\n")
     status, out, err = launch("--config-file", str(path), "--dry-run", *QUIET, *TINY)
     assert (status, err, downloads) == (0, "", []), err
     assert capsys.readouterr().err.splitlines() == [  # (the file checks' notes go to the process's stderr)
-        f"note: acme/tiny-llama: the launch downloads 1 file(s), 2.0 MB, into {cache}",
+        f"note: acme/tiny-llama: the launch downloads 1 file(s), 2.0 MB, into {online_cache}",
     ]
     status, out, err = launch("--config-file", str(path), *QUIET, *TINY)
     assert (status, err) == (0, ""), err
@@ -323,13 +323,9 @@ def test_online_a_dry_run_asks_the_hub_and_downloads_nothing_and_the_launch_fetc
 
 
 def test_online_a_dry_run_says_what_a_tokenizer_hub_id_would_download(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, online_cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import huggingface_hub
-
-    cache = tmp_path / "hub"
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
 
     class Planned:  # what huggingface_hub's dry run lists of a file
         will_download, file_size = True, 500_000
@@ -349,5 +345,5 @@ def test_online_a_dry_run_says_what_a_tokenizer_hub_id_would_download(
     assert (status, err) == (0, ""), err
     assert "preflight:" in out
     assert capsys.readouterr().err.splitlines() == [
-        f"note: acme/tiny-tok: the launch downloads 2 file(s), 1.0 MB, into {cache}"
+        f"note: acme/tiny-tok: the launch downloads 2 file(s), 1.0 MB, into {online_cache}"
     ]
