@@ -192,7 +192,8 @@ def test_the_comparison_measures_the_output_and_every_input_gradient() -> None:
     problem = _gated_delta.disagreement_problem(errors, _gated_delta.FLA_CHECK_TOLERANCE)
     assert problem == f"relative RMS difference above 0.04: key {errors['key']:.3g}"
     assert errors["key"] == pytest.approx(2.0, rel=1e-4)
-    assert _gated_delta.disagreement_problem({"output": float("nan")}, 0.04) is not None
+    nan = _gated_delta.disagreement_problem({"output": float("nan")}, 0.04)
+    assert nan == "relative RMS difference above 0.04: output nan"  # a NaN is never within tolerance
 
 
 def test_the_device_check_runs_fla_against_our_kernel_and_reports_its_refusal() -> None:
