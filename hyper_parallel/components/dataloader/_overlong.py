@@ -22,7 +22,7 @@ from hyper_parallel.data.packing import overlong
 from hyper_parallel.data.shards import ShardArrays, record_where
 from hyper_parallel.errors import InputFileError
 
-__all__ = ["document_lengths", "document_location", "overlong_issue", "refuse_or_say"]
+__all__ = ["document_lengths", "document_location", "overlong_issue", "refuse_or_say", "refuse_overlong"]
 
 _log = logging.getLogger(__name__)
 
@@ -93,4 +93,26 @@ def refuse_or_say(lengths: npt.NDArray[Any], seq_len: int, policy: Overlong, loc
         seq_len,
         done,
         policy,
+    )
+
+
+def refuse_overlong(
+    shards: Sequence[ShardArrays],
+    seq_len: int,
+    *,
+    names: Sequence[str],
+    label: str,
+    first: int = 0,
+    count: int | None = None,
+) -> None:
+    """``overlong: error`` checked before a launch: refuse the first of documents ``[first, first +
+    count)`` (all from ``first`` by default) of ``shards`` longer than ``seq_len``, at its record."""
+    if count is None:
+        count = sum(shard.documents for shard in shards) - first
+    refuse_or_say(
+        document_lengths(shards, first, count),
+        seq_len,
+        "error",
+        lambda doc: document_location(shards, names, label, doc + first),
+        label,
     )
