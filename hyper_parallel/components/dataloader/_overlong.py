@@ -77,13 +77,14 @@ def overlong_issue(lengths: npt.NDArray[Any], seq_len: int, locate: Any) -> tupl
 def refuse_or_say(lengths: npt.NDArray[Any], seq_len: int, policy: Overlong, locate: Any, label: str) -> None:
     """Refuse the documents longer than ``seq_len`` (policy ``error``: an ``InputFileError`` at the first
     one's place, exit 2), or log how many of ``label``'s are dropped or cut."""
+    if policy == "error":
+        issue = overlong_issue(lengths, seq_len, locate)
+        if issue is not None:
+            raise InputFileError.at(*issue)
+        return
     over = overlong(lengths, seq_len)
     if not over.size:
         return
-    if policy == "error":
-        issue = overlong_issue(lengths, seq_len, locate)
-        assert issue is not None
-        raise InputFileError.at(*issue)
     done = "dropped" if policy == "drop" else f"cut to their first {seq_len} tokens"
     _log.warning(
         "%s: %d of %d conversations are longer than training.seq_len %d: %s (overlong: %s)",
