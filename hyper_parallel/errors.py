@@ -23,6 +23,7 @@ __all__ = [
     "ConfigWarning",
     "InputFileError",
     "Issue",
+    "TextTooLong",
     "closest",
     "did_you_mean",
     "format_path",
@@ -264,6 +265,19 @@ class InputFileError(ConfigError):
         """One problem of the file (or ``FILE:LINE``) ``where``; ``path`` is the config field that named it,
         when the message reads better with it (``FILE: checkpoint.folder: problem``)."""
         return cls([Issue(path, message, str(where))])
+
+
+class TextTooLong(ValueError):
+    """A text of a batch too long for one encoding under its tokenizer's growth (the tokenizer's
+    ``text_problem``); ``index`` says which, so that the caller names its record without measuring the
+    text again."""
+
+    def __init__(self, index: int, problem: str) -> None:
+        super().__init__(problem)
+        self.index = index
+
+    def __reduce__(self) -> tuple[type["TextTooLong"], tuple[int, str]]:
+        return (type(self), (self.index, str(self)))
 
 
 class ConfigWarning(UserWarning):

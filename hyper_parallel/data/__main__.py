@@ -131,15 +131,13 @@ def _chat_template(value: str, tokenizer: Any) -> str:
 
 
 def _read_template(path: Path) -> str:
-    """The text of a ``--chat-template`` file, read as ``tokenizer.chat_template`` reads one
+    """The text of an existing ``--chat-template`` file, read as ``tokenizer.chat_template`` reads one
     (``read_template_file``: a regular file of UTF-8 text, at most ``MAX_TEMPLATE_BYTES``), its refusals in
     prepare's words (a binary or a FIFO named by mistake is one line, not a traceback or a wait)."""
     from hyper_parallel._disk import write_problem
     from hyper_parallel.components.tokenizer.chat_templates import read_template_file
     from hyper_parallel.data.prepare import InputError
 
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
     try:
         return read_template_file(path)
     except OSError as exc:

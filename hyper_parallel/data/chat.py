@@ -55,6 +55,7 @@ from hyper_parallel.data._sandbox import (
     rewrite_tree,
     slice_value,
 )
+from hyper_parallel.errors import TextTooLong
 
 __all__ = [
     "MAX_RENDER_BYTES",
@@ -387,13 +388,10 @@ class ChatRenderer:
                 rendered.append(self.render(messages))
             except ValueError as exc:
                 raise ConversationError(index, str(exc)) from None
-        problem_of = getattr(self.tokenizer, "text_problem", None)
-        if problem_of is not None:
-            for index, (text, _) in enumerate(rendered):
-                problem = problem_of(text)
-                if problem is not None:
-                    raise ConversationError(index, f"its rendering: {problem}")
-        encodings = self.tokenizer.encode_with_offsets([text for text, _ in rendered])
+        try:
+            encodings = self.tokenizer.encode_with_offsets([text for text, _ in rendered])
+        except TextTooLong as exc:  # (the tokenizer's text_problem)
+            raise ConversationError(exc.index, f"its rendering: {exc}") from None
         out = []
         for (_, spans), (ids, offsets) in zip(rendered, encodings, strict=True):
             mask = [0] * len(ids)

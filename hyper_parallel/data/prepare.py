@@ -49,6 +49,7 @@ from hyper_parallel._disk import write_problem
 from hyper_parallel._json import loads
 from hyper_parallel.data import packing, shards
 from hyper_parallel.data.overlong import Overlong
+from hyper_parallel.errors import TextTooLong
 
 __all__ = [
     "InputError",
@@ -665,27 +666,18 @@ def _encode_flat(
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """The tokenizer's ``encode_batch`` of the texts of ``batch`` (location, text) end to end in one
     array, and each text's length; a text too long for one encoding (``text_problem``: its normalizer's
-    growth) is an input error at its place."""
-    _refuse_too_long(tokenizer, batch)
+    growth: ``TextTooLong``) is an input error at its place."""
     texts = [text for _, text in batch]
     flat = getattr(tokenizer, "encode_batch_flat", None)
-    if flat is not None:
-        ids, sizes = flat(texts, dtype)
-        return np.asarray(ids, dtype=dtype), np.asarray(sizes, dtype=np.int64)
-    encoded = tokenizer.encode_batch(texts)
+    try:
+        if flat is not None:
+            ids, sizes = flat(texts, dtype)
+            return np.asarray(ids, dtype=dtype), np.asarray(sizes, dtype=np.int64)
+        encoded = tokenizer.encode_batch(texts)
+    except TextTooLong as exc:
+        raise InputError(f"{batch[exc.index][0]}: {exc}") from None
     sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
     return np.fromiter(itertools.chain.from_iterable(encoded), dtype=dtype, count=int(sizes.sum())), sizes
-
-
-def _refuse_too_long(tokenizer: Any, batch: Sequence[tuple[str, str]]) -> None:
-    """An input error at the first text of ``batch`` the tokenizer cannot encode in bounded memory."""
-    problem_of = getattr(tokenizer, "text_problem", None)
-    if problem_of is None:
-        return
-    for where, text in batch:
-        problem = problem_of(text)
-        if problem is not None:
-            raise InputError(f"{where}: {problem}")
 
 
 def _encode_chats(

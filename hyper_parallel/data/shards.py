@@ -72,7 +72,6 @@ SHARD_ENTRY = "shard.json"
 
 #: Bytes hashed at each end of a file for the quick digest checked at start-up.
 _QUICK_BYTES = 1 << 20
-_ARRAYS = ("tokens", "offsets", "appended", "mask", "records")
 #: Offsets checked at a time when a shard is opened.
 _OFFSETS_BLOCK = 1 << 20
 #: Mask entries counted at a time (a memory-mapped mask is read in blocks: memory stays flat).
@@ -148,6 +147,10 @@ class ShardArrays:
     def documents(self) -> int:
         """Number of documents."""
         return int(self.offsets.shape[0]) - 1
+
+
+#: A shard's files, one ``KEY.npy`` per array: ``ShardArrays``' fields.
+_ARRAYS = tuple(field.name for field in attrs.fields(ShardArrays))
 
 
 def write_shard(
@@ -390,9 +393,7 @@ def open_prepared(
             for key in _ARRAYS
             if key in files
         }
-        shard = ShardArrays(
-            arrays["tokens"], arrays["offsets"], arrays["appended"], arrays.get("mask"), arrays.get("records")
-        )
+        shard = ShardArrays(**arrays)  # (the manifest check made tokens, offsets and appended required)
         if shard.documents != entry.get("documents") or shard.tokens.shape[0] != entry.get("tokens"):
             raise PreparedError(where, "its arrays disagree with the manifest's counts")
         problem = _arrays_problem(shard)

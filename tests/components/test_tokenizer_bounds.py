@@ -187,3 +187,25 @@ def test_ordinary_text_past_the_static_bound_is_measured_and_encoded(tmp_path: P
     assert len(text) * 16 > MAX_ENCODE_CHARS
     assert tok.text_problem(text) is None
     assert tok.encode_batch(["hello world", text])[1][:2] == tok.encode("hello world")[:2]
+
+
+def test_a_conversation_its_normalizer_grows_past_one_encoding_is_refused_by_its_index(
+    tmp_path: Path,
+) -> None:
+    from hyper_parallel.data.chat import ChatRenderer, ConversationError
+
+    folder = _with_normalizer(tmp_path / "tok", normalizers.Replace("a", "a" * 1024))
+    template = (
+        "{% for m in messages %}{{ m.role }}: {% if m.role == 'assistant' %}{% generation %}"
+        "{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}"
+    )
+    renderer = ChatRenderer(HuggingFaceTokenizer.Config(path=str(folder)).build(), template)
+    fits = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    grows = [{"role": "user", "content": "a" * 100_000}, {"role": "assistant", "content": "x"}]
+    with pytest.raises(ConversationError) as caught:
+        renderer.encode_batch([fits, grows])
+    assert caught.value.index == 1
+    assert str(caught.value) == (
+        f"its rendering: a text of 100,018 characters grows past {MAX_ENCODE_CHARS:,} characters under the "
+        "tokenizer's normalizer and pre-tokenizer, more than one encoding may hold"
+    )

@@ -24,6 +24,7 @@ import bisect
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 import numpy.typing as npt
 import torch
@@ -110,10 +111,7 @@ class Corpus:
         pickling a corpus for a data-loader worker never copies it."""
         state = dict(vars(self))
         state["shards"] = [
-            {
-                key: _portable(getattr(shard, key))
-                for key in ("tokens", "offsets", "appended", "mask", "records")
-            }
+            {key: _portable(array) for key, array in attrs.asdict(shard, recurse=False).items()}
             for shard in self.shards
         ]
         return state
@@ -201,10 +199,6 @@ class Corpus:
             f"{getattr(array, 'filename', None) or 'tokens'}: offset {offset + first}: token id "
             f"{int(tokens[first])} >= vocab_size {self.vocab_size} (run python -m hyper_parallel.data verify)"
         )
-
-
-#: The arrays of a shard (``ShardArrays``' fields), each carried to a worker as its file when mapped.
-_ARRAYS = ("tokens", "offsets", "appended", "mask", "records")
 
 
 def _portable(array: npt.NDArray[Any] | None) -> Any:

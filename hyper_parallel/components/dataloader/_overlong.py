@@ -22,7 +22,7 @@ from hyper_parallel.data.packing import overlong
 from hyper_parallel.data.shards import ShardArrays, record_where
 from hyper_parallel.errors import InputFileError
 
-__all__ = ["document_lengths", "document_location", "overlong_issue", "refuse_or_say"]
+__all__ = ["document_lengths", "document_location", "overlong_issue", "refuse_or_say", "refuse_overlong"]
 
 _log = logging.getLogger(__name__)
 
@@ -77,13 +77,14 @@ def overlong_issue(lengths: npt.NDArray[Any], seq_len: int, locate: Any) -> tupl
 def refuse_or_say(lengths: npt.NDArray[Any], seq_len: int, policy: Overlong, locate: Any, label: str) -> None:
     """Refuse the documents longer than ``seq_len`` (policy ``error``: an ``InputFileError`` at the first
     one's place, exit 2), or log how many of ``label``'s are dropped or cut."""
+    if policy == "error":
+        issue = overlong_issue(lengths, seq_len, locate)
+        if issue is not None:
+            raise InputFileError.at(*issue)
+        return
     over = overlong(lengths, seq_len)
     if not over.size:
         return
-    if policy == "error":
-        issue = overlong_issue(lengths, seq_len, locate)
-        assert issue is not None
-        raise InputFileError.at(*issue)
     done = "dropped" if policy == "drop" else f"cut to their first {seq_len} tokens"
     _log.warning(
         "%s: %d of %d conversations are longer than training.seq_len %d: %s (overlong: %s)",
@@ -93,4 +94,26 @@ def refuse_or_say(lengths: npt.NDArray[Any], seq_len: int, policy: Overlong, loc
         seq_len,
         done,
         policy,
+    )
+
+
+def refuse_overlong(
+    shards: Sequence[ShardArrays],
+    seq_len: int,
+    *,
+    names: Sequence[str],
+    label: str,
+    first: int = 0,
+    count: int | None = None,
+) -> None:
+    """``overlong: error`` checked before a launch: refuse the first of documents ``[first, first +
+    count)`` (all from ``first`` by default) of ``shards`` longer than ``seq_len``, at its record."""
+    if count is None:
+        count = sum(shard.documents for shard in shards) - first
+    refuse_or_say(
+        document_lengths(shards, first, count),
+        seq_len,
+        "error",
+        lambda doc: document_location(shards, names, label, doc + first),
+        label,
     )

@@ -64,16 +64,7 @@ def prepared_samples(cfg: TokenizedSource, request: LoaderRequest, *, max_sample
     for path in cfg.paths:
         corpus = _corpus(path, cfg, fingerprint, tokenizer.vocab_size, tokenizer.chat_template)
         if corpus.chat:
-            samples = chat_samples(
-                corpus,
-                tokenizer,
-                request.seq_len,
-                pack=cfg.pack_sequences,
-                masking=cfg.document_masking,
-                max_samples=max_samples,
-                overlong=cfg.overlong,
-                ignore_index=request.ignore_index,
-            )
+            samples = chat_samples(corpus, cfg, request, max_samples)
         elif cfg.pack_sequences:
             if eos is None:
                 raise ValueError("packing documents needs a tokenizer with an eos token")

@@ -45,13 +45,12 @@ from hyper_parallel.components.dataloader._corpus import (
 )
 from hyper_parallel.components.dataloader._overlong import refuse_or_say
 from hyper_parallel.components.dataloader._tokenizing import encode, tokenize
-from hyper_parallel.data.overlong import Overlong
 from hyper_parallel.data.packing import Rows, fitted, pack_rows
 
 if TYPE_CHECKING:
     from hyper_parallel.components.dataloader import LoaderRequest
     from hyper_parallel.components.dataloader._images import ShapeImages
-    from hyper_parallel.components.dataloader.sources import ImageChatSource
+    from hyper_parallel.components.dataloader.sources import ChatSource, ImageChatSource, TokenizedSource
 
 __all__ = [
     "Samples",
@@ -284,24 +283,18 @@ def packed_samples(
 
 
 def chat_samples(
-    corpus: Corpus,
-    tokenizer: Any,
-    seq_len: int,
-    *,
-    pack: bool,
-    masking: bool,
-    max_samples: int | None,
-    overlong: Overlong,
-    ignore_index: int,
+    corpus: Corpus, cfg: TokenizedSource | ChatSource, request: LoaderRequest, max_samples: int | None
 ) -> Samples:
     """Samples of whole conversations (a corpus with an assistant mask): rows bin-packed
-    (``ChatRows``), or one conversation per sample padded per the tokenizer; a conversation longer than
-    ``seq_len`` is refused (``overlong: error``, at its record's ``FILE:LINE``), dropped or cut, and a
-    drop or cut is logged with its count. ``max_samples`` keeps the first rows."""
+    (``ChatRows``), or one conversation per sample padded per the tokenizer (``cfg.pack_sequences``); a
+    conversation longer than ``seq_len`` is refused (``overlong: error``, at its record's ``FILE:LINE``),
+    dropped or cut, and a drop or cut is logged with its count. ``max_samples`` keeps the first rows."""
+    tokenizer, seq_len, ignore_index = request.tokenizer, request.seq_len, request.ignore_index
+    overlong, masking = cfg.overlong, cfg.document_masking
     lengths = corpus.lengths()
     sizes, kept = fitted(lengths, seq_len, overlong)
     refuse_or_say(lengths, seq_len, overlong, corpus.location, corpus.label)
-    if not pack:
+    if not cfg.pack_sequences:
         pad = getattr(tokenizer, "pad_id", None)
         if pad is None:
             raise ValueError("padding documents (pack_sequences: false) needs a tokenizer with a pad token")

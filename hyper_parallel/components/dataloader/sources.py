@@ -483,14 +483,9 @@ class TokenizedSource(_Files):
         """Each folder's manifest, shards and tokenizer fingerprint (a ``PreparedDataError``), and with
         ``overlong: error`` no conversation of chat data longer than ``seq_len`` (an ``InputFileError``
         at its record)."""
-        from hyper_parallel.components.dataloader._overlong import (
-            document_lengths,
-            document_location,
-            overlong_issue,
-        )
+        from hyper_parallel.components.dataloader._overlong import refuse_overlong
         from hyper_parallel.components.dataloader._prepared_check import input_names, open_for_training
         from hyper_parallel.data.shards import tokenizer_fingerprint
-        from hyper_parallel.errors import InputFileError
 
         fingerprint = tokenizer_fingerprint(tokenizer)
         for path in self.paths:
@@ -499,13 +494,7 @@ class TokenizedSource(_Files):
                 continue
             first, count = self.selected(prepared.documents)
             names = input_names(prepared.manifest)
-            issue = overlong_issue(
-                document_lengths(prepared.shards, first, count),
-                seq_len,
-                lambda doc: document_location(prepared.shards, names, path, doc + first),  # noqa: B023
-            )
-            if issue is not None:
-                raise InputFileError.at(*issue)
+            refuse_overlong(prepared.shards, seq_len, names=names, label=path, first=first, count=count)
 
     def samples(self, request: "LoaderRequest", *, seed: int, max_samples: int | None) -> "Samples":
         from hyper_parallel.components.dataloader._prepared import prepared_samples
@@ -567,24 +556,11 @@ class ChatSource(_Files):
         """Every conversation encoded as the launch will, and with ``overlong: error`` none longer than
         ``seq_len`` (an ``InputFileError`` at its record's ``FILE:LINE``)."""
         from hyper_parallel.components.dataloader._chat import chat_shards
-        from hyper_parallel.components.dataloader._overlong import (
-            document_lengths,
-            document_location,
-            overlong_issue,
-        )
-        from hyper_parallel.errors import InputFileError
+        from hyper_parallel.components.dataloader._overlong import refuse_overlong
 
         arrays, names = chat_shards(self, tokenizer)
-        if self.overlong != "error":
-            return
-        total = sum(shard.documents for shard in arrays)
-        issue = overlong_issue(
-            document_lengths(arrays, 0, total),
-            seq_len,
-            lambda doc: document_location(arrays, names, "chat data", doc),
-        )
-        if issue is not None:
-            raise InputFileError.at(*issue)
+        if self.overlong == "error":
+            refuse_overlong(arrays, seq_len, names=names, label="chat data")
 
     def samples(self, request: "LoaderRequest", *, seed: int, max_samples: int | None) -> "Samples":
         from hyper_parallel.components.dataloader._chat import chat_shards
@@ -595,16 +571,7 @@ class ChatSource(_Files):
         corpus = Corpus(
             arrays, vocab_size=request.tokenizer.vocab_size, names=names, label=", ".join(self.paths)
         )
-        return chat_samples(
-            corpus,
-            request.tokenizer,
-            request.seq_len,
-            pack=self.pack_sequences,
-            masking=self.document_masking,
-            max_samples=max_samples,
-            overlong=self.overlong,
-            ignore_index=request.ignore_index,
-        )
+        return chat_samples(corpus, self, request, max_samples)
 
 
 @attrs.frozen(kw_only=True, slots=False)

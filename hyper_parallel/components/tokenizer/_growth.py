@@ -17,9 +17,10 @@ published tokenizer this project reads comes near it (Llama 2's, a ``Prepend`` a
 The factor bounds lengths, not memory: the Rust library holds 15 to 30 bytes per character of normalized
 text, for every document its threads encode at once: 100,000 characters grown 1,024 times took 1.9 GB,
 eight documents of 16,000 on 8 threads 2.2 GB, and a few MB aborted. One encoding call therefore holds
-at most ``MAX_ENCODE_CHARS`` characters times the growth (``encode_limit``): a batch is split to fit, and
-a single text past it has its normalized and pre-tokenized length measured (in bounded chunks) and is
-refused when that is still past it (a text of 16 million ordinary characters is not).
+at most ``MAX_ENCODE_CHARS`` characters times the growth (``HFTokenizer``): a batch is split to fit, and
+a single text past it has its normalized and pre-tokenized length measured (in bounded chunks,
+``text_problem``) and is refused when that is still past it (a text of 16 million ordinary characters
+is not).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from hyper_parallel._json import loads
 from hyper_parallel._paths import kind_problem
-from hyper_parallel.errors import InputFileError, Issue
+from hyper_parallel.errors import InputFileError, Issue, TextTooLong
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer as _RustTokenizer
@@ -318,17 +318,18 @@ class HFTokenizer(TokenizerRuntime):
 
     def _grouped(self, texts: list[str], encode: Callable[[list[str]], list[_T]]) -> list[_T]:
         """``encode`` of ``texts`` in groups whose characters times the growth fit ``MAX_ENCODE_CHARS``
-        (a text past it alone, once ``text_problem`` has measured it); ``ValueError`` for a text too long."""
+        (a text past it alone, once ``text_problem`` has measured it); ``TextTooLong`` naming the first
+        text too long."""
         from hyper_parallel.components.tokenizer._growth import MAX_ENCODE_CHARS
 
         growth = self.normalizer_growth * self.pre_tokenizer_growth
         out: list[_T] = []
         group: list[str] = []
         held = 0.0
-        for text in texts:
+        for index, text in enumerate(texts):
             problem = self.text_problem(text)
             if problem is not None:
-                raise ValueError(problem)
+                raise TextTooLong(index, problem)
             weight = len(text) * growth
             if group and held + weight > MAX_ENCODE_CHARS:
                 out.extend(encode(group))
