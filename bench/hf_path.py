@@ -27,13 +27,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEBUG_CONFIG", "HEADER", "ROWS", "TARGET", "TITLE", "trainer_rows"]
+__all__ = ["DEBUG_CONFIG", "HEADER", "ROWS", "TARGET", "TITLE", "hf_model_text", "trainer_rows"]
 
 #: The shipped Llama 3 debug config (found from this file: the suite runs the rows from any folder).
 DEBUG_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "llama3_debug.yaml")
@@ -49,6 +50,19 @@ TITLE = (
     "the transformers path through LLMTrainer: Llama 3 debug shape as LlamaForCausalLM, batch 8 x 256, "
     "one process (no FSDP2 on either side), tokens/s"
 )
+
+
+def hf_model_text(config: Path, folder: Path, init: str | None = None) -> str:
+    """``config``'s text with its model section replaced by the transformers path over ``folder``
+    (``init``: the section's ``init``, left out when None), everything else as written."""
+    text = config.read_text(encoding="utf-8")
+    start, end = text.index("model:\n"), text.index("\ntokenizer:")
+    model = (
+        f"model:\n  _target_: hyper_parallel.models.hf.create_model_spec\n  path: {json.dumps(str(folder))}\n"
+    )
+    if init is not None:
+        model += f"  init: {init}\n"
+    return text[:start] + model + text[end:]
 
 
 def _write_folder(folder: Path, shape: Mapping[str, Any]) -> None:
@@ -89,13 +103,7 @@ def _configs(
         "training.cpu_threads": str(threads),
         "dataloader.dataset.document_masking": str(masking).lower(),
     }
-    text = Path(DEBUG_CONFIG).read_text(encoding="utf-8")
-    start, end = text.index("model:\n"), text.index("\ntokenizer:")
-    hf_text = (
-        text[:start]
-        + f"model:\n  _target_: hyper_parallel.models.hf.create_model_spec\n  path: {folder}\n"
-        + text[end:]
-    )
+    hf_text = hf_model_text(Path(DEBUG_CONFIG), folder)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         native_shape = {f"model.overrides.{key}": str(value) for key, value in shape.items()}

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import importlib.util
 import io
-import json
 import tempfile
 import warnings
 from pathlib import Path
@@ -61,6 +60,7 @@ def our_config(setting: Setting, hf_folder: Path | None = None) -> Any:
     with ``hf_folder`` (:func:`write_hf_folder`, which holds that shape), its model section is the
     transformers path over that folder's ``config.json``, random init, everything else the same."""
     from bench.gpu_check import TINY_OVERRIDES
+    from bench.hf_path import hf_model_text
     from hyper_parallel.config import ConfigWarning, load_config
 
     overrides: dict[str, Any] = {
@@ -76,16 +76,8 @@ def our_config(setting: Setting, hf_folder: Path | None = None) -> Any:
         "training.micro_batch_size": str(setting.batch),
         "training.global_batch_size": str(setting.batch),
     }
-    text = None
-    if hf_folder is not None:
-        text = CONFIG.read_text(encoding="utf-8")
-        start, end = text.index("model:\n"), text.index("\ntokenizer:")
-        model = (
-            "model:\n  _target_: hyper_parallel.models.hf.create_model_spec\n"
-            f"  path: {json.dumps(str(hf_folder))}\n  init: random\n"
-        )
-        text = text[:start] + model + text[end:]
-    elif setting.tiny:
+    text = None if hf_folder is None else hf_model_text(CONFIG, hf_folder, init="random")
+    if hf_folder is None and setting.tiny:
         overrides.update(
             {f"model.overrides.{k}": str(v) for k, v in TINY_OVERRIDES["llama3_2_1b_gpu"].items()}
         )
