@@ -164,13 +164,12 @@ def _hf_loop(setting: Setting, device: Any) -> Built:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from bench.hf_path import bare_loop
     from bench.peers.harness import Built
-    from hyper_parallel.components.dataloader import LoaderRequest
 
     folder = tempfile.TemporaryDirectory(prefix="bench-hf-")
     write_hf_folder(setting, Path(folder.name))
     cfg = our_config(setting, Path(folder.name))
-    training = cfg.training
     torch.manual_seed(cfg.run_seed())
     config = AutoConfig.from_pretrained(folder.name)
     model = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
@@ -181,29 +180,9 @@ def _hf_loop(setting: Setting, device: Any) -> Built:
     if setting.compiled:
         for layer in model.model.layers:
             layer.compile(backend=cfg.compile.backend, mode=cfg.compile.mode, fullgraph=cfg.compile.fullgraph)
-    optimizer = cfg.optimizer.build(model)
-    scheduler = cfg.lr_scheduler.build(optimizer, training.max_steps)
-    request = LoaderRequest(cfg.tokenizer.build(None), 0, 1, seq_len=training.seq_len,
-                            micro_batch_size=training.micro_batch_size, seed=cfg.run_seed())  # fmt: skip
-    batches = iter(cfg.dataloader.build(request))
-    accumulation = training.global_batch_size // training.micro_batch_size
-    dtype = getattr(torch, training.mixed_precision_param)
-    max_norm = training.max_grad_norm if training.max_grad_norm is not None else float("inf")
-
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        for _ in range(accumulation):
-            batch = next(batches)
-            ids = batch["input_ids"].to(device, non_blocking=True)
-            labels = batch["labels"].to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-                loss = model(input_ids=ids, labels=labels, use_cache=False).loss
-            (loss / accumulation).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, foreach=True)
-        optimizer.step()
-        scheduler.step()
-
-    compute = "float32" if dtype == torch.float32 else f"autocast to {training.mixed_precision_param}"
+    step = bare_loop(cfg, model, device)
+    dtype = cfg.training.mixed_precision_param
+    compute = "float32" if dtype == "float32" else f"autocast to {dtype}"
     notes = [
         "a bare loop over the same LlamaForCausalLM folder: the trainer's one-device wrapping (no FSDP2, "
         f"{compute} over float32 parameters), optimizer, schedule, clipping and batches; transformers' loss"
