@@ -558,14 +558,9 @@ HEADER = (
 
 def median_ms(run: Callable[[], None], repeats: int) -> float:
     """Median wall time of ``run`` (which waits for its device work) over ``repeats`` calls, after three."""
-    for _ in range(3):
-        run()
-    samples = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - started)
-    samples.sort()
+    from bench.gpu import step_seconds
+
+    samples = sorted(step_seconds(run, warmup=3, steps=repeats, sync=lambda: None))
     return samples[len(samples) // 2] * 1e3
 
 
