@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["main", "step_seconds"]
+__all__ = ["main", "one_rank_group", "step_seconds"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -276,24 +276,36 @@ def _kernel_row(overrides: dict[str, Any], seq: int, device: Any, steps: int) ->
 
 
 @contextlib.contextmanager
+def one_rank_group(device: Any) -> Iterator[None]:
+    """A one-rank process group for ``device`` (as a launcher starts one rank) unless one exists, destroyed
+    after when it was started here."""
+    import torch.distributed as dist
+
+    started = not dist.is_initialized()
+    if started:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        store = dist.HashStore()  # type: ignore[attr-defined]
+        dist.init_process_group(backend, store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        if started:
+            dist.destroy_process_group()
+
+
+@contextlib.contextmanager
 def _one_rank(device: Any, tiny: bool) -> Iterator[Any]:
     """A one-rank process group and its mesh (FSDP2 runs as in the trainer); everything undone after."""
     import torch
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
     threads = torch.get_num_threads()
     if tiny:  # tiny tensors: more threads only wait for each other (and for the machine's other work)
         torch.set_num_threads(1)
-    started = not dist.is_initialized()
-    if started:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     try:
-        yield init_device_mesh(device.type, (1,))
+        with one_rank_group(device):
+            yield init_device_mesh(device.type, (1,))
     finally:
-        if started:
-            dist.destroy_process_group()
         torch.set_num_threads(threads)
 
 

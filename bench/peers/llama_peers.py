@@ -28,6 +28,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import tempfile
@@ -122,17 +123,6 @@ def _tokens(setting: Setting, vocab_size: int, extra: int = 0) -> Any:
     return torch.randint(0, vocab_size, (setting.batch, setting.seq + extra), generator=generator)
 
 
-def _one_rank(device: Any) -> bool:
-    """A one-rank process group for ``device`` unless one exists; whether it was started here."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        return False
-    store = dist.HashStore()  # type: ignore[attr-defined]
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=0, world_size=1)
-    return True
-
-
 def _ours(setting: Setting, device: Any) -> Built:
     from bench.peers.harness import Built
     from hyper_parallel.trainer import LLMTrainer
@@ -209,10 +199,9 @@ def transformers_llama(args: Any) -> Any:
 
 def _transformers(setting: Setting, device: Any, liger: bool = False) -> Built:
     import torch
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from bench.gpu import _prepare
+    from bench.gpu import _prepare, one_rank_group
     from bench.peers.harness import Built
 
     if liger:
@@ -223,7 +212,8 @@ def _transformers(setting: Setting, device: Any, liger: bool = False) -> Built:
     torch.manual_seed(0)
     model = transformers_llama(args)
     parameters = sum(p.numel() for p in model.parameters())
-    started = _one_rank(device)
+    group = contextlib.ExitStack()
+    group.enter_context(one_rank_group(device))
     model = _prepare(model, device, init_device_mesh(device.type, (1,)), setting.compiled)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY, foreach=True
@@ -236,12 +226,8 @@ def _transformers(setting: Setting, device: Any, liger: bool = False) -> Built:
         torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM, foreach=True)
         optimizer.step()
 
-    def close() -> None:
-        if started:
-            dist.destroy_process_group()
-
     notes = ["transformers' LlamaForCausalLM, tied" + (", Liger's kernels" if liger else "")]
-    return Built(step, setting.batch * setting.seq, parameters, notes, close)
+    return Built(step, setting.batch * setting.seq, parameters, notes, group.close)
 
 
 def _liger(setting: Setting, device: Any) -> Built:
@@ -314,8 +300,7 @@ def titan_model(args: Any, attention: Any) -> Any:
 def _torchtitan(setting: Setting, device: Any) -> Built:
     import os
 
-    import torch.distributed as dist
-
+    from bench.gpu import one_rank_group
     from bench.peers import titan_shim
     from bench.peers.harness import Built
 
@@ -334,7 +319,8 @@ def _torchtitan(setting: Setting, device: Any) -> Built:
 
     args = our_config(setting).model.args
     os.environ.setdefault("LOCAL_RANK", "0")
-    started = _one_rank(device)  # as its launcher would start one rank
+    group = contextlib.ExitStack()
+    group.enter_context(one_rank_group(device))  # as its launcher would start one rank
     spec = ModelSpec(
         name="llama3",
         flavor="bench",
@@ -379,8 +365,7 @@ def _torchtitan(setting: Setting, device: Any) -> Built:
     def close() -> None:
         trainer.close()
         folder.cleanup()
-        if started:
-            dist.destroy_process_group()
+        group.close()
 
     notes = [
         f"TorchTitan {_version('torchtitan')}'s Trainer.train_step, its Llama3Model tied, parallelize_llama "
