@@ -62,15 +62,11 @@ def our_config(setting: Setting, hf_folder: Path | None = None) -> Any:
     transformers path over that folder's ``config.json``, random init, everything else the same."""
     from bench.gpu_check import TINY_OVERRIDES
     from bench.hf_path import hf_model_text
+    from bench.train import _QUIET  # quiet, file-free runs: no metrics files, checkpoints, profiler
     from hyper_parallel.config import ConfigWarning, load_config
 
     overrides: dict[str, Any] = {
-        "metrics.enable_jsonl": "false",
-        "~metrics.jsonl_path": None,
-        "metrics.log_freq": "1000000",
-        "checkpoint.enable": "false",
-        "profiler.enable": "false",
-        "validator.enable": "false",
+        **_QUIET,
         "compile.enable": str(setting.compiled).lower(),
         "training.max_steps": str(setting.warmup + setting.steps),
         "training.seq_len": str(setting.seq),
