@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import json
 import os
 import platform
@@ -40,7 +41,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["main"]
+__all__ = ["main", "one_rank_group", "step_seconds"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -181,6 +182,28 @@ def _estimate(family: str, overrides: dict[str, Any], seq: int, batch: int, fuse
     return estimate(cfg, 1)
 
 
+def step_seconds(
+    step: Callable[[], object],
+    *,
+    warmup: int,
+    steps: int,
+    sync: Callable[[], None],
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[float, ...]:
+    """``warmup`` calls of ``step``, then the seconds of ``steps`` more, each timed to the end of ``sync``
+    (which waits for the device's queued work): every timed loop of the benchmarks."""
+    for _ in range(warmup):
+        step()
+    sync()
+    samples = []
+    for _ in range(steps):
+        start = clock()
+        step()
+        sync()
+        samples.append(clock() - start)
+    return tuple(samples)
+
+
 def _measure(
     variant: Variant, base: Any, tokens: Any, device: Any, mesh: Any, warmup: int, steps: int
 ) -> dict[str, Any]:
@@ -195,15 +218,12 @@ def _measure(
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     with _sdpa(variant.sdpa):
-        for _ in range(warmup):
-            _train_step(model, optimizer, tokens, variant.loss == "fused")
-        _sync(device)
-        times = []
-        for _ in range(steps):
-            start = time.perf_counter()
-            _train_step(model, optimizer, tokens, variant.loss == "fused")
-            _sync(device)
-            times.append(time.perf_counter() - start)
+        times = step_seconds(
+            functools.partial(_train_step, model, optimizer, tokens, variant.loss == "fused"),
+            warmup=warmup,
+            steps=steps,
+            sync=lambda: _sync(device),
+        )
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     del model, optimizer
     return {"seconds_per_step": statistics.median(times), "peak_memory_bytes": peak}
@@ -256,24 +276,36 @@ def _kernel_row(overrides: dict[str, Any], seq: int, device: Any, steps: int) ->
 
 
 @contextlib.contextmanager
+def one_rank_group(device: Any) -> Iterator[None]:
+    """A one-rank process group for ``device`` (as a launcher starts one rank) unless one exists, destroyed
+    after when it was started here."""
+    import torch.distributed as dist
+
+    started = not dist.is_initialized()
+    if started:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        store = dist.HashStore()  # type: ignore[attr-defined]
+        dist.init_process_group(backend, store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        if started:
+            dist.destroy_process_group()
+
+
+@contextlib.contextmanager
 def _one_rank(device: Any, tiny: bool) -> Iterator[Any]:
     """A one-rank process group and its mesh (FSDP2 runs as in the trainer); everything undone after."""
     import torch
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
     threads = torch.get_num_threads()
     if tiny:  # tiny tensors: more threads only wait for each other (and for the machine's other work)
         torch.set_num_threads(1)
-    started = not dist.is_initialized()
-    if started:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     try:
-        yield init_device_mesh(device.type, (1,))
+        with one_rank_group(device):
+            yield init_device_mesh(device.type, (1,))
     finally:
-        if started:
-            dist.destroy_process_group()
         torch.set_num_threads(threads)
 
 

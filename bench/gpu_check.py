@@ -558,14 +558,9 @@ HEADER = (
 
 def median_ms(run: Callable[[], None], repeats: int) -> float:
     """Median wall time of ``run`` (which waits for its device work) over ``repeats`` calls, after three."""
-    for _ in range(3):
-        run()
-    samples = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - started)
-    samples.sort()
+    from bench.gpu import step_seconds
+
+    samples = sorted(step_seconds(run, warmup=3, steps=repeats, sync=lambda: None))
     return samples[len(samples) // 2] * 1e3
 
 
@@ -727,18 +722,31 @@ def kernel_times(
     return result
 
 
+def _own_process(
+    out: Path, step: str, config: str, module: str, function: str, tiny: bool
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``module.function(tiny)`` in its own process (its imports and kernels stay there), its result as
+    JSON in ``out/STEP.json`` and its output in ``out/STEP.log``: the step's row (not yet passed) and the
+    result, or None with the exit status in the row's notes."""
+    json_path = out / f"{step}.json"
+    code = (
+        f"import json, sys; from {module} import {function}; "
+        f"open(sys.argv[1], 'w').write(json.dumps({function}({tiny}), default=str))"
+    )
+    status, seconds = _run([sys.executable, "-c", code, str(json_path)], 180, out / f"{step}.log")
+    row: dict[str, Any] = {"step": step, "config": config, "ok": False, "seconds": round(seconds, 1),
+                           "notes": []}  # fmt: skip
+    if status == 0 and json_path.exists():
+        return row, json.loads(json_path.read_text(encoding="utf-8"))
+    row["notes"].append(f"exited {status} (see {step}.log)")
+    return row, None
+
+
 def _attention_row(out: Path, tiny: bool) -> dict[str, Any]:
     """:func:`attention_times` in its own process; passes when masking costs at most 1.2x causal."""
-    json_path = out / "attention.json"
-    code = (
-        "import json, sys; from bench.gpu_check import attention_times; "
-        f"open(sys.argv[1], 'w').write(json.dumps(attention_times({tiny})))"
-    )
-    status, seconds = _run([sys.executable, "-c", code, str(json_path)], 180, out / "attention.log")
-    row: dict[str, Any] = {"step": "attention", "config": "4096 tokens" if not tiny else "tiny",
-                           "ok": False, "seconds": round(seconds, 1), "notes": []}  # fmt: skip
-    if status == 0 and json_path.exists():
-        times = json.loads(json_path.read_text(encoding="utf-8"))
+    config = "4096 tokens" if not tiny else "tiny"
+    row, times = _own_process(out, "attention", config, "bench.gpu_check", "attention_times", tiny)
+    if times is not None:
         row.update(times)
         # A CPU takes the variable-length path, a different kernel: the ratio is bounded on CUDA only.
         row["ok"] = tiny or times["worst_vs_causal"] <= ATTENTION_TOLERANCE
@@ -764,8 +772,6 @@ def _attention_row(out: Path, tiny: bool) -> dict[str, Any]:
                 else f"; compiled: {times['varlen_compiled_ms']}"
             )
         )
-    else:
-        row["notes"].append(f"exited {status} (see attention.log)")
     print(_format(row), flush=True)
     return row
 
@@ -774,16 +780,9 @@ def _fla_row(out: Path, tiny: bool) -> dict[str, Any]:
     """:func:`bench.fla_check.fla_check` in its own process (fla's import and Triton kernels stay there)."""
     from bench.fla_check import QWEN_TOKENS_TARGET
 
-    json_path = out / "fla.json"
-    code = (
-        "import json, sys; from bench.fla_check import fla_check; "
-        f"open(sys.argv[1], 'w').write(json.dumps(fla_check({tiny}), default=str))"
-    )
-    status, seconds = _run([sys.executable, "-c", code, str(json_path)], 180, out / "fla.log")
-    row: dict[str, Any] = {"step": "fla", "config": "qwen3_5 0.8B" if not tiny else "tiny",
-                           "ok": False, "seconds": round(seconds, 1), "notes": []}  # fmt: skip
-    if status == 0 and json_path.exists():
-        found = json.loads(json_path.read_text(encoding="utf-8"))
+    config = "qwen3_5 0.8B" if not tiny else "tiny"
+    row, found = _own_process(out, "fla", config, "bench.fla_check", "fla_check", tiny)
+    if found is not None:
         row.update(found)
         worst = {
             label: max(found[f"{label}_errors"].items(), key=lambda item: item[1])
@@ -806,8 +805,6 @@ def _fla_row(out: Path, tiny: bool) -> dict[str, Any]:
             + f"; the compiled qwen3_5_0_8b_gpu speed row's target: >= {QWEN_TOKENS_TARGET:,} tokens/s"
         )
         row["notes"].extend(found["warnings"])
-    else:
-        row["notes"].append(f"exited {status} (see fla.log)")
     print(_format(row), flush=True)
     return row
 

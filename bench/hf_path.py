@@ -25,15 +25,15 @@ Both sides see the same batches, so the losses are printed beside the ratio as a
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
+import json
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEBUG_CONFIG", "HEADER", "ROWS", "TARGET", "TITLE", "trainer_rows"]
+__all__ = ["DEBUG_CONFIG", "HEADER", "ROWS", "TARGET", "TITLE", "bare_loop", "hf_model_text", "trainer_rows"]
 
 #: The shipped Llama 3 debug config (found from this file: the suite runs the rows from any folder).
 DEBUG_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "llama3_debug.yaml")
@@ -49,6 +49,19 @@ TITLE = (
     "the transformers path through LLMTrainer: Llama 3 debug shape as LlamaForCausalLM, batch 8 x 256, "
     "one process (no FSDP2 on either side), tokens/s"
 )
+
+
+def hf_model_text(config: Path, folder: Path, init: str | None = None) -> str:
+    """``config``'s text with its model section replaced by the transformers path over ``folder``
+    (``init``: the section's ``init``, left out when None), everything else as written."""
+    text = config.read_text(encoding="utf-8")
+    start, end = text.index("model:\n"), text.index("\ntokenizer:")
+    model = (
+        f"model:\n  _target_: hyper_parallel.models.hf.create_model_spec\n  path: {json.dumps(str(folder))}\n"
+    )
+    if init is not None:
+        model += f"  init: {init}\n"
+    return text[:start] + model + text[end:]
 
 
 def _write_folder(folder: Path, shape: Mapping[str, Any]) -> None:
@@ -89,13 +102,7 @@ def _configs(
         "training.cpu_threads": str(threads),
         "dataloader.dataset.document_masking": str(masking).lower(),
     }
-    text = Path(DEBUG_CONFIG).read_text(encoding="utf-8")
-    start, end = text.index("model:\n"), text.index("\ntokenizer:")
-    hf_text = (
-        text[:start]
-        + f"model:\n  _target_: hyper_parallel.models.hf.create_model_spec\n  path: {folder}\n"
-        + text[end:]
-    )
+    hf_text = hf_model_text(Path(DEBUG_CONFIG), folder)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         native_shape = {f"model.overrides.{key}": str(value) for key, value in shape.items()}
@@ -104,41 +111,61 @@ def _configs(
     return native, hf
 
 
-def _bare_loop(cfg: Any, folder: Path, losses: list[float]) -> Iterator[None]:
-    """One optimizer step per ``next()``: the loop a transformers user writes, over ``cfg``'s batches."""
+def bare_loop(cfg: Any, model: Any, device: Any) -> Callable[[], Any]:
+    """The loop a transformers user writes around ``model`` (on ``device``), doing what the trainer does
+    in one process: ``cfg``'s optimizer (:meth:`build`, the same parameter groups), schedule, clipping and
+    batches (its data loader), computing under ``torch.autocast`` to ``training.mixed_precision_param``.
+    Each call is one optimizer step: per micro-batch ``model(input_ids, position_ids, labels=...)``
+    (transformers' own loss; position ids that restart at every document where the batch carries document
+    ids, ``use_cache=False``: transformers then masks across documents), backward; clipping, the
+    optimizer's and the schedule's step. It returns the step's loss (a tensor on ``device``: no
+    synchronisation)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     from hyper_parallel.components.dataloader import LoaderRequest
     from hyper_parallel.models.hf._module import document_positions
 
-    t = cfg.training
-    torch.manual_seed(t.seed)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).train()
+    training = cfg.training
     optimizer = cfg.optimizer.build(model)
-    scheduler = cfg.lr_scheduler.build(optimizer, t.max_steps)
-    request = LoaderRequest(
-        cfg.tokenizer.build(None), 0, 1, seq_len=t.seq_len, micro_batch_size=t.micro_batch_size, seed=t.seed
-    )
+    scheduler = cfg.lr_scheduler.build(optimizer, training.max_steps)
+    request = LoaderRequest(cfg.tokenizer.build(None), 0, 1, seq_len=training.seq_len,
+                            micro_batch_size=training.micro_batch_size, seed=cfg.run_seed())  # fmt: skip
     batches = iter(cfg.dataloader.build(request))
-    accumulation = t.global_batch_size // t.micro_batch_size
-    while True:
+    accumulation = training.global_batch_size // training.micro_batch_size
+    dtype = getattr(torch, training.mixed_precision_param)
+    max_norm = training.max_grad_norm if training.max_grad_norm is not None else float("inf")
+
+    def step() -> Any:
         optimizer.zero_grad(set_to_none=True)
-        step_loss = torch.zeros(())
+        step_loss = torch.zeros((), device=device)
         for _ in range(accumulation):
             batch = next(batches)
             documents = batch.get("document_ids")
-            positions = None if documents is None else document_positions(documents)
-            out = model(
-                input_ids=batch["input_ids"], position_ids=positions, labels=batch["labels"], use_cache=False
-            )
-            (out.loss / accumulation).backward()
-            step_loss += out.loss.detach() / accumulation
-        torch.nn.utils.clip_grad_norm_(model.parameters(), t.max_grad_norm or float("inf"), foreach=True)
+            positions = None if documents is None else document_positions(documents).to(device)
+            ids = batch["input_ids"].to(device, non_blocking=True)
+            labels = batch["labels"].to(device, non_blocking=True)
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                loss = model(input_ids=ids, position_ids=positions, labels=labels, use_cache=False).loss
+            (loss / accumulation).backward()
+            step_loss += loss.detach() / accumulation
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, foreach=True)
         optimizer.step()
         scheduler.step()
-        losses.append(float(step_loss))
-        yield
+        return step_loss
+
+    return step
+
+
+def _bare_loop(cfg: Any, folder: Path, losses: list[float]) -> Callable[[], None]:
+    """:func:`bare_loop` around ``AutoModelForCausalLM.from_pretrained(folder)`` on the CPU, each step's
+    loss appended to ``losses``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(cfg.run_seed())
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).train()
+    step = bare_loop(cfg, model, torch.device("cpu"))
+    return lambda: losses.append(float(step()))
 
 
 def _trainer(cfg: Any) -> Any:
@@ -226,8 +253,7 @@ def trainer_rows(
                 continue
             _, hf = _configs(folder, total, threads, masking, shape)
             loop_losses: list[float] = []
-            loop = _bare_loop(hf, folder, loop_losses)
-            ours, theirs, losses = _trainer_against(hf, functools.partial(next, loop), clock)
+            ours, theirs, losses = _trainer_against(hf, _bare_loop(hf, folder, loop_losses), clock)
             diff = max(abs(a - b) for a, b in zip(losses, loop_losses, strict=True))
             rows.append(_row(name, ours, theirs, warmup, diff, hf))
             print(_format(rows[-1], TARGET), flush=True)

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from bench.gpu import step_seconds
+
 __all__ = ["MIN_STEPS", "PEERS", "Setting", "Timing", "main", "measure", "plan", "time_steps"]
 
 #: Fewest timed steps a row may report (a median and a spread need that many).
@@ -71,19 +73,11 @@ def time_steps(
     sync: Callable[[], None],
     clock: Callable[[], float] = time.perf_counter,
 ) -> Timing:
-    """``warmup`` calls of ``step``, then ``steps`` timed ones, each timed to the end of ``sync``."""
+    """``warmup`` calls of ``step``, then ``steps`` timed ones, each timed to the end of ``sync``
+    (:func:`bench.gpu.step_seconds`), at least :data:`MIN_STEPS` of them."""
     if steps < MIN_STEPS:
         raise ValueError(f"steps: {steps} timed steps; a median and spread need at least {MIN_STEPS}")
-    for _ in range(warmup):
-        step()
-    sync()
-    samples = []
-    for _ in range(steps):
-        start = clock()
-        step()
-        sync()
-        samples.append(clock() - start)
-    return Timing(tuple(samples))
+    return Timing(step_seconds(step, warmup=warmup, steps=steps, sync=sync, clock=clock))
 
 
 class Setting(NamedTuple):

@@ -28,9 +28,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
-import json
 import tempfile
 import warnings
 from pathlib import Path
@@ -61,31 +61,20 @@ def our_config(setting: Setting, hf_folder: Path | None = None) -> Any:
     with ``hf_folder`` (:func:`write_hf_folder`, which holds that shape), its model section is the
     transformers path over that folder's ``config.json``, random init, everything else the same."""
     from bench.gpu_check import TINY_OVERRIDES
+    from bench.hf_path import hf_model_text
+    from bench.train import _QUIET  # quiet, file-free runs: no metrics files, checkpoints, profiler
     from hyper_parallel.config import ConfigWarning, load_config
 
     overrides: dict[str, Any] = {
-        "metrics.enable_jsonl": "false",
-        "~metrics.jsonl_path": None,
-        "metrics.log_freq": "1000000",
-        "checkpoint.enable": "false",
-        "profiler.enable": "false",
-        "validator.enable": "false",
+        **_QUIET,
         "compile.enable": str(setting.compiled).lower(),
         "training.max_steps": str(setting.warmup + setting.steps),
         "training.seq_len": str(setting.seq),
         "training.micro_batch_size": str(setting.batch),
         "training.global_batch_size": str(setting.batch),
     }
-    text = None
-    if hf_folder is not None:
-        text = CONFIG.read_text(encoding="utf-8")
-        start, end = text.index("model:\n"), text.index("\ntokenizer:")
-        model = (
-            "model:\n  _target_: hyper_parallel.models.hf.create_model_spec\n"
-            f"  path: {json.dumps(str(hf_folder))}\n  init: random\n"
-        )
-        text = text[:start] + model + text[end:]
-    elif setting.tiny:
+    text = None if hf_folder is None else hf_model_text(CONFIG, hf_folder, init="random")
+    if hf_folder is None and setting.tiny:
         overrides.update(
             {f"model.overrides.{k}": str(v) for k, v in TINY_OVERRIDES["llama3_2_1b_gpu"].items()}
         )
@@ -130,17 +119,6 @@ def _tokens(setting: Setting, vocab_size: int, extra: int = 0) -> Any:
     return torch.randint(0, vocab_size, (setting.batch, setting.seq + extra), generator=generator)
 
 
-def _one_rank(device: Any) -> bool:
-    """A one-rank process group for ``device`` unless one exists; whether it was started here."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        return False
-    store = dist.HashStore()  # type: ignore[attr-defined]
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=0, world_size=1)
-    return True
-
-
 def _ours(setting: Setting, device: Any) -> Built:
     from bench.peers.harness import Built
     from hyper_parallel.trainer import LLMTrainer
@@ -172,13 +150,12 @@ def _hf_loop(setting: Setting, device: Any) -> Built:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from bench.hf_path import bare_loop
     from bench.peers.harness import Built
-    from hyper_parallel.components.dataloader import LoaderRequest
 
     folder = tempfile.TemporaryDirectory(prefix="bench-hf-")
     write_hf_folder(setting, Path(folder.name))
     cfg = our_config(setting, Path(folder.name))
-    training = cfg.training
     torch.manual_seed(cfg.run_seed())
     config = AutoConfig.from_pretrained(folder.name)
     model = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
@@ -189,29 +166,9 @@ def _hf_loop(setting: Setting, device: Any) -> Built:
     if setting.compiled:
         for layer in model.model.layers:
             layer.compile(backend=cfg.compile.backend, mode=cfg.compile.mode, fullgraph=cfg.compile.fullgraph)
-    optimizer = cfg.optimizer.build(model)
-    scheduler = cfg.lr_scheduler.build(optimizer, training.max_steps)
-    request = LoaderRequest(cfg.tokenizer.build(None), 0, 1, seq_len=training.seq_len,
-                            micro_batch_size=training.micro_batch_size, seed=cfg.run_seed())  # fmt: skip
-    batches = iter(cfg.dataloader.build(request))
-    accumulation = training.global_batch_size // training.micro_batch_size
-    dtype = getattr(torch, training.mixed_precision_param)
-    max_norm = training.max_grad_norm if training.max_grad_norm is not None else float("inf")
-
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        for _ in range(accumulation):
-            batch = next(batches)
-            ids = batch["input_ids"].to(device, non_blocking=True)
-            labels = batch["labels"].to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-                loss = model(input_ids=ids, labels=labels, use_cache=False).loss
-            (loss / accumulation).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, foreach=True)
-        optimizer.step()
-        scheduler.step()
-
-    compute = "float32" if dtype == torch.float32 else f"autocast to {training.mixed_precision_param}"
+    step = bare_loop(cfg, model, device)
+    dtype = cfg.training.mixed_precision_param
+    compute = "float32" if dtype == "float32" else f"autocast to {dtype}"
     notes = [
         "a bare loop over the same LlamaForCausalLM folder: the trainer's one-device wrapping (no FSDP2, "
         f"{compute} over float32 parameters), optimizer, schedule, clipping and batches; transformers' loss"
@@ -238,10 +195,9 @@ def transformers_llama(args: Any) -> Any:
 
 def _transformers(setting: Setting, device: Any, liger: bool = False) -> Built:
     import torch
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from bench.gpu import _prepare
+    from bench.gpu import _prepare, one_rank_group
     from bench.peers.harness import Built
 
     if liger:
@@ -252,7 +208,8 @@ def _transformers(setting: Setting, device: Any, liger: bool = False) -> Built:
     torch.manual_seed(0)
     model = transformers_llama(args)
     parameters = sum(p.numel() for p in model.parameters())
-    started = _one_rank(device)
+    group = contextlib.ExitStack()
+    group.enter_context(one_rank_group(device))
     model = _prepare(model, device, init_device_mesh(device.type, (1,)), setting.compiled)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY, foreach=True
@@ -265,12 +222,8 @@ def _transformers(setting: Setting, device: Any, liger: bool = False) -> Built:
         torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM, foreach=True)
         optimizer.step()
 
-    def close() -> None:
-        if started:
-            dist.destroy_process_group()
-
     notes = ["transformers' LlamaForCausalLM, tied" + (", Liger's kernels" if liger else "")]
-    return Built(step, setting.batch * setting.seq, parameters, notes, close)
+    return Built(step, setting.batch * setting.seq, parameters, notes, group.close)
 
 
 def _liger(setting: Setting, device: Any) -> Built:
@@ -343,8 +296,7 @@ def titan_model(args: Any, attention: Any) -> Any:
 def _torchtitan(setting: Setting, device: Any) -> Built:
     import os
 
-    import torch.distributed as dist
-
+    from bench.gpu import one_rank_group
     from bench.peers import titan_shim
     from bench.peers.harness import Built
 
@@ -363,7 +315,8 @@ def _torchtitan(setting: Setting, device: Any) -> Built:
 
     args = our_config(setting).model.args
     os.environ.setdefault("LOCAL_RANK", "0")
-    started = _one_rank(device)  # as its launcher would start one rank
+    group = contextlib.ExitStack()
+    group.enter_context(one_rank_group(device))  # as its launcher would start one rank
     spec = ModelSpec(
         name="llama3",
         flavor="bench",
@@ -408,8 +361,7 @@ def _torchtitan(setting: Setting, device: Any) -> Built:
     def close() -> None:
         trainer.close()
         folder.cleanup()
-        if started:
-            dist.destroy_process_group()
+        group.close()
 
     notes = [
         f"TorchTitan {_version('torchtitan')}'s Trainer.train_step, its Llama3Model tied, parallelize_llama "
