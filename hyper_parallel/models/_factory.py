@@ -20,6 +20,7 @@ from hyper_parallel.models.spec import ModelArgs, ModelSpec
 __all__ = [
     "OverrideValue",
     "create_spec",
+    "flavor_writing",
     "lookup_flavor",
     "override_args",
     "overrides_check",
@@ -152,9 +153,15 @@ def flavor_from_weights(
     except (KeyError, TypeError, ValueError) as exc:
         detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
         raise ValueError(f"{file}: not a {family} model this project builds: {detail}") from None
-    written = adapter(args).hf_config()
-    name = next((n for n, known in table.items() if adapter(known).hf_config() == written), None)
+    name = flavor_writing(table, adapter, args)
     return (table[name], name) if name is not None else (args, "config.json")
+
+
+def flavor_writing(table: Mapping[str, A], adapter: Any, args: A) -> str | None:
+    """The name of ``table``'s flavor whose exported ``config.json`` is the one ``args`` write (compared
+    in that form, so a field the file leaves at its default still matches), else None."""
+    written = adapter(args).hf_config()
+    return next((name for name, known in table.items() if adapter(known).hf_config() == written), None)
 
 
 def override_args(args: A, overrides: Mapping[str, OverrideValue] | None, what: str) -> A:

@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from hyper_parallel.models._factory import flavor_writing
 from hyper_parallel.models.spec import ModelSpec
 
 __all__ = ["HF_MODEL_TYPES", "folder_spec", "spec_from_hf_config"]
@@ -72,9 +73,7 @@ def spec_from_hf_config(config: Mapping[str, Any], weights_path: str | None = No
     except (KeyError, TypeError, ValueError) as exc:
         detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
         raise ValueError(f"model_type {model_type!r}: {detail}") from None
-    adapter = template.state_dict_adapter
-    written = adapter(args).hf_config()  # what the config says, in the form a flavor's export writes it
-    flavor = next((name for name, known in flavors.items() if adapter(known).hf_config() == written), None)
+    flavor = flavor_writing(flavors, template.state_dict_adapter, args)
     return attrs.evolve(template, args=args, flavor=flavor or "config.json", weights_path=weights_path)
 
 
