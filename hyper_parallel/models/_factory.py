@@ -18,6 +18,7 @@ import attrs
 from hyper_parallel.models.spec import ModelArgs, ModelSpec
 
 __all__ = [
+    "CONFIG_JSON_BYTES",
     "OverrideValue",
     "create_spec",
     "flavor_writing",
@@ -113,8 +114,8 @@ def _is_folder(weights_path: str) -> bool:
     return not is_hub_id(weights_path) and Path(weights_path).is_dir()
 
 
-#: Most bytes a ``config.json`` may have (a real one is a few kilobytes).
-_CONFIG_BYTES = 1 << 20
+#: Most bytes a ``config.json`` may have (a real one is a few kilobytes); every reader of one bounds it so.
+CONFIG_JSON_BYTES = 1 << 20
 
 
 def flavor_from_weights(
@@ -136,8 +137,8 @@ def flavor_from_weights(
         )
     file = Path(weights_path) / "config.json"
     try:
-        if file.stat().st_size > _CONFIG_BYTES:
-            raise ValueError(f"larger than {_CONFIG_BYTES} bytes: not a model's config.json")
+        if file.stat().st_size > CONFIG_JSON_BYTES:
+            raise ValueError(f"larger than {CONFIG_JSON_BYTES} bytes: not a model's config.json")
         config = json.loads(file.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ValueError(f"{file}: does not exist (flavor 'auto' reads the architecture from it)") from None
