@@ -94,17 +94,9 @@ class HfArgs(ModelArgs):
         ``dry_run`` say in one line what that would download (None: nothing; also for a local folder)."""
         if self.hub_id is None:
             return None
-        from hyper_parallel._hub import WEIGHT_FILES, pending_download, snapshot
+        from hyper_parallel._hub import fetch_weights
 
-        if dry_run:
-            return pending_download(self.hub_id, WEIGHT_FILES)
-        try:
-            snapshot(self.hub_id, WEIGHT_FILES)
-        except ValueError as exc:  # an input the user can fix: ``ID: problem``, exit status 2
-            from hyper_parallel.errors import InputFileError, Issue
-
-            raise InputFileError([Issue("model.path", str(exc), "")]) from None
-        return None
+        return fetch_weights(self.hub_id, "model.path", dry_run=dry_run)
 
     # -- what the built model says --------------------------------------------------------------------
     def layout(self) -> "Layout":
