@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hyper_parallel.models._factory import require_torch
-from hyper_parallel.models.hf.args import HfArgs
+from hyper_parallel.models.hf.args import HfArgs, text_config
 
 if TYPE_CHECKING:  # annotations only
     from hyper_parallel.sections import (
@@ -93,10 +93,7 @@ def init_parameter(args: HfArgs, name: str, tensor: Any, generator: Any) -> None
     """
     from torch import nn
 
-    config = args.config()
-    nested = config.get("text_config")
-    text = nested if isinstance(nested, dict) else config
-    std = float(text.get("initializer_range") or 0.02)
+    std = float(text_config(args.config()).get("initializer_range") or 0.02)
     if tensor.dim() >= 2:
         nn.init.normal_(tensor, mean=0.0, std=std, generator=generator)
     elif name.endswith("bias"):

@@ -22,11 +22,18 @@ if TYPE_CHECKING:
     from hyper_parallel.models.hf._layout import Layout
     from hyper_parallel.models.hf.estimate import HfCosts
 
-__all__ = ["AttnImplementation", "HfArgs"]
+__all__ = ["AttnImplementation", "HfArgs", "text_config"]
 
 #: transformers' attention implementations the trainer runs: both keep packed documents apart exactly
 #: (transformers reads the documents from position ids that restart at each one).
 AttnImplementation = Literal["sdpa", "eager"]
+
+
+def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's fields of a parsed ``config.json``: its ``text_config`` where it nests one
+    (a multimodal model's), else the whole config."""
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else config
 
 
 @lru_cache(maxsize=16)
@@ -67,13 +74,8 @@ class HfArgs(ModelArgs):
         """``config.json``'s ``model_type`` (transformers' name of the architecture)."""
         return str(self.config()["model_type"])
 
-    def _text(self) -> Mapping[str, Any]:
-        config = self.config()
-        text = config.get("text_config")
-        return text if isinstance(text, dict) else config
-
     def _int(self, key: str) -> int | None:
-        value = self._text().get(key)
+        value = text_config(self.config()).get(key)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def num_layers(self) -> int | None:

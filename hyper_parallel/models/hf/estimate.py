@@ -10,21 +10,14 @@ native decoders' terms on these sizes (an estimate: transformers' modules keep a
 """
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hyper_parallel.models.hf._tensor_parallel import SPLIT_DIM, plan_weights
+from hyper_parallel.models.hf.args import HfArgs, text_config
 from hyper_parallel.preflight.flops import FlopCount, flop_count
 from hyper_parallel.preflight.model import ActivationCosts, BlockActivations, ParamGroup, Workload
 
-if TYPE_CHECKING:
-    from hyper_parallel.models.hf.args import HfArgs
-
 __all__ = ["HfCosts", "decoder_flop_count"]
-
-
-def _text(config: dict[str, Any]) -> dict[str, Any]:
-    text = config.get("text_config")
-    return text if isinstance(text, dict) else config
 
 
 def decoder_flop_count(config: dict[str, Any], seq: int, *, gated: bool) -> FlopCount:
@@ -33,7 +26,7 @@ def decoder_flop_count(config: dict[str, Any], seq: int, *, gated: bool) -> Flop
 
     Sliding-window layers count the whole square as well: transformers' ``sdpa`` and ``eager`` mask the
     scores outside the window and compute them all the same."""
-    c = _text(config)
+    c = text_config(config)
     d, layers, vocab = int(c["hidden_size"]), int(c["num_hidden_layers"]), int(c["vocab_size"])
     heads = int(c["num_attention_heads"])
     kv_heads = int(c.get("num_key_value_heads") or heads)
@@ -49,7 +42,7 @@ def decoder_flop_count(config: dict[str, Any], seq: int, *, gated: bool) -> Flop
 class HfCosts:
     """Parameter, activation and FLOP counts of one transformers causal LM."""
 
-    def __init__(self, args: "HfArgs") -> None:
+    def __init__(self, args: HfArgs) -> None:
         self.args = args
 
     def parameters(self) -> Sequence[ParamGroup]:
@@ -88,7 +81,7 @@ class HfCosts:
         return groups
 
     def activations(self, work: Workload) -> ActivationCosts:
-        c = _text(self.args.config())
+        c = text_config(self.args.config())
         d, layers = int(c["hidden_size"]), int(c["num_hidden_layers"])
         heads = int(c["num_attention_heads"])
         kv_heads = int(c.get("num_key_value_heads") or heads)
