@@ -28,9 +28,10 @@ if TYPE_CHECKING:  # annotations only
         TrainingConfig,
     )
 
-__all__ = ["HfStateDictAdapter", "build_model", "init_parameter", "parallelize"]
+__all__ = ["PREFIX", "HfStateDictAdapter", "build_model", "init_parameter", "parallelize"]
 
-_PREFIX = "causal_lm."
+#: The wrapper's attribute holding transformers' module: our parameter names are it + transformers'.
+PREFIX = "causal_lm."
 
 
 def build_model(args: HfArgs, *, device: str = "meta") -> Any:
@@ -120,7 +121,7 @@ class HfStateDictAdapter:
 
     def from_hf(self, state_dict: Mapping[str, Any]) -> dict[str, Any]:
         """transformers' names -> ours (tied output head added back when stored once)."""
-        out = {_PREFIX + name: tensor for name, tensor in state_dict.items()}
+        out = {PREFIX + name: tensor for name, tensor in state_dict.items()}
         layout = self.args.layout()
         if layout.tied and layout.output + ".weight" not in out and layout.embedding + ".weight" in out:
             out[layout.output + ".weight"] = out[layout.embedding + ".weight"]
@@ -128,10 +129,10 @@ class HfStateDictAdapter:
 
     def to_hf(self, state_dict: Mapping[str, Any]) -> dict[str, Any]:
         """Ours -> transformers' names; ``KeyError`` for a name outside the model."""
-        unknown = [name for name in state_dict if not name.startswith(_PREFIX)]
+        unknown = [name for name in state_dict if not name.startswith(PREFIX)]
         if unknown:
             raise KeyError(f"unexpected names in the state dict of a transformers model: {unknown[:5]}")
-        return {name[len(_PREFIX) :]: tensor for name, tensor in state_dict.items()}
+        return {name[len(PREFIX) :]: tensor for name, tensor in state_dict.items()}
 
     def hf_config(self) -> dict[str, Any]:
         """The ``config.json`` transformers loads the model from (``config.json`` after ``overrides``)."""
