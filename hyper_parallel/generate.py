@@ -407,17 +407,19 @@ def read_history(path: str) -> list[dict[str, str]]:
     """The messages of the one chat record in the JSON file ``path`` (any shape ``prepare --format chat``
     reads), refused in one line (``GenerateError``) when the file is no regular file, over
     ``MAX_HISTORY_BYTES``, not JSON, or not a chat record."""
+    from hyper_parallel._paths import read_regular
     from hyper_parallel.data.chat import conversation
 
-    file = Path(path)
-    if not file.is_file():
+    if not Path(path).is_file():
         raise GenerateError(f"{path}: no such file")
-    with open(file, "rb") as handle:
-        data = handle.read(MAX_HISTORY_BYTES + 1)
-    if len(data) > MAX_HISTORY_BYTES:
+    try:
+        data = read_regular(path, MAX_HISTORY_BYTES)  # opened without blocking, checked on the descriptor
+    except ValueError:
         raise GenerateError(
             f"{path}: larger than {MAX_HISTORY_BYTES} bytes; a conversation so far is smaller"
-        )
+        ) from None
+    except OSError as exc:  # unreadable (permissions, an I/O error): one line, never a traceback
+        raise GenerateError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     try:
         record = loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
