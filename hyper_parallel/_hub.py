@@ -28,6 +28,7 @@ __all__ = [
     "TOKENIZER_FILES",
     "WEIGHT_FILES",
     "cached",
+    "fetch_weights",
     "hub_id_of",
     "is_hub_id",
     "lookup_problem",
@@ -218,3 +219,19 @@ def pending_download(hub_id: str, patterns: list[str]) -> str | None:
         return None
     size = sum(int(getattr(f, "file_size", 0) or 0) for f in missing)
     return f"{hub_id}: the launch downloads {len(missing)} file(s), {size / 1e6:.1f} MB, into {cache}"
+
+
+def fetch_weights(hub_id: str, field: str, *, dry_run: bool = False) -> str | None:
+    """Bring ``hub_id``'s weights (``WEIGHT_FILES``) into the cache, or with ``dry_run`` say in one line
+    what that would download (None: nothing): what the launch does for the config field ``field`` that
+    names it (the transformers target's ``model.path``, a native model's ``model.weights_path``). A
+    refusal is the config layer's ``InputFileError`` at ``field``: an input the user can fix, exit 2."""
+    if dry_run:
+        return pending_download(hub_id, WEIGHT_FILES)
+    try:
+        snapshot(hub_id, WEIGHT_FILES)
+    except ValueError as exc:  # one line naming the id and the cache
+        from hyper_parallel.errors import InputFileError, Issue
+
+        raise InputFileError([Issue(field, str(exc), "")]) from None
+    return None

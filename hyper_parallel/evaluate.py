@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 from hyper_parallel._numbers import read_world_size
 from hyper_parallel.config import ConfigError, Issue
 from hyper_parallel.config.manager import ConfigReport, load_config_report
-from hyper_parallel.generate import GenerateError, hf_folder_spec, is_hf_folder
 from hyper_parallel.launch import (
     EXIT_INPUT_ERROR,
     EXIT_TRAINING_ERROR,
@@ -58,6 +57,7 @@ from hyper_parallel.launch import (
     parse_arguments,
     report_issues,
 )
+from hyper_parallel.models import is_hf_folder
 from hyper_parallel.trainer import rules
 from hyper_parallel.trainer.machine import machine_issues
 
@@ -148,15 +148,19 @@ def _checkpoint_folder(cfg: TrainerConfig, checkpoint: str | None) -> Path | Non
 
 def exported_config(cfg: TrainerConfig, folder: Path) -> tuple[TrainerConfig, str | None]:
     """``cfg`` evaluating the Hugging Face ``folder`` (an export), and what to tell the user: the model is
-    the one the folder's ``config.json`` describes (``generate.hf_folder_spec``: a native model or the
+    the one the folder's ``config.json`` describes (``models.hf_folder_spec``: a native model or the
     transformers path) with the folder's weights, no checkpoint is read, and adapters the config trains
-    are not added (the export merged them). ``GenerateError`` (one line) for a folder of no model this
+    are not added (the export merged them). ``EvaluateError`` (one line) for a folder of no model this
     project builds."""
     import attrs
 
     from hyper_parallel.components.peft import FullFineTuning
+    from hyper_parallel.models import hf_folder_spec
 
-    spec = hf_folder_spec(folder, recorded=True)
+    try:
+        spec = hf_folder_spec(folder, recorded=True)
+    except ValueError as exc:
+        raise EvaluateError(str(exc)) from None
     note = None
     if cfg.peft.trains_adapters:
         note = f"{folder} holds the weights with the run's adapters merged: evaluated without peft"
@@ -360,7 +364,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         assert checkpoint is not None
         try:
             cfg, merged = exported_config(cfg, Path(checkpoint))
-        except GenerateError as exc:
+        except EvaluateError as exc:
             err.write(f"evaluate: {exc}\n")
             return EXIT_INPUT_ERROR
         if merged is not None and is_rank0():

@@ -60,8 +60,6 @@ __all__ = [
     "Loaded",
     "chat_prompt",
     "generate_text",
-    "hf_folder_spec",
-    "is_hf_folder",
     "load_model",
     "main",
     "read_history",
@@ -99,30 +97,6 @@ class Loaded:
         return "pixel_values" in inspect.signature(self.model.forward).parameters
 
 
-def is_hf_folder(path: Path) -> bool:
-    """Whether ``path`` is a Hugging Face model folder (an export): ``config.json`` and safetensors."""
-    return (path / "config.json").is_file() and (
-        (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file()
-    )
-
-
-def hf_folder_spec(folder: Path, *, recorded: bool = False) -> Any:
-    """The ``ModelSpec`` of the Hugging Face ``folder`` (its ``config.json``: a native model's
-    ``model_type``, else transformers' causal LM through the transformers path), loading its weights;
-    ``recorded`` makes it as a config's factory call (``models.folder_spec``: a config holding it dumps).
-    ``GenerateError`` (one line) when no model this project builds is described."""
-    from hyper_parallel.models import folder_spec, spec_from_hf_config
-
-    config_file = folder / "config.json"
-    try:
-        hf_config = loads(config_file.read_text(encoding="utf-8"))
-        if not isinstance(hf_config, dict):
-            raise ValueError("not a JSON object")
-        return (folder_spec if recorded else spec_from_hf_config)(hf_config, str(folder))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise GenerateError(f"{str(config_file)!r}: {exc}") from None
-
-
 def load_model(
     path: str | Path,
     *,
@@ -133,6 +107,7 @@ def load_model(
     """The model and tokenizer of a checkpoint or an exported folder ``path`` (see the module docstring);
     ``accept_changed_base`` merges LoRA adapters into a base other than the one their ``base.json`` names."""
     from hyper_parallel._paths import entry_kinds
+    from hyper_parallel.models import is_hf_folder
 
     folder = Path(path)
     if not folder.is_dir():
@@ -205,10 +180,13 @@ def _load_checkpoint(
 def _load_hf_folder(folder: Path, device: str) -> Loaded:
     from hyper_parallel.components.tokenizer import HuggingFaceTokenizer
     from hyper_parallel.errors import InputFileError
-    from hyper_parallel.models import check_tensors, read_safetensors_folder
+    from hyper_parallel.models import check_tensors, hf_folder_spec, read_safetensors_folder
 
     config_file = folder / "config.json"
-    spec = hf_folder_spec(folder)
+    try:
+        spec = hf_folder_spec(folder)
+    except ValueError as exc:
+        raise GenerateError(str(exc)) from None
     _refuse_oversized(folder, config_file, spec)
     try:
         check_tensors(spec)  # the headers against the model: a tensor it lacks is refused, never read
@@ -407,17 +385,19 @@ def read_history(path: str) -> list[dict[str, str]]:
     """The messages of the one chat record in the JSON file ``path`` (any shape ``prepare --format chat``
     reads), refused in one line (``GenerateError``) when the file is no regular file, over
     ``MAX_HISTORY_BYTES``, not JSON, or not a chat record."""
+    from hyper_parallel._paths import read_regular
     from hyper_parallel.data.chat import conversation
 
-    file = Path(path)
-    if not file.is_file():
+    if not Path(path).is_file():
         raise GenerateError(f"{path}: no such file")
-    with open(file, "rb") as handle:
-        data = handle.read(MAX_HISTORY_BYTES + 1)
-    if len(data) > MAX_HISTORY_BYTES:
+    try:
+        data = read_regular(path, MAX_HISTORY_BYTES)  # opened without blocking, checked on the descriptor
+    except ValueError:
         raise GenerateError(
             f"{path}: larger than {MAX_HISTORY_BYTES} bytes; a conversation so far is smaller"
-        )
+        ) from None
+    except OSError as exc:  # unreadable (permissions, an I/O error): one line, never a traceback
+        raise GenerateError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     try:
         record = loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:

@@ -8,7 +8,8 @@ receive their shards); ``check_weights`` checks a weights folder against a spec'
 is built (``config.json``, safetensors headers, names, shapes and dtypes; ``check_tensors`` the headers
 alone, which every reader of such a folder runs before reading a tensor); ``read_safetensors_folder``
 reads such a folder's tensors (headers checked first); ``spec_from_hf_config`` rebuilds the spec an
-exported ``config.json`` describes (``folder_spec``: as a recorded factory call); ``generate_ids`` decodes
+exported ``config.json`` describes (``folder_spec``: as a recorded factory call; ``hf_folder_spec`` reads
+it from an exported folder, ``is_hf_folder`` tells one); ``generate_ids`` decodes
 with the models' inference cache;
 ``parameter_seed`` is the seed each named parameter is drawn from (adapters are drawn alike) and
 ``is_adapter`` tells an adapter's name (``LORA_A`` / ``LORA_B``), both torch-free;
@@ -26,7 +27,12 @@ from hyper_parallel.models._names import LORA_A, LORA_B, is_adapter, parameter_s
 from hyper_parallel.models.spec import ModelArgs, ModelSpec
 
 if TYPE_CHECKING:
-    from hyper_parallel.models._hf_config import folder_spec, spec_from_hf_config
+    from hyper_parallel.models._hf_config import (
+        folder_spec,
+        hf_folder_spec,
+        is_hf_folder,
+        spec_from_hf_config,
+    )
     from hyper_parallel.models._inference import generate_ids
     from hyper_parallel.models._layers import AttentionPlan
     from hyper_parallel.models._stored_size import folder_values, parameter_count, size_problem
@@ -55,8 +61,10 @@ __all__ = [
     "folder_spec",
     "folder_values",
     "generate_ids",
+    "hf_folder_spec",
     "initialize",
     "is_adapter",
+    "is_hf_folder",
     "load_pretrained",
     "materialize",
     "parameter_count",
@@ -80,6 +88,8 @@ _LAZY = {
     "weight_files": "_weights_check",
     "spec_from_hf_config": "_hf_config",
     "folder_spec": "_hf_config",
+    "hf_folder_spec": "_hf_config",
+    "is_hf_folder": "_hf_config",
     "generate_ids": "_inference",
     "size_problem": "_stored_size",
     "folder_values": "_stored_size",

@@ -18,8 +18,10 @@ import attrs
 from hyper_parallel.models.spec import ModelArgs, ModelSpec
 
 __all__ = [
+    "CONFIG_JSON_BYTES",
     "OverrideValue",
     "create_spec",
+    "flavor_writing",
     "lookup_flavor",
     "override_args",
     "overrides_check",
@@ -112,8 +114,8 @@ def _is_folder(weights_path: str) -> bool:
     return not is_hub_id(weights_path) and Path(weights_path).is_dir()
 
 
-#: Most bytes a ``config.json`` may have (a real one is a few kilobytes).
-_CONFIG_BYTES = 1 << 20
+#: Most bytes a ``config.json`` may have (a real one is a few kilobytes); every reader of one bounds it so.
+CONFIG_JSON_BYTES = 1 << 20
 
 
 def flavor_from_weights(
@@ -135,8 +137,8 @@ def flavor_from_weights(
         )
     file = Path(weights_path) / "config.json"
     try:
-        if file.stat().st_size > _CONFIG_BYTES:
-            raise ValueError(f"larger than {_CONFIG_BYTES} bytes: not a model's config.json")
+        if file.stat().st_size > CONFIG_JSON_BYTES:
+            raise ValueError(f"larger than {CONFIG_JSON_BYTES} bytes: not a model's config.json")
         config = json.loads(file.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ValueError(f"{file}: does not exist (flavor 'auto' reads the architecture from it)") from None
@@ -152,9 +154,15 @@ def flavor_from_weights(
     except (KeyError, TypeError, ValueError) as exc:
         detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
         raise ValueError(f"{file}: not a {family} model this project builds: {detail}") from None
-    written = adapter(args).hf_config()
-    name = next((n for n, known in table.items() if adapter(known).hf_config() == written), None)
+    name = flavor_writing(table, adapter, args)
     return (table[name], name) if name is not None else (args, "config.json")
+
+
+def flavor_writing(table: Mapping[str, A], adapter: Any, args: A) -> str | None:
+    """The name of ``table``'s flavor whose exported ``config.json`` is the one ``args`` write (compared
+    in that form, so a field the file leaves at its default still matches), else None."""
+    written = adapter(args).hf_config()
+    return next((name for name, known in table.items() if adapter(known).hf_config() == written), None)
 
 
 def override_args(args: A, overrides: Mapping[str, OverrideValue] | None, what: str) -> A:

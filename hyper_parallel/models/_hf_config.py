@@ -12,9 +12,11 @@ from typing import Any
 
 import attrs
 
+from hyper_parallel._json import loads
+from hyper_parallel.models._factory import flavor_writing
 from hyper_parallel.models.spec import ModelSpec
 
-__all__ = ["HF_MODEL_TYPES", "folder_spec", "spec_from_hf_config"]
+__all__ = ["HF_MODEL_TYPES", "folder_spec", "hf_folder_spec", "is_hf_folder", "spec_from_hf_config"]
 
 
 def _llama3() -> tuple[Callable[..., ModelSpec], Mapping[str, Any]]:
@@ -72,9 +74,7 @@ def spec_from_hf_config(config: Mapping[str, Any], weights_path: str | None = No
     except (KeyError, TypeError, ValueError) as exc:
         detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
         raise ValueError(f"model_type {model_type!r}: {detail}") from None
-    adapter = template.state_dict_adapter
-    written = adapter(args).hf_config()  # what the config says, in the form a flavor's export writes it
-    flavor = next((name for name, known in flavors.items() if adapter(known).hf_config() == written), None)
+    flavor = flavor_writing(flavors, template.state_dict_adapter, args)
     return attrs.evolve(template, args=args, flavor=flavor or "config.json", weights_path=weights_path)
 
 
@@ -100,3 +100,26 @@ def folder_spec(config: Mapping[str, Any], folder: str) -> ModelSpec:
         factory, _ = HF_MODEL_TYPES[model_type]()
         return factory(weights_path=folder)
     return spec_from_hf_config(config, folder)
+
+
+def is_hf_folder(path: Path) -> bool:
+    """Whether ``path`` is a Hugging Face model folder (an export): ``config.json`` and safetensors."""
+    return (path / "config.json").is_file() and (
+        (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file()
+    )
+
+
+def hf_folder_spec(folder: Path, *, recorded: bool = False) -> ModelSpec:
+    """The ``ModelSpec`` of the Hugging Face ``folder`` (its ``config.json``: a native model's
+    ``model_type``, else transformers' causal LM through the transformers path), loading its weights;
+    ``recorded`` makes it as a config's factory call (:func:`folder_spec`: a config holding it dumps).
+    ``ValueError`` (one line, ``'FOLDER/config.json': problem``) when no model this project builds is
+    described: ``generate`` and ``evaluate`` read an exported folder alike."""
+    config_file = folder / "config.json"
+    try:
+        hf_config = loads(config_file.read_text(encoding="utf-8"))
+        if not isinstance(hf_config, dict):
+            raise ValueError("not a JSON object")
+        return (folder_spec if recorded else spec_from_hf_config)(hf_config, str(folder))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{str(config_file)!r}: {exc}") from None

@@ -360,14 +360,9 @@ def per_document_attention(
     """Causal attention of each document alone, one SDPA call each on views of its tokens: the reference
     of the variable-length kernels' interface (see :class:`DocumentOffsets`), and what serves where flash
     attention does not (the CPU, float32). The lengths are read from the host copy of the offsets."""
-    lengths = torch.diff(offsets.host_offsets).tolist()
-    gqa = q.shape[1] != k.shape[1]
-    parts = [torch.split(x.transpose(0, 1), lengths, dim=1) for x in (q, k, v)]
-    outputs = [
-        F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, enable_gqa=gqa)
-        for qd, kd, vd in zip(*parts, strict=True)
-    ]
-    return torch.cat(outputs, dim=1).transpose(0, 1)
+    slices = DocumentSlices(tuple(torch.diff(offsets.host_offsets).tolist()))
+    out: torch.Tensor = _sliced_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), slices)
+    return out.squeeze(0)
 
 
 def torch_varlen_kernel() -> Callable[..., Any] | None:

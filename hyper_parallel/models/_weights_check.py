@@ -166,10 +166,10 @@ def check_weights(spec: ModelSpec) -> None:
     up to the headers: its files, ``config.json`` and dtypes."""
     assert spec.weights_path is not None
     folder = Path(spec.weights_path)
-    weight_files(folder)  # a folder without weights is said as such before its config.json is read
+    files = weight_files(folder)  # a folder without weights is said as such before its config.json is read
     adapter = spec.state_dict_adapter(spec.args, spec.weights_path)
     _check_config_json(spec, adapter, folder / "config.json")
-    check_tensors(spec)
+    _check_headers(spec, adapter, folder, files)
 
 
 def check_tensors(spec: ModelSpec) -> None:
@@ -183,7 +183,11 @@ def check_tensors(spec: ModelSpec) -> None:
     assert spec.weights_path is not None
     folder = Path(spec.weights_path)
     files = weight_files(folder)
-    adapter = spec.state_dict_adapter(spec.args, spec.weights_path)
+    _check_headers(spec, spec.state_dict_adapter(spec.args, spec.weights_path), folder, files)
+
+
+def _check_headers(spec: ModelSpec, adapter: Any, folder: Path, files: list[Path]) -> None:
+    """:func:`check_tensors` of ``folder``, its safetensors ``files`` listed (``weight_files``)."""
     headers = {file: read_header(file) for file in files}
     where: dict[str, Path] = {}
     placeholders: dict[str, Shape] = {}

@@ -24,6 +24,7 @@ module imports torch only where a process group may exist.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -110,24 +111,12 @@ def _weights_fetch(spec: Any) -> Any:
     fetch = getattr(spec.args, "fetch_weights", None)
     if callable(fetch):
         return fetch
-    from hyper_parallel._hub import hub_id_of, is_hub_id
+    from hyper_parallel._hub import fetch_weights, hub_id_of, is_hub_id
 
     hub_id = spec.weights_path if is_hub_id(spec.weights_path) else hub_id_of(spec.weights_path)
     if hub_id is None:
         return None
-
-    def fetch_snapshot(*, dry_run: bool = False) -> str | None:
-        from hyper_parallel._hub import WEIGHT_FILES, pending_download, snapshot
-
-        if dry_run:
-            return pending_download(hub_id, WEIGHT_FILES)
-        try:
-            snapshot(hub_id, WEIGHT_FILES)
-        except ValueError as exc:  # one line naming the id and the cache, exit status 2
-            raise InputFileError([Issue("model.weights_path", str(exc), "")]) from None
-        return None
-
-    return fetch_snapshot
+    return functools.partial(fetch_weights, hub_id, "model.weights_path")
 
 
 def _datasets(config: TrainerConfig) -> list[Any]:

@@ -42,6 +42,18 @@ def test_option_values_torch_cannot_use_are_one_line_and_exit_2(
     assert (captured.out, captured.err) == ("", f"generate: {message}\n")
 
 
+@pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux's /proc/self/mem")
+def test_a_history_file_that_fails_when_read_is_one_line_and_exit_2(tmp_path: Path, capsys: Any) -> None:
+    # /proc/self/mem is a regular file whose first page is unmapped: reading it fails with EIO
+    argv = [str(tmp_path), "--prompt", "hi", "--chat", "--history", "/proc/self/mem"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == (
+        "",
+        "generate: /proc/self/mem: cannot be read (Input/output error)\n",
+    )
+
+
 @pytest.mark.parametrize(
     ("low", "high"), [(1024, 2**40), (2**40, 2**40), (images.MAX_PIXELS + 1, images.MAX_PIXELS + 1)]
 )

@@ -11,10 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["read_config"]
+from hyper_parallel.models._factory import CONFIG_JSON_BYTES
 
-#: Most bytes a ``config.json`` may have (a real one is a few kilobytes).
-_MAX_BYTES = 1 << 20
+__all__ = ["read_config"]
 
 
 def _load(path: str) -> dict[str, Any]:
@@ -24,8 +23,8 @@ def _load(path: str) -> dict[str, Any]:
     file = folder / "config.json"
     if not file.is_file():
         raise ValueError(f"{file}: does not exist (a transformers model folder holds its config.json)")
-    if file.stat().st_size > _MAX_BYTES:
-        raise ValueError(f"{file}: larger than {_MAX_BYTES} bytes: not a model's config.json")
+    if file.stat().st_size > CONFIG_JSON_BYTES:
+        raise ValueError(f"{file}: larger than {CONFIG_JSON_BYTES} bytes: not a model's config.json")
     try:
         config = json.loads(file.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:

@@ -16,10 +16,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-__all__ = ["PREFIX", "Layout", "build_causal_lm", "decoder_layers", "hf_config", "layout_of"]
+from hyper_parallel.models.hf._runtime import PREFIX
 
-#: The wrapper's attribute holding transformers' module: our parameter names are it + transformers'.
-PREFIX = "causal_lm."
+__all__ = ["Layout", "build_causal_lm", "decoder_layers", "hf_config", "layout_of"]
 
 
 class Layout(NamedTuple):

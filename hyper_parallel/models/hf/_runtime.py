@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hyper_parallel.models._factory import require_torch
-from hyper_parallel.models.hf.args import HfArgs
+from hyper_parallel.models.hf.args import HfArgs, text_config
 
 if TYPE_CHECKING:  # annotations only
     from hyper_parallel.sections import (
@@ -28,9 +28,10 @@ if TYPE_CHECKING:  # annotations only
         TrainingConfig,
     )
 
-__all__ = ["HfStateDictAdapter", "build_model", "init_parameter", "parallelize"]
+__all__ = ["PREFIX", "HfStateDictAdapter", "build_model", "init_parameter", "parallelize"]
 
-_PREFIX = "causal_lm."
+#: The wrapper's attribute holding transformers' module: our parameter names are it + transformers'.
+PREFIX = "causal_lm."
 
 
 def build_model(args: HfArgs, *, device: str = "meta") -> Any:
@@ -93,10 +94,7 @@ def init_parameter(args: HfArgs, name: str, tensor: Any, generator: Any) -> None
     """
     from torch import nn
 
-    config = args.config()
-    nested = config.get("text_config")
-    text = nested if isinstance(nested, dict) else config
-    std = float(text.get("initializer_range") or 0.02)
+    std = float(text_config(args.config()).get("initializer_range") or 0.02)
     if tensor.dim() >= 2:
         nn.init.normal_(tensor, mean=0.0, std=std, generator=generator)
     elif name.endswith("bias"):
@@ -123,7 +121,7 @@ class HfStateDictAdapter:
 
     def from_hf(self, state_dict: Mapping[str, Any]) -> dict[str, Any]:
         """transformers' names -> ours (tied output head added back when stored once)."""
-        out = {_PREFIX + name: tensor for name, tensor in state_dict.items()}
+        out = {PREFIX + name: tensor for name, tensor in state_dict.items()}
         layout = self.args.layout()
         if layout.tied and layout.output + ".weight" not in out and layout.embedding + ".weight" in out:
             out[layout.output + ".weight"] = out[layout.embedding + ".weight"]
@@ -131,10 +129,10 @@ class HfStateDictAdapter:
 
     def to_hf(self, state_dict: Mapping[str, Any]) -> dict[str, Any]:
         """Ours -> transformers' names; ``KeyError`` for a name outside the model."""
-        unknown = [name for name in state_dict if not name.startswith(_PREFIX)]
+        unknown = [name for name in state_dict if not name.startswith(PREFIX)]
         if unknown:
             raise KeyError(f"unexpected names in the state dict of a transformers model: {unknown[:5]}")
-        return {name[len(_PREFIX) :]: tensor for name, tensor in state_dict.items()}
+        return {name[len(PREFIX) :]: tensor for name, tensor in state_dict.items()}
 
     def hf_config(self) -> dict[str, Any]:
         """The ``config.json`` transformers loads the model from (``config.json`` after ``overrides``)."""

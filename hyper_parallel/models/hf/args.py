@@ -22,11 +22,18 @@ if TYPE_CHECKING:
     from hyper_parallel.models.hf._layout import Layout
     from hyper_parallel.models.hf.estimate import HfCosts
 
-__all__ = ["AttnImplementation", "HfArgs"]
+__all__ = ["AttnImplementation", "HfArgs", "text_config"]
 
 #: transformers' attention implementations the trainer runs: both keep packed documents apart exactly
 #: (transformers reads the documents from position ids that restart at each one).
 AttnImplementation = Literal["sdpa", "eager"]
+
+
+def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's fields of a parsed ``config.json``: its ``text_config`` where it nests one
+    (a multimodal model's), else the whole config."""
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else config
 
 
 @lru_cache(maxsize=16)
@@ -67,13 +74,8 @@ class HfArgs(ModelArgs):
         """``config.json``'s ``model_type`` (transformers' name of the architecture)."""
         return str(self.config()["model_type"])
 
-    def _text(self) -> Mapping[str, Any]:
-        config = self.config()
-        text = config.get("text_config")
-        return text if isinstance(text, dict) else config
-
     def _int(self, key: str) -> int | None:
-        value = self._text().get(key)
+        value = text_config(self.config()).get(key)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def num_layers(self) -> int | None:
@@ -94,17 +96,9 @@ class HfArgs(ModelArgs):
         ``dry_run`` say in one line what that would download (None: nothing; also for a local folder)."""
         if self.hub_id is None:
             return None
-        from hyper_parallel._hub import WEIGHT_FILES, pending_download, snapshot
+        from hyper_parallel._hub import fetch_weights
 
-        if dry_run:
-            return pending_download(self.hub_id, WEIGHT_FILES)
-        try:
-            snapshot(self.hub_id, WEIGHT_FILES)
-        except ValueError as exc:  # an input the user can fix: ``ID: problem``, exit status 2
-            from hyper_parallel.errors import InputFileError, Issue
-
-            raise InputFileError([Issue("model.path", str(exc), "")]) from None
-        return None
+        return fetch_weights(self.hub_id, "model.path", dry_run=dry_run)
 
     # -- what the built model says --------------------------------------------------------------------
     def layout(self) -> "Layout":

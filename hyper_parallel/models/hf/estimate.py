@@ -9,22 +9,37 @@ TorchTitan's convention, ``hyper_parallel.preflight.flops``, as the native model
 native decoders' terms on these sizes (an estimate: transformers' modules keep a few more intermediates).
 """
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from hyper_parallel.models.hf._tensor_parallel import SPLIT_DIM, plan_weights
+from hyper_parallel.models.hf.args import HfArgs, text_config
 from hyper_parallel.preflight.flops import FlopCount, flop_count
 from hyper_parallel.preflight.model import ActivationCosts, BlockActivations, ParamGroup, Workload
-
-if TYPE_CHECKING:
-    from hyper_parallel.models.hf.args import HfArgs
 
 __all__ = ["HfCosts", "decoder_flop_count"]
 
 
-def _text(config: dict[str, Any]) -> dict[str, Any]:
-    text = config.get("text_config")
-    return text if isinstance(text, dict) else config
+class _Sizes(NamedTuple):
+    """A decoder ``config.json``'s sizes both estimates read: hidden, layers, vocabulary, query heads,
+    the query and key/value widths (heads x ``head_dim``), the MLP's intermediate size."""
+
+    d: int
+    layers: int
+    vocab: int
+    heads: int
+    q: int
+    kv: int
+    f: int
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> "_Sizes":
+        c = text_config(config)
+        d, heads = int(c["hidden_size"]), int(c["num_attention_heads"])
+        kv_heads = int(c.get("num_key_value_heads") or heads)
+        head_dim = int(c.get("head_dim") or d // heads)
+        layers, vocab, f = int(c["num_hidden_layers"]), int(c["vocab_size"]), int(c["intermediate_size"])
+        return cls(d, layers, vocab, heads, heads * head_dim, kv_heads * head_dim, f)
 
 
 def decoder_flop_count(config: dict[str, Any], seq: int, *, gated: bool) -> FlopCount:
@@ -33,13 +48,7 @@ def decoder_flop_count(config: dict[str, Any], seq: int, *, gated: bool) -> Flop
 
     Sliding-window layers count the whole square as well: transformers' ``sdpa`` and ``eager`` mask the
     scores outside the window and compute them all the same."""
-    c = _text(config)
-    d, layers, vocab = int(c["hidden_size"]), int(c["num_hidden_layers"]), int(c["vocab_size"])
-    heads = int(c["num_attention_heads"])
-    kv_heads = int(c.get("num_key_value_heads") or heads)
-    head_dim = int(c.get("head_dim") or d // heads)
-    f = int(c["intermediate_size"])
-    q, kv = heads * head_dim, kv_heads * head_dim
+    d, layers, vocab, _, q, kv, f = _Sizes.of(config)
     mlp = (3 if gated else 2) * d * f
     attention_params = d * q + 2 * d * kv + q * d
     matmul_params = layers * (attention_params + mlp) + vocab * d
@@ -49,7 +58,7 @@ def decoder_flop_count(config: dict[str, Any], seq: int, *, gated: bool) -> Flop
 class HfCosts:
     """Parameter, activation and FLOP counts of one transformers causal LM."""
 
-    def __init__(self, args: "HfArgs") -> None:
+    def __init__(self, args: HfArgs) -> None:
         self.args = args
 
     def parameters(self) -> Sequence[ParamGroup]:
@@ -88,14 +97,8 @@ class HfCosts:
         return groups
 
     def activations(self, work: Workload) -> ActivationCosts:
-        c = _text(self.args.config())
-        d, layers = int(c["hidden_size"]), int(c["num_hidden_layers"])
-        heads = int(c["num_attention_heads"])
-        kv_heads = int(c.get("num_key_value_heads") or heads)
-        head_dim = int(c.get("head_dim") or d // heads)
-        f, vocab, p = int(c["intermediate_size"]), int(c["vocab_size"]), work.param_bytes
-        tokens = work.batch * work.seq
-        q, kv = heads * head_dim, kv_heads * head_dim
+        d, layers, vocab, heads, q, kv, f = _Sizes.of(self.args.config())
+        p, tokens = work.param_bytes, work.batch * work.seq
         norm = 4 * d + 4 + p * d
         attention = p * d + p * (q + 2 * kv) + p * q + 4 * heads
         mlp = p * d + 3 * p * f
