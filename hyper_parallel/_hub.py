@@ -13,7 +13,8 @@ Resolved through ``huggingface_hub`` as its own clients do: its cache (``HF_HUB_
 ``HF_HOME/hub``, else its default), ``HF_HUB_OFFLINE``. Resolving a config looks only into the cache for
 the native ``weights_path`` and ``tokenizer.path`` (``cached``: never the network); the transformers
 target's ``path`` is the exception, as its arguments come from ``config.json``: resolving it fetches that one
-file (``CONFIG_FILES``) when the cache lacks it and the Hub is reachable. The launch's file checks fetch what the cache lacks (``snapshot``: online,
+file (``CONFIG_FILES``) when the cache lacks it and the Hub is reachable. The launch's file checks
+fetch what the cache lacks (``snapshot``: online,
 with ``huggingface_hub``'s progress bars), and ``--dry-run``'s only ask the Hub whether the id is there
 (``lookup_problem``) and what the launch would download (``pending_download``). huggingface_hub is
 imported inside the functions.
